@@ -1,0 +1,746 @@
+//! DSSE envelopes signed with ed25519.
+//!
+//! An envelope carries a payload type, the exact payload bytes (base64) and one or more
+//! signatures, each naming its key by [`KeyId`]. Signatures cover the DSSE
+//! pre-authentication encoding `"DSSEv1" SP len(type) SP type SP len(payload) SP payload`, so
+//! the signed bytes are exactly the bytes that get parsed: no JSON canonicalisation.
+//!
+//! Verification ([`verify`]) checks, in this order: size limits, the payload type, duplicate
+//! key ids, then every signature against a [`KeyRing`] of trusted keys with a role; it succeeds
+//! when at least `threshold` distinct keys of the required role have valid signatures. Only a
+//! successful verification builds a [`Verified`] value.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use ed25519_dalek::{Signature, Signer as _, SigningKey, VerifyingKey};
+use serde::{Deserialize, Serialize};
+
+use crate::names::KeyId;
+
+/// A DSSE envelope as it travels in JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// Base64 (standard alphabet, padded) of the payload bytes.
+    pub payload: String,
+    /// What the payload is, for example [`crate::manifest::RELEASE_PAYLOAD_TYPE`].
+    #[serde(rename = "payloadType")]
+    pub payload_type: String,
+    /// The signatures.
+    pub signatures: Vec<EnvelopeSignature>,
+}
+
+/// One signature in an [`Envelope`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvelopeSignature {
+    /// Hex key id of the signer (see [`KeyId`]).
+    pub keyid: String,
+    /// Base64 of the 64-byte ed25519 signature.
+    pub sig: String,
+}
+
+/// What a trusted key may sign.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyRole {
+    /// Signs keyrings (the trust root pinned in apps).
+    Root,
+    /// Offline key that signs release manifests.
+    Release,
+    /// Online key that signs resolve responses.
+    Online,
+}
+
+impl fmt::Display for KeyRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            KeyRole::Root => "root",
+            KeyRole::Release => "release",
+            KeyRole::Online => "online",
+        })
+    }
+}
+
+/// Documented limits on envelopes, against endless-data attacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DsseLimits {
+    /// Largest decoded payload (default 4 MiB).
+    pub max_payload: usize,
+    /// Most signatures in one envelope (default 16).
+    pub max_signatures: usize,
+}
+
+impl Default for DsseLimits {
+    fn default() -> Self {
+        Self {
+            max_payload: 4 << 20,
+            max_signatures: 16,
+        }
+    }
+}
+
+/// Why an envelope was refused. Each variant has its own [`DsseError::code`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DsseError {
+    /// The envelope itself could not be decoded.
+    #[error("malformed envelope: {0}")]
+    Malformed(String),
+    /// The payload is larger than the limit.
+    #[error("envelope payload is {size} bytes; at most {max} are allowed")]
+    TooLarge {
+        /// Decoded (or estimated) payload size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The payload type is not the one expected.
+    #[error("payload type is {actual:?}, expected {expected:?}")]
+    PayloadType {
+        /// Expected type.
+        expected: String,
+        /// Type in the envelope.
+        actual: String,
+    },
+    /// No signatures at all.
+    #[error("envelope has no signatures")]
+    NoSignatures,
+    /// More signatures than the limit.
+    #[error("envelope has {count} signatures; at most {max} are allowed")]
+    TooManySignatures {
+        /// Signatures present.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The same key id appears twice (it must not be counted twice toward a threshold).
+    #[error("key {keyid} signs the envelope more than once")]
+    DuplicateSignature {
+        /// The repeated key id.
+        keyid: String,
+    },
+    /// A signature names a key that is not trusted.
+    #[error("signature by unknown key {keyid}")]
+    UnknownKey {
+        /// The key id as written in the envelope.
+        keyid: String,
+    },
+    /// A signature is by a trusted key that may not sign this kind of payload.
+    #[error("key {keyid} is a {actual} key; this payload must be signed by a {expected} key")]
+    WrongRole {
+        /// The signer.
+        keyid: String,
+        /// The role required.
+        expected: KeyRole,
+        /// The role the key has.
+        actual: KeyRole,
+    },
+    /// A signature is not a well-formed ed25519 signature.
+    #[error("signature by {keyid} is malformed: {why}")]
+    SignatureMalformed {
+        /// The signer.
+        keyid: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A signature does not verify over the payload.
+    #[error("signature by {keyid} does not match the payload")]
+    SignatureInvalid {
+        /// The signer.
+        keyid: String,
+    },
+    /// Fewer valid signatures than required.
+    #[error("{valid} valid {role} signature(s), {needed} required")]
+    Threshold {
+        /// The role required.
+        role: KeyRole,
+        /// Valid signatures found.
+        valid: usize,
+        /// Required.
+        needed: usize,
+    },
+}
+
+impl DsseError {
+    /// Stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            DsseError::Malformed(_) => "envelope_malformed",
+            DsseError::TooLarge { .. } => "envelope_too_large",
+            DsseError::PayloadType { .. } => "payload_type_mismatch",
+            DsseError::NoSignatures => "signature_missing",
+            DsseError::TooManySignatures { .. } => "signature_too_many",
+            DsseError::DuplicateSignature { .. } => "signature_duplicate",
+            DsseError::UnknownKey { .. } => "key_unknown",
+            DsseError::WrongRole { .. } => "key_wrong_role",
+            DsseError::SignatureMalformed { .. } => "signature_malformed",
+            DsseError::SignatureInvalid { .. } => "signature_invalid",
+            DsseError::Threshold { .. } => "signature_threshold",
+        }
+    }
+}
+
+/// The DSSE pre-authentication encoding of `payload_type` and `payload`.
+pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.len() + payload_type.len() + 32);
+    out.extend_from_slice(b"DSSEv1 ");
+    out.extend_from_slice(payload_type.len().to_string().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(payload_type.as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(payload.len().to_string().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(payload);
+    out
+}
+
+/// An ed25519 key pair that signs envelopes.
+pub struct KeyPair {
+    id: KeyId,
+    key: SigningKey,
+}
+
+impl fmt::Debug for KeyPair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyPair").field("id", &self.id).finish()
+    }
+}
+
+impl KeyPair {
+    /// Builds the key pair from a 32-byte secret seed (the caller supplies randomness).
+    pub fn from_seed(seed: &[u8; 32]) -> Self {
+        let key = SigningKey::from_bytes(seed);
+        let id = KeyId::of_public_key(key.verifying_key().as_bytes());
+        Self { id, key }
+    }
+
+    /// The key id.
+    pub fn id(&self) -> KeyId {
+        self.id
+    }
+
+    /// The 32 public key bytes.
+    pub fn public(&self) -> [u8; 32] {
+        self.key.verifying_key().to_bytes()
+    }
+
+    /// The 32 secret seed bytes (handle with care).
+    pub fn seed(&self) -> [u8; 32] {
+        self.key.to_bytes()
+    }
+
+    /// Signs `payload` into a new envelope with one signature.
+    pub fn sign(&self, payload_type: &str, payload: &[u8]) -> Envelope {
+        let mut env = Envelope {
+            payload: B64.encode(payload),
+            payload_type: payload_type.to_string(),
+            signatures: Vec::new(),
+        };
+        self.add_signature_raw(&mut env, payload);
+        env
+    }
+
+    /// Adds this key's signature to an existing envelope (for thresholds above one).
+    pub fn add_signature(&self, env: &mut Envelope) -> Result<(), DsseError> {
+        let payload = B64
+            .decode(env.payload.as_bytes())
+            .map_err(|e| DsseError::Malformed(format!("payload is not base64: {e}")))?;
+        self.add_signature_raw(env, &payload);
+        Ok(())
+    }
+
+    fn add_signature_raw(&self, env: &mut Envelope, payload: &[u8]) {
+        let sig = self.key.sign(&pae(&env.payload_type, payload));
+        env.signatures.push(EnvelopeSignature {
+            keyid: self.id.to_hex(),
+            sig: B64.encode(sig.to_bytes()),
+        });
+    }
+}
+
+/// A trusted public key and what it may sign.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustedKey {
+    /// Its id.
+    pub id: KeyId,
+    /// Its role.
+    pub role: KeyRole,
+    key: VerifyingKey,
+}
+
+impl TrustedKey {
+    /// The 32 public key bytes.
+    pub fn public(&self) -> [u8; 32] {
+        self.key.to_bytes()
+    }
+}
+
+/// The set of keys a verifier trusts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyRing {
+    keys: BTreeMap<KeyId, TrustedKey>,
+}
+
+/// A public key that could not be added to a [`KeyRing`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid ed25519 public key {0}")]
+pub struct BadPublicKey(pub String);
+
+impl KeyRing {
+    /// An empty key ring.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Trusts `public` for `role`; returns its id. A key has exactly one role: adding it again
+    /// replaces the role.
+    pub fn add(&mut self, role: KeyRole, public: &[u8; 32]) -> Result<KeyId, BadPublicKey> {
+        let key =
+            VerifyingKey::from_bytes(public).map_err(|_| BadPublicKey(hex::encode(public)))?;
+        if key.is_weak() {
+            return Err(BadPublicKey(hex::encode(public)));
+        }
+        let id = KeyId::of_public_key(public);
+        self.keys.insert(id, TrustedKey { id, role, key });
+        Ok(id)
+    }
+
+    /// The key with id `id`.
+    pub fn get(&self, id: &KeyId) -> Option<&TrustedKey> {
+        self.keys.get(id)
+    }
+
+    /// All keys, ordered by id.
+    pub fn keys(&self) -> impl Iterator<Item = &TrustedKey> {
+        self.keys.values()
+    }
+
+    /// How many keys.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// True when no key is trusted.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+}
+
+/// A value that came out of a successful signature verification.
+///
+/// Only [`verify`] builds one (from the payload bytes); [`Verified::try_map`] derives another
+/// from it, so holding a `Verified<T>` means `T` was computed from verified bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verified<T> {
+    value: T,
+    signers: Vec<KeyId>,
+}
+
+impl<T> Verified<T> {
+    /// The verified value.
+    pub fn value(&self) -> &T {
+        &self.value
+    }
+
+    /// Unwraps the value, dropping the proof of verification.
+    pub fn into_inner(self) -> T {
+        self.value
+    }
+
+    /// The keys whose valid signatures counted.
+    pub fn signers(&self) -> &[KeyId] {
+        &self.signers
+    }
+
+    /// Derives a new verified value from this one.
+    pub fn try_map<U, E>(self, f: impl FnOnce(T) -> Result<U, E>) -> Result<Verified<U>, E> {
+        Ok(Verified {
+            value: f(self.value)?,
+            signers: self.signers,
+        })
+    }
+}
+
+impl<T> std::ops::Deref for Verified<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+/// Verifies `env` against `ring`: the payload type must be `payload_type`, and at least
+/// `threshold` (minimum 1) distinct trusted keys of `role` must have signed it.
+///
+/// Signatures by unknown keys are ignored when the threshold is met anyway (so a key ring can
+/// be rotated); otherwise the first failure is reported when no signature was valid.
+pub fn verify(
+    env: &Envelope,
+    payload_type: &str,
+    ring: &KeyRing,
+    role: KeyRole,
+    threshold: usize,
+    limits: &DsseLimits,
+) -> Result<Verified<Vec<u8>>, DsseError> {
+    // The base64 text is 4/3 of the payload: refuse before decoding anything large.
+    let estimated = env.payload.len() / 4 * 3;
+    if estimated > limits.max_payload.saturating_add(3) {
+        return Err(DsseError::TooLarge {
+            size: estimated,
+            max: limits.max_payload,
+        });
+    }
+    if env.payload_type != payload_type {
+        return Err(DsseError::PayloadType {
+            expected: payload_type.to_string(),
+            actual: env.payload_type.chars().take(200).collect(),
+        });
+    }
+    if env.signatures.is_empty() {
+        return Err(DsseError::NoSignatures);
+    }
+    if env.signatures.len() > limits.max_signatures {
+        return Err(DsseError::TooManySignatures {
+            count: env.signatures.len(),
+            max: limits.max_signatures,
+        });
+    }
+    let mut seen = BTreeSet::new();
+    for s in &env.signatures {
+        if !seen.insert(s.keyid.to_ascii_lowercase()) {
+            return Err(DsseError::DuplicateSignature {
+                keyid: clip(&s.keyid),
+            });
+        }
+    }
+    let payload = B64
+        .decode(env.payload.as_bytes())
+        .map_err(|e| DsseError::Malformed(format!("payload is not base64: {e}")))?;
+    if payload.len() > limits.max_payload {
+        return Err(DsseError::TooLarge {
+            size: payload.len(),
+            max: limits.max_payload,
+        });
+    }
+    let message = pae(&env.payload_type, &payload);
+    let needed = threshold.max(1);
+    let mut signers = Vec::new();
+    let mut first_failure = None;
+    for s in &env.signatures {
+        match check_one(s, ring, role, &message) {
+            Ok(id) => signers.push(id),
+            Err(e) => {
+                first_failure.get_or_insert(e);
+            }
+        }
+    }
+    if signers.len() >= needed {
+        return Ok(Verified {
+            value: payload,
+            signers,
+        });
+    }
+    match first_failure {
+        Some(e) if signers.is_empty() => Err(e),
+        _ => Err(DsseError::Threshold {
+            role,
+            valid: signers.len(),
+            needed,
+        }),
+    }
+}
+
+fn clip(s: &str) -> String {
+    s.chars().take(80).collect()
+}
+
+fn check_one(
+    s: &EnvelopeSignature,
+    ring: &KeyRing,
+    role: KeyRole,
+    message: &[u8],
+) -> Result<KeyId, DsseError> {
+    let keyid = clip(&s.keyid);
+    let id = KeyId::from_hex(&s.keyid).map_err(|_| DsseError::UnknownKey {
+        keyid: keyid.clone(),
+    })?;
+    let trusted = ring.get(&id).ok_or_else(|| DsseError::UnknownKey {
+        keyid: keyid.clone(),
+    })?;
+    if trusted.role != role {
+        return Err(DsseError::WrongRole {
+            keyid,
+            expected: role,
+            actual: trusted.role,
+        });
+    }
+    let raw = B64
+        .decode(s.sig.as_bytes())
+        .map_err(|e| DsseError::SignatureMalformed {
+            keyid: keyid.clone(),
+            why: format!("not base64: {e}"),
+        })?;
+    let bytes: [u8; 64] = raw
+        .as_slice()
+        .try_into()
+        .map_err(|_| DsseError::SignatureMalformed {
+            keyid: keyid.clone(),
+            why: format!("{} bytes, expected 64", raw.len()),
+        })?;
+    // An ed25519 signature is R || S with S < 2^253 in canonical form: the top three bits of
+    // the last byte must be clear. verify_strict refuses such signatures too; checking here
+    // tells a mangled signature apart from one that is well formed but wrong.
+    if bytes[63] & 0xe0 != 0 {
+        return Err(DsseError::SignatureMalformed {
+            keyid,
+            why: "non-canonical scalar".into(),
+        });
+    }
+    let sig = Signature::from_bytes(&bytes);
+    trusted
+        .key
+        .verify_strict(message, &sig)
+        .map_err(|_| DsseError::SignatureInvalid { keyid })?;
+    Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const T: &str = "application/vnd.ferry.test+json";
+
+    fn key(n: u8) -> KeyPair {
+        KeyPair::from_seed(&[n; 32])
+    }
+
+    fn ring_with(keys: &[(&KeyPair, KeyRole)]) -> KeyRing {
+        let mut r = KeyRing::new();
+        for (k, role) in keys {
+            r.add(*role, &k.public()).expect("valid key");
+        }
+        r
+    }
+
+    fn check(env: &Envelope, ring: &KeyRing) -> Result<Verified<Vec<u8>>, DsseError> {
+        verify(env, T, ring, KeyRole::Release, 1, &DsseLimits::default())
+    }
+
+    #[test]
+    fn pae_matches_the_spec_layout() {
+        assert_eq!(pae("a/b", b"hello"), b"DSSEv1 3 a/b 5 hello".to_vec());
+        assert_eq!(pae("", b""), b"DSSEv1 0  0 ".to_vec());
+    }
+
+    #[test]
+    fn round_trip() {
+        let k = key(1);
+        let env = k.sign(T, b"{\"x\":1}");
+        let json = serde_json::to_string(&env).expect("serialise");
+        assert!(json.contains("\"payloadType\""));
+        let back: Envelope = serde_json::from_str(&json).expect("parse");
+        let v = check(&back, &ring_with(&[(&k, KeyRole::Release)])).expect("verifies");
+        assert_eq!(v.value(), b"{\"x\":1}");
+        assert_eq!(v.signers(), &[k.id()]);
+    }
+
+    #[test]
+    fn each_attack_has_its_own_code() {
+        let k = key(1);
+        let other = key(2);
+        let ring = ring_with(&[(&k, KeyRole::Release), (&other, KeyRole::Online)]);
+        let good = k.sign(T, b"payload bytes");
+        let mut codes = BTreeSet::new();
+
+        // Wrong key: a trusted key, but one that may not sign releases.
+        let e = check(&other.sign(T, b"payload bytes"), &ring).expect_err("wrong key");
+        assert_eq!(e.code(), "key_wrong_role");
+        codes.insert(e.code());
+
+        // Flipped payload byte.
+        let mut env = good.clone();
+        let mut p = B64.decode(&env.payload).expect("b64");
+        p[3] ^= 0x01;
+        env.payload = B64.encode(&p);
+        let e = check(&env, &ring).expect_err("flipped payload");
+        assert_eq!(e.code(), "signature_invalid");
+        codes.insert(e.code());
+
+        // Flipped signature byte (top bit of S: no longer a canonical scalar).
+        let mut env = good.clone();
+        let mut s = B64.decode(&env.signatures[0].sig).expect("b64");
+        s[63] ^= 0x80;
+        env.signatures[0].sig = B64.encode(&s);
+        let e = check(&env, &ring).expect_err("flipped signature");
+        assert_eq!(e.code(), "signature_malformed");
+        codes.insert(e.code());
+
+        // Duplicate signatures must not count twice.
+        let mut env = good.clone();
+        env.signatures.push(env.signatures[0].clone());
+        let e = check(&env, &ring).expect_err("duplicate");
+        assert_eq!(e.code(), "signature_duplicate");
+        codes.insert(e.code());
+
+        // Unknown key id.
+        let stranger = key(3);
+        let e = check(&stranger.sign(T, b"payload bytes"), &ring).expect_err("unknown");
+        assert_eq!(e.code(), "key_unknown");
+        codes.insert(e.code());
+
+        assert_eq!(
+            codes.len(),
+            5,
+            "five attacks, five distinct codes: {codes:?}"
+        );
+    }
+
+    #[test]
+    fn forged_key_id_is_a_bad_signature() {
+        let k = key(1);
+        let attacker = key(9);
+        let mut env = attacker.sign(T, b"evil");
+        env.signatures[0].keyid = k.id().to_hex();
+        let e = check(&env, &ring_with(&[(&k, KeyRole::Release)])).expect_err("forged");
+        assert_eq!(e.code(), "signature_invalid");
+    }
+
+    #[test]
+    fn every_signature_bit_flip_is_refused() {
+        let k = key(1);
+        let ring = ring_with(&[(&k, KeyRole::Release)]);
+        let good = k.sign(T, b"abc");
+        let sig = B64.decode(&good.signatures[0].sig).expect("b64");
+        for i in 0..64 * 8 {
+            let mut s = sig.clone();
+            s[i / 8] ^= 1 << (i % 8);
+            let mut env = good.clone();
+            env.signatures[0].sig = B64.encode(&s);
+            let e = check(&env, &ring).expect_err("bit flip must be refused");
+            assert!(
+                matches!(e.code(), "signature_invalid" | "signature_malformed"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn envelope_shape_errors() {
+        let k = key(1);
+        let ring = ring_with(&[(&k, KeyRole::Release)]);
+        let good = k.sign(T, b"abc");
+
+        let e = verify(
+            &good,
+            "other/type",
+            &ring,
+            KeyRole::Release,
+            1,
+            &DsseLimits::default(),
+        )
+        .expect_err("type");
+        assert_eq!(e.code(), "payload_type_mismatch");
+
+        let mut env = good.clone();
+        env.signatures.clear();
+        assert_eq!(
+            check(&env, &ring).expect_err("none").code(),
+            "signature_missing"
+        );
+
+        let mut env = good.clone();
+        env.payload = "!!!not base64!!!".into();
+        assert_eq!(
+            check(&env, &ring).expect_err("b64").code(),
+            "envelope_malformed"
+        );
+
+        let mut env = good.clone();
+        env.signatures[0].sig = B64.encode([0u8; 10]);
+        assert_eq!(
+            check(&env, &ring).expect_err("short").code(),
+            "signature_malformed"
+        );
+
+        let mut env = good.clone();
+        env.signatures[0].keyid = "not hex".into();
+        assert_eq!(check(&env, &ring).expect_err("keyid").code(), "key_unknown");
+
+        let big = k.sign(T, &vec![b'x'; 2000]);
+        let limits = DsseLimits {
+            max_payload: 1000,
+            max_signatures: 16,
+        };
+        let e = verify(&big, T, &ring, KeyRole::Release, 1, &limits).expect_err("big");
+        assert_eq!(e.code(), "envelope_too_large");
+
+        let mut env = good.clone();
+        for n in 10..30 {
+            key(n).add_signature(&mut env).expect("add");
+        }
+        assert_eq!(
+            check(&env, &ring).expect_err("many").code(),
+            "signature_too_many"
+        );
+    }
+
+    #[test]
+    fn thresholds_count_distinct_trusted_keys() {
+        let (a, b, c) = (key(1), key(2), key(3));
+        let ring = ring_with(&[
+            (&a, KeyRole::Root),
+            (&b, KeyRole::Root),
+            (&c, KeyRole::Root),
+        ]);
+        let mut env = a.sign(T, b"keyring");
+        let two = |env: &Envelope| verify(env, T, &ring, KeyRole::Root, 2, &DsseLimits::default());
+        let e = two(&env).expect_err("one of two");
+        assert_eq!(e.code(), "signature_threshold");
+        key(7).add_signature(&mut env).expect("add");
+        assert_eq!(
+            two(&env).expect_err("stranger does not count").code(),
+            "signature_threshold"
+        );
+        b.add_signature(&mut env).expect("add");
+        let v = two(&env).expect("two of three, stranger ignored");
+        assert_eq!(v.signers().len(), 2);
+    }
+
+    #[test]
+    fn verified_try_map() {
+        let k = key(1);
+        let v = check(&k.sign(T, b"42"), &ring_with(&[(&k, KeyRole::Release)])).expect("ok");
+        let n: Verified<u32> = v
+            .try_map(|b| {
+                String::from_utf8(b)
+                    .map_err(|_| ())
+                    .and_then(|s| s.parse().map_err(|_| ()))
+            })
+            .expect("parse");
+        assert_eq!(*n, 42);
+    }
+
+    proptest! {
+        #[test]
+        fn any_payload_round_trips(payload in proptest::collection::vec(any::<u8>(), 0..512), seed in any::<[u8; 32]>()) {
+            let k = KeyPair::from_seed(&seed);
+            let ring = ring_with(&[(&k, KeyRole::Release)]);
+            let env = k.sign(T, &payload);
+            let v = check(&env, &ring).expect("verifies");
+            prop_assert_eq!(v.value(), &payload);
+        }
+
+        #[test]
+        fn any_payload_change_is_refused(payload in proptest::collection::vec(any::<u8>(), 1..256), idx in any::<usize>(), bit in 0u8..8) {
+            let k = key(5);
+            let ring = ring_with(&[(&k, KeyRole::Release)]);
+            let mut env = k.sign(T, &payload);
+            let mut p = payload.clone();
+            let i = idx % p.len();
+            p[i] ^= 1 << bit;
+            env.payload = B64.encode(&p);
+            prop_assert_eq!(check(&env, &ring).expect_err("refused").code(), "signature_invalid");
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! `ferry-shared`: the pure core shared by ferry's server and client.
+//!
+//! Nothing here does I/O, spawns tasks or reads the clock: callers pass `now` where time
+//! matters. The modules:
+//! - [`names`]: validated newtypes (model names, variant ids, digests, key ids);
+//! - [`manifest`]: the release manifest that ops sign and devices verify;
+//! - [`dsse`]: DSSE envelopes with ed25519, key rings with roles, and [`dsse::Verified`];
+//! - [`pte`]: the `.pte` inspector that reads what a program really delegates.
+
+pub mod dsse;
+pub mod manifest;
+pub mod names;
+pub mod pte;
+
+pub use names::{BackendId, KeyId, ModelName, NameError, Sha256Digest, VariantId};

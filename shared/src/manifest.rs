@@ -1,0 +1,705 @@
+//! The release manifest: what ops sign offline and every device verifies.
+//!
+//! A release is one version of one model. It lists *variants*: the same model exported for
+//! different delegates, quantisations and runtime/app ranges. Each variant names its blob by
+//! sha256 and size, so the blob itself may come from any mirror.
+//!
+//! Parsing is lenient about unknown fields (an older client can read a newer manifest), but
+//! [`ReleaseManifest::validate`] enforces every structural rule and limit, and publishing
+//! additionally refuses unknown fields (see [`ReleaseManifest::from_json_strict`]).
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use semver::{Version, VersionReq};
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::names::{BackendId, ModelName, NameError, Sha256Digest, VariantId};
+
+/// The DSSE payload type of a signed release manifest.
+pub const RELEASE_PAYLOAD_TYPE: &str = "application/vnd.ferry.release+json";
+
+/// The delegate a variant was lowered to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Delegate {
+    /// XNNPACK on any CPU: the tested fallback.
+    Xnnpack,
+    /// Apple Core ML (Neural Engine / GPU / CPU).
+    Coreml,
+    /// Apple Metal Performance Shaders.
+    Mps,
+    /// Vulkan compute on GPUs (mostly Android).
+    Vulkan,
+    /// Qualcomm QNN (Hexagon NPU).
+    Qnn,
+    /// MediaTek NeuroPilot NPU.
+    Mediatek,
+    /// Arm Ethos-U microNPU.
+    Ethosu,
+    /// No delegate: ExecuTorch's portable (or optimized) CPU kernels only.
+    Portable,
+}
+
+/// Broad class of hardware a delegate runs on; used for default preference order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HardwareClass {
+    /// A neural processing unit.
+    Npu,
+    /// A GPU.
+    Gpu,
+    /// Vectorised CPU kernels.
+    Cpu,
+    /// Plain portable kernels.
+    Portable,
+}
+
+impl Delegate {
+    /// Every delegate, in declaration order.
+    pub const ALL: [Delegate; 8] = [
+        Delegate::Xnnpack,
+        Delegate::Coreml,
+        Delegate::Mps,
+        Delegate::Vulkan,
+        Delegate::Qnn,
+        Delegate::Mediatek,
+        Delegate::Ethosu,
+        Delegate::Portable,
+    ];
+
+    /// The lowercase name used in manifests and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Delegate::Xnnpack => "xnnpack",
+            Delegate::Coreml => "coreml",
+            Delegate::Mps => "mps",
+            Delegate::Vulkan => "vulkan",
+            Delegate::Qnn => "qnn",
+            Delegate::Mediatek => "mediatek",
+            Delegate::Ethosu => "ethosu",
+            Delegate::Portable => "portable",
+        }
+    }
+
+    /// The backend id ExecuTorch registers for this delegate and writes into `.pte` files;
+    /// `None` for [`Delegate::Portable`].
+    pub fn backend_id(self) -> Option<&'static str> {
+        match self {
+            Delegate::Xnnpack => Some("XnnpackBackend"),
+            Delegate::Coreml => Some("CoreMLBackend"),
+            Delegate::Mps => Some("MPSBackend"),
+            Delegate::Vulkan => Some("VulkanBackend"),
+            Delegate::Qnn => Some("QnnBackend"),
+            Delegate::Mediatek => Some("NeuropilotBackend"),
+            Delegate::Ethosu => Some("EthosUBackend"),
+            Delegate::Portable => None,
+        }
+    }
+
+    /// The delegate whose backend id is `id`, if any.
+    pub fn from_backend_id(id: &str) -> Option<Delegate> {
+        Delegate::ALL
+            .into_iter()
+            .find(|d| d.backend_id() == Some(id))
+    }
+
+    /// The hardware class used by the default preference order (NPU > GPU > CPU > portable).
+    pub fn hardware_class(self) -> HardwareClass {
+        match self {
+            Delegate::Coreml | Delegate::Qnn | Delegate::Mediatek | Delegate::Ethosu => {
+                HardwareClass::Npu
+            }
+            Delegate::Vulkan | Delegate::Mps => HardwareClass::Gpu,
+            Delegate::Xnnpack => HardwareClass::Cpu,
+            Delegate::Portable => HardwareClass::Portable,
+        }
+    }
+}
+
+impl fmt::Display for Delegate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Delegate {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Delegate::ALL
+            .into_iter()
+            .find(|d| d.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown delegate {s:?}; expected one of xnnpack, coreml, mps, vulkan, qnn, \
+                     mediatek, ethosu, portable"
+                )
+            })
+    }
+}
+
+/// A device platform.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Platform {
+    /// Android.
+    Android,
+    /// iOS / iPadOS.
+    Ios,
+    /// Linux (embedded or desktop).
+    Linux,
+    /// macOS.
+    Macos,
+    /// Windows.
+    Windows,
+    /// Anything else.
+    Other,
+}
+
+impl Platform {
+    /// The lowercase name used on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Platform::Android => "android",
+            Platform::Ios => "ios",
+            Platform::Linux => "linux",
+            Platform::Macos => "macos",
+            Platform::Windows => "windows",
+            Platform::Other => "other",
+        }
+    }
+}
+
+impl fmt::Display for Platform {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A tensor given by value, for golden checks and fixture sidecars.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TensorValue {
+    /// Element type, as PyTorch names it without the `torch.` prefix (`float32`, `int64`, ...).
+    pub dtype: String,
+    /// Dimensions.
+    pub shape: Vec<u64>,
+    /// Elements in row-major order.
+    pub data: Vec<f64>,
+}
+
+/// A golden input and its expected output, checked on the device after load.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Golden {
+    /// The inputs of `forward`.
+    pub input: Vec<TensorValue>,
+    /// The expected outputs.
+    pub output: Vec<TensorValue>,
+    /// Largest allowed absolute difference per element.
+    pub atol: f64,
+}
+
+/// A file that a variant needs besides its `.pte` (an external weights `.ptd`, say).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtraFile {
+    /// The name the runtime looks the file up by.
+    pub name: String,
+    /// Content digest.
+    pub sha256: Sha256Digest,
+    /// Exact size in bytes.
+    pub size: u64,
+}
+
+/// Which devices a variant may go to, besides runtime and app ranges.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceConstraints {
+    /// Allowed platforms; empty means any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub platforms: Vec<Platform>,
+    /// Lowest OS version (dotted numbers, compared numerically), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_os_version: Option<String>,
+    /// Least device RAM in MiB, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_ram_mb: Option<u64>,
+    /// SoCs the variant may go to (case-insensitive); empty means any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub soc_allow: Vec<String>,
+    /// SoCs the variant must never go to (case-insensitive).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub soc_deny: Vec<String>,
+}
+
+/// One downloadable form of the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Variant {
+    /// Unique within the release.
+    pub id: VariantId,
+    /// The delegate it was lowered to.
+    pub delegate: Delegate,
+    /// Every backend id the program's methods call (must be registered in the runtime).
+    #[serde(default)]
+    pub backends: Vec<BackendId>,
+    /// Quantisation label (`fp32`, `int8`, ...).
+    pub quant: String,
+    /// Digest of the `.pte` bytes.
+    pub sha256: Sha256Digest,
+    /// Exact size of the `.pte` in bytes.
+    pub size: u64,
+    /// Extra data files (`.ptd`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_files: Vec<ExtraFile>,
+    /// The ExecuTorch runtime versions that can load this program.
+    pub runtime: VersionReq,
+    /// The app versions this variant is meant for.
+    pub app: VersionReq,
+    /// Device constraints.
+    #[serde(default)]
+    pub constraints: DeviceConstraints,
+    /// Optional golden check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub golden: Option<Golden>,
+}
+
+/// A signed-to-be description of one release of one model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReleaseManifest {
+    /// The model.
+    pub model: ModelName,
+    /// The release version (immutable once published).
+    pub version: Version,
+    /// Free-form release notes.
+    #[serde(default)]
+    pub notes: String,
+    /// When the manifest was built (RFC 3339).
+    #[serde(with = "time::serde::rfc3339")]
+    pub created: OffsetDateTime,
+    /// The variants, in the publisher's order.
+    pub variants: Vec<Variant>,
+}
+
+/// Documented limits for manifests; anything larger is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ManifestLimits {
+    /// Most variants in one release (default 64).
+    pub max_variants: usize,
+    /// Longest release notes in bytes (default 16 KiB).
+    pub max_notes: usize,
+    /// Most backends per variant (default 16).
+    pub max_backends: usize,
+    /// Most extra files per variant (default 16).
+    pub max_extra_files: usize,
+    /// Most SoC entries per allow or deny list (default 512).
+    pub max_socs: usize,
+    /// Longest short string (quant label, SoC, OS version, file name; default 128 bytes).
+    pub max_short_string: usize,
+    /// Most golden tensor elements per variant, inputs and outputs together (default 65,536).
+    pub max_golden_elements: usize,
+    /// Largest blob (default 4 GiB).
+    pub max_blob_size: u64,
+}
+
+impl Default for ManifestLimits {
+    fn default() -> Self {
+        Self {
+            max_variants: 64,
+            max_notes: 16 * 1024,
+            max_backends: 16,
+            max_extra_files: 16,
+            max_socs: 512,
+            max_short_string: 128,
+            max_golden_elements: 65_536,
+            max_blob_size: 4 << 30,
+        }
+    }
+}
+
+/// Why a manifest was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ManifestError {
+    /// Not JSON, or JSON of the wrong shape.
+    #[error("malformed release manifest: {0}")]
+    Malformed(String),
+    /// A field the schema does not know (strict parsing only).
+    #[error("release manifest has an unknown field {field:?}")]
+    UnknownField {
+        /// Dotted path of the field.
+        field: String,
+    },
+    /// A name inside it was invalid.
+    #[error(transparent)]
+    Name(#[from] NameError),
+    /// A structural rule or limit was broken.
+    #[error("invalid release manifest: {0}")]
+    Invalid(String),
+}
+
+impl ManifestError {
+    /// Stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ManifestError::Malformed(_) => "manifest_malformed",
+            ManifestError::UnknownField { .. } => "manifest_unknown_field",
+            ManifestError::Name(_) => "manifest_invalid",
+            ManifestError::Invalid(_) => "manifest_invalid",
+        }
+    }
+}
+
+fn is_dotted_version(s: &str) -> bool {
+    !s.is_empty()
+        && s.split('.')
+            .all(|p| !p.is_empty() && p.len() <= 9 && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Compares two dotted numeric versions (`"14.2" < "14.10"`); non-numeric input sorts low.
+pub fn compare_dotted(a: &str, b: &str) -> std::cmp::Ordering {
+    let parse = |s: &str| -> Vec<u64> {
+        s.split('.')
+            .map(|p| p.trim().parse::<u64>().unwrap_or(0))
+            .collect()
+    };
+    let (mut x, mut y) = (parse(a), parse(b));
+    let n = x.len().max(y.len());
+    x.resize(n, 0);
+    y.resize(n, 0);
+    x.cmp(&y)
+}
+
+impl ReleaseManifest {
+    /// Parses JSON leniently (unknown fields are ignored), then validates with default limits.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, ManifestError> {
+        let m: ReleaseManifest =
+            serde_json::from_slice(bytes).map_err(|e| ManifestError::Malformed(e.to_string()))?;
+        m.validate(&ManifestLimits::default())?;
+        Ok(m)
+    }
+
+    /// Parses JSON and refuses any field the schema does not define (what publishing uses).
+    pub fn from_json_strict(bytes: &[u8]) -> Result<Self, ManifestError> {
+        let m = Self::from_json(bytes)?;
+        let original: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| ManifestError::Malformed(e.to_string()))?;
+        let canonical =
+            serde_json::to_value(&m).map_err(|e| ManifestError::Malformed(e.to_string()))?;
+        if let Some(field) = first_unknown_field(&original, &canonical, String::new()) {
+            return Err(ManifestError::UnknownField { field });
+        }
+        Ok(m)
+    }
+
+    /// Serialises to pretty JSON (the bytes that get signed).
+    pub fn to_json(&self) -> Vec<u8> {
+        // A manifest is plain data: serialisation cannot fail.
+        serde_json::to_vec_pretty(self).unwrap_or_default()
+    }
+
+    /// The variant with id `id`.
+    pub fn variant(&self, id: &VariantId) -> Option<&Variant> {
+        self.variants.iter().find(|v| &v.id == id)
+    }
+
+    /// Checks every structural rule and limit.
+    pub fn validate(&self, limits: &ManifestLimits) -> Result<(), ManifestError> {
+        let bad = |s: String| Err(ManifestError::Invalid(s));
+        if self.variants.is_empty() {
+            return bad("a release needs at least one variant".into());
+        }
+        if self.variants.len() > limits.max_variants {
+            return bad(format!(
+                "{} variants; at most {} are allowed",
+                self.variants.len(),
+                limits.max_variants
+            ));
+        }
+        if self.notes.len() > limits.max_notes {
+            return bad(format!(
+                "notes are {} bytes; at most {} are allowed",
+                self.notes.len(),
+                limits.max_notes
+            ));
+        }
+        let mut ids = BTreeSet::new();
+        for v in &self.variants {
+            let ctx = format!("variant {}", v.id);
+            if !ids.insert(&v.id) {
+                return bad(format!("{ctx}: duplicate variant id"));
+            }
+            short(&ctx, "quant", &v.quant, limits)?;
+            if v.size == 0 || v.size > limits.max_blob_size {
+                return bad(format!(
+                    "{ctx}: size {} is outside 1..={}",
+                    v.size, limits.max_blob_size
+                ));
+            }
+            if v.backends.len() > limits.max_backends {
+                return bad(format!("{ctx}: too many backends"));
+            }
+            let unique: BTreeSet<_> = v.backends.iter().collect();
+            if unique.len() != v.backends.len() {
+                return bad(format!("{ctx}: a backend is listed twice"));
+            }
+            match v.delegate.backend_id() {
+                None if !v.backends.is_empty() => {
+                    return bad(format!(
+                        "{ctx}: a portable variant calls no backend, but lists {}",
+                        v.backends
+                            .iter()
+                            .map(|b| b.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                }
+                Some(id) if !v.backends.iter().any(|b| b.as_str() == id) => {
+                    return bad(format!(
+                        "{ctx}: delegate {} needs backend {id} in its backends list",
+                        v.delegate
+                    ));
+                }
+                _ => {}
+            }
+            if v.extra_files.len() > limits.max_extra_files {
+                return bad(format!("{ctx}: too many extra files"));
+            }
+            for f in &v.extra_files {
+                short(&ctx, "extra file name", &f.name, limits)?;
+                if f.name.contains(['/', '\\', '\0']) || f.name.starts_with('.') {
+                    return bad(format!(
+                        "{ctx}: extra file name {:?} is not a plain name",
+                        f.name
+                    ));
+                }
+                if f.size == 0 || f.size > limits.max_blob_size {
+                    return bad(format!("{ctx}: extra file {} has size {}", f.name, f.size));
+                }
+            }
+            let c = &v.constraints;
+            if let Some(os) = &c.min_os_version {
+                short(&ctx, "min_os_version", os, limits)?;
+                if !is_dotted_version(os) {
+                    return bad(format!(
+                        "{ctx}: min_os_version {os:?} must be dotted numbers like 14.2"
+                    ));
+                }
+            }
+            for list in [&c.soc_allow, &c.soc_deny] {
+                if list.len() > limits.max_socs {
+                    return bad(format!("{ctx}: too many SoC entries"));
+                }
+                for soc in list {
+                    short(&ctx, "soc", soc, limits)?;
+                    if soc.is_empty() {
+                        return bad(format!("{ctx}: empty SoC entry"));
+                    }
+                }
+            }
+            if let Some(g) = &v.golden {
+                let mut elements = 0usize;
+                for t in g.input.iter().chain(&g.output) {
+                    short(&ctx, "golden dtype", &t.dtype, limits)?;
+                    let n = t
+                        .shape
+                        .iter()
+                        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+                        .unwrap_or(u64::MAX);
+                    if n != t.data.len() as u64 {
+                        return bad(format!(
+                            "{ctx}: golden tensor of shape {:?} has {} elements",
+                            t.shape,
+                            t.data.len()
+                        ));
+                    }
+                    elements = elements.saturating_add(t.data.len());
+                }
+                if elements > limits.max_golden_elements {
+                    return bad(format!(
+                        "{ctx}: golden tensors have {elements} elements; at most {} are allowed",
+                        limits.max_golden_elements
+                    ));
+                }
+                if !(g.atol.is_finite() && g.atol >= 0.0) {
+                    return bad(format!("{ctx}: golden atol must be a finite number >= 0"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn short(ctx: &str, what: &str, s: &str, limits: &ManifestLimits) -> Result<(), ManifestError> {
+    if s.len() > limits.max_short_string {
+        return Err(ManifestError::Invalid(format!(
+            "{ctx}: {what} is {} bytes; at most {} are allowed",
+            s.len(),
+            limits.max_short_string
+        )));
+    }
+    if s.chars().any(char::is_control) {
+        return Err(ManifestError::Invalid(format!(
+            "{ctx}: {what} contains control characters"
+        )));
+    }
+    Ok(())
+}
+
+/// Finds a key present in `original` but absent from `canonical` (the re-serialised value).
+fn first_unknown_field(
+    original: &serde_json::Value,
+    canonical: &serde_json::Value,
+    path: String,
+) -> Option<String> {
+    use serde_json::Value;
+    match (original, canonical) {
+        (Value::Object(a), Value::Object(b)) => a.iter().find_map(|(k, v)| {
+            let p = if path.is_empty() {
+                k.clone()
+            } else {
+                format!("{path}.{k}")
+            };
+            match b.get(k) {
+                None if v.is_null() => None,
+                // Fields skipped because they hold their default are known, not unknown.
+                None if is_empty_default(v) => None,
+                None => Some(p),
+                Some(w) => first_unknown_field(v, w, p),
+            }
+        }),
+        (Value::Array(a), Value::Array(b)) => a
+            .iter()
+            .zip(b)
+            .enumerate()
+            .find_map(|(i, (v, w))| first_unknown_field(v, w, format!("{path}[{i}]"))),
+        _ => None,
+    }
+}
+
+fn is_empty_default(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::Array(a) => a.is_empty(),
+        serde_json::Value::Object(o) => o.is_empty(),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn sample() -> ReleaseManifest {
+        let json = r#"{
+            "model": "demo-mlp",
+            "version": "1.0.0",
+            "notes": "first",
+            "created": "2026-12-01T10:00:00Z",
+            "variants": [
+              {"id": "xnnpack-fp32", "delegate": "xnnpack", "backends": ["XnnpackBackend"],
+               "quant": "fp32", "sha256": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+               "size": 1234, "runtime": ">=1.5.0, <2", "app": ">=1.0.0"},
+              {"id": "portable", "delegate": "portable", "quant": "fp32",
+               "sha256": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+               "size": 99, "runtime": ">=1.0.0", "app": "*",
+               "constraints": {"platforms": ["android", "linux"], "min_ram_mb": 512}}
+            ]
+        }"#;
+        ReleaseManifest::from_json(json.as_bytes()).expect("sample parses")
+    }
+
+    #[test]
+    fn round_trip() {
+        let m = sample();
+        let again = ReleaseManifest::from_json_strict(&m.to_json()).expect("round trip");
+        assert_eq!(m, again);
+        assert_eq!(m.variants[1].constraints.min_ram_mb, Some(512));
+    }
+
+    #[test]
+    fn strict_refuses_unknown_fields() {
+        let mut v: serde_json::Value = serde_json::from_slice(&sample().to_json()).expect("json");
+        v["variants"][0]["surprise"] = serde_json::json!(1);
+        let bytes = serde_json::to_vec(&v).expect("json");
+        assert!(
+            ReleaseManifest::from_json(&bytes).is_ok(),
+            "lenient accepts"
+        );
+        let err = ReleaseManifest::from_json_strict(&bytes).expect_err("strict refuses");
+        assert_eq!(err.code(), "manifest_unknown_field");
+        assert!(err.to_string().contains("variants[0].surprise"), "{err}");
+    }
+
+    #[test]
+    fn rules() {
+        let base = sample();
+        let check = |f: &dyn Fn(&mut ReleaseManifest), needle: &str| {
+            let mut m = base.clone();
+            f(&mut m);
+            let err = m
+                .validate(&ManifestLimits::default())
+                .expect_err("must be refused");
+            assert!(err.to_string().contains(needle), "{err} lacks {needle}");
+        };
+        check(&|m| m.variants.clear(), "at least one variant");
+        check(
+            &|m| {
+                let v = m.variants[0].clone();
+                m.variants.push(v)
+            },
+            "duplicate variant id",
+        );
+        check(
+            &|m| m.variants[0].backends.clear(),
+            "needs backend XnnpackBackend",
+        );
+        check(
+            &|m| m.variants[1].backends = vec![BackendId::new("XnnpackBackend").expect("id")],
+            "portable variant calls no backend",
+        );
+        check(&|m| m.variants[0].size = 0, "size 0");
+        check(&|m| m.notes = "x".repeat(20_000), "notes are");
+        check(
+            &|m| m.variants[0].constraints.min_os_version = Some("14.a".into()),
+            "dotted numbers",
+        );
+        check(
+            &|m| m.variants[0].quant = "a\nb".into(),
+            "control characters",
+        );
+    }
+
+    #[test]
+    fn malformed_inputs_are_errors() {
+        for bad in [
+            &b""[..],
+            b"{",
+            b"[]",
+            b"null",
+            b"{\"model\": \"../x\"}",
+            b"{\"model\":\"a\",\"version\":\"1\",\"created\":\"x\",\"variants\":[]}",
+        ] {
+            assert!(ReleaseManifest::from_json(bad).is_err());
+        }
+        let huge_version = format!(
+            "{{\"model\":\"a\",\"version\":\"1.0.0-{}\",\"created\":\"2026-01-01T00:00:00Z\",\"variants\":[]}}",
+            "a".repeat(100_000)
+        );
+        assert!(ReleaseManifest::from_json(huge_version.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn dotted_compare() {
+        use std::cmp::Ordering::*;
+        assert_eq!(compare_dotted("14.2", "14.10"), Less);
+        assert_eq!(compare_dotted("14", "14.0.0"), Equal);
+        assert_eq!(compare_dotted("15.0.1", "15"), Greater);
+    }
+
+    #[test]
+    fn delegates_map_to_backends() {
+        for d in Delegate::ALL {
+            if let Some(id) = d.backend_id() {
+                assert_eq!(Delegate::from_backend_id(id), Some(d));
+            }
+            assert_eq!(d.as_str().parse::<Delegate>(), Ok(d));
+        }
+        assert!("cuda".parse::<Delegate>().is_err());
+    }
+}

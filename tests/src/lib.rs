@@ -1,0 +1,100 @@
+//! Helpers for ferry's end-to-end tests: where the fixtures are and how to read their sidecars.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The committed fixtures folder (`tests/fixtures`).
+pub fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+/// Ground truth the export script read from the exporter's program object, per method.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ExpectedMethod {
+    /// Method name.
+    pub name: String,
+    /// Input count.
+    pub inputs: usize,
+    /// Output count.
+    pub outputs: usize,
+    /// Value count.
+    pub values: usize,
+    /// Instructions over all chains.
+    pub instructions: u64,
+    /// Operator table size.
+    pub operators: usize,
+    /// Delegate backend ids in table order.
+    pub delegates: Vec<String>,
+    /// Delegate calls per backend id.
+    pub delegate_calls: std::collections::BTreeMap<String, u64>,
+    /// Kernel calls per `name.overload`.
+    pub kernel_calls: std::collections::BTreeMap<String, u64>,
+    /// Move, jump and free instructions.
+    pub other_instructions: u64,
+}
+
+/// Ground truth for a whole program.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Expected {
+    /// `Program.version`.
+    pub schema_version: u32,
+    /// The methods in program order.
+    pub methods: Vec<ExpectedMethod>,
+}
+
+/// A fixture's JSON sidecar, written by `tests/fixtures/export.py`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Sidecar {
+    /// Fixture name (file stem).
+    pub name: String,
+    /// Model it stands for.
+    pub model: String,
+    /// Release it stands for.
+    pub release: String,
+    /// Delegate it was lowered to.
+    pub delegate: String,
+    /// Quantisation label.
+    pub quant: String,
+    /// sha256 of the `.pte`.
+    pub sha256: String,
+    /// Size of the `.pte`.
+    pub size: u64,
+    /// Golden input and eager output.
+    pub input: Vec<ferry_shared::manifest::TensorValue>,
+    /// Eager output for `input`.
+    pub output: Vec<ferry_shared::manifest::TensorValue>,
+    /// Tolerance.
+    pub atol: f64,
+    /// Exporter ground truth.
+    pub expected: Expected,
+}
+
+/// One committed `.pte` fixture with its sidecar.
+#[derive(Debug, Clone)]
+pub struct Fixture {
+    /// Path of the `.pte`.
+    pub pte: PathBuf,
+    /// Parsed sidecar.
+    pub sidecar: Sidecar,
+}
+
+/// Every committed `.pte` fixture, sorted by name.
+pub fn pte_fixtures() -> Vec<Fixture> {
+    let dir = fixtures_dir().join("pte");
+    let mut out = Vec::new();
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "pte") {
+            let side = path.with_extension("json");
+            let text = std::fs::read_to_string(&side)
+                .unwrap_or_else(|e| panic!("{}: {e}", side.display()));
+            let sidecar: Sidecar =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", side.display()));
+            out.push(Fixture { pte: path, sidecar });
+        }
+    }
+    out.sort_by(|a, b| a.pte.cmp(&b.pte));
+    out
+}

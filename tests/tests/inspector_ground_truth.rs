@@ -1,0 +1,78 @@
+//! The inspector against ground truth recorded from the real exporter.
+//!
+//! `tests/fixtures/export.py` read each program's methods, delegates and instructions from the
+//! exporter's own program object before serialisation; here the inspector reads the serialised
+//! bytes and must agree on every count.
+
+use ferry_shared::{Sha256Digest, pte};
+use ferry_tests::pte_fixtures;
+
+#[test]
+fn inspector_matches_the_exporter_on_every_fixture() {
+    let fixtures = pte_fixtures();
+    assert!(fixtures.len() >= 10, "expected the committed fixture set");
+    for f in &fixtures {
+        let bytes = std::fs::read(&f.pte).expect("read fixture");
+        let side = &f.sidecar;
+        assert_eq!(bytes.len() as u64, side.size, "{}", side.name);
+        assert_eq!(
+            Sha256Digest::of(&bytes).to_hex(),
+            side.sha256,
+            "{}",
+            side.name
+        );
+
+        let report = pte::inspect(&bytes).unwrap_or_else(|e| panic!("{}: {e}", side.name));
+        assert_eq!(
+            report.schema_version, side.expected.schema_version,
+            "{}",
+            side.name
+        );
+        assert_eq!(
+            report.methods.len(),
+            side.expected.methods.len(),
+            "{}: method count",
+            side.name
+        );
+        for (got, want) in report.methods.iter().zip(&side.expected.methods) {
+            let ctx = format!("{} / {}", side.name, want.name);
+            assert_eq!(got.name, want.name, "{ctx}");
+            assert_eq!(got.inputs, want.inputs, "{ctx}: inputs");
+            assert_eq!(got.outputs, want.outputs, "{ctx}: outputs");
+            assert_eq!(got.values, want.values, "{ctx}: values");
+            assert_eq!(got.instructions, want.instructions, "{ctx}: instructions");
+            assert_eq!(got.operators, want.operators, "{ctx}: operators");
+            let backends: Vec<&str> = got.delegates.iter().map(|d| d.backend.as_str()).collect();
+            assert_eq!(backends, want.delegates, "{ctx}: delegates");
+            assert_eq!(
+                got.delegate_calls, want.delegate_calls,
+                "{ctx}: delegate calls"
+            );
+            assert_eq!(got.kernel_calls, want.kernel_calls, "{ctx}: kernel calls");
+            assert_eq!(
+                got.other_instructions, want.other_instructions,
+                "{ctx}: other"
+            );
+        }
+    }
+}
+
+#[test]
+fn declared_delegates_are_in_the_bytes() {
+    // The property publishing relies on: a fixture exported for delegate D calls D's backend.
+    for f in pte_fixtures() {
+        let bytes = std::fs::read(&f.pte).expect("read fixture");
+        let report = pte::inspect(&bytes).expect("valid");
+        let delegate: ferry_shared::manifest::Delegate =
+            f.sidecar.delegate.parse().expect("known delegate");
+        match delegate.backend_id() {
+            Some(id) => assert!(
+                report.backends().iter().any(|b| b == id),
+                "{} claims {id} but calls {:?}",
+                f.sidecar.name,
+                report.backends()
+            ),
+            None => assert!(report.backends().is_empty(), "{}", f.sidecar.name),
+        }
+    }
+}
