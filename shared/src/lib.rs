@@ -5,11 +5,17 @@
 //! - [`names`]: validated newtypes (model names, variant ids, digests, key ids);
 //! - [`manifest`]: the release manifest that ops sign and devices verify;
 //! - [`dsse`]: DSSE envelopes with ed25519, key rings with roles, and [`dsse::Verified`];
-//! - [`pte`]: the `.pte` inspector that reads what a program really delegates.
+//! - [`pte`]: the `.pte` inspector that reads what a program really delegates;
+//! - [`resolve`]: the device-facing resolve request and signed decision;
+//! - [`select`]: the pure variant-selection function;
+//! - [`trust`]: the trust file (pinned public keys with roles).
 
 pub mod dsse;
 pub mod manifest;
 pub mod names;
 pub mod pte;
+pub mod resolve;
+pub mod select;
+pub mod trust;
 
 pub use names::{BackendId, KeyId, ModelName, NameError, Sha256Digest, VariantId};

@@ -1,0 +1,295 @@
+//! Typed server configuration: a TOML file, then environment overrides, then CLI flags.
+//!
+//! Built once at start-up by [`Config::load`]; a bad value is an error naming the source and
+//! the key, never a panic. Every field has a default, so `ferry serve` with nothing runs on
+//! `./ferry-data` at `127.0.0.1:8080`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context as _, bail};
+use ferry_shared::select::Preference;
+use serde::Deserialize;
+
+use crate::auth::{Scope, TokenEntry};
+
+/// The whole server configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Data directory: the local object store (`store/`) and keys (`keys/`).
+    pub data: PathBuf,
+    /// Base URL clients should download blobs from (absolute URLs in decisions); when unset,
+    /// decisions carry paths relative to the server.
+    pub public_url: Option<String>,
+    /// TLS certificate and key (PEM); HTTPS when set.
+    pub tls: Option<TlsConfig>,
+    /// Request limits.
+    pub limits: Limits,
+    /// Admin tokens.
+    pub tokens: Vec<TokenEntry>,
+    /// Delegate preference.
+    pub preference: Preference,
+    /// How long a signed decision stays valid, in seconds.
+    pub decision_ttl_secs: u64,
+    /// Log format.
+    pub log_json: bool,
+}
+
+/// TLS files.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain.
+    pub cert: PathBuf,
+    /// PEM private key.
+    pub key: PathBuf,
+}
+
+/// Request limits.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Largest blob accepted by `PUT /v1/admin/blobs/...` (default 4 GiB).
+    pub max_blob_bytes: u64,
+    /// Largest JSON body (default 1 MiB; release manifests with golden data can be large).
+    pub max_json_bytes: usize,
+    /// Largest resolve request body (default 16 KiB).
+    pub max_resolve_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_blob_bytes: 4 << 30,
+            max_json_bytes: 1 << 20,
+            max_resolve_bytes: 16 << 10,
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<String>,
+    data: Option<PathBuf>,
+    public_url: Option<String>,
+    tls: Option<TlsConfig>,
+    #[serde(default)]
+    limits: Limits,
+    #[serde(default)]
+    tokens: Vec<FileToken>,
+    preference: Option<Preference>,
+    decision_ttl_secs: Option<u64>,
+    log_format: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileToken {
+    name: String,
+    sha256: String,
+    scopes: Vec<Scope>,
+}
+
+/// Values given on the command line (they win over everything).
+#[derive(Debug, Clone, Default)]
+pub struct Flags {
+    /// `--config`.
+    pub config: Option<PathBuf>,
+    /// `--listen`.
+    pub listen: Option<String>,
+    /// `--data`.
+    pub data: Option<PathBuf>,
+}
+
+/// The default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+impl Config {
+    /// Builds the configuration from the file named by `flags.config` (if any), then the
+    /// environment (through `env`, so tests need not touch the process environment), then
+    /// the flags.
+    pub fn load(flags: &Flags, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<Config> {
+        let file = match &flags.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read config file {}", path.display()))?;
+                toml::from_str::<FileConfig>(&text)
+                    .with_context(|| format!("config file {} is invalid", path.display()))?
+            }
+            None => FileConfig::default(),
+        };
+        let listen_text = flags
+            .listen
+            .clone()
+            .or_else(|| env("FERRY_LISTEN"))
+            .or(file.listen)
+            .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+        let listen: SocketAddr = listen_text
+            .parse()
+            .with_context(|| format!("listen address {listen_text:?} is not HOST:PORT"))?;
+        let data = flags
+            .data
+            .clone()
+            .or_else(|| env("FERRY_DATA").map(PathBuf::from))
+            .or(file.data)
+            .unwrap_or_else(|| PathBuf::from("./ferry-data"));
+        let public_url = env("FERRY_PUBLIC_URL").or(file.public_url);
+        if let Some(u) = &public_url
+            && !(u.starts_with("http://") || u.starts_with("https://"))
+        {
+            bail!("public_url {u:?} must start with http:// or https://");
+        }
+        let tls = match (env("FERRY_TLS_CERT"), env("FERRY_TLS_KEY")) {
+            (Some(cert), Some(key)) => Some(TlsConfig {
+                cert: cert.into(),
+                key: key.into(),
+            }),
+            (None, None) => file.tls,
+            _ => bail!("set both FERRY_TLS_CERT and FERRY_TLS_KEY, or neither"),
+        };
+        let mut tokens = Vec::new();
+        for t in file.tokens {
+            tokens.push(
+                TokenEntry::from_hash(&t.name, &t.sha256, t.scopes)
+                    .with_context(|| format!("token {:?} in the config file", t.name))?,
+            );
+        }
+        if let Some(secret) = env("FERRY_ADMIN_TOKEN") {
+            if secret.len() < 16 {
+                bail!("FERRY_ADMIN_TOKEN must be at least 16 characters");
+            }
+            tokens.push(TokenEntry::from_secret(
+                "env:FERRY_ADMIN_TOKEN",
+                &secret,
+                Scope::ALL.to_vec(),
+            ));
+        }
+        let log_json = match env("FERRY_LOG_FORMAT").or(file.log_format).as_deref() {
+            None | Some("text") => false,
+            Some("json") => true,
+            Some(other) => bail!("log format {other:?} must be \"text\" or \"json\""),
+        };
+        let decision_ttl_secs = file.decision_ttl_secs.unwrap_or(3600);
+        if !(10..=7 * 86400).contains(&decision_ttl_secs) {
+            bail!("decision_ttl_secs must be between 10 and 604800");
+        }
+        if file.limits.max_json_bytes < 1024 || file.limits.max_resolve_bytes < 1024 {
+            bail!("limits.max_json_bytes and limits.max_resolve_bytes must be at least 1024");
+        }
+        Ok(Config {
+            listen,
+            data,
+            public_url: public_url.map(|u| u.trim_end_matches('/').to_string()),
+            tls,
+            limits: file.limits,
+            tokens,
+            preference: file.preference.unwrap_or_default(),
+            decision_ttl_secs,
+            log_json,
+        })
+    }
+
+    /// The local object store's root.
+    pub fn store_dir(&self) -> PathBuf {
+        self.data.join("store")
+    }
+
+    /// The key folder.
+    pub fn keys_dir(&self) -> PathBuf {
+        self.data.join("keys")
+    }
+}
+
+/// Reads an environment variable (the binary's source for [`Config::load`]).
+pub fn process_env(key: &str) -> Option<String> {
+    std::env::var(key).ok().filter(|v| !v.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn defaults() {
+        let c = Config::load(&Flags::default(), &no_env).expect("defaults");
+        assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(c.data, PathBuf::from("./ferry-data"));
+        assert!(c.tokens.is_empty());
+        assert!(c.tls.is_none());
+    }
+
+    #[test]
+    fn precedence_file_env_flags() {
+        let dir = std::env::temp_dir().join(format!("ferry-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("ferry.toml");
+        std::fs::write(
+            &path,
+            "listen = \"127.0.0.1:1\"\ndata = \"/from/file\"\nlog_format = \"json\"\n",
+        )
+        .expect("write");
+        let flags = Flags {
+            config: Some(path.clone()),
+            ..Flags::default()
+        };
+        let c = Config::load(&flags, &no_env).expect("file");
+        assert_eq!(c.listen.port(), 1);
+        assert!(c.log_json);
+        let env = |k: &str| (k == "FERRY_LISTEN").then(|| "127.0.0.1:2".to_string());
+        assert_eq!(Config::load(&flags, &env).expect("env").listen.port(), 2);
+        let flags = Flags {
+            listen: Some("127.0.0.1:3".into()),
+            ..flags
+        };
+        assert_eq!(Config::load(&flags, &env).expect("flag").listen.port(), 3);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn bad_config_is_an_error_not_a_panic() {
+        let dir = std::env::temp_dir().join(format!("ferry-config-bad-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        for (i, text) in [
+            "listen = 5",
+            "surprise = true",
+            "listen = \"not an address\"",
+            "[limits]\nmax_json_bytes = 1",
+            "log_format = \"xml\"",
+            "[[tokens]]\nname = \"x\"\nsha256 = \"short\"\nscopes = [\"publish\"]",
+            "[[tokens]]\nname = \"x\"\nsha256 = \"aa\"\nscopes = [\"root\"]",
+            "public_url = \"ftp://x\"",
+            "this is not toml",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let path = dir.join(format!("c{i}.toml"));
+            std::fs::write(&path, text).expect("write");
+            let flags = Flags {
+                config: Some(path),
+                ..Flags::default()
+            };
+            assert!(
+                Config::load(&flags, &no_env).is_err(),
+                "{text:?} was accepted"
+            );
+        }
+        let flags = Flags {
+            config: Some(dir.join("missing.toml")),
+            ..Flags::default()
+        };
+        assert!(Config::load(&flags, &no_env).is_err());
+        let env = |k: &str| (k == "FERRY_ADMIN_TOKEN").then(|| "short".to_string());
+        assert!(Config::load(&Flags::default(), &env).is_err());
+        let env = |k: &str| (k == "FERRY_TLS_CERT").then(|| "x.pem".to_string());
+        assert!(Config::load(&Flags::default(), &env).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,160 @@
+//! `ferry serve --demo`: publishes the demo model `demo-mlp` from fixtures built into the
+//! binary (real `.pte` files from the ExecuTorch 1.5.1 exporter), signed with the data
+//! directory's release key, so a new user can resolve and download at once.
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use ferry_shared::ModelName;
+use ferry_shared::manifest::{Delegate, Platform};
+use futures_util::stream;
+
+use crate::api::AppState;
+use crate::keys;
+use crate::publish::{publish_release, put_blob};
+use crate::sign::{VariantSpec, VariantsFile, build_manifest, sign};
+
+/// The demo model's name.
+pub const DEMO_MODEL: &str = "demo-mlp";
+/// The demo release.
+pub const DEMO_VERSION: &str = "1.0.0";
+
+const FILES: &[(&str, &[u8])] = &[
+    (
+        "mlp-v1-xnnpack.pte",
+        include_bytes!("../../tests/fixtures/pte/mlp-v1-xnnpack.pte"),
+    ),
+    (
+        "mlp-v1-coreml.pte",
+        include_bytes!("../../tests/fixtures/pte/mlp-v1-coreml.pte"),
+    ),
+    (
+        "mlp-v1-vulkan.pte",
+        include_bytes!("../../tests/fixtures/pte/mlp-v1-vulkan.pte"),
+    ),
+    (
+        "mlp-v1-portable.pte",
+        include_bytes!("../../tests/fixtures/pte/mlp-v1-portable.pte"),
+    ),
+    (
+        "mlp-v1-xnnpack.json",
+        include_bytes!("../../tests/fixtures/pte/mlp-v1-xnnpack.json"),
+    ),
+];
+
+fn spec() -> anyhow::Result<VariantsFile> {
+    let v = |id: &str,
+             file: &str,
+             delegate: Delegate,
+             platforms: Vec<Platform>|
+     -> anyhow::Result<VariantSpec> {
+        Ok(VariantSpec {
+            id: id.parse()?,
+            file: file.into(),
+            delegate,
+            quant: "fp32".into(),
+            runtime: ">=1.5.0, <2.0.0".parse()?,
+            app: "*".parse()?,
+            platforms,
+            min_os_version: None,
+            min_ram_mb: None,
+            socs: Vec::new(),
+            deny_socs: Vec::new(),
+            golden: Some("mlp-v1-xnnpack.json".into()),
+        })
+    };
+    Ok(VariantsFile {
+        model: DEMO_MODEL.parse()?,
+        version: DEMO_VERSION.parse()?,
+        notes: "ferry demo: a 16-32-8 MLP exported with ExecuTorch 1.5.1".into(),
+        variants: vec![
+            v(
+                "coreml-fp32",
+                "mlp-v1-coreml.pte",
+                Delegate::Coreml,
+                vec![Platform::Ios, Platform::Macos],
+            )?,
+            v(
+                "vulkan-fp32",
+                "mlp-v1-vulkan.pte",
+                Delegate::Vulkan,
+                Vec::new(),
+            )?,
+            v(
+                "xnnpack-fp32",
+                "mlp-v1-xnnpack.pte",
+                Delegate::Xnnpack,
+                Vec::new(),
+            )?,
+            v(
+                "portable-fp32",
+                "mlp-v1-portable.pte",
+                Delegate::Portable,
+                Vec::new(),
+            )?,
+        ],
+    })
+}
+
+fn read_builtin(path: &Path) -> anyhow::Result<Vec<u8>> {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    FILES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, b)| b.to_vec())
+        .ok_or_else(|| anyhow::anyhow!("no built-in demo file {name}"))
+}
+
+/// Publishes `demo-mlp` 1.0.0 unless it is already in the catalog. Returns a line to print.
+pub async fn publish_demo(state: &AppState) -> anyhow::Result<String> {
+    let model: ModelName = DEMO_MODEL.parse()?;
+    let version = DEMO_VERSION.parse()?;
+    if state.catalog().release(&model, &version).is_some() {
+        return Ok(format!(
+            "demo: {DEMO_MODEL} {DEMO_VERSION} is already published"
+        ));
+    }
+    let key_path = state.config.keys_dir().join("release.key");
+    let key =
+        keys::load(&key_path).context("the demo signs with the data directory's release key")?;
+    let (manifest, _) = build_manifest(
+        &spec()?,
+        Path::new(""),
+        &read_builtin,
+        time::OffsetDateTime::now_utc(),
+    )?;
+    for v in &manifest.variants {
+        let bytes = FILES
+            .iter()
+            .find(|(_, b)| ferry_shared::Sha256Digest::of(b) == v.sha256)
+            .map(|(_, b)| bytes::Bytes::from_static(b))
+            .ok_or_else(|| anyhow::anyhow!("demo blob for {} missing", v.id))?;
+        let body = stream::iter([Ok::<_, std::io::Error>(bytes)]);
+        put_blob(
+            &state.store,
+            &v.sha256,
+            body,
+            state.config.limits.max_blob_bytes,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("demo upload: {e}"))?;
+    }
+    let envelope = sign(&manifest, &key)?;
+    let body = serde_json::to_vec(&envelope)?;
+    let release = publish_release(&state.store, &state.release_ring, &model, &body)
+        .await
+        .map_err(|e| anyhow::anyhow!("demo publish: {e}"))?;
+    state.add_release(release);
+    Ok(format!(
+        "demo: published {DEMO_MODEL} {DEMO_VERSION} with variants {}",
+        manifest
+            .variants
+            .iter()
+            .map(|v| v.id.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}

@@ -1,0 +1,196 @@
+//! Starting the server: keys, store, catalog, TLS, listener, background refresh.
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use ferry_shared::dsse::KeyRole;
+use rustls_pki_types::pem::PemObject as _;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::api::{AppState, app};
+use crate::catalog::Catalog;
+use crate::config::Config;
+use crate::keys;
+use crate::storage::open_local;
+
+/// How often each replica re-reads the catalog from the store.
+pub const CATALOG_REFRESH: Duration = Duration::from_secs(30);
+
+/// Creates dev keys on first start, opens the store and loads the catalog.
+/// Returns the state and the lines worth printing (created keys, skipped releases).
+pub async fn build_state(config: Config) -> anyhow::Result<(Arc<AppState>, Vec<String>)> {
+    let keys_dir = config.keys_dir();
+    let mut notes = keys::ensure_dev_keys(&keys_dir)?;
+    let server_keys = keys::load_server_keys(&keys_dir)?;
+    let ring = server_keys.trust.to_keyring()?;
+    for k in ring.keys() {
+        notes.push(format!("trusting {} key {}", k.role, k.id));
+    }
+    if !ring.keys().any(|k| k.role == KeyRole::Release) {
+        notes.push("warning: no release key is trusted; nothing can be published".into());
+    }
+    let store = open_local(&config.store_dir())?;
+    let (catalog, skipped) = Catalog::load(&store, &ring)
+        .await
+        .context("cannot load the catalog from the store")?;
+    for s in skipped {
+        notes.push(format!("warning: skipped {}: {}", s.key, s.why));
+    }
+    notes.push(format!("catalog: {} release(s)", catalog.release_count()));
+    let state = AppState::new(
+        config,
+        store,
+        ring,
+        server_keys.online.pair,
+        server_keys.trust,
+        catalog,
+    );
+    Ok((Arc::new(state), notes))
+}
+
+/// Loads a rustls server configuration from PEM files, with the ring provider chosen
+/// explicitly (never the process default, which is ambiguous when two providers are linked).
+pub fn tls_config(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> anyhow::Result<rustls::ServerConfig> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .with_context(|| format!("cannot read certificate {}", cert.display()))?
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("bad certificate PEM in {}", cert.display()))?;
+    if certs.is_empty() {
+        anyhow::bail!("{} holds no certificate", cert.display());
+    }
+    let key = PrivateKeyDer::from_pem_file(key)
+        .with_context(|| format!("cannot read private key {}", key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .context("certificate and key do not match")?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+/// Binds the listener and builds the actix server (not yet awaited).
+pub fn bind(state: Arc<AppState>) -> anyhow::Result<(actix_web::dev::Server, SocketAddr)> {
+    let listener = TcpListener::bind(state.config.listen)
+        .with_context(|| format!("cannot listen on {}", state.config.listen))?;
+    let addr = listener.local_addr()?;
+    let tls = match &state.config.tls {
+        Some(t) => Some(tls_config(&t.cert, &t.key)?),
+        None => None,
+    };
+    let factory_state = state.clone();
+    let server = actix_web::HttpServer::new(move || app(factory_state.clone()))
+        .workers(
+            std::thread::available_parallelism()
+                .map_or(2, |n| n.get())
+                .clamp(2, 16),
+        )
+        .shutdown_timeout(5);
+    let server = match tls {
+        Some(cfg) => server.listen_rustls_0_23(listener, cfg)?,
+        None => server.listen(listener)?,
+    };
+    Ok((server.run(), addr))
+}
+
+/// Re-reads the catalog every [`CATALOG_REFRESH`] (picks up releases published by other
+/// replicas sharing the store).
+pub fn spawn_refresh(state: Arc<AppState>) {
+    actix_web::rt::spawn(async move {
+        let mut tick = actix_web::rt::time::interval(CATALOG_REFRESH);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            match Catalog::load(&state.store, &state.release_ring).await {
+                Ok((c, _)) => state.replace_catalog(c),
+                Err(e) => tracing::warn!("catalog refresh failed: {e}"),
+            }
+        }
+    });
+}
+
+/// A server running on its own thread (for tests and embedding).
+pub struct RunningServer {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its state.
+    pub state: Arc<AppState>,
+    handle: actix_web::dev::ServerHandle,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RunningServer {
+    /// `http://addr` (or `https://` with TLS).
+    pub fn url(&self) -> String {
+        let scheme = if self.state.config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// Stops the server and waits for its thread.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(t) = self.thread.take() {
+            let h = self.handle.clone();
+            // Stopping needs an executor; the server's own thread has one.
+            std::thread::spawn(move || actix_web::rt::System::new().block_on(h.stop(false)))
+                .join()
+                .ok();
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Starts a server for `config` on a new thread with its own runtime; `demo` publishes the
+/// demo model first. Returns once it is listening.
+pub fn spawn(config: Config, demo: bool) -> anyhow::Result<RunningServer> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let sys = actix_web::rt::System::new();
+        let result = sys.block_on(async move {
+            let (state, _) = build_state(config).await?;
+            if demo {
+                crate::demo::publish_demo(&state).await?;
+            }
+            let (server, addr) = bind(state.clone())?;
+            anyhow::Ok((server, addr, state))
+        });
+        match result {
+            Ok((server, addr, state)) => {
+                let _ = tx.send(Ok((server.handle(), addr, state)));
+                let _ = sys.block_on(server);
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
+            }
+        }
+    });
+    let (handle, addr, state) = rx
+        .recv()
+        .map_err(|_| anyhow::anyhow!("server thread died while starting"))??;
+    Ok(RunningServer {
+        addr,
+        state,
+        handle,
+        thread: Some(thread),
+    })
+}

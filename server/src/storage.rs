@@ -1,0 +1,86 @@
+//! The object-store key layout, defined in one place.
+//!
+//! ```text
+//! blobs/sha256/<hex>                   .pte bytes, immutable
+//! releases/<model>/<version>.json      DSSE-signed release manifest, immutable (create-if-absent)
+//! inspections/<model>/<version>.json   the inspector's report per variant, written first
+//! ```
+//! Model names and versions are validated newtypes, so a key can never escape its prefix.
+
+use std::sync::Arc;
+
+use ferry_shared::{ModelName, Sha256Digest};
+use object_store::ObjectStore;
+use object_store::path::Path as StorePath;
+use semver::Version;
+
+/// The shared store handle.
+pub type Store = Arc<dyn ObjectStore>;
+
+/// Builders for every key the server uses.
+pub struct StorageKey;
+
+impl StorageKey {
+    /// A blob's key.
+    pub fn blob(digest: &Sha256Digest) -> StorePath {
+        StorePath::from(format!("blobs/sha256/{}", digest.to_hex()))
+    }
+
+    /// The prefix under which all releases live.
+    pub fn releases_root() -> StorePath {
+        StorePath::from("releases")
+    }
+
+    /// A release manifest's key.
+    pub fn release(model: &ModelName, version: &Version) -> StorePath {
+        StorePath::from(format!("releases/{model}/{version}.json"))
+    }
+
+    /// A release's inspection report key.
+    pub fn inspection(model: &ModelName, version: &Version) -> StorePath {
+        StorePath::from(format!("inspections/{model}/{version}.json"))
+    }
+
+    /// Parses `releases/<model>/<version>.json` back into its parts.
+    pub fn parse_release(path: &StorePath) -> Option<(ModelName, Version)> {
+        let parts: Vec<&str> = path.as_ref().split('/').collect();
+        match parts.as_slice() {
+            ["releases", model, file] => {
+                let version = file.strip_suffix(".json")?;
+                Some((model.parse().ok()?, version.parse().ok()?))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Opens the local directory store at `dir` (created if missing).
+pub fn open_local(dir: &std::path::Path) -> anyhow::Result<Store> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| anyhow::anyhow!("cannot create store directory {}: {e}", dir.display()))?;
+    let fs = object_store::local::LocalFileSystem::new_with_prefix(dir)
+        .map_err(|e| anyhow::anyhow!("cannot open store {}: {e}", dir.display()))?;
+    Ok(Arc::new(fs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip() {
+        let m: ModelName = "demo-mlp".parse().expect("name");
+        let v: Version = "1.2.3-rc.1".parse().expect("version");
+        let k = StorageKey::release(&m, &v);
+        assert_eq!(k.as_ref(), "releases/demo-mlp/1.2.3-rc.1.json");
+        assert_eq!(StorageKey::parse_release(&k), Some((m, v)));
+        assert_eq!(
+            StorageKey::parse_release(&StorePath::from("releases/x.json")),
+            None
+        );
+        assert_eq!(
+            StorageKey::parse_release(&StorePath::from("releases/UP/1.0.0.json")),
+            None
+        );
+    }
+}

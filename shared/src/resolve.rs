@@ -1,0 +1,184 @@
+//! The device-facing resolve exchange: what a device sends and the signed decision it gets.
+//!
+//! A device posts a [`ResolveRequest`] with its capabilities. The server answers with a
+//! [`ResolveResponse`]: a DSSE envelope holding the [`Decision`] (signed by the server's online
+//! key, with an expiry and a sequence number) and the release manifest envelope exactly as ops
+//! signed it offline. The client verifies both and checks that every candidate matches the
+//! signed manifest, so a compromised server can only choose among releases ops signed.
+
+use semver::Version;
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::dsse::Envelope;
+use crate::manifest::{Delegate, Platform};
+use crate::names::{BackendId, ModelName, Sha256Digest, VariantId};
+
+/// The DSSE payload type of a signed resolve decision.
+pub const DECISION_PAYLOAD_TYPE: &str = "application/vnd.ferry.decision+json";
+
+/// Limits on a resolve request's free-form fields.
+pub const MAX_INSTALL_ID: usize = 128;
+/// Longest OS version, device model or SoC string.
+pub const MAX_DEVICE_STRING: usize = 128;
+/// Most backends a device may report.
+pub const MAX_DEVICE_BACKENDS: usize = 32;
+
+/// A device's capabilities, as posted to `POST /v1/resolve`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveRequest {
+    /// The model wanted.
+    pub model: ModelName,
+    /// A stable, app-scoped install id (used for rollout cohorts).
+    pub install_id: String,
+    /// The app's version.
+    pub app_version: Version,
+    /// The bundled ExecuTorch runtime's version.
+    pub runtime_version: Version,
+    /// Backend ids the runtime really registered.
+    #[serde(default)]
+    pub backends: Vec<BackendId>,
+    /// Platform.
+    pub platform: Platform,
+    /// OS version (dotted numbers).
+    #[serde(default)]
+    pub os_version: String,
+    /// Device model (`Pixel 8`, `iPhone15,2`).
+    #[serde(default)]
+    pub device_model: String,
+    /// System on chip (`SM8550`, `A16`).
+    #[serde(default)]
+    pub soc: String,
+    /// RAM in MiB.
+    #[serde(default)]
+    pub ram_mb: u64,
+}
+
+impl ResolveRequest {
+    /// Checks the free-form fields against the limits; returns a message on failure.
+    pub fn validate(&self) -> Result<(), String> {
+        let check = |what: &str, s: &str, max: usize| -> Result<(), String> {
+            if s.len() > max {
+                return Err(format!(
+                    "{what} is {} bytes; at most {max} are allowed",
+                    s.len()
+                ));
+            }
+            if s.chars().any(char::is_control) {
+                return Err(format!("{what} contains control characters"));
+            }
+            Ok(())
+        };
+        if self.install_id.is_empty() {
+            return Err("install_id is empty".into());
+        }
+        check("install_id", &self.install_id, MAX_INSTALL_ID)?;
+        check("os_version", &self.os_version, MAX_DEVICE_STRING)?;
+        check("device_model", &self.device_model, MAX_DEVICE_STRING)?;
+        check("soc", &self.soc, MAX_DEVICE_STRING)?;
+        if self.backends.len() > MAX_DEVICE_BACKENDS {
+            return Err(format!(
+                "{} backends; at most {MAX_DEVICE_BACKENDS} are allowed",
+                self.backends.len()
+            ));
+        }
+        let too_long = |v: &Version| v.to_string().len() > 64;
+        if too_long(&self.app_version) || too_long(&self.runtime_version) {
+            return Err("versions must be at most 64 characters".into());
+        }
+        Ok(())
+    }
+}
+
+/// Which rollout cohort a device is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Cohort {
+    /// The baseline release.
+    Baseline,
+    /// A staged release being rolled out.
+    Staged,
+}
+
+/// One variant the device should try, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Candidate {
+    /// Variant id in the release manifest.
+    pub variant: VariantId,
+    /// Its delegate.
+    pub delegate: Delegate,
+    /// Backend ids it needs registered.
+    pub backends: Vec<BackendId>,
+    /// Blob digest (must equal the signed manifest's).
+    pub sha256: Sha256Digest,
+    /// Blob size (must equal the signed manifest's).
+    pub size: u64,
+    /// Where to download it (absolute, or relative to the server URL).
+    pub url: String,
+}
+
+/// The signed answer to a resolve request (the DSSE payload).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    /// The model.
+    pub model: ModelName,
+    /// The release version chosen.
+    pub release: Version,
+    /// The device's cohort.
+    pub cohort: Cohort,
+    /// The install id this decision is for.
+    pub install_id: String,
+    /// When the server made it.
+    #[serde(with = "time::serde::rfc3339")]
+    pub issued_at: OffsetDateTime,
+    /// After this instant the client must not act on it (freeze protection).
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: OffsetDateTime,
+    /// Increases with every decision; a client refuses one lower than the last it saw.
+    pub sequence: u64,
+    /// Variants to try, best first; the XNNPACK fallback last where one is compatible.
+    pub candidates: Vec<Candidate>,
+}
+
+/// Why one variant was chosen or excluded, for `?explain=true`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Explanation {
+    /// The release it belongs to.
+    pub release: Version,
+    /// The variant.
+    pub variant: VariantId,
+    /// Its delegate.
+    pub delegate: Delegate,
+    /// Position in the candidate list when chosen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<usize>,
+    /// Why it was excluded (empty when chosen), or a note on its rank.
+    pub reasons: Vec<String>,
+}
+
+/// The body of a successful `POST /v1/resolve`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResolveResponse {
+    /// The [`Decision`], signed by the server's online key.
+    pub decision: Envelope,
+    /// The release manifest, signed by an offline release key.
+    pub release: Envelope,
+    /// Present with `?explain=true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explain: Option<Vec<Explanation>>,
+}
+
+/// The JSON error body every ferry endpoint returns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Stable machine-readable code (`no_compatible_variant`, ...).
+    pub code: String,
+    /// What happened, for a developer.
+    pub message: String,
+    /// The request's id (also in the `x-request-id` header), for support.
+    pub request_id: String,
+    /// Extra detail (for `no_compatible_variant`: the explanation per variant).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<serde_json::Value>,
+}

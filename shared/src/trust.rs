@@ -1,0 +1,104 @@
+//! The trust file: the public keys a client (or a server) trusts, with their roles.
+//!
+//! `keys/trust.json` in a server's data directory and `GET /v1/keys` use this format; apps pin
+//! it. Each entry's key id must be the SHA-256 of its public key, so a typo cannot silently
+//! trust another key.
+
+use serde::{Deserialize, Serialize};
+
+use crate::dsse::{KeyRing, KeyRole};
+use crate::names::KeyId;
+
+/// One trusted public key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrustedKeyEntry {
+    /// Hex SHA-256 of the public key.
+    pub keyid: KeyId,
+    /// What it may sign.
+    pub role: KeyRole,
+    /// The 32-byte ed25519 public key, hex.
+    pub public: String,
+}
+
+/// A list of trusted keys.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrustFile {
+    /// The keys.
+    pub keys: Vec<TrustedKeyEntry>,
+}
+
+/// A trust file that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid trust file: {0}")]
+pub struct TrustError(pub String);
+
+impl TrustError {
+    /// Stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        "trust_invalid"
+    }
+}
+
+impl TrustFile {
+    /// Adds a key.
+    pub fn push(&mut self, role: KeyRole, public: &[u8; 32]) {
+        self.keys.push(TrustedKeyEntry {
+            keyid: KeyId::of_public_key(public),
+            role,
+            public: hex::encode(public),
+        });
+    }
+
+    /// Parses JSON.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, TrustError> {
+        serde_json::from_slice(bytes).map_err(|e| TrustError(e.to_string()))
+    }
+
+    /// Builds a key ring, checking every key id against its key.
+    pub fn to_keyring(&self) -> Result<KeyRing, TrustError> {
+        let mut ring = KeyRing::new();
+        for k in &self.keys {
+            let mut public = [0u8; 32];
+            hex::decode_to_slice(&k.public, &mut public).map_err(|_| {
+                TrustError(format!(
+                    "key {}: public key is not 64 hex characters",
+                    k.keyid
+                ))
+            })?;
+            if KeyId::of_public_key(&public) != k.keyid {
+                return Err(TrustError(format!(
+                    "key {}: key id does not match its public key",
+                    k.keyid
+                )));
+            }
+            ring.add(k.role, &public)
+                .map_err(|e| TrustError(format!("key {}: {e}", k.keyid)))?;
+        }
+        Ok(ring)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dsse::KeyPair;
+
+    #[test]
+    fn round_trip_and_mismatch() {
+        let k = KeyPair::from_seed(&[4; 32]);
+        let mut t = TrustFile::default();
+        t.push(KeyRole::Release, &k.public());
+        let json = serde_json::to_vec(&t).expect("json");
+        let back = TrustFile::from_json(&json).expect("parse");
+        let ring = back.to_keyring().expect("ring");
+        assert_eq!(ring.get(&k.id()).map(|x| x.role), Some(KeyRole::Release));
+
+        let mut bad = back.clone();
+        bad.keys[0].keyid = KeyPair::from_seed(&[5; 32]).id();
+        assert!(bad.to_keyring().is_err());
+        let mut bad = back;
+        bad.keys[0].public = "zz".into();
+        assert!(bad.to_keyring().is_err());
+        assert!(TrustFile::from_json(b"{").is_err());
+    }
+}
