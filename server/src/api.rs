@@ -518,8 +518,9 @@ async fn get_blob(
     }
     let len = end - start;
     if req.method() == Method::HEAD {
-        b.insert_header((header::CONTENT_LENGTH, len));
-        return Ok(b.finish());
+        // The body is never sent for HEAD, but its declared size becomes Content-Length.
+        let empty = futures_util::stream::empty::<Result<Bytes, std::io::Error>>();
+        return Ok(b.body(actix_web::body::SizedStream::new(len, empty)));
     }
     let opts = GetOptions {
         range: Some(GetRange::Bounded(start..end)),

@@ -87,6 +87,7 @@ pub fn bind(state: Arc<AppState>) -> anyhow::Result<(actix_web::dev::Server, Soc
     };
     let factory_state = state.clone();
     let server = actix_web::HttpServer::new(move || app(factory_state.clone()))
+        .on_connect(set_nodelay)
         .workers(
             std::thread::available_parallelism()
                 .map_or(2, |n| n.get())
@@ -98,6 +99,20 @@ pub fn bind(state: Arc<AppState>) -> anyhow::Result<(actix_web::dev::Server, Soc
         None => server.listen(listener)?,
     };
     Ok((server.run(), addr))
+}
+
+/// Disables Nagle's algorithm on every accepted connection: responses are written as headers
+/// then body, and with Nagle on, a keep-alive client's delayed ACK stalls each small response
+/// by tens of milliseconds.
+fn set_nodelay(conn: &dyn std::any::Any, _: &mut actix_web::dev::Extensions) {
+    use actix_web::rt::net::TcpStream;
+    if let Some(tcp) = conn.downcast_ref::<TcpStream>() {
+        let _ = tcp.set_nodelay(true);
+    } else if let Some(tls) =
+        conn.downcast_ref::<actix_tls::accept::rustls_0_23::TlsStream<TcpStream>>()
+    {
+        let _ = tls.get_ref().0.set_nodelay(true);
+    }
 }
 
 /// Re-reads the catalog every [`CATALOG_REFRESH`] (picks up releases published by other

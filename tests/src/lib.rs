@@ -98,3 +98,5 @@ pub fn pte_fixtures() -> Vec<Fixture> {
     out.sort_by(|a, b| a.pte.cmp(&b.pte));
     out
 }
+
+pub mod app;

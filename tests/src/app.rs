@@ -1,0 +1,411 @@
+//! `TestApp`: a real ferry server on a loopback port with its own data directory, an admin
+//! token, and helpers to sign and publish fixture releases over HTTP.
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use ferry_server::config::{Config, Flags};
+use ferry_server::keys::{self, RoleKey};
+use ferry_server::server::{RunningServer, spawn};
+use ferry_server::sign::{VariantSpec, VariantsFile, build_manifest, sign};
+use ferry_shared::dsse::{DsseLimits, Envelope, KeyRole, Verified, verify};
+use ferry_shared::manifest::{Delegate, Platform, ReleaseManifest};
+use ferry_shared::resolve::{DECISION_PAYLOAD_TYPE, Decision, ResolveResponse};
+use ferry_shared::trust::TrustFile;
+
+use crate::fixtures_dir;
+
+/// The admin token every test server accepts (all scopes).
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+/// A token with only the `read` scope.
+pub const READ_TOKEN: &str = "test-read-token-0123456789";
+
+/// A running test server.
+pub struct TestApp {
+    /// The server.
+    pub server: RunningServer,
+    /// Its data directory (removed on drop).
+    pub dir: tempfile::TempDir,
+    /// An HTTP agent that reports every status.
+    pub agent: ureq::Agent,
+}
+
+/// Options for [`TestApp::start_with`].
+#[derive(Default)]
+pub struct Options {
+    /// Publish the demo model.
+    pub demo: bool,
+    /// Change the config before start.
+    pub tweak: Option<Box<dyn FnOnce(&mut Config)>>,
+}
+
+impl TestApp {
+    /// Starts a plain server.
+    pub fn start() -> TestApp {
+        Self::start_with(Options::default())
+    }
+
+    /// Starts a server with options.
+    pub fn start_with(opts: Options) -> TestApp {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let env = |k: &str| (k == "FERRY_ADMIN_TOKEN").then(|| ADMIN_TOKEN.to_string());
+        let flags = Flags {
+            config: None,
+            listen: Some("127.0.0.1:0".into()),
+            data: Some(dir.path().to_path_buf()),
+        };
+        let mut config = Config::load(&flags, &env).expect("config");
+        config
+            .tokens
+            .push(ferry_server::auth::TokenEntry::from_secret(
+                "reader",
+                READ_TOKEN,
+                vec![ferry_server::auth::Scope::Read],
+            ));
+        if let Some(f) = opts.tweak {
+            f(&mut config);
+        }
+        let server = spawn(config, opts.demo).expect("server starts");
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .new_agent();
+        TestApp { server, dir, agent }
+    }
+
+    /// Base URL.
+    pub fn url(&self) -> String {
+        self.server.url()
+    }
+
+    /// `url() + path`.
+    pub fn at(&self, path: &str) -> String {
+        format!("{}{path}", self.url())
+    }
+
+    /// The data directory's release key (trusted by the server).
+    pub fn release_key(&self) -> RoleKey {
+        keys::load(&self.dir.path().join("keys/release.key")).expect("release key")
+    }
+
+    /// The trust file clients should pin.
+    pub fn trust(&self) -> TrustFile {
+        let bytes = std::fs::read(self.dir.path().join("keys/trust.json")).expect("trust.json");
+        TrustFile::from_json(&bytes).expect("trust")
+    }
+
+    /// The object store's root folder.
+    pub fn store_dir(&self) -> PathBuf {
+        self.dir.path().join("store")
+    }
+
+    /// Every file under the store (relative paths, sorted).
+    pub fn stored_files(&self) -> Vec<String> {
+        fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+            if let Ok(rd) = std::fs::read_dir(dir) {
+                for e in rd.flatten() {
+                    let p = e.path();
+                    if p.is_dir() {
+                        walk(root, &p, out);
+                    } else if let Ok(rel) = p.strip_prefix(root) {
+                        out.push(rel.to_string_lossy().into_owned());
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.store_dir(), &self.store_dir(), &mut out);
+        out.sort();
+        out
+    }
+
+    /// Uploads `bytes` as a blob with the admin token; returns the status.
+    pub fn put_blob(&self, bytes: &[u8]) -> u16 {
+        let digest = ferry_shared::Sha256Digest::of(bytes);
+        self.agent
+            .put(self.at(&format!("/v1/admin/blobs/sha256/{}", digest.to_hex())))
+            .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+            .send(bytes)
+            .expect("upload")
+            .status()
+            .as_u16()
+    }
+
+    /// Posts a signed release; returns status and JSON body.
+    pub fn post_release(&self, model: &str, envelope: &Envelope) -> (u16, serde_json::Value) {
+        let body = serde_json::to_vec(envelope).expect("json");
+        self.post_raw(
+            &format!("/v1/admin/models/{model}/releases"),
+            &body,
+            Some(ADMIN_TOKEN),
+        )
+    }
+
+    /// Posts raw bytes; returns status and JSON body (Null when not JSON).
+    pub fn post_raw(
+        &self,
+        path: &str,
+        body: &[u8],
+        token: Option<&str>,
+    ) -> (u16, serde_json::Value) {
+        let mut req = self
+            .agent
+            .post(self.at(path))
+            .header("content-type", "application/json");
+        if let Some(t) = token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let mut resp = req.send(body).expect("request");
+        let status = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+        )
+    }
+
+    /// GETs a path; returns status and JSON body.
+    pub fn get_json(&self, path: &str, token: Option<&str>) -> (u16, serde_json::Value) {
+        let mut req = self.agent.get(self.at(path));
+        if let Some(t) = token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let mut resp = req.call().expect("request");
+        let status = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+        )
+    }
+
+    /// Uploads the release's blobs from the fixtures folder and publishes it; panics on failure.
+    pub fn publish(&self, spec: &VariantsFile) -> (ReleaseManifest, Envelope) {
+        let (manifest, envelope) = signed_release(spec, &self.release_key());
+        for v in &manifest.variants {
+            let bytes = fixture_bytes_by_digest(&v.sha256);
+            let status = self.put_blob(&bytes);
+            assert!(status == 201 || status == 200, "upload {}: {status}", v.id);
+        }
+        let (status, body) = self.post_release(manifest.model.as_str(), &envelope);
+        assert_eq!(status, 201, "publish: {body}");
+        (manifest, envelope)
+    }
+
+    /// POSTs a resolve request (JSON value); returns status and body.
+    pub fn resolve(&self, device: &serde_json::Value, explain: bool) -> (u16, serde_json::Value) {
+        let path = if explain {
+            "/v1/resolve?explain=true"
+        } else {
+            "/v1/resolve"
+        };
+        self.post_raw(path, &serde_json::to_vec(device).expect("json"), None)
+    }
+
+    /// Verifies a resolve response against this server's trust file: the decision with the
+    /// online key, the release with a release key. Returns the decision and the manifest.
+    pub fn verify_response(&self, body: &serde_json::Value) -> (Decision, ReleaseManifest) {
+        let resp: ResolveResponse =
+            serde_json::from_value(body.clone()).expect("resolve response shape");
+        let ring = self.trust().to_keyring().expect("ring");
+        let d: Verified<Vec<u8>> = verify(
+            &resp.decision,
+            DECISION_PAYLOAD_TYPE,
+            &ring,
+            KeyRole::Online,
+            1,
+            &DsseLimits::default(),
+        )
+        .expect("decision verifies");
+        let m = verify(
+            &resp.release,
+            ferry_shared::manifest::RELEASE_PAYLOAD_TYPE,
+            &ring,
+            KeyRole::Release,
+            1,
+            &DsseLimits::default(),
+        )
+        .expect("release verifies");
+        let decision: Decision = serde_json::from_slice(d.value()).expect("decision json");
+        let manifest = ReleaseManifest::from_json(m.value()).expect("manifest json");
+        (decision, manifest)
+    }
+}
+
+/// Builds and signs a release from a spec whose files live in `tests/fixtures/pte`.
+pub fn signed_release(spec: &VariantsFile, key: &RoleKey) -> (ReleaseManifest, Envelope) {
+    let read = |p: &Path| -> anyhow::Result<Vec<u8>> { Ok(std::fs::read(p)?) };
+    let (manifest, _) = build_manifest(
+        spec,
+        &fixtures_dir().join("pte"),
+        &read,
+        time::OffsetDateTime::now_utc(),
+    )
+    .expect("manifest builds");
+    let envelope = sign(&manifest, key).expect("signs");
+    (manifest, envelope)
+}
+
+/// Re-signs a (possibly altered) manifest, bypassing the local checks `ferry sign` makes.
+pub fn sign_manifest(manifest: &ReleaseManifest, key: &RoleKey) -> Envelope {
+    key.pair.sign(
+        ferry_shared::manifest::RELEASE_PAYLOAD_TYPE,
+        &manifest.to_json(),
+    )
+}
+
+/// Decodes an envelope's payload.
+pub fn payload(env: &Envelope) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD
+        .decode(&env.payload)
+        .expect("base64")
+}
+
+/// The bytes of the committed fixture with this digest.
+pub fn fixture_bytes_by_digest(d: &ferry_shared::Sha256Digest) -> Vec<u8> {
+    for f in crate::pte_fixtures() {
+        let b = std::fs::read(&f.pte).expect("read");
+        if &ferry_shared::Sha256Digest::of(&b) == d {
+            return b;
+        }
+    }
+    panic!("no fixture with digest {d}")
+}
+
+/// A variant spec for a fixture file.
+pub fn variant(id: &str, file: &str, delegate: Delegate, runtime: &str, app: &str) -> VariantSpec {
+    VariantSpec {
+        id: id.parse().expect("id"),
+        file: file.into(),
+        delegate,
+        quant: if id.contains("int8") {
+            "int8".into()
+        } else {
+            "fp32".into()
+        },
+        runtime: runtime.parse().expect("runtime range"),
+        app: app.parse().expect("app range"),
+        platforms: Vec::new(),
+        min_os_version: None,
+        min_ram_mb: None,
+        socs: Vec::new(),
+        deny_socs: Vec::new(),
+        golden: None,
+    }
+}
+
+/// `mlp` 1.0.0: every delegate, runtime >=1.0.0, any app; Core ML only on Apple; Vulkan
+/// needs 2 GiB of RAM.
+pub fn mlp_v1() -> VariantsFile {
+    let mut coreml = variant(
+        "coreml-fp32",
+        "mlp-v1-coreml.pte",
+        Delegate::Coreml,
+        ">=1.0.0",
+        "*",
+    );
+    coreml.platforms = vec![Platform::Ios, Platform::Macos];
+    let mut vulkan = variant(
+        "vulkan-fp32",
+        "mlp-v1-vulkan.pte",
+        Delegate::Vulkan,
+        ">=1.0.0",
+        "*",
+    );
+    vulkan.min_ram_mb = Some(2048);
+    VariantsFile {
+        model: "mlp".parse().expect("name"),
+        version: "1.0.0".parse().expect("version"),
+        notes: "v1".into(),
+        variants: vec![
+            variant(
+                "portable-fp32",
+                "mlp-v1-portable.pte",
+                Delegate::Portable,
+                ">=1.0.0",
+                "*",
+            ),
+            variant(
+                "xnnpack-int8",
+                "mlp-v1-xnnpack-int8.pte",
+                Delegate::Xnnpack,
+                ">=1.0.0",
+                "*",
+            ),
+            variant(
+                "xnnpack-fp32",
+                "mlp-v1-xnnpack.pte",
+                Delegate::Xnnpack,
+                ">=1.0.0",
+                "*",
+            ),
+            coreml,
+            vulkan,
+        ],
+    }
+}
+
+/// `mlp` 2.0.0: needs runtime >=1.5.0 and app >=2.0.0.
+pub fn mlp_v2() -> VariantsFile {
+    let mut coreml = variant(
+        "coreml-fp32",
+        "mlp-v2-coreml.pte",
+        Delegate::Coreml,
+        ">=1.5.0",
+        ">=2.0.0",
+    );
+    coreml.platforms = vec![Platform::Ios, Platform::Macos];
+    let mut vulkan = variant(
+        "vulkan-fp32",
+        "mlp-v2-vulkan.pte",
+        Delegate::Vulkan,
+        ">=1.5.0",
+        ">=2.0.0",
+    );
+    vulkan.min_ram_mb = Some(2048);
+    VariantsFile {
+        model: "mlp".parse().expect("name"),
+        version: "2.0.0".parse().expect("version"),
+        notes: "v2: new weights".into(),
+        variants: vec![
+            variant(
+                "portable-fp32",
+                "mlp-v2-portable.pte",
+                Delegate::Portable,
+                ">=1.5.0",
+                ">=2.0.0",
+            ),
+            variant(
+                "xnnpack-fp32",
+                "mlp-v2-xnnpack.pte",
+                Delegate::Xnnpack,
+                ">=1.5.0",
+                ">=2.0.0",
+            ),
+            coreml,
+            vulkan,
+        ],
+    }
+}
+
+/// A device profile as resolve JSON.
+pub fn device(
+    platform: &str,
+    backends: &[&str],
+    runtime: &str,
+    app: &str,
+    ram_mb: u64,
+) -> serde_json::Value {
+    serde_json::json!({
+        "model": "mlp",
+        "install_id": "install-1",
+        "app_version": app,
+        "runtime_version": runtime,
+        "backends": backends,
+        "platform": platform,
+        "os_version": "14.0",
+        "device_model": "test-device",
+        "soc": "SM8550",
+        "ram_mb": ram_mb,
+    })
+}

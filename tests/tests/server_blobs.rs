@@ -1,0 +1,180 @@
+//! Blob delivery: ranges, resume, conditional requests, caching headers.
+
+use ferry_shared::Sha256Digest;
+use ferry_tests::app::{TestApp, mlp_v1};
+
+fn fetch(
+    app: &TestApp,
+    url: &str,
+    headers: &[(&str, &str)],
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let mut req = app.agent.get(url);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let mut resp = req.call().expect("request");
+    let status = resp.status().as_u16();
+    let hdrs = resp
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or_default().to_string()))
+        .collect();
+    let body = resp.body_mut().read_to_vec().expect("body");
+    (status, hdrs, body)
+}
+
+fn header<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    h.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
+
+#[test]
+fn ranges_reassemble_to_the_exact_bytes() {
+    let app = TestApp::start();
+    let (m, _) = app.publish(&mlp_v1());
+    let v = &m.variants[0];
+    let url = app.at(&format!("/v1/blobs/sha256/{}", v.sha256.to_hex()));
+
+    let (status, h, full) = fetch(&app, &url, &[]);
+    assert_eq!(status, 200);
+    assert_eq!(Sha256Digest::of(&full), v.sha256);
+    assert_eq!(
+        header(&h, "etag"),
+        Some(format!("\"{}\"", v.sha256.to_hex()).as_str())
+    );
+    assert_eq!(
+        header(&h, "cache-control"),
+        Some("public, max-age=31536000, immutable")
+    );
+    assert_eq!(header(&h, "accept-ranges"), Some("bytes"));
+
+    // Chunks of odd sizes.
+    let size = v.size as usize;
+    for chunk in [1usize, 7, 1000, 4096] {
+        let mut got = Vec::new();
+        let mut at = 0;
+        while at < size {
+            let end = (at + chunk).min(size) - 1;
+            let (status, h, body) = fetch(&app, &url, &[("range", &format!("bytes={at}-{end}"))]);
+            assert_eq!(status, 206);
+            assert_eq!(
+                header(&h, "content-range"),
+                Some(format!("bytes {at}-{end}/{size}").as_str())
+            );
+            assert_eq!(body.len(), end - at + 1);
+            got.extend_from_slice(&body);
+            at = end + 1;
+            if chunk == 1 && at > 64 {
+                // One-byte chunks over the whole file would be slow; finish with an open range.
+                let (_, _, rest) = fetch(&app, &url, &[("range", &format!("bytes={at}-"))]);
+                got.extend_from_slice(&rest);
+                at = size;
+            }
+        }
+        assert_eq!(Sha256Digest::of(&got), v.sha256, "chunk {chunk}");
+    }
+
+    // A resume: the first part from one response, the rest from an open range.
+    let cut = size / 3;
+    let mut resumed = full[..cut].to_vec();
+    let (status, _, rest) = fetch(&app, &url, &[("range", &format!("bytes={cut}-"))]);
+    assert_eq!(status, 206);
+    resumed.extend_from_slice(&rest);
+    assert_eq!(resumed, full);
+
+    // Suffix range.
+    let (status, _, tail) = fetch(&app, &url, &[("range", "bytes=-10")]);
+    assert_eq!((status, tail.as_slice()), (206, &full[size - 10..]));
+
+    // Unsatisfiable.
+    let (status, h, _) = fetch(&app, &url, &[("range", &format!("bytes={size}-"))]);
+    assert_eq!(status, 416);
+    assert_eq!(
+        header(&h, "content-range"),
+        Some(format!("bytes */{size}").as_str())
+    );
+
+    // Multiple ranges are answered with the whole blob.
+    let (status, _, body) = fetch(&app, &url, &[("range", "bytes=0-1,5-6")]);
+    assert_eq!((status, body.len()), (200, size));
+
+    // Conditional GET.
+    let etag = format!("\"{}\"", v.sha256.to_hex());
+    let (status, _, body) = fetch(&app, &url, &[("if-none-match", &etag)]);
+    assert_eq!((status, body.len()), (304, 0));
+
+    // HEAD gives the length without a body.
+    let resp = app.agent.head(&url).call().expect("head");
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(
+        resp.headers()
+            .get("content-length")
+            .and_then(|v| v.to_str().ok()),
+        Some(size.to_string().as_str())
+    );
+
+    // Unknown and malformed digests.
+    let (status, _, _) = fetch(
+        &app,
+        &app.at(&format!("/v1/blobs/sha256/{}", "0".repeat(64))),
+        &[],
+    );
+    assert_eq!(status, 404);
+    for bad in [
+        "abc",
+        &"Z".repeat(64),
+        &"A".repeat(64),
+        "..%2F..%2Fetc%2Fpasswd",
+    ] {
+        let (status, _, _) = fetch(&app, &app.at(&format!("/v1/blobs/sha256/{bad}")), &[]);
+        assert_eq!(status, 400, "{bad}");
+    }
+}
+
+#[test]
+fn keys_and_operations_endpoints() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    let (status, keys) = app.get_json("/v1/keys", None);
+    assert_eq!(status, 200);
+    let trust: ferry_shared::trust::TrustFile = serde_json::from_value(keys).expect("trust file");
+    assert_eq!(trust, app.trust());
+
+    let (status, _, body) = fetch(&app, &app.at("/healthz"), &[]);
+    assert_eq!((status, body.as_slice()), (200, &b"ok\n"[..]));
+    let (status, ready) = app.get_json("/readyz", None);
+    assert_eq!((status, ready["releases"].as_u64()), (200, Some(1)));
+
+    let dev = ferry_tests::app::device("linux", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096);
+    app.resolve(&dev, false);
+    let (_, _, text) = fetch(&app, &app.at("/metrics"), &[]);
+    let text = String::from_utf8(text).expect("utf8");
+    assert!(
+        text.contains("ferry_resolves_total{outcome=\"ok\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ferry_publishes_total{outcome=\"ok\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "ferry_http_requests_total{route=\"/v1/resolve\",method=\"POST\",status=\"200\"} 1"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "ferry_http_request_duration_seconds_bucket{route=\"/v1/resolve\",le=\"+Inf\"} 1"
+        ),
+        "{text}"
+    );
+
+    // Unknown routes and methods answer JSON errors.
+    let (status, body) = app.get_json("/v2/nothing", None);
+    assert_eq!((status, body["code"].as_str()), (404, Some("not_found")));
+    let (status, body) = app.get_json("/v1/resolve", None);
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (405, Some("method_not_allowed"))
+    );
+}

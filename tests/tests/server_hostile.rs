@@ -1,0 +1,177 @@
+//! Hostile input: oversized bodies, malformed JSON, traversal in names, unknown fields, huge
+//! versions. Each gets a clear 4xx with a JSON error, nothing panics, nothing is stored.
+
+use ferry_tests::app::{ADMIN_TOKEN, TestApp, device, mlp_v1};
+
+#[test]
+fn hostile_resolve_requests() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    let before = app.stored_files();
+    let good = device("linux", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096);
+    let with = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut v = good.clone();
+        f(&mut v);
+        serde_json::to_vec(&v).expect("json")
+    };
+    let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
+        ("empty body", vec![], 400, "request_malformed"),
+        (
+            "not json",
+            b"{\"model\":".to_vec(),
+            400,
+            "request_malformed",
+        ),
+        ("array", b"[]".to_vec(), 400, "request_malformed"),
+        ("oversized", vec![b' '; 64 * 1024], 413, "body_too_large"),
+        (
+            "unknown field",
+            with(&|v| v["admin"] = true.into()),
+            400,
+            "request_malformed",
+        ),
+        (
+            "traversal in model",
+            with(&|v| v["model"] = "../../etc/passwd".into()),
+            400,
+            "request_malformed",
+        ),
+        (
+            "uppercase model",
+            with(&|v| v["model"] = "MLP".into()),
+            400,
+            "request_malformed",
+        ),
+        (
+            "huge version",
+            with(&|v| v["app_version"] = format!("1.0.0-{}", "a".repeat(4000)).into()),
+            400,
+            "request_invalid",
+        ),
+        (
+            "not a version",
+            with(&|v| v["runtime_version"] = "one.two".into()),
+            400,
+            "request_malformed",
+        ),
+        (
+            "bad platform",
+            with(&|v| v["platform"] = "amiga".into()),
+            400,
+            "request_malformed",
+        ),
+        (
+            "negative ram",
+            with(&|v| v["ram_mb"] = (-1).into()),
+            400,
+            "request_malformed",
+        ),
+        (
+            "empty install id",
+            with(&|v| v["install_id"] = "".into()),
+            400,
+            "request_invalid",
+        ),
+        (
+            "control chars",
+            with(&|v| v["soc"] = "SM\u{0}8550".into()),
+            400,
+            "request_invalid",
+        ),
+        (
+            "bad backend id",
+            with(&|v| v["backends"] = serde_json::json!(["Xnn pack"])),
+            400,
+            "request_malformed",
+        ),
+        (
+            "too many backends",
+            with(&|v| v["backends"] = serde_json::json!(vec!["B"; 100])),
+            400,
+            "request_invalid",
+        ),
+        (
+            "deep nesting",
+            format!("{}{}", "[".repeat(5_000), "]".repeat(5_000)).into_bytes(),
+            400,
+            "request_malformed",
+        ),
+    ];
+    for (name, body, status, code) in cases {
+        let (got, resp) = app.post_raw("/v1/resolve", &body, None);
+        assert_eq!(
+            (got, resp["code"].as_str()),
+            (status, Some(code)),
+            "{name}: {resp}"
+        );
+        assert!(
+            resp["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{name}"
+        );
+    }
+    let (got, resp) = app.post_raw(
+        "/v1/resolve?explain=maybe",
+        &serde_json::to_vec(&good).expect("json"),
+        None,
+    );
+    assert_eq!((got, resp["code"].as_str()), (400, Some("request_invalid")));
+    // The server is still fine and nothing was written.
+    assert_eq!(app.resolve(&good, false).0, 200);
+    assert_eq!(app.stored_files(), before);
+}
+
+#[test]
+fn hostile_admin_requests() {
+    let app = TestApp::start();
+    let before = app.stored_files();
+    for path in [
+        "/v1/admin/models/..%2F..%2Fetc/releases",
+        "/v1/admin/models/%2e%2e/releases",
+        "/v1/admin/models/UPPER/releases",
+        "/v1/admin/models/a%00b/releases",
+    ] {
+        let (status, body) = app.post_raw(path, b"{}", Some(ADMIN_TOKEN));
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (400, Some("invalid_name")),
+            "{path}: {body}"
+        );
+    }
+    let (status, body) = app.get_json(
+        &format!("/v1/admin/models/mlp/releases/1.0.0-{}", "x".repeat(5000)),
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("invalid_version"))
+    );
+    // An oversized release body.
+    let big = vec![b'x'; 2 << 20];
+    let (status, body) = app.post_raw("/v1/admin/models/mlp/releases", &big, Some(ADMIN_TOKEN));
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (413, Some("body_too_large"))
+    );
+    // A chunked (no length) upload over the limit is cut off mid-stream.
+    let small = TestApp::start_with(ferry_tests::app::Options {
+        demo: false,
+        tweak: Some(Box::new(|c| c.limits.max_blob_bytes = 10_000)),
+    });
+    let data = vec![1u8; 50_000];
+    let digest = ferry_shared::Sha256Digest::of(&data);
+    let mut reader = std::io::Cursor::new(data);
+    let resp = small
+        .agent
+        .put(small.at(&format!("/v1/admin/blobs/sha256/{}", digest.to_hex())))
+        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+        .send(ureq::SendBody::from_reader(&mut reader));
+    if let Ok(r) = resp {
+        assert_eq!(r.status().as_u16(), 413);
+    }
+    assert!(
+        small.stored_files().is_empty(),
+        "{:?}",
+        small.stored_files()
+    );
+    assert_eq!(app.stored_files(), before);
+}

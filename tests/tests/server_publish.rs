@@ -1,0 +1,267 @@
+//! Every publish refusal has its own error code, and nothing half-published stays visible.
+
+use base64::Engine as _;
+use ferry_server::keys;
+use ferry_shared::dsse::KeyRole;
+use ferry_shared::{BackendId, Sha256Digest};
+use ferry_tests::app::{
+    ADMIN_TOKEN, READ_TOKEN, TestApp, fixture_bytes_by_digest, mlp_v1, sign_manifest,
+    signed_release,
+};
+
+/// Uploads the blobs of `mlp` 1.0.0 and returns its manifest (not published).
+fn staged(app: &TestApp) -> ferry_shared::manifest::ReleaseManifest {
+    let (m, _) = signed_release(&mlp_v1(), &app.release_key());
+    for v in &m.variants {
+        assert!(matches!(
+            app.put_blob(&fixture_bytes_by_digest(&v.sha256)),
+            200 | 201
+        ));
+    }
+    m
+}
+
+fn assert_not_published(app: &TestApp, version: &str) {
+    let (status, _) = app.get_json(
+        &format!("/v1/admin/models/mlp/releases/{version}"),
+        Some(READ_TOKEN),
+    );
+    assert_eq!(status, 404, "release {version} must not be visible");
+    assert!(
+        !app.stored_files()
+            .iter()
+            .any(|f| f.starts_with("releases/")),
+        "no release object may be stored: {:?}",
+        app.stored_files()
+    );
+}
+
+fn refused(app: &TestApp, env: &ferry_shared::dsse::Envelope, status: u16, code: &str) {
+    let (got, body) = app.post_release("mlp", env);
+    assert_eq!((got, body["code"].as_str()), (status, Some(code)), "{body}");
+    assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()));
+    assert!(body["request_id"].as_str().is_some_and(|m| !m.is_empty()));
+    assert_not_published(app, "1.0.0");
+}
+
+#[test]
+fn each_refusal_has_its_code() {
+    let app = TestApp::start();
+    let m = staged(&app);
+    let key = app.release_key();
+
+    // Signature invalid: payload changed after signing.
+    let mut env = sign_manifest(&m, &key);
+    let mut tampered = m.clone();
+    tampered.notes = "tampered".into();
+    env.payload = base64::engine::general_purpose::STANDARD.encode(tampered.to_json());
+    refused(&app, &env, 403, "signature_invalid");
+
+    // Key not trusted.
+    let stranger = keys::generate(KeyRole::Release).expect("key");
+    refused(&app, &sign_manifest(&m, &stranger), 403, "key_unknown");
+
+    // Signed with the online key (trusted, wrong role).
+    let online = keys::load(&app.dir.path().join("keys/online.key")).expect("online key");
+    let env = online
+        .pair
+        .sign(ferry_shared::manifest::RELEASE_PAYLOAD_TYPE, &m.to_json());
+    refused(&app, &env, 403, "key_wrong_role");
+
+    // Blob missing.
+    let mut missing = m.clone();
+    missing.variants[0].sha256 = Sha256Digest::of(b"never uploaded");
+    refused(&app, &sign_manifest(&missing, &key), 422, "blob_missing");
+
+    // Blob of the wrong size.
+    let mut size = m.clone();
+    size.variants[0].size += 1;
+    refused(&app, &sign_manifest(&size, &key), 422, "blob_size_mismatch");
+
+    // A blob that is not a .pte.
+    let junk = b"PK\x03\x04 definitely a zip file and not an ExecuTorch program".to_vec();
+    assert_eq!(app.put_blob(&junk), 201);
+    let mut not_pte = m.clone();
+    not_pte.variants[0].sha256 = Sha256Digest::of(&junk);
+    not_pte.variants[0].size = junk.len() as u64;
+    refused(&app, &sign_manifest(&not_pte, &key), 422, "not_a_pte");
+
+    // A variant declared Vulkan whose bytes are XNNPACK (the partitioner "failed open").
+    let mut lie = m.clone();
+    let xnn = lie
+        .variants
+        .iter()
+        .position(|v| v.id.as_str() == "xnnpack-fp32")
+        .expect("xnnpack");
+    lie.variants[xnn].delegate = ferry_shared::manifest::Delegate::Vulkan;
+    lie.variants[xnn].backends = vec![BackendId::new("VulkanBackend").expect("id")];
+    let (status, body) = app.post_release("mlp", &sign_manifest(&lie, &key));
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (422, Some("delegate_mismatch")),
+        "{body}"
+    );
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("never calls VulkanBackend"),
+        "{body}"
+    );
+    assert_not_published(&app, "1.0.0");
+
+    // A variant that hides one of the backends its program calls.
+    let mut hidden = m.clone();
+    hidden.variants[xnn]
+        .backends
+        .push(BackendId::new("QnnBackend").expect("id"));
+    refused(
+        &app,
+        &sign_manifest(&hidden, &key),
+        422,
+        "delegate_mismatch",
+    );
+
+    // Malformed: not an envelope; payload not a manifest; unknown field.
+    let (status, body) = app.post_raw(
+        "/v1/admin/models/mlp/releases",
+        b"{not json",
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("envelope_malformed"))
+    );
+    let env = key
+        .pair
+        .sign(ferry_shared::manifest::RELEASE_PAYLOAD_TYPE, b"[1,2,3]");
+    refused(&app, &env, 422, "manifest_malformed");
+    let mut v: serde_json::Value = serde_json::from_slice(&m.to_json()).expect("json");
+    v["surprise"] = serde_json::json!(true);
+    let env = key.pair.sign(
+        ferry_shared::manifest::RELEASE_PAYLOAD_TYPE,
+        &serde_json::to_vec(&v).expect("json"),
+    );
+    refused(&app, &env, 422, "manifest_unknown_field");
+
+    // Posted to another model's URL.
+    let (status, body) = app.post_release("other", &sign_manifest(&m, &key));
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("model_mismatch"))
+    );
+
+    // Finally the honest release goes through, once.
+    let good = sign_manifest(&m, &key);
+    let (status, body) = app.post_release("mlp", &good);
+    assert_eq!(status, 201, "{body}");
+    assert!(
+        body["inspection"]["xnnpack-fp32"]["methods"][0]["delegate_calls"]["XnnpackBackend"] == 1
+    );
+    let (status, body) = app.post_release("mlp", &good);
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("release_exists"))
+    );
+    let (status, body) = app.get_json("/v1/admin/models/mlp/releases/1.0.0", Some(READ_TOKEN));
+    assert_eq!(status, 200);
+    assert_eq!(
+        body["inspection"]["portable-fp32"]["methods"][0]["kernel_calls"]["aten::relu.out"],
+        1
+    );
+}
+
+#[test]
+fn blob_uploads_are_checked_and_leave_nothing_on_failure() {
+    let app = TestApp::start_with(ferry_tests::app::Options {
+        demo: false,
+        tweak: Some(Box::new(|c| c.limits.max_blob_bytes = 64 * 1024)),
+    });
+    let bytes =
+        std::fs::read(ferry_tests::fixtures_dir().join("pte/mlp-v1-xnnpack.pte")).expect("fixture");
+    let digest = Sha256Digest::of(&bytes);
+    let url = app.at(&format!("/v1/admin/blobs/sha256/{}", digest.to_hex()));
+    let put = |token: Option<&str>, body: &[u8]| {
+        let mut r = app.agent.put(&url);
+        if let Some(t) = token {
+            r = r.header("authorization", format!("Bearer {t}"));
+        }
+        let mut resp = r.send(body).expect("request");
+        let status = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        (
+            status,
+            serde_json::from_str::<serde_json::Value>(&text).unwrap_or_default(),
+        )
+    };
+    // No token, wrong token, read-only token.
+    assert_eq!(put(None, &bytes).0, 401);
+    assert_eq!(put(Some("wrong-token-wrong-token"), &bytes).0, 401);
+    let (status, body) = put(Some(READ_TOKEN), &bytes);
+    assert_eq!((status, body["code"].as_str()), (403, Some("forbidden")));
+    // Bytes that do not hash to the name.
+    let mut flipped = bytes.clone();
+    flipped[100] ^= 1;
+    let (status, body) = put(Some(ADMIN_TOKEN), &flipped);
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (422, Some("hash_mismatch"))
+    );
+    // Over the limit.
+    let big = vec![7u8; 100 * 1024];
+    let big_url = app.at(&format!(
+        "/v1/admin/blobs/sha256/{}",
+        Sha256Digest::of(&big).to_hex()
+    ));
+    let resp = app
+        .agent
+        .put(&big_url)
+        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+        .send(&big[..])
+        .expect("request");
+    assert_eq!(resp.status().as_u16(), 413);
+    assert!(
+        app.stored_files().is_empty(),
+        "nothing may be left: {:?}",
+        app.stored_files()
+    );
+    // Then the real upload works, and again is idempotent.
+    let (status, body) = put(Some(ADMIN_TOKEN), &bytes);
+    assert_eq!((status, body["created"].as_bool()), (201, Some(true)));
+    let (status, body) = put(Some(ADMIN_TOKEN), &bytes);
+    assert_eq!((status, body["created"].as_bool()), (200, Some(false)));
+    assert_eq!(
+        app.stored_files(),
+        [format!("blobs/sha256/{}", digest.to_hex())]
+    );
+}
+
+#[test]
+fn releases_survive_a_restart() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    let data = app.dir.path().to_path_buf();
+    // A second server on the same data directory loads the catalog from the store.
+    let env = |k: &str| (k == "FERRY_ADMIN_TOKEN").then(|| ADMIN_TOKEN.to_string());
+    let flags = ferry_server::config::Flags {
+        config: None,
+        listen: Some("127.0.0.1:0".into()),
+        data: Some(data),
+    };
+    let config = ferry_server::config::Config::load(&flags, &env).expect("config");
+    let second = ferry_server::server::spawn(config, false).expect("second server");
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let mut resp = agent
+        .get(format!("{}/v1/admin/models", second.url()))
+        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+        .call()
+        .expect("request");
+    let v: serde_json::Value =
+        serde_json::from_str(&resp.body_mut().read_to_string().expect("body")).expect("json");
+    assert_eq!(v["models"][0]["model"], "mlp");
+    assert_eq!(v["models"][0]["latest"], "1.0.0");
+    second.stop();
+}

@@ -1,0 +1,217 @@
+//! Publish the fixture releases over HTTP, then resolve for a table of device profiles.
+
+use ferry_tests::app::{TestApp, device, mlp_v1, mlp_v2};
+
+fn candidates(app: &TestApp, body: &serde_json::Value) -> (String, Vec<String>) {
+    let (decision, manifest) = app.verify_response(body);
+    // Every candidate must be a variant of the signed manifest, with the same digest and size.
+    for c in &decision.candidates {
+        let v = manifest
+            .variant(&c.variant)
+            .expect("candidate is in the signed manifest");
+        assert_eq!(
+            (v.sha256, v.size, v.delegate),
+            (c.sha256, c.size, c.delegate)
+        );
+        assert_eq!(c.url, format!("/v1/blobs/sha256/{}", c.sha256.to_hex()));
+    }
+    assert_eq!(decision.release, manifest.version);
+    (
+        decision.release.to_string(),
+        decision
+            .candidates
+            .iter()
+            .map(|c| c.variant.to_string())
+            .collect(),
+    )
+}
+
+#[test]
+fn device_profiles_get_the_expected_ordered_candidates() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    app.publish(&mlp_v2());
+
+    let table: Vec<(&str, serde_json::Value, &str, Vec<&str>)> = vec![
+        (
+            "Android with Vulkan",
+            device(
+                "android",
+                &["XnnpackBackend", "VulkanBackend"],
+                "1.5.1",
+                "2.1.0",
+                8192,
+            ),
+            "2.0.0",
+            vec!["vulkan-fp32", "xnnpack-fp32"],
+        ),
+        (
+            "iPhone with Core ML",
+            device(
+                "ios",
+                &["XnnpackBackend", "CoreMLBackend"],
+                "1.5.1",
+                "2.0.0",
+                6144,
+            ),
+            "2.0.0",
+            vec!["coreml-fp32", "xnnpack-fp32"],
+        ),
+        (
+            "Linux CPU only",
+            device("linux", &["XnnpackBackend"], "1.5.1", "2.0.0", 16384),
+            "2.0.0",
+            vec!["xnnpack-fp32"],
+        ),
+        (
+            "old runtime gets the release it can load",
+            device(
+                "android",
+                &["XnnpackBackend", "VulkanBackend"],
+                "1.2.0",
+                "2.0.0",
+                8192,
+            ),
+            "1.0.0",
+            vec!["vulkan-fp32", "xnnpack-int8", "xnnpack-fp32"],
+        ),
+        (
+            "old app gets the release meant for it",
+            device("linux", &["XnnpackBackend"], "1.5.1", "1.4.0", 8192),
+            "1.0.0",
+            vec!["xnnpack-int8", "xnnpack-fp32"],
+        ),
+        (
+            "low RAM skips Vulkan",
+            device(
+                "android",
+                &["XnnpackBackend", "VulkanBackend"],
+                "1.5.1",
+                "2.0.0",
+                1024,
+            ),
+            "2.0.0",
+            vec!["xnnpack-fp32"],
+        ),
+        (
+            "no XNNPACK registered: portable",
+            device("other", &[], "1.5.1", "2.0.0", 512),
+            "2.0.0",
+            vec!["portable-fp32"],
+        ),
+    ];
+    for (name, dev, release, want) in table {
+        let (status, body) = app.resolve(&dev, false);
+        assert_eq!(status, 200, "{name}: {body}");
+        let (got_release, got) = candidates(&app, &body);
+        assert_eq!(got_release, release, "{name}");
+        assert_eq!(got, want, "{name}");
+        if got.iter().any(|v| v.starts_with("xnnpack")) {
+            assert!(
+                got.last().is_some_and(|v| v.starts_with("xnnpack")),
+                "{name}: XNNPACK last"
+            );
+        }
+    }
+}
+
+#[test]
+fn explain_and_no_compatible_variant() {
+    let app = TestApp::start();
+    app.publish(&mlp_v2());
+    let dev = device(
+        "android",
+        &["XnnpackBackend", "VulkanBackend"],
+        "1.5.1",
+        "2.0.0",
+        1024,
+    );
+    let (status, body) = app.resolve(&dev, true);
+    assert_eq!(status, 200);
+    let explain = body["explain"].as_array().expect("explain present");
+    let vulkan = explain
+        .iter()
+        .find(|e| e["variant"] == "vulkan-fp32")
+        .expect("vulkan explained");
+    assert_eq!(vulkan["reasons"][0], "needs 2048 MiB RAM, device has 1024");
+    let coreml = explain
+        .iter()
+        .find(|e| e["variant"] == "coreml-fp32")
+        .expect("coreml explained");
+    assert!(
+        coreml["reasons"]
+            .to_string()
+            .contains("needs backend CoreMLBackend")
+    );
+
+    let old = device("android", &["XnnpackBackend"], "1.4.2", "2.0.0", 8192);
+    let (status, body) = app.resolve(&old, false);
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["code"], "no_compatible_variant");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("needs ExecuTorch runtime >=1.5.0, device has 1.4.2"),
+        "{body}"
+    );
+    assert!(body["request_id"].as_str().is_some_and(|s| !s.is_empty()));
+    assert!(
+        body["details"]["explain"]
+            .as_array()
+            .is_some_and(|a| a.len() == 4)
+    );
+
+    let mut unknown = dev.clone();
+    unknown["model"] = "nope".into();
+    let (status, body) = app.resolve(&unknown, false);
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("model_not_found"))
+    );
+}
+
+#[test]
+fn decisions_expire_and_sequences_increase() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    let dev = device("linux", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096);
+    let mut last = 0;
+    for _ in 0..5 {
+        let (status, body) = app.resolve(&dev, false);
+        assert_eq!(status, 200);
+        let (d, _) = app.verify_response(&body);
+        assert!(d.sequence > last, "sequence must increase");
+        last = d.sequence;
+        let ttl = d.expires_at - d.issued_at;
+        assert_eq!(ttl.whole_seconds(), 3600);
+        assert_eq!(d.cohort, ferry_shared::resolve::Cohort::Baseline);
+        assert_eq!(d.install_id, "install-1");
+    }
+}
+
+#[test]
+fn demo_model_resolves() {
+    let app = TestApp::start_with(ferry_tests::app::Options {
+        demo: true,
+        tweak: None,
+    });
+    let mut dev = device(
+        "ios",
+        &["XnnpackBackend", "CoreMLBackend"],
+        "1.5.1",
+        "1.0.0",
+        4096,
+    );
+    dev["model"] = "demo-mlp".into();
+    let (status, body) = app.resolve(&dev, false);
+    assert_eq!(status, 200, "{body}");
+    let (_, got) = candidates(&app, &body);
+    assert_eq!(got, ["coreml-fp32", "xnnpack-fp32"]);
+    let (_, manifest) = app.verify_response(&body);
+    let golden = manifest.variants[0]
+        .golden
+        .as_ref()
+        .expect("demo carries a golden check");
+    assert_eq!(golden.input[0].shape, [2, 16]);
+}
