@@ -30,13 +30,16 @@ pub struct TestApp {
     pub agent: ureq::Agent,
 }
 
+/// A change to the configuration before the server starts.
+pub type ConfigTweak = Box<dyn FnOnce(&mut Config)>;
+
 /// Options for [`TestApp::start_with`].
 #[derive(Default)]
 pub struct Options {
     /// Publish the demo model.
     pub demo: bool,
     /// Change the config before start.
-    pub tweak: Option<Box<dyn FnOnce(&mut Config)>>,
+    pub tweak: Option<ConfigTweak>,
 }
 
 impl TestApp {
