@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Installs what ferry's tests need, idempotently, from package registries only.
+# Installs what ferry's tests need, idempotently, from package registries only:
+# a C/C++ compiler, rustfmt and clippy, and (through scripts/setup-executorch.sh) clang,
+# libclang and the ExecuTorch 1.5.1 runtime libraries from the PyPI wheel.
 # Safe to run again: each step checks first and does nothing when already done.
 set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
 
 need_apt=()
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
+command -v unzip >/dev/null 2>&1 || true
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
@@ -16,4 +20,5 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+bash "$root/scripts/setup-executorch.sh" >/dev/null
 echo "test dependencies ready"

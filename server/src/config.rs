@@ -254,13 +254,17 @@ mod tests {
 
     #[test]
     fn the_example_config_loads() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/ferry.example.toml");
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/ferry.example.toml");
         let flags = Flags {
             config: Some(path),
             ..Flags::default()
         };
         let c = Config::load(&flags, &no_env).expect("example config is valid");
-        assert_eq!(c.preference.default[0], ferry_shared::manifest::Delegate::Qnn);
+        assert_eq!(
+            c.preference.default[0],
+            ferry_shared::manifest::Delegate::Qnn
+        );
         assert!(c.log_json);
     }
 

@@ -8,7 +8,8 @@
 //! - [`pte`]: the `.pte` inspector that reads what a program really delegates;
 //! - [`resolve`]: the device-facing resolve request and signed decision;
 //! - [`select`]: the pure variant-selection function;
-//! - [`trust`]: the trust file (pinned public keys with roles).
+//! - [`trust`]: the trust file (pinned public keys with roles);
+//! - [`telemetry`]: the events devices report.
 
 pub mod dsse;
 pub mod manifest;
@@ -16,6 +17,7 @@ pub mod names;
 pub mod pte;
 pub mod resolve;
 pub mod select;
+pub mod telemetry;
 pub mod trust;
 
 pub use names::{BackendId, KeyId, ModelName, NameError, Sha256Digest, VariantId};

@@ -1,0 +1,186 @@
+//! Loads a model from a ferry server into the real ExecuTorch runtime, printing each step.
+//!
+//! ```sh
+//! cargo run -p ferry-client --features executorch --example fetch -- \
+//!   --server http://127.0.0.1:8080 --model demo-mlp --trust ferry-data/keys/trust.json \
+//!   --cache /tmp/ferry-cache --platform ios --claim-backends CoreMLBackend \
+//!   --input tests/fixtures/pte/mlp-v1-xnnpack.json
+//! ```
+//!
+//! With `--json` it prints one JSON object: `release`, `variant`, `delegate`, `path`,
+//! `attempts` (each `{variant, delegate, error_code}`), `registered_backends`, `source` and,
+//! with `--input`, `max_abs_diff` of `forward` against the sidecar's output.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use ferry_client::executorch_runtime::ExecuTorchRuntime;
+use ferry_client::{ClientBuilder, DeviceInfo, Source, max_abs_diff};
+use ferry_shared::manifest::{Golden, Platform};
+use ferry_shared::trust::TrustFile;
+
+#[derive(Parser)]
+#[command(about = "Load a model from a ferry server into ExecuTorch")]
+struct Args {
+    /// Server URL.
+    #[arg(long)]
+    server: String,
+    /// Model name.
+    #[arg(long)]
+    model: String,
+    /// Trust file (a server's keys/trust.json).
+    #[arg(long)]
+    trust: PathBuf,
+    /// Cache folder.
+    #[arg(long)]
+    cache: PathBuf,
+    /// App version.
+    #[arg(long, default_value = "1.0.0")]
+    app_version: semver::Version,
+    /// Platform: android, ios, linux, macos, windows, other.
+    #[arg(long, default_value = "linux")]
+    platform: String,
+    /// OS version.
+    #[arg(long, default_value = "")]
+    os_version: String,
+    /// Device model.
+    #[arg(long, default_value = "")]
+    device_model: String,
+    /// SoC.
+    #[arg(long, default_value = "")]
+    soc: String,
+    /// RAM in MiB.
+    #[arg(long, default_value_t = 4096)]
+    ram_mb: u64,
+    /// Install id.
+    #[arg(long, default_value = "fetch-example")]
+    install_id: String,
+    /// Backends to claim beyond those the runtime registered (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    claim_backends: Vec<String>,
+    /// A sidecar JSON (`input`, `output`, `atol`) to run `forward` on.
+    #[arg(long)]
+    input: Option<PathBuf>,
+    /// Print one JSON object instead of steps.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if args.json {
+                println!("{}", serde_json::json!({ "error": e.0, "message": e.1 }));
+            } else {
+                eprintln!("fetch: {} ({})", e.1, e.0);
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<(), (String, String)> {
+    let fail = |code: &str, m: String| (code.to_string(), m);
+    let trust_bytes = std::fs::read(&args.trust)
+        .map_err(|e| fail("config_invalid", format!("{}: {e}", args.trust.display())))?;
+    let trust =
+        TrustFile::from_json(&trust_bytes).map_err(|e| fail("config_invalid", e.to_string()))?;
+    let platform: Platform =
+        serde_json::from_value(serde_json::Value::String(args.platform.clone())).map_err(|_| {
+            fail(
+                "config_invalid",
+                format!("unknown platform {}", args.platform),
+            )
+        })?;
+    let quiet = args.json;
+    let progress: ferry_client::ProgressFn =
+        Arc::new(move |variant: &str, done: u64, total: u64| {
+            if !quiet && done == total {
+                eprintln!("  downloaded {variant}: {done} bytes");
+            }
+        });
+    let client = ClientBuilder::new(&args.server, trust)
+        .cache_dir(&args.cache)
+        .app_version(args.app_version.clone())
+        .runtime(Arc::new(ExecuTorchRuntime::new()))
+        .progress(progress)
+        .build()
+        .map_err(|e| fail(e.code(), e.to_string()))?;
+    let registered = client.registered_backends();
+    if !args.json {
+        eprintln!("runtime registers: {}", registered.join(", "));
+        if !args.claim_backends.is_empty() {
+            eprintln!("device also claims: {}", args.claim_backends.join(", "));
+        }
+        eprintln!("resolving {} at {} ...", args.model, args.server);
+    }
+    let device = DeviceInfo {
+        install_id: args.install_id.clone(),
+        platform,
+        os_version: args.os_version.clone(),
+        device_model: args.device_model.clone(),
+        soc: args.soc.clone(),
+        ram_mb: args.ram_mb,
+        claimed_backends: args.claim_backends.clone(),
+    };
+    let mut loaded = client
+        .load(&args.model, &device)
+        .map_err(|e| fail(e.code(), e.to_string()))?;
+    let mut diff = None;
+    if let Some(path) = &args.input {
+        let bytes = std::fs::read(path)
+            .map_err(|e| fail("config_invalid", format!("{}: {e}", path.display())))?;
+        let g: Golden = serde_json::from_slice(&bytes)
+            .map_err(|e| fail("config_invalid", format!("{}: {e}", path.display())))?;
+        let out = loaded.run(&g.input).map_err(|e| fail(e.code, e.message))?;
+        diff = max_abs_diff(&out, &g.output);
+    }
+    let source = match &loaded.source {
+        Source::Downloaded => "downloaded".to_string(),
+        Source::Cached => "cached".to_string(),
+        Source::LastKnownGood { code, .. } => format!("last_known_good ({code})"),
+    };
+    if args.json {
+        let attempts: Vec<serde_json::Value> = loaded
+            .attempts
+            .iter()
+            .map(|a| serde_json::json!({"variant": a.variant, "delegate": a.delegate, "error_code": a.error_code, "message": a.message}))
+            .collect();
+        let mut out = serde_json::json!({
+            "release": loaded.release,
+            "variant": loaded.variant,
+            "delegate": loaded.delegate,
+            "path": loaded.path,
+            "source": source,
+            "attempts": attempts,
+            "registered_backends": registered,
+        });
+        if let Some(d) = diff {
+            out["max_abs_diff"] = serde_json::json!(d);
+        }
+        println!("{out}");
+    } else {
+        for a in &loaded.attempts {
+            eprintln!(
+                "  tried {} ({}): {} — {}",
+                a.variant, a.delegate, a.error_code, a.message
+            );
+        }
+        println!(
+            "loaded {} {} variant {} ({}) from {} [{source}]",
+            loaded.model,
+            loaded.release,
+            loaded.variant,
+            loaded.delegate,
+            loaded.path.display()
+        );
+        if let Some(d) = diff {
+            println!("forward matches the reference output: max |diff| = {d:e}");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,408 @@
+//! The content-addressed on-disk cache.
+//!
+//! ```text
+//! <root>/blobs/sha256/<hex>          verified .pte bytes (only ever renamed in complete)
+//! <root>/blobs/sha256/<hex>.part     a download in flight (resumed after a crash)
+//! <root>/index.json                  which release/variant each model uses, LRU stamps
+//! <root>/telemetry/queue.ndjson      queued telemetry events
+//! ```
+//!
+//! Every file is written with [`write_durable`] (temporary file, fsync, rename, folder fsync),
+//! so a crash at any point leaves the old or the new version. On open, stray temporary files
+//! are removed, a corrupt index is set aside and rebuilt from the blobs on disk, and index
+//! entries whose blob vanished are dropped. Eviction ([`Cache::evict`]) is LRU under a byte
+//! budget and never removes a blob in use or a model's last known good variant.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use ferry_shared::Sha256Digest;
+use ferry_shared::dsse::Envelope;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+use crate::error::ClientError;
+
+/// Writes `bytes` to `path` atomically and durably: temporary file in the same folder, fsync,
+/// rename, folder fsync.
+pub fn write_durable(path: &Path, bytes: &[u8]) -> Result<(), ClientError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| ClientError::io(dir, e))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let result = (|| -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(ClientError::io(path, e));
+    }
+    Ok(())
+}
+
+/// What the cache remembers about a model: its last known good variant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelEntry {
+    /// Release version.
+    pub release: String,
+    /// Variant id.
+    pub variant: String,
+    /// Delegate.
+    pub delegate: String,
+    /// Blob digest.
+    pub sha256: Sha256Digest,
+    /// Blob size.
+    pub size: u64,
+    /// The signed release envelope, re-verified before any offline use.
+    pub release_envelope: Envelope,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct BlobEntry {
+    size: u64,
+    last_used: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Index {
+    version: u32,
+    clock: u64,
+    #[serde(default)]
+    models: BTreeMap<String, ModelEntry>,
+    #[serde(default)]
+    blobs: BTreeMap<String, BlobEntry>,
+    #[serde(default)]
+    sequences: BTreeMap<String, u64>,
+}
+
+/// The cache.
+#[derive(Debug)]
+pub struct Cache {
+    root: PathBuf,
+    budget: u64,
+    index: Index,
+}
+
+/// What [`Cache::open`] had to repair.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Recovery {
+    /// Temporary files removed.
+    pub removed_temp: usize,
+    /// The index was unreadable and was rebuilt.
+    pub rebuilt_index: bool,
+    /// Index entries dropped because their blob was missing.
+    pub dropped_entries: usize,
+}
+
+fn is_hex64(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+impl Cache {
+    /// Opens (creating) a cache at `root` with a byte budget, repairing what a crash left.
+    pub fn open(root: &Path, budget: u64) -> Result<(Cache, Recovery), ClientError> {
+        let blobs = root.join("blobs/sha256");
+        std::fs::create_dir_all(&blobs).map_err(|e| ClientError::io(&blobs, e))?;
+        let mut rec = Recovery::default();
+        for dir in [root.to_path_buf(), blobs.clone()] {
+            if let Ok(rd) = std::fs::read_dir(&dir) {
+                for e in rd.flatten() {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    if name.starts_with('.') && name.contains(".tmp-") {
+                        let _ = std::fs::remove_file(e.path());
+                        rec.removed_temp += 1;
+                    }
+                }
+            }
+        }
+        let index_path = root.join("index.json");
+        let mut index = match std::fs::read(&index_path) {
+            Ok(bytes) => match serde_json::from_slice::<Index>(&bytes) {
+                Ok(i) => i,
+                Err(_) => {
+                    let _ = std::fs::rename(&index_path, root.join("index.json.corrupt"));
+                    rec.rebuilt_index = true;
+                    Index::default()
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Index::default(),
+            Err(e) => return Err(ClientError::io(&index_path, e)),
+        };
+        index.version = 1;
+        // Blobs on disk that the index does not know (a crash between rename and index write).
+        if let Ok(rd) = std::fs::read_dir(&blobs) {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if is_hex64(&name) && !index.blobs.contains_key(&name) {
+                    let size = e.metadata().map(|m| m.len()).unwrap_or(0);
+                    index.blobs.insert(name, BlobEntry { size, last_used: 0 });
+                }
+            }
+        }
+        let before = index.blobs.len() + index.models.len();
+        index.blobs.retain(|hex, _| blobs.join(hex).is_file());
+        let present: BTreeSet<String> = index.blobs.keys().cloned().collect();
+        index
+            .models
+            .retain(|_, m| present.contains(&m.sha256.to_hex()));
+        rec.dropped_entries = before - index.blobs.len() - index.models.len();
+        let cache = Cache {
+            root: root.to_path_buf(),
+            budget,
+            index,
+        };
+        cache.save()?;
+        Ok((cache, rec))
+    }
+
+    /// The cache's root folder.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn save(&self) -> Result<(), ClientError> {
+        let bytes = serde_json::to_vec_pretty(&self.index).map_err(|e| ClientError::CacheIo {
+            path: self.root.join("index.json"),
+            message: e.to_string(),
+        })?;
+        write_durable(&self.root.join("index.json"), &bytes)
+    }
+
+    /// Where a verified blob lives.
+    pub fn blob_path(&self, d: &Sha256Digest) -> PathBuf {
+        self.root.join("blobs/sha256").join(d.to_hex())
+    }
+
+    /// Where a download in flight lives.
+    pub fn part_path(&self, d: &Sha256Digest) -> PathBuf {
+        self.root
+            .join("blobs/sha256")
+            .join(format!("{}.part", d.to_hex()))
+    }
+
+    /// True when the blob is present, has the signed size and hashes to its digest. A blob
+    /// that fails is removed (it must never reach the runtime).
+    pub fn check_blob(&mut self, d: &Sha256Digest, size: u64) -> Result<bool, ClientError> {
+        let path = self.blob_path(d);
+        let meta = match std::fs::metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(ClientError::io(&path, e)),
+        };
+        if meta.len() == size && hash_file(&path)? == *d {
+            return Ok(true);
+        }
+        let _ = std::fs::remove_file(&path);
+        self.index.blobs.remove(&d.to_hex());
+        self.index.models.retain(|_, m| m.sha256 != *d);
+        self.save()?;
+        Ok(false)
+    }
+
+    /// Moves a completed, verified `.part` into place and records it.
+    pub fn commit_part(&mut self, d: &Sha256Digest, size: u64) -> Result<PathBuf, ClientError> {
+        let part = self.part_path(d);
+        let dest = self.blob_path(d);
+        std::fs::rename(&part, &dest).map_err(|e| ClientError::io(&dest, e))?;
+        if let Some(dir) = dest.parent() {
+            std::fs::File::open(dir)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| ClientError::io(dir, e))?;
+        }
+        self.touch(d, size);
+        self.save()?;
+        Ok(dest)
+    }
+
+    fn touch(&mut self, d: &Sha256Digest, size: u64) {
+        self.index.clock += 1;
+        let clock = self.index.clock;
+        let e = self.index.blobs.entry(d.to_hex()).or_default();
+        e.size = size;
+        e.last_used = clock;
+    }
+
+    /// Marks a blob as just used (LRU).
+    pub fn mark_used(&mut self, d: &Sha256Digest, size: u64) -> Result<(), ClientError> {
+        self.touch(d, size);
+        self.save()
+    }
+
+    /// Records `entry` as `model`'s last known good variant.
+    pub fn set_last_good(&mut self, model: &str, entry: ModelEntry) -> Result<(), ClientError> {
+        self.touch(&entry.sha256, entry.size);
+        self.index.models.insert(model.to_string(), entry);
+        self.save()
+    }
+
+    /// The last known good variant of `model`.
+    pub fn last_good(&self, model: &str) -> Option<&ModelEntry> {
+        self.index.models.get(model)
+    }
+
+    /// Every model with a last known good variant.
+    pub fn models(&self) -> impl Iterator<Item = (&String, &ModelEntry)> {
+        self.index.models.iter()
+    }
+
+    /// Highest decision sequence seen for `model`.
+    pub fn last_sequence(&self, model: &str) -> u64 {
+        self.index.sequences.get(model).copied().unwrap_or(0)
+    }
+
+    /// Records a decision sequence for `model` (keeps the highest).
+    pub fn record_sequence(&mut self, model: &str, seq: u64) -> Result<(), ClientError> {
+        let e = self.index.sequences.entry(model.to_string()).or_default();
+        if seq > *e {
+            *e = seq;
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    /// Bytes of verified blobs in the cache.
+    pub fn used_bytes(&self) -> u64 {
+        self.index.blobs.values().map(|b| b.size).sum()
+    }
+
+    /// Evicts least recently used blobs until the cache fits its budget, never touching
+    /// `in_use` or any model's last known good blob. Returns the digests removed.
+    pub fn evict(
+        &mut self,
+        in_use: &BTreeSet<Sha256Digest>,
+    ) -> Result<Vec<Sha256Digest>, ClientError> {
+        let protected: BTreeSet<String> = self
+            .index
+            .models
+            .values()
+            .map(|m| m.sha256.to_hex())
+            .chain(in_use.iter().map(Sha256Digest::to_hex))
+            .collect();
+        let plan = eviction_plan(
+            self.index
+                .blobs
+                .iter()
+                .map(|(k, v)| (k.clone(), v.size, v.last_used)),
+            &protected,
+            self.budget,
+        );
+        let mut removed = Vec::new();
+        for hex in plan {
+            let Ok(d) = Sha256Digest::from_hex(&hex) else {
+                continue;
+            };
+            let path = self.blob_path(&d);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(ClientError::io(&path, e)),
+            }
+            self.index.blobs.remove(&hex);
+            removed.push(d);
+        }
+        if !removed.is_empty() {
+            self.save()?;
+        }
+        Ok(removed)
+    }
+}
+
+/// Pure LRU planning: which blobs to drop (oldest first) so the rest fit `budget`, skipping
+/// protected ones. `blobs` yields (key, size, last_used).
+pub fn eviction_plan(
+    blobs: impl Iterator<Item = (String, u64, u64)>,
+    protected: &BTreeSet<String>,
+    budget: u64,
+) -> Vec<String> {
+    let mut all: Vec<(String, u64, u64)> = blobs.collect();
+    let mut total: u64 = all.iter().map(|b| b.1).sum();
+    all.sort_by_key(|b| b.2);
+    let mut out = Vec::new();
+    for (key, size, _) in all {
+        if total <= budget {
+            break;
+        }
+        if protected.contains(&key) {
+            continue;
+        }
+        total -= size;
+        out.push(key);
+    }
+    out
+}
+
+/// SHA-256 of a file.
+pub fn hash_file(path: &Path) -> Result<Sha256Digest, ClientError> {
+    let mut f = std::fs::File::open(path).map_err(|e| ClientError::io(path, e))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let n = f.read(&mut buf).map_err(|e| ClientError::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(Sha256Digest::from_bytes(h.finalize().into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eviction_is_lru_and_respects_protection() {
+        let blobs = vec![
+            ("a".to_string(), 10, 1),
+            ("b".to_string(), 10, 2),
+            ("c".to_string(), 10, 3),
+        ];
+        let none = BTreeSet::new();
+        assert_eq!(
+            eviction_plan(blobs.clone().into_iter(), &none, 30),
+            Vec::<String>::new()
+        );
+        assert_eq!(eviction_plan(blobs.clone().into_iter(), &none, 20), ["a"]);
+        assert_eq!(
+            eviction_plan(blobs.clone().into_iter(), &none, 5),
+            ["a", "b", "c"]
+        );
+        let protect: BTreeSet<String> = ["a".to_string()].into();
+        assert_eq!(eviction_plan(blobs.into_iter(), &protect, 15), ["b", "c"]);
+    }
+
+    #[test]
+    fn recovers_from_a_corrupt_index_and_stray_files() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let (mut cache, _) = Cache::open(dir.path(), 1 << 20).expect("open");
+        let data = b"model bytes";
+        let d = Sha256Digest::of(data);
+        std::fs::write(cache.part_path(&d), data).expect("part");
+        cache.commit_part(&d, data.len() as u64).expect("commit");
+        drop(cache);
+        std::fs::write(dir.path().join("index.json"), b"{ half written").expect("corrupt");
+        std::fs::write(dir.path().join("blobs/sha256/.x.tmp-123"), b"junk").expect("stray");
+        let (mut cache, rec) = Cache::open(dir.path(), 1 << 20).expect("reopen");
+        assert!(rec.rebuilt_index);
+        assert_eq!(rec.removed_temp, 1);
+        assert!(
+            cache.check_blob(&d, data.len() as u64).expect("check"),
+            "blob survives"
+        );
+        // A flipped byte on disk is caught and the blob removed.
+        let mut bytes = std::fs::read(cache.blob_path(&d)).expect("read");
+        bytes[0] ^= 1;
+        std::fs::write(cache.blob_path(&d), &bytes).expect("write");
+        assert!(!cache.check_blob(&d, data.len() as u64).expect("check"));
+        assert!(!cache.blob_path(&d).exists());
+    }
+}

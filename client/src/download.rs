@@ -1,0 +1,403 @@
+//! Resumable, verified blob downloads.
+//!
+//! Bytes stream into `<cache>/blobs/sha256/<hex>.part`, hashed as they arrive. After an
+//! interruption the next attempt asks for `Range: bytes=<len>-` (with `If-Range` set to the
+//! ETag seen before) and each answer is handled on purpose ([`classify`]):
+//!
+//! | answer | meaning | action |
+//! |---|---|---|
+//! | 206 starting at our length, total = signed size | resume | append |
+//! | 206 anything else | confused server | start over |
+//! | 200 | range ignored, or the ETag changed | start over from byte 0 |
+//! | 416 | our part is not a prefix it knows | start over |
+//! | 404 / 410 | gone | give up on this candidate |
+//! | 5xx, network error, stall | transient | retry with backoff and jitter |
+//!
+//! Sizes and digests come only from the signed manifest: a server that sends more bytes than
+//! the signed size is cut off, and after a resume the whole file is hashed, never just the new
+//! part. A file whose hash does not match is deleted and never reaches the cache or runtime.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry_shared::Sha256Digest;
+use ferry_shared::manifest::Variant;
+use sha2::{Digest as _, Sha256};
+
+use crate::error::ClientError;
+
+/// Download progress: variant id, bytes on disk, total.
+pub type ProgressFn = Arc<dyn Fn(&str, u64, u64) + Send + Sync>;
+
+/// Retry and size limits for downloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DownloadLimits {
+    /// Largest blob the client will download (default 2 GiB).
+    pub max_bytes: u64,
+    /// Attempts after the first one (default 5).
+    pub retries: u32,
+    /// First backoff (default 200 ms); doubles per attempt with ±50 % jitter.
+    pub backoff: Duration,
+    /// Longest backoff (default 5 s).
+    pub backoff_cap: Duration,
+    /// Time allowed for the body per MiB, on top of `min_body_time` (default 10 s/MiB,
+    /// i.e. a 100 KiB/s floor): a stalled connection fails instead of hanging.
+    pub body_time_per_mib: Duration,
+    /// Least time allowed for any body (default 30 s).
+    pub min_body_time: Duration,
+}
+
+impl Default for DownloadLimits {
+    fn default() -> Self {
+        Self {
+            max_bytes: 2 << 30,
+            retries: 5,
+            backoff: Duration::from_millis(200),
+            backoff_cap: Duration::from_secs(5),
+            body_time_per_mib: Duration::from_secs(10),
+            min_body_time: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What to do with a response to a (possibly ranged) request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// 206 continuing exactly where the part file ends.
+    Append,
+    /// Write the body from byte 0 (a 200).
+    FromStart,
+    /// Drop the part file and ask again.
+    Restart(String),
+    /// Transient: retry (resuming).
+    Retry(String),
+    /// Give up on this candidate.
+    Fatal(u16, String),
+}
+
+/// Parses `Content-Range: bytes a-b/total`.
+pub fn parse_content_range(v: &str) -> Option<(u64, u64, u64)> {
+    let rest = v.trim().strip_prefix("bytes ")?;
+    let (range, total) = rest.split_once('/')?;
+    let (a, b) = range.split_once('-')?;
+    Some((
+        a.trim().parse().ok()?,
+        b.trim().parse().ok()?,
+        total.trim().parse().ok()?,
+    ))
+}
+
+/// Decides what a response means for a request made with `have` bytes already on disk.
+pub fn classify(status: u16, content_range: Option<&str>, have: u64, size: u64) -> Reply {
+    match status {
+        200 => Reply::FromStart,
+        206 => match content_range.and_then(parse_content_range) {
+            Some((a, b, total)) if a == have && total == size && b < size && b >= a => {
+                Reply::Append
+            }
+            Some((a, _, total)) => Reply::Restart(format!(
+                "206 for bytes {a}.. of {total}, expected {have}.. of {size}"
+            )),
+            None => Reply::Restart("206 without a valid Content-Range".into()),
+        },
+        416 => Reply::Restart("416: the server does not know our partial file".into()),
+        404 | 410 => Reply::Fatal(status, "the blob is not on the server".into()),
+        408 | 429 | 500..=599 => Reply::Retry(format!("HTTP {status}")),
+        other => Reply::Fatal(other, format!("unexpected HTTP {other}")),
+    }
+}
+
+/// A cheap random number for jitter (no extra crates, no clock).
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u8(0);
+    (h.finish() % 1000) as f64 / 1000.0
+}
+
+/// The backoff before attempt `n` (1-based): `base * 2^(n-1)`, capped, times 0.5–1.5.
+pub fn backoff(limits: &DownloadLimits, n: u32) -> Duration {
+    let exp = limits
+        .backoff
+        .saturating_mul(1u32 << n.saturating_sub(1).min(16));
+    exp.min(limits.backoff_cap).mul_f64(0.5 + jitter())
+}
+
+fn hash_prefix(path: &Path, len: u64) -> Result<Sha256, ClientError> {
+    let mut h = Sha256::new();
+    if len == 0 {
+        return Ok(h);
+    }
+    let mut f = File::open(path).map_err(|e| ClientError::io(path, e))?;
+    let mut left = len;
+    let mut buf = vec![0u8; 256 * 1024];
+    while left > 0 {
+        let want = (buf.len() as u64).min(left) as usize;
+        let n = f
+            .read(&mut buf[..want])
+            .map_err(|e| ClientError::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        left -= n as u64;
+    }
+    Ok(h)
+}
+
+fn part_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+fn etag_path(part: &Path) -> PathBuf {
+    let mut p = part.as_os_str().to_owned();
+    p.push(".etag");
+    PathBuf::from(p)
+}
+
+fn truncate(part: &Path) -> Result<(), ClientError> {
+    let _ = std::fs::remove_file(etag_path(part));
+    match std::fs::remove_file(part) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(ClientError::io(part, e)),
+    }
+}
+
+/// Downloads `variant`'s blob from `url` into `part` until the file is complete and its
+/// SHA-256 equals the signed digest. On success `part` holds exactly the signed bytes (synced
+/// to disk); the caller moves it into the cache.
+pub fn fetch(
+    agent: &ureq::Agent,
+    url: &str,
+    part: &Path,
+    variant: &Variant,
+    limits: &DownloadLimits,
+    progress: Option<&ProgressFn>,
+) -> Result<(), ClientError> {
+    let size = variant.size;
+    let id = variant.id.as_str();
+    if size > limits.max_bytes {
+        return Err(ClientError::TooLarge {
+            variant: id.to_string(),
+            size,
+            limit: limits.max_bytes,
+        });
+    }
+    if let Some(dir) = part.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| ClientError::io(dir, e))?;
+    }
+    let mut failures = 0u32;
+    let mut last_problem = String::new();
+    let mut restarted_after_mismatch = false;
+    loop {
+        if failures > limits.retries {
+            return Err(ClientError::Network {
+                url: url.to_string(),
+                message: format!("gave up after {failures} attempts: {last_problem}"),
+            });
+        }
+        if failures > 0 {
+            std::thread::sleep(backoff(limits, failures));
+        }
+        let mut have = part_len(part);
+        if have > size {
+            truncate(part)?;
+            have = 0;
+        }
+        if have == size {
+            let digest = Sha256Digest::from_bytes(hash_prefix(part, size)?.finalize().into());
+            if digest == variant.sha256 {
+                return Ok(());
+            }
+            truncate(part)?;
+            if restarted_after_mismatch {
+                return Err(ClientError::HashMismatch {
+                    variant: id.to_string(),
+                    expected: variant.sha256.to_hex(),
+                    actual: digest.to_hex(),
+                });
+            }
+            restarted_after_mismatch = true;
+            continue;
+        }
+        let body_time = limits.min_body_time
+            + limits
+                .body_time_per_mib
+                .mul_f64((size - have) as f64 / (1 << 20) as f64);
+        let mut req = agent
+            .get(url)
+            .config()
+            .timeout_recv_body(Some(body_time))
+            .build();
+        if have > 0 {
+            req = req.header("range", format!("bytes={have}-"));
+            if let Ok(tag) = std::fs::read_to_string(etag_path(part)) {
+                req = req.header("if-range", tag.trim());
+            }
+        }
+        let mut resp = match req.call() {
+            Ok(r) => r,
+            Err(e) => {
+                failures += 1;
+                last_problem = e.to_string();
+                continue;
+            }
+        };
+        let status = resp.status().as_u16();
+        let content_range = resp
+            .headers()
+            .get("content-range")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let reply = classify(status, content_range.as_deref(), have, size);
+        let append = match reply {
+            Reply::Append => true,
+            Reply::FromStart => false,
+            Reply::Restart(why) => {
+                truncate(part)?;
+                failures += 1;
+                last_problem = why;
+                continue;
+            }
+            Reply::Retry(why) => {
+                failures += 1;
+                last_problem = why;
+                continue;
+            }
+            Reply::Fatal(status, why) => {
+                return Err(ClientError::Rejected {
+                    code: if status == 404 || status == 410 {
+                        "blob_not_found".into()
+                    } else {
+                        "bad_response".into()
+                    },
+                    message: format!("{url}: {why}"),
+                    status,
+                });
+            }
+        };
+        if let Some(tag) = resp.headers().get("etag").and_then(|v| v.to_str().ok()) {
+            let _ = std::fs::write(etag_path(part), tag);
+        }
+        let start = if append { have } else { 0 };
+        let mut hasher = if append {
+            hash_prefix(part, have)?
+        } else {
+            Sha256::new()
+        };
+        let mut file = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(false)
+            .open(part)
+            .map_err(|e| ClientError::io(part, e))?;
+        file.set_len(start).map_err(|e| ClientError::io(part, e))?;
+        file.seek(SeekFrom::Start(start))
+            .map_err(|e| ClientError::io(part, e))?;
+        let mut reader = resp
+            .body_mut()
+            .with_config()
+            .limit(size - start + 1)
+            .reader();
+        let mut written = start;
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut stream_error = None;
+        loop {
+            match reader.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if written + n as u64 > size {
+                        drop(file);
+                        truncate(part)?;
+                        return Err(ClientError::SizeMismatch {
+                            variant: id.to_string(),
+                            message: format!("the server sent more than the signed {size} bytes"),
+                        });
+                    }
+                    file.write_all(&buf[..n])
+                        .map_err(|e| ClientError::io(part, e))?;
+                    hasher.update(&buf[..n]);
+                    written += n as u64;
+                    if let Some(p) = progress {
+                        p(id, written, size);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    stream_error = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        file.flush().map_err(|e| ClientError::io(part, e))?;
+        if written < size {
+            // Keep what arrived: the next attempt resumes from here.
+            failures += 1;
+            last_problem = stream_error
+                .unwrap_or_else(|| format!("connection closed at byte {written} of {size}"));
+            continue;
+        }
+        file.sync_all().map_err(|e| ClientError::io(part, e))?;
+        let digest = Sha256Digest::from_bytes(hasher.finalize().into());
+        if digest == variant.sha256 {
+            let _ = std::fs::remove_file(etag_path(part));
+            return Ok(());
+        }
+        truncate(part)?;
+        if !append || restarted_after_mismatch {
+            return Err(ClientError::HashMismatch {
+                variant: id.to_string(),
+                expected: variant.sha256.to_hex(),
+                actual: digest.to_hex(),
+            });
+        }
+        // A resumed download can mix two representations; one clean retry from byte 0.
+        restarted_after_mismatch = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_range() {
+        assert_eq!(parse_content_range("bytes 0-9/10"), Some((0, 9, 10)));
+        assert_eq!(parse_content_range("bytes */10"), None);
+        assert_eq!(parse_content_range("items 0-9/10"), None);
+    }
+
+    #[test]
+    fn replies() {
+        assert_eq!(classify(200, None, 5, 10), Reply::FromStart);
+        assert_eq!(classify(206, Some("bytes 5-9/10"), 5, 10), Reply::Append);
+        assert!(matches!(
+            classify(206, Some("bytes 0-9/10"), 5, 10),
+            Reply::Restart(_)
+        ));
+        assert!(matches!(
+            classify(206, Some("bytes 5-9/11"), 5, 10),
+            Reply::Restart(_)
+        ));
+        assert!(matches!(classify(206, None, 5, 10), Reply::Restart(_)));
+        assert!(matches!(classify(416, None, 5, 10), Reply::Restart(_)));
+        assert!(matches!(classify(503, None, 5, 10), Reply::Retry(_)));
+        assert!(matches!(classify(404, None, 0, 10), Reply::Fatal(404, _)));
+        assert!(matches!(classify(302, None, 0, 10), Reply::Fatal(302, _)));
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let l = DownloadLimits::default();
+        for n in 1..20 {
+            let b = backoff(&l, n);
+            assert!(b <= l.backoff_cap.mul_f64(1.5), "{n}: {b:?}");
+            assert!(b >= l.backoff.mul_f64(0.5), "{n}: {b:?}");
+        }
+        assert!(backoff(&l, 10) > l.backoff);
+    }
+}

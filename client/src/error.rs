@@ -1,0 +1,197 @@
+//! The client's errors. Every variant has a stable [`ClientError::code`] that apps and
+//! telemetry switch on, and a message a developer can act on.
+
+use std::path::PathBuf;
+
+/// One failed candidate, as reported in [`ClientError::AllCandidatesFailed`] and in
+/// [`crate::LoadedModel::attempts`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Attempt {
+    /// Variant id.
+    pub variant: String,
+    /// Its delegate.
+    pub delegate: String,
+    /// Stable error code of the failure.
+    pub error_code: String,
+    /// What happened.
+    pub message: String,
+}
+
+/// Everything that can go wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The builder was given something unusable.
+    #[error("invalid client configuration: {0}")]
+    Config(String),
+    /// The server could not be reached (after retries).
+    #[error("cannot reach {url}: {message}")]
+    Network {
+        /// What was requested.
+        url: String,
+        /// Why it failed.
+        message: String,
+    },
+    /// The server answered 5xx (after retries).
+    #[error("server error from {url}: HTTP {status}")]
+    Server {
+        /// What was requested.
+        url: String,
+        /// The status.
+        status: u16,
+    },
+    /// The server answered with an error of its own (`no_compatible_variant`, ...).
+    #[error("{code}: {message}")]
+    Rejected {
+        /// The server's code.
+        code: String,
+        /// The server's message.
+        message: String,
+        /// HTTP status.
+        status: u16,
+    },
+    /// The response was not what the protocol says.
+    #[error("bad response from {url}: {message}")]
+    BadResponse {
+        /// What was requested.
+        url: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// A signature check failed (code from the DSSE verifier).
+    #[error("verification failed ({code}): {message}")]
+    Verify {
+        /// `signature_invalid`, `key_unknown`, `key_wrong_role`, ...
+        code: &'static str,
+        /// Detail.
+        message: String,
+    },
+    /// The decision has expired (or the device clock is far off).
+    #[error("the server's decision expired at {expires_at}; it is now {now}")]
+    Expired {
+        /// Expiry in the decision.
+        expires_at: String,
+        /// The client's time.
+        now: String,
+    },
+    /// The decision is older than one already seen (replay).
+    #[error("decision sequence {got} is lower than {seen}, already seen: a replayed response")]
+    Replay {
+        /// Sequence in the response.
+        got: u64,
+        /// Highest seen.
+        seen: u64,
+    },
+    /// The signed decision and the signed manifest disagree.
+    #[error("the decision does not match the signed release: {0}")]
+    DecisionMismatch(String),
+    /// Downloaded bytes do not hash to the signed digest.
+    #[error("{variant}: downloaded bytes hash to {actual}, the signed manifest says {expected}")]
+    HashMismatch {
+        /// Variant.
+        variant: String,
+        /// Signed digest.
+        expected: String,
+        /// Actual digest.
+        actual: String,
+    },
+    /// The server sent more or fewer bytes than the signed size.
+    #[error("{variant}: {message}")]
+    SizeMismatch {
+        /// Variant.
+        variant: String,
+        /// Detail.
+        message: String,
+    },
+    /// A blob is larger than the configured limit.
+    #[error("{variant} is {size} bytes; the client's limit is {limit}")]
+    TooLarge {
+        /// Variant.
+        variant: String,
+        /// Signed size.
+        size: u64,
+        /// Limit.
+        limit: u64,
+    },
+    /// The disk is full.
+    #[error("no space left while writing {path}")]
+    DiskFull {
+        /// The file being written.
+        path: PathBuf,
+    },
+    /// Another cache I/O failure.
+    #[error("cache I/O on {path}: {message}")]
+    CacheIo {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        message: String,
+    },
+    /// Every candidate failed.
+    #[error("no candidate could be loaded: {}", summary(.attempts))]
+    AllCandidatesFailed {
+        /// What was tried.
+        attempts: Vec<Attempt>,
+    },
+    /// Offline and nothing usable is cached.
+    #[error("{reason}; and no verified copy of {model} is cached")]
+    NothingCached {
+        /// The model.
+        model: String,
+        /// Why the server could not be used.
+        reason: String,
+    },
+}
+
+fn summary(attempts: &[Attempt]) -> String {
+    attempts
+        .iter()
+        .map(|a| format!("{} ({}): {}", a.variant, a.error_code, a.message))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl ClientError {
+    /// Stable machine-readable code.
+    pub fn code(&self) -> &str {
+        match self {
+            ClientError::Config(_) => "config_invalid",
+            ClientError::Network { .. } => "network",
+            ClientError::Server { .. } => "server_error",
+            ClientError::Rejected { code, .. } => code,
+            ClientError::BadResponse { .. } => "bad_response",
+            ClientError::Verify { code, .. } => code,
+            ClientError::Expired { .. } => "expired",
+            ClientError::Replay { .. } => "replay",
+            ClientError::DecisionMismatch(_) => "decision_mismatch",
+            ClientError::HashMismatch { .. } => "hash_mismatch",
+            ClientError::SizeMismatch { .. } => "size_mismatch",
+            ClientError::TooLarge { .. } => "too_large",
+            ClientError::DiskFull { .. } => "disk_full",
+            ClientError::CacheIo { .. } => "cache_io",
+            ClientError::AllCandidatesFailed { .. } => "all_candidates_failed",
+            ClientError::NothingCached { .. } => "offline_no_cache",
+        }
+    }
+
+    /// True when the server could not be used at all (unreachable, 5xx), so a cached
+    /// last-known-good copy should be served.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Network { .. } | ClientError::Server { .. }
+        )
+    }
+
+    /// Wraps an I/O error on `path`, telling a full disk apart.
+    pub fn io(path: impl Into<PathBuf>, e: std::io::Error) -> ClientError {
+        let path = path.into();
+        if e.raw_os_error() == Some(28) || e.kind() == std::io::ErrorKind::StorageFull {
+            ClientError::DiskFull { path }
+        } else {
+            ClientError::CacheIo {
+                path,
+                message: e.to_string(),
+            }
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! The runtime the client loads programs into.
+//!
+//! [`Runtime`] is implemented by the real ExecuTorch runtime behind the `executorch` feature
+//! ([`crate::executorch_runtime::ExecuTorchRuntime`]); apps with their own binding implement it
+//! themselves. The client only hands a runtime files whose SHA-256 matched the signed
+//! manifest, because corrupted programs can crash ExecuTorch.
+
+use std::path::Path;
+
+use ferry_shared::manifest::TensorValue;
+
+/// A runtime failure with the runtime's own code and message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct RuntimeError {
+    /// Stable code (`runtime_load_failed`, `runtime_execute_failed`, ...).
+    pub code: &'static str,
+    /// The runtime's message (for ExecuTorch: the error name and number).
+    pub message: String,
+}
+
+impl RuntimeError {
+    /// A load failure.
+    pub fn load(message: impl Into<String>) -> Self {
+        Self {
+            code: "runtime_load_failed",
+            message: message.into(),
+        }
+    }
+
+    /// An execution failure.
+    pub fn execute(message: impl Into<String>) -> Self {
+        Self {
+            code: "runtime_execute_failed",
+            message: message.into(),
+        }
+    }
+}
+
+/// A runtime that can load `.pte` programs.
+pub trait Runtime: Send + Sync {
+    /// The runtime's version (sent to the server as `runtime_version`).
+    fn version(&self) -> semver::Version;
+    /// Backend ids this runtime really registered.
+    fn registered_backends(&self) -> Vec<String>;
+    /// Opens a verified program file (does not load methods yet).
+    fn open(&self, path: &Path) -> Result<Box<dyn Program>, RuntimeError>;
+}
+
+/// An opened program.
+pub trait Program: Send {
+    /// Backend ids method `method` calls, from the program's metadata.
+    fn method_backends(&mut self, method: &str) -> Result<Vec<String>, RuntimeError>;
+    /// Loads (initialises) a method; delegates are initialised here.
+    fn load_method(&mut self, method: &str) -> Result<(), RuntimeError>;
+    /// Runs a loaded method.
+    fn run(
+        &mut self,
+        method: &str,
+        inputs: &[TensorValue],
+    ) -> Result<Vec<TensorValue>, RuntimeError>;
+}
+
+/// Largest absolute difference between two tensor lists, or `None` when shapes differ.
+pub fn max_abs_diff(a: &[TensorValue], b: &[TensorValue]) -> Option<f64> {
+    if a.len() != b.len() {
+        return None;
+    }
+    let mut max = 0.0f64;
+    for (x, y) in a.iter().zip(b) {
+        if x.shape != y.shape || x.data.len() != y.data.len() {
+            return None;
+        }
+        for (p, q) in x.data.iter().zip(&y.data) {
+            let d = (p - q).abs();
+            if d.is_nan() {
+                return Some(f64::INFINITY);
+            }
+            max = max.max(d);
+        }
+    }
+    Some(max)
+}

@@ -1,0 +1,151 @@
+//! Verifying a resolve response before anything is downloaded.
+//!
+//! Order: the decision envelope against the trusted online keys; its expiry against the
+//! client's clock; its sequence against the highest seen for the model (replay); the release
+//! envelope against the trusted release keys; then every candidate against the signed
+//! manifest (same variant, delegate, backends, digest and size). Only [`verify_response`]
+//! builds a [`Plan`], and only through [`Verified`].
+
+use ferry_shared::dsse::{DsseLimits, Envelope, KeyRing, KeyRole, Verified, verify};
+use ferry_shared::manifest::{RELEASE_PAYLOAD_TYPE, ReleaseManifest, Variant};
+use ferry_shared::resolve::{DECISION_PAYLOAD_TYPE, Decision, ResolveResponse};
+use time::OffsetDateTime;
+
+use crate::error::ClientError;
+
+/// A candidate the client may download: the signed manifest's variant and where to get it.
+#[derive(Debug, Clone)]
+pub struct PlannedVariant {
+    /// The variant, from the signed manifest (sizes and digests come from here only).
+    pub variant: Variant,
+    /// Download URL (absolute, or relative to the server).
+    pub url: String,
+}
+
+/// What a verified response says to do.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The signed decision.
+    pub decision: Decision,
+    /// The signed release manifest.
+    pub manifest: ReleaseManifest,
+    /// The release envelope as received (kept in the cache for offline re-verification).
+    pub release_envelope: Envelope,
+    /// Candidates in order.
+    pub candidates: Vec<PlannedVariant>,
+}
+
+fn dsse_error(e: ferry_shared::dsse::DsseError) -> ClientError {
+    ClientError::Verify {
+        code: e.code(),
+        message: e.to_string(),
+    }
+}
+
+/// Verifies a release envelope against the trusted release keys (also used offline).
+pub fn verify_release(
+    env: &Envelope,
+    trust: &KeyRing,
+) -> Result<Verified<ReleaseManifest>, ClientError> {
+    let v = verify(
+        env,
+        RELEASE_PAYLOAD_TYPE,
+        trust,
+        KeyRole::Release,
+        1,
+        &DsseLimits::default(),
+    )
+    .map_err(dsse_error)?;
+    v.try_map(|bytes| ReleaseManifest::from_json(&bytes))
+        .map_err(|e| ClientError::Verify {
+            code: "manifest_invalid",
+            message: e.to_string(),
+        })
+}
+
+/// Verifies a whole resolve response for `model`. `last_sequence` is the highest decision
+/// sequence seen for this model (0 if none).
+pub fn verify_response(
+    resp: &ResolveResponse,
+    model: &str,
+    trust: &KeyRing,
+    now: OffsetDateTime,
+    last_sequence: u64,
+) -> Result<Verified<Plan>, ClientError> {
+    let decision = verify(
+        &resp.decision,
+        DECISION_PAYLOAD_TYPE,
+        trust,
+        KeyRole::Online,
+        1,
+        &DsseLimits::default(),
+    )
+    .map_err(dsse_error)?
+    .try_map(|bytes| serde_json::from_slice::<Decision>(&bytes))
+    .map_err(|e| ClientError::Verify {
+        code: "decision_invalid",
+        message: e.to_string(),
+    })?;
+    if now > decision.expires_at {
+        return Err(ClientError::Expired {
+            expires_at: decision.expires_at.to_string(),
+            now: now.to_string(),
+        });
+    }
+    if decision.sequence < last_sequence {
+        return Err(ClientError::Replay {
+            got: decision.sequence,
+            seen: last_sequence,
+        });
+    }
+    if decision.model.as_str() != model {
+        return Err(ClientError::DecisionMismatch(format!(
+            "asked for {model}, the decision is for {}",
+            decision.model
+        )));
+    }
+    let manifest = verify_release(&resp.release, trust)?;
+    let mismatch = |m: String| Err(ClientError::DecisionMismatch(m));
+    if manifest.model != decision.model || manifest.version != decision.release {
+        return mismatch(format!(
+            "decision names {} {} but the signed release is {} {}",
+            decision.model, decision.release, manifest.model, manifest.version
+        ));
+    }
+    if decision.candidates.is_empty() {
+        return mismatch("the decision lists no candidate".into());
+    }
+    let mut candidates = Vec::new();
+    for c in &decision.candidates {
+        let Some(v) = manifest.variant(&c.variant) else {
+            return mismatch(format!(
+                "candidate {} is not in the signed release",
+                c.variant
+            ));
+        };
+        if v.sha256 != c.sha256
+            || v.size != c.size
+            || v.delegate != c.delegate
+            || v.backends != c.backends
+        {
+            return mismatch(format!(
+                "candidate {} differs from the signed release (digest, size, delegate or backends)",
+                c.variant
+            ));
+        }
+        candidates.push(PlannedVariant {
+            variant: v.clone(),
+            url: c.url.clone(),
+        });
+    }
+    let release_envelope = resp.release.clone();
+    let decision_value = decision.into_inner();
+    manifest.try_map(|manifest| {
+        Ok::<_, ClientError>(Plan {
+            decision: decision_value,
+            manifest,
+            release_envelope,
+            candidates,
+        })
+    })
+}
