@@ -37,6 +37,9 @@ fn executorch() {
         "cargo::rustc-link-arg=-Wl,--no-as-needed,-lexecutorch_kernels_optimized,-lexecutorch_kernels_quantized,-lexecutorch_backend_xnnpack,-lexecutorch_threadpool,--as-needed"
     );
     println!("cargo::rustc-link-arg=-Wl,-rpath,{}", lib.display());
+    // Link arguments do not reach the binaries of dependent packages: they read this (as
+    // DEP_FERRY_EXECUTORCH_LIB_DIR) in their own build script; see docs/client.md.
+    println!("cargo::metadata=lib_dir={}", lib.display());
     cc::Build::new()
         .cpp(true)
         .std("c++17")

@@ -100,3 +100,4 @@ pub fn pte_fixtures() -> Vec<Fixture> {
 }
 
 pub mod app;
+pub mod proxy;

@@ -1,0 +1,544 @@
+//! The client end to end: real server, real client, real fixtures, the real ExecuTorch runtime,
+//! and a loopback proxy that breaks the network on purpose.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry_client::executorch_runtime::ExecuTorchRuntime;
+use ferry_client::{
+    Client, ClientBuilder, ClientError, DeviceInfo, DownloadLimits, Source, max_abs_diff,
+};
+use ferry_shared::Sha256Digest;
+use ferry_shared::manifest::{Golden, Platform};
+use ferry_shared::telemetry::{EventKind, Outcome};
+use ferry_tests::app::{Options, TestApp};
+use ferry_tests::proxy::{Fault, FaultProxy};
+
+fn demo() -> TestApp {
+    TestApp::start_with(Options {
+        demo: true,
+        tweak: None,
+    })
+}
+
+fn quick_limits() -> DownloadLimits {
+    DownloadLimits {
+        retries: 6,
+        backoff: Duration::from_millis(10),
+        backoff_cap: Duration::from_millis(50),
+        min_body_time: Duration::from_secs(2),
+        ..DownloadLimits::default()
+    }
+}
+
+fn client(app: &TestApp, server: &str, cache: &Path) -> Client {
+    ClientBuilder::new(server, app.trust())
+        .cache_dir(cache)
+        .app_version(semver::Version::new(1, 0, 0))
+        .runtime(Arc::new(ExecuTorchRuntime::new()))
+        .download_limits(quick_limits())
+        .build()
+        .expect("client")
+}
+
+fn device(platform: Platform, claims: &[&str]) -> DeviceInfo {
+    DeviceInfo {
+        install_id: "e2e-device".into(),
+        platform,
+        os_version: "17.0".into(),
+        device_model: "test phone".into(),
+        soc: "SM8550".into(),
+        ram_mb: 8192,
+        claimed_backends: claims.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn sidecar(name: &str) -> Golden {
+    let bytes = std::fs::read(ferry_tests::fixtures_dir().join("pte").join(name)).expect("sidecar");
+    serde_json::from_slice(&bytes).expect("golden")
+}
+
+/// Every verified blob in the cache hashes to its name; nothing else is there but `.part`s.
+fn assert_cache_clean(cache: &Path) {
+    for e in std::fs::read_dir(cache.join("blobs/sha256"))
+        .expect("blobs dir")
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".part") || name.ends_with(".etag") {
+            continue;
+        }
+        let bytes = std::fs::read(e.path()).expect("read");
+        assert_eq!(
+            Sha256Digest::of(&bytes).to_hex(),
+            name,
+            "corrupted file in the cache"
+        );
+    }
+    let index = std::fs::read(cache.join("index.json")).expect("index");
+    serde_json::from_slice::<serde_json::Value>(&index).expect("index is valid JSON");
+}
+
+#[test]
+fn claimed_delegates_fail_on_the_real_runtime_and_xnnpack_runs() {
+    let app = demo();
+    let cache = tempfile::tempdir().expect("tmp");
+    let c = client(&app, &app.url(), cache.path());
+    assert_eq!(c.registered_backends(), ["XnnpackBackend"]);
+
+    let mut loaded = c
+        .load(
+            "demo-mlp",
+            &device(Platform::Ios, &["CoreMLBackend", "VulkanBackend"]),
+        )
+        .expect("loads");
+    assert_eq!(loaded.variant, "xnnpack-fp32");
+    assert_eq!(loaded.source, Source::Downloaded);
+    let tried: Vec<(&str, &str)> = loaded
+        .attempts
+        .iter()
+        .map(|a| (a.variant.as_str(), a.error_code.as_str()))
+        .collect();
+    assert_eq!(
+        tried,
+        [
+            ("coreml-fp32", "runtime_load_failed"),
+            ("vulkan-fp32", "runtime_load_failed")
+        ]
+    );
+    // The real runtime's error, with the missing delegate named.
+    assert!(
+        loaded.attempts[0].message.contains("NotFound (0x20)"),
+        "{:?}",
+        loaded.attempts[0]
+    );
+    assert!(
+        loaded.attempts[0].message.contains("needs CoreMLBackend"),
+        "{:?}",
+        loaded.attempts[0]
+    );
+    assert!(loaded.attempts[1].message.contains("needs VulkanBackend"));
+    // The demo manifest carries a golden check; it ran.
+    assert!(loaded.golden_max_abs_diff.is_some_and(|d| d < 1e-5));
+
+    // forward matches the exporter's eager output.
+    let g = sidecar("mlp-v1-xnnpack.json");
+    let out = loaded.run(&g.input).expect("forward");
+    let diff = max_abs_diff(&out, &g.output).expect("same shapes");
+    assert!(diff <= g.atol, "max |diff| {diff}");
+
+    // Telemetry: the fallbacks and the final load are queued on disk.
+    let events = c.telemetry_pending();
+    let fallbacks: Vec<(String, Option<String>)> = events
+        .iter()
+        .filter(|e| e.kind == EventKind::Fallback)
+        .map(|e| (e.variant.clone(), e.to_variant.clone()))
+        .collect();
+    assert_eq!(
+        fallbacks,
+        [
+            ("coreml-fp32".to_string(), Some("vulkan-fp32".to_string())),
+            ("vulkan-fp32".to_string(), Some("xnnpack-fp32".to_string()))
+        ]
+    );
+    let ok = events
+        .iter()
+        .find(|e| e.kind == EventKind::Load && e.outcome == Outcome::Ok)
+        .expect("load ok event");
+    assert_eq!(
+        (ok.variant.as_str(), ok.runtime_version.as_str()),
+        ("xnnpack-fp32", "1.5.1")
+    );
+    assert!(events.iter().any(|e| e.kind == EventKind::Load
+        && e.outcome == Outcome::Failed
+        && e.error_code.as_deref() == Some("runtime_load_failed")));
+    // The server has no telemetry endpoint yet: sending keeps the events queued.
+    let report = c.send_telemetry();
+    assert_eq!(report.sent, 0);
+    assert_eq!(report.queued, events.len());
+
+    // A second load comes from the cache and re-verifies it.
+    let again = c
+        .load("demo-mlp", &device(Platform::Linux, &[]))
+        .expect("loads again");
+    assert_eq!(
+        (again.variant.as_str(), again.source.clone()),
+        ("xnnpack-fp32", Source::Cached)
+    );
+    assert_cache_clean(cache.path());
+}
+
+#[test]
+fn downloads_cut_at_many_offsets_resume_to_the_exact_file() {
+    let app = demo();
+    let proxy = FaultProxy::start(app.server.addr);
+    let size = 6048;
+    for (i, faults) in [
+        vec![Fault::CutAt(1)],
+        vec![Fault::CutAt(100), Fault::CutAt(2000)],
+        vec![Fault::CutAt(4096), Fault::IgnoreRange],
+        vec![Fault::CutAt(size - 1)],
+        vec![Fault::Stall(3000, Duration::from_secs(4))],
+        vec![Fault::CutAt(0), Fault::Unavailable, Fault::CutAt(10)],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let cache = tempfile::tempdir().expect("tmp");
+        let c = client(&app, &proxy.url(), cache.path());
+        let before = proxy.log().len();
+        proxy.blob_faults(faults.clone());
+        let loaded = c
+            .load("demo-mlp", &device(Platform::Linux, &[]))
+            .unwrap_or_else(|e| panic!("case {i} {faults:?}: {e}"));
+        assert_eq!(loaded.variant, "xnnpack-fp32");
+        let bytes = std::fs::read(&loaded.path).expect("read");
+        let want = std::fs::read(ferry_tests::fixtures_dir().join("pte/mlp-v1-xnnpack.pte"))
+            .expect("fixture");
+        assert_eq!(bytes, want, "case {i}");
+        assert_cache_clean(cache.path());
+        // After a cut the client asked for the rest, not the whole file again.
+        let ranges: Vec<Option<String>> = proxy.log()[before..]
+            .iter()
+            .filter(|l| l.line.contains("/v1/blobs/"))
+            .map(|l| l.range.clone())
+            .collect();
+        if let Fault::CutAt(n) = faults[0]
+            && n > 0
+        {
+            assert_eq!(
+                ranges.get(1).cloned().flatten(),
+                Some(format!("bytes={n}-")),
+                "case {i}: {ranges:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn corrupted_and_swapped_bytes_never_reach_the_cache_or_runtime() {
+    let app = demo();
+    let proxy = FaultProxy::start(app.server.addr);
+    let cache = tempfile::tempdir().expect("tmp");
+    let c = client(&app, &proxy.url(), cache.path());
+    // Each candidate (only xnnpack on this Linux device) gets a flipped byte: a clear error.
+    proxy.blob_faults([Fault::FlipByte(3000)]);
+    let err = c
+        .load("demo-mlp", &device(Platform::Linux, &[]))
+        .expect_err("flipped byte");
+    let ClientError::AllCandidatesFailed { attempts } = &err else {
+        panic!("unexpected {err}")
+    };
+    assert_eq!(attempts[0].error_code, "hash_mismatch");
+    assert_cache_clean(cache.path());
+    assert!(
+        !cache
+            .path()
+            .join("blobs/sha256")
+            .read_dir()
+            .expect("dir")
+            .flatten()
+            .any(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.len() == 64
+            }),
+        "no blob may be stored"
+    );
+
+    // A swapped blob (another valid program under this digest) is refused the same way.
+    let other =
+        std::fs::read(ferry_tests::fixtures_dir().join("pte/mlp-v2-xnnpack.pte")).expect("fixture");
+    proxy.blob_faults([Fault::Replace(other)]);
+    let err = c
+        .load("demo-mlp", &device(Platform::Linux, &[]))
+        .expect_err("swapped");
+    let ClientError::AllCandidatesFailed { attempts } = &err else {
+        panic!("unexpected {err}")
+    };
+    assert_eq!(attempts[0].error_code, "hash_mismatch");
+    assert_cache_clean(cache.path());
+
+    // Then a clean download works.
+    let loaded = c
+        .load("demo-mlp", &device(Platform::Linux, &[]))
+        .expect("clean");
+    assert_eq!(loaded.variant, "xnnpack-fp32");
+}
+
+#[test]
+fn tampered_untrusted_expired_and_replayed_responses_are_refused() {
+    let app = demo();
+    let proxy = FaultProxy::start(app.server.addr);
+    let dev = device(Platform::Linux, &[]);
+    let mut codes = Vec::new();
+
+    // Tampered manifest.
+    let cache = tempfile::tempdir().expect("tmp");
+    let c = client(&app, &proxy.url(), cache.path());
+    proxy.resolve_faults([Fault::TamperRelease]);
+    let e = c.load("demo-mlp", &dev).expect_err("tampered");
+    codes.push(e.code().to_string());
+    assert_eq!(e.code(), "signature_invalid", "{e}");
+
+    // Wrong key: the app pins keys the server does not have.
+    let other = tempfile::tempdir().expect("tmp");
+    let notes = ferry_server::keys::ensure_dev_keys(other.path()).expect("keys");
+    assert!(!notes.is_empty());
+    let trust = ferry_shared::trust::TrustFile::from_json(
+        &std::fs::read(other.path().join("trust.json")).expect("read"),
+    )
+    .expect("trust");
+    let cache = tempfile::tempdir().expect("tmp");
+    let c2 = ClientBuilder::new(app.url(), trust)
+        .cache_dir(cache.path())
+        .app_version(semver::Version::new(1, 0, 0))
+        .runtime(Arc::new(ExecuTorchRuntime::new()))
+        .build()
+        .expect("client");
+    let e = c2.load("demo-mlp", &dev).expect_err("untrusted");
+    codes.push(e.code().to_string());
+    assert_eq!(e.code(), "key_unknown", "{e}");
+
+    // Expired: the device clock is two hours ahead of the decision's expiry.
+    struct Later;
+    impl ferry_client::Clock for Later {
+        fn now(&self) -> time::OffsetDateTime {
+            time::OffsetDateTime::now_utc() + time::Duration::hours(2)
+        }
+    }
+    let cache = tempfile::tempdir().expect("tmp");
+    let c3 = ClientBuilder::new(app.url(), app.trust())
+        .cache_dir(cache.path())
+        .app_version(semver::Version::new(1, 0, 0))
+        .runtime(Arc::new(ExecuTorchRuntime::new()))
+        .clock(Arc::new(Later))
+        .build()
+        .expect("client");
+    let e = c3.load("demo-mlp", &dev).expect_err("expired");
+    codes.push(e.code().to_string());
+    assert_eq!(e.code(), "expired", "{e}");
+
+    // Replay: a response with a lower sequence than one already seen.
+    let cache = tempfile::tempdir().expect("tmp");
+    let (first_status, first) = app.resolve(
+        &serde_json::json!({"model": "demo-mlp", "install_id": "e2e-device", "app_version": "1.0.0",
+            "runtime_version": "1.5.1", "backends": ["XnnpackBackend"], "platform": "linux"}),
+        false,
+    );
+    assert_eq!(first_status, 200);
+    let c4 = client(&app, &app.url(), cache.path());
+    c4.load("demo-mlp", &dev)
+        .expect("a fresh load records a newer sequence");
+    let old: ferry_shared::resolve::ResolveResponse =
+        serde_json::from_value(first).expect("response");
+    let e = ferry_client::verify::verify_response(
+        &old,
+        "demo-mlp",
+        &app.trust().to_keyring().expect("ring"),
+        time::OffsetDateTime::now_utc(),
+        u64::MAX / 2,
+    )
+    .expect_err("replay");
+    codes.push(e.code().to_string());
+    assert_eq!(e.code(), "replay");
+
+    // Swapped blob, from the previous test's family, completes the set of distinct codes.
+    codes.push("hash_mismatch".into());
+    let unique: std::collections::BTreeSet<&String> = codes.iter().collect();
+    assert_eq!(unique.len(), codes.len(), "{codes:?}");
+
+    // With a last known good copy cached, a tampered response is refused but the app keeps
+    // working on the verified copy, and says why.
+    let cache = tempfile::tempdir().expect("tmp");
+    let c5 = client(&app, &proxy.url(), cache.path());
+    let good = c5.load("demo-mlp", &dev).expect("clean load");
+    assert_eq!(good.variant, "xnnpack-fp32");
+    proxy.resolve_faults([Fault::TamperRelease]);
+    let lkg = c5.load("demo-mlp", &dev).expect("last known good");
+    assert!(
+        matches!(&lkg.source, Source::LastKnownGood { code, .. } if code == "signature_invalid"),
+        "{:?}",
+        lkg.source
+    );
+    // The refusal is in the telemetry queue too.
+    assert!(c5.telemetry_pending().iter().any(
+        |e| e.kind == EventKind::Verify && e.error_code.as_deref() == Some("signature_invalid")
+    ));
+}
+
+#[test]
+fn server_down_serves_the_last_known_good() {
+    let app = demo();
+    let cache = tempfile::tempdir().expect("tmp");
+    let url = app.url();
+    let c = client(&app, &url, cache.path());
+    let dev = device(Platform::Linux, &[]);
+    assert!(c.cached("demo-mlp").is_none());
+    let first = c.load("demo-mlp", &dev).expect("online");
+    assert_eq!(first.variant, "xnnpack-fp32");
+    drop(first);
+    let cached = c.cached("demo-mlp").expect("cached after a load");
+    assert_eq!(cached.variant, "xnnpack-fp32");
+
+    // A nothing-cached client against the same dead server fails clearly.
+    let TestApp { server, dir, .. } = app;
+    server.stop();
+    let mut offline = c.load("demo-mlp", &dev).expect("served from cache");
+    match &offline.source {
+        Source::LastKnownGood { code, .. } => assert_eq!(code, "network"),
+        other => panic!("unexpected source {other:?}"),
+    }
+    let g = sidecar("mlp-v1-xnnpack.json");
+    let out = offline.run(&g.input).expect("forward");
+    assert!(max_abs_diff(&out, &g.output).is_some_and(|d| d <= g.atol));
+
+    let empty = tempfile::tempdir().expect("tmp");
+    let trust = ferry_shared::trust::TrustFile::from_json(
+        &std::fs::read(dir.path().join("keys/trust.json")).expect("trust"),
+    )
+    .expect("trust");
+    let c2 = ClientBuilder::new(url, trust)
+        .cache_dir(empty.path())
+        .app_version(semver::Version::new(1, 0, 0))
+        .runtime(Arc::new(ExecuTorchRuntime::new()))
+        .download_limits(quick_limits())
+        .build()
+        .expect("client");
+    let e = c2.load("demo-mlp", &dev).expect_err("nothing cached");
+    assert_eq!(e.code(), "offline_no_cache", "{e}");
+}
+
+#[test]
+fn a_full_disk_is_a_clear_error_and_the_cache_stays_consistent() {
+    let app = demo();
+    let mount = tempfile::tempdir().expect("tmp");
+    let status = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=8k", "tmpfs"])
+        .arg(mount.path())
+        .status()
+        .expect("run mount");
+    assert!(
+        status.success(),
+        "mounting a small tmpfs needs root (CI and the dev machines run as root)"
+    );
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _guard = Unmount(mount.path());
+    let c = client(&app, &app.url(), mount.path());
+    let e = c
+        .load("demo-mlp", &device(Platform::Linux, &[]))
+        .expect_err("disk full");
+    assert_eq!(e.code(), "disk_full", "{e}");
+    // No partial file left, no blob, index still valid.
+    let leftovers: Vec<String> = std::fs::read_dir(mount.path().join("blobs/sha256"))
+        .expect("dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        leftovers.iter().all(|n| n.ends_with(".etag")),
+        "{leftovers:?}"
+    );
+    assert_cache_clean(mount.path());
+}
+
+#[test]
+fn a_download_killed_mid_way_resumes_in_the_next_process() {
+    let app = demo();
+    let proxy = FaultProxy::start(app.server.addr);
+    let cache = tempfile::tempdir().expect("tmp");
+    let trust_path = app.dir.path().join("keys/trust.json");
+    // The blob trickles in 256-byte chunks so the child is mid-download when killed.
+    proxy.blob_faults([Fault::Trickle(256, Duration::from_millis(60))]);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_download-child"))
+        .arg(proxy.url())
+        .arg(&trust_path)
+        .arg(cache.path())
+        .arg("demo-mlp")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn child");
+    let digest = "9b791329b3c3bc9d268a846df09d51489975c7a4ae57bd49f6402af15b25764a";
+    let part = cache.path().join(format!("blobs/sha256/{digest}.part"));
+    let mut waited = 0;
+    while std::fs::metadata(&part).map(|m| m.len()).unwrap_or(0) < 1024 {
+        std::thread::sleep(Duration::from_millis(20));
+        waited += 1;
+        assert!(waited < 500, "the child never started downloading");
+    }
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    let have = std::fs::metadata(&part)
+        .map(|m| m.len())
+        .expect("part survives the kill");
+    assert!(have > 0 && have < 6048, "{have}");
+
+    let before = proxy.log().len();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_download-child"))
+        .arg(proxy.url())
+        .arg(&trust_path)
+        .arg(cache.path())
+        .arg("demo-mlp")
+        .output()
+        .expect("second child");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let range = proxy.log()[before..]
+        .iter()
+        .find(|l| l.line.contains("/v1/blobs/"))
+        .and_then(|l| l.range.clone());
+    let start: u64 = range
+        .as_deref()
+        .and_then(|r| r.strip_prefix("bytes="))
+        .and_then(|r| r.strip_suffix('-'))
+        .and_then(|n| n.parse().ok())
+        .expect("the second process resumed with a Range request");
+    assert!(
+        start > 0 && start <= have,
+        "resumed from {start}, had {have}"
+    );
+    let bytes =
+        std::fs::read(cache.path().join(format!("blobs/sha256/{digest}"))).expect("complete blob");
+    assert_eq!(Sha256Digest::of(&bytes).to_hex(), digest);
+    assert!(!part.exists());
+}
+
+#[test]
+fn eviction_keeps_the_budget_and_the_last_known_good() {
+    let app = demo();
+    let cache = tempfile::tempdir().expect("tmp");
+    let c = ClientBuilder::new(app.url(), app.trust())
+        .cache_dir(cache.path())
+        .cache_budget(8 * 1024)
+        .app_version(semver::Version::new(1, 0, 0))
+        .runtime(Arc::new(ExecuTorchRuntime::new()))
+        .build()
+        .expect("client");
+    // Downloads Core ML (11 KB) and Vulkan (6 KB) that fail, then XNNPACK (6 KB).
+    let loaded = c
+        .load(
+            "demo-mlp",
+            &device(Platform::Ios, &["CoreMLBackend", "VulkanBackend"]),
+        )
+        .expect("loads");
+    assert_eq!(loaded.variant, "xnnpack-fp32");
+    let blobs: Vec<String> = std::fs::read_dir(cache.path().join("blobs/sha256"))
+        .expect("dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.len() == 64)
+        .collect();
+    assert_eq!(
+        blobs,
+        ["9b791329b3c3bc9d268a846df09d51489975c7a4ae57bd49f6402af15b25764a"]
+    );
+}
