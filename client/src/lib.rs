@@ -23,6 +23,8 @@ pub mod download;
 pub mod error;
 #[cfg(feature = "executorch")]
 pub mod executorch_runtime;
+#[cfg(feature = "ffi")]
+pub mod ffi;
 pub mod runtime;
 pub mod telemetry;
 pub mod verify;
