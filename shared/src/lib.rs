@@ -8,6 +8,7 @@
 //! - [`pte`]: the `.pte` inspector that reads what a program really delegates;
 //! - [`resolve`]: the device-facing resolve request and signed decision;
 //! - [`select`]: the pure variant-selection function;
+//! - [`rollout`]: rollout plans and cohort bucketing;
 //! - [`trust`]: the trust file (pinned public keys with roles);
 //! - [`telemetry`]: the events devices report.
 
@@ -16,6 +17,7 @@ pub mod manifest;
 pub mod names;
 pub mod pte;
 pub mod resolve;
+pub mod rollout;
 pub mod select;
 pub mod telemetry;
 pub mod trust;

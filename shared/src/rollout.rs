@@ -1,0 +1,248 @@
+//! Staged rollouts: plans, states, and the bucketing that puts a device in a cohort.
+//!
+//! A device's bucket is `bucket(salt, model, install_id)`: the first eight bytes of
+//! `SHA-256(salt ‖ 0x00 ‖ model ‖ 0x00 ‖ install_id)` as a big-endian integer, modulo 10,000.
+//! A device is in the staged cohort when its bucket is below the rollout's percentage in basis
+//! points, so raising the percentage only ever adds devices (property-tested), and other
+//! languages can reproduce the function from `tests/fixtures/bucket-vectors.json`.
+//!
+//! States: `active` (staged devices get the staged release), `paused` (no change of
+//! percentage; devices already staged keep it), `halted` (everyone back on the baseline; set by
+//! ops or automatically by telemetry thresholds), `completed` (the staged release became the
+//! baseline for everyone).
+
+use semver::Version;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::resolve::Cohort;
+
+/// Basis points in 100 %.
+pub const FULL: u32 = 10_000;
+
+/// The device's bucket in `[0, 10000)`.
+pub fn bucket(salt: &str, model: &str, install_id: &str) -> u32 {
+    let mut h = Sha256::new();
+    h.update(salt.as_bytes());
+    h.update([0u8]);
+    h.update(model.as_bytes());
+    h.update([0u8]);
+    h.update(install_id.as_bytes());
+    let d = h.finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&d[..8]);
+    (u64::from_be_bytes(first) % u64::from(FULL)) as u32
+}
+
+/// Parses a percentage like `5`, `0.5` or `12.25` into basis points (at most two decimals).
+pub fn parse_percent(s: &str) -> Result<u32, String> {
+    let s = s.trim().trim_end_matches('%');
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    let bad = || format!("percent {s:?} must be a number from 0 to 100 with at most two decimals");
+    if int.is_empty() && frac.is_empty()
+        || frac.len() > 2
+        || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit())
+    {
+        return Err(bad());
+    }
+    let i: u32 = if int.is_empty() {
+        0
+    } else {
+        int.parse().map_err(|_| bad())?
+    };
+    let f: u32 = if frac.is_empty() {
+        0
+    } else {
+        format!("{frac:0<2}").parse().map_err(|_| bad())?
+    };
+    let bp = i
+        .checked_mul(100)
+        .and_then(|x| x.checked_add(f))
+        .ok_or_else(bad)?;
+    if bp > FULL {
+        return Err(bad());
+    }
+    Ok(bp)
+}
+
+/// Formats basis points as a percentage (`50` → `0.5`).
+pub fn format_percent(bp: u32) -> String {
+    if bp % 100 == 0 {
+        format!("{}", bp / 100)
+    } else {
+        let s = format!("{}.{:02}", bp / 100, bp % 100);
+        s.trim_end_matches('0').to_string()
+    }
+}
+
+/// Rollout state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RolloutState {
+    /// Staged devices get the staged release.
+    Active,
+    /// Frozen: staged devices keep it, the percentage does not move.
+    Paused,
+    /// Everyone is back on the baseline.
+    Halted,
+    /// The staged release is the baseline for everyone.
+    Completed,
+}
+
+/// Thresholds for the automatic halt.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Thresholds {
+    /// Largest acceptable load-failure rate of the staged release (0–1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_failure_rate: Option<f64>,
+    /// Largest acceptable fallback rate of the staged release (0–1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_fallback_rate: Option<f64>,
+    /// Loads needed before a rate counts.
+    pub min_samples: u64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Self {
+            max_failure_rate: Some(0.05),
+            max_fallback_rate: Some(0.25),
+            min_samples: 100,
+        }
+    }
+}
+
+/// One revision of a model's rollout plan (revisions are immutable; the newest is in force).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RolloutPlan {
+    /// Model.
+    pub model: String,
+    /// Revision number (1, 2, ...).
+    pub revision: u64,
+    /// The release everyone not staged gets (`None`: the latest release older than the
+    /// staged one, or the latest when nothing is staged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<Version>,
+    /// The release being rolled out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staged: Option<Version>,
+    /// Share of devices in the staged cohort, in basis points.
+    pub basis_points: u32,
+    /// Bucketing salt (new per rollout, so cohorts differ between rollouts).
+    pub salt: String,
+    /// State.
+    pub state: RolloutState,
+    /// Automatic-halt thresholds.
+    pub thresholds: Thresholds,
+    /// What this revision did (`start`, `set`, `pause`, `resume`, `rollback`, `complete`,
+    /// `auto-halt`).
+    pub action: String,
+    /// Who did it (token name, or `ferry` for automatic actions).
+    pub actor: String,
+    /// When (RFC 3339).
+    pub at: String,
+    /// Why (free text; automatic halts say which threshold).
+    #[serde(default)]
+    pub reason: String,
+}
+
+impl RolloutPlan {
+    /// The cohort of `install_id` under this plan.
+    pub fn cohort(&self, install_id: &str) -> Cohort {
+        match (self.state, &self.staged) {
+            (RolloutState::Active | RolloutState::Paused, Some(_))
+                if bucket(&self.salt, &self.model, install_id) < self.basis_points =>
+            {
+                Cohort::Staged
+            }
+            _ => Cohort::Baseline,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn plan(bp: u32) -> RolloutPlan {
+        RolloutPlan {
+            model: "m".into(),
+            revision: 1,
+            baseline: Some(Version::new(1, 0, 0)),
+            staged: Some(Version::new(2, 0, 0)),
+            basis_points: bp,
+            salt: "salt".into(),
+            state: RolloutState::Active,
+            thresholds: Thresholds::default(),
+            action: "start".into(),
+            actor: "t".into(),
+            at: "2026-12-02T00:00:00Z".into(),
+            reason: String::new(),
+        }
+    }
+
+    #[test]
+    fn percent_parsing() {
+        assert_eq!(parse_percent("5"), Ok(500));
+        assert_eq!(parse_percent("0.5"), Ok(50));
+        assert_eq!(parse_percent("12.25"), Ok(1225));
+        assert_eq!(parse_percent("100"), Ok(10_000));
+        assert_eq!(parse_percent(".5"), Ok(50));
+        assert_eq!(parse_percent("7%"), Ok(700));
+        for bad in ["", "101", "0.001", "-1", "abc", "1.2.3", "99999999999"] {
+            assert!(parse_percent(bad).is_err(), "{bad}");
+        }
+        assert_eq!(format_percent(50), "0.5");
+        assert_eq!(format_percent(1225), "12.25");
+        assert_eq!(format_percent(500), "5");
+    }
+
+    #[test]
+    fn a_hundred_thousand_devices() {
+        let ids: Vec<String> = (0..100_000).map(|i| format!("install-{i:06}")).collect();
+        let at = |bp: u32| -> Vec<bool> {
+            ids.iter()
+                .map(|id| plan(bp).cohort(id) == Cohort::Staged)
+                .collect()
+        };
+        let five = at(500);
+        let share = five.iter().filter(|x| **x).count() as f64 / ids.len() as f64;
+        assert!((share - 0.05).abs() <= 0.003, "5% staged share was {share}");
+        let twenty = at(2000);
+        assert!(
+            five.iter().zip(&twenty).all(|(a, b)| !a || *b),
+            "raising 5% -> 20% moved a device out"
+        );
+        let share = twenty.iter().filter(|x| **x).count() as f64 / ids.len() as f64;
+        assert!(
+            (share - 0.20).abs() <= 0.006,
+            "20% staged share was {share}"
+        );
+        let mut rolled_back = plan(2000);
+        rolled_back.state = RolloutState::Halted;
+        assert!(
+            ids.iter()
+                .all(|id| rolled_back.cohort(id) == Cohort::Baseline)
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn raising_the_percentage_only_adds(id in ".{0,40}", salt in "[a-z0-9]{1,16}", a in 0u32..=10_000, b in 0u32..=10_000) {
+            let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+            let mut p = plan(lo);
+            p.salt = salt;
+            let before = p.cohort(&id);
+            p.basis_points = hi;
+            if before == Cohort::Staged {
+                prop_assert_eq!(p.cohort(&id), Cohort::Staged);
+            }
+        }
+
+        #[test]
+        fn buckets_are_in_range(id in ".{0,64}", salt in ".{0,16}") {
+            prop_assert!(bucket(&salt, "model", &id) < FULL);
+        }
+    }
+}
