@@ -11,6 +11,7 @@
 //! | `GET /v1/admin/models[/{model}[/releases/{version}]]` | `read` | catalog views |
 //! | `GET /healthz`, `/readyz`, `/metrics` | ops | liveness, readiness, Prometheus |
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -41,6 +42,8 @@ use crate::error::{ApiError, REQUEST_ID};
 use crate::metrics::Metrics;
 use crate::publish::{BlobOutcome, publish_release, put_blob};
 use crate::storage::{StorageKey, Store};
+use crate::telemetry::{DenyEntry, Telemetry};
+use ferry_shared::rollout::RolloutPlan;
 
 /// Everything the handlers share.
 pub struct AppState {
@@ -58,6 +61,14 @@ pub struct AppState {
     pub catalog: RwLock<Arc<Catalog>>,
     /// Metrics registry.
     pub metrics: Metrics,
+    /// Rollout plans in force (newest revision per model).
+    pub rollouts: RwLock<Arc<BTreeMap<ModelName, RolloutPlan>>>,
+    /// Deny lists in force per model.
+    pub deny: RwLock<Arc<BTreeMap<ModelName, Vec<DenyEntry>>>>,
+    /// Telemetry aggregates.
+    pub telemetry: Telemetry,
+    /// This replica's id in telemetry file names.
+    pub node: String,
     sequence: AtomicU64,
     request_counter: AtomicU64,
     request_prefix: String,
@@ -83,6 +94,10 @@ impl AppState {
             trust,
             catalog: RwLock::new(Arc::new(catalog)),
             metrics: Metrics::default(),
+            rollouts: RwLock::new(Arc::new(BTreeMap::new())),
+            deny: RwLock::new(Arc::new(BTreeMap::new())),
+            telemetry: Telemetry::default(),
+            node: format!("node-{}", hex::encode(prefix)),
             sequence: AtomicU64::new(0),
             request_counter: AtomicU64::new(0),
             request_prefix: hex::encode(prefix),
@@ -94,6 +109,49 @@ impl AppState {
         match self.catalog.read() {
             Ok(g) => g.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// The rollout plans in force.
+    pub fn rollouts(&self) -> Arc<BTreeMap<ModelName, RolloutPlan>> {
+        match self.rollouts.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// Replaces one model's plan in memory.
+    pub fn set_rollout(&self, model: &ModelName, plan: RolloutPlan) {
+        let mut next = (*self.rollouts()).clone();
+        next.insert(model.clone(), plan);
+        self.replace_rollouts(next);
+    }
+
+    /// Replaces all plans in memory.
+    pub fn replace_rollouts(&self, plans: BTreeMap<ModelName, RolloutPlan>) {
+        let next = Arc::new(plans);
+        match self.rollouts.write() {
+            Ok(mut g) => *g = next,
+            Err(p) => *p.into_inner() = next,
+        }
+    }
+
+    /// The deny lists in force.
+    pub fn deny_lists(&self) -> Arc<BTreeMap<ModelName, Vec<DenyEntry>>> {
+        match self.deny.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// Replaces one model's deny list in memory.
+    pub fn set_deny(&self, model: &ModelName, entries: Vec<DenyEntry>) {
+        let mut next = (*self.deny_lists()).clone();
+        next.insert(model.clone(), entries);
+        let next = Arc::new(next);
+        match self.deny.write() {
+            Ok(mut g) => *g = next,
+            Err(p) => *p.into_inner() = next,
         }
     }
 
@@ -155,6 +213,21 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(
             resource("/v1/admin/models/{model}/releases/{version}")
                 .route(web::get().to(get_release)),
+        )
+        .service(resource("/v1/telemetry").route(web::post().to(crate::fleet::post_telemetry)))
+        .service(
+            resource("/v1/admin/models/{model}/rollout")
+                .route(web::get().to(crate::fleet::get_rollout))
+                .route(web::post().to(crate::fleet::post_rollout)),
+        )
+        .service(
+            resource("/v1/admin/models/{model}/health")
+                .route(web::get().to(crate::fleet::get_health)),
+        )
+        .service(
+            resource("/v1/admin/models/{model}/deny")
+                .route(web::get().to(crate::fleet::get_deny))
+                .route(web::post().to(crate::fleet::post_deny)),
         );
 }
 
@@ -241,7 +314,7 @@ pub fn app(
 }
 
 /// Reads a request body up to `limit` bytes.
-async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, ApiError> {
+pub(crate) async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, ApiError> {
     let mut buf = BytesMut::new();
     while let Some(chunk) = payload.next().await {
         let chunk = chunk.map_err(|e| {
@@ -351,11 +424,27 @@ async fn resolve_inner(
             format!("no release of {} is published", device.model),
         ));
     }
-    let releases = catalog.releases_newest_first(&device.model);
+    let all = catalog.releases_newest_first(&device.model);
+    let plan = state.rollouts().get(&device.model).cloned();
+    let wanted_cohort = plan
+        .as_ref()
+        .map_or(Cohort::Baseline, |p| p.cohort(&device.install_id));
+    let releases = crate::fleet::releases_for(&all, plan.as_ref(), wanted_cohort);
     let manifests: Vec<&ferry_shared::manifest::ReleaseManifest> =
         releases.iter().map(|r| &r.manifest).collect();
     let pref: &Preference = &state.config.preference;
-    let selection = match select::select(&manifests, &device, pref, &select::no_deny) {
+    let deny_lists = state.deny_lists();
+    let deny_entries: &[DenyEntry] = deny_lists.get(&device.model).map_or(&[], Vec::as_slice);
+    let deny = |m: &ferry_shared::manifest::ReleaseManifest,
+                v: &ferry_shared::manifest::Variant,
+                d: &ResolveRequest| {
+        let release = m.version.to_string();
+        deny_entries
+            .iter()
+            .find(|e| e.matches(&release, v.id.as_str(), &d.soc, &d.device_model))
+            .map(DenyEntry::reason)
+    };
+    let selection = match select::select(&manifests, &device, pref, &deny) {
         Ok(s) => s,
         Err(explain) => {
             let first: Vec<String> = explain
@@ -378,12 +467,29 @@ async fn resolve_inner(
         .iter()
         .find(|r| r.manifest.version == selection.manifest.version)
         .ok_or_else(|| ApiError::internal("selected release vanished from the catalog"))?;
+    let cohort = match plan.as_ref().and_then(|p| p.staged.as_ref()) {
+        Some(staged)
+            if wanted_cohort == Cohort::Staged && *staged == selection.manifest.version =>
+        {
+            Cohort::Staged
+        }
+        _ => Cohort::Baseline,
+    };
+    state.telemetry.record_cohort(
+        device.model.as_str(),
+        if cohort == Cohort::Staged {
+            "staged"
+        } else {
+            "baseline"
+        },
+        &device.install_id,
+    );
     let base = state.config.public_url.clone().unwrap_or_default();
     let now = OffsetDateTime::now_utc();
     let decision = Decision {
         model: device.model.clone(),
         release: selection.manifest.version.clone(),
-        cohort: Cohort::Baseline,
+        cohort,
         install_id: device.install_id.clone(),
         issued_at: now,
         expires_at: now + time::Duration::seconds(state.config.decision_ttl_secs as i64),

@@ -81,6 +81,23 @@ pub enum Command {
         #[arg(long)]
         quiet: bool,
     },
+    /// Staged rollouts: start, set, pause, resume, rollback, complete, status.
+    Rollout {
+        /// What to do.
+        #[command(subcommand)]
+        command: RolloutCommand,
+    },
+    /// Fleet health of a model: loads, failures, fallbacks per release, variant and device class.
+    Health {
+        /// Model name.
+        model: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Where and who.
+        #[command(flatten)]
+        remote: Remote,
+    },
     /// Show what a `.pte` program really contains: methods, delegate calls per backend and
     /// the kernel calls left on portable kernels.
     Inspect {
@@ -90,6 +107,97 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// Server and token for admin commands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Remote {
+    /// Server URL.
+    #[arg(long, env = "FERRY_SERVER", default_value = "http://127.0.0.1:8080")]
+    pub server: String,
+    /// Admin token.
+    #[arg(long, env = "FERRY_TOKEN", hide_env_values = true)]
+    pub token: String,
+    /// Extra CA certificate (PEM) to trust for HTTPS.
+    #[arg(long)]
+    pub ca: Option<PathBuf>,
+}
+
+/// `ferry rollout ...`.
+#[derive(Debug, Subcommand)]
+pub enum RolloutCommand {
+    /// Start rolling a release out to a percentage of devices.
+    Start {
+        /// Model name.
+        model: String,
+        /// The release to roll out.
+        #[arg(long)]
+        release: String,
+        /// Share of devices (decimals allowed: 0.5 = 50 basis points).
+        #[arg(long)]
+        percent: String,
+        /// Halt when the staged release's load-failure rate exceeds this (0–1).
+        #[arg(long)]
+        max_failure_rate: Option<f64>,
+        /// Halt when its fallback rate exceeds this (0–1).
+        #[arg(long)]
+        max_fallback_rate: Option<f64>,
+        /// Loads needed before the rates count.
+        #[arg(long)]
+        min_samples: Option<u64>,
+        /// Why (kept in the history).
+        #[arg(long)]
+        reason: Option<String>,
+        /// Where and who.
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Change the percentage of an active rollout.
+    Set {
+        /// Model name.
+        model: String,
+        /// New share of devices.
+        #[arg(long)]
+        percent: String,
+        /// Why.
+        #[arg(long)]
+        reason: Option<String>,
+        /// Where and who.
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Freeze the rollout (staged devices keep the staged release).
+    Pause(SimpleRollout),
+    /// Continue a paused or halted rollout.
+    Resume(SimpleRollout),
+    /// Send every device back to the baseline.
+    Rollback(SimpleRollout),
+    /// Make the staged release the baseline for everyone.
+    Complete(SimpleRollout),
+    /// The plan in force and its history.
+    Status {
+        /// Model name.
+        model: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Where and who.
+        #[command(flatten)]
+        remote: Remote,
+    },
+}
+
+/// Arguments of the rollout commands that take only a model.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SimpleRollout {
+    /// Model name.
+    pub model: String,
+    /// Why (kept in the history).
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Where and who.
+    #[command(flatten)]
+    pub remote: Remote,
 }
 
 /// `ferry keys ...`.
@@ -165,7 +273,196 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             quiet,
         } => publish_cmd(&release, &files, &server, &token, ca.as_deref(), quiet),
         Command::Inspect { file, json } => inspect(&file, json),
+        Command::Rollout { command } => rollout_cmd(command),
+        Command::Health {
+            model,
+            json,
+            remote,
+        } => health_cmd(&model, json, &remote),
     }
+}
+
+fn admin_call(
+    remote: &Remote,
+    method: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> anyhow::Result<serde_json::Value> {
+    let agent = http_agent(remote.ca.as_deref())?;
+    let url = format!("{}{path}", remote.server.trim_end_matches('/'));
+    let auth = format!("Bearer {}", remote.token);
+    let resp = match (method, body) {
+        ("POST", Some(b)) => agent
+            .post(&url)
+            .header("authorization", &auth)
+            .header("content-type", "application/json")
+            .send(serde_json::to_vec(&b)?.as_slice()),
+        _ => agent.get(&url).header("authorization", &auth).call(),
+    }
+    .with_context(|| format!("cannot reach {}", remote.server))?;
+    if !resp.status().is_success() {
+        return Err(http_error(&format!("{method} {path}"), resp));
+    }
+    let mut resp = resp;
+    let text = resp
+        .body_mut()
+        .with_config()
+        .limit(64 << 20)
+        .read_to_string()?;
+    Ok(serde_json::from_str(&text)?)
+}
+
+fn print_plan(p: &serde_json::Value) {
+    println!(
+        "{} rollout revision {}: {} {} -> staged {} at {}% (baseline {}), by {} at {}{}",
+        p["model"].as_str().unwrap_or(""),
+        p["revision"],
+        p["action"].as_str().unwrap_or(""),
+        p["state"].as_str().unwrap_or(""),
+        p["staged"].as_str().unwrap_or("-"),
+        ferry_shared::rollout::format_percent(p["basis_points"].as_u64().unwrap_or(0) as u32),
+        p["baseline"].as_str().unwrap_or("-"),
+        p["actor"].as_str().unwrap_or(""),
+        p["at"].as_str().unwrap_or(""),
+        p["reason"]
+            .as_str()
+            .filter(|r| !r.is_empty())
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default()
+    );
+}
+
+fn rollout_cmd(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
+    let (model, remote, body) = match cmd {
+        RolloutCommand::Start {
+            model,
+            release,
+            percent,
+            max_failure_rate,
+            max_fallback_rate,
+            min_samples,
+            reason,
+            remote,
+        } => {
+            ferry_shared::rollout::parse_percent(&percent).map_err(|m| anyhow::anyhow!(m))?;
+            let body = serde_json::json!({
+                "action": "start", "release": release, "percent": percent,
+                "max_failure_rate": max_failure_rate, "max_fallback_rate": max_fallback_rate,
+                "min_samples": min_samples, "reason": reason,
+            });
+            (model, remote, body)
+        }
+        RolloutCommand::Set {
+            model,
+            percent,
+            reason,
+            remote,
+        } => {
+            ferry_shared::rollout::parse_percent(&percent).map_err(|m| anyhow::anyhow!(m))?;
+            (
+                model,
+                remote,
+                serde_json::json!({"action": "set", "percent": percent, "reason": reason}),
+            )
+        }
+        RolloutCommand::Pause(a) => (
+            a.model,
+            a.remote,
+            serde_json::json!({"action": "pause", "reason": a.reason}),
+        ),
+        RolloutCommand::Resume(a) => (
+            a.model,
+            a.remote,
+            serde_json::json!({"action": "resume", "reason": a.reason}),
+        ),
+        RolloutCommand::Rollback(a) => (
+            a.model,
+            a.remote,
+            serde_json::json!({"action": "rollback", "reason": a.reason}),
+        ),
+        RolloutCommand::Complete(a) => (
+            a.model,
+            a.remote,
+            serde_json::json!({"action": "complete", "reason": a.reason}),
+        ),
+        RolloutCommand::Status {
+            model,
+            json,
+            remote,
+        } => {
+            let v = admin_call(
+                &remote,
+                "GET",
+                &format!("/v1/admin/models/{model}/rollout"),
+                None,
+            )?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else if v["current"].is_null() {
+                println!("{model} has no rollout");
+            } else {
+                for p in v["history"].as_array().into_iter().flatten() {
+                    print_plan(p);
+                }
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    let v = admin_call(
+        &remote,
+        "POST",
+        &format!("/v1/admin/models/{model}/rollout"),
+        Some(body),
+    )?;
+    print_plan(&v);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn health_cmd(model: &str, json: bool, remote: &Remote) -> anyhow::Result<ExitCode> {
+    let v = admin_call(
+        remote,
+        "GET",
+        &format!("/v1/admin/models/{model}/health"),
+        None,
+    )?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(p) = v.get("rollout").filter(|p| !p.is_null()) {
+        print_plan(p);
+    }
+    println!("cohorts: {}", v["cohort_sizes"]);
+    for r in v["releases"].as_array().into_iter().flatten() {
+        println!("release {}", r["release"].as_str().unwrap_or(""));
+        for x in r["variants"].as_array().into_iter().flatten() {
+            println!(
+                "  {:<16} {:<9} devices {:>6}  loads {:>7}  failures {:>5.1}%  fallbacks {:>5.1}%  p50 {} ms  p95 {} ms",
+                x["variant"].as_str().unwrap_or(""),
+                x["delegate"].as_str().unwrap_or(""),
+                x["devices"],
+                x["loads"],
+                x["failure_rate"].as_f64().unwrap_or(0.0) * 100.0,
+                x["fallback_rate"].as_f64().unwrap_or(0.0) * 100.0,
+                x["load_ms"]["p50"],
+                x["load_ms"]["p95"]
+            );
+        }
+    }
+    for d in v["deny"].as_array().into_iter().flatten() {
+        println!(
+            "  {} {} {} on {} {} ({}): {:.0}% fallback, n={}",
+            d["state"].as_str().unwrap_or(""),
+            d["release"].as_str().unwrap_or(""),
+            d["variant"].as_str().unwrap_or(""),
+            d["class"].as_str().unwrap_or(""),
+            d["value"].as_str().unwrap_or(""),
+            d["source"].as_str().unwrap_or(""),
+            d["fallback_rate"].as_f64().unwrap_or(0.0) * 100.0,
+            d["samples"]
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn init_logging(json: bool) {

@@ -35,6 +35,8 @@ pub struct Config {
     pub decision_ttl_secs: u64,
     /// Log format.
     pub log_json: bool,
+    /// Telemetry ingestion limits and thresholds.
+    pub telemetry: crate::telemetry::TelemetryConfig,
 }
 
 /// TLS files.
@@ -83,6 +85,8 @@ struct FileConfig {
     preference: Option<Preference>,
     decision_ttl_secs: Option<u64>,
     log_format: Option<String>,
+    #[serde(default)]
+    telemetry: crate::telemetry::TelemetryConfig,
 }
 
 #[derive(Debug, Deserialize)]
@@ -189,6 +193,7 @@ impl Config {
             preference: file.preference.unwrap_or_default(),
             decision_ttl_secs,
             log_json,
+            telemetry: file.telemetry,
         })
     }
 

@@ -115,18 +115,35 @@ fn set_nodelay(conn: &dyn std::any::Any, _: &mut actix_web::dev::Extensions) {
     }
 }
 
-/// Re-reads the catalog every [`CATALOG_REFRESH`] (picks up releases published by other
-/// replicas sharing the store).
+/// Re-reads the catalog and rollout state every [`CATALOG_REFRESH`] (picks up changes made by
+/// other replicas sharing the store), and flushes telemetry every `telemetry.flush_secs`.
 pub fn spawn_refresh(state: Arc<AppState>) {
+    let state_for_flush = state.clone();
     actix_web::rt::spawn(async move {
         let mut tick = actix_web::rt::time::interval(CATALOG_REFRESH);
         tick.tick().await;
         loop {
             tick.tick().await;
             match Catalog::load(&state.store, &state.release_ring).await {
-                Ok((c, _)) => state.replace_catalog(c),
+                Ok((c, _)) => {
+                    let models = c.models().map(|(m, _)| m.clone()).collect();
+                    state.replace_catalog(c);
+                    if let Err(e) = crate::fleet::load_state(&state, models).await {
+                        tracing::warn!("rollout state refresh failed: {e}");
+                    }
+                }
                 Err(e) => tracing::warn!("catalog refresh failed: {e}"),
             }
+        }
+    });
+    let flush_state = state_for_flush;
+    actix_web::rt::spawn(async move {
+        let secs = flush_state.config.telemetry.flush_secs.max(1);
+        let mut tick = actix_web::rt::time::interval(Duration::from_secs(secs));
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            crate::fleet::flush(&flush_state).await;
         }
     });
 }
@@ -191,6 +208,7 @@ pub fn spawn(config: Config, demo: bool) -> anyhow::Result<RunningServer> {
         });
         match result {
             Ok((server, addr, state)) => {
+                sys.block_on(async { spawn_refresh(state.clone()) });
                 let _ = tx.send(Ok((server.handle(), addr, state)));
                 let _ = sys.block_on(server);
             }

@@ -1,68 +1,11 @@
 //! The operator workflow with the real binary: generate keys, sign, serve, publish (twice),
 //! resolve; and `ferry sign` refusing a variant whose delegate is not in its bytes.
 
-use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 
-const TOKEN: &str = "cli-test-admin-token-0123";
+mod common;
 
-fn ferry() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ferry"))
-}
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/pte")
-}
-
-fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd.output().expect("run ferry");
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(data: &Path) -> Server {
-    let mut child = ferry()
-        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
-        .arg(data)
-        .env("FERRY_ADMIN_TOKEN", TOKEN)
-        .env("FERRY_LOG", "warn")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn server");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("server exited before listening")
-            .expect("read");
-        if let Some(rest) = line.strip_prefix("ferry: listening on ") {
-            break rest.split_whitespace().next().expect("url").to_string();
-        }
-    };
-    // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Server { child, url }
-}
+use common::{TOKEN, ferry, fixtures, run_ok, serve};
 
 fn write_variants(dir: &Path, vulkan_file: &str) -> PathBuf {
     for f in [

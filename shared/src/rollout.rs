@@ -67,7 +67,7 @@ pub fn parse_percent(s: &str) -> Result<u32, String> {
 
 /// Formats basis points as a percentage (`50` → `0.5`).
 pub fn format_percent(bp: u32) -> String {
-    if bp % 100 == 0 {
+    if bp.is_multiple_of(100) {
         format!("{}", bp / 100)
     } else {
         let s = format!("{}.{:02}", bp / 100, bp % 100);

@@ -1,0 +1,114 @@
+//! Append-only revision logs in the object store, for state that changes.
+//!
+//! A log lives under a prefix; revision `n` is `<prefix>/<n, 20 digits>.json`. Writing the next
+//! revision uses a create-if-absent put (supported by the local store, S3 and Azure); a writer
+//! that loses the race re-reads and retries, so no update is lost and the log is the history.
+
+use futures_util::TryStreamExt as _;
+use object_store::path::Path as StorePath;
+use object_store::{ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+use crate::storage::Store;
+
+/// How many times a change is retried after losing a race.
+pub const MAX_RACE_RETRIES: usize = 64;
+
+fn key(prefix: &str, revision: u64) -> StorePath {
+    StorePath::from(format!("{prefix}/{revision:020}.json"))
+}
+
+/// The revision keys under `prefix`, oldest first.
+async fn numbered(store: &Store, prefix: &str) -> Result<Vec<(u64, StorePath)>, ApiError> {
+    let metas: Vec<_> = store
+        .list(Some(&StorePath::from(prefix)))
+        .try_collect()
+        .await
+        .map_err(ApiError::unavailable)?;
+    let mut numbered: Vec<(u64, StorePath)> = metas
+        .into_iter()
+        .filter_map(|m| {
+            let name = m.location.filename()?.strip_suffix(".json")?.parse().ok()?;
+            Some((name, m.location))
+        })
+        .collect();
+    numbered.sort_by_key(|(n, _)| *n);
+    Ok(numbered)
+}
+
+/// Every readable revision under `prefix`, oldest first, with its number.
+pub async fn all<T: DeserializeOwned>(
+    store: &Store,
+    prefix: &str,
+) -> Result<Vec<(u64, T)>, ApiError> {
+    let numbered = numbered(store, prefix).await?;
+    let mut out = Vec::with_capacity(numbered.len());
+    for (n, k) in numbered {
+        let bytes = store
+            .get(&k)
+            .await?
+            .bytes()
+            .await
+            .map_err(ApiError::unavailable)?;
+        match serde_json::from_slice::<T>(&bytes) {
+            Ok(v) => out.push((n, v)),
+            Err(e) => tracing::warn!("skipping unreadable revision {k}: {e}"),
+        }
+    }
+    Ok(out)
+}
+
+/// The newest readable revision under `prefix` (reads only what it must).
+pub async fn latest<T: DeserializeOwned>(
+    store: &Store,
+    prefix: &str,
+) -> Result<Option<(u64, T)>, ApiError> {
+    for (n, k) in numbered(store, prefix).await?.into_iter().rev() {
+        let bytes = store
+            .get(&k)
+            .await?
+            .bytes()
+            .await
+            .map_err(ApiError::unavailable)?;
+        match serde_json::from_slice::<T>(&bytes) {
+            Ok(v) => return Ok(Some((n, v))),
+            Err(e) => tracing::warn!("skipping unreadable revision {k}: {e}"),
+        }
+    }
+    Ok(None)
+}
+
+/// Appends revision `current + 1` computed from the newest one, retrying lost races.
+pub async fn append<T: Serialize + DeserializeOwned>(
+    store: &Store,
+    prefix: &str,
+    compute: impl Fn(Option<&(u64, T)>) -> Result<T, ApiError>,
+) -> Result<(u64, T), ApiError> {
+    for _ in 0..MAX_RACE_RETRIES {
+        let current = latest::<T>(store, prefix).await?;
+        let next = compute(current.as_ref())?;
+        let revision = current.as_ref().map_or(1, |(n, _)| n + 1);
+        let bytes = serde_json::to_vec_pretty(&next).map_err(ApiError::internal)?;
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        match store
+            .put_opts(&key(prefix, revision), PutPayload::from(bytes), opts)
+            .await
+        {
+            Ok(_) => return Ok((revision, next)),
+            Err(object_store::Error::AlreadyExists { .. }) => continue,
+            Err(e) => return Err(ApiError::unavailable(e)),
+        }
+    }
+    Err(ApiError::new(
+        actix_web::http::StatusCode::CONFLICT,
+        "state_contended",
+        format!(
+            "{prefix} changed {MAX_RACE_RETRIES} times while this change was being made; try again"
+        ),
+    ))
+}

@@ -1,0 +1,675 @@
+//! Telemetry ingestion, fleet health, the learned deny list and the automatic halt.
+//!
+//! `POST /v1/telemetry` takes `{"events": [...]}`. Each event is validated on its own; bad ones
+//! are listed in the answer with their index and code, the rest are kept. Accepted events are
+//! aggregated in memory per model / release / variant, and per SoC and device model within a
+//! variant (loads, failures, fallbacks with their targets and error codes, load times), and
+//! buffered as NDJSON lines flushed to `telemetry/raw/date=YYYY-MM-DD/hour=HH/` in the store;
+//! rollups go to `telemetry/rollup/<model>/<node>.json`. Ingestion never takes a lock that
+//! resolve takes: resolve reads only the rollout and deny snapshots.
+//!
+//! After each batch the aggregates are checked: a staged release over its rollout's thresholds
+//! (with at least `min_samples` loads) is halted; a variant whose fallback rate on one SoC or
+//! device model crosses the deny threshold (with enough samples) is denied to that class.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use ferry_shared::ModelName;
+use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+/// Ingestion limits and thresholds.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// Most events per request (default 500).
+    pub max_events: usize,
+    /// Largest body (default 1 MiB).
+    pub max_body_bytes: usize,
+    /// Events one install id may send per minute (default 600).
+    pub per_install_per_minute: u32,
+    /// Requests one client address may make per minute (default 6,000).
+    pub per_address_per_minute: u32,
+    /// A variant is denied to a SoC or device model whose fallback rate reaches this (default 0.25).
+    pub deny_fallback_rate: f64,
+    /// Attempts needed before a deny (default 100).
+    pub deny_min_samples: u64,
+    /// How often raw events and rollups are flushed to the store, in seconds (default 10).
+    pub flush_secs: u64,
+    /// Oldest accepted event age in days (default 30); newer than now + 1 hour is refused.
+    pub max_age_days: i64,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            max_events: 500,
+            max_body_bytes: 1 << 20,
+            per_install_per_minute: 600,
+            per_address_per_minute: 6000,
+            deny_fallback_rate: 0.25,
+            deny_min_samples: 100,
+            flush_secs: 10,
+            max_age_days: 30,
+        }
+    }
+}
+
+/// One rejected event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventError {
+    /// Position in the batch.
+    pub index: usize,
+    /// Stable code (`event_invalid`, `event_out_of_range`, `rate_limited`).
+    pub code: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+const MAX_FIELD: usize = 128;
+const MAX_DEVICES: usize = 200_000;
+const MAX_SAMPLES: usize = 20_000;
+
+/// Validates one event (already parsed as JSON).
+pub fn validate(
+    v: &serde_json::Value,
+    now: OffsetDateTime,
+    cfg: &TelemetryConfig,
+) -> Result<TelemetryEvent, (String, String)> {
+    let invalid = |m: String| ("event_invalid".to_string(), m);
+    let e: TelemetryEvent =
+        serde_json::from_value(v.clone()).map_err(|e| invalid(e.to_string()))?;
+    e.model
+        .parse::<ModelName>()
+        .map_err(|err| invalid(format!("model: {err}")))?;
+    for (name, s) in [
+        ("release", &e.release),
+        ("variant", &e.variant),
+        ("delegate", &e.delegate),
+        ("install_id", &e.install_id),
+        ("platform", &e.platform),
+        ("soc", &e.soc),
+        ("device_model", &e.device_model),
+        ("os_version", &e.os_version),
+        ("app_version", &e.app_version),
+        ("runtime_version", &e.runtime_version),
+    ] {
+        if s.len() > MAX_FIELD || s.chars().any(char::is_control) {
+            return Err(invalid(format!(
+                "{name} is longer than {MAX_FIELD} bytes or has control characters"
+            )));
+        }
+    }
+    if e.install_id.is_empty() {
+        return Err(invalid("install_id is empty".into()));
+    }
+    if matches!(
+        e.kind,
+        EventKind::Load | EventKind::Fallback | EventKind::Download
+    ) && (e.release.is_empty() || e.variant.is_empty())
+    {
+        return Err(invalid(
+            "release and variant are required for this kind".into(),
+        ));
+    }
+    if e.kind == EventKind::Fallback && e.to_variant.as_deref().is_none_or(str::is_empty) {
+        return Err(invalid("a fallback event needs to_variant".into()));
+    }
+    if let Some(ms) = e.load_ms
+        && !(ms.is_finite() && (0.0..=1e7).contains(&ms))
+    {
+        return Err(invalid("load_ms must be between 0 and 10,000,000".into()));
+    }
+    if e.error_code.as_ref().is_some_and(|c| c.len() > MAX_FIELD) {
+        return Err(invalid("error_code is too long".into()));
+    }
+    let at = OffsetDateTime::parse(&e.at, &time::format_description::well_known::Rfc3339)
+        .map_err(|err| invalid(format!("at: {err}")))?;
+    if at > now + time::Duration::hours(1) || at < now - time::Duration::days(cfg.max_age_days) {
+        return Err((
+            "event_out_of_range".into(),
+            format!(
+                "at {} is more than {} days old or in the future",
+                e.at, cfg.max_age_days
+            ),
+        ));
+    }
+    Ok(e)
+}
+
+/// Counts for a device class within a variant.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ClassCounts {
+    /// Load attempts.
+    pub loads: u64,
+    /// Failed loads.
+    pub load_failures: u64,
+    /// Fallbacks away from this variant.
+    pub fallbacks: u64,
+}
+
+impl ClassCounts {
+    fn fallback_rate(&self) -> f64 {
+        if self.loads == 0 {
+            0.0
+        } else {
+            self.fallbacks as f64 / self.loads as f64
+        }
+    }
+}
+
+/// Aggregates of one variant of one release.
+#[derive(Debug, Clone, Default)]
+pub struct VariantAgg {
+    delegate: String,
+    devices: HashSet<u64>,
+    loads_ok: u64,
+    load_failures: u64,
+    fallbacks: u64,
+    fallback_to: BTreeMap<String, u64>,
+    error_codes: BTreeMap<String, u64>,
+    downloads_failed: u64,
+    verify_failed: u64,
+    load_ms: Vec<f64>,
+    by_soc: BTreeMap<String, ClassCounts>,
+    by_device_model: BTreeMap<String, ClassCounts>,
+    by_platform: BTreeMap<String, ClassCounts>,
+}
+
+fn hash_id(s: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    s.hash(&mut h);
+    h.finish()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let idx = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted.get(idx).copied()
+}
+
+impl VariantAgg {
+    fn add(&mut self, e: &TelemetryEvent) {
+        if self.devices.len() < MAX_DEVICES {
+            self.devices.insert(hash_id(&e.install_id));
+        }
+        if self.delegate.is_empty() {
+            self.delegate = e.delegate.clone();
+        }
+        let classes = |agg: &mut Self, f: &dyn Fn(&mut ClassCounts)| {
+            for (map, key) in [
+                (&mut agg.by_soc, &e.soc),
+                (&mut agg.by_device_model, &e.device_model),
+                (&mut agg.by_platform, &e.platform),
+            ] {
+                if !key.is_empty() && (map.len() < 10_000 || map.contains_key(key)) {
+                    f(map.entry(key.clone()).or_default());
+                }
+            }
+        };
+        match (e.kind, e.outcome) {
+            (EventKind::Load, Outcome::Ok) => {
+                self.loads_ok += 1;
+                if let Some(ms) = e.load_ms
+                    && self.load_ms.len() < MAX_SAMPLES
+                {
+                    self.load_ms.push(ms);
+                }
+                classes(self, &|c| c.loads += 1);
+            }
+            (EventKind::Load, Outcome::Failed) => {
+                self.load_failures += 1;
+                if let Some(code) = &e.error_code {
+                    *self.error_codes.entry(code.clone()).or_default() += 1;
+                }
+                classes(self, &|c| {
+                    c.loads += 1;
+                    c.load_failures += 1;
+                });
+            }
+            (EventKind::Fallback, _) => {
+                self.fallbacks += 1;
+                if let Some(to) = &e.to_variant {
+                    *self.fallback_to.entry(to.clone()).or_default() += 1;
+                }
+                classes(self, &|c| c.fallbacks += 1);
+            }
+            (EventKind::Download, Outcome::Failed) => self.downloads_failed += 1,
+            (EventKind::Verify, Outcome::Failed) => self.verify_failed += 1,
+            _ => {}
+        }
+    }
+
+    fn loads(&self) -> u64 {
+        self.loads_ok + self.load_failures
+    }
+
+    /// The JSON view for `health`.
+    fn view(&self, variant: &str) -> serde_json::Value {
+        let mut ms = self.load_ms.clone();
+        ms.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        let mut codes: Vec<(&String, &u64)> = self.error_codes.iter().collect();
+        codes.sort_by(|a, b| b.1.cmp(a.1));
+        let loads = self.loads();
+        let rate = |n: u64| {
+            if loads == 0 {
+                0.0
+            } else {
+                n as f64 / loads as f64
+            }
+        };
+        serde_json::json!({
+            "variant": variant,
+            "delegate": self.delegate,
+            "devices": self.devices.len(),
+            "loads": loads,
+            "load_failures": self.load_failures,
+            "failure_rate": rate(self.load_failures),
+            "fallbacks": self.fallbacks,
+            "fallback_rate": rate(self.fallbacks),
+            "fallbacks_to": self.fallback_to,
+            "top_error_codes": codes.iter().take(5).map(|(c, n)| serde_json::json!({"code": c, "count": n})).collect::<Vec<_>>(),
+            "downloads_failed": self.downloads_failed,
+            "verify_failed": self.verify_failed,
+            "load_ms": {"p50": percentile(&ms, 0.5), "p95": percentile(&ms, 0.95)},
+            "by_soc": self.by_soc,
+            "by_device_model": self.by_device_model,
+            "by_platform": self.by_platform,
+        })
+    }
+}
+
+/// A learned or manual deny-list entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DenyEntry {
+    /// Release.
+    pub release: String,
+    /// Variant.
+    pub variant: String,
+    /// `soc` or `device_model`.
+    pub class: String,
+    /// The SoC or device model.
+    pub value: String,
+    /// Fallback rate when denied.
+    pub fallback_rate: f64,
+    /// Attempts seen when denied.
+    pub samples: u64,
+    /// `telemetry` or `ops`.
+    pub source: String,
+    /// `deny`, or `allow` (an ops override telemetry will not undo).
+    pub state: String,
+}
+
+impl DenyEntry {
+    /// The sentence `explain` shows.
+    pub fn reason(&self) -> String {
+        format!(
+            "denied by {}: {:.0}% fallback on {}, n={}",
+            self.source,
+            self.fallback_rate * 100.0,
+            self.value,
+            self.samples
+        )
+    }
+
+    /// True when the entry applies to this device.
+    pub fn matches(&self, release: &str, variant: &str, soc: &str, device_model: &str) -> bool {
+        self.state == "deny"
+            && self.release == release
+            && self.variant == variant
+            && match self.class.as_str() {
+                "soc" => self.value.eq_ignore_ascii_case(soc),
+                "device_model" => self.value == device_model,
+                _ => false,
+            }
+    }
+}
+
+/// Per-address and per-install token buckets.
+#[derive(Debug, Default)]
+struct Limiter {
+    buckets: HashMap<String, (f64, Instant)>,
+}
+
+impl Limiter {
+    /// Takes `n` tokens from `key`'s bucket of `per_minute`; false when not enough.
+    fn take(&mut self, key: &str, n: f64, per_minute: u32) -> bool {
+        if self.buckets.len() > 200_000 {
+            self.buckets.clear();
+        }
+        let now = Instant::now();
+        let cap = f64::from(per_minute);
+        let e = self.buckets.entry(key.to_string()).or_insert((cap, now));
+        let refill = now.duration_since(e.1).as_secs_f64() * cap / 60.0;
+        e.0 = (e.0 + refill).min(cap);
+        e.1 = now;
+        if e.0 >= n {
+            e.0 -= n;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The in-memory telemetry state of one server.
+#[derive(Debug, Default)]
+pub struct Telemetry {
+    aggs: Mutex<BTreeMap<(String, String, String), VariantAgg>>,
+    raw: Mutex<Vec<String>>,
+    limiter: Mutex<Limiter>,
+    cohorts: Mutex<BTreeMap<(String, String), HashSet<u64>>>,
+}
+
+/// What one batch did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct IngestReport {
+    /// Events kept.
+    pub accepted: usize,
+    /// Events refused, with reasons.
+    pub rejected: Vec<EventError>,
+}
+
+impl Telemetry {
+    /// True when `addr` may make another request.
+    pub fn allow_address(&self, addr: &str, cfg: &TelemetryConfig) -> bool {
+        self.limiter
+            .lock()
+            .map(|mut l| l.take(&format!("addr:{addr}"), 1.0, cfg.per_address_per_minute))
+            .unwrap_or(true)
+    }
+
+    /// Validates and aggregates a batch of raw JSON events.
+    pub fn ingest(
+        &self,
+        events: &[serde_json::Value],
+        now: OffsetDateTime,
+        cfg: &TelemetryConfig,
+    ) -> IngestReport {
+        let mut report = IngestReport::default();
+        let mut good = Vec::new();
+        for (i, v) in events.iter().enumerate() {
+            match validate(v, now, cfg) {
+                Ok(e) => good.push((i, e)),
+                Err((code, message)) => report.rejected.push(EventError {
+                    index: i,
+                    code,
+                    message,
+                }),
+            }
+        }
+        let mut kept = Vec::new();
+        if let Ok(mut lim) = self.limiter.lock() {
+            for (i, e) in good {
+                if lim.take(
+                    &format!("install:{}", e.install_id),
+                    1.0,
+                    cfg.per_install_per_minute,
+                ) {
+                    kept.push(e);
+                } else {
+                    report.rejected.push(EventError {
+                        index: i,
+                        code: "rate_limited".into(),
+                        message: format!(
+                            "install {} sends more than {} events a minute",
+                            e.install_id, cfg.per_install_per_minute
+                        ),
+                    });
+                }
+            }
+        }
+        report.rejected.sort_by_key(|e| e.index);
+        report.accepted = kept.len();
+        if let Ok(mut aggs) = self.aggs.lock() {
+            for e in &kept {
+                aggs.entry((e.model.clone(), e.release.clone(), e.variant.clone()))
+                    .or_default()
+                    .add(e);
+            }
+        }
+        if let Ok(mut raw) = self.raw.lock() {
+            for e in &kept {
+                if let Ok(line) = serde_json::to_string(e) {
+                    raw.push(line);
+                }
+            }
+        }
+        report
+    }
+
+    /// Notes that `install_id` was served `cohort` of `model` (for cohort sizes).
+    pub fn record_cohort(&self, model: &str, cohort: &str, install_id: &str) {
+        if let Ok(mut c) = self.cohorts.lock() {
+            let set = c
+                .entry((model.to_string(), cohort.to_string()))
+                .or_default();
+            if set.len() < MAX_DEVICES {
+                set.insert(hash_id(install_id));
+            }
+        }
+    }
+
+    /// Takes the buffered raw lines (for a flush).
+    pub fn take_raw(&self) -> Vec<String> {
+        self.raw
+            .lock()
+            .map(|mut r| std::mem::take(&mut *r))
+            .unwrap_or_default()
+    }
+
+    /// Puts lines back after a failed flush.
+    pub fn restore_raw(&self, mut lines: Vec<String>) {
+        if let Ok(mut r) = self.raw.lock() {
+            lines.append(&mut r);
+            *r = lines;
+        }
+    }
+
+    /// Loads, failures and fallbacks of all variants of `release` of `model`.
+    pub fn release_totals(&self, model: &str, release: &str) -> (u64, u64, u64) {
+        let Ok(aggs) = self.aggs.lock() else {
+            return (0, 0, 0);
+        };
+        aggs.iter()
+            .filter(|((m, r, _), _)| m == model && r == release)
+            .fold((0, 0, 0), |(l, f, b), (_, a)| {
+                (l + a.loads(), f + a.load_failures, b + a.fallbacks)
+            })
+    }
+
+    /// Device classes of `model` over the deny threshold: (release, variant, class, value,
+    /// fallback rate, samples).
+    pub fn deny_candidates(&self, model: &str, cfg: &TelemetryConfig) -> Vec<DenyEntry> {
+        let Ok(aggs) = self.aggs.lock() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for ((m, release, variant), a) in aggs.iter() {
+            if m != model {
+                continue;
+            }
+            for (class, map) in [("soc", &a.by_soc), ("device_model", &a.by_device_model)] {
+                for (value, c) in map {
+                    if c.loads >= cfg.deny_min_samples
+                        && c.fallback_rate() >= cfg.deny_fallback_rate
+                    {
+                        out.push(DenyEntry {
+                            release: release.clone(),
+                            variant: variant.clone(),
+                            class: class.into(),
+                            value: value.clone(),
+                            fallback_rate: c.fallback_rate(),
+                            samples: c.loads,
+                            source: "telemetry".into(),
+                            state: "deny".into(),
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The health view of `model` (releases newest first).
+    pub fn health(&self, model: &str) -> serde_json::Value {
+        let aggs = match self.aggs.lock() {
+            Ok(a) => a,
+            Err(p) => p.into_inner(),
+        };
+        let mut releases: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
+        for ((m, release, variant), a) in aggs.iter() {
+            if m == model {
+                releases
+                    .entry(release.clone())
+                    .or_default()
+                    .push(a.view(variant));
+            }
+        }
+        let mut list: Vec<(semver::Version, String, Vec<serde_json::Value>)> = releases
+            .into_iter()
+            .map(|(r, v)| (r.parse().unwrap_or(semver::Version::new(0, 0, 0)), r, v))
+            .collect();
+        list.sort_by(|a, b| b.0.cmp(&a.0));
+        let cohorts = self.cohorts.lock().map(|c| {
+            c.iter()
+                .filter(|((m, _), _)| m == model)
+                .map(|((_, cohort), set)| (cohort.clone(), set.len()))
+                .collect::<BTreeMap<_, _>>()
+        });
+        serde_json::json!({
+            "releases": list.into_iter().map(|(_, r, v)| serde_json::json!({"release": r, "variants": v})).collect::<Vec<_>>(),
+            "cohort_sizes": cohorts.unwrap_or_default(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(kind: &str, outcome: &str) -> serde_json::Value {
+        serde_json::json!({
+            "kind": kind, "model": "m", "release": "1.0.0", "variant": "vulkan", "delegate": "vulkan",
+            "outcome": outcome, "install_id": "i1", "platform": "android", "soc": "SM8450",
+            "device_model": "X", "os_version": "14", "app_version": "1.0.0", "runtime_version": "1.5.1",
+            "at": "2026-12-02T10:00:00Z", "to_variant": "xnnpack", "error_code": "runtime_load_failed", "load_ms": 3.5,
+            "future_field": {"ignored": true}
+        })
+    }
+
+    fn now() -> OffsetDateTime {
+        OffsetDateTime::parse(
+            "2026-12-02T12:00:00Z",
+            &time::format_description::well_known::Rfc3339,
+        )
+        .expect("time")
+    }
+
+    #[test]
+    fn validation_errors_are_per_event() {
+        let t = Telemetry::default();
+        let cfg = TelemetryConfig::default();
+        let mut missing = ev("load", "ok");
+        missing
+            .as_object_mut()
+            .expect("object")
+            .remove("install_id");
+        let mut no_target = ev("fallback", "failed");
+        no_target
+            .as_object_mut()
+            .expect("object")
+            .remove("to_variant");
+        let mut old = ev("load", "ok");
+        old["at"] = "2020-01-01T00:00:00Z".into();
+        let mut bad_model = ev("load", "ok");
+        bad_model["model"] = "../x".into();
+        let mut nan = ev("load", "ok");
+        nan["load_ms"] = serde_json::json!(-1);
+        let batch = vec![
+            ev("load", "ok"),
+            missing,
+            no_target,
+            old,
+            bad_model,
+            nan,
+            serde_json::json!(42),
+            ev("fallback", "failed"),
+        ];
+        let r = t.ingest(&batch, now(), &cfg);
+        assert_eq!(r.accepted, 2);
+        let codes: Vec<(usize, &str)> = r
+            .rejected
+            .iter()
+            .map(|e| (e.index, e.code.as_str()))
+            .collect();
+        assert_eq!(
+            codes,
+            [
+                (1, "event_invalid"),
+                (2, "event_invalid"),
+                (3, "event_out_of_range"),
+                (4, "event_invalid"),
+                (5, "event_invalid"),
+                (6, "event_invalid")
+            ]
+        );
+        let (loads, failures, fallbacks) = t.release_totals("m", "1.0.0");
+        assert_eq!((loads, failures, fallbacks), (1, 0, 1));
+    }
+
+    #[test]
+    fn per_install_rate_limit() {
+        let t = Telemetry::default();
+        let cfg = TelemetryConfig {
+            per_install_per_minute: 3,
+            ..TelemetryConfig::default()
+        };
+        let batch: Vec<_> = (0..5).map(|_| ev("load", "ok")).collect();
+        let r = t.ingest(&batch, now(), &cfg);
+        assert_eq!(r.accepted, 3);
+        assert!(r.rejected.iter().all(|e| e.code == "rate_limited"));
+    }
+
+    #[test]
+    fn deny_candidates_need_samples_and_rate() {
+        let t = Telemetry::default();
+        let cfg = TelemetryConfig {
+            deny_min_samples: 10,
+            per_install_per_minute: 100_000,
+            ..TelemetryConfig::default()
+        };
+        let mut batch = Vec::new();
+        for i in 0..20 {
+            let mut f = ev("load", "failed");
+            f["install_id"] = format!("d{i}").into();
+            let mut fb = ev("fallback", "failed");
+            fb["install_id"] = format!("d{i}").into();
+            batch.push(f);
+            batch.push(fb);
+        }
+        t.ingest(&batch, now(), &cfg);
+        let c = t.deny_candidates("m", &cfg);
+        assert_eq!(c.len(), 2, "{c:?}");
+        assert!(
+            c.iter()
+                .any(|d| d.class == "soc" && d.value == "SM8450" && d.samples == 20)
+        );
+        assert_eq!(
+            c[0].reason(),
+            format!("denied by telemetry: 100% fallback on {}, n=20", c[0].value)
+        );
+        let h = t.health("m");
+        assert_eq!(h["releases"][0]["variants"][0]["devices"], 20);
+        assert_eq!(
+            h["releases"][0]["variants"][0]["fallbacks_to"]["xnnpack"],
+            20
+        );
+    }
+}

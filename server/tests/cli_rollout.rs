@@ -1,0 +1,158 @@
+//! Rollouts through the real CLI, against two server processes sharing one data directory:
+//! concurrent changes from both lose no update, and `status` / `health` report them.
+
+mod common;
+
+use std::path::Path;
+
+use common::{TOKEN, ferry, fixtures, run_ok, serve};
+
+fn release(dir: &Path, keys: &Path, version: &str, file: &str) -> std::path::PathBuf {
+    std::fs::copy(fixtures().join(file), dir.join(file)).expect("copy");
+    let toml = format!(
+        "model = \"race\"\nversion = \"{version}\"\n\n[[variant]]\nid = \"xnnpack-fp32\"\nfile = \"{file}\"\n\
+         delegate = \"xnnpack\"\nquant = \"fp32\"\nruntime = \">=1.5.0\"\napp = \"*\"\n"
+    );
+    let spec = dir.join(format!("VARIANTS-{version}.toml"));
+    std::fs::write(&spec, toml).expect("write");
+    let out = dir.join(format!("release-{version}.json"));
+    run_ok(
+        ferry()
+            .arg("sign")
+            .arg(&spec)
+            .arg("--key")
+            .arg(keys.join("release.key"))
+            .arg("-o")
+            .arg(&out),
+    );
+    out
+}
+
+#[test]
+fn two_server_processes_racing_on_one_rollout() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let data = tmp.path().join("data");
+    let files = tmp.path().join("files");
+    std::fs::create_dir_all(&files).expect("mkdir");
+    run_ok(
+        ferry()
+            .args(["keys", "generate", "--out"])
+            .arg(data.join("keys")),
+    );
+    let v1 = release(&files, &data.join("keys"), "1.0.0", "mlp-v1-xnnpack.pte");
+    let v2 = release(&files, &data.join("keys"), "2.0.0", "mlp-v2-xnnpack.pte");
+    let a = serve(&data);
+    let b = serve(&data);
+    for r in [&v1, &v2] {
+        run_ok(
+            ferry()
+                .arg("publish")
+                .arg(r)
+                .arg("--files")
+                .arg(&files)
+                .args(["--server", &a.url, "--token", TOKEN, "--quiet"]),
+        );
+    }
+    let out = run_ok(ferry().args([
+        "rollout",
+        "start",
+        "race",
+        "--release",
+        "2.0.0",
+        "--percent",
+        "0.5",
+        "--min-samples",
+        "20",
+        "--server",
+        &a.url,
+        "--token",
+        TOKEN,
+    ]));
+    assert!(out.contains("staged 2.0.0 at 0.5%"), "{out}");
+
+    // 6 threads, alternating between the two processes, 5 changes each.
+    let urls = [a.url.clone(), b.url.clone()];
+    let threads: Vec<_> = (0..6)
+        .map(|t| {
+            let url = urls[t % 2].clone();
+            std::thread::spawn(move || {
+                for i in 0..5 {
+                    let pct = format!("{}.{}", 1 + t, i + 1);
+                    run_ok(ferry().args([
+                        "rollout",
+                        "set",
+                        "race",
+                        "--percent",
+                        &pct,
+                        "--server",
+                        &url,
+                        "--token",
+                        TOKEN,
+                    ]));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("thread");
+    }
+    let status = run_ok(ferry().args([
+        "rollout", "status", "race", "--json", "--server", &b.url, "--token", TOKEN,
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&status).expect("json");
+    let history = v["history"].as_array().expect("history");
+    assert_eq!(
+        history.len(),
+        31,
+        "1 start + 30 sets from two processes, none lost"
+    );
+    let mut bps: Vec<u64> = history
+        .iter()
+        .skip(1)
+        .filter_map(|p| p["basis_points"].as_u64())
+        .collect();
+    bps.sort();
+    let mut want: Vec<u64> = (0..6u64)
+        .flat_map(|t| (0..5u64).map(move |i| (1 + t) * 100 + (i + 1) * 10))
+        .collect();
+    want.sort();
+    assert_eq!(bps, want);
+
+    for action in ["pause", "resume", "rollback"] {
+        run_ok(ferry().args([
+            "rollout", action, "race", "--server", &b.url, "--token", TOKEN,
+        ]));
+    }
+    let status = run_ok(ferry().args([
+        "rollout", "status", "race", "--server", &a.url, "--token", TOKEN,
+    ]));
+    assert!(
+        status
+            .lines()
+            .last()
+            .is_some_and(|l| l.contains("rollback halted")),
+        "{status}"
+    );
+    let health = run_ok(ferry().args([
+        "health", "race", "--json", "--server", &a.url, "--token", TOKEN,
+    ]));
+    let h: serde_json::Value = serde_json::from_str(&health).expect("json");
+    assert_eq!(h["model"], "race");
+    // A bad percent is refused before anything is sent.
+    let out = ferry()
+        .args([
+            "rollout",
+            "set",
+            "race",
+            "--percent",
+            "0.001",
+            "--server",
+            &a.url,
+            "--token",
+            TOKEN,
+        ])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at most two decimals"));
+}

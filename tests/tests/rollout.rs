@@ -1,0 +1,596 @@
+//! Rollouts by percentage, racing writers, telemetry-driven deny list and automatic halt.
+
+use std::collections::BTreeSet;
+
+use ferry_tests::app::{ADMIN_TOKEN, Options, READ_TOKEN, TestApp, mlp_v1, mlp_v2};
+
+fn dev(install: &str, soc: &str) -> serde_json::Value {
+    serde_json::json!({
+        "model": "mlp", "install_id": install, "app_version": "2.0.0", "runtime_version": "1.5.1",
+        "backends": ["XnnpackBackend", "VulkanBackend"], "platform": "android", "os_version": "14",
+        "device_model": "phone", "soc": soc, "ram_mb": 8192
+    })
+}
+
+fn change(app: &TestApp, body: serde_json::Value) -> (u16, serde_json::Value) {
+    app.post_raw(
+        "/v1/admin/models/mlp/rollout",
+        &serde_json::to_vec(&body).expect("json"),
+        Some(ADMIN_TOKEN),
+    )
+}
+
+fn served(app: &TestApp, install: &str) -> (String, String) {
+    let (status, body) = app.resolve(&dev(install, "SM8550"), false);
+    assert_eq!(status, 200, "{body}");
+    let (d, _) = app.verify_response(&body);
+    let cohort = serde_json::to_value(d.cohort)
+        .expect("json")
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    (d.release.to_string(), cohort)
+}
+
+#[test]
+fn cohorts_follow_the_plan_through_every_transition() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    let ids: Vec<String> = (0..1000).map(|i| format!("dev-{i:05}")).collect();
+    // No plan yet: the newest release, for everyone.
+    app.publish(&mlp_v2());
+    assert_eq!(served(&app, &ids[0]).0, "2.0.0");
+
+    let (status, plan) = change(
+        &app,
+        serde_json::json!({"action": "start", "release": "2.0.0", "percent": "5"}),
+    );
+    assert_eq!(status, 200, "{plan}");
+    assert_eq!(
+        (plan["baseline"].as_str(), plan["basis_points"].as_u64()),
+        (Some("1.0.0"), Some(500))
+    );
+    let staged_at = |pct: &str| -> BTreeSet<String> {
+        let (s, b) = change(&app, serde_json::json!({"action": "set", "percent": pct}));
+        assert_eq!(s, 200, "{b}");
+        ids.iter()
+            .filter(|id| {
+                let (release, cohort) = served(&app, id);
+                assert_eq!(release == "2.0.0", cohort == "staged", "{id}");
+                cohort == "staged"
+            })
+            .cloned()
+            .collect()
+    };
+    let five = staged_at("5");
+    assert!(
+        (20..=85).contains(&five.len()),
+        "5% of 1000 gave {}",
+        five.len()
+    );
+    let twenty = staged_at("20");
+    assert!(
+        five.is_subset(&twenty),
+        "raising the percentage moved devices out"
+    );
+    assert!(
+        (140..=260).contains(&twenty.len()),
+        "20% of 1000 gave {}",
+        twenty.len()
+    );
+
+    // Paused: the percentage cannot move; staged devices keep the staged release.
+    assert_eq!(change(&app, serde_json::json!({"action": "pause"})).0, 200);
+    let (s, b) = change(&app, serde_json::json!({"action": "set", "percent": "50"}));
+    assert_eq!((s, b["code"].as_str()), (409, Some("rollout_not_active")));
+    let one = twenty.iter().next().expect("a staged device");
+    assert_eq!(served(&app, one), ("2.0.0".into(), "staged".into()));
+    assert_eq!(change(&app, serde_json::json!({"action": "resume"})).0, 200);
+
+    // Rollback: everyone on the baseline.
+    assert_eq!(
+        change(
+            &app,
+            serde_json::json!({"action": "rollback", "reason": "bad numbers"})
+        )
+        .0,
+        200
+    );
+    assert!(
+        ids.iter()
+            .take(200)
+            .all(|id| served(&app, id) == ("1.0.0".into(), "baseline".into()))
+    );
+
+    // A new rollout, then complete: the staged release becomes everyone's baseline.
+    let (s, b) = change(
+        &app,
+        serde_json::json!({"action": "start", "release": "2.0.0", "percent": 10.5}),
+    );
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["basis_points"], 1050);
+    let (s, b) = change(
+        &app,
+        serde_json::json!({"action": "start", "release": "2.0.0", "percent": "1"}),
+    );
+    assert_eq!((s, b["code"].as_str()), (409, Some("rollout_in_progress")));
+    assert_eq!(
+        change(&app, serde_json::json!({"action": "complete"})).0,
+        200
+    );
+    assert!(
+        ids.iter()
+            .take(100)
+            .all(|id| served(&app, id) == ("2.0.0".into(), "baseline".into()))
+    );
+
+    // The history is the list of revisions, with who, what and why.
+    let (s, h) = app.get_json("/v1/admin/models/mlp/rollout", Some(READ_TOKEN));
+    assert_eq!(s, 200);
+    let actions: Vec<&str> = h["history"]
+        .as_array()
+        .expect("history")
+        .iter()
+        .filter_map(|p| p["action"].as_str())
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "start", "set", "set", "pause", "resume", "rollback", "start", "complete"
+        ]
+    );
+    let revisions: Vec<u64> = h["history"]
+        .as_array()
+        .expect("history")
+        .iter()
+        .filter_map(|p| p["revision"].as_u64())
+        .collect();
+    assert_eq!(revisions, (1..=8).collect::<Vec<_>>());
+    assert_eq!(h["history"][5]["reason"], "bad numbers");
+    assert_eq!(h["history"][5]["actor"], "env:FERRY_ADMIN_TOKEN");
+
+    // Bad changes are clear 4xx.
+    for (body, code) in [
+        (
+            serde_json::json!({"action": "start", "release": "9.9.9", "percent": "5"}),
+            "release_not_found",
+        ),
+        (serde_json::json!({"action": "explode"}), "rollout_invalid"),
+        (
+            serde_json::json!({"action": "start", "release": "2.0.0", "percent": "150"}),
+            "rollout_invalid",
+        ),
+        (
+            serde_json::json!({"action": "set", "percent": "5", "extra": 1}),
+            "rollout_invalid",
+        ),
+    ] {
+        let (s, b) = change(&app, body);
+        assert!((400..500).contains(&s), "{b}");
+        assert_eq!(b["code"], code);
+    }
+    let (s, _) = app.post_raw(
+        "/v1/admin/models/mlp/rollout",
+        b"{\"action\":\"pause\"}",
+        Some(READ_TOKEN),
+    );
+    assert_eq!(s, 403, "the read scope cannot change rollouts");
+}
+
+#[test]
+fn racing_writers_lose_no_update() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    app.publish(&mlp_v2());
+    assert_eq!(
+        change(
+            &app,
+            serde_json::json!({"action": "start", "release": "2.0.0", "percent": "1"})
+        )
+        .0,
+        200
+    );
+    // A second server on the same data directory: another replica.
+    let env = |k: &str| (k == "FERRY_ADMIN_TOKEN").then(|| ADMIN_TOKEN.to_string());
+    let flags = ferry_server::config::Flags {
+        config: None,
+        listen: Some("127.0.0.1:0".into()),
+        data: Some(app.dir.path().to_path_buf()),
+    };
+    let replica = ferry_server::server::spawn(
+        ferry_server::config::Config::load(&flags, &env).expect("config"),
+        false,
+    )
+    .expect("replica");
+    let urls = [app.url(), replica.url()];
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let url = urls[t % 2].clone();
+            std::thread::spawn(move || {
+                let agent = ureq::Agent::config_builder()
+                    .http_status_as_error(false)
+                    .build()
+                    .new_agent();
+                for i in 0..10 {
+                    let pct = format!("{}.{:02}", 2 + t, i + 1);
+                    let resp = agent
+                        .post(format!("{url}/v1/admin/models/mlp/rollout"))
+                        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+                        .header("content-type", "application/json")
+                        .send(
+                            serde_json::to_vec(
+                                &serde_json::json!({"action": "set", "percent": pct}),
+                            )
+                            .expect("json")
+                            .as_slice(),
+                        )
+                        .expect("request");
+                    assert_eq!(resp.status().as_u16(), 200);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("thread");
+    }
+    let (s, h) = app.get_json("/v1/admin/models/mlp/rollout", Some(READ_TOKEN));
+    assert_eq!(s, 200);
+    let history = h["history"].as_array().expect("history");
+    assert_eq!(history.len(), 81, "1 start + 80 sets, none lost");
+    let revisions: Vec<u64> = history
+        .iter()
+        .filter_map(|p| p["revision"].as_u64())
+        .collect();
+    assert_eq!(revisions, (1..=81).collect::<Vec<_>>());
+    let set: BTreeSet<u64> = history
+        .iter()
+        .skip(1)
+        .filter_map(|p| p["basis_points"].as_u64())
+        .collect();
+    let want: BTreeSet<u64> = (0..8u64)
+        .flat_map(|t| (0..10u64).map(move |i| (2 + t) * 100 + i + 1))
+        .collect();
+    assert_eq!(set, want, "every write is in the history");
+    replica.stop();
+}
+
+fn event(
+    kind: &str,
+    outcome: &str,
+    release: &str,
+    variant: &str,
+    install: &str,
+    soc: &str,
+    to: Option<&str>,
+) -> serde_json::Value {
+    let mut e = serde_json::json!({
+        "kind": kind, "model": "mlp", "release": release, "variant": variant,
+        "delegate": if variant.starts_with("vulkan") { "vulkan" } else { "xnnpack" },
+        "outcome": outcome, "install_id": install, "platform": "android", "soc": soc,
+        "device_model": format!("phone-{soc}"), "os_version": "14", "app_version": "2.0.0",
+        "runtime_version": "1.5.1", "at": time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339).expect("time"),
+        "load_ms": 12.5
+    });
+    if outcome == "failed" {
+        e["error_code"] = "runtime_load_failed".into();
+    }
+    if let Some(t) = to {
+        e["to_variant"] = t.into();
+    }
+    e
+}
+
+fn send(app: &TestApp, events: &[serde_json::Value]) -> serde_json::Value {
+    let (s, body) = app.post_raw(
+        "/v1/telemetry",
+        &serde_json::to_vec(&serde_json::json!({ "events": events })).expect("json"),
+        None,
+    );
+    assert_eq!(s, 200, "{body}");
+    body
+}
+
+#[test]
+fn a_telemetry_flood_denies_one_soc_and_halts_the_staged_release() {
+    let app = TestApp::start_with(Options {
+        demo: false,
+        tweak: Some(Box::new(|c| {
+            c.telemetry.deny_min_samples = 50;
+            c.telemetry.flush_secs = 1;
+        })),
+    });
+    app.publish(&mlp_v1());
+    app.publish(&mlp_v2());
+    let (s, plan) = change(
+        &app,
+        serde_json::json!({"action": "start", "release": "2.0.0", "percent": "50",
+            "max_failure_rate": 0.5, "max_fallback_rate": 0.2, "min_samples": 100}),
+    );
+    assert_eq!(s, 200, "{plan}");
+
+    // Baseline 1.0.0: Vulkan fails and falls back on SM8450 only.
+    let mut batch = Vec::new();
+    for i in 0..120 {
+        let id = format!("a-{i}");
+        batch.push(event(
+            "load",
+            "failed",
+            "1.0.0",
+            "vulkan-fp32",
+            &id,
+            "SM8450",
+            None,
+        ));
+        batch.push(event(
+            "fallback",
+            "failed",
+            "1.0.0",
+            "vulkan-fp32",
+            &id,
+            "SM8450",
+            Some("xnnpack-fp32"),
+        ));
+        batch.push(event(
+            "load",
+            "ok",
+            "1.0.0",
+            "xnnpack-fp32",
+            &id,
+            "SM8450",
+            None,
+        ));
+        let id = format!("b-{i}");
+        batch.push(event(
+            "load",
+            "ok",
+            "1.0.0",
+            "vulkan-fp32",
+            &id,
+            "SM8550",
+            None,
+        ));
+    }
+    for chunk in batch.chunks(200) {
+        let r = send(&app, chunk);
+        assert_eq!(r["accepted"].as_u64(), Some(chunk.len() as u64), "{r}");
+    }
+    // Staged 2.0.0: Vulkan falls back on a third of loads (over the 20% threshold).
+    let mut staged = Vec::new();
+    for i in 0..150 {
+        let id = format!("s-{i}");
+        let soc = if i % 3 == 0 { "SM8350" } else { "SM8550" };
+        if i % 3 == 0 {
+            staged.push(event(
+                "load",
+                "failed",
+                "2.0.0",
+                "vulkan-fp32",
+                &id,
+                soc,
+                None,
+            ));
+            staged.push(event(
+                "fallback",
+                "failed",
+                "2.0.0",
+                "vulkan-fp32",
+                &id,
+                soc,
+                Some("xnnpack-fp32"),
+            ));
+        } else {
+            staged.push(event("load", "ok", "2.0.0", "vulkan-fp32", &id, soc, None));
+        }
+    }
+    send(&app, &staged);
+
+    // Deny list: only SM8450, only for 1.0.0's Vulkan variant.
+    let (s, h) = app.get_json("/v1/admin/models/mlp/health", Some(READ_TOKEN));
+    assert_eq!(s, 200);
+    let deny = h["deny"].as_array().expect("deny");
+    let soc_denies: Vec<(&str, &str, &str)> = deny
+        .iter()
+        .filter(|d| d["class"] == "soc")
+        .map(|d| {
+            (
+                d["release"].as_str().unwrap_or(""),
+                d["variant"].as_str().unwrap_or(""),
+                d["value"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert!(
+        soc_denies.contains(&("1.0.0", "vulkan-fp32", "SM8450")),
+        "{deny:?}"
+    );
+    assert!(!soc_denies.iter().any(|d| d.2 == "SM8550"), "{deny:?}");
+    // Health numbers.
+    let v1 = h["releases"]
+        .as_array()
+        .expect("releases")
+        .iter()
+        .find(|r| r["release"] == "1.0.0")
+        .expect("1.0.0");
+    let vk = v1["variants"]
+        .as_array()
+        .expect("variants")
+        .iter()
+        .find(|v| v["variant"] == "vulkan-fp32")
+        .expect("vulkan");
+    assert_eq!(vk["loads"], 240);
+    assert_eq!(vk["load_failures"], 120);
+    assert_eq!(vk["fallbacks_to"]["xnnpack-fp32"], 120);
+    assert_eq!(vk["by_soc"]["SM8450"]["fallbacks"], 120);
+    assert_eq!(vk["top_error_codes"][0]["code"], "runtime_load_failed");
+    assert_eq!(vk["load_ms"]["p50"], 12.5);
+
+    // The staged release was halted, with the reason in the history.
+    assert_eq!(h["rollout"]["state"], "halted", "{}", h["rollout"]);
+    assert_eq!(h["rollout"]["action"], "auto-halt");
+    assert!(
+        h["rollout"]["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("fallback rate"),
+        "{}",
+        h["rollout"]
+    );
+    let (_, hist) = app.get_json("/v1/admin/models/mlp/rollout", Some(READ_TOKEN));
+    assert_eq!(hist["history"].as_array().map(Vec::len), Some(2));
+
+    // Resolve: staged devices are back on the baseline; SM8450 no longer gets Vulkan and
+    // explain says why; SM8550 still does.
+    let (s, body) = app.resolve(&dev("s-3", "SM8450"), true);
+    assert_eq!(s, 200);
+    let (d, _) = app.verify_response(&body);
+    assert_eq!(d.release.to_string(), "1.0.0");
+    assert_eq!(
+        d.candidates
+            .iter()
+            .map(|c| c.variant.to_string())
+            .collect::<Vec<_>>(),
+        ["xnnpack-int8", "xnnpack-fp32"]
+    );
+    let why = body["explain"]
+        .as_array()
+        .expect("explain")
+        .iter()
+        .find(|e| e["variant"] == "vulkan-fp32")
+        .expect("vulkan");
+    let reason = why["reasons"][0].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("denied by telemetry: 100% fallback on SM8450, n="),
+        "{reason}"
+    );
+    let n: u64 = reason
+        .rsplit('=')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("n");
+    assert!(n >= 50, "denied before the minimum sample: {reason}");
+    let (_, body) = app.resolve(&dev("s-3", "SM8550"), false);
+    let (d, _) = app.verify_response(&body);
+    assert_eq!(d.candidates[0].variant.as_str(), "vulkan-fp32");
+
+    // Ops override the entry: SM8450 gets Vulkan again; telemetry does not undo it.
+    let (s, b) = app.post_raw(
+        "/v1/admin/models/mlp/deny",
+        &serde_json::to_vec(&serde_json::json!({"action": "override", "release": "1.0.0", "variant": "vulkan-fp32", "class": "soc", "value": "SM8450"})).expect("json"),
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(s, 200, "{b}");
+    send(&app, &batch[..4]);
+    let (s, body) = app.resolve(&dev("s-3", "SM8450"), false);
+    assert_eq!(s, 200);
+    let (d, _) = app.verify_response(&body);
+    assert_eq!(d.candidates[0].variant.as_str(), "vulkan-fp32");
+
+    // Raw events and rollups reach the store (flushed every second).
+    let mut waited = 0;
+    loop {
+        let files = app.stored_files();
+        let raw = files.iter().any(|f| {
+            f.starts_with("telemetry/raw/date=") && f.contains("/hour=") && f.ends_with(".ndjson")
+        });
+        let rollup = files.iter().any(|f| f.starts_with("telemetry/rollup/mlp/"));
+        if raw && rollup {
+            break;
+        }
+        waited += 1;
+        assert!(waited < 100, "no flush: {files:?}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn malformed_oversized_and_out_of_order_telemetry() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    let before = app.stored_files();
+    // Malformed bodies.
+    for (body, status, code) in [
+        (b"not json".to_vec(), 400, "telemetry_malformed"),
+        (b"{\"events\": 5}".to_vec(), 400, "telemetry_malformed"),
+        (b"[]".to_vec(), 400, "telemetry_malformed"),
+        (vec![b' '; 2 << 20], 413, "body_too_large"),
+        (
+            serde_json::to_vec(&serde_json::json!({"events": vec![serde_json::json!({}); 501]}))
+                .expect("json"),
+            413,
+            "too_many_events",
+        ),
+    ] {
+        let (s, b) = app.post_raw("/v1/telemetry", &body, None);
+        assert_eq!((s, b["code"].as_str()), (status, Some(code)), "{b}");
+    }
+    // Per-event errors; good events around them are kept, in any time order.
+    let now = time::OffsetDateTime::now_utc();
+    let at = |mins: i64| {
+        (now - time::Duration::minutes(mins))
+            .format(&time::format_description::well_known::Rfc3339)
+            .expect("time")
+    };
+    let mut e1 = event("load", "ok", "1.0.0", "xnnpack-fp32", "x1", "SM8550", None);
+    e1["at"] = at(5).into();
+    let mut e2 = event("load", "ok", "1.0.0", "xnnpack-fp32", "x2", "SM8550", None);
+    e2["at"] = at(60).into();
+    let mut e3 = event("load", "ok", "1.0.0", "xnnpack-fp32", "x3", "SM8550", None);
+    e3["at"] = at(1).into();
+    let mut missing = event("load", "ok", "1.0.0", "xnnpack-fp32", "x4", "SM8550", None);
+    missing.as_object_mut().expect("object").remove("kind");
+    let mut future = event("load", "ok", "1.0.0", "xnnpack-fp32", "x5", "SM8550", None);
+    future["at"] = at(-24 * 60).into();
+    let mut hostile = event("load", "ok", "1.0.0", "xnnpack-fp32", "x6", "SM8550", None);
+    hostile["soc"] = "x".repeat(10_000).into();
+    let r = send(
+        &app,
+        &[
+            e1,
+            missing,
+            e2,
+            future,
+            hostile,
+            e3,
+            serde_json::json!("string"),
+        ],
+    );
+    assert_eq!(r["accepted"], 3, "{r}");
+    let rejected: Vec<(u64, &str)> = r["rejected"]
+        .as_array()
+        .expect("rejected")
+        .iter()
+        .map(|e| {
+            (
+                e["index"].as_u64().unwrap_or(99),
+                e["code"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rejected,
+        [
+            (1, "event_invalid"),
+            (3, "event_out_of_range"),
+            (4, "event_invalid"),
+            (6, "event_invalid")
+        ]
+    );
+    let (_, h) = app.get_json("/v1/admin/models/mlp/health", Some(READ_TOKEN));
+    let xnn = h["releases"][0]["variants"]
+        .as_array()
+        .expect("variants")
+        .iter()
+        .find(|v| v["variant"] == "xnnpack-fp32")
+        .expect("xnnpack");
+    assert_eq!(xnn["loads"], 3);
+    assert_eq!(xnn["devices"], 3);
+    // Nothing but (eventually) telemetry files was written.
+    let after: Vec<String> = app
+        .stored_files()
+        .into_iter()
+        .filter(|f| !f.starts_with("telemetry/"))
+        .collect();
+    assert_eq!(after, before);
+    // Resolve is unaffected.
+    assert_eq!(app.resolve(&dev("r1", "SM8550"), false).0, 200);
+}
