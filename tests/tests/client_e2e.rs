@@ -157,14 +157,28 @@ fn claimed_delegates_fail_on_the_real_runtime_and_xnnpack_runs() {
     let report = c.send_telemetry();
     assert_eq!((report.sent, report.queued), (events.len(), 0));
     assert!(c.telemetry_pending().is_empty());
-    let (status, health) = app.get_json("/v1/admin/models/demo-mlp/health", Some(ferry_tests::app::READ_TOKEN));
+    let (status, health) = app.get_json(
+        "/v1/admin/models/demo-mlp/health",
+        Some(ferry_tests::app::READ_TOKEN),
+    );
     assert_eq!(status, 200);
-    let variants = health["releases"][0]["variants"].as_array().expect("variants");
-    let coreml = variants.iter().find(|v| v["variant"] == "coreml-fp32").expect("coreml reported");
+    let variants = health["releases"][0]["variants"]
+        .as_array()
+        .expect("variants");
+    let coreml = variants
+        .iter()
+        .find(|v| v["variant"] == "coreml-fp32")
+        .expect("coreml reported");
     assert_eq!(coreml["load_failures"], 1);
     assert_eq!(coreml["fallbacks_to"]["vulkan-fp32"], 1);
-    let xnn = variants.iter().find(|v| v["variant"] == "xnnpack-fp32").expect("xnnpack reported");
-    assert_eq!((xnn["loads"].as_u64(), xnn["load_failures"].as_u64()), (Some(1), Some(0)));
+    let xnn = variants
+        .iter()
+        .find(|v| v["variant"] == "xnnpack-fp32")
+        .expect("xnnpack reported");
+    assert_eq!(
+        (xnn["loads"].as_u64(), xnn["load_failures"].as_u64()),
+        (Some(1), Some(0))
+    );
 
     // A second load comes from the cache and re-verifies it.
     let again = c

@@ -112,6 +112,54 @@ fn real_responses_match_the_schemas() {
     check("error.schema.json", &body);
     let (_, body) = app.get_json("/v1/admin/models/nope", Some(READ_TOKEN));
     check("error.schema.json", &body);
+
+    // Telemetry: what a client sends, and the answer.
+    let event = serde_json::json!({
+        "kind": "fallback", "model": "mlp", "release": "1.0.0", "variant": "vulkan-fp32",
+        "delegate": "vulkan", "outcome": "failed", "error_code": "runtime_load_failed",
+        "install_id": "i", "platform": "android", "soc": "SM8550", "device_model": "p",
+        "os_version": "14", "app_version": "1.0.0", "runtime_version": "1.5.1",
+        "at": time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339).expect("time"),
+        "to_variant": "xnnpack-fp32"
+    });
+    let mut no_target = event.clone();
+    no_target
+        .as_object_mut()
+        .expect("object")
+        .remove("to_variant");
+    let batch = serde_json::json!({ "events": [event, no_target] });
+    let v = validator("telemetry.schema.json");
+    assert!(
+        !v.is_valid(&batch),
+        "the schema refuses a fallback without to_variant"
+    );
+    let (status, answer) = app.post_raw(
+        "/v1/telemetry",
+        &serde_json::to_vec(&batch).expect("json"),
+        None,
+    );
+    assert_eq!(status, 200);
+    assert_eq!(answer["accepted"], 1);
+    let mut wrapped = serde_json::json!({"$ref": "telemetry.schema.json#/$defs/answer"});
+    wrapped["$schema"] = "https://json-schema.org/draft/2020-12/schema".into();
+    wrapped["$id"] = format!("{BASE}answer-check.json").into();
+    check_value(&wrapped, &answer);
+
+    // A rollout revision.
+    ferry_tests::app::TestApp::publish(&app, &ferry_tests::app::mlp_v2());
+    let (status, plan) = app.post_raw(
+        "/v1/admin/models/mlp/rollout",
+        br#"{"action": "start", "release": "2.0.0", "percent": "5"}"#,
+        Some(ferry_tests::app::ADMIN_TOKEN),
+    );
+    assert_eq!(status, 200, "{plan}");
+    check("rollout-plan.schema.json", &plan);
+}
+
+fn check_value(schema: &serde_json::Value, instance: &serde_json::Value) {
+    let v = validator_for(schema);
+    let errors: Vec<String> = v.iter_errors(instance).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:?}\n{instance}");
 }
 
 #[test]
