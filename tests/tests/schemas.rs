@@ -20,23 +20,26 @@ fn schema_files() -> Vec<(String, serde_json::Value)> {
     out
 }
 
-fn validator(name: &str) -> jsonschema::Validator {
-    let files = schema_files();
+/// A validator for `schema`, with every committed schema registered for `$ref`s.
+fn validator_for(schema: &serde_json::Value) -> jsonschema::Validator {
     let mut builder = jsonschema::Registry::new();
-    for (n, v) in &files {
-        builder = builder
-            .add(format!("{BASE}{n}"), v.clone())
-            .expect("valid uri");
+    for (n, v) in schema_files() {
+        builder = builder.add(format!("{BASE}{n}"), v).expect("valid uri");
     }
     let registry = builder.prepare().expect("registry");
+    jsonschema::options()
+        .with_registry(&registry)
+        .build(schema)
+        .unwrap_or_else(|e| panic!("schema does not compile: {e}"))
+}
+
+fn validator(name: &str) -> jsonschema::Validator {
+    let files = schema_files();
     let (_, schema) = files
         .iter()
         .find(|(n, _)| n == name)
         .expect("schema exists");
-    jsonschema::options()
-        .with_registry(&registry)
-        .build(schema)
-        .unwrap_or_else(|e| panic!("{name} does not compile: {e}"))
+    validator_for(schema)
 }
 
 fn check(name: &str, instance: &serde_json::Value) {
