@@ -69,6 +69,8 @@ pub struct AppState {
     pub telemetry: Telemetry,
     /// This replica's id in telemetry file names.
     pub node: String,
+    /// Bounds telemetry parsing to half the cores, so resolve always has CPU left.
+    pub ingest_permits: tokio::sync::Semaphore,
     sequence: AtomicU64,
     request_counter: AtomicU64,
     request_prefix: String,
@@ -98,6 +100,9 @@ impl AppState {
             deny: RwLock::new(Arc::new(BTreeMap::new())),
             telemetry: Telemetry::default(),
             node: format!("node-{}", hex::encode(prefix)),
+            ingest_permits: tokio::sync::Semaphore::new(
+                (std::thread::available_parallelism().map_or(2, |n| n.get()) / 2).max(1),
+            ),
             sequence: AtomicU64::new(0),
             request_counter: AtomicU64::new(0),
             request_prefix: hex::encode(prefix),
@@ -374,7 +379,11 @@ async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
 async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
-        .body(state.metrics.render())
+        .body(format!(
+            "{}# TYPE ferry_telemetry_raw_dropped_total counter\nferry_telemetry_raw_dropped_total {}\n",
+            state.metrics.render(),
+            state.telemetry.dropped()
+        ))
 }
 
 async fn keys(state: web::Data<AppState>) -> HttpResponse {

@@ -138,26 +138,46 @@ pub async fn post_telemetry(
         ));
     }
     let body = read_body(payload, cfg.max_body_bytes).await?;
-    let batch: BatchShape = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::bad_request(
-            "telemetry_malformed",
-            format!("expected {{\"events\": [...]}}: {e}"),
-        )
-    })?;
-    if batch.events.len() > cfg.max_events {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_many_events",
-            format!(
-                "{} events; a batch holds at most {}",
-                batch.events.len(),
-                cfg.max_events
-            ),
-        ));
-    }
-    let report = state
-        .telemetry
-        .ingest(&batch.events, OffsetDateTime::now_utc(), &cfg);
+    // Parsing and aggregating is CPU work: keep it off the event loops that serve resolve, and
+    // on at most half the cores.
+    let _permit = state
+        .ingest_permits
+        .acquire()
+        .await
+        .map_err(ApiError::internal)?;
+    let worker = state.clone().into_inner();
+    let (report, models) = web::block(move || -> Result<_, ApiError> {
+        let batch: BatchShape = serde_json::from_slice(&body).map_err(|e| {
+            ApiError::bad_request(
+                "telemetry_malformed",
+                format!("expected {{\"events\": [...]}}: {e}"),
+            )
+        })?;
+        if batch.events.len() > cfg.max_events {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_many_events",
+                format!(
+                    "{} events; a batch holds at most {}",
+                    batch.events.len(),
+                    cfg.max_events
+                ),
+            ));
+        }
+        let report = worker
+            .telemetry
+            .ingest(&batch.events, OffsetDateTime::now_utc(), &cfg);
+        let mut models: Vec<String> = batch
+            .events
+            .iter()
+            .filter_map(|e| e.get("model").and_then(|m| m.as_str()).map(str::to_string))
+            .collect();
+        models.sort();
+        models.dedup();
+        Ok((report, models))
+    })
+    .await
+    .map_err(ApiError::internal)??;
     state.metrics.inc(
         "ferry_telemetry_events_total",
         &[("outcome", "accepted")],
@@ -168,17 +188,16 @@ pub async fn post_telemetry(
         &[("outcome", "rejected")],
         report.rejected.len() as u64,
     );
-    let mut models: Vec<String> = batch
-        .events
-        .iter()
-        .filter_map(|e| e.get("model").and_then(|m| m.as_str()).map(str::to_string))
-        .collect();
-    models.sort();
-    models.dedup();
     for m in models.into_iter().take(16) {
-        if let Ok(model) = m.parse::<ModelName>() {
+        if let Ok(model) = m.parse::<ModelName>()
+            && state.telemetry.due(model.as_str(), &cfg)
+        {
             evaluate(&state, &model).await;
         }
+    }
+    if state.telemetry.wants_flush(&cfg) {
+        let s = state.clone().into_inner();
+        actix_web::rt::spawn(async move { flush(&s).await });
     }
     Ok(HttpResponse::Ok().json(serde_json::json!({
         "accepted": report.accepted,

@@ -41,6 +41,12 @@ pub struct TelemetryConfig {
     pub flush_secs: u64,
     /// Oldest accepted event age in days (default 30); newer than now + 1 hour is refused.
     pub max_age_days: i64,
+    /// The aggregation interval: thresholds and the deny list are evaluated at most this often
+    /// per model, in milliseconds (default 1000; 0 evaluates after every batch).
+    pub evaluate_ms: u64,
+    /// Raw events buffered before a flush is started early (default 20,000); at 5x this the
+    /// oldest buffered events are dropped and counted.
+    pub raw_buffer_events: usize,
 }
 
 impl Default for TelemetryConfig {
@@ -54,6 +60,8 @@ impl Default for TelemetryConfig {
             deny_min_samples: 100,
             flush_secs: 10,
             max_age_days: 30,
+            evaluate_ms: 1000,
+            raw_buffer_events: 20_000,
         }
     }
 }
@@ -365,6 +373,8 @@ pub struct Telemetry {
     raw: Mutex<Vec<String>>,
     limiter: Mutex<Limiter>,
     cohorts: Mutex<BTreeMap<(String, String), HashSet<u64>>>,
+    evaluated: Mutex<HashMap<String, Instant>>,
+    dropped: std::sync::atomic::AtomicU64,
 }
 
 /// What one batch did.
@@ -440,8 +450,43 @@ impl Telemetry {
                     raw.push(line);
                 }
             }
+            let cap = cfg.raw_buffer_events.max(1) * 5;
+            if raw.len() > cap {
+                let excess = raw.len() - cap;
+                raw.drain(..excess);
+                self.dropped
+                    .fetch_add(excess as u64, std::sync::atomic::Ordering::Relaxed);
+            }
         }
         report
+    }
+
+    /// True when enough raw events are buffered to flush before the timer.
+    pub fn wants_flush(&self, cfg: &TelemetryConfig) -> bool {
+        self.raw
+            .lock()
+            .map(|r| r.len() >= cfg.raw_buffer_events.max(1))
+            .unwrap_or(false)
+    }
+
+    /// Raw events dropped because the store could not keep up.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// True when `model` is due for a threshold evaluation (and marks it evaluated).
+    pub fn due(&self, model: &str, cfg: &TelemetryConfig) -> bool {
+        let Ok(mut m) = self.evaluated.lock() else {
+            return true;
+        };
+        let now = Instant::now();
+        match m.get(model) {
+            Some(t) if now.duration_since(*t).as_millis() < u128::from(cfg.evaluate_ms) => false,
+            _ => {
+                m.insert(model.to_string(), now);
+                true
+            }
+        }
     }
 
     /// Notes that `install_id` was served `cohort` of `model` (for cohort sizes).

@@ -297,6 +297,7 @@ fn a_telemetry_flood_denies_one_soc_and_halts_the_staged_release() {
         tweak: Some(Box::new(|c| {
             c.telemetry.deny_min_samples = 50;
             c.telemetry.flush_secs = 1;
+            c.telemetry.evaluate_ms = 0;
         })),
     });
     app.publish(&mlp_v1());
