@@ -7,7 +7,7 @@
 //! builds a [`Plan`], and only through [`Verified`].
 
 use ferry_shared::dsse::{DsseLimits, Envelope, KeyRing, KeyRole, Verified, verify};
-use ferry_shared::manifest::{RELEASE_PAYLOAD_TYPE, ReleaseManifest, Variant};
+use ferry_shared::manifest::{ReleaseManifest, Variant, verify_release_envelope};
 use ferry_shared::resolve::{DECISION_PAYLOAD_TYPE, Decision, ResolveResponse};
 use time::OffsetDateTime;
 
@@ -47,15 +47,7 @@ pub fn verify_release(
     env: &Envelope,
     trust: &KeyRing,
 ) -> Result<Verified<ReleaseManifest>, ClientError> {
-    let v = verify(
-        env,
-        RELEASE_PAYLOAD_TYPE,
-        trust,
-        KeyRole::Release,
-        1,
-        &DsseLimits::default(),
-    )
-    .map_err(dsse_error)?;
+    let v = verify_release_envelope(env, trust).map_err(dsse_error)?;
     v.try_map(|bytes| ReleaseManifest::from_json(&bytes))
         .map_err(|e| ClientError::Verify {
             code: "manifest_invalid",

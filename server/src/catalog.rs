@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ferry_shared::ModelName;
-use ferry_shared::dsse::{DsseLimits, Envelope, KeyRing, KeyRole, verify};
-use ferry_shared::manifest::{RELEASE_PAYLOAD_TYPE, ReleaseManifest};
+use ferry_shared::dsse::{Envelope, KeyRing};
+use ferry_shared::manifest::{ReleaseManifest, verify_release_envelope};
 use futures_util::TryStreamExt as _;
 use object_store::ObjectStoreExt as _;
 use semver::Version;
@@ -89,15 +89,7 @@ impl Catalog {
         version: &Version,
     ) -> Result<Release, String> {
         let envelope: Envelope = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-        let verified = verify(
-            &envelope,
-            RELEASE_PAYLOAD_TYPE,
-            ring,
-            KeyRole::Release,
-            1,
-            &DsseLimits::default(),
-        )
-        .map_err(|e| e.to_string())?;
+        let verified = verify_release_envelope(&envelope, ring).map_err(|e| e.to_string())?;
         let manifest = ReleaseManifest::from_json(verified.value()).map_err(|e| e.to_string())?;
         if &manifest.model != model || &manifest.version != version {
             return Err(format!(

@@ -67,6 +67,23 @@ pub fn releases_for(
     out
 }
 
+/// The common start of an admin change: the caller (with `scope`), the model from the path,
+/// and the JSON body (at most 64 KiB) parsed as `T`, refusals coded `code`.
+async fn admin_change<T: serde::de::DeserializeOwned>(
+    req: &HttpRequest,
+    state: &AppState,
+    model: &str,
+    payload: web::Payload,
+    code: &'static str,
+) -> Result<(crate::auth::Caller, ModelName, T), ApiError> {
+    let caller = authorize(req, &state.config.tokens, Scope::Rollout)?;
+    let model = model_param(model)?;
+    let body = read_body(payload, 64 * 1024).await?;
+    let change: T = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(code, format!("change: {e}")))?;
+    Ok((caller, model, change))
+}
+
 /// `POST /v1/admin/models/{model}/rollout`.
 pub async fn post_rollout(
     req: HttpRequest,
@@ -74,11 +91,8 @@ pub async fn post_rollout(
     model: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let caller = authorize(&req, &state.config.tokens, Scope::Rollout)?;
-    let model = model_param(&model)?;
-    let body = read_body(payload, 64 * 1024).await?;
-    let change: ChangeRequest = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request("rollout_invalid", format!("rollout change: {e}")))?;
+    let (caller, model, change): (_, _, ChangeRequest) =
+        admin_change(&req, &state, &model, payload, "rollout_invalid").await?;
     let catalog = state.catalog();
     let at = now_text();
     let plan = rollout::apply(&state.store, &model, |cur| {
@@ -398,11 +412,8 @@ pub async fn post_deny(
     model: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let caller = authorize(&req, &state.config.tokens, Scope::Rollout)?;
-    let model = model_param(&model)?;
-    let body = read_body(payload, 64 * 1024).await?;
-    let change: DenyChange = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request("deny_invalid", format!("deny change: {e}")))?;
+    let (caller, model, change): (_, _, DenyChange) =
+        admin_change(&req, &state, &model, payload, "deny_invalid").await?;
     if !matches!(change.class.as_str(), "soc" | "device_model") {
         return Err(ApiError::bad_request(
             "deny_invalid",

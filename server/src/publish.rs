@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 
 use actix_web::http::StatusCode;
 use bytes::Bytes;
-use ferry_shared::dsse::{DsseLimits, Envelope, KeyRing, KeyRole, verify};
-use ferry_shared::manifest::{RELEASE_PAYLOAD_TYPE, ReleaseManifest};
+use ferry_shared::dsse::{Envelope, KeyRing};
+use ferry_shared::manifest::{ReleaseManifest, verify_release_envelope};
 use ferry_shared::pte::{self, PteLimits, PteReport};
 use ferry_shared::{ModelName, Sha256Digest};
 use futures_util::{Stream, StreamExt as _};
@@ -171,15 +171,7 @@ pub async fn publish_release(
             format!("body is not a DSSE envelope: {e}"),
         )
     })?;
-    let verified = verify(
-        &envelope,
-        RELEASE_PAYLOAD_TYPE,
-        ring,
-        KeyRole::Release,
-        1,
-        &DsseLimits::default(),
-    )
-    .map_err(|e| match e {
+    let verified = verify_release_envelope(&envelope, ring).map_err(|e| match e {
         ferry_shared::dsse::DsseError::Malformed(_)
         | ferry_shared::dsse::DsseError::TooLarge { .. } => {
             ApiError::bad_request(e.code(), e.to_string())

@@ -38,6 +38,26 @@ async fn numbered(store: &Store, prefix: &str) -> Result<Vec<(u64, StorePath)>, 
     Ok(numbered)
 }
 
+/// Reads and parses one revision; `None` (logged) when it is unreadable.
+async fn read_one<T: DeserializeOwned>(
+    store: &Store,
+    key: &StorePath,
+) -> Result<Option<T>, ApiError> {
+    let bytes = store
+        .get(key)
+        .await?
+        .bytes()
+        .await
+        .map_err(ApiError::unavailable)?;
+    match serde_json::from_slice::<T>(&bytes) {
+        Ok(v) => Ok(Some(v)),
+        Err(e) => {
+            tracing::warn!("skipping unreadable revision {key}: {e}");
+            Ok(None)
+        }
+    }
+}
+
 /// Every readable revision under `prefix`, oldest first, with its number.
 pub async fn all<T: DeserializeOwned>(
     store: &Store,
@@ -46,15 +66,8 @@ pub async fn all<T: DeserializeOwned>(
     let numbered = numbered(store, prefix).await?;
     let mut out = Vec::with_capacity(numbered.len());
     for (n, k) in numbered {
-        let bytes = store
-            .get(&k)
-            .await?
-            .bytes()
-            .await
-            .map_err(ApiError::unavailable)?;
-        match serde_json::from_slice::<T>(&bytes) {
-            Ok(v) => out.push((n, v)),
-            Err(e) => tracing::warn!("skipping unreadable revision {k}: {e}"),
+        if let Some(v) = read_one(store, &k).await? {
+            out.push((n, v));
         }
     }
     Ok(out)
@@ -66,15 +79,8 @@ pub async fn latest<T: DeserializeOwned>(
     prefix: &str,
 ) -> Result<Option<(u64, T)>, ApiError> {
     for (n, k) in numbered(store, prefix).await?.into_iter().rev() {
-        let bytes = store
-            .get(&k)
-            .await?
-            .bytes()
-            .await
-            .map_err(ApiError::unavailable)?;
-        match serde_json::from_slice::<T>(&bytes) {
-            Ok(v) => return Ok(Some((n, v))),
-            Err(e) => tracing::warn!("skipping unreadable revision {k}: {e}"),
+        if let Some(v) = read_one(store, &k).await? {
+            return Ok(Some((n, v)));
         }
     }
     Ok(None)

@@ -20,6 +20,22 @@ use crate::names::{BackendId, ModelName, NameError, Sha256Digest, VariantId};
 /// The DSSE payload type of a signed release manifest.
 pub const RELEASE_PAYLOAD_TYPE: &str = "application/vnd.ferry.release+json";
 
+/// Verifies a release envelope: payload type, and one valid signature by a trusted release key
+/// (default limits). The bytes still need [`ReleaseManifest::from_json`] or `_strict`.
+pub fn verify_release_envelope(
+    env: &crate::dsse::Envelope,
+    ring: &crate::dsse::KeyRing,
+) -> Result<crate::dsse::Verified<Vec<u8>>, crate::dsse::DsseError> {
+    crate::dsse::verify(
+        env,
+        RELEASE_PAYLOAD_TYPE,
+        ring,
+        crate::dsse::KeyRole::Release,
+        1,
+        &crate::dsse::DsseLimits::default(),
+    )
+}
+
 /// The delegate a variant was lowered to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
