@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what ferry's tests need, idempotently, from package registries only:
 # a C/C++ compiler, rustfmt and clippy, and (through scripts/setup-executorch.sh) clang,
-# libclang and the ExecuTorch 1.5.1 runtime libraries from the PyPI wheel.
+# libclang and the ExecuTorch 1.5.1 runtime libraries from the PyPI wheel, and moto (an S3
+# emulator) from PyPI.
 # Safe to run again: each step checks first and does nothing when already done.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,4 +22,9 @@ fi
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
 bash "$root/scripts/setup-executorch.sh" >/dev/null
+# A real S3 emulator for the scaled-out storage tests (moto, from PyPI).
+if [ ! -x "$root/.deps/moto/bin/moto_server" ]; then
+  python3 -m venv "$root/.deps/moto"
+  "$root/.deps/moto/bin/pip" install --quiet "moto[server]"
+fi
 echo "test dependencies ready"

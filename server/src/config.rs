@@ -37,6 +37,40 @@ pub struct Config {
     pub log_json: bool,
     /// Telemetry ingestion limits and thresholds.
     pub telemetry: crate::telemetry::TelemetryConfig,
+    /// The object store.
+    pub storage: StorageConfig,
+}
+
+/// Where the object store lives.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, tag = "kind", rename_all = "lowercase")]
+pub enum StorageConfig {
+    /// A local directory: `<data>/store` (the default).
+    Local,
+    /// An S3 bucket (AWS or any S3-compatible service), shared by stateless replicas.
+    S3 {
+        /// Bucket name.
+        bucket: String,
+        /// Endpoint URL for S3-compatible services (default: AWS for the region).
+        #[serde(default)]
+        endpoint: Option<String>,
+        /// Region (default `us-east-1`).
+        #[serde(default = "default_region")]
+        region: String,
+        /// Allow plain HTTP (emulators on loopback).
+        #[serde(default)]
+        allow_http: bool,
+        /// Access key id (prefer `FERRY_S3_ACCESS_KEY_ID`).
+        #[serde(default)]
+        access_key_id: Option<String>,
+        /// Secret key (prefer `FERRY_S3_SECRET_ACCESS_KEY`).
+        #[serde(default)]
+        secret_access_key: Option<String>,
+    },
+}
+
+fn default_region() -> String {
+    "us-east-1".into()
 }
 
 /// TLS files.
@@ -87,6 +121,7 @@ struct FileConfig {
     log_format: Option<String>,
     #[serde(default)]
     telemetry: crate::telemetry::TelemetryConfig,
+    storage: Option<StorageConfig>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -183,6 +218,43 @@ impl Config {
         if file.limits.max_json_bytes < 1024 || file.limits.max_resolve_bytes < 1024 {
             bail!("limits.max_json_bytes and limits.max_resolve_bytes must be at least 1024");
         }
+        let mut storage = match env("FERRY_STORAGE").as_deref() {
+            None => file.storage.unwrap_or(StorageConfig::Local),
+            Some("local") => StorageConfig::Local,
+            Some("s3") => StorageConfig::S3 {
+                bucket: env("FERRY_S3_BUCKET")
+                    .ok_or_else(|| anyhow::anyhow!("FERRY_STORAGE=s3 needs FERRY_S3_BUCKET"))?,
+                endpoint: env("FERRY_S3_ENDPOINT"),
+                region: env("FERRY_S3_REGION").unwrap_or_else(default_region),
+                allow_http: env("FERRY_S3_ALLOW_HTTP").is_some_and(|v| v == "1" || v == "true"),
+                access_key_id: None,
+                secret_access_key: None,
+            },
+            Some(other) => bail!("FERRY_STORAGE {other:?} must be \"local\" or \"s3\""),
+        };
+        if let StorageConfig::S3 {
+            bucket,
+            access_key_id,
+            secret_access_key,
+            endpoint,
+            ..
+        } = &mut storage
+        {
+            if bucket.is_empty() || bucket.len() > 63 {
+                bail!("storage bucket name must be 1 to 63 characters");
+            }
+            if let Some(k) = env("FERRY_S3_ACCESS_KEY_ID") {
+                *access_key_id = Some(k);
+            }
+            if let Some(k) = env("FERRY_S3_SECRET_ACCESS_KEY") {
+                *secret_access_key = Some(k);
+            }
+            if let Some(e) = endpoint
+                && !(e.starts_with("http://") || e.starts_with("https://"))
+            {
+                bail!("storage endpoint {e:?} must be an http(s) URL");
+            }
+        }
         Ok(Config {
             listen,
             data,
@@ -194,6 +266,7 @@ impl Config {
             decision_ttl_secs,
             log_json,
             telemetry: file.telemetry,
+            storage,
         })
     }
 

@@ -13,7 +13,6 @@ use crate::api::{AppState, app};
 use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::keys;
-use crate::storage::open_local;
 
 /// How often each replica re-reads the catalog from the store.
 pub const CATALOG_REFRESH: Duration = Duration::from_secs(30);
@@ -21,6 +20,9 @@ pub const CATALOG_REFRESH: Duration = Duration::from_secs(30);
 /// Creates dev keys on first start, opens the store and loads the catalog.
 /// Returns the state and the lines worth printing (created keys, skipped releases).
 pub async fn build_state(config: Config) -> anyhow::Result<(Arc<AppState>, Vec<String>)> {
+    // Both ring (ours, ureq) and aws-lc-rs (the S3 client) are linked: pick one for the process
+    // so that no TLS builder has to guess. A second call is a harmless no-op.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let keys_dir = config.keys_dir();
     let mut notes = keys::ensure_dev_keys(&keys_dir)?;
     let server_keys = keys::load_server_keys(&keys_dir)?;
@@ -31,7 +33,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<(Arc<AppState>, Vec<S
     if !ring.keys().any(|k| k.role == KeyRole::Release) {
         notes.push("warning: no release key is trusted; nothing can be published".into());
     }
-    let store = open_local(&config.store_dir())?;
+    let store = crate::storage::open(&config.storage, &config.data)?;
     let (catalog, skipped) = Catalog::load(&store, &ring)
         .await
         .context("cannot load the catalog from the store")?;

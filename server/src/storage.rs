@@ -54,6 +54,37 @@ impl StorageKey {
     }
 }
 
+/// Opens the configured store: `<data>/store` locally, or an S3 bucket.
+pub fn open(cfg: &crate::config::StorageConfig, data: &std::path::Path) -> anyhow::Result<Store> {
+    use crate::config::StorageConfig;
+    match cfg {
+        StorageConfig::Local => open_local(&data.join("store")),
+        StorageConfig::S3 {
+            bucket,
+            endpoint,
+            region,
+            allow_http,
+            access_key_id,
+            secret_access_key,
+        } => {
+            let mut b = object_store::aws::AmazonS3Builder::new()
+                .with_bucket_name(bucket)
+                .with_region(region)
+                .with_allow_http(*allow_http);
+            if let Some(e) = endpoint {
+                b = b.with_endpoint(e);
+            }
+            if let (Some(k), Some(s)) = (access_key_id, secret_access_key) {
+                b = b.with_access_key_id(k).with_secret_access_key(s);
+            }
+            let s3 = b
+                .build()
+                .map_err(|e| anyhow::anyhow!("cannot open S3 bucket {bucket}: {e}"))?;
+            Ok(Arc::new(s3))
+        }
+    }
+}
+
 /// Opens the local directory store at `dir` (created if missing).
 pub fn open_local(dir: &std::path::Path) -> anyhow::Result<Store> {
     std::fs::create_dir_all(dir)

@@ -100,4 +100,5 @@ pub fn pte_fixtures() -> Vec<Fixture> {
 }
 
 pub mod app;
+pub mod moto;
 pub mod proxy;

@@ -1,0 +1,82 @@
+//! A real S3 emulator for tests: `moto_server` from PyPI (`moto[server]`), installed by
+//! `tests/setup.sh` into `.deps/moto`, started on a free loopback port per test.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A running emulator, stopped on drop.
+pub struct Moto {
+    /// `http://127.0.0.1:PORT`.
+    pub endpoint: String,
+    child: Child,
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn binary() -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.deps/moto/bin/moto_server")
+}
+
+impl Moto {
+    /// Starts the emulator and creates `bucket`. Panics with how to install it when missing:
+    /// tests/run installs it, and a missing emulator must fail, not skip.
+    pub fn start(bucket: &str) -> Moto {
+        let bin = binary();
+        assert!(
+            bin.is_file(),
+            "{} is missing: run tests/setup.sh (tests/run does) to install moto[server]",
+            bin.display()
+        );
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("free port");
+        let child = Command::new(&bin)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start moto_server");
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        let moto = Moto {
+            endpoint: format!("http://{addr}"),
+            child,
+        };
+        let mut waited = 0;
+        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            std::thread::sleep(Duration::from_millis(100));
+            waited += 1;
+            assert!(waited < 300, "moto_server did not start");
+        }
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .new_agent();
+        let status = agent
+            .put(format!("{}/{bucket}", moto.endpoint))
+            .send_empty()
+            .expect("create bucket")
+            .status();
+        assert!(status.is_success(), "creating bucket {bucket}: {status}");
+        moto
+    }
+
+    /// A storage config for `bucket` on this emulator.
+    pub fn storage(&self, bucket: &str) -> ferry_server::config::StorageConfig {
+        ferry_server::config::StorageConfig::S3 {
+            bucket: bucket.to_string(),
+            endpoint: Some(self.endpoint.clone()),
+            region: "us-east-1".into(),
+            allow_http: true,
+            access_key_id: Some("test".into()),
+            secret_access_key: Some("test".into()),
+        }
+    }
+}
