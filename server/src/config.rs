@@ -331,6 +331,35 @@ mod tests {
     }
 
     #[test]
+    fn s3_storage_from_the_environment() {
+        let env = |k: &str| match k {
+            "FERRY_STORAGE" => Some("s3".to_string()),
+            "FERRY_S3_BUCKET" => Some("models".to_string()),
+            "FERRY_S3_ENDPOINT" => Some("http://127.0.0.1:5000".to_string()),
+            "FERRY_S3_ALLOW_HTTP" => Some("1".to_string()),
+            "FERRY_S3_ACCESS_KEY_ID" => Some("id".to_string()),
+            "FERRY_S3_SECRET_ACCESS_KEY" => Some("secret".to_string()),
+            _ => None,
+        };
+        let c = Config::load(&Flags::default(), &env).expect("s3 config");
+        assert_eq!(
+            c.storage,
+            StorageConfig::S3 {
+                bucket: "models".into(),
+                endpoint: Some("http://127.0.0.1:5000".into()),
+                region: "us-east-1".into(),
+                allow_http: true,
+                access_key_id: Some("id".into()),
+                secret_access_key: Some("secret".into()),
+            }
+        );
+        let no_bucket = |k: &str| (k == "FERRY_STORAGE").then(|| "s3".to_string());
+        assert!(Config::load(&Flags::default(), &no_bucket).is_err());
+        let unknown = |k: &str| (k == "FERRY_STORAGE").then(|| "ftp".to_string());
+        assert!(Config::load(&Flags::default(), &unknown).is_err());
+    }
+
+    #[test]
     fn the_example_config_loads() {
         let path =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/ferry.example.toml");
