@@ -412,3 +412,80 @@ pub fn device(
         "ram_mb": ram_mb,
     })
 }
+
+impl TestApp {
+    /// Another server on the same state: the same data directory, or (with `storage`) a fresh
+    /// data directory with this server's keys and the given shared object store.
+    pub fn replica(&self, storage: Option<ferry_server::config::StorageConfig>) -> RunningServer {
+        let env = |k: &str| (k == "FERRY_ADMIN_TOKEN").then(|| ADMIN_TOKEN.to_string());
+        let data = match &storage {
+            None => self.dir.path().to_path_buf(),
+            Some(_) => tempfile::tempdir().expect("tmp").keep(),
+        };
+        let flags = Flags {
+            config: None,
+            listen: Some("127.0.0.1:0".into()),
+            data: Some(data),
+        };
+        let mut config = Config::load(&flags, &env).expect("config");
+        if let Some(s) = storage {
+            config.storage = s;
+            // Replicas share keys (a real deployment provisions them).
+            std::fs::create_dir_all(config.keys_dir()).expect("keys dir");
+            for f in ["online.key", "trust.json", "release.key"] {
+                std::fs::copy(
+                    self.dir.path().join("keys").join(f),
+                    config.keys_dir().join(f),
+                )
+                .expect("copy key");
+            }
+        }
+        spawn(config, false).expect("replica starts")
+    }
+
+    /// Races `threads` writers, each sending `per_thread` distinct `set` changes to the rollout
+    /// of `mlp` on `urls` (round robin), then checks that the history holds all of them.
+    pub fn race_rollout(&self, urls: &[String], threads: usize, per_thread: usize) {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let url = urls[t % urls.len()].clone();
+                std::thread::spawn(move || {
+                    let agent = ureq::Agent::config_builder().http_status_as_error(false).build().new_agent();
+                    for i in 0..per_thread {
+                        let body = serde_json::json!({"action": "set", "percent": format!("{}.{:02}", 2 + t, i + 1)});
+                        let mut r = agent
+                            .post(format!("{url}/v1/admin/models/mlp/rollout"))
+                            .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+                            .header("content-type", "application/json")
+                            .send(serde_json::to_vec(&body).expect("json").as_slice())
+                            .expect("request");
+                        let status = r.status().as_u16();
+                        assert_eq!(status, 200, "{}", r.body_mut().read_to_string().unwrap_or_default());
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("writer thread");
+        }
+        let (s, h) = self.get_json("/v1/admin/models/mlp/rollout", Some(READ_TOKEN));
+        assert_eq!(s, 200);
+        let history = h["history"].as_array().expect("history");
+        let n = threads * per_thread + 1;
+        assert_eq!(history.len(), n, "1 start + {} sets, none lost", n - 1);
+        let revisions: Vec<u64> = history
+            .iter()
+            .filter_map(|p| p["revision"].as_u64())
+            .collect();
+        assert_eq!(revisions, (1..=n as u64).collect::<Vec<_>>());
+        let got: std::collections::BTreeSet<u64> = history
+            .iter()
+            .skip(1)
+            .filter_map(|p| p["basis_points"].as_u64())
+            .collect();
+        let want: std::collections::BTreeSet<u64> = (0..threads as u64)
+            .flat_map(|t| (0..per_thread as u64).map(move |i| (2 + t) * 100 + i + 1))
+            .collect();
+        assert_eq!(got, want, "every write is in the history");
+    }
+}

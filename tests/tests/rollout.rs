@@ -191,66 +191,8 @@ fn racing_writers_lose_no_update() {
         200
     );
     // A second server on the same data directory: another replica.
-    let env = |k: &str| (k == "FERRY_ADMIN_TOKEN").then(|| ADMIN_TOKEN.to_string());
-    let flags = ferry_server::config::Flags {
-        config: None,
-        listen: Some("127.0.0.1:0".into()),
-        data: Some(app.dir.path().to_path_buf()),
-    };
-    let replica = ferry_server::server::spawn(
-        ferry_server::config::Config::load(&flags, &env).expect("config"),
-        false,
-    )
-    .expect("replica");
-    let urls = [app.url(), replica.url()];
-    let threads: Vec<_> = (0..8)
-        .map(|t| {
-            let url = urls[t % 2].clone();
-            std::thread::spawn(move || {
-                let agent = ureq::Agent::config_builder()
-                    .http_status_as_error(false)
-                    .build()
-                    .new_agent();
-                for i in 0..10 {
-                    let pct = format!("{}.{:02}", 2 + t, i + 1);
-                    let resp = agent
-                        .post(format!("{url}/v1/admin/models/mlp/rollout"))
-                        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
-                        .header("content-type", "application/json")
-                        .send(
-                            serde_json::to_vec(
-                                &serde_json::json!({"action": "set", "percent": pct}),
-                            )
-                            .expect("json")
-                            .as_slice(),
-                        )
-                        .expect("request");
-                    assert_eq!(resp.status().as_u16(), 200);
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().expect("thread");
-    }
-    let (s, h) = app.get_json("/v1/admin/models/mlp/rollout", Some(READ_TOKEN));
-    assert_eq!(s, 200);
-    let history = h["history"].as_array().expect("history");
-    assert_eq!(history.len(), 81, "1 start + 80 sets, none lost");
-    let revisions: Vec<u64> = history
-        .iter()
-        .filter_map(|p| p["revision"].as_u64())
-        .collect();
-    assert_eq!(revisions, (1..=81).collect::<Vec<_>>());
-    let set: BTreeSet<u64> = history
-        .iter()
-        .skip(1)
-        .filter_map(|p| p["basis_points"].as_u64())
-        .collect();
-    let want: BTreeSet<u64> = (0..8u64)
-        .flat_map(|t| (0..10u64).map(move |i| (2 + t) * 100 + i + 1))
-        .collect();
-    assert_eq!(set, want, "every write is in the history");
+    let replica = app.replica(None);
+    app.race_rollout(&[app.url(), replica.url()], 8, 10);
     replica.stop();
 }
 

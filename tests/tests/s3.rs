@@ -77,29 +77,7 @@ fn publish_resolve_and_download_on_s3() {
     );
 
     // A restarted replica loads the catalog from the bucket.
-    let env = |k: &str| (k == "FERRY_ADMIN_TOKEN").then(|| ADMIN_TOKEN.to_string());
-    let flags = ferry_server::config::Flags {
-        config: None,
-        listen: Some("127.0.0.1:0".into()),
-        data: Some(tempfile::tempdir().expect("tmp").keep()),
-    };
-    let mut config = ferry_server::config::Config::load(&flags, &env).expect("config");
-    config.storage = moto.storage("ferry-a");
-    // The replica needs the same keys (a real deployment provisions them).
-    std::fs::create_dir_all(config.keys_dir()).expect("keys dir");
-    for f in ["online.key", "trust.json"] {
-        std::fs::copy(
-            app.dir.path().join("keys").join(f),
-            config.keys_dir().join(f),
-        )
-        .expect("copy key");
-    }
-    std::fs::copy(
-        app.dir.path().join("keys/release.key"),
-        config.keys_dir().join("release.key"),
-    )
-    .expect("copy key");
-    let replica = ferry_server::server::spawn(config, false).expect("replica");
+    let replica = app.replica(Some(moto.storage("ferry-a")));
     let agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
@@ -128,54 +106,7 @@ fn two_replicas_race_on_one_rollout_in_s3() {
         Some(ADMIN_TOKEN),
     );
     assert_eq!(s, 200, "{b}");
-    let env = |k: &str| (k == "FERRY_ADMIN_TOKEN").then(|| ADMIN_TOKEN.to_string());
-    let dir = tempfile::tempdir().expect("tmp");
-    let flags = ferry_server::config::Flags {
-        config: None,
-        listen: Some("127.0.0.1:0".into()),
-        data: Some(dir.path().to_path_buf()),
-    };
-    let mut config = ferry_server::config::Config::load(&flags, &env).expect("config");
-    config.storage = moto.storage("ferry-b");
-    std::fs::create_dir_all(config.keys_dir()).expect("keys dir");
-    for f in ["online.key", "trust.json", "release.key"] {
-        std::fs::copy(
-            app.dir.path().join("keys").join(f),
-            config.keys_dir().join(f),
-        )
-        .expect("copy key");
-    }
-    let replica = ferry_server::server::spawn(config, false).expect("replica");
-    let urls = [app.url(), replica.url()];
-    let threads: Vec<_> = (0..6)
-        .map(|t| {
-            let url = urls[t % 2].clone();
-            std::thread::spawn(move || {
-                let agent = ureq::Agent::config_builder().http_status_as_error(false).build().new_agent();
-                for i in 0..5 {
-                    let body = serde_json::json!({"action": "set", "percent": format!("{}.{}", 2 + t, i + 1)});
-                    let mut r = agent
-                        .post(format!("{url}/v1/admin/models/mlp/rollout"))
-                        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
-                        .header("content-type", "application/json")
-                        .send(serde_json::to_vec(&body).expect("json").as_slice())
-                        .expect("request");
-                    assert_eq!(r.status().as_u16(), 200, "{}", r.body_mut().read_to_string().unwrap_or_default());
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().expect("thread");
-    }
-    let (s, h) = app.get_json("/v1/admin/models/mlp/rollout", Some(READ_TOKEN));
-    assert_eq!(s, 200);
-    let history = h["history"].as_array().expect("history");
-    assert_eq!(history.len(), 31, "1 start + 30 sets, none lost");
-    let revisions: Vec<u64> = history
-        .iter()
-        .filter_map(|p| p["revision"].as_u64())
-        .collect();
-    assert_eq!(revisions, (1..=31).collect::<Vec<_>>());
+    let replica = app.replica(Some(moto.storage("ferry-b")));
+    app.race_rollout(&[app.url(), replica.url()], 6, 5);
     replica.stop();
 }

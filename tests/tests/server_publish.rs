@@ -240,16 +240,8 @@ fn blob_uploads_are_checked_and_leave_nothing_on_failure() {
 fn releases_survive_a_restart() {
     let app = TestApp::start();
     app.publish(&mlp_v1());
-    let data = app.dir.path().to_path_buf();
     // A second server on the same data directory loads the catalog from the store.
-    let env = |k: &str| (k == "FERRY_ADMIN_TOKEN").then(|| ADMIN_TOKEN.to_string());
-    let flags = ferry_server::config::Flags {
-        config: None,
-        listen: Some("127.0.0.1:0".into()),
-        data: Some(data),
-    };
-    let config = ferry_server::config::Config::load(&flags, &env).expect("config");
-    let second = ferry_server::server::spawn(config, false).expect("second server");
+    let second = app.replica(None);
     let agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
