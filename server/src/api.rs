@@ -647,11 +647,47 @@ async fn get_blob(
         .await
         .map_err(ApiError::unavailable)?;
     state.metrics.inc("ferry_blob_bytes_served_total", &[], len);
-    let stream = got.into_stream().map_err(|e| {
-        tracing::error!("blob stream failed: {e}");
-        std::io::Error::other(e.to_string())
-    });
-    Ok(b.no_chunking(len).streaming(stream))
+    let range = got.range.clone();
+    match got.payload {
+        // The local store would stream a file in 8 KiB pieces; read it in larger ones on the
+        // blocking pool instead (bench/server.sh: about 5x the throughput on a 64 MiB blob).
+        object_store::GetResultPayload::File(file, _) => Ok(b
+            .no_chunking(len)
+            .streaming(file_chunks(file, range.start, range.end))),
+        object_store::GetResultPayload::Stream(stream) => {
+            let stream = stream.map_err(|e| {
+                tracing::error!("blob stream failed: {e}");
+                std::io::Error::other(e.to_string())
+            });
+            Ok(b.no_chunking(len).streaming(stream))
+        }
+    }
+}
+
+/// Bytes `start..end` of `file` as a stream of chunks of up to 256 KiB, read on the blocking
+/// pool.
+fn file_chunks(
+    file: std::fs::File,
+    start: u64,
+    end: u64,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+    const CHUNK: u64 = 256 * 1024;
+    futures_util::stream::try_unfold((file, start), move |(mut file, pos)| async move {
+        if pos >= end {
+            return Ok(None);
+        }
+        let want = (end - pos).min(CHUNK) as usize;
+        let (file, buf) = web::block(move || -> std::io::Result<_> {
+            use std::io::{Read as _, Seek as _, SeekFrom};
+            file.seek(SeekFrom::Start(pos))?;
+            let mut buf = vec![0u8; want];
+            file.read_exact(&mut buf)?;
+            Ok((file, buf))
+        })
+        .await
+        .map_err(std::io::Error::other)??;
+        Ok(Some((Bytes::from(buf), (file, pos + want as u64))))
+    })
 }
 
 async fn put_blob_handler(
