@@ -68,15 +68,9 @@ pub enum Command {
         /// Folder holding the release's `.pte` files.
         #[arg(long)]
         files: PathBuf,
-        /// Server URL.
-        #[arg(long, env = "FERRY_SERVER")]
-        server: String,
-        /// Admin token with the `publish` scope.
-        #[arg(long, env = "FERRY_TOKEN", hide_env_values = true)]
-        token: String,
-        /// Extra CA certificate (PEM) to trust for HTTPS.
-        #[arg(long)]
-        ca: Option<PathBuf>,
+        /// Where and who (a token with the `publish` scope).
+        #[command(flatten)]
+        remote: Remote,
         /// Do not draw progress bars.
         #[arg(long)]
         quiet: bool,
@@ -109,18 +103,63 @@ pub enum Command {
     },
 }
 
-/// Server and token for admin commands.
+/// Server and token for admin commands: flags, then `FERRY_SERVER` / `FERRY_TOKEN`, then
+/// the profile file (`$FERRY_PROFILE`, or `~/.config/ferry/profile.toml` with `server`,
+/// `token` and optionally `ca`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct Remote {
-    /// Server URL.
-    #[arg(long, env = "FERRY_SERVER", default_value = "http://127.0.0.1:8080")]
-    pub server: String,
-    /// Admin token.
+    /// Server URL (default from the profile, else http://127.0.0.1:8080).
+    #[arg(long, env = "FERRY_SERVER")]
+    pub server: Option<String>,
+    /// Admin token (default from the profile).
     #[arg(long, env = "FERRY_TOKEN", hide_env_values = true)]
-    pub token: String,
+    pub token: Option<String>,
     /// Extra CA certificate (PEM) to trust for HTTPS.
     #[arg(long)]
     pub ca: Option<PathBuf>,
+}
+
+/// The profile file.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Profile {
+    server: Option<String>,
+    token: Option<String>,
+    ca: Option<PathBuf>,
+}
+
+fn profile_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("FERRY_PROFILE") {
+        return Some(PathBuf::from(p));
+    }
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    Some(base.join("ferry/profile.toml"))
+}
+
+impl Remote {
+    /// Server URL, token and CA after applying the profile.
+    pub fn resolve(&self) -> anyhow::Result<(String, String, Option<PathBuf>)> {
+        let profile = match profile_path() {
+            Some(p) if p.is_file() => {
+                let text = std::fs::read_to_string(&p)
+                    .with_context(|| format!("cannot read profile {}", p.display()))?;
+                toml::from_str::<Profile>(&text)
+                    .with_context(|| format!("profile {} is invalid", p.display()))?
+            }
+            _ => Profile::default(),
+        };
+        let server = self
+            .server
+            .clone()
+            .or(profile.server)
+            .unwrap_or_else(|| "http://127.0.0.1:8080".to_string());
+        let token = self.token.clone().or(profile.token).ok_or_else(|| {
+            anyhow::anyhow!("no admin token: pass --token, set FERRY_TOKEN, or put token = \"...\" in ~/.config/ferry/profile.toml")
+        })?;
+        Ok((server, token, self.ca.clone().or(profile.ca)))
+    }
 }
 
 /// `ferry rollout ...`.
@@ -267,11 +306,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Publish {
             release,
             files,
-            server,
-            token,
-            ca,
+            remote,
             quiet,
-        } => publish_cmd(&release, &files, &server, &token, ca.as_deref(), quiet),
+        } => {
+            let (server, token, ca) = remote.resolve()?;
+            publish_cmd(&release, &files, &server, &token, ca.as_deref(), quiet)
+        }
         Command::Inspect { file, json } => inspect(&file, json),
         Command::Rollout { command } => rollout_cmd(command),
         Command::Health {
@@ -288,9 +328,10 @@ fn admin_call(
     path: &str,
     body: Option<serde_json::Value>,
 ) -> anyhow::Result<serde_json::Value> {
-    let agent = http_agent(remote.ca.as_deref())?;
-    let url = format!("{}{path}", remote.server.trim_end_matches('/'));
-    let auth = format!("Bearer {}", remote.token);
+    let (server, token, ca) = remote.resolve()?;
+    let agent = http_agent(ca.as_deref())?;
+    let url = format!("{}{path}", server.trim_end_matches('/'));
+    let auth = format!("Bearer {token}");
     let resp = match (method, body) {
         ("POST", Some(b)) => agent
             .post(&url)
@@ -299,7 +340,7 @@ fn admin_call(
             .send(serde_json::to_vec(&b)?.as_slice()),
         _ => agent.get(&url).header("authorization", &auth).call(),
     }
-    .with_context(|| format!("cannot reach {}", remote.server))?;
+    .with_context(|| format!("cannot reach {server}"))?;
     if !resp.status().is_success() {
         return Err(http_error(&format!("{method} {path}"), resp));
     }

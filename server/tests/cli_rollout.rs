@@ -138,6 +138,13 @@ fn two_server_processes_racing_on_one_rollout() {
     ]));
     let h: serde_json::Value = serde_json::from_str(&health).expect("json");
     assert_eq!(h["model"], "race");
+    let no_token = ferry()
+        .args(["rollout", "status", "race"])
+        .env("FERRY_PROFILE", tmp.path().join("missing.toml"))
+        .output()
+        .expect("run");
+    assert!(!no_token.status.success());
+    assert!(String::from_utf8_lossy(&no_token.stderr).contains("no admin token"));
     // A bad percent is refused before anything is sent.
     let out = ferry()
         .args([
