@@ -217,6 +217,7 @@ pub struct ClientBuilder {
     method: String,
     max_telemetry_events: usize,
     root_certs: Vec<Vec<u8>>,
+    autosend: bool,
 }
 
 impl ClientBuilder {
@@ -239,6 +240,7 @@ impl ClientBuilder {
             method: "forward".into(),
             max_telemetry_events: telemetry::DEFAULT_MAX_EVENTS,
             root_certs: Vec::new(),
+            autosend: false,
         }
     }
 
@@ -303,6 +305,14 @@ impl ClientBuilder {
         self
     }
 
+    /// After every load, send queued telemetry on a background thread (default off: call
+    /// [`Client::send_telemetry`] yourself). At most one send runs at a time; a load never
+    /// waits for it.
+    pub fn telemetry_autosend(mut self, on: bool) -> Self {
+        self.autosend = on;
+        self
+    }
+
     /// Trust this CA certificate (DER) for HTTPS in addition to nothing else (replaces the
     /// built-in web roots).
     pub fn root_certificate_der(mut self, der: Vec<u8>) -> Self {
@@ -356,7 +366,12 @@ impl ClientBuilder {
             server: self.server,
             trust,
             agent: cfg.build().new_agent(),
-            telemetry: telemetry::TelemetryQueue::new(&cache_dir, self.max_telemetry_events),
+            telemetry: Arc::new(telemetry::TelemetryQueue::new(
+                &cache_dir,
+                self.max_telemetry_events,
+            )),
+            autosend: self.autosend,
+            sending: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             cache: Mutex::new(cache),
             runtime,
             app_version,
@@ -383,7 +398,9 @@ pub struct Client {
     max_response_bytes: u64,
     progress: Option<ProgressFn>,
     method: String,
-    telemetry: telemetry::TelemetryQueue,
+    telemetry: Arc<telemetry::TelemetryQueue>,
+    autosend: bool,
+    sending: Arc<std::sync::atomic::AtomicBool>,
     in_use: InUse,
 }
 
@@ -638,6 +655,37 @@ impl Client {
     /// through the candidates; serves the last known good cached variant when the server
     /// cannot be used.
     pub fn load(&self, model: &str, device: &DeviceInfo) -> Result<LoadedModel, ClientError> {
+        let result = self.load_inner(model, device);
+        if self.autosend {
+            self.send_in_background();
+        }
+        result
+    }
+
+    /// Starts a background send unless one is running.
+    fn send_in_background(&self) {
+        use std::sync::atomic::Ordering;
+        if self.sending.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (queue, agent, server, flag) = (
+            self.telemetry.clone(),
+            self.agent.clone(),
+            self.server.clone(),
+            self.sending.clone(),
+        );
+        let spawned = std::thread::Builder::new()
+            .name("ferry-telemetry".into())
+            .spawn(move || {
+                queue.send(&agent, &server);
+                flag.store(false, Ordering::Release);
+            });
+        if spawned.is_err() {
+            self.sending.store(false, Ordering::Release);
+        }
+    }
+
+    fn load_inner(&self, model: &str, device: &DeviceInfo) -> Result<LoadedModel, ClientError> {
         let plan = match self.resolve(model, device) {
             Ok(p) => p,
             Err(e) => {

@@ -564,3 +564,37 @@ fn eviction_keeps_the_budget_and_the_last_known_good() {
         ["9b791329b3c3bc9d268a846df09d51489975c7a4ae57bd49f6402af15b25764a"]
     );
 }
+
+#[test]
+fn telemetry_autosend_delivers_in_the_background() {
+    let app = demo();
+    let cache = tempfile::tempdir().expect("tmp");
+    let c = ClientBuilder::new(app.url(), app.trust())
+        .cache_dir(cache.path())
+        .app_version(semver::Version::new(1, 0, 0))
+        .runtime(Arc::new(ExecuTorchRuntime::new()))
+        .telemetry_autosend(true)
+        .build()
+        .expect("client");
+    c.load("demo-mlp", &device(Platform::Android, &["VulkanBackend"]))
+        .expect("loads");
+    let mut waited = 0;
+    loop {
+        let (_, h) = app.get_json(
+            "/v1/admin/models/demo-mlp/health",
+            Some(ferry_tests::app::READ_TOKEN),
+        );
+        let fallbacks = h["releases"][0]["variants"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| v["variant"] == "vulkan-fp32")
+            .and_then(|v| v["fallbacks"].as_u64());
+        if fallbacks == Some(1) && c.telemetry_pending().is_empty() {
+            break;
+        }
+        waited += 1;
+        assert!(waited < 100, "telemetry never arrived: {h}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
