@@ -67,6 +67,12 @@ pub fn releases_for(
     out
 }
 
+/// The common start of an admin view: the `read` scope and the model from the path.
+fn read_view(req: &HttpRequest, state: &AppState, model: &str) -> Result<ModelName, ApiError> {
+    authorize(req, &state.config.tokens, Scope::Read)?;
+    model_param(model)
+}
+
 /// The common start of an admin change: the caller (with `scope`), the model from the path,
 /// and the JSON body (at most 64 KiB) parsed as `T`, refusals coded `code`.
 async fn admin_change<T: serde::de::DeserializeOwned>(
@@ -110,8 +116,7 @@ pub async fn get_rollout(
     state: web::Data<AppState>,
     model: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    authorize(&req, &state.config.tokens, Scope::Read)?;
-    let model = model_param(&model)?;
+    let model = read_view(&req, &state, &model)?;
     let history = rollout::history(&state.store, &model).await?;
     let current = history.last().cloned();
     if let Some(p) = &current {
@@ -365,8 +370,7 @@ pub async fn get_health(
     state: web::Data<AppState>,
     model: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    authorize(&req, &state.config.tokens, Scope::Read)?;
-    let model = model_param(&model)?;
+    let model = read_view(&req, &state, &model)?;
     let mut h = state.telemetry.health(model.as_str());
     h["model"] = serde_json::json!(model);
     h["rollout"] = serde_json::json!(state.rollouts().get(&model));
@@ -380,8 +384,7 @@ pub async fn get_deny(
     state: web::Data<AppState>,
     model: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    authorize(&req, &state.config.tokens, Scope::Read)?;
-    let model = model_param(&model)?;
+    let model = read_view(&req, &state, &model)?;
     let history: Vec<DenyList> = revisions::all::<DenyList>(&state.store, &deny_prefix(&model))
         .await?
         .into_iter()
