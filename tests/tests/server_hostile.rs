@@ -175,3 +175,109 @@ fn hostile_admin_requests() {
     );
     assert_eq!(app.stored_files(), before);
 }
+
+#[test]
+fn hostile_rollout_and_deny_changes() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    let before = app.stored_files();
+    let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
+        (
+            "/v1/admin/models/mlp/rollout",
+            b"{".to_vec(),
+            400,
+            "rollout_invalid",
+        ),
+        (
+            "/v1/admin/models/mlp/rollout",
+            b"[]".to_vec(),
+            400,
+            "rollout_invalid",
+        ),
+        (
+            "/v1/admin/models/mlp/rollout",
+            br#"{"action":"start","release":"1.0.0","percent":"5","admin":true}"#.to_vec(),
+            400,
+            "rollout_invalid",
+        ),
+        (
+            "/v1/admin/models/mlp/rollout",
+            br#"{"action":"start","release":"1.0.0","percent":"5","max_failure_rate":7}"#.to_vec(),
+            400,
+            "rollout_invalid",
+        ),
+        (
+            "/v1/admin/models/mlp/rollout",
+            br#"{"action":"start","release":"x.y","percent":"5"}"#.to_vec(),
+            400,
+            "rollout_invalid",
+        ),
+        (
+            "/v1/admin/models/mlp/rollout",
+            vec![b' '; 100 * 1024],
+            413,
+            "body_too_large",
+        ),
+        (
+            "/v1/admin/models/..%2Fetc/rollout",
+            br#"{"action":"pause"}"#.to_vec(),
+            400,
+            "invalid_name",
+        ),
+        (
+            "/v1/admin/models/mlp/rollout",
+            br#"{"action":"pause"}"#.to_vec(),
+            404,
+            "rollout_not_found",
+        ),
+        (
+            "/v1/admin/models/mlp/deny",
+            b"nope".to_vec(),
+            400,
+            "deny_invalid",
+        ),
+        (
+            "/v1/admin/models/mlp/deny",
+            br#"{"action":"deny","release":"1.0.0","variant":"v","class":"galaxy","value":"x"}"#
+                .to_vec(),
+            400,
+            "deny_invalid",
+        ),
+        (
+            "/v1/admin/models/mlp/deny",
+            br#"{"action":"burn","release":"1.0.0","variant":"v","class":"soc","value":"x"}"#
+                .to_vec(),
+            400,
+            "deny_invalid",
+        ),
+        (
+            "/v1/admin/models/mlp/deny",
+            format!(
+                r#"{{"action":"deny","release":"1.0.0","variant":"v","class":"soc","value":"{}"}}"#,
+                "x".repeat(500)
+            )
+            .into_bytes(),
+            400,
+            "deny_invalid",
+        ),
+        (
+            "/v1/admin/models/mlp/deny",
+            br#"{"action":"clear","release":"1.0.0","variant":"v","class":"soc","value":"x"}"#
+                .to_vec(),
+            404,
+            "deny_not_found",
+        ),
+    ];
+    for (path, body, status, code) in cases {
+        let (got, resp) = app.post_raw(path, &body, Some(ADMIN_TOKEN));
+        assert_eq!(
+            (got, resp["code"].as_str()),
+            (status, Some(code)),
+            "{path}: {resp}"
+        );
+    }
+    assert_eq!(app.stored_files(), before, "refused changes write nothing");
+    // Without a token, nothing at all.
+    let (got, _) = app.post_raw("/v1/admin/models/mlp/deny", b"{}", None);
+    assert_eq!(got, 401);
+}
