@@ -297,98 +297,81 @@ pub fn variant(id: &str, file: &str, delegate: Delegate, runtime: &str, app: &st
     }
 }
 
-/// `mlp` 1.0.0: every delegate, runtime >=1.0.0, any app; Core ML only on Apple; Vulkan
-/// needs 2 GiB of RAM.
-pub fn mlp_v1() -> VariantsFile {
+/// A release of `mlp` from the fixtures `mlp-<tag>-*.pte`: portable, optionally XNNPACK int8,
+/// XNNPACK fp32, Core ML (Apple only) and Vulkan (needs 2 GiB of RAM).
+fn mlp(
+    version: &str,
+    tag: &str,
+    runtime: &str,
+    app: &str,
+    int8: bool,
+    notes: &str,
+) -> VariantsFile {
+    let file = |d: &str| format!("mlp-{tag}-{d}.pte");
     let mut coreml = variant(
         "coreml-fp32",
-        "mlp-v1-coreml.pte",
+        &file("coreml"),
         Delegate::Coreml,
-        ">=1.0.0",
-        "*",
+        runtime,
+        app,
     );
     coreml.platforms = vec![Platform::Ios, Platform::Macos];
     let mut vulkan = variant(
         "vulkan-fp32",
-        "mlp-v1-vulkan.pte",
+        &file("vulkan"),
         Delegate::Vulkan,
-        ">=1.0.0",
-        "*",
+        runtime,
+        app,
     );
     vulkan.min_ram_mb = Some(2048);
+    let mut variants = vec![variant(
+        "portable-fp32",
+        &file("portable"),
+        Delegate::Portable,
+        runtime,
+        app,
+    )];
+    if int8 {
+        variants.push(variant(
+            "xnnpack-int8",
+            &file("xnnpack-int8"),
+            Delegate::Xnnpack,
+            runtime,
+            app,
+        ));
+    }
+    variants.push(variant(
+        "xnnpack-fp32",
+        &file("xnnpack"),
+        Delegate::Xnnpack,
+        runtime,
+        app,
+    ));
+    variants.push(coreml);
+    variants.push(vulkan);
     VariantsFile {
         model: "mlp".parse().expect("name"),
-        version: "1.0.0".parse().expect("version"),
-        notes: "v1".into(),
-        variants: vec![
-            variant(
-                "portable-fp32",
-                "mlp-v1-portable.pte",
-                Delegate::Portable,
-                ">=1.0.0",
-                "*",
-            ),
-            variant(
-                "xnnpack-int8",
-                "mlp-v1-xnnpack-int8.pte",
-                Delegate::Xnnpack,
-                ">=1.0.0",
-                "*",
-            ),
-            variant(
-                "xnnpack-fp32",
-                "mlp-v1-xnnpack.pte",
-                Delegate::Xnnpack,
-                ">=1.0.0",
-                "*",
-            ),
-            coreml,
-            vulkan,
-        ],
+        version: version.parse().expect("version"),
+        notes: notes.into(),
+        variants,
     }
 }
 
-/// `mlp` 2.0.0: needs runtime >=1.5.0 and app >=2.0.0.
+/// `mlp` 1.0.0: every delegate including int8, runtime >=1.0.0, any app.
+pub fn mlp_v1() -> VariantsFile {
+    mlp("1.0.0", "v1", ">=1.0.0", "*", true, "v1")
+}
+
+/// `mlp` 2.0.0: new weights; needs runtime >=1.5.0 and app >=2.0.0.
 pub fn mlp_v2() -> VariantsFile {
-    let mut coreml = variant(
-        "coreml-fp32",
-        "mlp-v2-coreml.pte",
-        Delegate::Coreml,
+    mlp(
+        "2.0.0",
+        "v2",
         ">=1.5.0",
         ">=2.0.0",
-    );
-    coreml.platforms = vec![Platform::Ios, Platform::Macos];
-    let mut vulkan = variant(
-        "vulkan-fp32",
-        "mlp-v2-vulkan.pte",
-        Delegate::Vulkan,
-        ">=1.5.0",
-        ">=2.0.0",
-    );
-    vulkan.min_ram_mb = Some(2048);
-    VariantsFile {
-        model: "mlp".parse().expect("name"),
-        version: "2.0.0".parse().expect("version"),
-        notes: "v2: new weights".into(),
-        variants: vec![
-            variant(
-                "portable-fp32",
-                "mlp-v2-portable.pte",
-                Delegate::Portable,
-                ">=1.5.0",
-                ">=2.0.0",
-            ),
-            variant(
-                "xnnpack-fp32",
-                "mlp-v2-xnnpack.pte",
-                Delegate::Xnnpack,
-                ">=1.5.0",
-                ">=2.0.0",
-            ),
-            coreml,
-            vulkan,
-        ],
-    }
+        false,
+        "v2: new weights",
+    )
 }
 
 /// A device profile as resolve JSON.
