@@ -1,29 +1,22 @@
 //! `ferry-server`: the HTTP server that hosts signed `.pte` variants, and the `ferry` CLI.
 //!
-//! - [`api`]: routes and handlers (device, admin, operations);
-//! - [`publish`]: streamed blob uploads and release admission;
-//! - [`catalog`]: the in-memory catalog resolve reads;
-//! - [`config`], [`keys`], [`auth`], [`storage`], [`metrics`], [`error`]: the plumbing;
-//! - [`sign`]: building and signing release manifests (`ferry sign`);
-//! - [`server`]: start-up, TLS and a thread-hosted server for tests;
-//! - [`demo`]: the built-in demo model;
-//! - [`cli`]: the `ferry` command line.
+//! Modules by concern:
+//!
+//! | module | what |
+//! |---|---|
+//! | [`app`] | the shared state, the router and middleware, start-up (keys, store, TLS), config, metrics, the demo |
+//! | [`api`] | thin HTTP handlers (device, blobs, admin, fleet, ops), extractors, auth, and the one mapping from domain errors to HTTP |
+//! | [`fleet`] | telemetry ingestion and aggregates, rate limits, the deny list, halts, rollout plans |
+//! | [`storage`] | the object-store key layout, revision logs, the catalog |
+//! | [`release`] | building and signing release manifests, blob uploads, release admission |
+//! | [`cli`] | the `ferry` command line, one module per command group |
+//!
+//! Dependencies point one way: `cli → app → api → {fleet, release} → storage`.
 
 pub mod api;
-pub mod auth;
-pub mod catalog;
+pub mod app;
 pub mod cli;
-pub mod config;
-pub mod demo;
-pub mod error;
 pub mod fleet;
 pub mod fsutil;
-pub mod keys;
-pub mod metrics;
-pub mod publish;
-pub mod revisions;
-pub mod rollout;
-pub mod server;
-pub mod sign;
+pub mod release;
 pub mod storage;
-pub mod telemetry;

@@ -4,10 +4,10 @@
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
-use ferry_server::config::{Config, Flags};
-use ferry_server::keys::{self, RoleKey};
-use ferry_server::server::{RunningServer, spawn};
-use ferry_server::sign::{VariantSpec, VariantsFile, build_manifest, sign};
+use ferry_server::app::config::{Config, Flags};
+use ferry_server::app::keys::{self, RoleKey};
+use ferry_server::app::startup::{RunningServer, spawn};
+use ferry_server::release::sign::{VariantSpec, VariantsFile, build_manifest, sign};
 use ferry_shared::dsse::{DsseLimits, Envelope, KeyRole, Verified, verify};
 use ferry_shared::manifest::{Delegate, Platform, ReleaseManifest};
 use ferry_shared::resolve::{DECISION_PAYLOAD_TYPE, Decision, ResolveResponse};
@@ -60,10 +60,10 @@ impl TestApp {
         let mut config = Config::load(&flags, &env).expect("config");
         config
             .tokens
-            .push(ferry_server::auth::TokenEntry::from_secret(
+            .push(ferry_server::api::auth::TokenEntry::from_secret(
                 "reader",
                 READ_TOKEN,
-                vec![ferry_server::auth::Scope::Read],
+                vec![ferry_server::api::auth::Scope::Read],
             ));
         if let Some(f) = opts.tweak {
             f(&mut config);
@@ -399,7 +399,7 @@ pub fn device(
 impl TestApp {
     /// Another server on the same state: the same data directory, or (with `storage`) a fresh
     /// data directory with this server's keys and the given shared object store.
-    pub fn replica(&self, storage: Option<ferry_server::config::StorageConfig>) -> RunningServer {
+    pub fn replica(&self, storage: Option<ferry_server::app::config::StorageConfig>) -> RunningServer {
         let env = |k: &str| (k == "FERRY_ADMIN_TOKEN").then(|| ADMIN_TOKEN.to_string());
         let data = match &storage {
             None => self.dir.path().to_path_buf(),

@@ -305,7 +305,7 @@ fn tampered_untrusted_expired_and_replayed_responses_are_refused() {
 
     // Wrong key: the app pins keys the server does not have.
     let other = tempfile::tempdir().expect("tmp");
-    let notes = ferry_server::keys::ensure_dev_keys(other.path()).expect("keys");
+    let notes = ferry_server::app::keys::ensure_dev_keys(other.path()).expect("keys");
     assert!(!notes.is_empty());
     let trust = ferry_shared::trust::TrustFile::from_json(
         &std::fs::read(other.path().join("trust.json")).expect("read"),

@@ -1,7 +1,7 @@
 //! Every publish refusal has its own error code, and nothing half-published stays visible.
 
 use base64::Engine as _;
-use ferry_server::keys;
+use ferry_server::app::keys;
 use ferry_shared::dsse::KeyRole;
 use ferry_shared::{BackendId, Sha256Digest};
 use ferry_tests::app::{

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use ferry_server::config::TlsConfig;
+use ferry_server::app::config::TlsConfig;
 use ferry_tests::app::{Options, TestApp, device, mlp_v1};
 
 #[test]
@@ -65,6 +65,6 @@ fn serves_https_with_a_configured_certificate() {
 
     // Bad TLS files are a clear start-up error.
     std::fs::write(&key_path, "not a key").expect("write");
-    let err = ferry_server::server::tls_config(&cert_path, &key_path).expect_err("bad key");
+    let err = ferry_server::app::startup::tls_config(&cert_path, &key_path).expect_err("bad key");
     assert!(err.to_string().contains("private key"), "{err}");
 }

@@ -10,7 +10,7 @@ use object_store::{ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::error::ApiError;
+use crate::api::error::ApiError;
 use crate::storage::Store;
 
 /// How many times a change is retried after losing a race.

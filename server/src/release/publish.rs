@@ -18,8 +18,8 @@ use futures_util::{Stream, StreamExt as _};
 use object_store::{ObjectStoreExt as _, PutMode, PutOptions, PutPayload, WriteMultipart};
 use sha2::{Digest as _, Sha256};
 
-use crate::catalog::Release;
-use crate::error::ApiError;
+use crate::api::error::ApiError;
+use crate::storage::catalog::Release;
 use crate::storage::{StorageKey, Store};
 
 /// What a blob upload did.

@@ -5,18 +5,54 @@
 //! lost, on any backend, and the revisions are the history (who, when, what, why).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use actix_web::http::StatusCode;
 use ferry_shared::ModelName;
+use ferry_shared::resolve::Cohort;
 use ferry_shared::rollout::{FULL, RolloutPlan, RolloutState, Thresholds};
 use semver::Version;
 use serde::Deserialize;
 
-use crate::catalog::Catalog;
-use crate::error::ApiError;
-use crate::revisions;
-use crate::storage::Store;
+use crate::api::error::ApiError;
+use crate::storage::catalog::{Catalog, Release};
+use crate::storage::{Store, revisions};
 
+/// The releases a device in `cohort` may get, in the order to try them.
+///
+/// Without a plan: every release, newest first. With one: a staged device tries the staged
+/// release first; everyone then gets the baseline (or, if the device cannot use it, an older
+/// release). Releases newer than the baseline that are not staged are not live.
+pub fn releases_for(
+    all: &[Arc<Release>],
+    plan: Option<&RolloutPlan>,
+    cohort: Cohort,
+) -> Vec<Arc<Release>> {
+    let Some(plan) = plan else {
+        return all.to_vec();
+    };
+    let ceiling = plan.baseline.clone().or_else(|| {
+        plan.staged.as_ref().and_then(|s| {
+            all.iter()
+                .map(|r| r.manifest.version.clone())
+                .find(|v| v < s)
+        })
+    });
+    let mut out: Vec<Arc<Release>> = Vec::new();
+    if cohort == Cohort::Staged
+        && let Some(staged) = &plan.staged
+        && let Some(r) = all.iter().find(|r| &r.manifest.version == staged)
+    {
+        out.push(r.clone());
+    }
+    out.extend(
+        all.iter()
+            .filter(|r| ceiling.as_ref().is_some_and(|c| r.manifest.version <= *c))
+            .filter(|r| Some(&r.manifest.version) != plan.staged.as_ref())
+            .cloned(),
+    );
+    out
+}
 fn prefix(model: &ModelName) -> String {
     format!("state/{model}/rollout")
 }

@@ -9,10 +9,9 @@ use ferry_shared::ModelName;
 use ferry_shared::manifest::{Delegate, Platform};
 use futures_util::stream;
 
-use crate::api::AppState;
-use crate::keys;
-use crate::publish::{publish_release, put_blob};
-use crate::sign::{VariantSpec, VariantsFile, build_manifest, sign};
+use crate::app::{AppState, keys};
+use crate::release::publish::{publish_release, put_blob};
+use crate::release::sign::{VariantSpec, VariantsFile, build_manifest, sign};
 
 /// The demo model's name.
 pub const DEMO_MODEL: &str = "demo-mlp";
@@ -22,23 +21,23 @@ pub const DEMO_VERSION: &str = "1.0.0";
 const FILES: &[(&str, &[u8])] = &[
     (
         "mlp-v1-xnnpack.pte",
-        include_bytes!("../../tests/fixtures/pte/mlp-v1-xnnpack.pte"),
+        include_bytes!("../../../tests/fixtures/pte/mlp-v1-xnnpack.pte"),
     ),
     (
         "mlp-v1-coreml.pte",
-        include_bytes!("../../tests/fixtures/pte/mlp-v1-coreml.pte"),
+        include_bytes!("../../../tests/fixtures/pte/mlp-v1-coreml.pte"),
     ),
     (
         "mlp-v1-vulkan.pte",
-        include_bytes!("../../tests/fixtures/pte/mlp-v1-vulkan.pte"),
+        include_bytes!("../../../tests/fixtures/pte/mlp-v1-vulkan.pte"),
     ),
     (
         "mlp-v1-portable.pte",
-        include_bytes!("../../tests/fixtures/pte/mlp-v1-portable.pte"),
+        include_bytes!("../../../tests/fixtures/pte/mlp-v1-portable.pte"),
     ),
     (
         "mlp-v1-xnnpack.json",
-        include_bytes!("../../tests/fixtures/pte/mlp-v1-xnnpack.json"),
+        include_bytes!("../../../tests/fixtures/pte/mlp-v1-xnnpack.json"),
     ),
 ];
 

@@ -6,6 +6,12 @@
 //! inspections/<model>/<version>.json   the inspector's report per variant, written first
 //! ```
 //! Model names and versions are validated newtypes, so a key can never escape its prefix.
+//!
+//! [`revisions`] keeps state that changes as a log of create-if-absent revisions; [`catalog`]
+//! is the in-memory view of every admitted release.
+
+pub mod catalog;
+pub mod revisions;
 
 use std::sync::Arc;
 
@@ -55,8 +61,11 @@ impl StorageKey {
 }
 
 /// Opens the configured store: `<data>/store` locally, or an S3 bucket.
-pub fn open(cfg: &crate::config::StorageConfig, data: &std::path::Path) -> anyhow::Result<Store> {
-    use crate::config::StorageConfig;
+pub fn open(
+    cfg: &crate::app::config::StorageConfig,
+    data: &std::path::Path,
+) -> anyhow::Result<Store> {
+    use crate::app::config::StorageConfig;
     match cfg {
         StorageConfig::Local => open_local(&data.join("store")),
         StorageConfig::S3 {

@@ -35,7 +35,7 @@ use semver::{Version, VersionReq};
 use serde::Deserialize;
 use time::OffsetDateTime;
 
-use crate::keys::RoleKey;
+use crate::app::keys::RoleKey;
 
 /// The VARIANTS.toml file.
 #[derive(Debug, Clone, Deserialize)]

@@ -11,7 +11,7 @@ use anyhow::{Context as _, bail};
 use ferry_shared::select::Preference;
 use serde::Deserialize;
 
-use crate::auth::{Scope, TokenEntry};
+use crate::api::auth::{Scope, TokenEntry};
 
 /// The whole server configuration.
 #[derive(Debug, Clone)]
@@ -36,7 +36,7 @@ pub struct Config {
     /// Log format.
     pub log_json: bool,
     /// Telemetry ingestion limits and thresholds.
-    pub telemetry: crate::telemetry::TelemetryConfig,
+    pub telemetry: crate::fleet::ingest::TelemetryConfig,
     /// The object store.
     pub storage: StorageConfig,
 }
@@ -120,7 +120,7 @@ struct FileConfig {
     decision_ttl_secs: Option<u64>,
     log_format: Option<String>,
     #[serde(default)]
-    telemetry: crate::telemetry::TelemetryConfig,
+    telemetry: crate::fleet::ingest::TelemetryConfig,
     storage: Option<StorageConfig>,
 }
 

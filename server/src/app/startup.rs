@@ -9,10 +9,11 @@ use ferry_shared::dsse::KeyRole;
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::api::{AppState, app};
-use crate::catalog::Catalog;
-use crate::config::Config;
-use crate::keys;
+use crate::app::AppState;
+use crate::app::config::Config;
+use crate::app::keys;
+use crate::app::router::app;
+use crate::storage::catalog::Catalog;
 
 /// How often each replica re-reads the catalog from the store.
 pub const CATALOG_REFRESH: Duration = Duration::from_secs(30);
@@ -145,7 +146,7 @@ pub fn spawn_refresh(state: Arc<AppState>) {
         tick.tick().await;
         loop {
             tick.tick().await;
-            crate::fleet::flush(&flush_state).await;
+            crate::fleet::flush::flush(&flush_state).await;
         }
     });
 }
@@ -203,7 +204,7 @@ pub fn spawn(config: Config, demo: bool) -> anyhow::Result<RunningServer> {
         let result = sys.block_on(async move {
             let (state, _) = build_state(config).await?;
             if demo {
-                crate::demo::publish_demo(&state).await?;
+                crate::app::demo::publish_demo(&state).await?;
             }
             let (server, addr) = bind(state.clone())?;
             anyhow::Ok((server, addr, state))

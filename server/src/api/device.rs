@@ -1,0 +1,157 @@
+//! Device endpoints: `POST /v1/resolve` and `GET /v1/keys`.
+
+use actix_web::http::header;
+use actix_web::{HttpResponse, web};
+use ferry_shared::resolve::{
+    Candidate, Cohort, DECISION_PAYLOAD_TYPE, Decision, ResolveRequest, ResolveResponse,
+};
+use ferry_shared::select;
+use ferry_shared::select::Preference;
+use serde::Deserialize;
+use time::OffsetDateTime;
+
+use crate::api::error::ApiError;
+use crate::api::extract::read_body;
+use crate::app::AppState;
+use crate::fleet::deny::DenyEntry;
+
+pub(crate) async fn keys(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok().json(&state.trust)
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ResolveQuery {
+    #[serde(default)]
+    explain: bool,
+}
+
+pub(crate) async fn resolve(
+    state: web::Data<AppState>,
+    query: Result<web::Query<ResolveQuery>, actix_web::Error>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let outcome = resolve_inner(&state, query, payload).await;
+    let label = match &outcome {
+        Ok(_) => "ok",
+        Err(e) => e.code,
+    };
+    state
+        .metrics
+        .inc("ferry_resolves_total", &[("outcome", label)], 1);
+    outcome
+}
+
+pub(crate) async fn resolve_inner(
+    state: &AppState,
+    query: Result<web::Query<ResolveQuery>, actix_web::Error>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let explain = query
+        .map_err(|e| ApiError::bad_request("request_invalid", format!("bad query string: {e}")))?
+        .explain;
+    let body = read_body(payload, state.config.limits.max_resolve_bytes).await?;
+    let device: ResolveRequest = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request("request_malformed", format!("resolve request: {e}")))?;
+    device
+        .validate()
+        .map_err(|m| ApiError::bad_request("request_invalid", m))?;
+    let catalog = state.catalog();
+    if !catalog.has_model(&device.model) {
+        return Err(ApiError::not_found(
+            "model_not_found",
+            format!("no release of {} is published", device.model),
+        ));
+    }
+    let all = catalog.releases_newest_first(&device.model);
+    let plan = state.rollouts().get(&device.model).cloned();
+    let wanted_cohort = plan
+        .as_ref()
+        .map_or(Cohort::Baseline, |p| p.cohort(&device.install_id));
+    let releases = crate::fleet::rollout::releases_for(&all, plan.as_ref(), wanted_cohort);
+    let manifests: Vec<&ferry_shared::manifest::ReleaseManifest> =
+        releases.iter().map(|r| &r.manifest).collect();
+    let pref: &Preference = &state.config.preference;
+    let deny_lists = state.deny_lists();
+    let deny_entries: &[DenyEntry] = deny_lists.get(&device.model).map_or(&[], Vec::as_slice);
+    let deny = |m: &ferry_shared::manifest::ReleaseManifest,
+                v: &ferry_shared::manifest::Variant,
+                d: &ResolveRequest| {
+        let release = m.version.to_string();
+        deny_entries
+            .iter()
+            .find(|e| e.matches(&release, v.id.as_str(), &d.soc, &d.device_model))
+            .map(DenyEntry::reason)
+    };
+    let selection = match select::select(&manifests, &device, pref, &deny) {
+        Ok(s) => s,
+        Err(explain) => {
+            let first: Vec<String> = explain
+                .iter()
+                .take(6)
+                .map(|e| format!("{}/{}: {}", e.release, e.variant, e.reasons.join(", ")))
+                .collect();
+            return Err(ApiError::not_found(
+                "no_compatible_variant",
+                format!(
+                    "no variant of {} fits this device: {}",
+                    device.model,
+                    first.join("; ")
+                ),
+            )
+            .with_details(serde_json::json!({ "explain": explain })));
+        }
+    };
+    let release = releases
+        .iter()
+        .find(|r| r.manifest.version == selection.manifest.version)
+        .ok_or_else(|| ApiError::internal("selected release vanished from the catalog"))?;
+    let cohort = match plan.as_ref().and_then(|p| p.staged.as_ref()) {
+        Some(staged)
+            if wanted_cohort == Cohort::Staged && *staged == selection.manifest.version =>
+        {
+            Cohort::Staged
+        }
+        _ => Cohort::Baseline,
+    };
+    state.telemetry.record_cohort(
+        device.model.as_str(),
+        if cohort == Cohort::Staged {
+            "staged"
+        } else {
+            "baseline"
+        },
+        &device.install_id,
+    );
+    let base = state.config.public_url.clone().unwrap_or_default();
+    let now = OffsetDateTime::now_utc();
+    let decision = Decision {
+        model: device.model.clone(),
+        release: selection.manifest.version.clone(),
+        cohort,
+        install_id: device.install_id.clone(),
+        issued_at: now,
+        expires_at: now + time::Duration::seconds(state.config.decision_ttl_secs as i64),
+        sequence: state.next_sequence(now),
+        candidates: selection
+            .candidates
+            .iter()
+            .map(|v| Candidate {
+                variant: v.id.clone(),
+                delegate: v.delegate,
+                backends: v.backends.clone(),
+                sha256: v.sha256,
+                size: v.size,
+                url: format!("{base}/v1/blobs/sha256/{}", v.sha256.to_hex()),
+            })
+            .collect(),
+    };
+    let payload = serde_json::to_vec(&decision).map_err(ApiError::internal)?;
+    let response = ResolveResponse {
+        decision: state.online.sign(DECISION_PAYLOAD_TYPE, &payload),
+        release: release.envelope.clone(),
+        explain: explain.then_some(selection.explain),
+    };
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .json(response))
+}

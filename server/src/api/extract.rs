@@ -1,0 +1,80 @@
+//! Request helpers shared by the handlers: bounded bodies, path parameters, and the common
+//! start of admin views and changes.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, web};
+use bytes::{Bytes, BytesMut};
+use ferry_shared::{ModelName, Sha256Digest};
+use futures_util::StreamExt as _;
+
+use crate::api::auth::{Scope, authorize};
+use crate::api::error::ApiError;
+use crate::app::AppState;
+
+/// Reads a request body up to `limit` bytes.
+pub(crate) async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, ApiError> {
+    let mut buf = BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| {
+            ApiError::bad_request("body_unreadable", format!("cannot read the body: {e}"))
+        })?;
+        if buf.len() + chunk.len() > limit {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                format!("the body is larger than the limit of {limit} bytes"),
+            ));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
+pub(crate) fn parse_model(s: &str) -> Result<ModelName, ApiError> {
+    s.parse()
+        .map_err(|e: ferry_shared::NameError| ApiError::bad_request("invalid_name", e.to_string()))
+}
+
+pub(crate) fn parse_digest(s: &str) -> Result<Sha256Digest, ApiError> {
+    if s.len() != 64
+        || !s
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return Err(ApiError::bad_request(
+            "invalid_digest",
+            "a blob is named by 64 lowercase hex characters of its sha256",
+        ));
+    }
+    Sha256Digest::from_hex(s).map_err(|e| ApiError::bad_request("invalid_digest", e.to_string()))
+}
+pub(crate) fn model_param(s: &str) -> Result<ModelName, ApiError> {
+    s.parse()
+        .map_err(|e: ferry_shared::NameError| ApiError::bad_request("invalid_name", e.to_string()))
+}
+/// The common start of an admin view: the `read` scope and the model from the path.
+pub(crate) fn read_view(
+    req: &HttpRequest,
+    state: &AppState,
+    model: &str,
+) -> Result<ModelName, ApiError> {
+    authorize(req, &state.config.tokens, Scope::Read)?;
+    model_param(model)
+}
+
+/// The common start of an admin change: the caller (with `scope`), the model from the path,
+/// and the JSON body (at most 64 KiB) parsed as `T`, refusals coded `code`.
+pub(crate) async fn admin_change<T: serde::de::DeserializeOwned>(
+    req: &HttpRequest,
+    state: &AppState,
+    model: &str,
+    payload: web::Payload,
+    code: &'static str,
+) -> Result<(crate::api::auth::Caller, ModelName, T), ApiError> {
+    let caller = authorize(req, &state.config.tokens, Scope::Rollout)?;
+    let model = model_param(model)?;
+    let body = read_body(payload, 64 * 1024).await?;
+    let change: T = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(code, format!("change: {e}")))?;
+    Ok((caller, model, change))
+}

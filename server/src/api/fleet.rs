@@ -1,0 +1,268 @@
+//! Fleet endpoints: rollouts, telemetry ingestion, health and the deny list.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use ferry_shared::ModelName;
+use serde::Deserialize;
+use time::OffsetDateTime;
+
+use crate::api::error::ApiError;
+use crate::api::extract::{admin_change, read_body, read_view};
+use crate::app::AppState;
+use crate::fleet::deny::{DenyEntry, DenyList, deny_prefix};
+use crate::fleet::evaluate::evaluate;
+use crate::fleet::flush::flush;
+use crate::fleet::rollout::ChangeRequest;
+use crate::fleet::{now_text, rollout};
+use crate::storage::revisions;
+
+/// `POST /v1/admin/models/{model}/rollout`.
+pub async fn post_rollout(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    model: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let (caller, model, change): (_, _, ChangeRequest) =
+        admin_change(&req, &state, &model, payload, "rollout_invalid").await?;
+    let catalog = state.catalog();
+    let at = now_text();
+    let plan = rollout::apply(&state.store, &model, |cur| {
+        rollout::next_plan(cur, &change, &model, &catalog, &caller.name, &at)
+    })
+    .await?;
+    tracing::info!(caller = caller.name, %model, action = plan.action, revision = plan.revision, "rollout changed");
+    state.set_rollout(&model, plan.clone());
+    Ok(HttpResponse::Ok().json(plan))
+}
+
+/// `GET /v1/admin/models/{model}/rollout`: the plan in force and its history.
+pub async fn get_rollout(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    model: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let model = read_view(&req, &state, &model)?;
+    let history = rollout::history(&state.store, &model).await?;
+    let current = history.last().cloned();
+    if let Some(p) = &current {
+        state.set_rollout(&model, p.clone());
+    }
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "model": model,
+        "current": current,
+        "percent": current.as_ref().map(|p| ferry_shared::rollout::format_percent(p.basis_points)),
+        "history": history,
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+struct BatchShape {
+    events: Vec<serde_json::Value>,
+}
+
+/// `POST /v1/telemetry`.
+pub async fn post_telemetry(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let cfg = state.config.telemetry;
+    let addr = req
+        .peer_addr()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_default();
+    if !state.telemetry.allow_address(&addr, &cfg) {
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            format!(
+                "more than {} telemetry requests a minute from {addr}",
+                cfg.per_address_per_minute
+            ),
+        ));
+    }
+    let body = read_body(payload, cfg.max_body_bytes).await?;
+    // Parsing and aggregating is CPU work: keep it off the event loops that serve resolve, and
+    // on at most half the cores.
+    let _permit = state
+        .ingest_permits
+        .acquire()
+        .await
+        .map_err(ApiError::internal)?;
+    let worker = state.clone().into_inner();
+    let (report, models) = web::block(move || -> Result<_, ApiError> {
+        let batch: BatchShape = serde_json::from_slice(&body).map_err(|e| {
+            ApiError::bad_request(
+                "telemetry_malformed",
+                format!("expected {{\"events\": [...]}}: {e}"),
+            )
+        })?;
+        if batch.events.len() > cfg.max_events {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_many_events",
+                format!(
+                    "{} events; a batch holds at most {}",
+                    batch.events.len(),
+                    cfg.max_events
+                ),
+            ));
+        }
+        let report = worker
+            .telemetry
+            .ingest(&batch.events, OffsetDateTime::now_utc(), &cfg);
+        let mut models: Vec<String> = batch
+            .events
+            .iter()
+            .filter_map(|e| e.get("model").and_then(|m| m.as_str()).map(str::to_string))
+            .collect();
+        models.sort();
+        models.dedup();
+        Ok((report, models))
+    })
+    .await
+    .map_err(ApiError::internal)??;
+    state.metrics.inc(
+        "ferry_telemetry_events_total",
+        &[("outcome", "accepted")],
+        report.accepted as u64,
+    );
+    state.metrics.inc(
+        "ferry_telemetry_events_total",
+        &[("outcome", "rejected")],
+        report.rejected.len() as u64,
+    );
+    for m in models.into_iter().take(16) {
+        if let Ok(model) = m.parse::<ModelName>()
+            && state.telemetry.due(model.as_str(), &cfg)
+        {
+            evaluate(&state, &model).await;
+        }
+    }
+    if state.telemetry.wants_flush(&cfg) {
+        let s = state.clone().into_inner();
+        actix_web::rt::spawn(async move { flush(&s).await });
+    }
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "accepted": report.accepted,
+        "rejected": report.rejected,
+    })))
+}
+/// `GET /v1/admin/models/{model}/health`.
+pub async fn get_health(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    model: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let model = read_view(&req, &state, &model)?;
+    let mut h = state.telemetry.health(model.as_str());
+    h["model"] = serde_json::json!(model);
+    h["rollout"] = serde_json::json!(state.rollouts().get(&model));
+    h["deny"] = serde_json::json!(state.deny_lists().get(&model).cloned().unwrap_or_default());
+    Ok(HttpResponse::Ok().json(h))
+}
+
+/// `GET /v1/admin/models/{model}/deny`.
+pub async fn get_deny(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    model: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let model = read_view(&req, &state, &model)?;
+    let history: Vec<DenyList> = revisions::all::<DenyList>(&state.store, &deny_prefix(&model))
+        .await?
+        .into_iter()
+        .map(|(_, l)| l)
+        .collect();
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "model": model,
+        "entries": history.last().map(|l| l.entries.clone()).unwrap_or_default(),
+        "history": history,
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DenyChange {
+    action: String,
+    release: String,
+    variant: String,
+    class: String,
+    value: String,
+}
+
+/// `POST /v1/admin/models/{model}/deny`: `override` (allow despite telemetry), `clear`
+/// (remove the entry), or `deny` (add one by hand).
+pub async fn post_deny(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    model: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let (caller, model, change): (_, _, DenyChange) =
+        admin_change(&req, &state, &model, payload, "deny_invalid").await?;
+    if !matches!(change.class.as_str(), "soc" | "device_model") {
+        return Err(ApiError::bad_request(
+            "deny_invalid",
+            "class must be soc or device_model",
+        ));
+    }
+    if [&change.release, &change.variant, &change.value]
+        .iter()
+        .any(|s| s.is_empty() || s.len() > 128)
+    {
+        return Err(ApiError::bad_request(
+            "deny_invalid",
+            "release, variant and value are 1 to 128 bytes",
+        ));
+    }
+    if !matches!(change.action.as_str(), "override" | "clear" | "deny") {
+        return Err(ApiError::bad_request(
+            "deny_invalid",
+            "action must be override, clear or deny",
+        ));
+    }
+    let at = now_text();
+    let (_, list) = revisions::append::<DenyList>(&state.store, &deny_prefix(&model), |cur| {
+        let mut entries = cur.map(|(_, l)| l.entries.clone()).unwrap_or_default();
+        let pos = entries.iter().position(|e| {
+            e.release == change.release
+                && e.variant == change.variant
+                && e.class == change.class
+                && e.value == change.value
+        });
+        match (change.action.as_str(), pos) {
+            ("clear", Some(i)) => {
+                entries.remove(i);
+            }
+            ("clear", None) => return Err(ApiError::not_found("deny_not_found", "no such entry")),
+            ("override", Some(i)) => entries[i].state = "allow".into(),
+            ("deny", Some(i)) => entries[i].state = "deny".into(),
+            (action, None) => entries.push(DenyEntry {
+                release: change.release.clone(),
+                variant: change.variant.clone(),
+                class: change.class.clone(),
+                value: change.value.clone(),
+                fallback_rate: 0.0,
+                samples: 0,
+                source: "ops".into(),
+                state: if action == "override" {
+                    "allow".into()
+                } else {
+                    "deny".into()
+                },
+            }),
+            _ => {}
+        }
+        Ok(DenyList {
+            entries,
+            action: change.action.clone(),
+            actor: caller.name.clone(),
+            at: at.clone(),
+        })
+    })
+    .await?;
+    state.set_deny(&model, list.entries.clone());
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "model": model, "entries": list.entries })))
+}

@@ -1,0 +1,26 @@
+//! The HTTP API: thin handlers that parse, authorize, call the domain modules and render.
+//!
+//! | route | who | module |
+//! |---|---|---|
+//! | `POST /v1/resolve` | device | [`device`] |
+//! | `GET /v1/keys` | device | [`device`] |
+//! | `GET, HEAD /v1/blobs/sha256/{hex}` | device, mirror | [`blobs`] |
+//! | `PUT /v1/admin/blobs/sha256/{hex}` | `publish` | [`blobs`] |
+//! | `POST /v1/admin/models/{model}/releases` | `publish` | [`admin`] |
+//! | `GET /v1/admin/models[/{model}[/releases/{version}]]` | `read` | [`admin`] |
+//! | `POST /v1/telemetry` | device | [`fleet`] |
+//! | `GET, POST /v1/admin/models/{model}/rollout` | `read` / `rollout` | [`fleet`] |
+//! | `GET /v1/admin/models/{model}/health` | `read` | [`fleet`] |
+//! | `GET, POST /v1/admin/models/{model}/deny` | `read` / `rollout` | [`fleet`] |
+//! | `GET /healthz`, `/readyz`, `/metrics` | ops | [`ops`] |
+//!
+//! Every failure is an [`error::ApiError`] rendered as `{code, message, request_id}`.
+
+pub mod admin;
+pub mod auth;
+pub mod blobs;
+pub mod device;
+pub mod error;
+pub mod extract;
+pub mod fleet;
+pub mod ops;

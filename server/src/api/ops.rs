@@ -1,0 +1,37 @@
+//! Operations endpoints: `/healthz`, `/readyz`, `/metrics`.
+
+use actix_web::{HttpResponse, web};
+use object_store::ObjectStoreExt as _;
+
+use crate::api::error::ApiError;
+use crate::app::AppState;
+
+pub(crate) async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().content_type("text/plain").body("ok\n")
+}
+
+pub(crate) async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    // A cheap round trip to the store: a missing key answers NotFound when the store works.
+    match state
+        .store
+        .head(&object_store::path::Path::from("readyz-probe"))
+        .await
+    {
+        Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+        Err(e) => return Err(ApiError::unavailable(e)),
+    }
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "status": "ready",
+        "releases": state.catalog().release_count(),
+    })))
+}
+
+pub(crate) async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(format!(
+            "{}# TYPE ferry_telemetry_raw_dropped_total counter\nferry_telemetry_raw_dropped_total {}\n",
+            state.metrics.render(),
+            state.telemetry.dropped()
+        ))
+}

@@ -1,0 +1,13 @@
+//! The application: the state every handler shares, the router and its middleware, start-up
+//! (keys, store, catalog, TLS, listener, background refresh), configuration, metrics and the
+//! built-in demo model.
+
+pub mod config;
+pub mod demo;
+pub mod keys;
+pub mod metrics;
+pub mod router;
+pub mod startup;
+mod state;
+
+pub use state::AppState;

@@ -1,0 +1,137 @@
+//! The router: every route, the catch-alls, and the middleware that gives each request an id,
+//! an access-log line and metrics.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix_web::body::BoxBody;
+use actix_web::dev::{Service as _, ServiceResponse};
+use actix_web::http::header::HeaderValue;
+use actix_web::http::{StatusCode, header};
+use actix_web::{HttpRequest, HttpResponse, web};
+
+use crate::api::admin::{get_model, get_release, list_models, post_release};
+use crate::api::blobs::{get_blob, put_blob_handler};
+use crate::api::device::{keys, resolve};
+use crate::api::error::{ApiError, REQUEST_ID};
+use crate::api::ops::{healthz, metrics, readyz};
+use crate::app::AppState;
+
+/// Registers every route on an actix `ServiceConfig`.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/healthz", web::get().to(healthz))
+        .route("/readyz", web::get().to(readyz))
+        .route("/metrics", web::get().to(metrics))
+        .service(resource("/v1/keys").route(web::get().to(keys)))
+        .service(resource("/v1/resolve").route(web::post().to(resolve)))
+        .service(
+            resource("/v1/blobs/sha256/{hex}")
+                .route(web::get().to(get_blob))
+                .route(web::head().to(get_blob)),
+        )
+        .service(resource("/v1/admin/blobs/sha256/{hex}").route(web::put().to(put_blob_handler)))
+        .service(resource("/v1/admin/models").route(web::get().to(list_models)))
+        .service(resource("/v1/admin/models/{model}").route(web::get().to(get_model)))
+        .service(resource("/v1/admin/models/{model}/releases").route(web::post().to(post_release)))
+        .service(
+            resource("/v1/admin/models/{model}/releases/{version}")
+                .route(web::get().to(get_release)),
+        )
+        .service(resource("/v1/telemetry").route(web::post().to(crate::api::fleet::post_telemetry)))
+        .service(
+            resource("/v1/admin/models/{model}/rollout")
+                .route(web::get().to(crate::api::fleet::get_rollout))
+                .route(web::post().to(crate::api::fleet::post_rollout)),
+        )
+        .service(
+            resource("/v1/admin/models/{model}/health")
+                .route(web::get().to(crate::api::fleet::get_health)),
+        )
+        .service(
+            resource("/v1/admin/models/{model}/deny")
+                .route(web::get().to(crate::api::fleet::get_deny))
+                .route(web::post().to(crate::api::fleet::post_deny)),
+        );
+}
+
+pub(crate) fn resource(path: &str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(method_not_allowed))
+}
+
+pub(crate) async fn method_not_allowed(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    Err(ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{} is not allowed on {}", req.method(), req.path()),
+    ))
+}
+
+/// The catch-all for unknown paths.
+pub async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    Err(ApiError::not_found(
+        "not_found",
+        format!("no route for {} {}", req.method(), req.path()),
+    ))
+}
+
+/// Builds the actix `App` for `state`, with middleware.
+pub fn app(
+    state: Arc<AppState>,
+) -> actix_web::App<
+    impl actix_web::dev::ServiceFactory<
+        actix_web::dev::ServiceRequest,
+        Config = (),
+        Response = ServiceResponse<BoxBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    let data = web::Data::from(state.clone());
+    actix_web::App::new()
+        .app_data(data)
+        .configure(routes)
+        .default_service(web::to(not_found))
+        .wrap_fn(move |req, srv| {
+            let state = state.clone();
+            let id = state.next_request_id();
+            let started = Instant::now();
+            let method = req.method().clone();
+            let fut = srv.call(req);
+            async move {
+                let mut res: ServiceResponse<BoxBody> = REQUEST_ID.scope(id.clone(), fut).await?;
+                if let Ok(v) = HeaderValue::from_str(&id) {
+                    res.headers_mut()
+                        .insert(header::HeaderName::from_static("x-request-id"), v);
+                }
+                let route = res
+                    .request()
+                    .match_pattern()
+                    .unwrap_or_else(|| "unmatched".to_string());
+                let status = res.status().as_u16().to_string();
+                let secs = started.elapsed().as_secs_f64();
+                state.metrics.inc(
+                    "ferry_http_requests_total",
+                    &[
+                        ("route", &route),
+                        ("method", method.as_str()),
+                        ("status", &status),
+                    ],
+                    1,
+                );
+                state.metrics.observe(
+                    "ferry_http_request_duration_seconds",
+                    &[("route", &route)],
+                    secs,
+                );
+                tracing::info!(
+                    request_id = %id,
+                    method = %method,
+                    route = %route,
+                    status = res.status().as_u16(),
+                    ms = secs * 1000.0,
+                    "request"
+                );
+                Ok(res)
+            }
+        })
+}

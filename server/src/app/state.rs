@@ -1,0 +1,173 @@
+//! The state every handler shares: configuration, store, keys, and the in-memory snapshots
+//! (catalog, rollout plans, deny lists) that resolve reads without touching storage.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use ferry_shared::ModelName;
+use ferry_shared::dsse::{KeyPair, KeyRing};
+use ferry_shared::rollout::RolloutPlan;
+use ferry_shared::trust::TrustFile;
+use time::OffsetDateTime;
+
+use crate::app::config::Config;
+use crate::app::metrics::Metrics;
+use crate::fleet::aggregate::Telemetry;
+use crate::fleet::deny::DenyEntry;
+use crate::storage::Store;
+use crate::storage::catalog::{Catalog, Release};
+
+/// Everything the handlers share.
+pub struct AppState {
+    /// Configuration.
+    pub config: Config,
+    /// The object store.
+    pub store: Store,
+    /// Keys trusted to sign releases.
+    pub release_ring: KeyRing,
+    /// Signs decisions.
+    pub online: KeyPair,
+    /// Published at `GET /v1/keys`.
+    pub trust: TrustFile,
+    /// The catalog (replaced wholesale on change).
+    pub catalog: RwLock<Arc<Catalog>>,
+    /// Metrics registry.
+    pub metrics: Metrics,
+    /// Rollout plans in force (newest revision per model).
+    pub rollouts: RwLock<Arc<BTreeMap<ModelName, RolloutPlan>>>,
+    /// Deny lists in force per model.
+    pub deny: RwLock<Arc<BTreeMap<ModelName, Vec<DenyEntry>>>>,
+    /// Telemetry aggregates.
+    pub telemetry: Telemetry,
+    /// This replica's id in telemetry file names.
+    pub node: String,
+    /// Bounds telemetry parsing to half the cores, so resolve always has CPU left.
+    pub ingest_permits: tokio::sync::Semaphore,
+    sequence: AtomicU64,
+    request_counter: AtomicU64,
+    request_prefix: String,
+}
+
+impl AppState {
+    /// Builds the state.
+    pub fn new(
+        config: Config,
+        store: Store,
+        release_ring: KeyRing,
+        online: KeyPair,
+        trust: TrustFile,
+        catalog: Catalog,
+    ) -> Self {
+        let mut prefix = [0u8; 4];
+        let _ = getrandom::fill(&mut prefix);
+        Self {
+            config,
+            store,
+            release_ring,
+            online,
+            trust,
+            catalog: RwLock::new(Arc::new(catalog)),
+            metrics: Metrics::default(),
+            rollouts: RwLock::new(Arc::new(BTreeMap::new())),
+            deny: RwLock::new(Arc::new(BTreeMap::new())),
+            telemetry: Telemetry::default(),
+            node: format!("node-{}", hex::encode(prefix)),
+            ingest_permits: tokio::sync::Semaphore::new(
+                (std::thread::available_parallelism().map_or(2, |n| n.get()) / 2).max(1),
+            ),
+            sequence: AtomicU64::new(0),
+            request_counter: AtomicU64::new(0),
+            request_prefix: hex::encode(prefix),
+        }
+    }
+
+    /// The current catalog.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        match self.catalog.read() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// The rollout plans in force.
+    pub fn rollouts(&self) -> Arc<BTreeMap<ModelName, RolloutPlan>> {
+        match self.rollouts.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// Replaces one model's plan in memory.
+    pub fn set_rollout(&self, model: &ModelName, plan: RolloutPlan) {
+        let mut next = (*self.rollouts()).clone();
+        next.insert(model.clone(), plan);
+        self.replace_rollouts(next);
+    }
+
+    /// Replaces all plans in memory.
+    pub fn replace_rollouts(&self, plans: BTreeMap<ModelName, RolloutPlan>) {
+        let next = Arc::new(plans);
+        match self.rollouts.write() {
+            Ok(mut g) => *g = next,
+            Err(p) => *p.into_inner() = next,
+        }
+    }
+
+    /// The deny lists in force.
+    pub fn deny_lists(&self) -> Arc<BTreeMap<ModelName, Vec<DenyEntry>>> {
+        match self.deny.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// Replaces one model's deny list in memory.
+    pub fn set_deny(&self, model: &ModelName, entries: Vec<DenyEntry>) {
+        let mut next = (*self.deny_lists()).clone();
+        next.insert(model.clone(), entries);
+        let next = Arc::new(next);
+        match self.deny.write() {
+            Ok(mut g) => *g = next,
+            Err(p) => *p.into_inner() = next,
+        }
+    }
+
+    /// Adds a release to the catalog.
+    pub fn add_release(&self, release: Release) {
+        let mut next = (*self.catalog()).clone();
+        next.insert(release);
+        self.replace_catalog(next);
+    }
+
+    /// Replaces the catalog.
+    pub fn replace_catalog(&self, catalog: Catalog) {
+        let next = Arc::new(catalog);
+        match self.catalog.write() {
+            Ok(mut g) => *g = next,
+            Err(poisoned) => *poisoned.into_inner() = next,
+        }
+    }
+
+    /// The next decision sequence number: milliseconds since the epoch, strictly increasing
+    /// within this process (so replicas agree roughly and one replica never repeats).
+    pub(crate) fn next_sequence(&self, now: OffsetDateTime) -> u64 {
+        let ms = (now.unix_timestamp_nanos() / 1_000_000).max(0) as u64;
+        let mut cur = self.sequence.load(Ordering::Relaxed);
+        loop {
+            let next = ms.max(cur + 1);
+            match self
+                .sequence
+                .compare_exchange(cur, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return next,
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+
+    pub(crate) fn next_request_id(&self) -> String {
+        let n = self.request_counter.fetch_add(1, Ordering::Relaxed);
+        format!("{}-{n:08x}", self.request_prefix)
+    }
+}

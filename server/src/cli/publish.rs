@@ -1,0 +1,174 @@
+//! `ferry publish`: upload missing blobs with progress, then the release; idempotent on retry.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use base64::Engine as _;
+use ferry_shared::Sha256Digest;
+use ferry_shared::dsse::Envelope;
+use ferry_shared::manifest::ReleaseManifest;
+
+use super::remote::{http_agent, http_error};
+
+/// A reader that advances a progress bar.
+pub(crate) struct Progress<R> {
+    inner: R,
+    bar: indicatif::ProgressBar,
+}
+
+impl<R: Read> Read for Progress<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.bar.inc(n as u64);
+        Ok(n)
+    }
+}
+
+pub(crate) fn publish_cmd(
+    release: &Path,
+    files: &Path,
+    server: &str,
+    token: &str,
+    ca: Option<&Path>,
+    quiet: bool,
+) -> anyhow::Result<ExitCode> {
+    let server = server.trim_end_matches('/');
+    let raw =
+        std::fs::read(release).with_context(|| format!("cannot read {}", release.display()))?;
+    let envelope: Envelope = serde_json::from_slice(&raw)
+        .with_context(|| format!("{} is not a signed release", release.display()))?;
+    let payload = base64::engine::general_purpose::STANDARD
+        .decode(envelope.payload.as_bytes())
+        .context("the release payload is not base64")?;
+    let manifest = ReleaseManifest::from_json(&payload)?;
+    // Find each blob in the folder by size, then hash.
+    let mut wanted: Vec<(Sha256Digest, u64, String)> = manifest
+        .variants
+        .iter()
+        .map(|v| (v.sha256, v.size, v.id.to_string()))
+        .collect();
+    wanted.dedup_by_key(|w| w.0);
+    let mut found: Vec<(Sha256Digest, PathBuf)> = Vec::new();
+    for entry in
+        std::fs::read_dir(files).with_context(|| format!("cannot list {}", files.display()))?
+    {
+        let path = entry?.path();
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if !meta.is_file() || !wanted.iter().any(|w| w.1 == meta.len()) {
+            continue;
+        }
+        let digest = hash_file(&path)?;
+        if wanted.iter().any(|w| w.0 == digest) {
+            found.push((digest, path));
+        }
+    }
+    let agent = http_agent(ca)?;
+    let auth = format!("Bearer {token}");
+    for (digest, size, id) in &wanted {
+        let Some((_, path)) = found.iter().find(|(d, _)| d == digest) else {
+            bail!(
+                "variant {id}: no file in {} has sha256 {digest}",
+                files.display()
+            );
+        };
+        let url = format!("{server}/v1/blobs/sha256/{}", digest.to_hex());
+        let head = agent
+            .head(&url)
+            .call()
+            .with_context(|| format!("cannot reach {server}"))?;
+        if head.status() == 200 {
+            println!("{id}: blob {} already on the server", digest.to_hex());
+            continue;
+        }
+        let bar = if quiet {
+            indicatif::ProgressBar::hidden()
+        } else {
+            indicatif::ProgressBar::new(*size)
+        };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar.set_message(id.clone());
+        let file = std::fs::File::open(path)?;
+        let mut reader = Progress {
+            inner: file,
+            bar: bar.clone(),
+        };
+        let put = format!("{server}/v1/admin/blobs/sha256/{}", digest.to_hex());
+        let resp = agent
+            .put(&put)
+            .header("authorization", &auth)
+            .header("content-type", "application/octet-stream")
+            .header("content-length", &size.to_string())
+            .send(ureq::SendBody::from_reader(&mut reader))
+            .with_context(|| format!("uploading {}", path.display()))?;
+        bar.finish_and_clear();
+        if !resp.status().is_success() {
+            return Err(http_error(&format!("upload of {}", path.display()), resp));
+        }
+        println!("{id}: uploaded {} ({size} bytes)", path.display());
+    }
+    let url = format!("{server}/v1/admin/models/{}/releases", manifest.model);
+    let resp = agent
+        .post(&url)
+        .header("authorization", &auth)
+        .header("content-type", "application/json")
+        .send(&raw[..])
+        .with_context(|| format!("cannot reach {server}"))?;
+    if resp.status() == 201 {
+        println!("published {} {}", manifest.model, manifest.version);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if resp.status() == 409 {
+        // Idempotent retry: fine when the published release is this very envelope.
+        let url = format!(
+            "{server}/v1/admin/models/{}/releases/{}",
+            manifest.model, manifest.version
+        );
+        let mut got = agent.get(&url).header("authorization", &auth).call()?;
+        if got.status() == 200 {
+            let text = got
+                .body_mut()
+                .with_config()
+                .limit(16 << 20)
+                .read_to_string()?;
+            let v: serde_json::Value = serde_json::from_str(&text)?;
+            if v["envelope"]["payload"].as_str() == Some(envelope.payload.as_str()) {
+                println!(
+                    "{} {} was already published (identical); nothing to do",
+                    manifest.model, manifest.version
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+        bail!(
+            "{} {} is already published with different content; releases are immutable, bump the version",
+            manifest.model,
+            manifest.version
+        );
+    }
+    Err(http_error("publish", resp))
+}
+
+pub(crate) fn hash_file(path: &Path) -> anyhow::Result<Sha256Digest> {
+    use sha2::Digest as _;
+    let mut f =
+        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(Sha256Digest::from_bytes(h.finalize().into()))
+}

@@ -1,0 +1,148 @@
+//! Where and who for admin commands: the server URL, the token and the CA, from flags, the
+//! environment or the profile file; the HTTP agent and error reporting they share.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use ferry_shared::resolve::ErrorBody;
+
+/// Server and token for admin commands: flags, then `FERRY_SERVER` / `FERRY_TOKEN`, then
+/// the profile file (`$FERRY_PROFILE`, or `~/.config/ferry/profile.toml` with `server`,
+/// `token` and optionally `ca`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Remote {
+    /// Server URL (default from the profile, else http://127.0.0.1:8080).
+    #[arg(long, env = "FERRY_SERVER")]
+    pub server: Option<String>,
+    /// Admin token (default from the profile).
+    #[arg(long, env = "FERRY_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Extra CA certificate (PEM) to trust for HTTPS.
+    #[arg(long)]
+    pub ca: Option<PathBuf>,
+}
+
+/// The profile file.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Profile {
+    server: Option<String>,
+    token: Option<String>,
+    ca: Option<PathBuf>,
+}
+
+pub(crate) fn profile_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("FERRY_PROFILE") {
+        return Some(PathBuf::from(p));
+    }
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    Some(base.join("ferry/profile.toml"))
+}
+
+impl Remote {
+    /// Server URL, token and CA after applying the profile.
+    pub fn resolve(&self) -> anyhow::Result<(String, String, Option<PathBuf>)> {
+        let profile = match profile_path() {
+            Some(p) if p.is_file() => {
+                let text = std::fs::read_to_string(&p)
+                    .with_context(|| format!("cannot read profile {}", p.display()))?;
+                toml::from_str::<Profile>(&text)
+                    .with_context(|| format!("profile {} is invalid", p.display()))?
+            }
+            _ => Profile::default(),
+        };
+        let server = self
+            .server
+            .clone()
+            .or(profile.server)
+            .unwrap_or_else(|| "http://127.0.0.1:8080".to_string());
+        let token = self.token.clone().or(profile.token).ok_or_else(|| {
+            anyhow::anyhow!("no admin token: pass --token, set FERRY_TOKEN, or put token = \"...\" in ~/.config/ferry/profile.toml")
+        })?;
+        Ok((server, token, self.ca.clone().or(profile.ca)))
+    }
+}
+pub(crate) fn admin_call(
+    remote: &Remote,
+    method: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> anyhow::Result<serde_json::Value> {
+    let (server, token, ca) = remote.resolve()?;
+    let agent = http_agent(ca.as_deref())?;
+    let url = format!("{}{path}", server.trim_end_matches('/'));
+    let auth = format!("Bearer {token}");
+    let resp = match (method, body) {
+        ("POST", Some(b)) => agent
+            .post(&url)
+            .header("authorization", &auth)
+            .header("content-type", "application/json")
+            .send(serde_json::to_vec(&b)?.as_slice()),
+        _ => agent.get(&url).header("authorization", &auth).call(),
+    }
+    .with_context(|| format!("cannot reach {server}"))?;
+    if !resp.status().is_success() {
+        return Err(http_error(&format!("{method} {path}"), resp));
+    }
+    let mut resp = resp;
+    let text = resp
+        .body_mut()
+        .with_config()
+        .limit(64 << 20)
+        .read_to_string()?;
+    Ok(serde_json::from_str(&text)?)
+}
+/// Builds a blocking HTTP agent that reports every status itself (for `publish`).
+pub fn http_agent(ca: Option<&Path>) -> anyhow::Result<ureq::Agent> {
+    let mut builder = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_connect(Some(Duration::from_secs(10)))
+        .timeout_recv_response(Some(Duration::from_secs(120)));
+    if let Some(ca) = ca {
+        let pem = std::fs::read(ca).with_context(|| format!("cannot read CA {}", ca.display()))?;
+        let mut roots = Vec::new();
+        for item in ureq::tls::parse_pem(&pem) {
+            if let ureq::tls::PemItem::Certificate(c) =
+                item.with_context(|| format!("bad PEM in {}", ca.display()))?
+            {
+                roots.push(c);
+            }
+        }
+        if roots.is_empty() {
+            bail!("{} holds no certificate", ca.display());
+        }
+        builder = builder.tls_config(
+            ureq::tls::TlsConfig::builder()
+                .root_certs(ureq::tls::RootCerts::Specific(Arc::new(roots)))
+                .build(),
+        );
+    }
+    Ok(builder.build().new_agent())
+}
+
+/// Turns a non-2xx response into an error quoting the server's `{code, message, request_id}`.
+pub(crate) fn http_error(what: &str, mut resp: ureq::http::Response<ureq::Body>) -> anyhow::Error {
+    let status = resp.status();
+    let text = resp
+        .body_mut()
+        .with_config()
+        .limit(64 * 1024)
+        .read_to_string()
+        .unwrap_or_default();
+    match serde_json::from_str::<ErrorBody>(&text) {
+        Ok(e) => anyhow::anyhow!(
+            "{what}: {status} {}: {} (request {})",
+            e.code,
+            e.message,
+            e.request_id
+        ),
+        Err(_) => anyhow::anyhow!(
+            "{what}: {status} {}",
+            text.chars().take(200).collect::<String>()
+        ),
+    }
+}

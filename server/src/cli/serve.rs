@@ -1,0 +1,51 @@
+//! `ferry serve`.
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+
+use crate::app::config::{Config, Flags, process_env};
+use crate::app::startup as server;
+
+pub(crate) fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FERRY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+pub(crate) fn serve(flags: Flags, demo: bool) -> anyhow::Result<ExitCode> {
+    let config = Config::load(&flags, &process_env)?;
+    init_logging(config.log_json);
+    let sys = actix_web::rt::System::new();
+    sys.block_on(async move {
+        let (state, notes) = server::build_state(config).await?;
+        for n in notes {
+            eprintln!("ferry: {n}");
+        }
+        if demo {
+            let line = crate::app::demo::publish_demo(&state).await?;
+            eprintln!("ferry: {line}");
+        }
+        let (srv, addr) = server::bind(state.clone())?;
+        let scheme = if state.config.tls.is_some() { "https" } else { "http" };
+        eprintln!("ferry: listening on {scheme}://{addr} (data in {})", state.config.data.display());
+        if demo {
+            eprintln!(
+                "ferry: try: curl -s {scheme}://{addr}/v1/resolve -H 'content-type: application/json' -d \
+                 '{{\"model\":\"demo-mlp\",\"install_id\":\"me\",\"app_version\":\"1.0.0\",\"runtime_version\":\"1.5.1\",\
+                 \"backends\":[\"XnnpackBackend\",\"VulkanBackend\"],\"platform\":\"android\",\"os_version\":\"14\",\
+                 \"device_model\":\"Pixel 8\",\"soc\":\"Tensor G3\",\"ram_mb\":8192}}'"
+            );
+        }
+        server::spawn_refresh(state);
+        srv.await.context("server stopped with an error")
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,52 @@
+//! `ferry sign`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use ferry_shared::dsse::KeyRole;
+
+use crate::app::keys;
+use crate::release::sign;
+
+pub(crate) fn sign_cmd(variants: &Path, key: &Path, output: &Path) -> anyhow::Result<ExitCode> {
+    let spec = sign::read_variants(variants)?;
+    let key = keys::load(key)?;
+    if key.role != KeyRole::Release {
+        bail!(
+            "{} is a {} key; releases are signed with a release key",
+            key.pair.id(),
+            key.role
+        );
+    }
+    let base = variants.parent().unwrap_or(Path::new("."));
+    let read = |p: &Path| -> anyhow::Result<Vec<u8>> { Ok(std::fs::read(p)?) };
+    let (manifest, files) =
+        sign::build_manifest(&spec, base, &read, time::OffsetDateTime::now_utc())?;
+    let envelope = sign::sign(&manifest, &key)?;
+    let json = serde_json::to_vec_pretty(&envelope)?;
+    crate::fsutil::write_durable(output, &json, None)
+        .with_context(|| format!("cannot write {}", output.display()))?;
+    println!(
+        "signed {} {} with release key {}",
+        manifest.model,
+        manifest.version,
+        key.pair.id().short()
+    );
+    for (v, f) in manifest.variants.iter().zip(&files) {
+        println!(
+            "  {:<16} {:<9} {:>10} bytes  {}  [{}]",
+            v.id,
+            v.delegate,
+            v.size,
+            f.path.display(),
+            v.backends
+                .iter()
+                .map(|b| b.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    println!("wrote {}", output.display());
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,133 @@
+//! Telemetry ingestion limits and the validation of one event.
+
+use ferry_shared::ModelName;
+use ferry_shared::telemetry::{EventKind, TelemetryEvent};
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+/// Ingestion limits and thresholds.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// Most events per request (default 500).
+    pub max_events: usize,
+    /// Largest body (default 1 MiB).
+    pub max_body_bytes: usize,
+    /// Events one install id may send per minute (default 600).
+    pub per_install_per_minute: u32,
+    /// Requests one client address may make per minute (default 6,000).
+    pub per_address_per_minute: u32,
+    /// A variant is denied to a SoC or device model whose fallback rate reaches this (default 0.25).
+    pub deny_fallback_rate: f64,
+    /// Attempts needed before a deny (default 100).
+    pub deny_min_samples: u64,
+    /// How often raw events and rollups are flushed to the store, in seconds (default 10).
+    pub flush_secs: u64,
+    /// Oldest accepted event age in days (default 30); newer than now + 1 hour is refused.
+    pub max_age_days: i64,
+    /// The aggregation interval: thresholds and the deny list are evaluated at most this often
+    /// per model, in milliseconds (default 1000; 0 evaluates after every batch).
+    pub evaluate_ms: u64,
+    /// Raw events buffered before a flush is started early (default 20,000); at 5x this the
+    /// oldest buffered events are dropped and counted.
+    pub raw_buffer_events: usize,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            max_events: 500,
+            max_body_bytes: 1 << 20,
+            per_install_per_minute: 600,
+            per_address_per_minute: 6000,
+            deny_fallback_rate: 0.25,
+            deny_min_samples: 100,
+            flush_secs: 10,
+            max_age_days: 30,
+            evaluate_ms: 1000,
+            raw_buffer_events: 20_000,
+        }
+    }
+}
+
+/// One rejected event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventError {
+    /// Position in the batch.
+    pub index: usize,
+    /// Stable code (`event_invalid`, `event_out_of_range`, `rate_limited`).
+    pub code: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+pub(crate) const MAX_FIELD: usize = 128;
+pub(crate) const MAX_DEVICES: usize = 200_000;
+pub(crate) const MAX_SAMPLES: usize = 20_000;
+
+/// Validates one event (already parsed as JSON).
+pub fn validate(
+    v: &serde_json::Value,
+    now: OffsetDateTime,
+    cfg: &TelemetryConfig,
+) -> Result<TelemetryEvent, (String, String)> {
+    let invalid = |m: String| ("event_invalid".to_string(), m);
+    let e: TelemetryEvent =
+        serde_json::from_value(v.clone()).map_err(|e| invalid(e.to_string()))?;
+    e.model
+        .parse::<ModelName>()
+        .map_err(|err| invalid(format!("model: {err}")))?;
+    for (name, s) in [
+        ("release", &e.release),
+        ("variant", &e.variant),
+        ("delegate", &e.delegate),
+        ("install_id", &e.install_id),
+        ("platform", &e.platform),
+        ("soc", &e.soc),
+        ("device_model", &e.device_model),
+        ("os_version", &e.os_version),
+        ("app_version", &e.app_version),
+        ("runtime_version", &e.runtime_version),
+    ] {
+        if s.len() > MAX_FIELD || s.chars().any(char::is_control) {
+            return Err(invalid(format!(
+                "{name} is longer than {MAX_FIELD} bytes or has control characters"
+            )));
+        }
+    }
+    if e.install_id.is_empty() {
+        return Err(invalid("install_id is empty".into()));
+    }
+    if matches!(
+        e.kind,
+        EventKind::Load | EventKind::Fallback | EventKind::Download
+    ) && (e.release.is_empty() || e.variant.is_empty())
+    {
+        return Err(invalid(
+            "release and variant are required for this kind".into(),
+        ));
+    }
+    if e.kind == EventKind::Fallback && e.to_variant.as_deref().is_none_or(str::is_empty) {
+        return Err(invalid("a fallback event needs to_variant".into()));
+    }
+    if let Some(ms) = e.load_ms
+        && !(ms.is_finite() && (0.0..=1e7).contains(&ms))
+    {
+        return Err(invalid("load_ms must be between 0 and 10,000,000".into()));
+    }
+    if e.error_code.as_ref().is_some_and(|c| c.len() > MAX_FIELD) {
+        return Err(invalid("error_code is too long".into()));
+    }
+    let at = OffsetDateTime::parse(&e.at, &time::format_description::well_known::Rfc3339)
+        .map_err(|err| invalid(format!("at: {err}")))?;
+    if at > now + time::Duration::hours(1) || at < now - time::Duration::days(cfg.max_age_days) {
+        return Err((
+            "event_out_of_range".into(),
+            format!(
+                "at {} is more than {} days old or in the future",
+                e.at, cfg.max_age_days
+            ),
+        ));
+    }
+    Ok(e)
+}

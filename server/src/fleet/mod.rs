@@ -1,0 +1,38 @@
+//! Fleet state: telemetry ingestion and aggregates, rate limits, the deny list, the checks that
+//! halt a rollout or deny a variant, and rollout plans with their history.
+//!
+//! The decisions themselves (bucketing, selection) are pure functions in `ferry-shared`; this
+//! module gathers their inputs from telemetry and stores their outputs as revision logs.
+
+pub mod aggregate;
+pub mod deny;
+pub mod evaluate;
+pub mod flush;
+pub mod ingest;
+pub mod limits;
+pub mod rollout;
+
+use ferry_shared::ModelName;
+use time::OffsetDateTime;
+
+use crate::api::error::ApiError;
+use crate::app::AppState;
+
+/// The current time as RFC 3339 text, for revision records.
+pub(crate) fn now_text() -> String {
+    OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+/// Loads the rollout plans and deny lists of `models` into memory.
+pub async fn load_state(state: &AppState, models: Vec<ModelName>) -> Result<(), ApiError> {
+    let plans = rollout::load_all(&state.store, models.iter()).await?;
+    state.replace_rollouts(plans);
+    for m in &models {
+        if let Some(entries) = deny::load(&state.store, m).await? {
+            state.set_deny(m, entries);
+        }
+    }
+    Ok(())
+}
