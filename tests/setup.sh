@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what ferry's tests need, idempotently, from package registries only:
-# a C/C++ compiler, rustfmt and clippy, and (through scripts/setup-executorch.sh) clang,
-# libclang and the ExecuTorch 1.5.1 runtime libraries from the PyPI wheel, and moto (an S3
-# emulator) from PyPI.
+# a C/C++ compiler, strace (counts the store's fsyncs), rustfmt and clippy, and (through
+# scripts/setup-executorch.sh) clang, libclang and the ExecuTorch 1.5.1 runtime libraries
+# from the PyPI wheel, and moto (an S3 emulator) from PyPI.
 # Safe to run again: each step checks first and does nothing when already done.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -10,7 +10,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 need_apt=()
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
-command -v unzip >/dev/null 2>&1 || true
+command -v strace >/dev/null 2>&1 || need_apt+=(strace)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"

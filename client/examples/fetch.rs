@@ -136,7 +136,9 @@ fn run(args: &Args) -> Result<(), (String, String)> {
             .map_err(|e| fail("config_invalid", format!("{}: {e}", path.display())))?;
         let g: Golden = serde_json::from_slice(&bytes)
             .map_err(|e| fail("config_invalid", format!("{}: {e}", path.display())))?;
-        let out = loaded.run(&g.input).map_err(|e| fail(e.code, e.message))?;
+        let out = loaded
+            .run(&g.input)
+            .map_err(|e| fail(e.code.as_str(), e.message))?;
         diff = max_abs_diff(&out, &g.output);
     }
     let source = match &loaded.source {

@@ -14,39 +14,17 @@
 //! budget and never removes a blob in use or a model's last known good variant.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use ferry_shared::Sha256Digest;
 use ferry_shared::dsse::Envelope;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest as _, Sha256};
 
 use crate::error::ClientError;
 
-/// Writes `bytes` to `path` atomically and durably: temporary file in the same folder, fsync,
-/// rename, folder fsync.
+/// Writes `bytes` to `path` atomically and durably (see [`ferry_fs::write`]).
 pub fn write_durable(path: &Path, bytes: &[u8]) -> Result<(), ClientError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| ClientError::io(dir, e))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)?;
-        std::fs::File::open(dir)?.sync_all()
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(ClientError::io(path, e));
-    }
-    Ok(())
+    ferry_fs::write(path, bytes, ferry_fs::Mode::Public).map_err(|e| ClientError::io(path, e))
 }
 
 /// What the cache remembers about a model: its last known good variant.
@@ -84,6 +62,33 @@ struct Index {
     sequences: BTreeMap<String, u64>,
 }
 
+/// A cached blob whose bytes matched a signed digest and size when the cache handed it out.
+/// Only the cache makes one (after hashing the file, or after a download that hashed every
+/// byte), so a [`Runtime`](crate::Runtime) given a `VerifiedBlob` is given checked bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedBlob {
+    path: PathBuf,
+    sha256: Sha256Digest,
+    size: u64,
+}
+
+impl VerifiedBlob {
+    /// The file in the cache.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The digest the bytes matched.
+    pub fn sha256(&self) -> &Sha256Digest {
+        &self.sha256
+    }
+
+    /// The size the file had.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+}
+
 /// The cache.
 #[derive(Debug)]
 pub struct Cache {
@@ -117,7 +122,10 @@ impl Cache {
             if let Ok(rd) = std::fs::read_dir(&dir) {
                 for e in rd.flatten() {
                     let name = e.file_name().to_string_lossy().into_owned();
-                    if name.starts_with('.') && name.contains(".tmp-") {
+                    // `.tmp-` is how clients before ferry-fs named their staging files.
+                    if ferry_fs::is_staging_name(&name)
+                        || (name.starts_with('.') && name.contains(".tmp-"))
+                    {
                         let _ = std::fs::remove_file(e.path());
                         rec.removed_temp += 1;
                     }
@@ -189,38 +197,51 @@ impl Cache {
             .join(format!("{}.part", d.to_hex()))
     }
 
-    /// True when the blob is present, has the signed size and hashes to its digest. A blob
-    /// that fails is removed (it must never reach the runtime).
-    pub fn check_blob(&mut self, d: &Sha256Digest, size: u64) -> Result<bool, ClientError> {
+    /// The blob as a [`VerifiedBlob`] when it is present, has the signed size and hashes to its
+    /// digest; `None` when it is absent. A blob that fails is removed (it must never reach the
+    /// runtime) and `None` returned.
+    pub(crate) fn verified_blob(
+        &mut self,
+        d: &Sha256Digest,
+        size: u64,
+    ) -> Result<Option<VerifiedBlob>, ClientError> {
         let path = self.blob_path(d);
         let meta = match std::fs::metadata(&path) {
             Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(ClientError::io(&path, e)),
         };
         if meta.len() == size && hash_file(&path)? == *d {
-            return Ok(true);
+            return Ok(Some(VerifiedBlob {
+                path,
+                sha256: *d,
+                size,
+            }));
         }
         let _ = std::fs::remove_file(&path);
         self.index.blobs.remove(&d.to_hex());
         self.index.models.retain(|_, m| m.sha256 != *d);
         self.save()?;
-        Ok(false)
+        Ok(None)
     }
 
-    /// Moves a completed, verified `.part` into place and records it.
-    pub fn commit_part(&mut self, d: &Sha256Digest, size: u64) -> Result<PathBuf, ClientError> {
+    /// Moves a completed `.part`, whose bytes the download hashed against the signed digest and
+    /// size, into place and records it.
+    pub(crate) fn commit_part(
+        &mut self,
+        d: &Sha256Digest,
+        size: u64,
+    ) -> Result<VerifiedBlob, ClientError> {
         let part = self.part_path(d);
         let dest = self.blob_path(d);
-        std::fs::rename(&part, &dest).map_err(|e| ClientError::io(&dest, e))?;
-        if let Some(dir) = dest.parent() {
-            std::fs::File::open(dir)
-                .and_then(|f| f.sync_all())
-                .map_err(|e| ClientError::io(dir, e))?;
-        }
+        ferry_fs::commit(&part, &dest).map_err(|e| ClientError::io(&dest, e))?;
         self.touch(d, size);
         self.save()?;
-        Ok(dest)
+        Ok(VerifiedBlob {
+            path: dest,
+            sha256: *d,
+            size,
+        })
     }
 
     fn touch(&mut self, d: &Sha256Digest, size: u64) {
@@ -342,17 +363,9 @@ pub fn eviction_plan(
 
 /// SHA-256 of a file.
 pub fn hash_file(path: &Path) -> Result<Sha256Digest, ClientError> {
-    let mut f = std::fs::File::open(path).map_err(|e| ClientError::io(path, e))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 256 * 1024];
-    loop {
-        let n = f.read(&mut buf).map_err(|e| ClientError::io(path, e))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(Sha256Digest::from_bytes(h.finalize().into()))
+    ferry_fs::sha256_file(path)
+        .map(Sha256Digest::from_bytes)
+        .map_err(|e| ClientError::io(path, e))
 }
 
 #[cfg(test)]
@@ -391,18 +404,22 @@ mod tests {
         drop(cache);
         std::fs::write(dir.path().join("index.json"), b"{ half written").expect("corrupt");
         std::fs::write(dir.path().join("blobs/sha256/.x.tmp-123"), b"junk").expect("stray");
+        std::fs::write(dir.path().join(".index.json.77.0.tmp"), b"junk").expect("stray");
         let (mut cache, rec) = Cache::open(dir.path(), 1 << 20).expect("reopen");
         assert!(rec.rebuilt_index);
-        assert_eq!(rec.removed_temp, 1);
-        assert!(
-            cache.check_blob(&d, data.len() as u64).expect("check"),
-            "blob survives"
-        );
+        assert_eq!(rec.removed_temp, 2);
+        let blob = cache.verified_blob(&d, data.len() as u64).expect("check");
+        assert_eq!(blob.as_ref().map(|b| b.sha256()), Some(&d), "blob survives");
         // A flipped byte on disk is caught and the blob removed.
         let mut bytes = std::fs::read(cache.blob_path(&d)).expect("read");
         bytes[0] ^= 1;
         std::fs::write(cache.blob_path(&d), &bytes).expect("write");
-        assert!(!cache.check_blob(&d, data.len() as u64).expect("check"));
+        assert!(
+            cache
+                .verified_blob(&d, data.len() as u64)
+                .expect("check")
+                .is_none()
+        );
         assert!(!cache.blob_path(&d).exists());
     }
 }

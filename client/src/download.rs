@@ -17,7 +17,8 @@
 //! the signed size is cut off, and after a resume the whole file is hashed, never just the new
 //! part. A file whose hash does not match is deleted and never reaches the cache or runtime.
 
-use std::fs::{File, OpenOptions};
+use ferry_shared::errors::ErrorCode;
+use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -128,22 +129,8 @@ pub fn backoff(limits: &DownloadLimits, n: u32) -> Duration {
 
 fn hash_prefix(path: &Path, len: u64) -> Result<Sha256, ClientError> {
     let mut h = Sha256::new();
-    if len == 0 {
-        return Ok(h);
-    }
-    let mut f = File::open(path).map_err(|e| ClientError::io(path, e))?;
-    let mut left = len;
-    let mut buf = vec![0u8; 256 * 1024];
-    while left > 0 {
-        let want = (buf.len() as u64).min(left) as usize;
-        let n = f
-            .read(&mut buf[..want])
-            .map_err(|e| ClientError::io(path, e))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-        left -= n as u64;
+    if len > 0 {
+        ferry_fs::hash_into(&mut h, path, Some(len)).map_err(|e| ClientError::io(path, e))?;
     }
     Ok(h)
 }
@@ -271,10 +258,12 @@ pub fn fetch(
             Reply::Fatal(status, why) => {
                 return Err(ClientError::Rejected {
                     code: if status == 404 || status == 410 {
-                        "blob_not_found".into()
+                        ErrorCode::BlobNotFound
                     } else {
-                        "bad_response".into()
-                    },
+                        ErrorCode::BadResponse
+                    }
+                    .as_str()
+                    .into(),
                     message: format!("{url}: {why}"),
                     status,
                 });

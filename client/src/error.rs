@@ -1,6 +1,7 @@
 //! The client's errors. Every variant has a stable [`ClientError::code`] that apps and
 //! telemetry switch on, and a message a developer can act on.
 
+use ferry_shared::errors::ErrorCode;
 use std::path::PathBuf;
 
 /// One failed candidate, as reported in [`ClientError::AllCandidatesFailed`] and in
@@ -61,7 +62,7 @@ pub enum ClientError {
     #[error("verification failed ({code}): {message}")]
     Verify {
         /// `signature_invalid`, `key_unknown`, `key_wrong_role`, ...
-        code: &'static str,
+        code: ErrorCode,
         /// Detail.
         message: String,
     },
@@ -151,25 +152,26 @@ fn summary(attempts: &[Attempt]) -> String {
 }
 
 impl ClientError {
-    /// Stable machine-readable code.
+    /// Stable machine-readable code from the catalogue (`docs/errors.md`); for
+    /// [`ClientError::Rejected`] the server's code as sent.
     pub fn code(&self) -> &str {
         match self {
-            ClientError::Config(_) => "config_invalid",
-            ClientError::Network { .. } => "network",
-            ClientError::Server { .. } => "server_error",
+            ClientError::Config(_) => ErrorCode::ConfigInvalid.as_str(),
+            ClientError::Network { .. } => ErrorCode::Network.as_str(),
+            ClientError::Server { .. } => ErrorCode::ServerError.as_str(),
             ClientError::Rejected { code, .. } => code,
-            ClientError::BadResponse { .. } => "bad_response",
-            ClientError::Verify { code, .. } => code,
-            ClientError::Expired { .. } => "expired",
-            ClientError::Replay { .. } => "replay",
-            ClientError::DecisionMismatch(_) => "decision_mismatch",
-            ClientError::HashMismatch { .. } => "hash_mismatch",
-            ClientError::SizeMismatch { .. } => "size_mismatch",
-            ClientError::TooLarge { .. } => "too_large",
-            ClientError::DiskFull { .. } => "disk_full",
-            ClientError::CacheIo { .. } => "cache_io",
-            ClientError::AllCandidatesFailed { .. } => "all_candidates_failed",
-            ClientError::NothingCached { .. } => "offline_no_cache",
+            ClientError::BadResponse { .. } => ErrorCode::BadResponse.as_str(),
+            ClientError::Verify { code, .. } => code.as_str(),
+            ClientError::Expired { .. } => ErrorCode::Expired.as_str(),
+            ClientError::Replay { .. } => ErrorCode::Replay.as_str(),
+            ClientError::DecisionMismatch(_) => ErrorCode::DecisionMismatch.as_str(),
+            ClientError::HashMismatch { .. } => ErrorCode::HashMismatch.as_str(),
+            ClientError::SizeMismatch { .. } => ErrorCode::SizeMismatch.as_str(),
+            ClientError::TooLarge { .. } => ErrorCode::TooLarge.as_str(),
+            ClientError::DiskFull { .. } => ErrorCode::DiskFull.as_str(),
+            ClientError::CacheIo { .. } => ErrorCode::CacheIo.as_str(),
+            ClientError::AllCandidatesFailed { .. } => ErrorCode::AllCandidatesFailed.as_str(),
+            ClientError::NothingCached { .. } => ErrorCode::OfflineNoCache.as_str(),
         }
     }
 

@@ -9,7 +9,6 @@
 #![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_long};
-use std::path::Path;
 
 use executorch::evalue::{EValue, IntoEValue as _};
 use executorch::module::{LoadMode, Module, ModuleBuilder};
@@ -17,6 +16,7 @@ use executorch::program::ProgramVerification;
 use executorch::tensor::{ScalarType, TensorPtr, TensorPtrBuilder, View};
 use ferry_shared::manifest::TensorValue;
 
+use crate::cache::VerifiedBlob;
 use crate::runtime::{Program, Runtime, RuntimeError};
 
 /// The ExecuTorch version of the linked runtime.
@@ -70,9 +70,10 @@ impl Runtime for ExecuTorchRuntime {
         out
     }
 
-    fn open(&self, path: &Path) -> Result<Box<dyn Program>, RuntimeError> {
-        let mut module: Module<'static> =
-            ModuleBuilder::new(path).load_mode(LoadMode::File).build();
+    fn open(&self, blob: &VerifiedBlob) -> Result<Box<dyn Program>, RuntimeError> {
+        let mut module: Module<'static> = ModuleBuilder::new(blob.path())
+            .load_mode(LoadMode::File)
+            .build();
         module
             .load(Some(ProgramVerification::InternalConsistency), None)
             .map_err(|e| RuntimeError::load(et_error("program load failed", e)))?;

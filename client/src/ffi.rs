@@ -9,6 +9,7 @@
 //! checked by a test.
 #![allow(unsafe_code)]
 
+use ferry_shared::errors::ErrorCode;
 use std::cell::RefCell;
 use std::ffi::{CStr, CString, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -114,7 +115,7 @@ fn guard(f: impl FnOnce() -> FerryStatus) -> FerryStatus {
         }
         Err(_) => fail(
             FerryStatus::FerryErrInternal,
-            "internal",
+            ErrorCode::Internal.as_str(),
             "a panic was caught at the C boundary",
         ),
     }
@@ -128,7 +129,7 @@ unsafe fn arg<'a>(p: *const c_char, name: &str) -> Result<&'a str, FerryStatus> 
     if p.is_null() {
         return Err(fail(
             FerryStatus::FerryErrInvalidArgument,
-            "invalid_argument",
+            ErrorCode::InvalidArgument.as_str(),
             &format!("{name} is NULL"),
         ));
     }
@@ -136,7 +137,7 @@ unsafe fn arg<'a>(p: *const c_char, name: &str) -> Result<&'a str, FerryStatus> 
     unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| {
         fail(
             FerryStatus::FerryErrInvalidArgument,
-            "invalid_argument",
+            ErrorCode::InvalidArgument.as_str(),
             &format!("{name} is not UTF-8"),
         )
     })
@@ -159,7 +160,7 @@ pub unsafe extern "C" fn ferry_client_new(
         if out.is_null() {
             return fail(
                 FerryStatus::FerryErrInvalidArgument,
-                "invalid_argument",
+                ErrorCode::InvalidArgument.as_str(),
                 "out is NULL",
             );
         }
@@ -180,14 +181,20 @@ pub unsafe extern "C" fn ferry_client_new(
         };
         let trust = match TrustFile::from_json(trust_json.as_bytes()) {
             Ok(t) => t,
-            Err(e) => return fail(FerryStatus::FerryErrConfig, e.code(), &e.to_string()),
+            Err(e) => {
+                return fail(
+                    FerryStatus::FerryErrConfig,
+                    e.code().as_str(),
+                    &e.to_string(),
+                );
+            }
         };
         let version = match semver::Version::parse(app_version) {
             Ok(v) => v,
             Err(e) => {
                 return fail(
                     FerryStatus::FerryErrConfig,
-                    "config_invalid",
+                    ErrorCode::ConfigInvalid.as_str(),
                     &format!("app_version: {e}"),
                 );
             }
@@ -253,7 +260,7 @@ pub unsafe extern "C" fn ferry_load(
         if client.is_null() || out.is_null() {
             return fail(
                 FerryStatus::FerryErrInvalidArgument,
-                "invalid_argument",
+                ErrorCode::InvalidArgument.as_str(),
                 "client or out is NULL",
             );
         }
@@ -268,7 +275,7 @@ pub unsafe extern "C" fn ferry_load(
             Err(e) => {
                 return fail(
                     FerryStatus::FerryErrInvalidArgument,
-                    "invalid_argument",
+                    ErrorCode::InvalidArgument.as_str(),
                     &format!("device_json: {e}"),
                 );
             }
@@ -375,7 +382,7 @@ pub unsafe extern "C" fn ferry_model_run_f32(
         {
             return fail(
                 FerryStatus::FerryErrInvalidArgument,
-                "invalid_argument",
+                ErrorCode::InvalidArgument.as_str(),
                 "NULL argument or bad ndim",
             );
         }
@@ -387,7 +394,7 @@ pub unsafe extern "C" fn ferry_model_run_f32(
             let Ok(d) = u64::try_from(*d) else {
                 return fail(
                     FerryStatus::FerryErrInvalidArgument,
-                    "invalid_argument",
+                    ErrorCode::InvalidArgument.as_str(),
                     "negative dimension",
                 );
             };
@@ -396,7 +403,7 @@ pub unsafe extern "C" fn ferry_model_run_f32(
                 _ => {
                     return fail(
                         FerryStatus::FerryErrInvalidArgument,
-                        "invalid_argument",
+                        ErrorCode::InvalidArgument.as_str(),
                         "input too large",
                     );
                 }
@@ -414,12 +421,12 @@ pub unsafe extern "C" fn ferry_model_run_f32(
         let m = unsafe { &mut *model };
         let outs = match m.model.run(&[t]) {
             Ok(o) => o,
-            Err(e) => return fail(FerryStatus::FerryErrRun, e.code, &e.message),
+            Err(e) => return fail(FerryStatus::FerryErrRun, e.code.as_str(), &e.message),
         };
         let Some(first) = outs.first() else {
             return fail(
                 FerryStatus::FerryErrRun,
-                "runtime_execute_failed",
+                ErrorCode::RuntimeExecuteFailed.as_str(),
                 "the method returned no output",
             );
         };
@@ -428,7 +435,7 @@ pub unsafe extern "C" fn ferry_model_run_f32(
         if first.data.len() > output_capacity || (output.is_null() && !first.data.is_empty()) {
             return fail(
                 FerryStatus::FerryErrBufferTooSmall,
-                "buffer_too_small",
+                ErrorCode::BufferTooSmall.as_str(),
                 &format!("the output has {} values", first.data.len()),
             );
         }

@@ -5,7 +5,8 @@
 //! themselves. The client only hands a runtime files whose SHA-256 matched the signed
 //! manifest, because corrupted programs can crash ExecuTorch.
 
-use std::path::Path;
+use crate::cache::VerifiedBlob;
+use ferry_shared::errors::ErrorCode;
 
 use ferry_shared::manifest::TensorValue;
 
@@ -14,7 +15,7 @@ use ferry_shared::manifest::TensorValue;
 #[error("{message}")]
 pub struct RuntimeError {
     /// Stable code (`runtime_load_failed`, `runtime_execute_failed`, ...).
-    pub code: &'static str,
+    pub code: ErrorCode,
     /// The runtime's message (for ExecuTorch: the error name and number).
     pub message: String,
 }
@@ -23,7 +24,7 @@ impl RuntimeError {
     /// A load failure.
     pub fn load(message: impl Into<String>) -> Self {
         Self {
-            code: "runtime_load_failed",
+            code: ErrorCode::RuntimeLoadFailed,
             message: message.into(),
         }
     }
@@ -31,7 +32,7 @@ impl RuntimeError {
     /// An execution failure.
     pub fn execute(message: impl Into<String>) -> Self {
         Self {
-            code: "runtime_execute_failed",
+            code: ErrorCode::RuntimeExecuteFailed,
             message: message.into(),
         }
     }
@@ -43,8 +44,8 @@ pub trait Runtime: Send + Sync {
     fn version(&self) -> semver::Version;
     /// Backend ids this runtime really registered.
     fn registered_backends(&self) -> Vec<String>;
-    /// Opens a verified program file (does not load methods yet).
-    fn open(&self, path: &Path) -> Result<Box<dyn Program>, RuntimeError>;
+    /// Opens a program whose bytes the cache verified (does not load methods yet).
+    fn open(&self, blob: &VerifiedBlob) -> Result<Box<dyn Program>, RuntimeError>;
 }
 
 /// An opened program.

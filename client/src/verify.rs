@@ -7,6 +7,7 @@
 //! builds a [`Plan`], and only through [`Verified`].
 
 use ferry_shared::dsse::{DsseLimits, Envelope, KeyRing, KeyRole, Verified, verify};
+use ferry_shared::errors::ErrorCode;
 use ferry_shared::manifest::{ReleaseManifest, Variant, verify_release_envelope};
 use ferry_shared::resolve::{DECISION_PAYLOAD_TYPE, Decision, ResolveResponse};
 use time::OffsetDateTime;
@@ -16,23 +17,51 @@ use crate::error::ClientError;
 /// A candidate the client may download: the signed manifest's variant and where to get it.
 #[derive(Debug, Clone)]
 pub struct PlannedVariant {
-    /// The variant, from the signed manifest (sizes and digests come from here only).
-    pub variant: Variant,
-    /// Download URL (absolute, or relative to the server).
-    pub url: String,
+    pub(crate) variant: Variant,
+    pub(crate) url: String,
 }
 
-/// What a verified response says to do.
+impl PlannedVariant {
+    /// The variant, from the signed manifest (sizes and digests come from here only).
+    pub fn variant(&self) -> &Variant {
+        &self.variant
+    }
+
+    /// Download URL (absolute, or relative to the server).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+/// What a verified response says to do. Only [`verify_response`] makes one.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    pub(crate) decision: Decision,
+    pub(crate) manifest: ReleaseManifest,
+    pub(crate) release_envelope: Envelope,
+    pub(crate) candidates: Vec<PlannedVariant>,
+}
+
+impl Plan {
     /// The signed decision.
-    pub decision: Decision,
+    pub fn decision(&self) -> &Decision {
+        &self.decision
+    }
+
     /// The signed release manifest.
-    pub manifest: ReleaseManifest,
+    pub fn manifest(&self) -> &ReleaseManifest {
+        &self.manifest
+    }
+
     /// The release envelope as received (kept in the cache for offline re-verification).
-    pub release_envelope: Envelope,
-    /// Candidates in order.
-    pub candidates: Vec<PlannedVariant>,
+    pub fn release_envelope(&self) -> &Envelope {
+        &self.release_envelope
+    }
+
+    /// Candidates, best first.
+    pub fn candidates(&self) -> &[PlannedVariant] {
+        &self.candidates
+    }
 }
 
 fn dsse_error(e: ferry_shared::dsse::DsseError) -> ClientError {
@@ -50,7 +79,7 @@ pub fn verify_release(
     let v = verify_release_envelope(env, trust).map_err(dsse_error)?;
     v.try_map(|bytes| ReleaseManifest::from_json(&bytes))
         .map_err(|e| ClientError::Verify {
-            code: "manifest_invalid",
+            code: ErrorCode::ManifestInvalid,
             message: e.to_string(),
         })
 }
@@ -75,7 +104,7 @@ pub fn verify_response(
     .map_err(dsse_error)?
     .try_map(|bytes| serde_json::from_slice::<Decision>(&bytes))
     .map_err(|e| ClientError::Verify {
-        code: "decision_invalid",
+        code: ErrorCode::DecisionInvalid,
         message: e.to_string(),
     })?;
     if now > decision.expires_at {

@@ -17,6 +17,5 @@ pub mod api;
 pub mod app;
 pub mod cli;
 pub mod fleet;
-pub mod fsutil;
 pub mod release;
 pub mod storage;

@@ -10,6 +10,7 @@
 //! when at least `threshold` distinct keys of the required role have valid signatures. Only a
 //! successful verification builds a [`Verified`] value.
 
+use crate::errors::ErrorCode;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -164,19 +165,19 @@ pub enum DsseError {
 
 impl DsseError {
     /// Stable machine-readable code.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            DsseError::Malformed(_) => "envelope_malformed",
-            DsseError::TooLarge { .. } => "envelope_too_large",
-            DsseError::PayloadType { .. } => "payload_type_mismatch",
-            DsseError::NoSignatures => "signature_missing",
-            DsseError::TooManySignatures { .. } => "signature_too_many",
-            DsseError::DuplicateSignature { .. } => "signature_duplicate",
-            DsseError::UnknownKey { .. } => "key_unknown",
-            DsseError::WrongRole { .. } => "key_wrong_role",
-            DsseError::SignatureMalformed { .. } => "signature_malformed",
-            DsseError::SignatureInvalid { .. } => "signature_invalid",
-            DsseError::Threshold { .. } => "signature_threshold",
+            DsseError::Malformed(_) => ErrorCode::EnvelopeMalformed,
+            DsseError::TooLarge { .. } => ErrorCode::EnvelopeTooLarge,
+            DsseError::PayloadType { .. } => ErrorCode::PayloadTypeMismatch,
+            DsseError::NoSignatures => ErrorCode::SignatureMissing,
+            DsseError::TooManySignatures { .. } => ErrorCode::SignatureTooMany,
+            DsseError::DuplicateSignature { .. } => ErrorCode::SignatureDuplicate,
+            DsseError::UnknownKey { .. } => ErrorCode::KeyUnknown,
+            DsseError::WrongRole { .. } => ErrorCode::KeyWrongRole,
+            DsseError::SignatureMalformed { .. } => ErrorCode::SignatureMalformed,
+            DsseError::SignatureInvalid { .. } => ErrorCode::SignatureInvalid,
+            DsseError::Threshold { .. } => ErrorCode::SignatureThreshold,
         }
     }
 }
@@ -555,8 +556,8 @@ mod tests {
 
         // Wrong key: a trusted key, but one that may not sign releases.
         let e = check(&other.sign(T, b"payload bytes"), &ring).expect_err("wrong key");
-        assert_eq!(e.code(), "key_wrong_role");
-        codes.insert(e.code());
+        assert_eq!(e.code().as_str(), "key_wrong_role");
+        codes.insert(e.code().as_str());
 
         // Flipped payload byte.
         let mut env = good.clone();
@@ -564,8 +565,8 @@ mod tests {
         p[3] ^= 0x01;
         env.payload = B64.encode(&p);
         let e = check(&env, &ring).expect_err("flipped payload");
-        assert_eq!(e.code(), "signature_invalid");
-        codes.insert(e.code());
+        assert_eq!(e.code().as_str(), "signature_invalid");
+        codes.insert(e.code().as_str());
 
         // Flipped signature byte (top bit of S: no longer a canonical scalar).
         let mut env = good.clone();
@@ -573,21 +574,21 @@ mod tests {
         s[63] ^= 0x80;
         env.signatures[0].sig = B64.encode(&s);
         let e = check(&env, &ring).expect_err("flipped signature");
-        assert_eq!(e.code(), "signature_malformed");
-        codes.insert(e.code());
+        assert_eq!(e.code().as_str(), "signature_malformed");
+        codes.insert(e.code().as_str());
 
         // Duplicate signatures must not count twice.
         let mut env = good.clone();
         env.signatures.push(env.signatures[0].clone());
         let e = check(&env, &ring).expect_err("duplicate");
-        assert_eq!(e.code(), "signature_duplicate");
-        codes.insert(e.code());
+        assert_eq!(e.code().as_str(), "signature_duplicate");
+        codes.insert(e.code().as_str());
 
         // Unknown key id.
         let stranger = key(3);
         let e = check(&stranger.sign(T, b"payload bytes"), &ring).expect_err("unknown");
-        assert_eq!(e.code(), "key_unknown");
-        codes.insert(e.code());
+        assert_eq!(e.code().as_str(), "key_unknown");
+        codes.insert(e.code().as_str());
 
         assert_eq!(
             codes.len(),
@@ -603,7 +604,7 @@ mod tests {
         let mut env = attacker.sign(T, b"evil");
         env.signatures[0].keyid = k.id().to_hex();
         let e = check(&env, &ring_with(&[(&k, KeyRole::Release)])).expect_err("forged");
-        assert_eq!(e.code(), "signature_invalid");
+        assert_eq!(e.code().as_str(), "signature_invalid");
     }
 
     #[test]
@@ -619,7 +620,10 @@ mod tests {
             env.signatures[0].sig = B64.encode(&s);
             let e = check(&env, &ring).expect_err("bit flip must be refused");
             assert!(
-                matches!(e.code(), "signature_invalid" | "signature_malformed"),
+                matches!(
+                    e.code().as_str(),
+                    "signature_invalid" | "signature_malformed"
+                ),
                 "{e}"
             );
         }
@@ -640,32 +644,35 @@ mod tests {
             &DsseLimits::default(),
         )
         .expect_err("type");
-        assert_eq!(e.code(), "payload_type_mismatch");
+        assert_eq!(e.code().as_str(), "payload_type_mismatch");
 
         let mut env = good.clone();
         env.signatures.clear();
         assert_eq!(
-            check(&env, &ring).expect_err("none").code(),
+            check(&env, &ring).expect_err("none").code().as_str(),
             "signature_missing"
         );
 
         let mut env = good.clone();
         env.payload = "!!!not base64!!!".into();
         assert_eq!(
-            check(&env, &ring).expect_err("b64").code(),
+            check(&env, &ring).expect_err("b64").code().as_str(),
             "envelope_malformed"
         );
 
         let mut env = good.clone();
         env.signatures[0].sig = B64.encode([0u8; 10]);
         assert_eq!(
-            check(&env, &ring).expect_err("short").code(),
+            check(&env, &ring).expect_err("short").code().as_str(),
             "signature_malformed"
         );
 
         let mut env = good.clone();
         env.signatures[0].keyid = "not hex".into();
-        assert_eq!(check(&env, &ring).expect_err("keyid").code(), "key_unknown");
+        assert_eq!(
+            check(&env, &ring).expect_err("keyid").code().as_str(),
+            "key_unknown"
+        );
 
         let big = k.sign(T, &vec![b'x'; 2000]);
         let limits = DsseLimits {
@@ -673,14 +680,14 @@ mod tests {
             max_signatures: 16,
         };
         let e = verify(&big, T, &ring, KeyRole::Release, 1, &limits).expect_err("big");
-        assert_eq!(e.code(), "envelope_too_large");
+        assert_eq!(e.code().as_str(), "envelope_too_large");
 
         let mut env = good.clone();
         for n in 10..30 {
             key(n).add_signature(&mut env).expect("add");
         }
         assert_eq!(
-            check(&env, &ring).expect_err("many").code(),
+            check(&env, &ring).expect_err("many").code().as_str(),
             "signature_too_many"
         );
     }
@@ -696,10 +703,13 @@ mod tests {
         let mut env = a.sign(T, b"keyring");
         let two = |env: &Envelope| verify(env, T, &ring, KeyRole::Root, 2, &DsseLimits::default());
         let e = two(&env).expect_err("one of two");
-        assert_eq!(e.code(), "signature_threshold");
+        assert_eq!(e.code().as_str(), "signature_threshold");
         key(7).add_signature(&mut env).expect("add");
         assert_eq!(
-            two(&env).expect_err("stranger does not count").code(),
+            two(&env)
+                .expect_err("stranger does not count")
+                .code()
+                .as_str(),
             "signature_threshold"
         );
         b.add_signature(&mut env).expect("add");
@@ -740,7 +750,7 @@ mod tests {
             let i = idx % p.len();
             p[i] ^= 1 << bit;
             env.payload = B64.encode(&p);
-            prop_assert_eq!(check(&env, &ring).expect_err("refused").code(), "signature_invalid");
+            prop_assert_eq!(check(&env, &ring).expect_err("refused").code().as_str(), "signature_invalid");
         }
     }
 }

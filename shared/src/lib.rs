@@ -12,7 +12,9 @@
 //! - [`trust`]: the trust file (pinned public keys with roles);
 //! - [`telemetry`]: the events devices report.
 
+pub mod deny;
 pub mod dsse;
+pub mod errors;
 pub mod manifest;
 pub mod names;
 pub mod pte;

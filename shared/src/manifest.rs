@@ -8,6 +8,7 @@
 //! [`ReleaseManifest::validate`] enforces every structural rule and limit, and publishing
 //! additionally refuses unknown fields (see [`ReleaseManifest::from_json_strict`]).
 
+use crate::errors::ErrorCode;
 use std::collections::BTreeSet;
 use std::fmt;
 
@@ -352,12 +353,12 @@ pub enum ManifestError {
 
 impl ManifestError {
     /// Stable machine-readable code.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            ManifestError::Malformed(_) => "manifest_malformed",
-            ManifestError::UnknownField { .. } => "manifest_unknown_field",
-            ManifestError::Name(_) => "manifest_invalid",
-            ManifestError::Invalid(_) => "manifest_invalid",
+            ManifestError::Malformed(_) => ErrorCode::ManifestMalformed,
+            ManifestError::UnknownField { .. } => ErrorCode::ManifestUnknownField,
+            ManifestError::Name(_) => ErrorCode::ManifestInvalid,
+            ManifestError::Invalid(_) => ErrorCode::ManifestInvalid,
         }
     }
 }
@@ -638,7 +639,7 @@ pub(crate) mod tests {
             "lenient accepts"
         );
         let err = ReleaseManifest::from_json_strict(&bytes).expect_err("strict refuses");
-        assert_eq!(err.code(), "manifest_unknown_field");
+        assert_eq!(err.code().as_str(), "manifest_unknown_field");
         assert!(err.to_string().contains("variants[0].surprise"), "{err}");
     }
 

@@ -4,6 +4,7 @@
 //! a [`ModelName`] can put it into a storage key or a URL without further escaping: names are
 //! short, lowercase ASCII and can never contain a path separator or `..`.
 
+use crate::errors::ErrorCode;
 use std::fmt;
 use std::str::FromStr;
 
@@ -43,8 +44,8 @@ pub enum NameError {
 
 impl NameError {
     /// Stable machine-readable code.
-    pub fn code(&self) -> &'static str {
-        "invalid_name"
+    pub fn code(&self) -> ErrorCode {
+        ErrorCode::InvalidName
     }
 }
 

@@ -89,6 +89,18 @@ pub enum RolloutState {
     Completed,
 }
 
+impl RolloutState {
+    /// The wire name (`active`, `paused`, `halted`, `completed`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RolloutState::Active => "active",
+            RolloutState::Paused => "paused",
+            RolloutState::Halted => "halted",
+            RolloutState::Completed => "completed",
+        }
+    }
+}
+
 /// Thresholds for the automatic halt.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Thresholds {
@@ -160,6 +172,151 @@ impl RolloutPlan {
     }
 }
 
+/// A share of devices in basis points (`0..=10000`). On the wire it is the percentage as text
+/// (`"0.5"`), and a JSON number is accepted too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Percent(u32);
+
+impl Percent {
+    /// From basis points; `None` above 10,000.
+    pub fn from_basis_points(bp: u32) -> Option<Percent> {
+        (bp <= FULL).then_some(Percent(bp))
+    }
+
+    /// The basis points.
+    pub fn basis_points(self) -> u32 {
+        self.0
+    }
+}
+
+impl std::str::FromStr for Percent {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        parse_percent(s).map(Percent)
+    }
+}
+
+impl std::fmt::Display for Percent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&format_percent(self.0))
+    }
+}
+
+impl Serialize for Percent {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_percent(self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Percent {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            Number(serde_json::Number),
+        }
+        let text = match Raw::deserialize(d)? {
+            Raw::Text(t) => t,
+            Raw::Number(n) => n.to_string(),
+        };
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A change an operator asks of a model's rollout (the body of
+/// `POST /v1/admin/models/{model}/rollout`, tagged by `action`).
+///
+/// | action | allowed when | effect |
+/// |---|---|---|
+/// | `start` | no rollout is active or paused | stage `release` to `percent` of devices |
+/// | `set` | active | change the percentage |
+/// | `pause` | active | freeze; staged devices keep the staged release |
+/// | `resume` | paused or halted | active again |
+/// | `rollback` | active, paused or halted | halted: everyone back on the baseline |
+/// | `complete` | active or paused | the staged release becomes everyone's baseline |
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "lowercase", deny_unknown_fields)]
+pub enum RolloutChange {
+    /// Stage a release to a share of devices.
+    Start {
+        /// The release to roll out.
+        release: Version,
+        /// Share of devices.
+        percent: Percent,
+        /// Halt when the staged release's load-failure rate exceeds this (0–1).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_failure_rate: Option<f64>,
+        /// Halt when its fallback rate exceeds this (0–1).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_fallback_rate: Option<f64>,
+        /// Loads needed before the rates count.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        min_samples: Option<u64>,
+        /// Why (kept in the history).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// Change the share of an active rollout.
+    Set {
+        /// New share of devices.
+        percent: Percent,
+        /// Why.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// Freeze the rollout.
+    Pause {
+        /// Why.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// Continue a paused or halted rollout.
+    Resume {
+        /// Why.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// Send everyone back to the baseline.
+    Rollback {
+        /// Why.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// Make the staged release everyone's baseline.
+    Complete {
+        /// Why.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+}
+
+impl RolloutChange {
+    /// The action's name as on the wire and in the history.
+    pub fn action(&self) -> &'static str {
+        match self {
+            RolloutChange::Start { .. } => "start",
+            RolloutChange::Set { .. } => "set",
+            RolloutChange::Pause { .. } => "pause",
+            RolloutChange::Resume { .. } => "resume",
+            RolloutChange::Rollback { .. } => "rollback",
+            RolloutChange::Complete { .. } => "complete",
+        }
+    }
+
+    /// The operator's reason, if given.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            RolloutChange::Start { reason, .. }
+            | RolloutChange::Set { reason, .. }
+            | RolloutChange::Pause { reason }
+            | RolloutChange::Resume { reason }
+            | RolloutChange::Rollback { reason }
+            | RolloutChange::Complete { reason } => reason.as_deref(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,6 +382,38 @@ mod tests {
             ids.iter()
                 .all(|id| rolled_back.cohort(id) == Cohort::Baseline)
         );
+    }
+
+    #[test]
+    fn changes_round_trip_and_accept_numbers_for_percent() {
+        let start: RolloutChange = serde_json::from_str(
+            r#"{"action":"start","release":"1.1.0","percent":0.5,"min_samples":10}"#,
+        )
+        .expect("start");
+        match &start {
+            RolloutChange::Start {
+                release, percent, ..
+            } => {
+                assert_eq!(release, &Version::new(1, 1, 0));
+                assert_eq!(percent.basis_points(), 50);
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+        let text = serde_json::to_string(&start).expect("serialize");
+        assert_eq!(
+            serde_json::from_str::<RolloutChange>(&text).expect("again"),
+            start
+        );
+        for bad in [
+            r#"{"action":"explode"}"#,
+            r#"{"action":"set"}"#,
+            r#"{"action":"set","percent":"101"}"#,
+            r#"{"action":"pause","percent":"5"}"#,
+            r#"{"action":"start","release":"x","percent":"5"}"#,
+            r#"{"release":"1.0.0"}"#,
+        ] {
+            assert!(serde_json::from_str::<RolloutChange>(bad).is_err(), "{bad}");
+        }
     }
 
     proptest! {

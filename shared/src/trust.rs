@@ -4,6 +4,7 @@
 //! it. Each entry's key id must be the SHA-256 of its public key, so a typo cannot silently
 //! trust another key.
 
+use crate::errors::ErrorCode;
 use serde::{Deserialize, Serialize};
 
 use crate::dsse::{KeyRing, KeyRole};
@@ -34,8 +35,8 @@ pub struct TrustError(pub String);
 
 impl TrustError {
     /// Stable machine-readable code.
-    pub fn code(&self) -> &'static str {
-        "trust_invalid"
+    pub fn code(&self) -> ErrorCode {
+        ErrorCode::TrustInvalid
     }
 }
 

@@ -399,7 +399,10 @@ pub fn device(
 impl TestApp {
     /// Another server on the same state: the same data directory, or (with `storage`) a fresh
     /// data directory with this server's keys and the given shared object store.
-    pub fn replica(&self, storage: Option<ferry_server::app::config::StorageConfig>) -> RunningServer {
+    pub fn replica(
+        &self,
+        storage: Option<ferry_server::app::config::StorageConfig>,
+    ) -> RunningServer {
         let env = |k: &str| (k == "FERRY_ADMIN_TOKEN").then(|| ADMIN_TOKEN.to_string());
         let data = match &storage {
             None => self.dir.path().to_path_buf(),

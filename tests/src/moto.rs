@@ -1,5 +1,11 @@
-//! A real S3 emulator for tests: `moto_server` from PyPI (`moto[server]`), installed by
+//! A real S3 emulator for tests: moto from PyPI (`moto[server]`), installed by
 //! `tests/setup.sh` into `.deps/moto`, started on a free loopback port per test.
+//!
+//! moto's own `moto_server` serves requests on many threads, and its conditional put
+//! (`If-None-Match: *`) checks and writes without a lock: under load two racing creates of one
+//! key can both succeed (seen here: 31 acknowledged rollout revisions, 30 stored). Real S3
+//! decides conditional writes atomically, so the tests serve moto's app on one thread
+//! ([`SERVE`]), which makes every request atomic, as S3's conditional writes are.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -21,8 +27,16 @@ impl Drop for Moto {
 }
 
 fn binary() -> PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.deps/moto/bin/moto_server")
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.deps/moto/bin/python")
 }
+
+/// Serves moto's S3 app on `argv[1]:argv[2]` with a single-threaded server.
+const SERVE: &str = "import sys
+from werkzeug.serving import run_simple
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+run_simple(sys.argv[1], int(sys.argv[2]), DomainDispatcherApplication(create_backend_app),
+           threaded=False, use_reloader=False)
+";
 
 impl Moto {
     /// Starts the emulator and creates `bucket`. Panics with how to install it when missing:
@@ -39,7 +53,7 @@ impl Moto {
             .map(|a| a.port())
             .expect("free port");
         let child = Command::new(&bin)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-c", SERVE, "127.0.0.1", &port.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

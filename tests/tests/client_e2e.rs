@@ -341,7 +341,8 @@ fn tampered_untrusted_expired_and_replayed_responses_are_refused() {
     codes.push(e.code().to_string());
     assert_eq!(e.code(), "expired", "{e}");
 
-    // Replay: a response with a lower sequence than one already seen.
+    // Replay: an old signed response, served again (by a proxy) to a client that has since
+    // persisted a newer decision, is refused; the client keeps serving its verified copy.
     let cache = tempfile::tempdir().expect("tmp");
     let (first_status, first) = app.resolve(
         &serde_json::json!({"model": "demo-mlp", "install_id": "e2e-device", "app_version": "1.0.0",
@@ -349,24 +350,24 @@ fn tampered_untrusted_expired_and_replayed_responses_are_refused() {
         false,
     );
     assert_eq!(first_status, 200);
-    let c4 = client(&app, &app.url(), cache.path());
+    let c4 = client(&app, &proxy.url(), cache.path());
     c4.load("demo-mlp", &dev)
         .expect("a fresh load records a newer sequence");
-    let old: ferry_shared::resolve::ResolveResponse =
-        serde_json::from_value(first).expect("response");
-    let e = ferry_client::verify::verify_response(
-        &old,
-        "demo-mlp",
-        &app.trust().to_keyring().expect("ring"),
-        time::OffsetDateTime::now_utc(),
-        u64::MAX / 2,
-    )
-    .expect_err("replay");
-    codes.push(e.code().to_string());
-    assert_eq!(e.code(), "replay");
+    drop(c4);
+    // A new client on the same cache: the sequence must have been persisted, not just held.
+    let c4 = client(&app, &proxy.url(), cache.path());
+    proxy.resolve_faults([Fault::Replace(serde_json::to_vec(&first).expect("json"))]);
+    let replayed = c4
+        .load("demo-mlp", &dev)
+        .expect("the verified copy is still served");
+    match &replayed.source {
+        Source::LastKnownGood { code, .. } => {
+            codes.push(code.clone());
+            assert_eq!(code, "replay");
+        }
+        other => panic!("a replayed response was accepted: {other:?}"),
+    }
 
-    // Swapped blob, from the previous test's family, completes the set of distinct codes.
-    codes.push("hash_mismatch".into());
     let unique: std::collections::BTreeSet<&String> = codes.iter().collect();
     assert_eq!(unique.len(), codes.len(), "{codes:?}");
 
@@ -429,6 +430,48 @@ fn server_down_serves_the_last_known_good() {
         .expect("client");
     let e = c2.load("demo-mlp", &dev).expect_err("nothing cached");
     assert_eq!(e.code(), "offline_no_cache", "{e}");
+}
+
+#[test]
+fn a_cached_entry_that_its_signed_release_does_not_list_is_never_offered() {
+    // The index names the last known good variant next to its signed release envelope. Edit
+    // the entry on disk (another variant id, another release, another size) and the client
+    // must notice that the signed release does not list it: nothing is offered or loaded.
+    let app = demo();
+    let cache = tempfile::tempdir().expect("tmp");
+    let url = app.url();
+    let dev = device(Platform::Linux, &[]);
+    let first = client(&app, &url, cache.path())
+        .load("demo-mlp", &dev)
+        .expect("online");
+    assert_eq!(first.variant, "xnnpack-fp32");
+    drop(first);
+    let index_path = cache.path().join("index.json");
+    let original: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&index_path).expect("index")).expect("json");
+    assert!(
+        client(&app, &url, cache.path())
+            .cached("demo-mlp")
+            .is_some(),
+        "the untouched entry is offered"
+    );
+    for (field, value) in [
+        ("variant", serde_json::json!("portable-fp32")),
+        ("release", serde_json::json!("9.9.9")),
+        ("delegate", serde_json::json!("CoreMLBackend")),
+        ("size", serde_json::json!(1)),
+    ] {
+        let mut tampered = original.clone();
+        tampered["models"]["demo-mlp"][field] = value;
+        std::fs::write(&index_path, serde_json::to_vec(&tampered).expect("json")).expect("write");
+        let c = client(&app, "http://127.0.0.1:9", cache.path());
+        assert!(
+            c.cached("demo-mlp").is_none(),
+            "a cached entry with another {field} is offered"
+        );
+        let e = c.load("demo-mlp", &dev).expect_err("offline load");
+        assert_eq!(e.code(), "decision_mismatch", "{field}: {e}");
+    }
 }
 
 #[test]
@@ -597,4 +640,51 @@ fn telemetry_autosend_delivers_in_the_background() {
         assert!(waited < 100, "telemetry never arrived: {h}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn a_decision_re_signed_with_the_online_key_cannot_swap_a_digest() {
+    // An attacker holding only the online key (a compromised server or replica) re-signs a
+    // decision whose candidate points at other bytes: the release key never signed them.
+    let app = demo();
+    let proxy = FaultProxy::start(app.server.addr);
+    let dev = device(Platform::Linux, &[]);
+    let (status, body) = app.resolve(
+        &serde_json::json!({"model": "demo-mlp", "install_id": "e2e-device", "app_version": "1.0.0",
+            "runtime_version": "1.5.1", "backends": ["XnnpackBackend"], "platform": "linux"}),
+        false,
+    );
+    assert_eq!(status, 200);
+    let mut resp: ferry_shared::resolve::ResolveResponse =
+        serde_json::from_value(body).expect("response");
+    let payload = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        resp.decision.payload.as_bytes(),
+    )
+    .expect("base64");
+    let mut decision: ferry_shared::resolve::Decision =
+        serde_json::from_slice(&payload).expect("decision");
+    let other =
+        std::fs::read(ferry_tests::fixtures_dir().join("pte/mlp-v2-xnnpack.pte")).expect("fixture");
+    decision.candidates[0].sha256 = Sha256Digest::of(&other);
+    decision.candidates[0].size = other.len() as u64;
+    decision.candidates[0].url = format!(
+        "/v1/blobs/sha256/{}",
+        decision.candidates[0].sha256.to_hex()
+    );
+    let online =
+        ferry_server::app::keys::load(&app.dir.path().join("keys/online.key")).expect("online key");
+    resp.decision = online.pair.sign(
+        ferry_shared::resolve::DECISION_PAYLOAD_TYPE,
+        &serde_json::to_vec(&decision).expect("json"),
+    );
+    proxy.resolve_faults([Fault::Replace(serde_json::to_vec(&resp).expect("json"))]);
+    let cache = tempfile::tempdir().expect("tmp");
+    let c = client(&app, &proxy.url(), cache.path());
+    let e = c.load("demo-mlp", &dev).expect_err("swapped digest");
+    assert_eq!(e.code(), "decision_mismatch", "{e}");
+    assert!(
+        !proxy.log().iter().any(|l| l.line.contains("/v1/blobs/")),
+        "nothing may be downloaded for a decision that does not match the signed release"
+    );
 }

@@ -167,9 +167,15 @@ fn check_value(schema: &serde_json::Value, instance: &serde_json::Value) {
 
 #[test]
 fn schemas_reject_what_the_server_rejects() {
+    // Each request the schema refuses, the real server refuses too (4xx with a catalogue code),
+    // and the request the schema accepts, the server answers.
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
     let v = validator("resolve-request.schema.json");
     let good = device("linux", &["XnnpackBackend"], "1.5.1", "1.0.0", 1);
     assert!(v.is_valid(&good));
+    let (status, body) = app.resolve(&good, false);
+    assert_eq!(status, 200, "{body}");
     for (field, value) in [
         ("model", serde_json::json!("../x")),
         ("platform", serde_json::json!("amiga")),
@@ -179,16 +185,28 @@ fn schemas_reject_what_the_server_rejects() {
     ] {
         let mut bad = good.clone();
         bad[field] = value;
-        assert!(!v.is_valid(&bad), "{field}");
+        assert!(!v.is_valid(&bad), "the schema accepts a bad {field}");
+        let (status, body) = app.resolve(&bad, false);
+        assert_eq!(status, 400, "the server accepts a bad {field}: {body}");
+        check("error.schema.json", &body);
     }
     let env = validator("dsse-envelope.schema.json");
     let sample = serde_json::json!({
         "payload": base64::engine::general_purpose::STANDARD.encode(b"x"),
-        "payloadType": "t",
+        "payloadType": ferry_shared::manifest::RELEASE_PAYLOAD_TYPE,
         "signatures": [{"keyid": "a".repeat(64), "sig": "AA=="}]
     });
     assert!(env.is_valid(&sample));
     let mut bad = sample.clone();
     bad["signatures"] = serde_json::json!([]);
     assert!(!env.is_valid(&bad));
+    // Posted as a release, the unsigned envelope is refused for what the schema says.
+    let (status, body) = app.post_raw(
+        "/v1/admin/models/mlp/releases",
+        &serde_json::to_vec(&bad).expect("json"),
+        Some(ferry_tests::app::ADMIN_TOKEN),
+    );
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["code"], "signature_missing", "{body}");
+    check("error.schema.json", &body);
 }

@@ -1,6 +1,7 @@
 //! Admin catalog endpoints: publishing a release and the catalog views.
 
 use actix_web::{HttpRequest, HttpResponse, web};
+use ferry_shared::errors::ErrorCode;
 use semver::Version;
 
 use crate::api::auth::{Scope, authorize};
@@ -22,7 +23,7 @@ pub(crate) async fn post_release(
     let outcome = publish_release(&state.store, &state.release_ring, &model, &body).await;
     let label = match &outcome {
         Ok(_) => "ok",
-        Err(e) => e.code,
+        Err(e) => e.code().as_str(),
     };
     state
         .metrics
@@ -74,8 +75,8 @@ pub(crate) async fn get_model(
     let model = parse_model(&model)?;
     let releases = state.catalog().releases_newest_first(&model);
     if releases.is_empty() {
-        return Err(ApiError::not_found(
-            "model_not_found",
+        return Err(ApiError::new(
+            ErrorCode::ModelNotFound,
             format!("no release of {model} is published"),
         ));
     }
@@ -103,17 +104,17 @@ pub(crate) async fn get_release(
     let (model, version) = path.into_inner();
     let model = parse_model(&model)?;
     if version.len() > 64 {
-        return Err(ApiError::bad_request(
-            "invalid_version",
+        return Err(ApiError::new(
+            ErrorCode::InvalidVersion,
             "a version is at most 64 characters",
         ));
     }
     let version: Version = version
         .parse()
-        .map_err(|e| ApiError::bad_request("invalid_version", format!("{e}")))?;
+        .map_err(|e| ApiError::new(ErrorCode::InvalidVersion, format!("{e}")))?;
     let release = state.catalog().release(&model, &version).ok_or_else(|| {
-        ApiError::not_found(
-            "release_not_found",
+        ApiError::new(
+            ErrorCode::ReleaseNotFound,
             format!("{model} {version} is not published"),
         )
     })?;

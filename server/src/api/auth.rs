@@ -3,6 +3,7 @@
 //! Tokens are stored as SHA-256 hashes (the config never holds a secret); a presented token is
 //! hashed and compared in constant time against every entry.
 
+use ferry_shared::errors::ErrorCode;
 use std::fmt;
 
 use actix_web::HttpRequest;
@@ -99,13 +100,7 @@ pub fn authorize(
     tokens: &[TokenEntry],
     scope: Scope,
 ) -> Result<Caller, ApiError> {
-    let unauthorized = |msg: &str| {
-        ApiError::new(
-            actix_web::http::StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            msg.to_string(),
-        )
-    };
+    let unauthorized = |msg: &str| ApiError::new(ErrorCode::Unauthorized, msg.to_string());
     let header = req
         .headers()
         .get(actix_web::http::header::AUTHORIZATION)
@@ -129,8 +124,7 @@ pub fn authorize(
     let t = found.ok_or_else(|| unauthorized("unknown token"))?;
     if !t.scopes.contains(&scope) {
         return Err(ApiError::new(
-            actix_web::http::StatusCode::FORBIDDEN,
-            "forbidden",
+            ErrorCode::Forbidden,
             format!("token {:?} lacks the {scope} scope", t.name),
         ));
     }

@@ -4,6 +4,7 @@
 use actix_web::http::{Method, StatusCode, header};
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
+use ferry_shared::errors::ErrorCode;
 use futures_util::TryStreamExt as _;
 use object_store::{GetOptions, GetRange, ObjectStoreExt as _};
 
@@ -82,7 +83,7 @@ pub(crate) async fn get_blob(
     let key = StorageKey::blob(&digest);
     let meta = state.store.head(&key).await.map_err(|e| match e {
         object_store::Error::NotFound { .. } => {
-            ApiError::not_found("blob_not_found", format!("no blob {digest}"))
+            ApiError::new(ErrorCode::BlobNotFound, format!("no blob {digest}"))
         }
         other => ApiError::unavailable(other),
     })?;
@@ -194,8 +195,7 @@ pub(crate) async fn put_blob_handler(
         && len > max
     {
         return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "blob_too_large",
+            ErrorCode::BlobTooLarge,
             format!("blob is {len} bytes; the limit is {max}"),
         ));
     }

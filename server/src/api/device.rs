@@ -2,6 +2,7 @@
 
 use actix_web::http::header;
 use actix_web::{HttpResponse, web};
+use ferry_shared::errors::ErrorCode;
 use ferry_shared::resolve::{
     Candidate, Cohort, DECISION_PAYLOAD_TYPE, Decision, ResolveRequest, ResolveResponse,
 };
@@ -13,7 +14,7 @@ use time::OffsetDateTime;
 use crate::api::error::ApiError;
 use crate::api::extract::read_body;
 use crate::app::AppState;
-use crate::fleet::deny::DenyEntry;
+use ferry_shared::deny::DenyEntry;
 
 pub(crate) async fn keys(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok().json(&state.trust)
@@ -33,7 +34,7 @@ pub(crate) async fn resolve(
     let outcome = resolve_inner(&state, query, payload).await;
     let label = match &outcome {
         Ok(_) => "ok",
-        Err(e) => e.code,
+        Err(e) => e.code.as_str(),
     };
     state
         .metrics
@@ -47,18 +48,18 @@ pub(crate) async fn resolve_inner(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let explain = query
-        .map_err(|e| ApiError::bad_request("request_invalid", format!("bad query string: {e}")))?
+        .map_err(|e| ApiError::new(ErrorCode::RequestInvalid, format!("bad query string: {e}")))?
         .explain;
     let body = read_body(payload, state.config.limits.max_resolve_bytes).await?;
     let device: ResolveRequest = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request("request_malformed", format!("resolve request: {e}")))?;
+        .map_err(|e| ApiError::new(ErrorCode::RequestMalformed, format!("resolve request: {e}")))?;
     device
         .validate()
-        .map_err(|m| ApiError::bad_request("request_invalid", m))?;
+        .map_err(|m| ApiError::new(ErrorCode::RequestInvalid, m))?;
     let catalog = state.catalog();
     if !catalog.has_model(&device.model) {
-        return Err(ApiError::not_found(
-            "model_not_found",
+        return Err(ApiError::new(
+            ErrorCode::ModelNotFound,
             format!("no release of {} is published", device.model),
         ));
     }
@@ -90,8 +91,8 @@ pub(crate) async fn resolve_inner(
                 .take(6)
                 .map(|e| format!("{}/{}: {}", e.release, e.variant, e.reasons.join(", ")))
                 .collect();
-            return Err(ApiError::not_found(
-                "no_compatible_variant",
+            return Err(ApiError::new(
+                ErrorCode::NoCompatibleVariant,
                 format!(
                     "no variant of {} fits this device: {}",
                     device.model,

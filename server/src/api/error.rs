@@ -1,15 +1,23 @@
 //! HTTP errors: every failure becomes JSON `{code, message, request_id}` with the right status.
 //!
-//! A handler returns [`ApiError`]; its `code` is stable (clients switch on it), its `message`
-//! is safe to show, and for 5xx the real cause goes to the log only (`internal`). The request
-//! id is set per request by the middleware in [`crate::api`] through a task-local, so errors
-//! made deep inside a handler still carry it.
+//! Handlers return [`ApiError`]. Its [`ErrorCode`] comes from the one catalogue in
+//! `ferry-shared` (see `docs/errors.md`), and [`status_of`] is the one place that decides the
+//! HTTP status of each code. Domain modules return their own error enums (`StoreError`,
+//! `PublishError`, `RolloutError`, `DenyError`), each with a `code()`; the `From` impls below
+//! are the only bridge from them to HTTP. For 5xx the real cause goes to the log only; the
+//! caller gets a short message and the request id to quote.
 
 use std::fmt;
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
+use ferry_shared::errors::ErrorCode;
 use ferry_shared::resolve::ErrorBody;
+
+use crate::fleet::deny::DenyError;
+use crate::fleet::rollout::RolloutError;
+use crate::release::publish::PublishError;
+use crate::storage::StoreError;
 
 tokio::task_local! {
     /// The id of the request being served (set by the request-id middleware).
@@ -23,13 +31,100 @@ pub fn current_request_id() -> String {
         .unwrap_or_else(|_| "-".to_string())
 }
 
+/// The HTTP status the server answers with for `code`. Exhaustive over the catalogue, so a new
+/// code cannot be added without deciding its status here.
+pub fn status_of(code: ErrorCode) -> StatusCode {
+    use ErrorCode as C;
+    match code {
+        C::RequestMalformed
+        | C::RequestInvalid
+        | C::BodyUnreadable
+        | C::InvalidName
+        | C::InvalidDigest
+        | C::InvalidVersion
+        | C::BlobEmpty
+        | C::UploadInterrupted
+        | C::ModelMismatch
+        | C::EnvelopeMalformed
+        | C::EnvelopeTooLarge
+        | C::RolloutInvalid
+        | C::DenyInvalid
+        | C::TelemetryMalformed
+        | C::EventInvalid
+        | C::EventOutOfRange => StatusCode::BAD_REQUEST,
+        C::Unauthorized => StatusCode::UNAUTHORIZED,
+        C::Forbidden
+        | C::PayloadTypeMismatch
+        | C::SignatureMissing
+        | C::SignatureTooMany
+        | C::SignatureDuplicate
+        | C::KeyUnknown
+        | C::KeyWrongRole
+        | C::SignatureMalformed
+        | C::SignatureInvalid
+        | C::SignatureThreshold => StatusCode::FORBIDDEN,
+        C::NotFound
+        | C::ModelNotFound
+        | C::NoCompatibleVariant
+        | C::BlobNotFound
+        | C::ReleaseNotFound
+        | C::RolloutNotFound
+        | C::DenyNotFound => StatusCode::NOT_FOUND,
+        C::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+        C::StateContended
+        | C::ReleaseExists
+        | C::RolloutInProgress
+        | C::RolloutNotActive
+        | C::RolloutNotPaused
+        | C::RolloutChanged => StatusCode::CONFLICT,
+        C::BodyTooLarge | C::BlobTooLarge | C::TooManyEvents => StatusCode::PAYLOAD_TOO_LARGE,
+        C::HashMismatch
+        | C::NotAPte
+        | C::DelegateMismatch
+        | C::PteSchemaUnsupported
+        | C::BlobMissing
+        | C::BlobSizeMismatch
+        | C::ManifestMalformed
+        | C::ManifestUnknownField
+        | C::ManifestInvalid
+        | C::PteTruncated
+        | C::PteNotAProgram
+        | C::PteBadHeader
+        | C::PteMalformed
+        | C::PteLimitExceeded => StatusCode::UNPROCESSABLE_ENTITY,
+        C::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+        C::StorageUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        // The server never answers with these (they are the client's, the C ABI's or the
+        // trust file's); were one to reach here it would be a bug, hence 500.
+        C::Internal
+        | C::TrustInvalid
+        | C::ConfigInvalid
+        | C::InvalidArgument
+        | C::BufferTooSmall
+        | C::Network
+        | C::ServerError
+        | C::BadResponse
+        | C::Expired
+        | C::Replay
+        | C::DecisionMismatch
+        | C::DecisionInvalid
+        | C::SizeMismatch
+        | C::TooLarge
+        | C::DiskFull
+        | C::CacheIo
+        | C::AllCandidatesFailed
+        | C::OfflineNoCache
+        | C::RuntimeLoadFailed
+        | C::RuntimeExecuteFailed
+        | C::GoldenMismatch => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 /// An error as the HTTP API reports it.
 #[derive(Debug)]
 pub struct ApiError {
-    /// HTTP status.
-    pub status: StatusCode,
-    /// Stable machine-readable code.
-    pub code: &'static str,
+    /// Stable machine-readable code; decides the status.
+    pub code: ErrorCode,
     /// Message for the caller.
     pub message: String,
     /// Detail for the log only (5xx).
@@ -40,9 +135,8 @@ pub struct ApiError {
 
 impl ApiError {
     /// A new error.
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
-            status,
             code,
             message: message.into(),
             internal: None,
@@ -50,26 +144,15 @@ impl ApiError {
         }
     }
 
-    /// 400 with `code`.
-    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, code, message)
-    }
-
-    /// 404 with `code`.
-    pub fn not_found(code: &'static str, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, code, message)
-    }
-
-    /// 422 with `code`.
-    pub fn unprocessable(code: &'static str, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
+    /// The HTTP status of this error.
+    pub fn status(&self) -> StatusCode {
+        status_of(self.code)
     }
 
     /// 500 that says little to the caller and logs `cause`.
     pub fn internal(cause: impl fmt::Display) -> Self {
         Self {
-            status: StatusCode::INTERNAL_SERVER_ERROR,
-            code: "internal",
+            code: ErrorCode::Internal,
             message: "internal error; the server log has the detail for this request id".into(),
             internal: Some(cause.to_string()),
             details: None,
@@ -79,8 +162,7 @@ impl ApiError {
     /// 503 that says little and logs `cause`.
     pub fn unavailable(cause: impl fmt::Display) -> Self {
         Self {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            code: "storage_unavailable",
+            code: ErrorCode::StorageUnavailable,
             message: "storage is unavailable; try again later".into(),
             internal: Some(cause.to_string()),
             details: None,
@@ -99,7 +181,7 @@ impl fmt::Display for ApiError {
         write!(
             f,
             "{} ({}): {}",
-            self.status.as_u16(),
+            self.status().as_u16(),
             self.code,
             self.message
         )
@@ -108,23 +190,24 @@ impl fmt::Display for ApiError {
 
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
-        self.status
+        self.status()
     }
 
     fn error_response(&self) -> HttpResponse {
         let request_id = current_request_id();
+        let status = self.status();
         if let Some(internal) = &self.internal {
             tracing::error!(
                 request_id,
-                code = self.code,
-                status = self.status.as_u16(),
+                code = %self.code,
+                status = status.as_u16(),
                 "{internal}"
             );
-        } else if self.status.is_server_error() {
-            tracing::error!(request_id, code = self.code, "{}", self.message);
+        } else if status.is_server_error() {
+            tracing::error!(request_id, code = %self.code, "{}", self.message);
         }
-        HttpResponse::build(self.status).json(ErrorBody {
-            code: self.code.to_string(),
+        HttpResponse::build(status).json(ErrorBody {
+            code: self.code.as_str().to_string(),
             message: self.message.clone(),
             request_id,
             details: self.details.clone(),
@@ -132,13 +215,62 @@ impl ResponseError for ApiError {
     }
 }
 
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(cause) => ApiError::unavailable(cause),
+            StoreError::Encode(cause) => ApiError::internal(cause),
+            other => ApiError::new(other.code(), other.to_string()),
+        }
+    }
+}
+
+impl From<PublishError> for ApiError {
+    fn from(e: PublishError) -> Self {
+        match e {
+            PublishError::Store(s) => s.into(),
+            PublishError::Internal(cause) => ApiError::internal(cause),
+            other => ApiError::new(other.code(), other.to_string()),
+        }
+    }
+}
+
+impl From<RolloutError> for ApiError {
+    fn from(e: RolloutError) -> Self {
+        match e {
+            RolloutError::Store(s) => s.into(),
+            other => ApiError::new(other.code(), other.to_string()),
+        }
+    }
+}
+
+impl From<DenyError> for ApiError {
+    fn from(e: DenyError) -> Self {
+        match e {
+            DenyError::Store(s) => s.into(),
+            other => ApiError::new(other.code(), other.to_string()),
+        }
+    }
+}
+
 impl From<object_store::Error> for ApiError {
     fn from(e: object_store::Error) -> Self {
-        match e {
-            object_store::Error::NotFound { .. } => {
-                ApiError::not_found("not_found", "no such object")
-            }
-            other => ApiError::unavailable(other),
+        StoreError::from(e).into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_has_a_status_and_5xx_only_where_meant() {
+        for c in ErrorCode::ALL {
+            let s = status_of(*c);
+            assert!(s.is_client_error() || s.is_server_error(), "{c}: {s}");
         }
+        assert_eq!(status_of(ErrorCode::StorageUnavailable).as_u16(), 503);
+        assert_eq!(status_of(ErrorCode::NoCompatibleVariant).as_u16(), 404);
+        assert_eq!(status_of(ErrorCode::ReleaseExists).as_u16(), 409);
     }
 }

@@ -1,9 +1,9 @@
 //! Request helpers shared by the handlers: bounded bodies, path parameters, and the common
 //! start of admin views and changes.
 
-use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, web};
 use bytes::{Bytes, BytesMut};
+use ferry_shared::errors::ErrorCode;
 use ferry_shared::{ModelName, Sha256Digest};
 use futures_util::StreamExt as _;
 
@@ -16,12 +16,14 @@ pub(crate) async fn read_body(mut payload: web::Payload, limit: usize) -> Result
     let mut buf = BytesMut::new();
     while let Some(chunk) = payload.next().await {
         let chunk = chunk.map_err(|e| {
-            ApiError::bad_request("body_unreadable", format!("cannot read the body: {e}"))
+            ApiError::new(
+                ErrorCode::BodyUnreadable,
+                format!("cannot read the body: {e}"),
+            )
         })?;
         if buf.len() + chunk.len() > limit {
             return Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
+                ErrorCode::BodyTooLarge,
                 format!("the body is larger than the limit of {limit} bytes"),
             ));
         }
@@ -32,7 +34,7 @@ pub(crate) async fn read_body(mut payload: web::Payload, limit: usize) -> Result
 
 pub(crate) fn parse_model(s: &str) -> Result<ModelName, ApiError> {
     s.parse()
-        .map_err(|e: ferry_shared::NameError| ApiError::bad_request("invalid_name", e.to_string()))
+        .map_err(|e: ferry_shared::NameError| ApiError::new(ErrorCode::InvalidName, e.to_string()))
 }
 
 pub(crate) fn parse_digest(s: &str) -> Result<Sha256Digest, ApiError> {
@@ -41,16 +43,16 @@ pub(crate) fn parse_digest(s: &str) -> Result<Sha256Digest, ApiError> {
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     {
-        return Err(ApiError::bad_request(
-            "invalid_digest",
+        return Err(ApiError::new(
+            ErrorCode::InvalidDigest,
             "a blob is named by 64 lowercase hex characters of its sha256",
         ));
     }
-    Sha256Digest::from_hex(s).map_err(|e| ApiError::bad_request("invalid_digest", e.to_string()))
+    Sha256Digest::from_hex(s).map_err(|e| ApiError::new(ErrorCode::InvalidDigest, e.to_string()))
 }
 pub(crate) fn model_param(s: &str) -> Result<ModelName, ApiError> {
     s.parse()
-        .map_err(|e: ferry_shared::NameError| ApiError::bad_request("invalid_name", e.to_string()))
+        .map_err(|e: ferry_shared::NameError| ApiError::new(ErrorCode::InvalidName, e.to_string()))
 }
 /// The common start of an admin view: the `read` scope and the model from the path.
 pub(crate) fn read_view(
@@ -69,12 +71,12 @@ pub(crate) async fn admin_change<T: serde::de::DeserializeOwned>(
     state: &AppState,
     model: &str,
     payload: web::Payload,
-    code: &'static str,
+    code: ErrorCode,
 ) -> Result<(crate::api::auth::Caller, ModelName, T), ApiError> {
     let caller = authorize(req, &state.config.tokens, Scope::Rollout)?;
     let model = model_param(model)?;
     let body = read_body(payload, 64 * 1024).await?;
-    let change: T = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request(code, format!("change: {e}")))?;
+    let change: T =
+        serde_json::from_slice(&body).map_err(|e| ApiError::new(code, format!("change: {e}")))?;
     Ok((caller, model, change))
 }

@@ -1,20 +1,19 @@
 //! Fleet endpoints: rollouts, telemetry ingestion, health and the deny list.
 
-use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use ferry_shared::ModelName;
+use ferry_shared::deny::DenyChange;
+use ferry_shared::errors::ErrorCode;
+use ferry_shared::rollout::RolloutChange;
 use serde::Deserialize;
 use time::OffsetDateTime;
 
 use crate::api::error::ApiError;
 use crate::api::extract::{admin_change, read_body, read_view};
 use crate::app::AppState;
-use crate::fleet::deny::{DenyEntry, DenyList, deny_prefix};
 use crate::fleet::evaluate::evaluate;
 use crate::fleet::flush::flush;
-use crate::fleet::rollout::ChangeRequest;
-use crate::fleet::{now_text, rollout};
-use crate::storage::revisions;
+use crate::fleet::{deny, now_text, rollout};
 
 /// `POST /v1/admin/models/{model}/rollout`.
 pub async fn post_rollout(
@@ -23,8 +22,8 @@ pub async fn post_rollout(
     model: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let (caller, model, change): (_, _, ChangeRequest) =
-        admin_change(&req, &state, &model, payload, "rollout_invalid").await?;
+    let (caller, model, change): (_, _, RolloutChange) =
+        admin_change(&req, &state, &model, payload, ErrorCode::RolloutInvalid).await?;
     let catalog = state.catalog();
     let at = now_text();
     let plan = rollout::apply(&state.store, &model, |cur| {
@@ -74,8 +73,7 @@ pub async fn post_telemetry(
         .unwrap_or_default();
     if !state.telemetry.allow_address(&addr, &cfg) {
         return Err(ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limited",
+            ErrorCode::RateLimited,
             format!(
                 "more than {} telemetry requests a minute from {addr}",
                 cfg.per_address_per_minute
@@ -93,15 +91,14 @@ pub async fn post_telemetry(
     let worker = state.clone().into_inner();
     let (report, models) = web::block(move || -> Result<_, ApiError> {
         let batch: BatchShape = serde_json::from_slice(&body).map_err(|e| {
-            ApiError::bad_request(
-                "telemetry_malformed",
+            ApiError::new(
+                ErrorCode::TelemetryMalformed,
                 format!("expected {{\"events\": [...]}}: {e}"),
             )
         })?;
         if batch.events.len() > cfg.max_events {
             return Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "too_many_events",
+                ErrorCode::TooManyEvents,
                 format!(
                     "{} events; a batch holds at most {}",
                     batch.events.len(),
@@ -170,26 +167,12 @@ pub async fn get_deny(
     model: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let model = read_view(&req, &state, &model)?;
-    let history: Vec<DenyList> = revisions::all::<DenyList>(&state.store, &deny_prefix(&model))
-        .await?
-        .into_iter()
-        .map(|(_, l)| l)
-        .collect();
+    let history = deny::history(&state.store, &model).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({
         "model": model,
         "entries": history.last().map(|l| l.entries.clone()).unwrap_or_default(),
         "history": history,
     })))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DenyChange {
-    action: String,
-    release: String,
-    variant: String,
-    class: String,
-    value: String,
 }
 
 /// `POST /v1/admin/models/{model}/deny`: `override` (allow despite telemetry), `clear`
@@ -201,68 +184,9 @@ pub async fn post_deny(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let (caller, model, change): (_, _, DenyChange) =
-        admin_change(&req, &state, &model, payload, "deny_invalid").await?;
-    if !matches!(change.class.as_str(), "soc" | "device_model") {
-        return Err(ApiError::bad_request(
-            "deny_invalid",
-            "class must be soc or device_model",
-        ));
-    }
-    if [&change.release, &change.variant, &change.value]
-        .iter()
-        .any(|s| s.is_empty() || s.len() > 128)
-    {
-        return Err(ApiError::bad_request(
-            "deny_invalid",
-            "release, variant and value are 1 to 128 bytes",
-        ));
-    }
-    if !matches!(change.action.as_str(), "override" | "clear" | "deny") {
-        return Err(ApiError::bad_request(
-            "deny_invalid",
-            "action must be override, clear or deny",
-        ));
-    }
-    let at = now_text();
-    let (_, list) = revisions::append::<DenyList>(&state.store, &deny_prefix(&model), |cur| {
-        let mut entries = cur.map(|(_, l)| l.entries.clone()).unwrap_or_default();
-        let pos = entries.iter().position(|e| {
-            e.release == change.release
-                && e.variant == change.variant
-                && e.class == change.class
-                && e.value == change.value
-        });
-        match (change.action.as_str(), pos) {
-            ("clear", Some(i)) => {
-                entries.remove(i);
-            }
-            ("clear", None) => return Err(ApiError::not_found("deny_not_found", "no such entry")),
-            ("override", Some(i)) => entries[i].state = "allow".into(),
-            ("deny", Some(i)) => entries[i].state = "deny".into(),
-            (action, None) => entries.push(DenyEntry {
-                release: change.release.clone(),
-                variant: change.variant.clone(),
-                class: change.class.clone(),
-                value: change.value.clone(),
-                fallback_rate: 0.0,
-                samples: 0,
-                source: "ops".into(),
-                state: if action == "override" {
-                    "allow".into()
-                } else {
-                    "deny".into()
-                },
-            }),
-            _ => {}
-        }
-        Ok(DenyList {
-            entries,
-            action: change.action.clone(),
-            actor: caller.name.clone(),
-            at: at.clone(),
-        })
-    })
-    .await?;
-    state.set_deny(&model, list.entries.clone());
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "model": model, "entries": list.entries })))
+        admin_change(&req, &state, &model, payload, ErrorCode::DenyInvalid).await?;
+    let entries = deny::change(&state.store, &model, &change, &caller.name, &now_text()).await?;
+    tracing::info!(caller = caller.name, %model, action = change.action.as_str(), "deny list changed");
+    state.set_deny(&model, entries.clone());
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "model": model, "entries": entries })))
 }

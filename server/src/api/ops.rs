@@ -14,7 +14,7 @@ pub(crate) async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, A
     // A cheap round trip to the store: a missing key answers NotFound when the store works.
     match state
         .store
-        .head(&object_store::path::Path::from("readyz-probe"))
+        .head(&crate::storage::StorageKey::readiness_probe())
         .await
     {
         Ok(_) | Err(object_store::Error::NotFound { .. }) => {}

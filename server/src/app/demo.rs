@@ -1,6 +1,7 @@
-//! `ferry serve --demo`: publishes the demo model `demo-mlp` from fixtures built into the
-//! binary (real `.pte` files from the ExecuTorch 1.5.1 exporter), signed with the data
-//! directory's release key, so a new user can resolve and download at once.
+//! `ferry serve --demo`: publishes the demo model `demo-mlp` from programs built into the
+//! binary (`server/demo/`: real `.pte` files from the ExecuTorch 1.5.1 exporter, written by
+//! `tests/fixtures/export.py` next to the test fixtures), signed with the data directory's
+//! release key, so a new user can resolve and download at once.
 
 use std::path::Path;
 
@@ -21,23 +22,23 @@ pub const DEMO_VERSION: &str = "1.0.0";
 const FILES: &[(&str, &[u8])] = &[
     (
         "mlp-v1-xnnpack.pte",
-        include_bytes!("../../../tests/fixtures/pte/mlp-v1-xnnpack.pte"),
+        include_bytes!("../../demo/mlp-v1-xnnpack.pte"),
     ),
     (
         "mlp-v1-coreml.pte",
-        include_bytes!("../../../tests/fixtures/pte/mlp-v1-coreml.pte"),
+        include_bytes!("../../demo/mlp-v1-coreml.pte"),
     ),
     (
         "mlp-v1-vulkan.pte",
-        include_bytes!("../../../tests/fixtures/pte/mlp-v1-vulkan.pte"),
+        include_bytes!("../../demo/mlp-v1-vulkan.pte"),
     ),
     (
         "mlp-v1-portable.pte",
-        include_bytes!("../../../tests/fixtures/pte/mlp-v1-portable.pte"),
+        include_bytes!("../../demo/mlp-v1-portable.pte"),
     ),
     (
         "mlp-v1-xnnpack.json",
-        include_bytes!("../../../tests/fixtures/pte/mlp-v1-xnnpack.json"),
+        include_bytes!("../../demo/mlp-v1-xnnpack.json"),
     ),
 ];
 
@@ -156,4 +157,23 @@ pub async fn publish_demo(state: &AppState) -> anyhow::Result<String> {
             .collect::<Vec<_>>()
             .join(", ")
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demo_programs_are_the_exported_fixtures() {
+        // The export script writes both; a hand-edited copy would drift from what the tests
+        // check against the real runtime.
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/pte");
+        for (name, bytes) in FILES {
+            let fixture = std::fs::read(fixtures.join(name)).expect("fixture");
+            assert!(
+                fixture == *bytes,
+                "server/demo/{name} differs from the fixture"
+            );
+        }
+    }
 }

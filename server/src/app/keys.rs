@@ -12,8 +12,6 @@ use ferry_shared::dsse::{KeyPair, KeyRole};
 use ferry_shared::trust::TrustFile;
 use serde::{Deserialize, Serialize};
 
-use crate::fsutil::write_durable;
-
 /// A secret key as stored on disk.
 #[derive(Debug, Serialize, Deserialize)]
 struct KeyFile {
@@ -54,7 +52,7 @@ pub fn save(key: &RoleKey, path: &Path) -> anyhow::Result<()> {
         secret: hex::encode(key.pair.seed()),
     };
     let json = serde_json::to_vec_pretty(&file)?;
-    write_durable(path, &json, Some(0o600))
+    ferry_fs::write(path, &json, ferry_fs::Mode::OwnerOnly)
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
@@ -124,7 +122,7 @@ pub fn ensure_dev_keys(dir: &Path) -> anyhow::Result<Vec<String>> {
             trust.push(k.role, &k.pair.public());
         }
         let json = serde_json::to_vec_pretty(&trust)?;
-        write_durable(&trust_path, &json, None)
+        ferry_fs::write(&trust_path, &json, ferry_fs::Mode::Public)
             .with_context(|| format!("cannot write {}", trust_path.display()))?;
         notes.push(format!(
             "wrote {} (give this to clients)",

@@ -1,13 +1,14 @@
 //! The router: every route, the catch-alls, and the middleware that gives each request an id,
 //! an access-log line and metrics.
 
+use ferry_shared::errors::ErrorCode;
 use std::sync::Arc;
 use std::time::Instant;
 
 use actix_web::body::BoxBody;
 use actix_web::dev::{Service as _, ServiceResponse};
+use actix_web::http::header;
 use actix_web::http::header::HeaderValue;
-use actix_web::http::{StatusCode, header};
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use crate::api::admin::{get_model, get_release, list_models, post_release};
@@ -60,16 +61,15 @@ pub(crate) fn resource(path: &str) -> actix_web::Resource {
 
 pub(crate) async fn method_not_allowed(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     Err(ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
+        ErrorCode::MethodNotAllowed,
         format!("{} is not allowed on {}", req.method(), req.path()),
     ))
 }
 
 /// The catch-all for unknown paths.
 pub async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {
-    Err(ApiError::not_found(
-        "not_found",
+    Err(ApiError::new(
+        ErrorCode::NotFound,
         format!("no route for {} {}", req.method(), req.path()),
     ))
 }

@@ -14,9 +14,9 @@ use time::OffsetDateTime;
 use crate::app::config::Config;
 use crate::app::metrics::Metrics;
 use crate::fleet::aggregate::Telemetry;
-use crate::fleet::deny::DenyEntry;
 use crate::storage::Store;
 use crate::storage::catalog::{Catalog, Release};
+use ferry_shared::deny::DenyEntry;
 
 /// Everything the handlers share.
 pub struct AppState {

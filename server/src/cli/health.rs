@@ -2,6 +2,9 @@
 
 use std::process::ExitCode;
 
+use anyhow::Context as _;
+use ferry_shared::rollout::RolloutPlan;
+
 use super::remote::{Remote, admin_call};
 use super::rollout::print_plan;
 
@@ -17,7 +20,9 @@ pub(crate) fn health_cmd(model: &str, json: bool, remote: &Remote) -> anyhow::Re
         return Ok(ExitCode::SUCCESS);
     }
     if let Some(p) = v.get("rollout").filter(|p| !p.is_null()) {
-        print_plan(p);
+        let plan: RolloutPlan = serde_json::from_value(p.clone())
+            .context("the server's rollout is not a rollout plan")?;
+        print_plan(&plan);
     }
     println!("cohorts: {}", v["cohort_sizes"]);
     for r in v["releases"].as_array().into_iter().flatten() {

@@ -158,17 +158,7 @@ pub(crate) fn publish_cmd(
 }
 
 pub(crate) fn hash_file(path: &Path) -> anyhow::Result<Sha256Digest> {
-    use sha2::Digest as _;
-    let mut f =
-        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let mut h = sha2::Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(Sha256Digest::from_bytes(h.finalize().into()))
+    let digest =
+        ferry_fs::sha256_file(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(Sha256Digest::from_bytes(digest))
 }

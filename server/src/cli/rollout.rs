@@ -2,7 +2,10 @@
 
 use std::process::ExitCode;
 
+use anyhow::Context as _;
 use clap::Subcommand;
+use ferry_shared::rollout::{Percent, RolloutChange, RolloutPlan, format_percent};
+use semver::Version;
 
 use super::remote::{Remote, admin_call};
 
@@ -15,10 +18,10 @@ pub enum RolloutCommand {
         model: String,
         /// The release to roll out.
         #[arg(long)]
-        release: String,
+        release: Version,
         /// Share of devices (decimals allowed: 0.5 = 50 basis points).
         #[arg(long)]
-        percent: String,
+        percent: Percent,
         /// Halt when the staged release's load-failure rate exceeds this (0–1).
         #[arg(long)]
         max_failure_rate: Option<f64>,
@@ -41,7 +44,7 @@ pub enum RolloutCommand {
         model: String,
         /// New share of devices.
         #[arg(long)]
-        percent: String,
+        percent: Percent,
         /// Why.
         #[arg(long)]
         reason: Option<String>,
@@ -82,28 +85,29 @@ pub struct SimpleRollout {
     #[command(flatten)]
     pub remote: Remote,
 }
-pub(crate) fn print_plan(p: &serde_json::Value) {
+pub(crate) fn print_plan(p: &RolloutPlan) {
+    let show = |v: &Option<Version>| v.as_ref().map_or("-".to_string(), Version::to_string);
     println!(
         "{} rollout revision {}: {} {} -> staged {} at {}% (baseline {}), by {} at {}{}",
-        p["model"].as_str().unwrap_or(""),
-        p["revision"],
-        p["action"].as_str().unwrap_or(""),
-        p["state"].as_str().unwrap_or(""),
-        p["staged"].as_str().unwrap_or("-"),
-        ferry_shared::rollout::format_percent(p["basis_points"].as_u64().unwrap_or(0) as u32),
-        p["baseline"].as_str().unwrap_or("-"),
-        p["actor"].as_str().unwrap_or(""),
-        p["at"].as_str().unwrap_or(""),
-        p["reason"]
-            .as_str()
-            .filter(|r| !r.is_empty())
-            .map(|r| format!(": {r}"))
-            .unwrap_or_default()
+        p.model,
+        p.revision,
+        p.action,
+        p.state.as_str(),
+        show(&p.staged),
+        format_percent(p.basis_points),
+        show(&p.baseline),
+        p.actor,
+        p.at,
+        if p.reason.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", p.reason)
+        }
     );
 }
 
 pub(crate) fn rollout_cmd(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
-    let (model, remote, body) = match cmd {
+    let (model, remote, change) = match cmd {
         RolloutCommand::Start {
             model,
             release,
@@ -113,47 +117,39 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
             min_samples,
             reason,
             remote,
-        } => {
-            ferry_shared::rollout::parse_percent(&percent).map_err(|m| anyhow::anyhow!(m))?;
-            let body = serde_json::json!({
-                "action": "start", "release": release, "percent": percent,
-                "max_failure_rate": max_failure_rate, "max_fallback_rate": max_fallback_rate,
-                "min_samples": min_samples, "reason": reason,
-            });
-            (model, remote, body)
-        }
+        } => (
+            model,
+            remote,
+            RolloutChange::Start {
+                release,
+                percent,
+                max_failure_rate,
+                max_fallback_rate,
+                min_samples,
+                reason,
+            },
+        ),
         RolloutCommand::Set {
             model,
             percent,
             reason,
             remote,
-        } => {
-            ferry_shared::rollout::parse_percent(&percent).map_err(|m| anyhow::anyhow!(m))?;
-            (
-                model,
-                remote,
-                serde_json::json!({"action": "set", "percent": percent, "reason": reason}),
-            )
-        }
-        RolloutCommand::Pause(a) => (
-            a.model,
-            a.remote,
-            serde_json::json!({"action": "pause", "reason": a.reason}),
-        ),
+        } => (model, remote, RolloutChange::Set { percent, reason }),
+        RolloutCommand::Pause(a) => (a.model, a.remote, RolloutChange::Pause { reason: a.reason }),
         RolloutCommand::Resume(a) => (
             a.model,
             a.remote,
-            serde_json::json!({"action": "resume", "reason": a.reason}),
+            RolloutChange::Resume { reason: a.reason },
         ),
         RolloutCommand::Rollback(a) => (
             a.model,
             a.remote,
-            serde_json::json!({"action": "rollback", "reason": a.reason}),
+            RolloutChange::Rollback { reason: a.reason },
         ),
         RolloutCommand::Complete(a) => (
             a.model,
             a.remote,
-            serde_json::json!({"action": "complete", "reason": a.reason}),
+            RolloutChange::Complete { reason: a.reason },
         ),
         RolloutCommand::Status {
             model,
@@ -168,12 +164,15 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
             )?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&v)?);
-            } else if v["current"].is_null() {
+                return Ok(ExitCode::SUCCESS);
+            }
+            let history: Vec<RolloutPlan> = serde_json::from_value(v["history"].clone())
+                .context("the server's rollout history is not a list of plans")?;
+            if history.is_empty() {
                 println!("{model} has no rollout");
-            } else {
-                for p in v["history"].as_array().into_iter().flatten() {
-                    print_plan(p);
-                }
+            }
+            for p in &history {
+                print_plan(p);
             }
             return Ok(ExitCode::SUCCESS);
         }
@@ -182,8 +181,10 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
         &remote,
         "POST",
         &format!("/v1/admin/models/{model}/rollout"),
-        Some(body),
+        Some(serde_json::to_value(&change)?),
     )?;
-    print_plan(&v);
+    let plan: RolloutPlan =
+        serde_json::from_value(v).context("the server's answer is not a rollout plan")?;
+    print_plan(&plan);
     Ok(ExitCode::SUCCESS)
 }

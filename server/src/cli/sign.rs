@@ -25,7 +25,7 @@ pub(crate) fn sign_cmd(variants: &Path, key: &Path, output: &Path) -> anyhow::Re
         sign::build_manifest(&spec, base, &read, time::OffsetDateTime::now_utc())?;
     let envelope = sign::sign(&manifest, &key)?;
     let json = serde_json::to_vec_pretty(&envelope)?;
-    crate::fsutil::write_durable(output, &json, None)
+    ferry_fs::write(output, &json, ferry_fs::Mode::Public)
         .with_context(|| format!("cannot write {}", output.display()))?;
     println!(
         "signed {} {} with release key {}",

@@ -12,6 +12,7 @@
 //! (with at least `min_samples` loads) is halted; a variant whose fallback rate on one SoC or
 //! device model crosses the deny threshold (with enough samples) is denied to that class.
 
+use ferry_shared::errors::ErrorCode;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -20,9 +21,9 @@ use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use crate::fleet::deny::DenyEntry;
 use crate::fleet::ingest::{EventError, MAX_DEVICES, MAX_SAMPLES, TelemetryConfig, validate};
 use crate::fleet::limits::Limiter;
+use ferry_shared::deny::{DenyEntry, DenySource, DenyState, DeviceClass};
 
 /// Counts for a device class within a variant.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -228,7 +229,7 @@ impl Telemetry {
                 } else {
                     report.rejected.push(EventError {
                         index: i,
-                        code: "rate_limited".into(),
+                        code: ErrorCode::RateLimited,
                         message: format!(
                             "install {} sends more than {} events a minute",
                             e.install_id, cfg.per_install_per_minute
@@ -342,7 +343,10 @@ impl Telemetry {
             if m != model {
                 continue;
             }
-            for (class, map) in [("soc", &a.by_soc), ("device_model", &a.by_device_model)] {
+            for (class, map) in [
+                (DeviceClass::Soc, &a.by_soc),
+                (DeviceClass::DeviceModel, &a.by_device_model),
+            ] {
                 for (value, c) in map {
                     if c.loads >= cfg.deny_min_samples
                         && c.fallback_rate() >= cfg.deny_fallback_rate
@@ -350,12 +354,12 @@ impl Telemetry {
                         out.push(DenyEntry {
                             release: release.clone(),
                             variant: variant.clone(),
-                            class: class.into(),
+                            class,
                             value: value.clone(),
                             fallback_rate: c.fallback_rate(),
                             samples: c.loads,
-                            source: "telemetry".into(),
-                            state: "deny".into(),
+                            source: DenySource::Telemetry,
+                            state: DenyState::Deny,
                         });
                     }
                 }
@@ -481,7 +485,7 @@ mod tests {
         let batch: Vec<_> = (0..5).map(|_| ev("load", "ok")).collect();
         let r = t.ingest(&batch, now(), &cfg);
         assert_eq!(r.accepted, 3);
-        assert!(r.rejected.iter().all(|e| e.code == "rate_limited"));
+        assert!(r.rejected.iter().all(|e| e.code == ErrorCode::RateLimited));
     }
 
     #[test]
@@ -506,7 +510,7 @@ mod tests {
         assert_eq!(c.len(), 2, "{c:?}");
         assert!(
             c.iter()
-                .any(|d| d.class == "soc" && d.value == "SM8450" && d.samples == 20)
+                .any(|d| d.class == DeviceClass::Soc && d.value == "SM8450" && d.samples == 20)
         );
         assert_eq!(
             c[0].reason(),

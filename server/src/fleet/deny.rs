@@ -1,57 +1,19 @@
-//! The deny list: learned or manual entries that stop offering a variant to a SoC or device
-//! model, kept as a revision log in the store.
+//! The deny list of each model, kept as a revision log in the store
+//! (`state/<model>/deny/<revision>.json`, see [`StorageKey::deny_log`]).
+//!
+//! Entries and changes are the typed [`ferry_shared::deny`] values; [`apply_change`] is the pure
+//! rule for an operator's change, and [`change`] / [`add_learned`] append a revision with it.
 
 use ferry_shared::ModelName;
+use ferry_shared::deny::{DenyAction, DenyChange, DenyEntry, DenySource, DenyState};
+use ferry_shared::errors::ErrorCode;
 use serde::{Deserialize, Serialize};
 
-use crate::api::error::ApiError;
-use crate::storage::{Store, revisions};
+use crate::storage::{StorageKey, Store, StoreError, revisions};
 
-/// A learned or manual deny-list entry.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DenyEntry {
-    /// Release.
-    pub release: String,
-    /// Variant.
-    pub variant: String,
-    /// `soc` or `device_model`.
-    pub class: String,
-    /// The SoC or device model.
-    pub value: String,
-    /// Fallback rate when denied.
-    pub fallback_rate: f64,
-    /// Attempts seen when denied.
-    pub samples: u64,
-    /// `telemetry` or `ops`.
-    pub source: String,
-    /// `deny`, or `allow` (an ops override telemetry will not undo).
-    pub state: String,
-}
+/// Longest release, variant or value in a change.
+pub const MAX_FIELD: usize = 128;
 
-impl DenyEntry {
-    /// The sentence `explain` shows.
-    pub fn reason(&self) -> String {
-        format!(
-            "denied by {}: {:.0}% fallback on {}, n={}",
-            self.source,
-            self.fallback_rate * 100.0,
-            self.value,
-            self.samples
-        )
-    }
-
-    /// True when the entry applies to this device.
-    pub fn matches(&self, release: &str, variant: &str, soc: &str, device_model: &str) -> bool {
-        self.state == "deny"
-            && self.release == release
-            && self.variant == variant
-            && match self.class.as_str() {
-                "soc" => self.value.eq_ignore_ascii_case(soc),
-                "device_model" => self.value == device_model,
-                _ => false,
-            }
-    }
-}
 /// One revision of a model's deny list.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DenyList {
@@ -65,13 +27,204 @@ pub struct DenyList {
     pub at: String,
 }
 
-pub(crate) fn deny_prefix(model: &ModelName) -> String {
-    format!("state/{model}/deny")
+/// Why a deny-list change was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum DenyError {
+    /// The change is malformed.
+    #[error("{0}")]
+    Invalid(String),
+    /// `clear` or `override` of an entry that does not exist.
+    #[error("no deny entry for {release} {variant} on {class} {value}")]
+    NotFound {
+        /// Release.
+        release: String,
+        /// Variant.
+        variant: String,
+        /// Class.
+        class: &'static str,
+        /// Value.
+        value: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl DenyError {
+    /// The catalogue code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            DenyError::Invalid(_) => ErrorCode::DenyInvalid,
+            DenyError::NotFound { .. } => ErrorCode::DenyNotFound,
+            DenyError::Store(e) => e.code(),
+        }
+    }
+}
+
+/// Checks a change's fields.
+pub fn validate(change: &DenyChange) -> Result<(), DenyError> {
+    if [&change.release, &change.variant, &change.value]
+        .iter()
+        .any(|s| s.is_empty() || s.len() > MAX_FIELD)
+    {
+        return Err(DenyError::Invalid(format!(
+            "release, variant and value are 1 to {MAX_FIELD} bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// The entries after an operator's `change` (pure).
+pub fn apply_change(
+    mut entries: Vec<DenyEntry>,
+    change: &DenyChange,
+) -> Result<Vec<DenyEntry>, DenyError> {
+    let target = DenyEntry {
+        release: change.release.clone(),
+        variant: change.variant.clone(),
+        class: change.class,
+        value: change.value.clone(),
+        fallback_rate: 0.0,
+        samples: 0,
+        source: DenySource::Ops,
+        state: DenyState::Deny,
+    };
+    let pos = entries.iter().position(|e| e.same_target(&target));
+    let missing = || DenyError::NotFound {
+        release: change.release.clone(),
+        variant: change.variant.clone(),
+        class: change.class.as_str(),
+        value: change.value.clone(),
+    };
+    match (change.action, pos) {
+        (DenyAction::Clear, Some(i)) => {
+            entries.remove(i);
+        }
+        (DenyAction::Override, Some(i)) => entries[i].state = DenyState::Allow,
+        (DenyAction::Deny, Some(i)) => entries[i].state = DenyState::Deny,
+        (DenyAction::Deny, None) => entries.push(target),
+        (DenyAction::Clear | DenyAction::Override, None) => return Err(missing()),
+    }
+    Ok(entries)
+}
+
+/// Every revision of `model`'s deny list, oldest first.
+pub async fn history(store: &Store, model: &ModelName) -> Result<Vec<DenyList>, StoreError> {
+    Ok(
+        revisions::all::<DenyList>(store, &StorageKey::deny_log(model))
+            .await?
+            .into_iter()
+            .map(|(_, l)| l)
+            .collect(),
+    )
 }
 
 /// The deny list in force for `model`, if one was ever written.
-pub async fn load(store: &Store, model: &ModelName) -> Result<Option<Vec<DenyEntry>>, ApiError> {
-    Ok(revisions::latest::<DenyList>(store, &deny_prefix(model))
-        .await?
-        .map(|(_, list)| list.entries))
+pub async fn load(store: &Store, model: &ModelName) -> Result<Option<Vec<DenyEntry>>, StoreError> {
+    Ok(
+        revisions::latest::<DenyList>(store, &StorageKey::deny_log(model))
+            .await?
+            .map(|(_, list)| list.entries),
+    )
+}
+
+/// Appends an operator's change; returns the entries now in force.
+pub async fn change(
+    store: &Store,
+    model: &ModelName,
+    change: &DenyChange,
+    actor: &str,
+    at: &str,
+) -> Result<Vec<DenyEntry>, DenyError> {
+    validate(change)?;
+    let (_, list) =
+        revisions::append::<DenyList, DenyError>(store, &StorageKey::deny_log(model), |cur| {
+            let entries = cur.map(|(_, l)| l.entries.clone()).unwrap_or_default();
+            Ok(DenyList {
+                entries: apply_change(entries, change)?,
+                action: change.action.as_str().to_string(),
+                actor: actor.to_string(),
+                at: at.to_string(),
+            })
+        })
+        .await?;
+    Ok(list.entries)
+}
+
+/// Adds entries learned from telemetry (skipping any target already listed, so an ops
+/// override stays); returns the entries now in force.
+pub async fn add_learned(
+    store: &Store,
+    model: &ModelName,
+    fresh: &[DenyEntry],
+    at: &str,
+) -> Result<Vec<DenyEntry>, StoreError> {
+    let (_, list) =
+        revisions::append::<DenyList, StoreError>(store, &StorageKey::deny_log(model), |cur| {
+            let mut entries = cur.map(|(_, l)| l.entries.clone()).unwrap_or_default();
+            for c in fresh {
+                if !entries.iter().any(|e| e.same_target(c)) {
+                    entries.push(c.clone());
+                }
+            }
+            Ok(DenyList {
+                entries,
+                action: DenySource::Telemetry.as_str().to_string(),
+                actor: "ferry".into(),
+                at: at.to_string(),
+            })
+        })
+        .await?;
+    Ok(list.entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_shared::deny::DeviceClass;
+
+    fn change(action: DenyAction) -> DenyChange {
+        DenyChange {
+            action,
+            release: "1.0.0".into(),
+            variant: "vulkan-fp32".into(),
+            class: DeviceClass::Soc,
+            value: "SM8450".into(),
+        }
+    }
+
+    #[test]
+    fn override_and_clear_need_an_entry_deny_adds_one() {
+        for action in [DenyAction::Override, DenyAction::Clear] {
+            let e = apply_change(Vec::new(), &change(action)).expect_err("missing");
+            assert_eq!(e.code(), ErrorCode::DenyNotFound);
+        }
+        let added = apply_change(Vec::new(), &change(DenyAction::Deny)).expect("deny");
+        assert_eq!(added.len(), 1);
+        assert_eq!(added[0].source, DenySource::Ops);
+        let allowed = apply_change(added, &change(DenyAction::Override)).expect("override");
+        assert_eq!(allowed[0].state, DenyState::Allow);
+        let denied = apply_change(allowed, &change(DenyAction::Deny)).expect("deny again");
+        assert_eq!(denied[0].state, DenyState::Deny);
+        assert!(
+            apply_change(denied, &change(DenyAction::Clear))
+                .expect("clear")
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn oversized_and_empty_fields_are_refused() {
+        let mut c = change(DenyAction::Deny);
+        c.value = "x".repeat(MAX_FIELD + 1);
+        assert_eq!(
+            validate(&c).expect_err("long").code(),
+            ErrorCode::DenyInvalid
+        );
+        c.value = String::new();
+        assert_eq!(
+            validate(&c).expect_err("empty").code(),
+            ErrorCode::DenyInvalid
+        );
+    }
 }

@@ -1,15 +1,13 @@
 //! The checks that run after telemetry: halt a staged release over its thresholds, and deny a
 //! variant to a device class whose fallback rate crosses the deny threshold.
 
-use actix_web::http::StatusCode;
 use ferry_shared::ModelName;
+use ferry_shared::deny::DenyEntry;
 use ferry_shared::rollout::{RolloutPlan, RolloutState};
 
-use crate::api::error::ApiError;
 use crate::app::AppState;
-use crate::fleet::deny::{DenyEntry, DenyList, deny_prefix};
-use crate::fleet::{now_text, rollout};
-use crate::storage::revisions;
+use crate::fleet::rollout::RolloutError;
+use crate::fleet::{deny, now_text, rollout};
 
 /// Checks `model`'s aggregates: halts a staged release over its thresholds and denies
 /// variants to device classes over the fallback threshold. Errors are logged, never returned:
@@ -58,11 +56,7 @@ pub async fn evaluate(state: &AppState, model: &ModelName) {
                             ..p.clone()
                         })
                     }
-                    _ => Err(ApiError::new(
-                        StatusCode::CONFLICT,
-                        "rollout_changed",
-                        "the rollout changed meanwhile",
-                    )),
+                    _ => Err(RolloutError::Changed),
                 })
                 .await;
                 match result {
@@ -70,7 +64,7 @@ pub async fn evaluate(state: &AppState, model: &ModelName) {
                         tracing::warn!(%model, reason, "rollout halted automatically");
                         state.set_rollout(model, p);
                     }
-                    Err(e) if e.code == "rollout_changed" => {}
+                    Err(RolloutError::Changed) => {}
                     Err(e) => tracing::error!(%model, "automatic halt could not be written: {e}"),
                 }
             }
@@ -83,38 +77,19 @@ pub async fn evaluate(state: &AppState, model: &ModelName) {
         return;
     }
     let current = state.deny_lists().get(model).cloned().unwrap_or_default();
-    let same = |a: &DenyEntry, b: &DenyEntry| {
-        a.release == b.release && a.variant == b.variant && a.class == b.class && a.value == b.value
-    };
     let fresh: Vec<DenyEntry> = candidates
         .into_iter()
-        .filter(|c| !current.iter().any(|e| same(e, c)))
+        .filter(|c| !current.iter().any(|e| e.same_target(c)))
         .collect();
     if fresh.is_empty() {
         return;
     }
-    let at = now_text();
-    let result = revisions::append::<DenyList>(&state.store, &deny_prefix(model), |cur| {
-        let mut entries = cur.map(|(_, l)| l.entries.clone()).unwrap_or_default();
-        for c in &fresh {
-            if !entries.iter().any(|e| same(e, c)) {
-                entries.push(c.clone());
-            }
-        }
-        Ok(DenyList {
-            entries,
-            action: "telemetry".into(),
-            actor: "ferry".into(),
-            at: at.clone(),
-        })
-    })
-    .await;
-    match result {
-        Ok((_, list)) => {
+    match deny::add_learned(&state.store, model, &fresh, &now_text()).await {
+        Ok(entries) => {
             for c in &fresh {
                 tracing::warn!(%model, "{} {}: {}", c.release, c.variant, c.reason());
             }
-            state.set_deny(model, list.entries);
+            state.set_deny(model, entries);
         }
         Err(e) => tracing::error!(%model, "deny list could not be written: {e}"),
     }

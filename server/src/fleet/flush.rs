@@ -6,6 +6,7 @@ use ferry_shared::ModelName;
 use time::OffsetDateTime;
 
 use crate::app::AppState;
+use crate::storage::StorageKey;
 
 /// Flushes buffered raw events and rollups to the store.
 pub async fn flush(state: &AppState) {
@@ -13,15 +14,7 @@ pub async fn flush(state: &AppState) {
     let lines = state.telemetry.take_raw();
     if !lines.is_empty() {
         let now = OffsetDateTime::now_utc();
-        let key = object_store::path::Path::from(format!(
-            "telemetry/raw/date={:04}-{:02}-{:02}/hour={:02}/{}-{}.ndjson",
-            now.year(),
-            u8::from(now.month()),
-            now.day(),
-            now.hour(),
-            state.node,
-            now.unix_timestamp_nanos()
-        ));
+        let key = StorageKey::telemetry_raw(now, &state.node);
         let mut text = lines.join("\n");
         text.push('\n');
         if let Err(e) = state
@@ -45,8 +38,7 @@ pub async fn flush(state: &AppState) {
         }
     }
     for (m, h) in rollups {
-        let key =
-            object_store::path::Path::from(format!("telemetry/rollup/{m}/{}.json", state.node));
+        let key = StorageKey::telemetry_rollup(&m, &state.node);
         if let Ok(bytes) = serde_json::to_vec(&h) {
             let _ = state.store.put(&key, PutPayload::from(bytes)).await;
         }

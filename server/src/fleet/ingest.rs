@@ -1,6 +1,7 @@
 //! Telemetry ingestion limits and the validation of one event.
 
 use ferry_shared::ModelName;
+use ferry_shared::errors::ErrorCode;
 use ferry_shared::telemetry::{EventKind, TelemetryEvent};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
@@ -56,7 +57,7 @@ pub struct EventError {
     /// Position in the batch.
     pub index: usize,
     /// Stable code (`event_invalid`, `event_out_of_range`, `rate_limited`).
-    pub code: String,
+    pub code: ErrorCode,
     /// What is wrong.
     pub message: String,
 }
@@ -70,8 +71,8 @@ pub fn validate(
     v: &serde_json::Value,
     now: OffsetDateTime,
     cfg: &TelemetryConfig,
-) -> Result<TelemetryEvent, (String, String)> {
-    let invalid = |m: String| ("event_invalid".to_string(), m);
+) -> Result<TelemetryEvent, (ErrorCode, String)> {
+    let invalid = |m: String| (ErrorCode::EventInvalid, m);
     let e: TelemetryEvent =
         serde_json::from_value(v.clone()).map_err(|e| invalid(e.to_string()))?;
     e.model
@@ -122,7 +123,7 @@ pub fn validate(
         .map_err(|err| invalid(format!("at: {err}")))?;
     if at > now + time::Duration::hours(1) || at < now - time::Duration::days(cfg.max_age_days) {
         return Err((
-            "event_out_of_range".into(),
+            ErrorCode::EventOutOfRange,
             format!(
                 "at {} is more than {} days old or in the future",
                 e.at, cfg.max_age_days

@@ -1,22 +1,21 @@
 //! Rollout state in the object store: an append-only log of immutable revisions.
 //!
-//! `state/<model>/rollout/<revision, 20 digits>.json` holds one [`RolloutPlan`] each, written
+//! `state/<model>/rollout/<revision, 20 digits>.json` ([`StorageKey::rollout_log`]) holds one
+//! [`RolloutPlan`] each, written
 //! through [`revisions::append`] (create-if-absent, retried on a lost race): no update is ever
 //! lost, on any backend, and the revisions are the history (who, when, what, why).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use actix_web::http::StatusCode;
 use ferry_shared::ModelName;
+use ferry_shared::errors::ErrorCode;
 use ferry_shared::resolve::Cohort;
-use ferry_shared::rollout::{FULL, RolloutPlan, RolloutState, Thresholds};
+use ferry_shared::rollout::{FULL, RolloutChange, RolloutPlan, RolloutState, Thresholds};
 use semver::Version;
-use serde::Deserialize;
 
-use crate::api::error::ApiError;
 use crate::storage::catalog::{Catalog, Release};
-use crate::storage::{Store, revisions};
+use crate::storage::{StorageKey, Store, StoreError, revisions};
 
 /// The releases a device in `cohort` may get, in the order to try them.
 ///
@@ -53,13 +52,63 @@ pub fn releases_for(
     );
     out
 }
-fn prefix(model: &ModelName) -> String {
-    format!("state/{model}/rollout")
+
+/// Longest reason kept in the history.
+pub const MAX_REASON: usize = 1024;
+
+/// Why a rollout change was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RolloutError {
+    /// The change is malformed (bad rate, reason too long).
+    #[error("{0}")]
+    Invalid(String),
+    /// `start` names a release that is not published.
+    #[error("{model} {release} is not published")]
+    ReleaseNotFound {
+        /// Model.
+        model: ModelName,
+        /// Release.
+        release: Version,
+    },
+    /// The model has no rollout to change.
+    #[error("{0} has no rollout")]
+    NotFound(ModelName),
+    /// `start` while another rollout is active or paused.
+    #[error("{0} already has a rollout in progress; complete or roll it back first")]
+    InProgress(ModelName),
+    /// The change needs an active rollout.
+    #[error("{0}")]
+    NotActive(String),
+    /// `resume` of a rollout that is not paused or halted.
+    #[error("the rollout of {0} is not paused or halted")]
+    NotPaused(ModelName),
+    /// The plan changed while an automatic change was being made.
+    #[error("the rollout changed meanwhile")]
+    Changed,
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl RolloutError {
+    /// The catalogue code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            RolloutError::Invalid(_) => ErrorCode::RolloutInvalid,
+            RolloutError::ReleaseNotFound { .. } => ErrorCode::ReleaseNotFound,
+            RolloutError::NotFound(_) => ErrorCode::RolloutNotFound,
+            RolloutError::InProgress(_) => ErrorCode::RolloutInProgress,
+            RolloutError::NotActive(_) => ErrorCode::RolloutNotActive,
+            RolloutError::NotPaused(_) => ErrorCode::RolloutNotPaused,
+            RolloutError::Changed => ErrorCode::RolloutChanged,
+            RolloutError::Store(e) => e.code(),
+        }
+    }
 }
 
 /// Every revision of `model`'s plan, oldest first.
-pub async fn history(store: &Store, model: &ModelName) -> Result<Vec<RolloutPlan>, ApiError> {
-    Ok(revisions::all(store, &prefix(model))
+pub async fn history(store: &Store, model: &ModelName) -> Result<Vec<RolloutPlan>, StoreError> {
+    Ok(revisions::all(store, &StorageKey::rollout_log(model))
         .await?
         .into_iter()
         .map(|(_, p)| p)
@@ -70,67 +119,23 @@ pub async fn history(store: &Store, model: &ModelName) -> Result<Vec<RolloutPlan
 pub async fn load_all<'a>(
     store: &Store,
     models: impl Iterator<Item = &'a ModelName>,
-) -> Result<BTreeMap<ModelName, RolloutPlan>, ApiError> {
+) -> Result<BTreeMap<ModelName, RolloutPlan>, StoreError> {
     let mut out = BTreeMap::new();
     for m in models {
-        if let Some((_, p)) = revisions::latest::<RolloutPlan>(store, &prefix(m)).await? {
+        if let Some((_, p)) =
+            revisions::latest::<RolloutPlan>(store, &StorageKey::rollout_log(m)).await?
+        {
             out.insert(m.clone(), p);
         }
     }
     Ok(out)
 }
 
-/// A requested change.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ChangeRequest {
-    /// `start`, `set`, `pause`, `resume`, `rollback` or `complete`.
-    pub action: String,
-    /// For `start`: the release to roll out.
-    #[serde(default)]
-    pub release: Option<String>,
-    /// For `start` and `set`: percentage as text (`"0.5"`) or number.
-    #[serde(default)]
-    pub percent: Option<serde_json::Value>,
-    /// For `start`: thresholds.
-    #[serde(default)]
-    pub max_failure_rate: Option<f64>,
-    /// For `start`.
-    #[serde(default)]
-    pub max_fallback_rate: Option<f64>,
-    /// For `start`.
-    #[serde(default)]
-    pub min_samples: Option<u64>,
-    /// Why (kept in the history).
-    #[serde(default)]
-    pub reason: Option<String>,
-}
-
-fn conflict(code: &'static str, msg: String) -> ApiError {
-    ApiError::new(StatusCode::CONFLICT, code, msg)
-}
-
-fn percent(v: &Option<serde_json::Value>) -> Result<u32, ApiError> {
-    let text = match v {
-        Some(serde_json::Value::String(s)) => s.clone(),
-        Some(serde_json::Value::Number(n)) => n.to_string(),
-        _ => {
-            return Err(ApiError::bad_request(
-                "rollout_invalid",
-                "percent is required",
-            ));
-        }
-    };
-    ferry_shared::rollout::parse_percent(&text)
-        .map_err(|m| ApiError::bad_request("rollout_invalid", m))
-}
-
-fn rate(name: &str, v: Option<f64>) -> Result<Option<f64>, ApiError> {
+fn rate(name: &str, v: Option<f64>) -> Result<Option<f64>, RolloutError> {
     match v {
-        Some(r) if !(0.0..=1.0).contains(&r) || r.is_nan() => Err(ApiError::bad_request(
-            "rollout_invalid",
-            format!("{name} must be between 0 and 1"),
-        )),
+        Some(r) if !(0.0..=1.0).contains(&r) || r.is_nan() => Err(RolloutError::Invalid(format!(
+            "{name} must be between 0 and 1"
+        ))),
         other => Ok(other),
     }
 }
@@ -144,72 +149,71 @@ fn salt() -> String {
 /// Computes the next plan from the current one (pure but for the salt of a new rollout).
 pub fn next_plan(
     current: Option<&RolloutPlan>,
-    req: &ChangeRequest,
+    change: &RolloutChange,
     model: &ModelName,
     catalog: &Catalog,
     actor: &str,
     at: &str,
-) -> Result<RolloutPlan, ApiError> {
-    let reason = req.reason.clone().unwrap_or_default();
-    if reason.len() > 1024 {
-        return Err(ApiError::bad_request(
-            "rollout_invalid",
-            "reason is at most 1024 bytes",
-        ));
+) -> Result<RolloutPlan, RolloutError> {
+    let reason = change.reason().unwrap_or_default().to_string();
+    if reason.len() > MAX_REASON {
+        return Err(RolloutError::Invalid(format!(
+            "reason is at most {MAX_REASON} bytes"
+        )));
     }
     let in_progress = current.is_some_and(|p| {
         p.staged.is_some() && matches!(p.state, RolloutState::Active | RolloutState::Paused)
     });
-    let mut next = match (req.action.as_str(), current) {
-        ("start", _) => {
+    let not_active = || RolloutError::NotActive(format!("the rollout of {model} is not active"));
+    let mut next = match (change, current) {
+        (
+            RolloutChange::Start {
+                release,
+                percent,
+                max_failure_rate,
+                max_fallback_rate,
+                min_samples,
+                ..
+            },
+            _,
+        ) => {
             if in_progress {
-                return Err(conflict(
-                    "rollout_in_progress",
-                    format!(
-                        "{model} already has a rollout in progress; complete or roll it back first"
-                    ),
-                ));
+                return Err(RolloutError::InProgress(model.clone()));
             }
-            let release: Version = req
-                .release
-                .as_deref()
-                .ok_or_else(|| ApiError::bad_request("rollout_invalid", "release is required"))?
-                .parse()
-                .map_err(|e| ApiError::bad_request("rollout_invalid", format!("release: {e}")))?;
-            if catalog.release(model, &release).is_none() {
-                return Err(ApiError::not_found(
-                    "release_not_found",
-                    format!("{model} {release} is not published"),
-                ));
+            if catalog.release(model, release).is_none() {
+                return Err(RolloutError::ReleaseNotFound {
+                    model: model.clone(),
+                    release: release.clone(),
+                });
             }
             // The baseline: what a completed rollout made the baseline, else the newest
             // release older than the staged one.
             let baseline = current
                 .filter(|p| p.state == RolloutState::Completed)
                 .and_then(|p| p.baseline.clone())
-                .filter(|b| *b < release)
+                .filter(|b| b < release)
                 .or_else(|| {
                     catalog
                         .releases_newest_first(model)
                         .iter()
                         .map(|r| r.manifest.version.clone())
-                        .find(|v| *v < release)
+                        .find(|v| v < release)
                 });
             let defaults = Thresholds::default();
             RolloutPlan {
                 model: model.to_string(),
                 revision: 0,
                 baseline,
-                staged: Some(release),
-                basis_points: percent(&req.percent)?,
+                staged: Some(release.clone()),
+                basis_points: percent.basis_points(),
                 salt: salt(),
                 state: RolloutState::Active,
                 thresholds: Thresholds {
-                    max_failure_rate: rate("max_failure_rate", req.max_failure_rate)?
+                    max_failure_rate: rate("max_failure_rate", *max_failure_rate)?
                         .or(defaults.max_failure_rate),
-                    max_fallback_rate: rate("max_fallback_rate", req.max_fallback_rate)?
+                    max_fallback_rate: rate("max_fallback_rate", *max_fallback_rate)?
                         .or(defaults.max_fallback_rate),
-                    min_samples: req.min_samples.unwrap_or(defaults.min_samples),
+                    min_samples: min_samples.unwrap_or(defaults.min_samples),
                 },
                 action: String::new(),
                 actor: String::new(),
@@ -217,71 +221,53 @@ pub fn next_plan(
                 reason: String::new(),
             }
         }
-        (_, None) => {
-            return Err(ApiError::not_found(
-                "rollout_not_found",
-                format!("{model} has no rollout"),
-            ));
-        }
-        ("set", Some(p)) => {
+        (_, None) => return Err(RolloutError::NotFound(model.clone())),
+        (RolloutChange::Set { percent, .. }, Some(p)) => {
             if p.state != RolloutState::Active || p.staged.is_none() {
-                return Err(conflict(
-                    "rollout_not_active",
-                    format!(
-                        "the rollout of {model} is {:?}; only an active rollout's percentage can change",
-                        p.state
-                    ),
-                ));
+                return Err(RolloutError::NotActive(format!(
+                    "the rollout of {model} is {:?}; only an active rollout's percentage can change",
+                    p.state
+                )));
             }
             RolloutPlan {
-                basis_points: percent(&req.percent)?,
+                basis_points: percent.basis_points(),
                 ..p.clone()
             }
         }
-        ("pause", Some(p)) => {
+        (RolloutChange::Pause { .. }, Some(p)) => {
             if p.state != RolloutState::Active || p.staged.is_none() {
-                return Err(conflict(
-                    "rollout_not_active",
-                    format!("the rollout of {model} is not active"),
-                ));
+                return Err(not_active());
             }
             RolloutPlan {
                 state: RolloutState::Paused,
                 ..p.clone()
             }
         }
-        ("resume", Some(p)) => {
+        (RolloutChange::Resume { .. }, Some(p)) => {
             if !matches!(p.state, RolloutState::Paused | RolloutState::Halted) || p.staged.is_none()
             {
-                return Err(conflict(
-                    "rollout_not_paused",
-                    format!("the rollout of {model} is not paused or halted"),
-                ));
+                return Err(RolloutError::NotPaused(model.clone()));
             }
             RolloutPlan {
                 state: RolloutState::Active,
                 ..p.clone()
             }
         }
-        ("rollback", Some(p)) => {
+        (RolloutChange::Rollback { .. }, Some(p)) => {
             if p.staged.is_none() || p.state == RolloutState::Completed {
-                return Err(conflict(
-                    "rollout_not_active",
-                    format!("{model} has nothing to roll back"),
-                ));
+                return Err(RolloutError::NotActive(format!(
+                    "{model} has nothing to roll back"
+                )));
             }
             RolloutPlan {
                 state: RolloutState::Halted,
                 ..p.clone()
             }
         }
-        ("complete", Some(p)) => {
+        (RolloutChange::Complete { .. }, Some(p)) => {
             if !matches!(p.state, RolloutState::Active | RolloutState::Paused) || p.staged.is_none()
             {
-                return Err(conflict(
-                    "rollout_not_active",
-                    format!("the rollout of {model} is not active"),
-                ));
+                return Err(not_active());
             }
             RolloutPlan {
                 baseline: p.staged.clone(),
@@ -291,17 +277,9 @@ pub fn next_plan(
                 ..p.clone()
             }
         }
-        (other, Some(_)) => {
-            return Err(ApiError::bad_request(
-                "rollout_invalid",
-                format!(
-                    "unknown action {other:?}; use start, set, pause, resume, rollback or complete"
-                ),
-            ));
-        }
     };
     next.revision = current.map_or(1, |p| p.revision + 1);
-    next.action = req.action.clone();
+    next.action = change.action().to_string();
     next.actor = actor.to_string();
     next.at = at.to_string();
     next.reason = reason;
@@ -312,9 +290,11 @@ pub fn next_plan(
 pub async fn apply(
     store: &Store,
     model: &ModelName,
-    compute: impl Fn(Option<&RolloutPlan>) -> Result<RolloutPlan, ApiError>,
-) -> Result<RolloutPlan, ApiError> {
-    let (_, plan) =
-        revisions::append(store, &prefix(model), |cur| compute(cur.map(|(_, p)| p))).await?;
+    compute: impl Fn(Option<&RolloutPlan>) -> Result<RolloutPlan, RolloutError>,
+) -> Result<RolloutPlan, RolloutError> {
+    let (_, plan) = revisions::append(store, &StorageKey::rollout_log(model), |cur| {
+        compute(cur.map(|(_, p)| p))
+    })
+    .await?;
     Ok(plan)
 }

@@ -8,19 +8,149 @@
 
 use std::collections::BTreeMap;
 
-use actix_web::http::StatusCode;
 use bytes::Bytes;
-use ferry_shared::dsse::{Envelope, KeyRing};
-use ferry_shared::manifest::{ReleaseManifest, verify_release_envelope};
+use ferry_shared::dsse::{DsseError, Envelope, KeyRing};
+use ferry_shared::errors::ErrorCode;
+use ferry_shared::manifest::{ManifestError, ReleaseManifest, verify_release_envelope};
 use ferry_shared::pte::{self, PteLimits, PteReport};
 use ferry_shared::{ModelName, Sha256Digest};
 use futures_util::{Stream, StreamExt as _};
 use object_store::{ObjectStoreExt as _, PutMode, PutOptions, PutPayload, WriteMultipart};
 use sha2::{Digest as _, Sha256};
 
-use crate::api::error::ApiError;
 use crate::storage::catalog::Release;
-use crate::storage::{StorageKey, Store};
+use crate::storage::{StorageKey, Store, StoreError};
+
+/// Why a blob upload or a release was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// The upload body ended with an error; nothing was stored.
+    #[error("the upload body ended with an error: {0}")]
+    Interrupted(String),
+    /// The blob is over the size limit.
+    #[error("blob is larger than the limit of {max} bytes")]
+    BlobTooLarge {
+        /// The limit.
+        max: u64,
+    },
+    /// The bytes do not hash to the digest in the URL.
+    #[error("body hashes to {actual}, not {expected}")]
+    HashMismatch {
+        /// The digest in the URL.
+        expected: Sha256Digest,
+        /// What the bytes hash to.
+        actual: Sha256Digest,
+    },
+    /// An empty blob.
+    #[error("an empty blob cannot be a model")]
+    BlobEmpty,
+    /// The body is not a DSSE envelope.
+    #[error("body is not a DSSE envelope: {0}")]
+    EnvelopeMalformed(String),
+    /// The envelope does not verify against the trusted release keys.
+    #[error(transparent)]
+    Signature(DsseError),
+    /// The signed manifest is not acceptable.
+    #[error(transparent)]
+    Manifest(ManifestError),
+    /// The manifest is for another model than the URL.
+    #[error("the manifest is for {manifest} but was posted to {url}")]
+    ModelMismatch {
+        /// The manifest's model.
+        manifest: ModelName,
+        /// The URL's model.
+        url: ModelName,
+    },
+    /// The version exists; releases are immutable.
+    #[error(
+        "{model} {version} is already published; releases are immutable, publish a new version"
+    )]
+    Exists {
+        /// Model.
+        model: ModelName,
+        /// Version.
+        version: semver::Version,
+    },
+    /// A blob the release names is not uploaded.
+    #[error("variant {variant}: {what} has not been uploaded")]
+    BlobMissing {
+        /// Variant.
+        variant: String,
+        /// Which blob.
+        what: String,
+    },
+    /// A stored blob's size differs from the signed size.
+    #[error("variant {variant}: {what} is {actual} bytes, the manifest says {signed}")]
+    BlobSizeMismatch {
+        /// Variant.
+        variant: String,
+        /// Which blob.
+        what: String,
+        /// Stored size.
+        actual: u64,
+        /// Signed size.
+        signed: u64,
+    },
+    /// A blob is not an ExecuTorch program.
+    #[error("blob {digest} is not a valid .pte: {why}")]
+    NotAPte {
+        /// The blob.
+        digest: Sha256Digest,
+        /// The inspector's reason.
+        why: String,
+    },
+    /// The declared delegate is not in the bytes.
+    #[error("{0}")]
+    DelegateMismatch(String),
+    /// The program's schema is newer than this server knows.
+    #[error(
+        "variant {variant} has program schema version {version}, newer than this server understands ({known})"
+    )]
+    SchemaUnsupported {
+        /// Variant.
+        variant: String,
+        /// Its schema version.
+        version: u32,
+        /// The newest known.
+        known: u32,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Something that should not fail did (logged, not shown).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl PublishError {
+    /// The catalogue code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            PublishError::Interrupted(_) => ErrorCode::UploadInterrupted,
+            PublishError::BlobTooLarge { .. } => ErrorCode::BlobTooLarge,
+            PublishError::HashMismatch { .. } => ErrorCode::HashMismatch,
+            PublishError::BlobEmpty => ErrorCode::BlobEmpty,
+            PublishError::EnvelopeMalformed(_) => ErrorCode::EnvelopeMalformed,
+            PublishError::Signature(e) => e.code(),
+            PublishError::Manifest(e) => e.code(),
+            PublishError::ModelMismatch { .. } => ErrorCode::ModelMismatch,
+            PublishError::Exists { .. } => ErrorCode::ReleaseExists,
+            PublishError::BlobMissing { .. } => ErrorCode::BlobMissing,
+            PublishError::BlobSizeMismatch { .. } => ErrorCode::BlobSizeMismatch,
+            PublishError::NotAPte { .. } => ErrorCode::NotAPte,
+            PublishError::DelegateMismatch(_) => ErrorCode::DelegateMismatch,
+            PublishError::SchemaUnsupported { .. } => ErrorCode::PteSchemaUnsupported,
+            PublishError::Store(e) => e.code(),
+            PublishError::Internal(_) => ErrorCode::Internal,
+        }
+    }
+}
+
+impl From<object_store::Error> for PublishError {
+    fn from(e: object_store::Error) -> Self {
+        PublishError::Store(e.into())
+    }
+}
 
 /// What a blob upload did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +174,7 @@ pub async fn put_blob<S, E>(
     digest: &Sha256Digest,
     body: S,
     max: u64,
-) -> Result<BlobOutcome, ApiError>
+) -> Result<BlobOutcome, PublishError>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
@@ -63,48 +193,32 @@ where
             Ok(c) => c,
             Err(e) => {
                 let _ = writer.abort().await;
-                return Err(ApiError::bad_request(
-                    "upload_interrupted",
-                    format!("the upload body ended with an error: {e}"),
-                ));
+                return Err(PublishError::Interrupted(e.to_string()));
             }
         };
         size += chunk.len() as u64;
         if size > max {
             let _ = writer.abort().await;
-            return Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "blob_too_large",
-                format!("blob is larger than the limit of {max} bytes"),
-            ));
+            return Err(PublishError::BlobTooLarge { max });
         }
         hasher.update(&chunk);
-        if let Err(e) = writer.wait_for_capacity(4).await {
-            return Err(ApiError::unavailable(e));
-        }
+        writer.wait_for_capacity(4).await?;
         writer.write(&chunk);
     }
     let actual = Sha256Digest::from_bytes(hasher.finalize().into());
     if &actual != digest {
         let _ = writer.abort().await;
-        return Err(ApiError::unprocessable(
-            "hash_mismatch",
-            format!("body hashes to {actual}, not {digest}"),
-        ));
+        return Err(PublishError::HashMismatch {
+            expected: *digest,
+            actual,
+        });
     }
     if size == 0 {
         let _ = writer.abort().await;
-        return Err(ApiError::bad_request(
-            "blob_empty",
-            "an empty blob cannot be a model",
-        ));
+        return Err(PublishError::BlobEmpty);
     }
-    writer.finish().await.map_err(ApiError::unavailable)?;
+    writer.finish().await?;
     Ok(BlobOutcome::Created { size })
-}
-
-fn forbidden(code: &'static str, message: String) -> ApiError {
-    ApiError::new(StatusCode::FORBIDDEN, code, message)
 }
 
 /// Reads just enough of a stored blob to inspect it.
@@ -112,22 +226,21 @@ async fn inspect_blob(
     store: &Store,
     digest: &Sha256Digest,
     size: u64,
-) -> Result<PteReport, ApiError> {
+) -> Result<PteReport, PublishError> {
     let key = StorageKey::blob(digest);
     let limits = PteLimits::default();
     let head_len = size.min(64);
     let head = store.get_range(&key, 0..head_len).await?;
     let need = pte::required_prefix(&head, &limits)
-        .map_err(|e| {
-            ApiError::unprocessable("not_a_pte", format!("blob {digest} is not a .pte: {e}"))
+        .map_err(|e| PublishError::NotAPte {
+            digest: *digest,
+            why: e.to_string(),
         })?
         .min(size);
     let prefix = store.get_range(&key, 0..need).await?;
-    pte::inspect_prefix(&prefix, size, &limits).map_err(|e| {
-        ApiError::unprocessable(
-            "not_a_pte",
-            format!("blob {digest} is not a valid .pte ({}): {e}", e.code()),
-        )
+    pte::inspect_prefix(&prefix, size, &limits).map_err(|e| PublishError::NotAPte {
+        digest: *digest,
+        why: format!("({}) {e}", e.code()),
     })
 }
 
@@ -135,25 +248,21 @@ async fn inspect_blob(
 fn check_delegation(
     variant: &ferry_shared::manifest::Variant,
     report: &PteReport,
-) -> Result<(), ApiError> {
+) -> Result<(), PublishError> {
     if let Some(why) = pte::delegation_mismatch(
         variant.id.as_str(),
         variant.delegate,
         &variant.backends,
         report,
     ) {
-        return Err(ApiError::unprocessable("delegate_mismatch", why));
+        return Err(PublishError::DelegateMismatch(why));
     }
     if report.schema_version > pte::KNOWN_SCHEMA_VERSION {
-        return Err(ApiError::unprocessable(
-            "pte_schema_unsupported",
-            format!(
-                "variant {} has program schema version {}, newer than this server understands ({})",
-                variant.id,
-                report.schema_version,
-                pte::KNOWN_SCHEMA_VERSION
-            ),
-        ));
+        return Err(PublishError::SchemaUnsupported {
+            variant: variant.id.to_string(),
+            version: report.schema_version,
+            known: pte::KNOWN_SCHEMA_VERSION,
+        });
     }
     Ok(())
 }
@@ -164,30 +273,17 @@ pub async fn publish_release(
     ring: &KeyRing,
     url_model: &ModelName,
     body: &[u8],
-) -> Result<Release, ApiError> {
-    let envelope: Envelope = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(
-            "envelope_malformed",
-            format!("body is not a DSSE envelope: {e}"),
-        )
-    })?;
-    let verified = verify_release_envelope(&envelope, ring).map_err(|e| match e {
-        ferry_shared::dsse::DsseError::Malformed(_)
-        | ferry_shared::dsse::DsseError::TooLarge { .. } => {
-            ApiError::bad_request(e.code(), e.to_string())
-        }
-        other => forbidden(other.code(), other.to_string()),
-    })?;
-    let manifest = ReleaseManifest::from_json_strict(verified.value())
-        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.code(), e.to_string()))?;
+) -> Result<Release, PublishError> {
+    let envelope: Envelope =
+        serde_json::from_slice(body).map_err(|e| PublishError::EnvelopeMalformed(e.to_string()))?;
+    let verified = verify_release_envelope(&envelope, ring).map_err(PublishError::Signature)?;
+    let manifest =
+        ReleaseManifest::from_json_strict(verified.value()).map_err(PublishError::Manifest)?;
     if &manifest.model != url_model {
-        return Err(ApiError::bad_request(
-            "model_mismatch",
-            format!(
-                "the manifest is for {} but was posted to {url_model}",
-                manifest.model
-            ),
-        ));
+        return Err(PublishError::ModelMismatch {
+            manifest: manifest.model.clone(),
+            url: url_model.clone(),
+        });
     }
     let release_key = StorageKey::release(&manifest.model, &manifest.version);
     if store.head(&release_key).await.is_ok() {
@@ -199,21 +295,20 @@ pub async fn publish_release(
         let meta = match store.head(&key).await {
             Ok(m) => m,
             Err(object_store::Error::NotFound { .. }) => {
-                return Err(ApiError::unprocessable(
-                    "blob_missing",
-                    format!("variant {}: blob {} has not been uploaded", v.id, v.sha256),
-                ));
+                return Err(PublishError::BlobMissing {
+                    variant: v.id.to_string(),
+                    what: format!("blob {}", v.sha256),
+                });
             }
-            Err(e) => return Err(ApiError::unavailable(e)),
+            Err(e) => return Err(e.into()),
         };
         if meta.size != v.size {
-            return Err(ApiError::unprocessable(
-                "blob_size_mismatch",
-                format!(
-                    "variant {}: blob {} is {} bytes, the manifest says {}",
-                    v.id, v.sha256, meta.size, v.size
-                ),
-            ));
+            return Err(PublishError::BlobSizeMismatch {
+                variant: v.id.to_string(),
+                what: format!("blob {}", v.sha256),
+                actual: meta.size,
+                signed: v.size,
+            });
         }
         let report = inspect_blob(store, &v.sha256, v.size).await?;
         check_delegation(v, &report)?;
@@ -221,37 +316,36 @@ pub async fn publish_release(
             match store.head(&StorageKey::blob(&f.sha256)).await {
                 Ok(m) if m.size == f.size => {}
                 Ok(m) => {
-                    return Err(ApiError::unprocessable(
-                        "blob_size_mismatch",
-                        format!(
-                            "variant {}: extra file {} is {} bytes, the manifest says {}",
-                            v.id, f.name, m.size, f.size
-                        ),
-                    ));
+                    return Err(PublishError::BlobSizeMismatch {
+                        variant: v.id.to_string(),
+                        what: format!("extra file {}", f.name),
+                        actual: m.size,
+                        signed: f.size,
+                    });
                 }
                 Err(object_store::Error::NotFound { .. }) => {
-                    return Err(ApiError::unprocessable(
-                        "blob_missing",
-                        format!(
-                            "variant {}: extra file {} ({}) has not been uploaded",
-                            v.id, f.name, f.sha256
-                        ),
-                    ));
+                    return Err(PublishError::BlobMissing {
+                        variant: v.id.to_string(),
+                        what: format!("extra file {} ({})", f.name, f.sha256),
+                    });
                 }
-                Err(e) => return Err(ApiError::unavailable(e)),
+                Err(e) => return Err(e.into()),
             }
         }
         reports.insert(v.id.to_string(), report);
     }
-    let inspection = serde_json::to_value(&reports).map_err(ApiError::internal)?;
-    let ins_bytes = serde_json::to_vec(&inspection).map_err(ApiError::internal)?;
+    let inspection =
+        serde_json::to_value(&reports).map_err(|e| PublishError::Internal(e.to_string()))?;
+    let ins_bytes =
+        serde_json::to_vec(&inspection).map_err(|e| PublishError::Internal(e.to_string()))?;
     store
         .put(
             &StorageKey::inspection(&manifest.model, &manifest.version),
             PutPayload::from(ins_bytes),
         )
         .await?;
-    let env_bytes = serde_json::to_vec(&envelope).map_err(ApiError::internal)?;
+    let env_bytes =
+        serde_json::to_vec(&envelope).map_err(|e| PublishError::Internal(e.to_string()))?;
     match store
         .put_opts(
             &release_key,
@@ -265,7 +359,7 @@ pub async fn publish_release(
     {
         Ok(_) => {}
         Err(object_store::Error::AlreadyExists { .. }) => return Err(release_exists(&manifest)),
-        Err(e) => return Err(ApiError::unavailable(e)),
+        Err(e) => return Err(e.into()),
     }
     Ok(Release {
         manifest,
@@ -274,13 +368,9 @@ pub async fn publish_release(
     })
 }
 
-fn release_exists(m: &ReleaseManifest) -> ApiError {
-    ApiError::new(
-        StatusCode::CONFLICT,
-        "release_exists",
-        format!(
-            "{} {} is already published; releases are immutable, publish a new version",
-            m.model, m.version
-        ),
-    )
+fn release_exists(m: &ReleaseManifest) -> PublishError {
+    PublishError::Exists {
+        model: m.model.clone(),
+        version: m.version.clone(),
+    }
 }

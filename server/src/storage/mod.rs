@@ -1,9 +1,13 @@
 //! The object-store key layout, defined in one place.
 //!
 //! ```text
-//! blobs/sha256/<hex>                   .pte bytes, immutable
-//! releases/<model>/<version>.json      DSSE-signed release manifest, immutable (create-if-absent)
-//! inspections/<model>/<version>.json   the inspector's report per variant, written first
+//! blobs/sha256/<hex>                                  .pte bytes, immutable
+//! releases/<model>/<version>.json                     DSSE-signed release manifest, immutable (create-if-absent)
+//! inspections/<model>/<version>.json                  the inspector's report per variant, written first
+//! state/<model>/rollout/<revision>.json               rollout plan revisions (create-if-absent)
+//! state/<model>/deny/<revision>.json                  deny-list revisions (create-if-absent)
+//! telemetry/raw/date=YYYY-MM-DD/hour=HH/<node>-<ns>.ndjson   raw telemetry events
+//! telemetry/rollup/<model>/<node>.json                each replica's latest aggregates
 //! ```
 //! Model names and versions are validated newtypes, so a key can never escape its prefix.
 //!
@@ -15,10 +19,54 @@ pub mod revisions;
 
 use std::sync::Arc;
 
+use ferry_shared::errors::ErrorCode;
 use ferry_shared::{ModelName, Sha256Digest};
 use object_store::ObjectStore;
 use object_store::path::Path as StorePath;
 use semver::Version;
+
+/// What can go wrong reading or writing the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The object does not exist.
+    #[error("no such object")]
+    NotFound,
+    /// The store did not answer (or answered with an error).
+    #[error("storage is unavailable: {0}")]
+    Unavailable(object_store::Error),
+    /// A revision log changed under us too many times in a row.
+    #[error("{prefix} changed {tries} times while this change was being made; try again")]
+    Contended {
+        /// The log.
+        prefix: String,
+        /// How many times we tried.
+        tries: usize,
+    },
+    /// A value could not be encoded for storage.
+    #[error("cannot encode a revision: {0}")]
+    Encode(String),
+}
+
+impl StoreError {
+    /// The catalogue code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            StoreError::NotFound => ErrorCode::NotFound,
+            StoreError::Unavailable(_) => ErrorCode::StorageUnavailable,
+            StoreError::Contended { .. } => ErrorCode::StateContended,
+            StoreError::Encode(_) => ErrorCode::Internal,
+        }
+    }
+}
+
+impl From<object_store::Error> for StoreError {
+    fn from(e: object_store::Error) -> Self {
+        match e {
+            object_store::Error::NotFound { .. } => StoreError::NotFound,
+            other => StoreError::Unavailable(other),
+        }
+    }
+}
 
 /// The shared store handle.
 pub type Store = Arc<dyn ObjectStore>;
@@ -45,6 +93,38 @@ impl StorageKey {
     /// A release's inspection report key.
     pub fn inspection(model: &ModelName, version: &Version) -> StorePath {
         StorePath::from(format!("inspections/{model}/{version}.json"))
+    }
+
+    /// The revision-log prefix of `model`'s rollout plans.
+    pub fn rollout_log(model: &ModelName) -> String {
+        format!("state/{model}/rollout")
+    }
+
+    /// The revision-log prefix of `model`'s deny list.
+    pub fn deny_log(model: &ModelName) -> String {
+        format!("state/{model}/deny")
+    }
+
+    /// Where a replica flushes a batch of raw telemetry lines received at `now`.
+    pub fn telemetry_raw(now: time::OffsetDateTime, node: &str) -> StorePath {
+        StorePath::from(format!(
+            "telemetry/raw/date={:04}-{:02}-{:02}/hour={:02}/{node}-{}.ndjson",
+            now.year(),
+            u8::from(now.month()),
+            now.day(),
+            now.hour(),
+            now.unix_timestamp_nanos()
+        ))
+    }
+
+    /// A replica's latest aggregates of `model`.
+    pub fn telemetry_rollup(model: &ModelName, node: &str) -> StorePath {
+        StorePath::from(format!("telemetry/rollup/{model}/{node}.json"))
+    }
+
+    /// A key that never exists, read by the readiness probe.
+    pub fn readiness_probe() -> StorePath {
+        StorePath::from("readyz-probe")
     }
 
     /// Parses `releases/<model>/<version>.json` back into its parts.
@@ -98,8 +178,11 @@ pub fn open(
 pub fn open_local(dir: &std::path::Path) -> anyhow::Result<Store> {
     std::fs::create_dir_all(dir)
         .map_err(|e| anyhow::anyhow!("cannot create store directory {}: {e}", dir.display()))?;
+    // Every acknowledged write (a release, a rollout revision) must survive a power loss: the
+    // local store fsyncs each file and its folder before a put returns.
     let fs = object_store::local::LocalFileSystem::new_with_prefix(dir)
-        .map_err(|e| anyhow::anyhow!("cannot open store {}: {e}", dir.display()))?;
+        .map_err(|e| anyhow::anyhow!("cannot open store {}: {e}", dir.display()))?
+        .with_fsync(true);
     Ok(Arc::new(fs))
 }
 

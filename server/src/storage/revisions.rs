@@ -10,8 +10,7 @@ use object_store::{ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::api::error::ApiError;
-use crate::storage::Store;
+use crate::storage::{Store, StoreError};
 
 /// How many times a change is retried after losing a race.
 pub const MAX_RACE_RETRIES: usize = 64;
@@ -21,12 +20,11 @@ fn key(prefix: &str, revision: u64) -> StorePath {
 }
 
 /// The revision keys under `prefix`, oldest first.
-async fn numbered(store: &Store, prefix: &str) -> Result<Vec<(u64, StorePath)>, ApiError> {
+async fn numbered(store: &Store, prefix: &str) -> Result<Vec<(u64, StorePath)>, StoreError> {
     let metas: Vec<_> = store
         .list(Some(&StorePath::from(prefix)))
         .try_collect()
-        .await
-        .map_err(ApiError::unavailable)?;
+        .await?;
     let mut numbered: Vec<(u64, StorePath)> = metas
         .into_iter()
         .filter_map(|m| {
@@ -42,13 +40,8 @@ async fn numbered(store: &Store, prefix: &str) -> Result<Vec<(u64, StorePath)>, 
 async fn read_one<T: DeserializeOwned>(
     store: &Store,
     key: &StorePath,
-) -> Result<Option<T>, ApiError> {
-    let bytes = store
-        .get(key)
-        .await?
-        .bytes()
-        .await
-        .map_err(ApiError::unavailable)?;
+) -> Result<Option<T>, StoreError> {
+    let bytes = store.get(key).await?.bytes().await?;
     match serde_json::from_slice::<T>(&bytes) {
         Ok(v) => Ok(Some(v)),
         Err(e) => {
@@ -62,7 +55,7 @@ async fn read_one<T: DeserializeOwned>(
 pub async fn all<T: DeserializeOwned>(
     store: &Store,
     prefix: &str,
-) -> Result<Vec<(u64, T)>, ApiError> {
+) -> Result<Vec<(u64, T)>, StoreError> {
     let numbered = numbered(store, prefix).await?;
     let mut out = Vec::with_capacity(numbered.len());
     for (n, k) in numbered {
@@ -77,7 +70,7 @@ pub async fn all<T: DeserializeOwned>(
 pub async fn latest<T: DeserializeOwned>(
     store: &Store,
     prefix: &str,
-) -> Result<Option<(u64, T)>, ApiError> {
+) -> Result<Option<(u64, T)>, StoreError> {
     for (n, k) in numbered(store, prefix).await?.into_iter().rev() {
         if let Some(v) = read_one(store, &k).await? {
             return Ok(Some((n, v)));
@@ -86,17 +79,23 @@ pub async fn latest<T: DeserializeOwned>(
     Ok(None)
 }
 
-/// Appends revision `current + 1` computed from the newest one, retrying lost races.
-pub async fn append<T: Serialize + DeserializeOwned>(
+/// Appends revision `current + 1` computed from the newest one, retrying lost races. `compute`
+/// may refuse the change with its own error type.
+pub async fn append<T, E>(
     store: &Store,
     prefix: &str,
-    compute: impl Fn(Option<&(u64, T)>) -> Result<T, ApiError>,
-) -> Result<(u64, T), ApiError> {
+    compute: impl Fn(Option<&(u64, T)>) -> Result<T, E>,
+) -> Result<(u64, T), E>
+where
+    T: Serialize + DeserializeOwned,
+    E: From<StoreError>,
+{
     for _ in 0..MAX_RACE_RETRIES {
         let current = latest::<T>(store, prefix).await?;
         let next = compute(current.as_ref())?;
         let revision = current.as_ref().map_or(1, |(n, _)| n + 1);
-        let bytes = serde_json::to_vec_pretty(&next).map_err(ApiError::internal)?;
+        let bytes =
+            serde_json::to_vec_pretty(&next).map_err(|e| StoreError::Encode(e.to_string()))?;
         let opts = PutOptions {
             mode: PutMode::Create,
             ..PutOptions::default()
@@ -107,14 +106,12 @@ pub async fn append<T: Serialize + DeserializeOwned>(
         {
             Ok(_) => return Ok((revision, next)),
             Err(object_store::Error::AlreadyExists { .. }) => continue,
-            Err(e) => return Err(ApiError::unavailable(e)),
+            Err(e) => return Err(StoreError::from(e).into()),
         }
     }
-    Err(ApiError::new(
-        actix_web::http::StatusCode::CONFLICT,
-        "state_contended",
-        format!(
-            "{prefix} changed {MAX_RACE_RETRIES} times while this change was being made; try again"
-        ),
-    ))
+    Err(StoreError::Contended {
+        prefix: prefix.to_string(),
+        tries: MAX_RACE_RETRIES,
+    }
+    .into())
 }

@@ -18,6 +18,7 @@
 
 mod fb;
 
+use crate::errors::ErrorCode;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -108,13 +109,13 @@ pub enum PteError {
 
 impl PteError {
     /// Stable machine-readable code.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            PteError::Truncated(_) => "pte_truncated",
-            PteError::NotAProgram { .. } => "pte_not_a_program",
-            PteError::BadHeader(_) => "pte_bad_header",
-            PteError::Malformed { .. } => "pte_malformed",
-            PteError::LimitExceeded { .. } => "pte_limit_exceeded",
+            PteError::Truncated(_) => ErrorCode::PteTruncated,
+            PteError::NotAProgram { .. } => ErrorCode::PteNotAProgram,
+            PteError::BadHeader(_) => ErrorCode::PteBadHeader,
+            PteError::Malformed { .. } => ErrorCode::PteMalformed,
+            PteError::LimitExceeded { .. } => ErrorCode::PteLimitExceeded,
         }
     }
 }

@@ -106,12 +106,15 @@ fn every_truncation_is_an_error() {
 #[test]
 fn not_a_program() {
     let e = inspect(b"PK\x03\x04 this is a zip file, not a program").expect_err("zip");
-    assert_eq!(e.code(), "pte_not_a_program");
+    assert_eq!(e.code().as_str(), "pte_not_a_program");
     let e = inspect(b"").expect_err("empty");
-    assert_eq!(e.code(), "pte_truncated");
+    assert_eq!(e.code().as_str(), "pte_truncated");
     let mut b = fixture("mlp-v1-xnnpack").to_vec();
     b[4..8].copy_from_slice(b"ET13");
-    assert_eq!(inspect(&b).expect_err("future").code(), "pte_not_a_program");
+    assert_eq!(
+        inspect(&b).expect_err("future").code().as_str(),
+        "pte_not_a_program"
+    );
 }
 
 #[test]
@@ -120,19 +123,19 @@ fn header_lies_are_caught() {
     let mut b = good.to_vec();
     b[16..24].copy_from_slice(&(1u64 << 40).to_le_bytes());
     assert_eq!(
-        inspect(&b).expect_err("huge program").code(),
+        inspect(&b).expect_err("huge program").code().as_str(),
         "pte_truncated"
     );
     let mut b = good.to_vec();
     b[12..16].copy_from_slice(&7u32.to_le_bytes());
     assert_eq!(
-        inspect(&b).expect_err("short header").code(),
+        inspect(&b).expect_err("short header").code().as_str(),
         "pte_bad_header"
     );
     let mut b = good.to_vec();
     b[24..32].copy_from_slice(&8u64.to_le_bytes());
     assert_eq!(
-        inspect(&b).expect_err("base inside").code(),
+        inspect(&b).expect_err("base inside").code().as_str(),
         "pte_bad_header"
     );
 }
@@ -145,7 +148,10 @@ fn limits_are_enforced() {
         ..PteLimits::default()
     };
     assert_eq!(
-        inspect_with(bytes, &tight).expect_err("work").code(),
+        inspect_with(bytes, &tight)
+            .expect_err("work")
+            .code()
+            .as_str(),
         "pte_limit_exceeded"
     );
     let tight = PteLimits {
@@ -153,7 +159,10 @@ fn limits_are_enforced() {
         ..PteLimits::default()
     };
     assert_eq!(
-        inspect_with(bytes, &tight).expect_err("size").code(),
+        inspect_with(bytes, &tight)
+            .expect_err("size")
+            .code()
+            .as_str(),
         "pte_limit_exceeded"
     );
     let tight = PteLimits {
@@ -161,7 +170,10 @@ fn limits_are_enforced() {
         ..PteLimits::default()
     };
     assert_eq!(
-        inspect_with(bytes, &tight).expect_err("string").code(),
+        inspect_with(bytes, &tight)
+            .expect_err("string")
+            .code()
+            .as_str(),
         "pte_limit_exceeded"
     );
 }
@@ -228,7 +240,7 @@ fn aliased_offsets_cannot_make_it_loop() {
     assert!(bytes.len() < 200_000);
     let start = std::time::Instant::now();
     let e = inspect(&bytes).expect_err("must hit a limit");
-    assert_eq!(e.code(), "pte_limit_exceeded");
+    assert_eq!(e.code().as_str(), "pte_limit_exceeded");
     // Not a timing assertion on performance: a generous bound that only a hang would break.
     assert!(start.elapsed().as_secs() < 60);
 }
@@ -268,10 +280,29 @@ proptest! {
         if with_id && bytes.len() >= 8 {
             bytes[4..8].copy_from_slice(b"ET12");
         }
-        // Random data almost never forms a valid program; it must never panic either way.
-        let r = inspect(&bytes);
-        if !with_id {
-            prop_assert!(r.is_err());
+        // Random data almost never forms a valid program; it must never panic either way, and
+        // every outcome says something checkable.
+        let has_id = bytes.len() >= 8 && &bytes[4..8] == b"ET12";
+        match inspect(&bytes) {
+            Err(e) if bytes.len() < 8 => {
+                prop_assert_eq!(e.code(), ErrorCode::PteTruncated);
+            }
+            Err(e) if !has_id => {
+                prop_assert_eq!(e.code(), ErrorCode::PteNotAProgram);
+            }
+            Err(e) => {
+                // Past the identifier check, so refused for what the bytes hold.
+                prop_assert_ne!(e.code(), ErrorCode::PteNotAProgram);
+            }
+            Ok(report) => {
+                // Only with the identifier, and deterministically so.
+                prop_assert!(has_id);
+                let again = inspect(&bytes).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                prop_assert_eq!(
+                    serde_json::to_string(&report).map_err(|e| TestCaseError::fail(e.to_string()))?,
+                    serde_json::to_string(&again).map_err(|e| TestCaseError::fail(e.to_string()))?
+                );
+            }
         }
     }
 

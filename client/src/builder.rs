@@ -1,0 +1,202 @@
+//! [`ClientBuilder`]: the settings of a [`Client`] and their defaults.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ferry_shared::trust::TrustFile;
+use semver::Version;
+
+use crate::Client;
+use crate::cache::Cache;
+use crate::download::{DownloadLimits, ProgressFn};
+use crate::error::ClientError;
+use crate::runtime::Runtime;
+use crate::telemetry;
+use crate::types::{Clock, SystemClock};
+
+/// Builds a [`Client`].
+pub struct ClientBuilder {
+    server: String,
+    trust: TrustFile,
+    cache_dir: Option<PathBuf>,
+    cache_budget: u64,
+    app_version: Option<Version>,
+    runtime: Option<Arc<dyn Runtime>>,
+    clock: Arc<dyn Clock>,
+    limits: DownloadLimits,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    max_response_bytes: u64,
+    progress: Option<ProgressFn>,
+    method: String,
+    max_telemetry_events: usize,
+    root_certs: Vec<Vec<u8>>,
+    autosend: bool,
+}
+
+impl ClientBuilder {
+    /// A builder for `server` (base URL) trusting the keys in `trust` (a server's
+    /// `keys/trust.json`, pinned in the app).
+    pub fn new(server: impl Into<String>, trust: TrustFile) -> Self {
+        Self {
+            server: server.into().trim_end_matches('/').to_string(),
+            trust,
+            cache_dir: None,
+            cache_budget: 512 << 20,
+            app_version: None,
+            runtime: None,
+            clock: Arc::new(SystemClock),
+            limits: DownloadLimits::default(),
+            connect_timeout: Duration::from_secs(10),
+            response_timeout: Duration::from_secs(30),
+            max_response_bytes: 4 << 20,
+            progress: None,
+            method: "forward".into(),
+            max_telemetry_events: telemetry::DEFAULT_MAX_EVENTS,
+            root_certs: Vec::new(),
+            autosend: false,
+        }
+    }
+
+    /// The cache folder (required).
+    pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cache_dir = Some(dir.into());
+        self
+    }
+
+    /// Byte budget of the cache (default 512 MiB).
+    pub fn cache_budget(mut self, bytes: u64) -> Self {
+        self.cache_budget = bytes;
+        self
+    }
+
+    /// The app's version (required).
+    pub fn app_version(mut self, v: Version) -> Self {
+        self.app_version = Some(v);
+        self
+    }
+
+    /// The runtime programs are loaded into (required).
+    pub fn runtime(mut self, r: Arc<dyn Runtime>) -> Self {
+        self.runtime = Some(r);
+        self
+    }
+
+    /// The clock (default: the system clock).
+    pub fn clock(mut self, c: Arc<dyn Clock>) -> Self {
+        self.clock = c;
+        self
+    }
+
+    /// Download limits and retry policy.
+    pub fn download_limits(mut self, l: DownloadLimits) -> Self {
+        self.limits = l;
+        self
+    }
+
+    /// Connect timeout (default 10 s) and time to the response headers (default 30 s).
+    pub fn timeouts(mut self, connect: Duration, response: Duration) -> Self {
+        self.connect_timeout = connect;
+        self.response_timeout = response;
+        self
+    }
+
+    /// A progress callback for downloads.
+    pub fn progress(mut self, f: ProgressFn) -> Self {
+        self.progress = Some(f);
+        self
+    }
+
+    /// The method to load and check (default `forward`).
+    pub fn method(mut self, m: impl Into<String>) -> Self {
+        self.method = m.into();
+        self
+    }
+
+    /// Bound on queued telemetry events (default 1000).
+    pub fn max_telemetry_events(mut self, n: usize) -> Self {
+        self.max_telemetry_events = n;
+        self
+    }
+
+    /// After every load, send queued telemetry on a background thread (default off: call
+    /// [`Client::send_telemetry`] yourself). At most one send runs at a time; a load never
+    /// waits for it.
+    pub fn telemetry_autosend(mut self, on: bool) -> Self {
+        self.autosend = on;
+        self
+    }
+
+    /// Trust this CA certificate (DER) for HTTPS in addition to nothing else (replaces the
+    /// built-in web roots).
+    pub fn root_certificate_der(mut self, der: Vec<u8>) -> Self {
+        self.root_certs.push(der);
+        self
+    }
+
+    /// Builds the client, opening (and repairing) the cache.
+    pub fn build(self) -> Result<Client, ClientError> {
+        let cache_dir = self
+            .cache_dir
+            .ok_or_else(|| ClientError::Config("cache_dir is required".into()))?;
+        let app_version = self
+            .app_version
+            .ok_or_else(|| ClientError::Config("app_version is required".into()))?;
+        let runtime = self
+            .runtime
+            .ok_or_else(|| ClientError::Config("a runtime is required".into()))?;
+        if !(self.server.starts_with("http://") || self.server.starts_with("https://")) {
+            return Err(ClientError::Config(format!(
+                "server {:?} must be an http(s) URL",
+                self.server
+            )));
+        }
+        let trust = self
+            .trust
+            .to_keyring()
+            .map_err(|e| ClientError::Config(e.to_string()))?;
+        if trust.is_empty() {
+            return Err(ClientError::Config("the trust file lists no key".into()));
+        }
+        let mut cfg = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(self.connect_timeout))
+            .timeout_recv_response(Some(self.response_timeout))
+            .user_agent(concat!("ferry-client/", env!("CARGO_PKG_VERSION")));
+        if !self.root_certs.is_empty() {
+            let certs = self
+                .root_certs
+                .into_iter()
+                .map(|d| ureq::tls::Certificate::from_der(&d).to_owned())
+                .collect();
+            cfg = cfg.tls_config(
+                ureq::tls::TlsConfig::builder()
+                    .root_certs(ureq::tls::RootCerts::Specific(Arc::new(certs)))
+                    .build(),
+            );
+        }
+        let (cache, _) = Cache::open(&cache_dir, self.cache_budget)?;
+        Ok(Client {
+            server: self.server,
+            trust,
+            agent: cfg.build().new_agent(),
+            telemetry: Arc::new(telemetry::TelemetryQueue::new(
+                &cache_dir,
+                self.max_telemetry_events,
+            )),
+            autosend: self.autosend,
+            sending: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            cache: Mutex::new(cache),
+            runtime,
+            app_version,
+            clock: self.clock,
+            limits: self.limits,
+            max_response_bytes: self.max_response_bytes,
+            progress: self.progress,
+            method: self.method,
+            in_use: Arc::new(Mutex::new(BTreeMap::new())),
+        })
+    }
+}

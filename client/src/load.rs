@@ -1,0 +1,436 @@
+//! Loading: for each verified candidate, best first, the cached or downloaded blob, the
+//! runtime's open and method load, the golden check; telemetry for every step; the last known
+//! good variant when the server cannot be used.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use ferry_shared::Sha256Digest;
+use ferry_shared::errors::ErrorCode;
+use ferry_shared::manifest::Variant;
+use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
+
+use crate::cache::{ModelEntry, VerifiedBlob};
+use crate::error::{Attempt, ClientError};
+use crate::runtime::{Program, max_abs_diff};
+use crate::types::{CachedModel, DeviceInfo, InUseGuard, LoadedModel, Prefetched, Source};
+use crate::verify::{PlannedVariant, verify_release};
+use crate::{Client, download};
+
+/// A failed load: stable code and message.
+type LoadFailure = (String, String);
+
+impl Client {
+    /// Makes sure the variant's verified bytes are in the cache; returns them and whether
+    /// they were downloaded now.
+    fn ensure_blob(&self, c: &PlannedVariant) -> Result<(VerifiedBlob, bool), ClientError> {
+        let v = &c.variant;
+        {
+            let mut cache = self.cache();
+            if let Some(blob) = cache.verified_blob(&v.sha256, v.size)? {
+                cache.mark_used(&v.sha256, v.size)?;
+                return Ok((blob, false));
+            }
+        }
+        let part = self.cache().part_path(&v.sha256);
+        let result = download::fetch(
+            &self.agent,
+            &self.url_for(&c.url),
+            &part,
+            v,
+            &self.limits,
+            self.progress.as_ref(),
+        );
+        if let Err(e) = result {
+            if matches!(e, ClientError::DiskFull { .. }) {
+                // Free what the failed download took; the cache stays as it was.
+                let _ = std::fs::remove_file(&part);
+            }
+            return Err(e);
+        }
+        let blob = self.cache().commit_part(&v.sha256, v.size)?;
+        Ok((blob, true))
+    }
+
+    fn event(
+        &self,
+        kind: EventKind,
+        release: &str,
+        model: &str,
+        v: Option<&Variant>,
+        device: &DeviceInfo,
+    ) -> TelemetryEvent {
+        TelemetryEvent {
+            kind,
+            model: model.to_string(),
+            release: release.to_string(),
+            variant: v.map(|v| v.id.to_string()).unwrap_or_default(),
+            delegate: v.map(|v| v.delegate.to_string()).unwrap_or_default(),
+            outcome: Outcome::Ok,
+            error_code: None,
+            load_ms: None,
+            install_id: device.install_id.clone(),
+            platform: device.platform.to_string(),
+            soc: device.soc.clone(),
+            device_model: device.device_model.clone(),
+            os_version: device.os_version.clone(),
+            app_version: self.app_version.to_string(),
+            runtime_version: self.runtime.version().to_string(),
+            at: self
+                .clock
+                .now()
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default(),
+            to_variant: None,
+        }
+    }
+
+    /// Opens the program, checks backends, loads the method, runs the golden check.
+    fn open_and_check(
+        &self,
+        blob: &VerifiedBlob,
+        v: &Variant,
+    ) -> Result<(Box<dyn Program>, Option<f64>), LoadFailure> {
+        let registered = self.runtime.registered_backends();
+        let mut program = self
+            .runtime
+            .open(blob)
+            .map_err(|e| (e.code.to_string(), e.message))?;
+        let needed = program
+            .method_backends(&self.method)
+            .map_err(|e| (e.code.to_string(), e.message))?;
+        let missing: Vec<String> = needed
+            .into_iter()
+            .filter(|b| !registered.contains(b))
+            .collect();
+        if let Err(e) = program.load_method(&self.method) {
+            let msg = if missing.is_empty() {
+                e.message
+            } else {
+                format!(
+                    "{}; method {} needs {}, which this runtime does not register",
+                    e.message,
+                    self.method,
+                    missing.join(", ")
+                )
+            };
+            return Err((e.code.to_string(), msg));
+        }
+        let mut diff = None;
+        if let Some(g) = &v.golden {
+            let out = program
+                .run(&self.method, &g.input)
+                .map_err(|e| (e.code.to_string(), e.message))?;
+            match max_abs_diff(&out, &g.output) {
+                Some(d) if d <= g.atol => diff = Some(d),
+                Some(d) => {
+                    return Err((
+                        ErrorCode::GoldenMismatch.as_str().into(),
+                        format!("golden check: max |diff| {d:e} exceeds atol {:e}", g.atol),
+                    ));
+                }
+                None => {
+                    return Err((
+                        ErrorCode::GoldenMismatch.as_str().into(),
+                        "golden check: output shapes differ".into(),
+                    ));
+                }
+            }
+        }
+        Ok((program, diff))
+    }
+
+    /// Resolves, downloads, verifies, caches and loads `model` for `device`, falling back
+    /// through the candidates; serves the last known good cached variant when the server
+    /// cannot be used.
+    pub fn load(&self, model: &str, device: &DeviceInfo) -> Result<LoadedModel, ClientError> {
+        let result = self.load_inner(model, device);
+        if self.autosend {
+            self.send_in_background();
+        }
+        result
+    }
+
+    /// Starts a background send unless one is running.
+    fn send_in_background(&self) {
+        use std::sync::atomic::Ordering;
+        if self.sending.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (queue, agent, server, flag) = (
+            self.telemetry.clone(),
+            self.agent.clone(),
+            self.server.clone(),
+            self.sending.clone(),
+        );
+        let spawned = std::thread::Builder::new()
+            .name("ferry-telemetry".into())
+            .spawn(move || {
+                queue.send(&agent, &server);
+                flag.store(false, Ordering::Release);
+            });
+        if spawned.is_err() {
+            self.sending.store(false, Ordering::Release);
+        }
+    }
+
+    fn load_inner(&self, model: &str, device: &DeviceInfo) -> Result<LoadedModel, ClientError> {
+        let plan = match self.resolve(model, device) {
+            Ok(p) => p,
+            Err(e) => {
+                if matches!(
+                    e,
+                    ClientError::Verify { .. }
+                        | ClientError::Expired { .. }
+                        | ClientError::Replay { .. }
+                ) {
+                    let ev = TelemetryEvent {
+                        outcome: Outcome::Failed,
+                        error_code: Some(e.code().to_string()),
+                        ..self.event(EventKind::Verify, "", model, None, device)
+                    };
+                    let _ = self.telemetry.push(&[ev]);
+                }
+                return self.load_last_good(model, e);
+            }
+        };
+        let release = plan.manifest.version.to_string();
+        let mut attempts = Vec::new();
+        let mut events = Vec::new();
+        for (i, c) in plan.candidates.iter().enumerate() {
+            let v = &c.variant;
+            let fail = |code: &str,
+                        message: String,
+                        events: &mut Vec<TelemetryEvent>,
+                        attempts: &mut Vec<Attempt>| {
+                attempts.push(Attempt {
+                    variant: v.id.to_string(),
+                    delegate: v.delegate.to_string(),
+                    error_code: code.to_string(),
+                    message,
+                });
+                if let Some(next) = plan.candidates.get(i + 1) {
+                    events.push(TelemetryEvent {
+                        error_code: Some(code.to_string()),
+                        outcome: Outcome::Failed,
+                        to_variant: Some(next.variant.id.to_string()),
+                        ..self.event(EventKind::Fallback, &release, model, Some(v), device)
+                    });
+                }
+            };
+            let (blob, downloaded) = match self.ensure_blob(c) {
+                Ok(x) => x,
+                Err(e) => {
+                    events.push(TelemetryEvent {
+                        outcome: Outcome::Failed,
+                        error_code: Some(e.code().to_string()),
+                        ..self.event(EventKind::Download, &release, model, Some(v), device)
+                    });
+                    if matches!(e, ClientError::DiskFull { .. }) {
+                        let _ = self.telemetry.push(&events);
+                        return Err(e);
+                    }
+                    fail(e.code(), e.to_string(), &mut events, &mut attempts);
+                    continue;
+                }
+            };
+            if downloaded {
+                events.push(self.event(EventKind::Download, &release, model, Some(v), device));
+            }
+            let started = Instant::now();
+            match self.open_and_check(&blob, v) {
+                Ok((program, golden)) => {
+                    let ms = started.elapsed().as_secs_f64() * 1000.0;
+                    events.push(TelemetryEvent {
+                        load_ms: Some(ms),
+                        ..self.event(EventKind::Load, &release, model, Some(v), device)
+                    });
+                    let _ = self.telemetry.push(&events);
+                    let entry = ModelEntry {
+                        release: release.clone(),
+                        variant: v.id.to_string(),
+                        delegate: v.delegate.to_string(),
+                        sha256: v.sha256,
+                        size: v.size,
+                        release_envelope: plan.release_envelope.clone(),
+                    };
+                    let guard = InUseGuard::new(&self.in_use, v.sha256);
+                    {
+                        let mut cache = self.cache();
+                        cache.set_last_good(model, entry)?;
+                        let in_use: BTreeSet<Sha256Digest> = self
+                            .in_use
+                            .lock()
+                            .map(|g| g.keys().copied().collect())
+                            .unwrap_or_default();
+                        cache.evict(&in_use)?;
+                    }
+                    return Ok(LoadedModel {
+                        model: model.to_string(),
+                        release,
+                        variant: v.id.to_string(),
+                        delegate: v.delegate.to_string(),
+                        path: blob.path().to_path_buf(),
+                        source: if downloaded {
+                            Source::Downloaded
+                        } else {
+                            Source::Cached
+                        },
+                        attempts,
+                        golden_max_abs_diff: golden,
+                        method: self.method.clone(),
+                        program,
+                        _guard: guard,
+                    });
+                }
+                Err((code, message)) => {
+                    events.push(TelemetryEvent {
+                        outcome: Outcome::Failed,
+                        error_code: Some(code.clone()),
+                        load_ms: Some(started.elapsed().as_secs_f64() * 1000.0),
+                        ..self.event(EventKind::Load, &release, model, Some(v), device)
+                    });
+                    fail(&code, message, &mut events, &mut attempts);
+                }
+            }
+        }
+        let _ = self.telemetry.push(&events);
+        Err(ClientError::AllCandidatesFailed { attempts })
+    }
+
+    /// The model's last known good entry, checked against the release envelope stored with it:
+    /// the envelope against the trusted release keys, then the entry's model, release version,
+    /// variant id, delegate, digest and size against that signed manifest, then the bytes on
+    /// disk (`blob` is `None` when they failed and were removed). `Ok(None)`: nothing cached.
+    fn last_good(&self, model: &str) -> Result<Option<LastGood>, ClientError> {
+        let Some(entry) = self.cache().last_good(model).cloned() else {
+            return Ok(None);
+        };
+        let manifest = verify_release(&entry.release_envelope, &self.trust)?.into_inner();
+        if manifest.model.as_str() != model || manifest.version.to_string() != entry.release {
+            return Err(ClientError::DecisionMismatch(format!(
+                "the cached entry names {model} {}, its signed release is {} {}",
+                entry.release, manifest.model, manifest.version
+            )));
+        }
+        let variant = manifest
+            .variants
+            .into_iter()
+            .find(|v| {
+                v.id.as_str() == entry.variant
+                    && v.sha256 == entry.sha256
+                    && v.size == entry.size
+                    && v.delegate.to_string() == entry.delegate
+            })
+            .ok_or_else(|| {
+                ClientError::DecisionMismatch(
+                    "the cached entry is not a variant of its signed release".into(),
+                )
+            })?;
+        let blob = self.cache().verified_blob(&variant.sha256, variant.size)?;
+        Ok(Some(LastGood {
+            entry,
+            variant,
+            blob,
+        }))
+    }
+
+    /// Loads the last known good variant after the server could not be used (`cause`).
+    fn load_last_good(&self, model: &str, cause: ClientError) -> Result<LoadedModel, ClientError> {
+        let Some(LastGood {
+            entry,
+            variant,
+            blob,
+        }) = self.last_good(model)?
+        else {
+            return Err(if cause.is_unavailable() {
+                ClientError::NothingCached {
+                    model: model.to_string(),
+                    reason: cause.to_string(),
+                }
+            } else {
+                cause
+            });
+        };
+        let Some(blob) = blob else {
+            return Err(ClientError::NothingCached {
+                model: model.to_string(),
+                reason: format!(
+                    "{cause} (the cached copy failed its integrity check and was removed)"
+                ),
+            });
+        };
+        let (program, golden) =
+            self.open_and_check(&blob, &variant)
+                .map_err(|(code, message)| ClientError::AllCandidatesFailed {
+                    attempts: vec![Attempt {
+                        variant: variant.id.to_string(),
+                        delegate: variant.delegate.to_string(),
+                        error_code: code,
+                        message,
+                    }],
+                })?;
+        Ok(LoadedModel {
+            model: model.to_string(),
+            release: entry.release,
+            variant: entry.variant,
+            delegate: entry.delegate,
+            path: blob.path().to_path_buf(),
+            source: Source::LastKnownGood {
+                code: cause.code().to_string(),
+                reason: cause.to_string(),
+            },
+            attempts: Vec::new(),
+            golden_max_abs_diff: golden,
+            method: self.method.clone(),
+            program,
+            _guard: InUseGuard::new(&self.in_use, variant.sha256),
+        })
+    }
+
+    /// Resolves and downloads (without loading) the best candidate whose backends the runtime
+    /// registered, falling back to the last candidate (XNNPACK).
+    pub fn prefetch(&self, model: &str, device: &DeviceInfo) -> Result<Prefetched, ClientError> {
+        let plan = self.resolve(model, device)?;
+        let registered = self.runtime.registered_backends();
+        let c = plan
+            .candidates
+            .iter()
+            .find(|c| {
+                c.variant
+                    .backends
+                    .iter()
+                    .all(|b| registered.iter().any(|r| r == b.as_str()))
+            })
+            .or(plan.candidates.last())
+            .ok_or_else(|| ClientError::DecisionMismatch("no candidate".into()))?;
+        let (blob, _) = self.ensure_blob(c)?;
+        Ok(Prefetched {
+            release: plan.manifest.version.to_string(),
+            variant: c.variant.id.to_string(),
+            path: blob.path().to_path_buf(),
+        })
+    }
+
+    /// The model's last known good variant on disk (usable offline), after re-checking the
+    /// signature of its release, that the cached entry is a variant of that release, and its
+    /// bytes. `None` when nothing is cached or any check fails.
+    pub fn cached(&self, model: &str) -> Option<CachedModel> {
+        let LastGood { entry, blob, .. } = self.last_good(model).ok()??;
+        let blob = blob?;
+        Some(CachedModel {
+            release: entry.release,
+            variant: entry.variant,
+            delegate: entry.delegate,
+            path: blob.path().to_path_buf(),
+            sha256: entry.sha256,
+        })
+    }
+}
+
+/// A cached entry checked by [`Client::last_good`].
+struct LastGood {
+    entry: ModelEntry,
+    variant: Variant,
+    blob: Option<VerifiedBlob>,
+}

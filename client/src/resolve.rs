@@ -1,0 +1,121 @@
+//! Asking the server what to load: the resolve request built from the device and the runtime,
+//! retries of transient failures, and verification of the answer into a [`Plan`].
+
+use ferry_shared::BackendId;
+use ferry_shared::dsse::Verified;
+use ferry_shared::resolve::{ErrorBody, ResolveRequest, ResolveResponse};
+
+use crate::error::ClientError;
+use crate::types::DeviceInfo;
+use crate::verify::{Plan, verify_response};
+use crate::{Client, download};
+
+impl Client {
+    fn request(&self, model: &str, device: &DeviceInfo) -> Result<ResolveRequest, ClientError> {
+        let mut backends: Vec<String> = self.runtime.registered_backends();
+        for b in &device.claimed_backends {
+            if !backends.contains(b) {
+                backends.push(b.clone());
+            }
+        }
+        Ok(ResolveRequest {
+            model: model
+                .parse()
+                .map_err(|e| ClientError::Config(format!("model: {e}")))?,
+            install_id: device.install_id.clone(),
+            app_version: self.app_version.clone(),
+            runtime_version: self.runtime.version(),
+            backends: backends
+                .iter()
+                .filter_map(|b| BackendId::new(b.as_str()).ok())
+                .collect(),
+            platform: device.platform,
+            os_version: device.os_version.clone(),
+            device_model: device.device_model.clone(),
+            soc: device.soc.clone(),
+            ram_mb: device.ram_mb,
+        })
+    }
+
+    /// Asks the server which variants of `model` suit `device` (retrying transient failures)
+    /// and verifies the answer: the decision against the online keys, its expiry and sequence
+    /// (the sequence is then persisted, so an older answer is refused as a replay), the release
+    /// against the release keys and every candidate against the signed manifest. Nothing is
+    /// downloaded.
+    pub fn resolve(&self, model: &str, device: &DeviceInfo) -> Result<Verified<Plan>, ClientError> {
+        let url = format!("{}/v1/resolve", self.server);
+        let body = serde_json::to_vec(&self.request(model, device)?)
+            .map_err(|e| ClientError::Config(e.to_string()))?;
+        let mut failures = 0u32;
+        let (status, text) = loop {
+            if failures > 0 {
+                std::thread::sleep(download::backoff(&self.limits, failures));
+            }
+            let result = self
+                .agent
+                .post(&url)
+                .header("content-type", "application/json")
+                .send(&body[..]);
+            let problem = match result {
+                Ok(mut resp) => {
+                    let status = resp.status().as_u16();
+                    if status >= 500 && failures < self.limits.retries {
+                        format!("HTTP {status}")
+                    } else if status >= 500 {
+                        return Err(ClientError::Server { url, status });
+                    } else {
+                        let text = resp
+                            .body_mut()
+                            .with_config()
+                            .limit(self.max_response_bytes)
+                            .read_to_string()
+                            .map_err(|e| ClientError::BadResponse {
+                                url: url.clone(),
+                                message: e.to_string(),
+                            })?;
+                        break (status, text);
+                    }
+                }
+                Err(e) => e.to_string(),
+            };
+            failures += 1;
+            if failures > self.limits.retries {
+                return Err(ClientError::Network {
+                    url,
+                    message: problem,
+                });
+            }
+        };
+        if status != 200 {
+            return Err(match serde_json::from_str::<ErrorBody>(&text) {
+                Ok(e) => ClientError::Rejected {
+                    code: e.code,
+                    message: e.message,
+                    status,
+                },
+                Err(_) => ClientError::BadResponse {
+                    url,
+                    message: format!("HTTP {status} without an error body"),
+                },
+            });
+        }
+        let resp: ResolveResponse =
+            serde_json::from_str(&text).map_err(|e| ClientError::BadResponse {
+                url: url.clone(),
+                message: e.to_string(),
+            })?;
+        let last = self.cache().last_sequence(model);
+        let plan = verify_response(&resp, model, &self.trust, self.clock.now(), last)?;
+        self.cache()
+            .record_sequence(model, plan.decision().sequence)?;
+        Ok(plan)
+    }
+
+    pub(crate) fn url_for(&self, url: &str) -> String {
+        if url.starts_with("http://") || url.starts_with("https://") {
+            url.to_string()
+        } else {
+            format!("{}{url}", self.server)
+        }
+    }
+}

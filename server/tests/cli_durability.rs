@@ -1,0 +1,218 @@
+//! What the server acknowledges is on disk: a release and a rollout change survive a SIGKILL
+//! right after their acknowledgement, and the local store really fsyncs each write (counted
+//! with strace while a release is published and a rollout changed).
+
+mod common;
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::{TOKEN, ferry, fixtures, run_ok, serve};
+
+fn signed_release(dir: &Path, keys: &Path, version: &str, file: &str) -> PathBuf {
+    std::fs::copy(fixtures().join(file), dir.join(file)).expect("copy");
+    let toml = format!(
+        "model = \"durable\"\nversion = \"{version}\"\n\n[[variant]]\nid = \"xnnpack-fp32\"\n\
+         file = \"{file}\"\ndelegate = \"xnnpack\"\nquant = \"fp32\"\nruntime = \">=1.5.0\"\napp = \"*\"\n"
+    );
+    let spec = dir.join(format!("VARIANTS-{version}.toml"));
+    std::fs::write(&spec, toml).expect("write");
+    let out = dir.join(format!("release-{version}.json"));
+    run_ok(
+        ferry()
+            .arg("sign")
+            .arg(&spec)
+            .arg("--key")
+            .arg(keys.join("release.key"))
+            .arg("-o")
+            .arg(&out),
+    );
+    out
+}
+
+struct Setup {
+    _tmp: tempfile::TempDir,
+    data: PathBuf,
+    files: PathBuf,
+    v1: PathBuf,
+    v2: PathBuf,
+}
+
+fn setup() -> Setup {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let data = tmp.path().join("data");
+    let files = tmp.path().join("files");
+    std::fs::create_dir_all(&files).expect("mkdir");
+    run_ok(
+        ferry()
+            .args(["keys", "generate", "--out"])
+            .arg(data.join("keys")),
+    );
+    let v1 = signed_release(&files, &data.join("keys"), "1.0.0", "mlp-v1-xnnpack.pte");
+    let v2 = signed_release(&files, &data.join("keys"), "2.0.0", "mlp-v2-xnnpack.pte");
+    Setup {
+        _tmp: tmp,
+        data,
+        files,
+        v1,
+        v2,
+    }
+}
+
+fn publish(s: &Setup, release: &Path, url: &str) -> String {
+    run_ok(
+        ferry()
+            .arg("publish")
+            .arg(release)
+            .arg("--files")
+            .arg(&s.files)
+            .args(["--server", url, "--token", TOKEN, "--quiet"]),
+    )
+}
+
+fn start_rollout(url: &str) -> String {
+    run_ok(ferry().args([
+        "rollout",
+        "start",
+        "durable",
+        "--release",
+        "2.0.0",
+        "--percent",
+        "5",
+        "--server",
+        url,
+        "--token",
+        TOKEN,
+    ]))
+}
+
+#[test]
+fn acknowledged_publish_and_rollout_survive_sigkill() {
+    let s = setup();
+    let server = serve(&s.data);
+    publish(&s, &s.v1, &server.url);
+    let out = publish(&s, &s.v2, &server.url);
+    assert!(out.contains("published durable 2.0.0"), "{out}");
+    let out = start_rollout(&server.url);
+    assert!(out.contains("staged 2.0.0 at 5%"), "{out}");
+    // The very next thing: SIGKILL (Child::kill), no shutdown path runs.
+    drop(server);
+
+    let server = serve(&s.data);
+    let out = run_ok(ferry().args([
+        "rollout",
+        "status",
+        "durable",
+        "--json",
+        "--server",
+        &server.url,
+        "--token",
+        TOKEN,
+    ]));
+    let status: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(status["current"]["staged"], "2.0.0", "{out}");
+    assert_eq!(status["current"]["basis_points"], 500, "{out}");
+    assert_eq!(status["current"]["action"], "start", "{out}");
+    // The release is there, byte for byte: publishing it again is an identical retry.
+    let out = publish(&s, &s.v2, &server.url);
+    assert!(out.contains("already published (identical)"), "{out}");
+}
+
+/// `ferry serve` under `strace -f`, counting fsync and fdatasync calls into a file.
+struct Traced {
+    strace: std::process::Child,
+    log: PathBuf,
+    url: String,
+}
+
+impl Traced {
+    fn start(data: &Path, log: PathBuf) -> Traced {
+        let mut strace = Command::new("strace")
+            .args(["-f", "-qq", "-e", "trace=fsync,fdatasync", "-o"])
+            .arg(&log)
+            .arg(env!("CARGO_BIN_EXE_ferry"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .arg(data)
+            .env("FERRY_ADMIN_TOKEN", TOKEN)
+            .env("FERRY_LOG", "warn")
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("strace is needed for this test; tests/setup.sh installs it");
+        let stderr = strace.stderr.take().expect("stderr");
+        let mut lines = BufReader::new(stderr).lines();
+        let url = loop {
+            let line = lines
+                .next()
+                .expect("the traced server exited before listening")
+                .expect("read");
+            if let Some(rest) = line.strip_prefix("ferry: listening on ") {
+                break rest.split_whitespace().next().expect("url").to_string();
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        Traced { strace, log, url }
+    }
+
+    /// The count once strace's log stops growing (it may lag the acknowledgement a little).
+    fn settled_fsyncs(&self) -> usize {
+        let mut last = self.fsyncs();
+        for _ in 0..20 {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            let now = self.fsyncs();
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+        last
+    }
+
+    fn fsyncs(&self) -> usize {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("fsync(") || l.contains("fdatasync("))
+            .count()
+    }
+}
+
+impl Drop for Traced {
+    fn drop(&mut self) {
+        // Kill the traced server (strace's child) first; strace then exits by itself.
+        let pid = self.strace.id();
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        for child in children.split_whitespace() {
+            let _ = Command::new("kill").args(["-9", child]).status();
+        }
+        let _ = self.strace.kill();
+        let _ = self.strace.wait();
+    }
+}
+
+#[test]
+fn the_local_store_fsyncs_every_acknowledged_write() {
+    let s = setup();
+    let log = s.data.parent().expect("tmp").join("fsync.log");
+    let traced = Traced::start(&s.data, log);
+    publish(&s, &s.v1, &traced.url);
+    let before = traced.settled_fsyncs();
+    publish(&s, &s.v2, &traced.url);
+    let after_publish = traced.settled_fsyncs();
+    start_rollout(&traced.url);
+    let after_rollout = traced.settled_fsyncs();
+    // A publish writes the blob, the inspection report and the manifest; each durable write
+    // syncs the file and its folder.
+    let publish_syncs = after_publish - before;
+    assert!(
+        publish_syncs >= 6,
+        "one publish made {publish_syncs} fsync calls"
+    );
+    let rollout_syncs = after_rollout - after_publish;
+    assert!(
+        rollout_syncs >= 2,
+        "one rollout revision made {rollout_syncs} fsync calls"
+    );
+}

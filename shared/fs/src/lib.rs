@@ -1,0 +1,249 @@
+//! Durable file writes and file hashing, the one implementation that the server, the CLI and
+//! the client all use.
+//!
+//! A durable write never leaves a half-written file behind, whatever the moment of a crash or
+//! power loss: the bytes go to a staging file in the same folder (opened with `create_new`, so
+//! two writers never share one), the staging file is fsynced, renamed over the destination, and
+//! the folder is fsynced so that the rename itself survives. Readers see the old file or the
+//! new one.
+//!
+//! [`commit`] is the second half alone, for files that were written in place over time (a
+//! resumable download's `.part` file) and are published once complete.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sha2::{Digest as _, Sha256};
+
+/// Unix permissions of a new file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Readable by everyone, writable by the owner (`0o644`).
+    Public,
+    /// Readable and writable by the owner only (`0o600`), for secret keys.
+    OwnerOnly,
+}
+
+impl Mode {
+    #[cfg(unix)]
+    fn bits(self) -> u32 {
+        match self {
+            Mode::Public => 0o644,
+            Mode::OwnerOnly => 0o600,
+        }
+    }
+}
+
+static STAGE_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// The folder that holds `path` (`.` for a bare file name).
+fn parent_of(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// Creates a fresh staging file next to `dest` with `create_new`, so no other writer (another
+/// thread or process) can be writing the same one.
+fn stage(dest: &Path, mode: Mode) -> io::Result<(File, PathBuf)> {
+    let dir = parent_of(dest);
+    let name = dest
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    loop {
+        let n = STAGE_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
+        let mut opts = OpenOptions::new();
+        opts.write(true).create_new(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            opts.mode(mode.bits());
+        }
+        #[cfg(not(unix))]
+        let _ = mode;
+        match opts.open(&tmp) {
+            Ok(f) => return Ok((f, tmp)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Fsyncs a folder, so that renames and creations inside it survive a power loss. A no-op
+/// where folders cannot be opened (not Unix).
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        File::open(dir)?.sync_all()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        Ok(())
+    }
+}
+
+/// Writes `bytes` to `path` durably and atomically (see the crate docs). Creates the folder if
+/// it is missing.
+pub fn write(path: &Path, bytes: &[u8], mode: Mode) -> io::Result<()> {
+    let dir = parent_of(path);
+    std::fs::create_dir_all(dir)?;
+    let (mut file, tmp) = stage(path, mode)?;
+    let result = (|| {
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        drop(file);
+        std::fs::rename(&tmp, path)?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Publishes a complete file written elsewhere in the same folder: fsyncs `staged`, renames it
+/// to `dest` and fsyncs the folder.
+pub fn commit(staged: &Path, dest: &Path) -> io::Result<()> {
+    File::open(staged)?.sync_all()?;
+    std::fs::rename(staged, dest)?;
+    sync_dir(parent_of(dest))
+}
+
+/// True when `name` is a staging file left by [`write`] (a crash between staging and rename);
+/// such files are safe to delete.
+pub fn is_staging_name(name: &str) -> bool {
+    name.starts_with('.') && name.ends_with(".tmp")
+}
+
+/// Feeds the first `limit` bytes of `path` (all of it when `None`) into `hasher`; returns how
+/// many bytes were read (fewer than `limit` when the file is shorter).
+pub fn hash_into(hasher: &mut Sha256, path: &Path, limit: Option<u64>) -> io::Result<u64> {
+    let mut f = File::open(path)?;
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut total = 0u64;
+    loop {
+        let want = match limit {
+            Some(l) => (l - total).min(buf.len() as u64) as usize,
+            None => buf.len(),
+        };
+        if want == 0 {
+            break;
+        }
+        let n = match f.read(&mut buf[..want]) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..n]);
+        total += n as u64;
+    }
+    Ok(total)
+}
+
+/// The SHA-256 of a whole file.
+pub fn sha256_file(path: &Path) -> io::Result<[u8; 32]> {
+    let mut h = Sha256::new();
+    hash_into(&mut h, path, None)?;
+    Ok(h.finalize().into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_replaces_and_leaves_no_staging_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("sub/state.json");
+        write(&p, b"one", Mode::Public).expect("first write");
+        write(&p, b"two", Mode::Public).expect("second write");
+        assert_eq!(std::fs::read(&p).expect("read"), b"two");
+        let names: Vec<String> = std::fs::read_dir(p.parent().expect("parent"))
+            .expect("list")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec!["state.json".to_string()]);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn owner_only_mode_is_applied() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("secret.key");
+        write(&p, b"k", Mode::OwnerOnly).expect("write");
+        let mode = std::fs::metadata(&p).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+
+    #[test]
+    fn staging_never_reuses_an_existing_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let dest = dir.path().join("x");
+        let (_a, pa) = stage(&dest, Mode::Public).expect("a");
+        let (_b, pb) = stage(&dest, Mode::Public).expect("b");
+        assert_ne!(pa, pb);
+        assert!(is_staging_name(
+            &pa.file_name().expect("name").to_string_lossy()
+        ));
+    }
+
+    #[test]
+    fn a_failed_write_leaves_the_old_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("f");
+        write(&p, b"old", Mode::Public).expect("write");
+        // Renaming a file over a non-empty folder fails: the old content must stay intact.
+        let blocked = dir.path().join("blocked");
+        std::fs::create_dir_all(blocked.join("inner")).expect("mkdir");
+        assert!(write(&blocked, b"new", Mode::Public).is_err());
+        assert!(blocked.join("inner").is_dir());
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("list")
+            .filter_map(|e| e.ok())
+            .filter(|e| is_staging_name(&e.file_name().to_string_lossy()))
+            .collect();
+        assert!(left.is_empty(), "staging files left: {left:?}");
+        assert_eq!(std::fs::read(&p).expect("read"), b"old");
+    }
+
+    #[test]
+    fn hashes_match_a_one_shot_hash() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("blob");
+        let bytes: Vec<u8> = (0..700_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&p, &bytes).expect("write");
+        let whole: [u8; 32] = Sha256::digest(&bytes).into();
+        assert_eq!(sha256_file(&p).expect("hash"), whole);
+        let mut h = Sha256::new();
+        assert_eq!(
+            hash_into(&mut h, &p, Some(300_001)).expect("prefix"),
+            300_001
+        );
+        let prefix: [u8; 32] = h.finalize().into();
+        let expect: [u8; 32] = Sha256::digest(&bytes[..300_001]).into();
+        assert_eq!(prefix, expect);
+        let mut h = Sha256::new();
+        assert_eq!(
+            hash_into(&mut h, &p, Some(10_000_000)).expect("long"),
+            700_000
+        );
+    }
+
+    #[test]
+    fn commit_publishes_a_staged_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let part = dir.path().join("blob.part");
+        std::fs::write(&part, b"bytes").expect("write");
+        let dest = dir.path().join("blob");
+        commit(&part, &dest).expect("commit");
+        assert!(!part.exists());
+        assert_eq!(std::fs::read(&dest).expect("read"), b"bytes");
+    }
+}
