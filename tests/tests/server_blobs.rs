@@ -164,7 +164,7 @@ fn keys_and_operations_endpoints() {
     );
     assert!(
         text.contains(
-            "ferry_http_request_duration_seconds_bucket{route=\"/v1/resolve\",le=\"+Inf\"} 1"
+            "ferry_http_request_duration_seconds_bucket{le=\"+Inf\",route=\"/v1/resolve\"} 1"
         ),
         "{text}"
     );

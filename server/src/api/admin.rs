@@ -25,9 +25,7 @@ pub(crate) async fn post_release(
         Ok(_) => "ok",
         Err(e) => e.code().as_str(),
     };
-    state
-        .metrics
-        .inc("ferry_publishes_total", &[("outcome", label)], 1);
+    state.metrics.publish(label);
     let release = outcome?;
     tracing::info!(caller = caller.name, model = %release.manifest.model, version = %release.manifest.version, "release published");
     let view = release_view(&release);

@@ -134,7 +134,7 @@ pub(crate) async fn get_blob(
         .get_opts(&key, opts)
         .await
         .map_err(ApiError::unavailable)?;
-    state.metrics.inc("ferry_blob_bytes_served_total", &[], len);
+    state.metrics.blob_bytes(len);
     let range = got.range.clone();
     match got.payload {
         // The local store would stream a file in 8 KiB pieces; read it in larger ones on the

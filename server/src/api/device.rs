@@ -36,9 +36,7 @@ pub(crate) async fn resolve(
         Ok(_) => "ok",
         Err(e) => e.code.as_str(),
     };
-    state
-        .metrics
-        .inc("ferry_resolves_total", &[("outcome", label)], 1);
+    state.metrics.resolve(label);
     outcome
 }
 

@@ -120,16 +120,9 @@ pub async fn post_telemetry(
     })
     .await
     .map_err(ApiError::internal)??;
-    state.metrics.inc(
-        "ferry_telemetry_events_total",
-        &[("outcome", "accepted")],
-        report.accepted as u64,
-    );
-    state.metrics.inc(
-        "ferry_telemetry_events_total",
-        &[("outcome", "rejected")],
-        report.rejected.len() as u64,
-    );
+    state
+        .metrics
+        .telemetry(report.accepted as u64, report.rejected.len() as u64);
     for m in models.into_iter().take(16) {
         if let Ok(model) = m.parse::<ModelName>()
             && state.telemetry.due(model.as_str(), &cfg)

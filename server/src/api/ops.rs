@@ -27,11 +27,10 @@ pub(crate) async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, A
 }
 
 pub(crate) async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    state
+        .metrics
+        .telemetry_raw_dropped(state.telemetry.dropped());
     HttpResponse::Ok()
-        .content_type("text/plain; version=0.0.4")
-        .body(format!(
-            "{}# TYPE ferry_telemetry_raw_dropped_total counter\nferry_telemetry_raw_dropped_total {}\n",
-            state.metrics.render(),
-            state.telemetry.dropped()
-        ))
+        .content_type(crate::app::metrics::CONTENT_TYPE)
+        .body(state.metrics.render())
 }

@@ -1,147 +1,245 @@
-//! A small Prometheus registry: labelled counters and histograms, rendered as text.
+//! The server's Prometheus metrics, kept in a `prometheus-client` registry and rendered in the
+//! OpenMetrics text format (which Prometheus scrapes as it does its own format).
 //!
-//! Kept per server instance (not a process-global recorder), so several servers in one test
-//! process do not share counts.
+//! Kept per server instance (not a process-global registry), so several servers in one test
+//! process do not share counts. Every label takes values from a bounded set (route patterns,
+//! known HTTP methods, status codes, catalogue codes), so no request can grow the registry.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::Mutex;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
 /// Latency buckets in seconds.
 const BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
 ];
 
-#[derive(Debug, Default, Clone)]
-struct Histogram {
-    counts: [u64; BUCKETS.len()],
-    sum: f64,
-    count: u64,
+/// HTTP methods kept as label values; any other method is counted as `other`.
+const METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    route: String,
+    method: &'static str,
+    status: u16,
 }
 
-type Key = (&'static str, String);
-
-#[derive(Debug, Default)]
-struct Inner {
-    counters: BTreeMap<Key, u64>,
-    histograms: BTreeMap<Key, Histogram>,
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    route: String,
 }
 
-/// The registry.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(BUCKETS)
+}
+
+/// The registry and handles to each metric in it.
 pub struct Metrics {
-    inner: Mutex<Inner>,
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    durations: Family<RouteLabels, Histogram, fn() -> Histogram>,
+    resolves: Family<OutcomeLabels, Counter>,
+    publishes: Family<OutcomeLabels, Counter>,
+    telemetry_events: Family<OutcomeLabels, Counter>,
+    telemetry_raw_dropped: Counter,
+    blob_bytes: Counter,
 }
 
-fn labels(pairs: &[(&str, &str)]) -> String {
-    let mut s = String::new();
-    for (i, (k, v)) in pairs.iter().enumerate() {
-        if i > 0 {
-            s.push(',');
-        }
-        let v = v
-            .replace('\\', "\\\\")
-            .replace('"', "\\\"")
-            .replace('\n', "\\n");
-        let _ = write!(s, "{k}=\"{v}\"");
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
     }
-    s
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "ferry_http_requests",
+            "HTTP requests answered, by route pattern, method and status",
+            requests.clone(),
+        );
+        let durations = Family::<RouteLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+            latency_histogram,
+        );
+        registry.register(
+            "ferry_http_request_duration_seconds",
+            "Time from request to response, by route pattern",
+            durations.clone(),
+        );
+        let resolves = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "ferry_resolves",
+            "Resolve requests, by outcome (ok or the error code)",
+            resolves.clone(),
+        );
+        let publishes = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "ferry_publishes",
+            "Release publishes, by outcome (ok or the error code)",
+            publishes.clone(),
+        );
+        let telemetry_events = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "ferry_telemetry_events",
+            "Telemetry events received, accepted or rejected",
+            telemetry_events.clone(),
+        );
+        let telemetry_raw_dropped = Counter::default();
+        registry.register(
+            "ferry_telemetry_raw_dropped",
+            "Raw telemetry events not archived because the store could not keep up",
+            telemetry_raw_dropped.clone(),
+        );
+        let blob_bytes = Counter::default();
+        registry.register(
+            "ferry_blob_bytes_served",
+            "Bytes of model blobs sent to clients",
+            blob_bytes.clone(),
+        );
+        let build = Family::<BuildLabels, Gauge>::default();
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        registry.register(
+            "ferry_build_info",
+            "The running server's version (always 1)",
+            build,
+        );
+        Self {
+            registry,
+            requests,
+            durations,
+            resolves,
+            publishes,
+            telemetry_events,
+            telemetry_raw_dropped,
+            blob_bytes,
+        }
+    }
+}
+
+/// The label value for an HTTP method: itself when it is a standard method, else `other`.
+fn method_label(method: &str) -> &'static str {
+    METHODS
+        .iter()
+        .find(|m| **m == method)
+        .copied()
+        .unwrap_or("other")
 }
 
 impl Metrics {
-    /// Adds `by` to counter `name` with `pairs` as labels.
-    pub fn inc(&self, name: &'static str, pairs: &[(&str, &str)], by: u64) {
-        if let Ok(mut g) = self.inner.lock() {
-            *g.counters.entry((name, labels(pairs))).or_default() += by;
+    /// Counts one answered request and its latency.
+    pub fn http_request(&self, route: &str, method: &str, status: u16, seconds: f64) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                route: route.to_string(),
+                method: method_label(method),
+                status,
+            })
+            .inc();
+        self.durations
+            .get_or_create(&RouteLabels {
+                route: route.to_string(),
+            })
+            .observe(seconds);
+    }
+
+    /// Counts one resolve by outcome (`ok` or a catalogue code).
+    pub fn resolve(&self, outcome: &'static str) {
+        self.resolves
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    /// Counts one publish by outcome (`ok` or a catalogue code).
+    pub fn publish(&self, outcome: &'static str) {
+        self.publishes
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    /// Counts telemetry events accepted and rejected by one batch.
+    pub fn telemetry(&self, accepted: u64, rejected: u64) {
+        self.telemetry_events
+            .get_or_create(&OutcomeLabels {
+                outcome: "accepted",
+            })
+            .inc_by(accepted);
+        self.telemetry_events
+            .get_or_create(&OutcomeLabels {
+                outcome: "rejected",
+            })
+            .inc_by(rejected);
+    }
+
+    /// Adds blob bytes sent.
+    pub fn blob_bytes(&self, n: u64) {
+        self.blob_bytes.inc_by(n);
+    }
+
+    /// Brings the raw-telemetry drop counter up to `total` (kept by the telemetry writer).
+    pub fn telemetry_raw_dropped(&self, total: u64) {
+        let seen = self.telemetry_raw_dropped.get();
+        if total > seen {
+            self.telemetry_raw_dropped.inc_by(total - seen);
         }
     }
 
-    /// Records `value` (seconds) in histogram `name`.
-    pub fn observe(&self, name: &'static str, pairs: &[(&str, &str)], value: f64) {
-        if let Ok(mut g) = self.inner.lock() {
-            let h = g.histograms.entry((name, labels(pairs))).or_default();
-            for (i, b) in BUCKETS.iter().enumerate() {
-                if value <= *b {
-                    h.counts[i] += 1;
-                }
-            }
-            h.sum += value;
-            h.count += 1;
-        }
-    }
-
-    /// The current value of a counter (for tests and status pages).
-    pub fn counter(&self, name: &'static str, pairs: &[(&str, &str)]) -> u64 {
-        self.inner
-            .lock()
-            .ok()
-            .and_then(|g| g.counters.get(&(name, labels(pairs))).copied())
-            .unwrap_or(0)
-    }
-
-    /// Prometheus text exposition.
+    /// The OpenMetrics text exposition.
     pub fn render(&self) -> String {
-        let Ok(g) = self.inner.lock() else {
-            return String::new();
-        };
         let mut out = String::new();
-        let mut last = "";
-        for ((name, l), v) in &g.counters {
-            if *name != last {
-                let _ = writeln!(out, "# TYPE {name} counter");
-                last = name;
-            }
-            if l.is_empty() {
-                let _ = writeln!(out, "{name} {v}");
-            } else {
-                let _ = writeln!(out, "{name}{{{l}}} {v}");
-            }
-        }
-        last = "";
-        for ((name, l), h) in &g.histograms {
-            if *name != last {
-                let _ = writeln!(out, "# TYPE {name} histogram");
-                last = name;
-            }
-            let sep = if l.is_empty() { "" } else { "," };
-            for (i, b) in BUCKETS.iter().enumerate() {
-                let _ = writeln!(out, "{name}_bucket{{{l}{sep}le=\"{b}\"}} {}", h.counts[i]);
-            }
-            let _ = writeln!(out, "{name}_bucket{{{l}{sep}le=\"+Inf\"}} {}", h.count);
-            let _ = writeln!(out, "{name}_sum{{{l}}} {}", h.sum);
-            let _ = writeln!(out, "{name}_count{{{l}}} {}", h.count);
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
         }
         out
     }
 }
+
+/// The content type of [`Metrics::render`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn renders_counters_and_histograms() {
+    fn renders_help_types_and_bounded_labels() {
         let m = Metrics::default();
-        m.inc("ferry_x_total", &[("route", "/a\"b")], 2);
-        m.inc("ferry_x_total", &[("route", "/a\"b")], 1);
-        m.observe("ferry_lat_seconds", &[("route", "/a")], 0.003);
+        m.http_request("/v1/resolve", "POST", 200, 0.003);
+        m.http_request("/v1/resolve", "POST", 200, 0.2);
+        m.http_request("unmatched", "XYZZY", 404, 0.001);
+        m.publish("ok");
         let text = m.render();
-        assert!(
-            text.contains("ferry_x_total{route=\"/a\\\"b\"} 3"),
-            "{text}"
-        );
-        assert!(
-            text.contains("ferry_lat_seconds_bucket{route=\"/a\",le=\"0.005\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("ferry_lat_seconds_bucket{route=\"/a\",le=\"0.0025\"} 0"),
-            "{text}"
-        );
-        assert!(
-            text.contains("ferry_lat_seconds_count{route=\"/a\"} 1"),
-            "{text}"
-        );
-        assert_eq!(m.counter("ferry_x_total", &[("route", "/a\"b")]), 3);
+        for want in [
+            "# HELP ferry_http_requests HTTP requests answered",
+            "# TYPE ferry_http_requests counter",
+            "ferry_http_requests_total{route=\"/v1/resolve\",method=\"POST\",status=\"200\"} 2",
+            "ferry_http_requests_total{route=\"unmatched\",method=\"other\",status=\"404\"} 1",
+            "ferry_http_request_duration_seconds_bucket{le=\"0.005\",route=\"/v1/resolve\"} 1",
+            "ferry_http_request_duration_seconds_count{route=\"/v1/resolve\"} 2",
+            "ferry_publishes_total{outcome=\"ok\"} 1",
+            "ferry_build_info{version=\"",
+            "# EOF",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+        assert!(!text.contains("XYZZY"), "{text}");
     }
 }

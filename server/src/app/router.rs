@@ -107,22 +107,10 @@ pub fn app(
                     .request()
                     .match_pattern()
                     .unwrap_or_else(|| "unmatched".to_string());
-                let status = res.status().as_u16().to_string();
                 let secs = started.elapsed().as_secs_f64();
-                state.metrics.inc(
-                    "ferry_http_requests_total",
-                    &[
-                        ("route", &route),
-                        ("method", method.as_str()),
-                        ("status", &status),
-                    ],
-                    1,
-                );
-                state.metrics.observe(
-                    "ferry_http_request_duration_seconds",
-                    &[("route", &route)],
-                    secs,
-                );
+                state
+                    .metrics
+                    .http_request(&route, method.as_str(), res.status().as_u16(), secs);
                 tracing::info!(
                     request_id = %id,
                     method = %method,
