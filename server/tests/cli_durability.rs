@@ -211,6 +211,7 @@ fn the_local_store_fsyncs_every_acknowledged_write() {
         "one publish made {publish_syncs} fsync calls"
     );
     let rollout_syncs = after_rollout - after_publish;
+    eprintln!("fsync calls: one publish {publish_syncs}, one rollout revision {rollout_syncs}");
     assert!(
         rollout_syncs >= 2,
         "one rollout revision made {rollout_syncs} fsync calls"

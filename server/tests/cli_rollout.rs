@@ -28,6 +28,14 @@ fn release(dir: &Path, keys: &Path, version: &str, file: &str) -> std::path::Pat
     out
 }
 
+fn history_len(url: &str) -> usize {
+    let status = run_ok(ferry().args([
+        "rollout", "status", "race", "--json", "--server", url, "--token", TOKEN,
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&status).expect("json");
+    v["history"].as_array().map_or(0, Vec::len)
+}
+
 #[test]
 fn two_server_processes_racing_on_one_rollout() {
     let tmp = tempfile::tempdir().expect("tmp");
@@ -103,12 +111,13 @@ fn two_server_processes_racing_on_one_rollout() {
     let history = v["history"].as_array().expect("history");
     assert_eq!(
         history.len(),
-        31,
-        "1 start + 30 sets from two processes, none lost"
+        32,
+        "the first publish, 1 start + 30 sets from two processes, none lost"
     );
+    assert_eq!(history[0]["action"], "publish");
     let mut bps: Vec<u64> = history
         .iter()
-        .skip(1)
+        .skip(2)
         .filter_map(|p| p["basis_points"].as_u64())
         .collect();
     bps.sort();
@@ -132,6 +141,59 @@ fn two_server_processes_racing_on_one_rollout() {
             .last()
             .is_some_and(|l| l.contains("rollback halted")),
         "{status}"
+    );
+    // The lifecycle as a table and as JSON.
+    let table = run_ok(ferry().args(["releases", "race", "--server", &a.url, "--token", TOKEN]));
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows[0][..2], ["RELEASE", "STATE"], "{table}");
+    assert_eq!(rows[1][..2], ["2.0.0", "staged"], "{table}");
+    assert!(table.contains("(halted)"), "{table}");
+    assert_eq!(rows[2][..2], ["1.0.0", "live"], "{table}");
+    let json = run_ok(ferry().args([
+        "releases", "race", "--json", "--server", &a.url, "--token", TOKEN,
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&json).expect("json");
+    assert_eq!(v["releases"][1]["state"], "live");
+    // A dry run prints the preview and writes nothing.
+    let before = history_len(&a.url);
+    let dry = run_ok(ferry().args([
+        "rollout",
+        "resume",
+        "race",
+        "--dry-run",
+        "--server",
+        &a.url,
+        "--token",
+        TOKEN,
+    ]));
+    assert!(dry.starts_with("dry run, nothing changed"), "{dry}");
+    assert!(dry.contains("install ids changing release: "), "{dry}");
+    assert_eq!(history_len(&a.url), before);
+    // Going back to an older baseline is only `revert`, with a reason.
+    let refused = ferry()
+        .args([
+            "rollout",
+            "start",
+            "race",
+            "--release",
+            "1.0.0",
+            "--percent",
+            "5",
+            "--server",
+            &a.url,
+            "--token",
+            TOKEN,
+        ])
+        .output()
+        .expect("run");
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("rollout_not_newer"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
     );
     let health = run_ok(ferry().args([
         "health", "race", "--json", "--server", &a.url, "--token", TOKEN,

@@ -157,6 +157,10 @@ catalogue! {
     RolloutNotPaused = "rollout_not_paused",
     /// The rollout changed while an automatic halt was being written; the halt was dropped. (server)
     RolloutChanged = "rollout_changed",
+    /// A staged release must be newer than the baseline (and than the release it supersedes). (server, CLI)
+    RolloutNotNewer = "rollout_not_newer",
+    /// The change would leave a device class with no compatible variant; nothing changed. (server, CLI)
+    RolloutStrandsDevices = "rollout_strands_devices",
     /// A deny-list change is malformed. (server, CLI)
     DenyInvalid = "deny_invalid",
     /// `clear` names an entry that does not exist. (server, CLI)

@@ -37,9 +37,13 @@ fn cohorts_follow_the_plan_through_every_transition() {
     let app = TestApp::start();
     app.publish(&mlp_v1());
     let ids: Vec<String> = (0..1000).map(|i| format!("dev-{i:05}")).collect();
-    // No plan yet: the newest release, for everyone.
+    // Publishing is not shipping: the first release is live, the second waits to be staged.
     app.publish(&mlp_v2());
-    assert_eq!(served(&app, &ids[0]).0, "2.0.0");
+    assert!(
+        ids.iter()
+            .take(100)
+            .all(|id| served(&app, id) == ("1.0.0".into(), "baseline".into()))
+    );
 
     let (status, plan) = change(
         &app,
@@ -136,7 +140,7 @@ fn cohorts_follow_the_plan_through_every_transition() {
     assert_eq!(
         actions,
         [
-            "start", "set", "set", "pause", "resume", "rollback", "start", "complete"
+            "publish", "start", "set", "set", "pause", "resume", "rollback", "start", "complete"
         ]
     );
     let revisions: Vec<u64> = h["history"]
@@ -145,9 +149,9 @@ fn cohorts_follow_the_plan_through_every_transition() {
         .iter()
         .filter_map(|p| p["revision"].as_u64())
         .collect();
-    assert_eq!(revisions, (1..=8).collect::<Vec<_>>());
-    assert_eq!(h["history"][5]["reason"], "bad numbers");
-    assert_eq!(h["history"][5]["actor"], "env:FERRY_ADMIN_TOKEN");
+    assert_eq!(revisions, (1..=9).collect::<Vec<_>>());
+    assert_eq!(h["history"][6]["reason"], "bad numbers");
+    assert_eq!(h["history"][6]["actor"], "env:FERRY_ADMIN_TOKEN");
 
     // Bad changes are clear 4xx.
     for (body, code) in [
@@ -379,7 +383,7 @@ fn a_telemetry_flood_denies_one_soc_and_halts_the_staged_release() {
         h["rollout"]
     );
     let (_, hist) = app.get_json("/v1/admin/models/mlp/rollout", Some(READ_TOKEN));
-    assert_eq!(hist["history"].as_array().map(Vec::len), Some(2));
+    assert_eq!(hist["history"].as_array().map(Vec::len), Some(3));
 
     // Resolve: staged devices are back on the baseline; SM8450 no longer gets Vulkan and
     // explain says why; SM8550 still does.

@@ -1,14 +1,17 @@
 //! Admin catalog endpoints: publishing a release and the catalog views.
 
 use actix_web::{HttpRequest, HttpResponse, web};
+use std::sync::Arc;
+
 use ferry_shared::errors::ErrorCode;
+use ferry_shared::rollout::{RolloutPlan, RolloutState, format_percent};
 use semver::Version;
 
 use crate::api::auth::{Scope, authorize};
 use crate::api::error::ApiError;
 use crate::api::extract::{parse_model, read_body};
 use crate::app::AppState;
-use crate::release::publish::publish_release;
+use crate::release::publish::{Lifecycle, publish_release};
 use crate::storage::catalog::Release;
 
 pub(crate) async fn post_release(
@@ -20,16 +23,26 @@ pub(crate) async fn post_release(
     let caller = authorize(&req, &state.config.tokens, Scope::Publish)?;
     let model = parse_model(&model)?;
     let body = read_body(payload, state.config.limits.max_json_bytes).await?;
-    let outcome = publish_release(&state.store, &state.release_ring, &model, &body).await;
+    let catalog = state.catalog();
+    let lifecycle = Lifecycle {
+        catalog: &catalog,
+        goes_live: state.config.publish_goes_live,
+        actor: &caller.name,
+    };
+    let outcome =
+        publish_release(&state.store, &state.release_ring, &model, &body, lifecycle).await;
     let label = match &outcome {
         Ok(_) => "ok",
         Err(e) => e.code().as_str(),
     };
     state.metrics.publish(label);
-    let release = outcome?;
-    tracing::info!(caller = caller.name, model = %release.manifest.model, version = %release.manifest.version, "release published");
+    let (release, plan) = outcome?;
+    tracing::info!(caller = caller.name, model = %release.manifest.model, version = %release.manifest.version, live = plan.is_some(), "release published");
     let view = release_view(&release);
     state.add_release(release);
+    if let Some(p) = plan {
+        state.set_rollout(&model, p);
+    }
     Ok(HttpResponse::Created().json(view))
 }
 
@@ -78,11 +91,13 @@ pub(crate) async fn get_model(
             format!("no release of {model} is published"),
         ));
     }
+    let plan = state.rollouts().get(&model).cloned();
     let list: Vec<serde_json::Value> = releases
         .iter()
         .map(|r| {
             serde_json::json!({
                 "version": r.manifest.version.to_string(),
+                "state": release_state(&r.manifest.version, plan.as_ref(), &releases),
                 "notes": r.manifest.notes,
                 "variants": r.manifest.variants.iter().map(|v| serde_json::json!({
                     "id": v.id, "delegate": v.delegate, "quant": v.quant, "size": v.size,
@@ -91,6 +106,31 @@ pub(crate) async fn get_model(
         })
         .collect();
     Ok(HttpResponse::Ok().json(serde_json::json!({ "model": model, "releases": list })))
+}
+
+/// A release's place in the lifecycle: `live` (the baseline), `staged 5%` (with `paused` or
+/// `halted` when so), `published` (newer than the baseline, not staged: no device gets it) or
+/// `retired` (older than the baseline: served only to devices that no newer live release fits).
+fn release_state(v: &Version, plan: Option<&RolloutPlan>, all: &[Arc<Release>]) -> String {
+    let baseline = match plan {
+        Some(p) => p.baseline.clone(),
+        None => all.first().map(|r| r.manifest.version.clone()),
+    };
+    if let Some(p) = plan
+        && p.staged.as_ref() == Some(v)
+        && p.state != RolloutState::Completed
+    {
+        let pct = format_percent(p.basis_points);
+        return match p.state {
+            RolloutState::Active => format!("staged {pct}%"),
+            other => format!("staged {pct}% ({})", other.as_str()),
+        };
+    }
+    match &baseline {
+        Some(b) if b == v => "live".into(),
+        Some(b) if v < b => "retired".into(),
+        _ => "published".into(),
+    }
 }
 
 pub(crate) async fn get_release(

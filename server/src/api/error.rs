@@ -76,7 +76,9 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::RolloutInProgress
         | C::RolloutNotActive
         | C::RolloutNotPaused
-        | C::RolloutChanged => StatusCode::CONFLICT,
+        | C::RolloutChanged
+        | C::RolloutNotNewer
+        | C::RolloutStrandsDevices => StatusCode::CONFLICT,
         C::BodyTooLarge | C::BlobTooLarge | C::TooManyEvents => StatusCode::PAYLOAD_TOO_LARGE,
         C::HashMismatch
         | C::NotAPte

@@ -4,7 +4,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use ferry_shared::ModelName;
 use ferry_shared::deny::DenyChange;
 use ferry_shared::errors::ErrorCode;
-use ferry_shared::rollout::RolloutChange;
+use ferry_shared::rollout::{Preview, RolloutChange, RolloutPlan};
 use serde::Deserialize;
 use time::OffsetDateTime;
 
@@ -20,19 +20,40 @@ pub async fn post_rollout(
     req: HttpRequest,
     state: web::Data<AppState>,
     model: web::Path<String>,
+    query: Result<web::Query<ChangeQuery>, actix_web::Error>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let (caller, model, change): (_, _, RolloutChange) =
         admin_change(&req, &state, &model, payload, ErrorCode::RolloutInvalid).await?;
+    let query = query
+        .map_err(|e| ApiError::new(ErrorCode::RequestInvalid, format!("bad query string: {e}")))?;
     let catalog = state.catalog();
     let at = now_text();
-    let plan = rollout::apply(&state.store, &model, |cur| {
-        rollout::next_plan(cur, &change, &model, &catalog, &caller.name, &at)
-    })
-    .await?;
-    tracing::info!(caller = caller.name, %model, action = plan.action, revision = plan.revision, "rollout changed");
+    let answer = |plan: &RolloutPlan, preview: &Preview, dry_run: bool| {
+        let mut v = serde_json::to_value(plan).map_err(ApiError::internal)?;
+        v["preview"] = serde_json::to_value(preview).map_err(ApiError::internal)?;
+        v["dry_run"] = serde_json::Value::Bool(dry_run);
+        Ok::<_, ApiError>(HttpResponse::Ok().json(v))
+    };
+    if query.dry_run {
+        let (plan, preview) =
+            rollout::dry_run(&state.store, &catalog, &model, &change, &caller.name, &at).await?;
+        return answer(&plan, &preview, true);
+    }
+    let (plan, preview) =
+        rollout::change(&state.store, &catalog, &model, &change, &caller.name, &at).await?;
+    tracing::info!(caller = caller.name, %model, action = plan.action, revision = plan.revision, share_changing = preview.share_changing, "rollout changed");
     state.set_rollout(&model, plan.clone());
-    Ok(HttpResponse::Ok().json(plan))
+    answer(&plan, &preview, false)
+}
+
+/// Query of a rollout change: `?dry_run=true` computes and previews without writing.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChangeQuery {
+    /// Preview only.
+    #[serde(default)]
+    pub dry_run: bool,
 }
 
 /// `GET /v1/admin/models/{model}/rollout`: the plan in force and its history.

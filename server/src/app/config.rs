@@ -33,6 +33,10 @@ pub struct Config {
     pub preference: Preference,
     /// How long a signed decision stays valid, in seconds.
     pub decision_ttl_secs: u64,
+    /// When true, publishing a release newer than the baseline makes it the baseline for every
+    /// device, if nothing is staged for the model (`publish_goes_live` in the config file; off
+    /// by default: a published release is live only once an operator stages it).
+    pub publish_goes_live: bool,
     /// Log format.
     pub log_json: bool,
     /// Telemetry ingestion limits and thresholds.
@@ -118,6 +122,8 @@ struct FileConfig {
     tokens: Vec<FileToken>,
     preference: Option<Preference>,
     decision_ttl_secs: Option<u64>,
+    #[serde(default)]
+    publish_goes_live: bool,
     log_format: Option<String>,
     #[serde(default)]
     telemetry: crate::fleet::ingest::TelemetryConfig,
@@ -264,6 +270,7 @@ impl Config {
             tokens,
             preference: file.preference.unwrap_or_default(),
             decision_ttl_secs,
+            publish_goes_live: file.publish_goes_live,
             log_json,
             telemetry: file.telemetry,
             storage,

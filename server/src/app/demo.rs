@@ -11,7 +11,7 @@ use ferry_shared::manifest::{Delegate, Platform};
 use futures_util::stream;
 
 use crate::app::{AppState, keys};
-use crate::release::publish::{publish_release, put_blob};
+use crate::release::publish::{Lifecycle, publish_release, put_blob};
 use crate::release::sign::{VariantSpec, VariantsFile, build_manifest, sign};
 
 /// The demo model's name.
@@ -144,10 +144,20 @@ pub async fn publish_demo(state: &AppState) -> anyhow::Result<String> {
     }
     let envelope = sign(&manifest, &key)?;
     let body = serde_json::to_vec(&envelope)?;
-    let release = publish_release(&state.store, &state.release_ring, &model, &body)
-        .await
-        .map_err(|e| anyhow::anyhow!("demo publish: {e}"))?;
+    let catalog = state.catalog();
+    let lifecycle = Lifecycle {
+        catalog: &catalog,
+        goes_live: state.config.publish_goes_live,
+        actor: "demo",
+    };
+    let (release, plan) =
+        publish_release(&state.store, &state.release_ring, &model, &body, lifecycle)
+            .await
+            .map_err(|e| anyhow::anyhow!("demo publish: {e}"))?;
     state.add_release(release);
+    if let Some(p) = plan {
+        state.set_rollout(&model, p);
+    }
     Ok(format!(
         "demo: published {DEMO_MODEL} {DEMO_VERSION} with variants {}",
         manifest

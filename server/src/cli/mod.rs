@@ -4,6 +4,7 @@ mod health;
 mod inspect;
 mod keys;
 mod publish;
+mod releases;
 mod remote;
 mod rollout;
 mod serve;
@@ -101,6 +102,18 @@ pub enum Command {
         #[command(flatten)]
         remote: Remote,
     },
+    /// Every release of a model, newest first, with its state: live (the baseline), staged N%,
+    /// published (not live yet) or retired (older than the baseline).
+    Releases {
+        /// Model name.
+        model: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Where and who.
+        #[command(flatten)]
+        remote: Remote,
+    },
     /// Show what a `.pte` program really contains: methods, delegate calls per backend and
     /// the kernel calls left on portable kernels.
     Inspect {
@@ -168,5 +181,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
             remote,
         } => health_cmd(&model, json, &remote),
+        Command::Releases {
+            model,
+            json,
+            remote,
+        } => releases::releases_cmd(&model, json, &remote),
     }
 }

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Subcommand;
-use ferry_shared::rollout::{Percent, RolloutChange, RolloutPlan, format_percent};
+use ferry_shared::rollout::{Percent, Preview, RolloutChange, RolloutPlan, format_percent};
 use semver::Version;
 
 use super::remote::{Remote, admin_call};
@@ -31,9 +31,15 @@ pub enum RolloutCommand {
         /// Loads needed before the rates count.
         #[arg(long)]
         min_samples: Option<u64>,
+        /// Replace the rollout in progress with this newer release, keeping its cohorts.
+        #[arg(long)]
+        supersede: bool,
         /// Why (kept in the history).
         #[arg(long)]
         reason: Option<String>,
+        /// Show what would change without changing anything.
+        #[arg(long)]
+        dry_run: bool,
         /// Where and who.
         #[command(flatten)]
         remote: Remote,
@@ -48,6 +54,9 @@ pub enum RolloutCommand {
         /// Why.
         #[arg(long)]
         reason: Option<String>,
+        /// Show what would change without changing anything.
+        #[arg(long)]
+        dry_run: bool,
         /// Where and who.
         #[command(flatten)]
         remote: Remote,
@@ -60,6 +69,23 @@ pub enum RolloutCommand {
     Rollback(SimpleRollout),
     /// Make the staged release the baseline for everyone.
     Complete(SimpleRollout),
+    /// Move the baseline back to an older release (the only way to downgrade; recorded).
+    Revert {
+        /// Model name.
+        model: String,
+        /// The older published release that becomes the baseline.
+        #[arg(long)]
+        to: Version,
+        /// Why (required: kept in the history).
+        #[arg(long)]
+        reason: String,
+        /// Show what would change without changing anything.
+        #[arg(long)]
+        dry_run: bool,
+        /// Where and who.
+        #[command(flatten)]
+        remote: Remote,
+    },
     /// The plan in force and its history.
     Status {
         /// Model name.
@@ -81,6 +107,9 @@ pub struct SimpleRollout {
     /// Why (kept in the history).
     #[arg(long)]
     pub reason: Option<String>,
+    /// Show what would change without changing anything.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Where and who.
     #[command(flatten)]
     pub remote: Remote,
@@ -106,8 +135,24 @@ pub(crate) fn print_plan(p: &RolloutPlan) {
     );
 }
 
+pub(crate) fn print_preview(p: &Preview) {
+    println!(
+        "  install ids changing release: {:.2}%",
+        p.share_changing * 100.0
+    );
+    for m in &p.moves {
+        println!("  {m}");
+    }
+    for c in &p.stranded {
+        println!("  stranded: {c}");
+    }
+}
+
 pub(crate) fn rollout_cmd(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
-    let (model, remote, change) = match cmd {
+    let simple = |a: SimpleRollout, make: fn(Option<String>) -> RolloutChange| {
+        (a.model, a.remote, a.dry_run, make(a.reason))
+    };
+    let (model, remote, dry_run, change) = match cmd {
         RolloutCommand::Start {
             model,
             release,
@@ -115,17 +160,21 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
             max_failure_rate,
             max_fallback_rate,
             min_samples,
+            supersede,
             reason,
+            dry_run,
             remote,
         } => (
             model,
             remote,
+            dry_run,
             RolloutChange::Start {
                 release,
                 percent,
                 max_failure_rate,
                 max_fallback_rate,
                 min_samples,
+                supersede,
                 reason,
             },
         ),
@@ -133,24 +182,25 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
             model,
             percent,
             reason,
+            dry_run,
             remote,
-        } => (model, remote, RolloutChange::Set { percent, reason }),
-        RolloutCommand::Pause(a) => (a.model, a.remote, RolloutChange::Pause { reason: a.reason }),
-        RolloutCommand::Resume(a) => (
-            a.model,
-            a.remote,
-            RolloutChange::Resume { reason: a.reason },
+        } => (
+            model,
+            remote,
+            dry_run,
+            RolloutChange::Set { percent, reason },
         ),
-        RolloutCommand::Rollback(a) => (
-            a.model,
-            a.remote,
-            RolloutChange::Rollback { reason: a.reason },
-        ),
-        RolloutCommand::Complete(a) => (
-            a.model,
-            a.remote,
-            RolloutChange::Complete { reason: a.reason },
-        ),
+        RolloutCommand::Pause(a) => simple(a, |reason| RolloutChange::Pause { reason }),
+        RolloutCommand::Resume(a) => simple(a, |reason| RolloutChange::Resume { reason }),
+        RolloutCommand::Rollback(a) => simple(a, |reason| RolloutChange::Rollback { reason }),
+        RolloutCommand::Complete(a) => simple(a, |reason| RolloutChange::Complete { reason }),
+        RolloutCommand::Revert {
+            model,
+            to,
+            reason,
+            dry_run,
+            remote,
+        } => (model, remote, dry_run, RolloutChange::Revert { to, reason }),
         RolloutCommand::Status {
             model,
             json,
@@ -177,14 +227,22 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
     };
+    let query = if dry_run { "?dry_run=true" } else { "" };
     let v = admin_call(
         &remote,
         "POST",
-        &format!("/v1/admin/models/{model}/rollout"),
+        &format!("/v1/admin/models/{model}/rollout{query}"),
         Some(serde_json::to_value(&change)?),
     )?;
+    let preview: Option<Preview> = serde_json::from_value(v["preview"].clone()).ok();
     let plan: RolloutPlan =
         serde_json::from_value(v).context("the server's answer is not a rollout plan")?;
+    if dry_run {
+        print!("dry run, nothing changed: ");
+    }
     print_plan(&plan);
+    if let Some(p) = preview {
+        print_preview(&p);
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -13,12 +13,14 @@ use ferry_shared::dsse::{DsseError, Envelope, KeyRing};
 use ferry_shared::errors::ErrorCode;
 use ferry_shared::manifest::{ManifestError, ReleaseManifest, verify_release_envelope};
 use ferry_shared::pte::{self, PteLimits, PteReport};
+use ferry_shared::rollout::RolloutPlan;
 use ferry_shared::{ModelName, Sha256Digest};
 use futures_util::{Stream, StreamExt as _};
 use object_store::{ObjectStoreExt as _, PutMode, PutOptions, PutPayload, WriteMultipart};
 use sha2::{Digest as _, Sha256};
 
-use crate::storage::catalog::Release;
+use crate::fleet::rollout;
+use crate::storage::catalog::{Catalog, Release};
 use crate::storage::{StorageKey, Store, StoreError};
 
 /// Why a blob upload or a release was refused.
@@ -267,13 +269,27 @@ fn check_delegation(
     Ok(())
 }
 
-/// Parses, verifies and checks a signed release, then stores it. Returns the admitted release.
+/// How a publish meets the rollout plan.
+#[derive(Debug, Clone, Copy)]
+pub struct Lifecycle<'a> {
+    /// The releases published so far.
+    pub catalog: &'a Catalog,
+    /// The server's `publish_goes_live` setting.
+    pub goes_live: bool,
+    /// Who publishes (kept in the plan's history).
+    pub actor: &'a str,
+}
+
+/// Parses, verifies and checks a signed release, writes the plan revision it calls for (the
+/// first release of a model becomes live; see [`rollout::record_publish`]), then stores it.
+/// Returns the admitted release and the plan revision written for it, if any.
 pub async fn publish_release(
     store: &Store,
     ring: &KeyRing,
     url_model: &ModelName,
     body: &[u8],
-) -> Result<Release, PublishError> {
+    lifecycle: Lifecycle<'_>,
+) -> Result<(Release, Option<RolloutPlan>), PublishError> {
     let envelope: Envelope =
         serde_json::from_slice(body).map_err(|e| PublishError::EnvelopeMalformed(e.to_string()))?;
     let verified = verify_release_envelope(&envelope, ring).map_err(PublishError::Signature)?;
@@ -344,6 +360,16 @@ pub async fn publish_release(
             PutPayload::from(ins_bytes),
         )
         .await?;
+    let plan = rollout::record_publish(
+        store,
+        lifecycle.catalog,
+        &manifest.model,
+        &manifest.version,
+        lifecycle.goes_live,
+        lifecycle.actor,
+        &crate::fleet::now_text(),
+    )
+    .await?;
     let env_bytes =
         serde_json::to_vec(&envelope).map_err(|e| PublishError::Internal(e.to_string()))?;
     match store
@@ -361,11 +387,14 @@ pub async fn publish_release(
         Err(object_store::Error::AlreadyExists { .. }) => return Err(release_exists(&manifest)),
         Err(e) => return Err(e.into()),
     }
-    Ok(Release {
-        manifest,
-        envelope,
-        inspection: Some(inspection),
-    })
+    Ok((
+        Release {
+            manifest,
+            envelope,
+            inspection: Some(inspection),
+        },
+        plan,
+    ))
 }
 
 fn release_exists(m: &ReleaseManifest) -> PublishError {

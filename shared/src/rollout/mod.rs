@@ -17,6 +17,12 @@ use sha2::{Digest, Sha256};
 
 use crate::resolve::Cohort;
 
+mod classes;
+mod machine;
+
+pub use classes::{DeviceClass, MAX_PROBES, classes};
+pub use machine::{Context, Preview, TransitionError, on_publish, preview, transition};
+
 /// Basis points in 100 %.
 pub const FULL: u32 = 10_000;
 
@@ -159,6 +165,11 @@ pub struct RolloutPlan {
 }
 
 impl RolloutPlan {
+    /// True when the staged cohort gets the staged release (active or paused with one staged).
+    pub fn cohort_is_live(&self) -> bool {
+        self.staged.is_some() && matches!(self.state, RolloutState::Active | RolloutState::Paused)
+    }
+
     /// The cohort of `install_id` under this plan.
     pub fn cohort(&self, install_id: &str) -> Cohort {
         match (self.state, &self.staged) {
@@ -170,6 +181,44 @@ impl RolloutPlan {
             _ => Cohort::Baseline,
         }
     }
+}
+
+/// The live releases a device in `cohort` may get under `plan`, in the order to try them, from
+/// `published` (newest first).
+///
+/// Without a plan (a model published before plans were written at first publish): every
+/// release. With one: a staged device tries the staged release first; everyone then gets the
+/// baseline or, when the device cannot use it, an older release. Releases newer than the
+/// baseline that are not staged are published but not live.
+pub fn live_releases(
+    published: &[Version],
+    plan: Option<&RolloutPlan>,
+    cohort: Cohort,
+) -> Vec<Version> {
+    let Some(plan) = plan else {
+        return published.to_vec();
+    };
+    let ceiling = plan.baseline.clone().or_else(|| {
+        plan.staged
+            .as_ref()
+            .and_then(|s| published.iter().find(|v| *v < s).cloned())
+    });
+    let mut out = Vec::new();
+    if cohort == Cohort::Staged
+        && plan.cohort_is_live()
+        && let Some(staged) = &plan.staged
+        && published.contains(staged)
+    {
+        out.push(staged.clone());
+    }
+    out.extend(
+        published
+            .iter()
+            .filter(|v| ceiling.as_ref().is_some_and(|c| *v <= c))
+            .filter(|v| Some(*v) != plan.staged.as_ref())
+            .cloned(),
+    );
+    out
 }
 
 /// A share of devices in basis points (`0..=10000`). On the wire it is the percentage as text
@@ -229,12 +278,15 @@ impl<'de> Deserialize<'de> for Percent {
 ///
 /// | action | allowed when | effect |
 /// |---|---|---|
-/// | `start` | no rollout is active or paused | stage `release` to `percent` of devices |
+/// | `start` | no rollout is active or paused (or with `supersede`) | stage `release` to `percent` of devices |
 /// | `set` | active | change the percentage |
 /// | `pause` | active | freeze; staged devices keep the staged release |
 /// | `resume` | paused or halted | active again |
 /// | `rollback` | active, paused or halted | halted: everyone back on the baseline |
 /// | `complete` | active or paused | the staged release becomes everyone's baseline |
+/// | `revert` | always, to an older published release | that release becomes the baseline |
+///
+/// The guards (newer than the baseline, no stranded device class) are in [`transition`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "lowercase", deny_unknown_fields)]
 pub enum RolloutChange {
@@ -253,6 +305,10 @@ pub enum RolloutChange {
         /// Loads needed before the rates count.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         min_samples: Option<u64>,
+        /// Replace a rollout in progress with this newer release, keeping its salt (so the
+        /// devices that already moved stay first).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        supersede: bool,
         /// Why (kept in the history).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
@@ -289,6 +345,14 @@ pub enum RolloutChange {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+    /// Move the baseline back to an older published release (the only way to downgrade;
+    /// cancels any staged release).
+    Revert {
+        /// The older release that becomes the baseline.
+        to: Version,
+        /// Why (required: it is the record of the downgrade).
+        reason: String,
+    },
 }
 
 impl RolloutChange {
@@ -301,6 +365,7 @@ impl RolloutChange {
             RolloutChange::Resume { .. } => "resume",
             RolloutChange::Rollback { .. } => "rollback",
             RolloutChange::Complete { .. } => "complete",
+            RolloutChange::Revert { .. } => "revert",
         }
     }
 
@@ -313,6 +378,7 @@ impl RolloutChange {
             | RolloutChange::Resume { reason }
             | RolloutChange::Rollback { reason }
             | RolloutChange::Complete { reason } => reason.as_deref(),
+            RolloutChange::Revert { reason, .. } => Some(reason),
         }
     }
 }

@@ -1,0 +1,36 @@
+//! `ferry releases MODEL`: every release of a model with its place in the lifecycle.
+
+use std::process::ExitCode;
+
+use comfy_table::Table;
+
+use super::remote::{Remote, admin_call};
+
+/// Lists the releases of `model`, newest first, as a table or (`json`) as the server's JSON.
+pub(crate) fn releases_cmd(model: &str, json: bool, remote: &Remote) -> anyhow::Result<ExitCode> {
+    let v = admin_call(remote, "GET", &format!("/v1/admin/models/{model}"), None)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut table = Table::new();
+    table.load_preset(comfy_table::presets::NOTHING);
+    table.set_header(["RELEASE", "STATE", "VARIANTS", "NOTES"]);
+    for r in v["releases"].as_array().into_iter().flatten() {
+        let variants: Vec<String> = r["variants"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|x| x["id"].as_str().unwrap_or("").to_string())
+            .collect();
+        let notes: String = r["notes"].as_str().unwrap_or("").chars().take(60).collect();
+        table.add_row([
+            r["version"].as_str().unwrap_or(""),
+            r["state"].as_str().unwrap_or(""),
+            &variants.join(", "),
+            notes.lines().next().unwrap_or(""),
+        ]);
+    }
+    println!("{table}");
+    Ok(ExitCode::SUCCESS)
+}

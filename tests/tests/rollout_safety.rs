@@ -1,0 +1,324 @@
+//! Rollout commands that used to strand or downgrade devices are refused, each with its own
+//! code and nothing changed; after every step a 1,000-device sweep finds no device without a
+//! variant that it had before.
+
+use ferry_tests::app::{ADMIN_TOKEN, READ_TOKEN, TestApp, mlp_v1, mlp_v2};
+
+/// One device of a class: (platform, backends, runtime, app).
+const CLASSES: [(&str, &[&str], &str, &str); 5] = [
+    (
+        "android",
+        &["XnnpackBackend", "VulkanBackend"],
+        "1.5.1",
+        "2.0.0",
+    ),
+    ("android", &["XnnpackBackend"], "1.2.0", "1.0.0"),
+    (
+        "ios",
+        &["XnnpackBackend", "CoreMLBackend"],
+        "1.5.1",
+        "2.1.0",
+    ),
+    ("linux", &["XnnpackBackend"], "1.5.1", "2.0.0"),
+    ("linux", &[], "1.5.1", "2.0.0"),
+];
+
+fn dev(i: usize) -> serde_json::Value {
+    let (platform, backends, runtime, app) = CLASSES[i % CLASSES.len()];
+    serde_json::json!({
+        "model": "mlp", "install_id": format!("sweep-{i:05}"), "app_version": app,
+        "runtime_version": runtime, "backends": backends, "platform": platform,
+        "os_version": "14", "device_model": "phone", "soc": "SM8550", "ram_mb": 8192
+    })
+}
+
+/// Resolves 1,000 devices (every class, many cohorts); returns how many got each release and
+/// fails if any device got no variant.
+fn sweep(app: &TestApp) -> std::collections::BTreeMap<String, usize> {
+    let mut got = std::collections::BTreeMap::new();
+    for i in 0..1000 {
+        let (status, body) = app.resolve(&dev(i), false);
+        assert_eq!(
+            status,
+            200,
+            "device {i} ({}) has no variant: {body}",
+            dev(i)
+        );
+        let (d, _) = app.verify_response(&body);
+        *got.entry(d.release.to_string()).or_default() += 1;
+    }
+    got
+}
+
+fn change(app: &TestApp, body: serde_json::Value) -> (u16, serde_json::Value) {
+    app.post_raw(
+        "/v1/admin/models/mlp/rollout",
+        &serde_json::to_vec(&body).expect("json"),
+        Some(ADMIN_TOKEN),
+    )
+}
+
+fn history_len(app: &TestApp) -> usize {
+    let (s, h) = app.get_json("/v1/admin/models/mlp/rollout", Some(READ_TOKEN));
+    assert_eq!(s, 200, "{h}");
+    h["history"].as_array().map_or(0, Vec::len)
+}
+
+/// Sends a change that must be refused with `code`; checks that nothing was written.
+fn refused(app: &TestApp, body: serde_json::Value, status: u16, code: &str) -> String {
+    let before = history_len(app);
+    let (s, b) = change(app, body.clone());
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (status, Some(code)),
+        "{body} -> {b}"
+    );
+    assert_eq!(
+        history_len(app),
+        before,
+        "{body} was refused but wrote a revision"
+    );
+    b["message"].as_str().unwrap_or("").to_string()
+}
+
+fn mlp_v3() -> ferry_server::release::sign::VariantsFile {
+    let mut v = mlp_v2();
+    v.version = "3.0.0".parse().expect("version");
+    v.notes = "v3".into();
+    v
+}
+
+#[test]
+fn publishing_is_not_shipping_and_a_later_rollout_moves_only_its_share() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    app.publish(&mlp_v2());
+    app.publish(&mlp_v3());
+    // Three releases and no rollout: every device keeps the first.
+    assert_eq!(sweep(&app).get("1.0.0"), Some(&1000));
+    let (s, releases) = app.get_json("/v1/admin/models/mlp", Some(READ_TOKEN));
+    assert_eq!(s, 200);
+    let states: Vec<(&str, &str)> = releases["releases"]
+        .as_array()
+        .expect("releases")
+        .iter()
+        .map(|r| {
+            (
+                r["version"].as_str().unwrap_or(""),
+                r["state"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("3.0.0", "published"),
+            ("2.0.0", "published"),
+            ("1.0.0", "live")
+        ]
+    );
+    // A dry run previews the share exactly and changes nothing.
+    let before = history_len(&app);
+    let (s, dry) = app.post_raw(
+        "/v1/admin/models/mlp/rollout?dry_run=true",
+        br#"{"action": "start", "release": "3.0.0", "percent": "10"}"#,
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(s, 200, "{dry}");
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(dry["preview"]["share_changing"], 0.1, "{dry}");
+    assert_eq!(history_len(&app), before);
+    assert_eq!(sweep(&app).get("1.0.0"), Some(&1000));
+    // Staging 10% moves about 10% (those devices that can run 3.0.0), not 90% back.
+    let (s, b) = change(
+        &app,
+        serde_json::json!({"action": "start", "release": "3.0.0", "percent": "10"}),
+    );
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["preview"]["share_changing"], 0.1, "{b}");
+    let got = sweep(&app);
+    let moved = got.get("3.0.0").copied().unwrap_or(0);
+    assert!((40..=160).contains(&moved), "{got:?}");
+    assert_eq!(got.get("2.0.0"), None, "{got:?}");
+}
+
+#[test]
+fn a_completed_release_cannot_be_undercut_and_the_baseline_cannot_be_restaged() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    app.publish(&mlp_v2());
+    for body in [
+        serde_json::json!({"action": "start", "release": "2.0.0", "percent": "100"}),
+        serde_json::json!({"action": "complete"}),
+    ] {
+        let (s, b) = change(&app, body);
+        assert_eq!(s, 200, "{b}");
+    }
+    let after_complete = sweep(&app);
+    // Starting the older release would move the baseline back: refused, and says how.
+    let msg = refused(
+        &app,
+        serde_json::json!({"action": "start", "release": "1.0.0", "percent": "5"}),
+        409,
+        "rollout_not_newer",
+    );
+    assert!(msg.contains("ferry rollout revert"), "{msg}");
+    assert_eq!(sweep(&app), after_complete);
+    // Starting the release that already is the baseline: refused, so the rollback that used to
+    // empty every answer has nothing to roll back.
+    refused(
+        &app,
+        serde_json::json!({"action": "start", "release": "2.0.0", "percent": "5"}),
+        409,
+        "rollout_not_newer",
+    );
+    refused(
+        &app,
+        serde_json::json!({"action": "rollback"}),
+        409,
+        "rollout_not_active",
+    );
+    assert_eq!(sweep(&app), after_complete);
+    // The explicit downgrade: needs a reason and an older release; recorded.
+    refused(
+        &app,
+        serde_json::json!({"action": "revert", "to": "1.0.0", "reason": " "}),
+        400,
+        "rollout_invalid",
+    );
+    refused(
+        &app,
+        serde_json::json!({"action": "revert", "to": "2.0.0", "reason": "x"}),
+        400,
+        "rollout_invalid",
+    );
+    let (s, b) = change(
+        &app,
+        serde_json::json!({"action": "revert", "to": "1.0.0", "reason": "2.0.0 drains batteries"}),
+    );
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        (b["action"].as_str(), b["baseline"].as_str()),
+        (Some("revert"), Some("1.0.0"))
+    );
+    assert_eq!(sweep(&app).get("1.0.0"), Some(&1000));
+}
+
+#[test]
+fn a_change_that_would_strand_a_device_class_is_refused_and_names_it() {
+    let app = TestApp::start();
+    // 0.9.0 serves only Apple devices (Core ML); 1.0.0 serves everyone.
+    let mut apple_only = mlp_v1();
+    apple_only.version = "0.9.0".parse().expect("version");
+    apple_only
+        .variants
+        .retain(|v| v.id.as_str() == "coreml-fp32");
+    app.publish(&apple_only);
+    app.publish(&mlp_v1());
+    for body in [
+        serde_json::json!({"action": "start", "release": "1.0.0", "percent": "50"}),
+        serde_json::json!({"action": "complete"}),
+    ] {
+        let (s, b) = change(&app, body);
+        assert_eq!(s, 200, "{b}");
+    }
+    let served = sweep(&app);
+    assert_eq!(served.get("1.0.0"), Some(&1000));
+    // Reverting to 0.9.0 would leave Android and Linux devices with nothing.
+    let (s, dry) = app.post_raw(
+        "/v1/admin/models/mlp/rollout?dry_run=true",
+        br#"{"action": "revert", "to": "0.9.0", "reason": "test"}"#,
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(
+        (s, dry["code"].as_str()),
+        (409, Some("rollout_strands_devices")),
+        "{dry}"
+    );
+    let msg = refused(
+        &app,
+        serde_json::json!({"action": "revert", "to": "0.9.0", "reason": "test"}),
+        409,
+        "rollout_strands_devices",
+    );
+    assert!(
+        ["android", "linux", "windows", "other"]
+            .iter()
+            .any(|p| msg.contains(p)),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("1.0.0/"),
+        "says what the class gets today: {msg}"
+    );
+    assert_eq!(sweep(&app), served);
+}
+
+#[test]
+fn superseding_needs_the_flag_a_newer_release_and_keeps_the_cohort() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    app.publish(&mlp_v2());
+    app.publish(&mlp_v3());
+    let (s, first) = change(
+        &app,
+        serde_json::json!({"action": "start", "release": "2.0.0", "percent": "20"}),
+    );
+    assert_eq!(s, 200, "{first}");
+    let on_v2: Vec<usize> = (0..1000)
+        .filter(|i| {
+            let (_, body) = app.resolve(&dev(*i), false);
+            app.verify_response(&body).0.release.to_string() == "2.0.0"
+        })
+        .collect();
+    assert!(!on_v2.is_empty());
+    refused(
+        &app,
+        serde_json::json!({"action": "start", "release": "3.0.0", "percent": "20"}),
+        409,
+        "rollout_in_progress",
+    );
+    let (s, b) = change(
+        &app,
+        serde_json::json!({"action": "start", "release": "3.0.0", "percent": "20", "supersede": true}),
+    );
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["salt"], first["salt"], "the cohort is kept");
+    for i in &on_v2 {
+        let (_, body) = app.resolve(&dev(*i), false);
+        assert_eq!(
+            app.verify_response(&body).0.release.to_string(),
+            "3.0.0",
+            "device {i}"
+        );
+    }
+    refused(
+        &app,
+        serde_json::json!({"action": "start", "release": "2.0.0", "percent": "20", "supersede": true}),
+        409,
+        "rollout_not_newer",
+    );
+    sweep(&app);
+}
+
+#[test]
+fn overriding_a_deny_entry_that_does_not_exist_is_refused() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    let (s, b) = app.post_raw(
+        "/v1/admin/models/mlp/deny",
+        br#"{"action": "override", "release": "1.0.0", "variant": "vulkan-fp32", "class": "soc", "value": "SM8450"}"#,
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (404, Some("deny_not_found")),
+        "{b}"
+    );
+    let (s, list) = app.get_json("/v1/admin/models/mlp/deny", Some(READ_TOKEN));
+    assert_eq!(s, 200);
+    assert!(
+        list["entries"].as_array().is_none_or(Vec::is_empty),
+        "nothing was created: {list}"
+    );
+}
