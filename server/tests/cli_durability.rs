@@ -114,6 +114,19 @@ fn acknowledged_publish_and_rollout_survive_sigkill() {
     assert_eq!(status["current"]["staged"], "2.0.0", "{out}");
     assert_eq!(status["current"]["basis_points"], 500, "{out}");
     assert_eq!(status["current"]["action"], "start", "{out}");
+    // And it is in force from the first request after the restart (what resolve uses).
+    let out = run_ok(ferry().args([
+        "releases",
+        "durable",
+        "--json",
+        "--server",
+        &server.url,
+        "--token",
+        TOKEN,
+    ]));
+    let releases: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(releases["releases"][0]["state"], "staged 5%", "{out}");
+    assert_eq!(releases["releases"][1]["state"], "live", "{out}");
     // The release is there, byte for byte: publishing it again is an identical retry.
     let out = publish(&s, &s.v2, &server.url);
     assert!(out.contains("already published (identical)"), "{out}");

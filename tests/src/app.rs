@@ -429,6 +429,22 @@ impl TestApp {
         spawn(config, false).expect("replica starts")
     }
 
+    /// Makes `version` of `mlp` the baseline through a full rollout (start at 100%, complete),
+    /// as an operator ships a release that publishing alone does not.
+    pub fn ship(&self, version: &str) {
+        for body in [
+            serde_json::json!({"action": "start", "release": version, "percent": "100"}),
+            serde_json::json!({"action": "complete"}),
+        ] {
+            let (s, b) = self.post_raw(
+                "/v1/admin/models/mlp/rollout",
+                &serde_json::to_vec(&body).expect("json"),
+                Some(ADMIN_TOKEN),
+            );
+            assert_eq!(s, 200, "{b}");
+        }
+    }
+
     /// Races `threads` writers, each sending `per_thread` distinct `set` changes to the rollout
     /// of `mlp` on `urls` (round robin), then checks that the history holds all of them.
     pub fn race_rollout(&self, urls: &[String], threads: usize, per_thread: usize) {

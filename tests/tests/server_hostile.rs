@@ -227,8 +227,8 @@ fn hostile_rollout_and_deny_changes() {
         (
             "/v1/admin/models/mlp/rollout",
             br#"{"action":"pause"}"#.to_vec(),
-            404,
-            "rollout_not_found",
+            409,
+            "rollout_not_active",
         ),
         (
             "/v1/admin/models/mlp/deny",

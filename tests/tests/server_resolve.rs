@@ -31,6 +31,7 @@ fn device_profiles_get_the_expected_ordered_candidates() {
     let app = TestApp::start();
     app.publish(&mlp_v1());
     app.publish(&mlp_v2());
+    app.ship("2.0.0");
 
     let table: Vec<(&str, serde_json::Value, &str, Vec<&str>)> = vec![
         (

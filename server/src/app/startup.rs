@@ -42,6 +42,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<(Arc<AppState>, Vec<S
         notes.push(format!("warning: skipped {}: {}", s.key, s.why));
     }
     notes.push(format!("catalog: {} release(s)", catalog.release_count()));
+    let models: Vec<_> = catalog.models().map(|(m, _)| m.clone()).collect();
     let state = AppState::new(
         config,
         store,
@@ -50,6 +51,13 @@ pub async fn build_state(config: Config) -> anyhow::Result<(Arc<AppState>, Vec<S
         server_keys.trust,
         catalog,
     );
+    // Rollout plans and deny lists decide what devices get: load them before the first
+    // request is served (the refresh loop keeps them current afterwards).
+    crate::fleet::load_state(&state, models)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot load rollout state from the store: {e}"))?;
+    let plans = state.rollouts().len();
+    notes.push(format!("rollout plans: {plans}"));
     Ok((Arc::new(state), notes))
 }
 

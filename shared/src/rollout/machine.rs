@@ -91,7 +91,7 @@ pub enum TransitionError {
     NotPaused(ModelName),
     /// A staged release must be newer than the baseline (and than what it supersedes).
     #[error(
-        "{release} is not newer than {than} ({what}); to move the baseline back use `ferry rollout revert --to {release} --reason ...`"
+        "{release} is not newer than {than} ({what}); stage a newer release, or move the baseline back with `ferry rollout revert --to VERSION --reason ...`"
     )]
     NotNewer {
         /// The release asked for.
@@ -191,6 +191,14 @@ fn next_plan(
             },
             _,
         ) => {
+            let defaults = Thresholds::default();
+            let thresholds = Thresholds {
+                max_failure_rate: rate("max_failure_rate", *max_failure_rate)?
+                    .or(defaults.max_failure_rate),
+                max_fallback_rate: rate("max_fallback_rate", *max_fallback_rate)?
+                    .or(defaults.max_fallback_rate),
+                min_samples: min_samples.unwrap_or(defaults.min_samples),
+            };
             if !ctx.is_published(release) {
                 return Err(TransitionError::ReleaseNotFound {
                     model: model.clone(),
@@ -217,7 +225,16 @@ fn next_plan(
                 salt = p.salt.clone();
             }
             if let Some(b) = &baseline
-                && release <= b
+                && release == b
+            {
+                return Err(TransitionError::NotNewer {
+                    release: release.clone(),
+                    than: b.clone(),
+                    what: "it already is the baseline: every device not staged gets it",
+                });
+            }
+            if let Some(b) = &baseline
+                && release < b
             {
                 return Err(TransitionError::NotNewer {
                     release: release.clone(),
@@ -225,7 +242,6 @@ fn next_plan(
                     what: "the baseline",
                 });
             }
-            let defaults = Thresholds::default();
             RolloutPlan {
                 model: model.to_string(),
                 revision: 0,
@@ -234,13 +250,7 @@ fn next_plan(
                 basis_points: percent.basis_points(),
                 salt,
                 state: RolloutState::Active,
-                thresholds: Thresholds {
-                    max_failure_rate: rate("max_failure_rate", *max_failure_rate)?
-                        .or(defaults.max_failure_rate),
-                    max_fallback_rate: rate("max_fallback_rate", *max_fallback_rate)?
-                        .or(defaults.max_fallback_rate),
-                    min_samples: min_samples.unwrap_or(defaults.min_samples),
-                },
+                thresholds,
                 action: String::new(),
                 actor: String::new(),
                 at: String::new(),
