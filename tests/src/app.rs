@@ -403,6 +403,15 @@ impl TestApp {
         &self,
         storage: Option<ferry_server::app::config::StorageConfig>,
     ) -> RunningServer {
+        self.replica_with(storage, Box::new(|_| {}))
+    }
+
+    /// [`TestApp::replica`] with a change to its configuration.
+    pub fn replica_with(
+        &self,
+        storage: Option<ferry_server::app::config::StorageConfig>,
+        tweak: ConfigTweak,
+    ) -> RunningServer {
         let env = |k: &str| (k == "FERRY_ADMIN_TOKEN").then(|| ADMIN_TOKEN.to_string());
         let data = match &storage {
             None => self.dir.path().to_path_buf(),
@@ -414,6 +423,7 @@ impl TestApp {
             data: Some(data),
         };
         let mut config = Config::load(&flags, &env).expect("config");
+        tweak(&mut config);
         if let Some(s) = storage {
             config.storage = s;
             // Replicas share keys (a real deployment provisions them).

@@ -68,10 +68,24 @@ pub async fn get_rollout(
     if let Some(p) = &current {
         state.set_rollout(&model, p.clone());
     }
+    let ramp = current.as_ref().and_then(|p| {
+        let r = p.ramp.as_ref()?;
+        let (verdict, health) = crate::fleet::ramp::status(&state, &model, p);
+        Some(serde_json::json!({
+            "step": r.step + 1,
+            "steps": r.steps.iter().map(|b| ferry_shared::rollout::format_percent(*b)).collect::<Vec<_>>(),
+            "every_secs": r.every_secs,
+            "step_started": r.step_started,
+            "next": r.next().map(ferry_shared::rollout::format_percent),
+            "now": verdict,
+            "step_health": health,
+        }))
+    });
     Ok(HttpResponse::Ok().json(serde_json::json!({
         "model": model,
         "current": current,
         "percent": current.as_ref().map(|p| ferry_shared::rollout::format_percent(p.basis_points)),
+        "ramp": ramp,
         "history": history,
     })))
 }

@@ -37,6 +37,9 @@ pub struct Config {
     /// device, if nothing is staged for the model (`publish_goes_live` in the config file; off
     /// by default: a published release is live only once an operator stages it).
     pub publish_goes_live: bool,
+    /// How often each replica checks its ramping rollouts, in seconds (`ramp_check_secs`,
+    /// default 10).
+    pub ramp_check_secs: u64,
     /// Log format.
     pub log_json: bool,
     /// Telemetry ingestion limits and thresholds.
@@ -124,6 +127,7 @@ struct FileConfig {
     decision_ttl_secs: Option<u64>,
     #[serde(default)]
     publish_goes_live: bool,
+    ramp_check_secs: Option<u64>,
     log_format: Option<String>,
     #[serde(default)]
     telemetry: crate::fleet::ingest::TelemetryConfig,
@@ -221,6 +225,10 @@ impl Config {
         if !(10..=7 * 86400).contains(&decision_ttl_secs) {
             bail!("decision_ttl_secs must be between 10 and 604800");
         }
+        let ramp_check_secs = file.ramp_check_secs.unwrap_or(10);
+        if !(1..=3600).contains(&ramp_check_secs) {
+            bail!("ramp_check_secs must be between 1 and 3600");
+        }
         if file.limits.max_json_bytes < 1024 || file.limits.max_resolve_bytes < 1024 {
             bail!("limits.max_json_bytes and limits.max_resolve_bytes must be at least 1024");
         }
@@ -271,6 +279,7 @@ impl Config {
             preference: file.preference.unwrap_or_default(),
             decision_ttl_secs,
             publish_goes_live: file.publish_goes_live,
+            ramp_check_secs,
             log_json,
             telemetry: file.telemetry,
             storage,

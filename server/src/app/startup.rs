@@ -147,6 +147,15 @@ pub fn spawn_refresh(state: Arc<AppState>) {
             }
         }
     });
+    let ramp_state = state_for_flush.clone();
+    actix_web::rt::spawn(async move {
+        let secs = ramp_state.config.ramp_check_secs.max(1);
+        let mut tick = actix_web::rt::time::interval(Duration::from_secs(secs));
+        loop {
+            tick.tick().await;
+            crate::fleet::ramp::tick(&ramp_state).await;
+        }
+    });
     let flush_state = state_for_flush;
     actix_web::rt::spawn(async move {
         let secs = flush_state.config.telemetry.flush_secs.max(1);

@@ -40,6 +40,8 @@ pub struct AppState {
     pub deny: RwLock<Arc<BTreeMap<ModelName, Vec<DenyEntry>>>>,
     /// Telemetry aggregates.
     pub telemetry: Telemetry,
+    /// Where each ramp step began in this replica's telemetry.
+    pub ramp_marks: crate::fleet::ramp::RampMarks,
     /// This replica's id in telemetry file names.
     pub node: String,
     /// Bounds telemetry parsing to half the cores, so resolve always has CPU left.
@@ -72,6 +74,7 @@ impl AppState {
             rollouts: RwLock::new(Arc::new(BTreeMap::new())),
             deny: RwLock::new(Arc::new(BTreeMap::new())),
             telemetry: Telemetry::default(),
+            ramp_marks: Default::default(),
             node: format!("node-{}", hex::encode(prefix)),
             ingest_permits: tokio::sync::Semaphore::new(
                 (std::thread::available_parallelism().map_or(2, |n| n.get()) / 2).max(1),

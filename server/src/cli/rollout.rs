@@ -20,17 +20,28 @@ pub enum RolloutCommand {
         #[arg(long)]
         release: Version,
         /// Share of devices (decimals allowed: 0.5 = 50 basis points).
-        #[arg(long)]
-        percent: Percent,
+        #[arg(long, required_unless_present = "steps", conflicts_with = "steps")]
+        percent: Option<Percent>,
+        /// A health-gated ramp instead of one share: percentages the rollout moves through by
+        /// itself, for example 1,5,25,50,100 (needs --every).
+        #[arg(long, value_delimiter = ',', requires = "every")]
+        steps: Option<Vec<Percent>>,
+        /// Least time each ramp step is in force before the next (30s, 15m, 6h, 2d).
+        #[arg(long, value_parser = parse_duration, requires = "steps")]
+        every: Option<u64>,
         /// Halt when the staged release's load-failure rate exceeds this (0–1).
         #[arg(long)]
         max_failure_rate: Option<f64>,
         /// Halt when its fallback rate exceeds this (0–1).
         #[arg(long)]
         max_fallback_rate: Option<f64>,
-        /// Loads needed before the rates count.
+        /// Loads needed before the rates count (in a ramp: per step).
         #[arg(long)]
         min_samples: Option<u64>,
+        /// In a ramp, halt when a staged rate is over this multiple of the baseline's rate in
+        /// the same window (1.5 = 50% worse).
+        #[arg(long)]
+        max_regression: Option<f64>,
         /// Replace the rollout in progress with this newer release, keeping its cohorts.
         #[arg(long)]
         supersede: bool,
@@ -135,6 +146,62 @@ pub(crate) fn print_plan(p: &RolloutPlan) {
     );
 }
 
+/// Prints the ramp part of `rollout status`: the step, what it waits for, the next step.
+fn print_ramp(r: &serde_json::Value) {
+    let steps: Vec<&str> = r["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.as_str())
+        .collect();
+    println!(
+        "ramp: step {} of {} ({}%), steps {}%, each at least {}s",
+        r["step"],
+        steps.len(),
+        steps
+            .get(r["step"].as_u64().unwrap_or(1).saturating_sub(1) as usize)
+            .unwrap_or(&"?"),
+        steps.join("%, "),
+        r["every_secs"]
+    );
+    let h = &r["step_health"];
+    println!(
+        "  this step: {} staged loads, {} failures, {} fallbacks (baseline: {} loads, {} failures, {} fallbacks)",
+        h["loads"],
+        h["failures"],
+        h["fallbacks"],
+        h["baseline_loads"],
+        h["baseline_failures"],
+        h["baseline_fallbacks"]
+    );
+    match r["now"]["verdict"].as_str() {
+        Some("wait") => {
+            for w in r["now"]["waiting_for"].as_array().into_iter().flatten() {
+                println!("  waiting for {}", w.as_str().unwrap_or(""));
+            }
+            if let Some(n) = r["next"].as_str() {
+                println!("  next step: {n}%");
+            }
+        }
+        Some("advance") => println!(
+            "  advancing to {}% at the next check",
+            r["next"].as_str().unwrap_or("?")
+        ),
+        Some("halt") => println!("  halting: {}", r["now"]["reason"].as_str().unwrap_or("")),
+        Some("done") => {
+            println!("  the last step is in force; `ferry rollout complete` makes it the baseline")
+        }
+        _ => println!("  not ramping (paused or halted)"),
+    }
+}
+
+/// Parses a duration like `30s`, `15m`, `6h` or `2d` into seconds.
+fn parse_duration(s: &str) -> Result<u64, String> {
+    humantime::parse_duration(s)
+        .map(|d| d.as_secs())
+        .map_err(|e| format!("{s:?} is not a duration like 30s, 15m, 6h or 2d: {e}"))
+}
+
 pub(crate) fn print_preview(p: &Preview) {
     println!(
         "  install ids changing release: {:.2}%",
@@ -157,9 +224,12 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
             model,
             release,
             percent,
+            steps,
+            every,
             max_failure_rate,
             max_fallback_rate,
             min_samples,
+            max_regression,
             supersede,
             reason,
             dry_run,
@@ -171,9 +241,12 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
             RolloutChange::Start {
                 release,
                 percent,
+                steps,
+                every_secs: every,
                 max_failure_rate,
                 max_fallback_rate,
                 min_samples,
+                max_regression,
                 supersede,
                 reason,
             },
@@ -223,6 +296,9 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
             }
             for p in &history {
                 print_plan(p);
+            }
+            if let Some(r) = v.get("ramp").filter(|r| !r.is_null()) {
+                print_ramp(r);
             }
             return Ok(ExitCode::SUCCESS);
         }

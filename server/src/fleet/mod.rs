@@ -10,6 +10,7 @@ pub mod evaluate;
 pub mod flush;
 pub mod ingest;
 pub mod limits;
+pub mod ramp;
 pub mod rollout;
 
 use ferry_shared::ModelName;

@@ -24,6 +24,7 @@ use crate::manifest::ReleaseManifest;
 use crate::names::ModelName;
 use crate::resolve::Cohort;
 use crate::rollout::classes::{DeviceClass, classes};
+use crate::rollout::ramp::Ramp;
 use crate::rollout::{FULL, RolloutChange, RolloutPlan, RolloutState, Thresholds, live_releases};
 
 /// Longest reason kept in the history.
@@ -183,21 +184,56 @@ fn next_plan(
             RolloutChange::Start {
                 release,
                 percent,
+                steps,
+                every_secs,
                 max_failure_rate,
                 max_fallback_rate,
                 min_samples,
+                max_regression,
                 supersede,
                 ..
             },
             _,
         ) => {
             let defaults = Thresholds::default();
+            if let Some(k) = max_regression
+                && !(k.is_finite() && *k >= 1.0)
+            {
+                return Err(TransitionError::Invalid(
+                    "max_regression must be a number of at least 1 (1.5 = 50% worse)".into(),
+                ));
+            }
             let thresholds = Thresholds {
                 max_failure_rate: rate("max_failure_rate", *max_failure_rate)?
                     .or(defaults.max_failure_rate),
                 max_fallback_rate: rate("max_fallback_rate", *max_fallback_rate)?
                     .or(defaults.max_fallback_rate),
                 min_samples: min_samples.unwrap_or(defaults.min_samples),
+                max_regression: *max_regression,
+            };
+            let (basis_points, ramp) = match (percent, steps, every_secs) {
+                (Some(p), None, None) => (p.basis_points(), None),
+                (None, Some(steps), Some(every)) => {
+                    let bps: Vec<u32> = steps.iter().map(|p| p.basis_points()).collect();
+                    Ramp::validate(&bps, *every).map_err(TransitionError::Invalid)?;
+                    let ramp = Ramp {
+                        steps: bps.clone(),
+                        every_secs: *every,
+                        step: 0,
+                        step_started: ctx.at.to_string(),
+                    };
+                    (bps[0], Some(ramp))
+                }
+                (None, Some(_), None) => {
+                    return Err(TransitionError::Invalid(
+                        "a ramp needs --every (how long each step is in force)".into(),
+                    ));
+                }
+                _ => {
+                    return Err(TransitionError::Invalid(
+                        "give either --percent, or --steps with --every".into(),
+                    ));
+                }
             };
             if !ctx.is_published(release) {
                 return Err(TransitionError::ReleaseNotFound {
@@ -247,10 +283,11 @@ fn next_plan(
                 revision: 0,
                 baseline,
                 staged: Some(release.clone()),
-                basis_points: percent.basis_points(),
+                basis_points,
                 salt,
                 state: RolloutState::Active,
                 thresholds,
+                ramp,
                 action: String::new(),
                 actor: String::new(),
                 at: String::new(),
@@ -291,6 +328,7 @@ fn next_plan(
                 salt: current.map_or_else(|| ctx.salt.to_string(), |p| p.salt.clone()),
                 state: RolloutState::Completed,
                 thresholds: current.map(|p| p.thresholds).unwrap_or_default(),
+                ramp: None,
                 action: String::new(),
                 actor: String::new(),
                 at: String::new(),
@@ -305,8 +343,10 @@ fn next_plan(
                     p.state.as_str()
                 )));
             }
+            // A manual percentage takes the rollout off its ramp.
             RolloutPlan {
                 basis_points: percent.basis_points(),
+                ramp: None,
                 ..p.clone()
             }
         }
@@ -324,8 +364,14 @@ fn next_plan(
             {
                 return Err(TransitionError::NotPaused(model.clone()));
             }
+            // A resumed ramp's step starts again: its time and samples count from now.
+            let mut ramp = p.ramp.clone();
+            if let Some(r) = ramp.as_mut() {
+                r.step_started = ctx.at.to_string();
+            }
             RolloutPlan {
                 state: RolloutState::Active,
+                ramp,
                 ..p.clone()
             }
         }
@@ -349,6 +395,7 @@ fn next_plan(
                 staged: None,
                 basis_points: FULL,
                 state: RolloutState::Completed,
+                ramp: None,
                 ..p.clone()
             }
         }
@@ -381,6 +428,7 @@ pub fn on_publish(
         salt: current.map_or_else(|| ctx.salt.to_string(), |p| p.salt.clone()),
         state: RolloutState::Completed,
         thresholds: current.map(|p| p.thresholds).unwrap_or_default(),
+        ramp: None,
         action: "publish".into(),
         actor: ctx.actor.to_string(),
         at: ctx.at.to_string(),
@@ -582,10 +630,13 @@ mod tests {
             (1u64..=4, 0u32..=10_000, any::<bool>()).prop_map(|(r, bp, supersede)| {
                 RolloutChange::Start {
                     release: Version::new(r, 0, 0),
-                    percent: Percent::from_basis_points(bp).expect("bp"),
+                    percent: Percent::from_basis_points(bp),
+                    steps: None,
+                    every_secs: None,
                     max_failure_rate: None,
                     max_fallback_rate: None,
                     min_samples: None,
+                    max_regression: None,
                     supersede,
                     reason: None,
                 }

@@ -19,6 +19,7 @@ use crate::resolve::Cohort;
 
 mod classes;
 mod machine;
+pub mod ramp;
 
 pub use classes::{DeviceClass, MAX_PROBES, classes};
 pub use machine::{Context, Preview, TransitionError, on_publish, preview, transition};
@@ -118,6 +119,10 @@ pub struct Thresholds {
     pub max_fallback_rate: Option<f64>,
     /// Loads needed before a rate counts.
     pub min_samples: u64,
+    /// Halt a ramp when a staged rate is over this multiple of the baseline's rate in the same
+    /// window (for example 1.5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_regression: Option<f64>,
 }
 
 impl Default for Thresholds {
@@ -126,6 +131,7 @@ impl Default for Thresholds {
             max_failure_rate: Some(0.05),
             max_fallback_rate: Some(0.25),
             min_samples: 100,
+            max_regression: None,
         }
     }
 }
@@ -152,6 +158,9 @@ pub struct RolloutPlan {
     pub state: RolloutState,
     /// Automatic-halt thresholds.
     pub thresholds: Thresholds,
+    /// The health-gated ramp, when the rollout moves through steps by itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramp: Option<ramp::Ramp>,
     /// What this revision did (`start`, `set`, `pause`, `resume`, `rollback`, `complete`,
     /// `auto-halt`).
     pub action: String,
@@ -290,21 +299,31 @@ impl<'de> Deserialize<'de> for Percent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "lowercase", deny_unknown_fields)]
 pub enum RolloutChange {
-    /// Stage a release to a share of devices.
+    /// Stage a release to a share of devices, or through a health-gated ramp of shares.
     Start {
         /// The release to roll out.
         release: Version,
-        /// Share of devices.
-        percent: Percent,
+        /// Share of devices (give this or `steps`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        percent: Option<Percent>,
+        /// Ramp steps, for example 1, 5, 25, 50, 100 (needs `every_secs`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        steps: Option<Vec<Percent>>,
+        /// Least time each ramp step is in force, in seconds.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        every_secs: Option<u64>,
         /// Halt when the staged release's load-failure rate exceeds this (0–1).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         max_failure_rate: Option<f64>,
         /// Halt when its fallback rate exceeds this (0–1).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         max_fallback_rate: Option<f64>,
-        /// Loads needed before the rates count.
+        /// Loads needed before the rates count (and, in a ramp, per step).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         min_samples: Option<u64>,
+        /// Halt a ramp when a staged rate is over this multiple of the baseline's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_regression: Option<f64>,
         /// Replace a rollout in progress with this newer release, keeping its salt (so the
         /// devices that already moved stay first).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -398,6 +417,7 @@ mod tests {
             salt: "salt".into(),
             state: RolloutState::Active,
             thresholds: Thresholds::default(),
+            ramp: None,
             action: "start".into(),
             actor: "t".into(),
             at: "2026-12-02T00:00:00Z".into(),
@@ -451,6 +471,42 @@ mod tests {
     }
 
     #[test]
+    fn a_hundred_thousand_devices_through_a_ramp() {
+        let ids: Vec<String> = (0..100_000).map(|i| format!("install-{i:06}")).collect();
+        let mut p = plan(100);
+        p.ramp = Some(ramp::Ramp {
+            steps: vec![100, 500, 2500, 5000, 10_000],
+            every_secs: 60,
+            step: 0,
+            step_started: "2026-12-03T00:00:00Z".into(),
+        });
+        let mut staged_before: Vec<bool> = vec![false; ids.len()];
+        loop {
+            let staged: Vec<bool> = ids
+                .iter()
+                .map(|id| p.cohort(id) == Cohort::Staged)
+                .collect();
+            let share = staged.iter().filter(|x| **x).count() as f64 / ids.len() as f64;
+            let want = f64::from(p.basis_points) / f64::from(FULL);
+            eprintln!(
+                "ramp step {}%: staged share {share:.4}",
+                format_percent(p.basis_points)
+            );
+            assert!((share - want).abs() <= 0.006, "step {want}: share {share}");
+            assert!(
+                staged_before.iter().zip(&staged).all(|(a, b)| !a || *b),
+                "a device left the staged cohort while the ramp rose"
+            );
+            staged_before = staged;
+            let Some(next) = p.ramp.as_ref().and_then(ramp::Ramp::next) else {
+                break;
+            };
+            p = ramp::advance(&p, next, "2026-12-03T01:00:00Z");
+        }
+        assert!(staged_before.iter().all(|x| *x), "100% stages every device");
+    }
+
+    #[test]
     fn changes_round_trip_and_accept_numbers_for_percent() {
         let start: RolloutChange = serde_json::from_str(
             r#"{"action":"start","release":"1.1.0","percent":0.5,"min_samples":10}"#,
@@ -461,7 +517,7 @@ mod tests {
                 release, percent, ..
             } => {
                 assert_eq!(release, &Version::new(1, 1, 0));
-                assert_eq!(percent.basis_points(), 50);
+                assert_eq!(percent.map(Percent::basis_points), Some(50));
             }
             other => panic!("parsed as {other:?}"),
         }

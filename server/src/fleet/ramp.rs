@@ -1,0 +1,134 @@
+//! Drives health-gated ramps: every `ramp_check_secs` each replica asks the pure
+//! [`verdict`](ferry_shared::rollout::ramp::verdict) about every ramping rollout and writes the
+//! step or the halt it calls for.
+//!
+//! A step is written once however many replicas decide it at the same time: the write is the
+//! next revision of the rollout log, computed only if the revision in force is still the one
+//! the decision was made on (create-if-absent put); a replica that loses the race adopts the
+//! winner's revision.
+//!
+//! Step health counts what this replica's telemetry saw since it first saw the step (the
+//! marks below). Each replica decides on the telemetry it received itself; aggregates merged
+//! across replicas are the fleet issue's work.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use ferry_shared::ModelName;
+use ferry_shared::rollout::ramp::{StepHealth, Verdict, advance, halt, verdict};
+use ferry_shared::rollout::{RolloutPlan, RolloutState};
+use time::OffsetDateTime;
+
+use crate::app::AppState;
+use crate::fleet::now_text;
+use crate::fleet::rollout::{self, RolloutError};
+use crate::storage::{StorageKey, revisions};
+
+/// Totals (loads, failures, fallbacks) of the staged and the baseline release.
+type Totals = [(u64, u64, u64); 2];
+
+/// Per step (model, salt, step index): the totals when this replica first saw the step.
+#[derive(Debug, Default)]
+pub struct RampMarks {
+    marks: Mutex<HashMap<(String, String, usize), Totals>>,
+}
+
+impl RampMarks {
+    /// The health of `plan`'s current step: totals now minus the totals at the step's mark
+    /// (taken now when this is the first look at the step).
+    pub fn step_health(
+        &self,
+        state: &AppState,
+        model: &ModelName,
+        plan: &RolloutPlan,
+    ) -> StepHealth {
+        let Some(ramp) = plan.ramp.as_ref() else {
+            return StepHealth::default();
+        };
+        let version = |v: &Option<semver::Version>| v.as_ref().map(ToString::to_string);
+        let totals = |v: Option<String>| {
+            v.map_or((0, 0, 0), |v| {
+                state.telemetry.release_totals(model.as_str(), &v)
+            })
+        };
+        let now: Totals = [
+            totals(version(&plan.staged)),
+            totals(version(&plan.baseline)),
+        ];
+        let key = (model.to_string(), plan.salt.clone(), ramp.step);
+        let mark = match self.marks.lock() {
+            Ok(mut g) => {
+                if g.len() > 10_000 {
+                    g.clear();
+                }
+                *g.entry(key).or_insert(now)
+            }
+            Err(_) => now,
+        };
+        let d = |i: usize| {
+            (
+                now[i].0.saturating_sub(mark[i].0),
+                now[i].1.saturating_sub(mark[i].1),
+                now[i].2.saturating_sub(mark[i].2),
+            )
+        };
+        let (s, b) = (d(0), d(1));
+        StepHealth {
+            loads: s.0,
+            failures: s.1,
+            fallbacks: s.2,
+            baseline_loads: b.0,
+            baseline_failures: b.1,
+            baseline_fallbacks: b.2,
+        }
+    }
+}
+
+/// What the ramp of `model` does now, as this replica sees it.
+pub fn status(state: &AppState, model: &ModelName, plan: &RolloutPlan) -> (Verdict, StepHealth) {
+    let health = state.ramp_marks.step_health(state, model, plan);
+    (verdict(plan, OffsetDateTime::now_utc(), &health), health)
+}
+
+/// One pass over every ramping rollout.
+pub async fn tick(state: &AppState) {
+    let plans = state.rollouts();
+    for (model, plan) in plans.iter() {
+        if plan.ramp.is_none() || plan.state != RolloutState::Active {
+            continue;
+        }
+        let at = now_text();
+        let (v, _) = status(state, model, plan);
+        let make: Box<dyn Fn(&RolloutPlan) -> RolloutPlan + Send + Sync> = match v {
+            Verdict::Advance { to } => Box::new(move |p| advance(p, to, &at)),
+            Verdict::Halt { reason } => Box::new(move |p| halt(p, &reason, &at)),
+            _ => continue,
+        };
+        let seen = plan.revision;
+        let result = rollout::apply(&state.store, model, |cur| match cur {
+            Some(p) if p.revision == seen => Ok(make(p)),
+            _ => Err(RolloutError::Changed),
+        })
+        .await;
+        match result {
+            Ok(p) => {
+                tracing::warn!(%model, action = p.action, reason = p.reason, "rollout ramp");
+                state.set_rollout(model, p);
+            }
+            Err(RolloutError::Changed) => {
+                // Another replica (or an operator) wrote first: adopt what is in force.
+                match revisions::latest::<RolloutPlan>(
+                    &state.store,
+                    &StorageKey::rollout_log(model),
+                )
+                .await
+                {
+                    Ok(Some((_, p))) => state.set_rollout(model, p),
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(%model, "rollout state reload failed: {e}"),
+                }
+            }
+            Err(e) => tracing::error!(%model, "ramp step could not be written: {e}"),
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! Health-gated ramps: a rollout that moves through percentage steps by itself, one step after
+//! another, only while the staged release stays healthy.
+//!
+//! A step advances when all of these hold: it has been in force for `every_secs`; the staged
+//! release has at least `min_samples` loads in this step; its load-failure and fallback rates
+//! are within the plan's thresholds; and, with `max_regression`, neither rate is worse than
+//! that multiple of the baseline's rate in the same window. A rate over a gate halts the
+//! rollout with the reason. [`verdict`] decides; the server only gathers the numbers and writes
+//! the revision (once, whatever the number of replicas: see `revisions::append`).
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::rollout::{RolloutPlan, RolloutState, format_percent};
+
+/// Most steps in a ramp.
+pub const MAX_STEPS: usize = 20;
+
+/// Longest time between steps (30 days).
+pub const MAX_EVERY_SECS: u64 = 30 * 86_400;
+
+/// A ramp in a rollout plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ramp {
+    /// The steps in basis points, strictly increasing.
+    pub steps: Vec<u32>,
+    /// Least time a step is in force before the next one, in seconds.
+    pub every_secs: u64,
+    /// Index of the step in force.
+    pub step: usize,
+    /// When the step in force began (RFC 3339).
+    pub step_started: String,
+}
+
+impl Ramp {
+    /// Checks steps and interval: 1 to [`MAX_STEPS`] strictly increasing steps of at most
+    /// 100%, the first above 0; an interval from 1 s to [`MAX_EVERY_SECS`].
+    pub fn validate(steps: &[u32], every_secs: u64) -> Result<(), String> {
+        if steps.is_empty() || steps.len() > MAX_STEPS {
+            return Err(format!("a ramp has 1 to {MAX_STEPS} steps"));
+        }
+        if steps[0] == 0 || steps.windows(2).any(|w| w[0] >= w[1]) {
+            return Err("ramp steps must be above 0 and strictly increasing".into());
+        }
+        if steps.iter().any(|s| *s > crate::rollout::FULL) {
+            return Err("a ramp step is at most 100%".into());
+        }
+        if !(1..=MAX_EVERY_SECS).contains(&every_secs) {
+            return Err(format!(
+                "the ramp interval is 1 s to {} days",
+                MAX_EVERY_SECS / 86_400
+            ));
+        }
+        Ok(())
+    }
+
+    /// The step after the one in force, in basis points.
+    pub fn next(&self) -> Option<u32> {
+        self.steps.get(self.step + 1).copied()
+    }
+}
+
+/// Load counts of the staged and baseline releases since the step in force began.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepHealth {
+    /// Staged loads (successful and failed).
+    pub loads: u64,
+    /// Staged load failures.
+    pub failures: u64,
+    /// Staged fallbacks.
+    pub fallbacks: u64,
+    /// Baseline loads in the same window.
+    pub baseline_loads: u64,
+    /// Baseline load failures.
+    pub baseline_failures: u64,
+    /// Baseline fallbacks.
+    pub baseline_fallbacks: u64,
+}
+
+fn rate(n: u64, of: u64) -> f64 {
+    if of == 0 {
+        0.0
+    } else {
+        (n.min(of)) as f64 / of as f64
+    }
+}
+
+/// What the ramp should do now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    /// The plan has no ramp, or is not active.
+    NotRamping,
+    /// The last step is in force.
+    Done,
+    /// Not yet: what the step waits for.
+    Wait {
+        /// One line per unmet condition.
+        waiting_for: Vec<String>,
+        /// The next step, in basis points.
+        next: u32,
+    },
+    /// Move to the next step.
+    Advance {
+        /// The next step, in basis points.
+        to: u32,
+    },
+    /// Halt: a gate failed.
+    Halt {
+        /// Which gate, with the numbers.
+        reason: String,
+    },
+}
+
+/// Decides what the ramp of `plan` does at `now`, given the step's health.
+pub fn verdict(plan: &RolloutPlan, now: OffsetDateTime, h: &StepHealth) -> Verdict {
+    let Some(ramp) = plan.ramp.as_ref() else {
+        return Verdict::NotRamping;
+    };
+    if plan.state != RolloutState::Active || plan.staged.is_none() {
+        return Verdict::NotRamping;
+    }
+    let t = plan.thresholds;
+    let staged = plan
+        .staged
+        .as_ref()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    let (fr, fb) = (rate(h.failures, h.loads), rate(h.fallbacks, h.loads));
+    if h.loads >= t.min_samples && h.loads > 0 {
+        if let Some(max) = t.max_failure_rate
+            && fr > max
+        {
+            return Verdict::Halt {
+                reason: format!(
+                    "ramp step {}%: load-failure rate {:.1}% of {staged} exceeds {:.1}% (n={})",
+                    format_percent(plan.basis_points),
+                    fr * 100.0,
+                    max * 100.0,
+                    h.loads
+                ),
+            };
+        }
+        if let Some(max) = t.max_fallback_rate
+            && fb > max
+        {
+            return Verdict::Halt {
+                reason: format!(
+                    "ramp step {}%: fallback rate {:.1}% of {staged} exceeds {:.1}% (n={})",
+                    format_percent(plan.basis_points),
+                    fb * 100.0,
+                    max * 100.0,
+                    h.loads
+                ),
+            };
+        }
+        if let Some(k) = t.max_regression
+            && h.baseline_loads >= t.min_samples
+        {
+            let bfr = rate(h.baseline_failures, h.baseline_loads);
+            let bfb = rate(h.baseline_fallbacks, h.baseline_loads);
+            for (what, s, b) in [("load-failure", fr, bfr), ("fallback", fb, bfb)] {
+                if s > 0.0 && s > k * b {
+                    return Verdict::Halt {
+                        reason: format!(
+                            "ramp step {}%: {what} rate {:.1}% of {staged} is over {k}x the baseline's {:.1}% (n={}, baseline n={})",
+                            format_percent(plan.basis_points),
+                            s * 100.0,
+                            b * 100.0,
+                            h.loads,
+                            h.baseline_loads
+                        ),
+                    };
+                }
+            }
+        }
+    }
+    let Some(next) = ramp.next() else {
+        return Verdict::Done;
+    };
+    let mut waiting_for = Vec::new();
+    let started = OffsetDateTime::parse(
+        &ramp.step_started,
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap_or(now);
+    let elapsed = (now - started).whole_seconds().max(0) as u64;
+    if elapsed < ramp.every_secs {
+        waiting_for.push(format!(
+            "time: {}s of {}s in this step ({}s left)",
+            elapsed,
+            ramp.every_secs,
+            ramp.every_secs - elapsed
+        ));
+    }
+    if h.loads < t.min_samples {
+        waiting_for.push(format!(
+            "samples: {} of {} staged loads in this step",
+            h.loads, t.min_samples
+        ));
+    }
+    if waiting_for.is_empty() {
+        Verdict::Advance { to: next }
+    } else {
+        Verdict::Wait { waiting_for, next }
+    }
+}
+
+/// The plan after an `Advance { to }` verdict at `at`.
+pub fn advance(plan: &RolloutPlan, to: u32, at: &str) -> RolloutPlan {
+    let mut next = plan.clone();
+    next.revision = plan.revision + 1;
+    next.basis_points = to;
+    next.action = "ramp".into();
+    next.actor = "ferry".into();
+    next.at = at.to_string();
+    next.reason = format!(
+        "ramp: {}% -> {}%",
+        format_percent(plan.basis_points),
+        format_percent(to)
+    );
+    if let Some(r) = next.ramp.as_mut() {
+        r.step += 1;
+        r.step_started = at.to_string();
+    }
+    next
+}
+
+/// The plan after a `Halt { reason }` verdict at `at`.
+pub fn halt(plan: &RolloutPlan, reason: &str, at: &str) -> RolloutPlan {
+    let mut next = plan.clone();
+    next.revision = plan.revision + 1;
+    next.state = RolloutState::Halted;
+    next.action = "auto-halt".into();
+    next.actor = "ferry".into();
+    next.at = at.to_string();
+    next.reason = reason.to_string();
+    next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::Thresholds;
+    use semver::Version;
+
+    fn plan(bp: u32, started: &str) -> RolloutPlan {
+        RolloutPlan {
+            model: "m".into(),
+            revision: 2,
+            baseline: Some(Version::new(1, 0, 0)),
+            staged: Some(Version::new(2, 0, 0)),
+            basis_points: bp,
+            salt: "s".into(),
+            state: RolloutState::Active,
+            thresholds: Thresholds {
+                max_failure_rate: Some(0.05),
+                max_fallback_rate: Some(0.2),
+                min_samples: 50,
+                max_regression: Some(1.5),
+            },
+            ramp: Some(Ramp {
+                steps: vec![100, 500, 2500],
+                every_secs: 600,
+                step: 0,
+                step_started: started.into(),
+            }),
+            action: "start".into(),
+            actor: "t".into(),
+            at: started.into(),
+            reason: String::new(),
+        }
+    }
+
+    fn at(s: &str) -> OffsetDateTime {
+        OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).expect("time")
+    }
+
+    #[test]
+    fn waits_for_time_and_samples_then_advances_then_is_done() {
+        let p = plan(100, "2026-12-03T00:00:00Z");
+        let healthy = StepHealth {
+            loads: 60,
+            failures: 1,
+            fallbacks: 2,
+            baseline_loads: 600,
+            baseline_failures: 10,
+            baseline_fallbacks: 30,
+        };
+        match verdict(&p, at("2026-12-03T00:05:00Z"), &healthy) {
+            Verdict::Wait { waiting_for, next } => {
+                assert_eq!(next, 500);
+                assert_eq!(waiting_for.len(), 1, "{waiting_for:?}");
+                assert!(waiting_for[0].contains("300s left"), "{waiting_for:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let few = StepHealth {
+            loads: 10,
+            ..healthy
+        };
+        match verdict(&p, at("2026-12-03T00:11:00Z"), &few) {
+            Verdict::Wait { waiting_for, .. } => {
+                assert_eq!(waiting_for, ["samples: 10 of 50 staged loads in this step"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            verdict(&p, at("2026-12-03T00:11:00Z"), &healthy),
+            Verdict::Advance { to: 500 }
+        );
+        let mut last = advance(&advance(&p, 500, "x"), 2500, "2026-12-03T01:00:00Z");
+        assert_eq!(last.ramp.as_ref().map(|r| r.step), Some(2));
+        assert_eq!(
+            verdict(&last, at("2026-12-04T00:00:00Z"), &healthy),
+            Verdict::Done
+        );
+        last.state = RolloutState::Paused;
+        assert_eq!(
+            verdict(&last, at("2026-12-04T00:00:00Z"), &healthy),
+            Verdict::NotRamping
+        );
+    }
+
+    #[test]
+    fn halts_on_each_gate_with_the_numbers() {
+        let p = plan(100, "2026-12-03T00:00:00Z");
+        let now = at("2026-12-03T00:01:00Z");
+        let base = StepHealth {
+            loads: 100,
+            baseline_loads: 1000,
+            baseline_failures: 10,
+            baseline_fallbacks: 100,
+            ..StepHealth::default()
+        };
+        let failing = StepHealth {
+            failures: 6,
+            ..base
+        };
+        let Verdict::Halt { reason } = verdict(&p, now, &failing) else {
+            panic!("failure rate over 5% must halt");
+        };
+        assert!(reason.contains("load-failure rate 6.0%"), "{reason}");
+        let falling_back = StepHealth {
+            fallbacks: 21,
+            ..base
+        };
+        assert!(matches!(
+            verdict(&p, now, &falling_back),
+            Verdict::Halt { .. }
+        ));
+        // 4% failures is under the 5% gate but 4x the baseline's 1%: over the 1.5x regression.
+        let regressed = StepHealth {
+            failures: 4,
+            ..base
+        };
+        let Verdict::Halt { reason } = verdict(&p, now, &regressed) else {
+            panic!("a regression over 1.5x must halt");
+        };
+        assert!(reason.contains("1.5x the baseline"), "{reason}");
+        // Too few samples: no gate applies yet.
+        let early = StepHealth {
+            loads: 10,
+            failures: 10,
+            ..base
+        };
+        assert!(matches!(verdict(&p, now, &early), Verdict::Wait { .. }));
+    }
+
+    #[test]
+    fn steps_and_intervals_are_validated() {
+        assert!(Ramp::validate(&[100, 500, 10_000], 60).is_ok());
+        for (steps, every) in [
+            (&[][..], 60),
+            (&[0, 100][..], 60),
+            (&[500, 500][..], 60),
+            (&[500, 100][..], 60),
+            (&[100, 10_001][..], 60),
+            (&[100][..], 0),
+            (&[100][..], MAX_EVERY_SECS + 1),
+        ] {
+            assert!(
+                Ramp::validate(steps, every).is_err(),
+                "{steps:?} every {every}"
+            );
+        }
+    }
+}
