@@ -195,6 +195,63 @@ fn two_server_processes_racing_on_one_rollout() {
         "{}",
         String::from_utf8_lossy(&refused.stderr)
     );
+    // The deny list by CLI: no override of an entry that does not exist, no entry for a
+    // variant that does not exist; add, list, override, clear.
+    let target = |action: &str, variant: &str| {
+        ferry()
+            .args([
+                "deny",
+                action,
+                "race",
+                "--release",
+                "1.0.0",
+                "--variant",
+                variant,
+                "--soc",
+                "SM8450",
+                "--server",
+                &a.url,
+                "--token",
+                TOKEN,
+            ])
+            .output()
+            .expect("run")
+    };
+    for (action, variant, code) in [
+        ("override", "xnnpack-fp32", "deny_not_found"),
+        ("clear", "xnnpack-fp32", "deny_not_found"),
+        ("add", "nope", "deny_invalid"),
+    ] {
+        let out = target(action, variant);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(code),
+            "{action} {variant}: {err}"
+        );
+    }
+    for action in ["add", "override"] {
+        let out = target(action, "xnnpack-fp32");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let list = run_ok(ferry().args(["deny", "list", "race", "--server", &a.url, "--token", TOKEN]));
+    let row: Vec<&str> = list
+        .lines()
+        .nth(1)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row[..6],
+        ["1.0.0", "xnnpack-fp32", "soc", "SM8450", "allow", "ops"],
+        "{list}"
+    );
+    assert!(target("clear", "xnnpack-fp32").status.success());
+    let list = run_ok(ferry().args(["deny", "list", "race", "--server", &a.url, "--token", TOKEN]));
+    assert!(list.contains("the deny list is empty"), "{list}");
     let health = run_ok(ferry().args([
         "health", "race", "--json", "--server", &a.url, "--token", TOKEN,
     ]));

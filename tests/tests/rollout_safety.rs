@@ -322,3 +322,77 @@ fn overriding_a_deny_entry_that_does_not_exist_is_refused() {
         "nothing was created: {list}"
     );
 }
+
+#[test]
+fn a_pinned_test_device_gets_its_release_first_and_explain_says_so() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    app.publish(&mlp_v2());
+    let tester = |id: &str| {
+        let mut d = dev(0);
+        d["install_id"] = id.into();
+        d
+    };
+    let release_of = |id: &str| {
+        let (s, body) = app.resolve(&tester(id), true);
+        assert_eq!(s, 200, "{body}");
+        (app.verify_response(&body).0.release.to_string(), body)
+    };
+    refused(
+        &app,
+        serde_json::json!({"action": "pin", "install_id": "tester-1", "release": "9.0.0"}),
+        404,
+        "release_not_found",
+    );
+    let (s, b) = change(
+        &app,
+        serde_json::json!({"action": "pin", "install_id": "tester-1", "release": "2.0.0",
+            "expires_secs": 7 * 86400, "reason": "QA build"}),
+    );
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["pins"][0]["install_id"], "tester-1", "{b}");
+    let (release, body) = release_of("tester-1");
+    assert_eq!(
+        release, "2.0.0",
+        "the pinned release, though it is not live"
+    );
+    assert!(
+        body["explain"]
+            .to_string()
+            .contains("pinned: install id tester-1 gets 2.0.0"),
+        "{body}"
+    );
+    assert_eq!(release_of("someone-else").0, "1.0.0");
+    assert_eq!(
+        sweep(&app).get("1.0.0"),
+        Some(&1000),
+        "pins move no one else"
+    );
+    // Pins survive other changes, and `unpin` ends them.
+    let (s, b) = change(
+        &app,
+        serde_json::json!({"action": "start", "release": "2.0.0", "percent": "1"}),
+    );
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["pins"].as_array().map(Vec::len), Some(1), "{b}");
+    let (s, b) = change(
+        &app,
+        serde_json::json!({"action": "unpin", "install_id": "tester-1"}),
+    );
+    assert_eq!(s, 200, "{b}");
+    refused(
+        &app,
+        serde_json::json!({"action": "unpin", "install_id": "tester-1"}),
+        400,
+        "rollout_invalid",
+    );
+    // A pin that lapses stops applying by itself.
+    let (s, b) = change(
+        &app,
+        serde_json::json!({"action": "pin", "install_id": "tester-2", "release": "1.0.0", "expires_secs": 1}),
+    );
+    assert_eq!(s, 200, "{b}");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let (_, body) = release_of("tester-2");
+    assert!(!body["explain"].to_string().contains("pinned"), "{body}");
+}

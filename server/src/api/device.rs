@@ -66,7 +66,18 @@ pub(crate) async fn resolve_inner(
     let wanted_cohort = plan
         .as_ref()
         .map_or(Cohort::Baseline, |p| p.cohort(&device.install_id));
-    let releases = crate::fleet::rollout::releases_for(&all, plan.as_ref(), wanted_cohort);
+    let mut releases = crate::fleet::rollout::releases_for(&all, plan.as_ref(), wanted_cohort);
+    // A pinned test device tries its pinned release first, whatever its cohort.
+    let pin = plan
+        .as_ref()
+        .and_then(|p| p.pinned(&device.install_id, OffsetDateTime::now_utc()))
+        .cloned();
+    if let Some(pin) = &pin
+        && let Some(r) = all.iter().find(|r| r.manifest.version == pin.release)
+    {
+        releases.retain(|x| x.manifest.version != pin.release);
+        releases.insert(0, r.clone());
+    }
     let manifests: Vec<&ferry_shared::manifest::ReleaseManifest> =
         releases.iter().map(|r| &r.manifest).collect();
     let pref: &Preference = &state.config.preference;
@@ -104,9 +115,13 @@ pub(crate) async fn resolve_inner(
         .iter()
         .find(|r| r.manifest.version == selection.manifest.version)
         .ok_or_else(|| ApiError::internal("selected release vanished from the catalog"))?;
+    let pinned_here = pin
+        .as_ref()
+        .is_some_and(|p| p.release == selection.manifest.version);
     let cohort = match plan.as_ref().and_then(|p| p.staged.as_ref()) {
         Some(staged)
-            if wanted_cohort == Cohort::Staged && *staged == selection.manifest.version =>
+            if (wanted_cohort == Cohort::Staged || pinned_here)
+                && *staged == selection.manifest.version =>
         {
             Cohort::Staged
         }
@@ -148,7 +163,24 @@ pub(crate) async fn resolve_inner(
     let response = ResolveResponse {
         decision: state.online.sign(DECISION_PAYLOAD_TYPE, &payload),
         release: release.envelope.clone(),
-        explain: explain.then_some(selection.explain),
+        explain: explain.then(|| {
+            let mut ex = selection.explain;
+            if let Some(p) = &pin {
+                let why = format!(
+                    "pinned: install id {} gets {} first{}",
+                    p.install_id,
+                    p.release,
+                    p.expires
+                        .as_ref()
+                        .map(|e| format!(" until {e}"))
+                        .unwrap_or_default()
+                );
+                for e in ex.iter_mut().filter(|e| e.release == p.release) {
+                    e.reasons.push(why.clone());
+                }
+            }
+            ex
+        }),
     };
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))

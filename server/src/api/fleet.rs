@@ -2,7 +2,7 @@
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use ferry_shared::ModelName;
-use ferry_shared::deny::DenyChange;
+use ferry_shared::deny::{DenyAction, DenyChange};
 use ferry_shared::errors::ErrorCode;
 use ferry_shared::rollout::{Preview, RolloutChange, RolloutPlan};
 use serde::Deserialize;
@@ -213,6 +213,46 @@ pub async fn post_deny(
 ) -> Result<HttpResponse, ApiError> {
     let (caller, model, change): (_, _, DenyChange) =
         admin_change(&req, &state, &model, payload, ErrorCode::DenyInvalid).await?;
+    if change.action == DenyAction::Deny {
+        // A hand-made entry must name a real variant: a typo would deny nothing, silently.
+        let catalog = state.catalog();
+        let release = change
+            .release
+            .parse::<semver::Version>()
+            .ok()
+            .and_then(|v| catalog.release(&model, &v))
+            .ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::ReleaseNotFound,
+                    format!(
+                        "{model} {} is not published",
+                        change.release.chars().take(64).collect::<String>()
+                    ),
+                )
+            })?;
+        if !release
+            .manifest
+            .variants
+            .iter()
+            .any(|v| v.id.as_str() == change.variant)
+        {
+            let ids: Vec<&str> = release
+                .manifest
+                .variants
+                .iter()
+                .map(|v| v.id.as_str())
+                .collect();
+            return Err(ApiError::new(
+                ErrorCode::DenyInvalid,
+                format!(
+                    "{model} {} has no variant {:?}; it has {}",
+                    release.manifest.version,
+                    change.variant.chars().take(64).collect::<String>(),
+                    ids.join(", ")
+                ),
+            ));
+        }
+    }
     let entries = deny::change(&state.store, &model, &change, &caller.name, &now_text()).await?;
     tracing::info!(caller = caller.name, %model, action = change.action.as_str(), "deny list changed");
     state.set_deny(&model, entries.clone());

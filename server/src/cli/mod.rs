@@ -1,5 +1,6 @@
 //! The `ferry` command line: argument parsing and one module per command group.
 
+mod deny;
 mod health;
 mod inspect;
 mod keys;
@@ -102,6 +103,12 @@ pub enum Command {
         #[command(flatten)]
         remote: Remote,
     },
+    /// The deny list: list, add, override, clear.
+    Deny {
+        /// What to do.
+        #[command(subcommand)]
+        command: deny::DenyCommand,
+    },
     /// Every release of a model, newest first, with its state: live (the baseline), staged N%,
     /// published (not live yet) or retired (older than the baseline).
     Releases {
@@ -181,6 +188,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
             remote,
         } => health_cmd(&model, json, &remote),
+        Command::Deny { command } => deny::deny_cmd(command),
         Command::Releases {
             model,
             json,

@@ -80,6 +80,46 @@ pub enum RolloutCommand {
     Rollback(SimpleRollout),
     /// Make the staged release the baseline for everyone.
     Complete(SimpleRollout),
+    /// Pin a test device to a release: it gets that release first, whatever its cohort.
+    Pin {
+        /// Model name.
+        model: String,
+        /// The device's install id.
+        #[arg(long)]
+        install_id: String,
+        /// The release.
+        #[arg(long)]
+        release: Version,
+        /// How long the pin holds (30m, 7d; forever when absent, at most a year).
+        #[arg(long, value_parser = parse_duration)]
+        expires: Option<u64>,
+        /// Why (kept in the history).
+        #[arg(long)]
+        reason: Option<String>,
+        /// Show what would change without changing anything.
+        #[arg(long)]
+        dry_run: bool,
+        /// Where and who.
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Remove a device's pin.
+    Unpin {
+        /// Model name.
+        model: String,
+        /// The device's install id.
+        #[arg(long)]
+        install_id: String,
+        /// Why (kept in the history).
+        #[arg(long)]
+        reason: Option<String>,
+        /// Show what would change without changing anything.
+        #[arg(long)]
+        dry_run: bool,
+        /// Where and who.
+        #[command(flatten)]
+        remote: Remote,
+    },
     /// Move the baseline back to an older release (the only way to downgrade; recorded).
     Revert {
         /// Model name.
@@ -274,6 +314,37 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
             dry_run,
             remote,
         } => (model, remote, dry_run, RolloutChange::Revert { to, reason }),
+        RolloutCommand::Pin {
+            model,
+            install_id,
+            release,
+            expires,
+            reason,
+            dry_run,
+            remote,
+        } => (
+            model,
+            remote,
+            dry_run,
+            RolloutChange::Pin {
+                install_id,
+                release,
+                expires_secs: expires,
+                reason,
+            },
+        ),
+        RolloutCommand::Unpin {
+            model,
+            install_id,
+            reason,
+            dry_run,
+            remote,
+        } => (
+            model,
+            remote,
+            dry_run,
+            RolloutChange::Unpin { install_id, reason },
+        ),
         RolloutCommand::Status {
             model,
             json,
@@ -299,6 +370,21 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
             }
             if let Some(r) = v.get("ramp").filter(|r| !r.is_null()) {
                 print_ramp(r);
+            }
+            for p in history
+                .last()
+                .map(|p| p.pins.as_slice())
+                .unwrap_or_default()
+            {
+                println!(
+                    "pinned: {} -> {}{}",
+                    p.install_id,
+                    p.release,
+                    p.expires
+                        .as_ref()
+                        .map(|e| format!(" until {e}"))
+                        .unwrap_or_default()
+                );
             }
             return Ok(ExitCode::SUCCESS);
         }

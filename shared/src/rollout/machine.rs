@@ -9,6 +9,9 @@
 //! | paused | only `supersede` | refused | refused | active | halted | completed | baseline V |
 //! | halted | active, V staged | refused | refused | active | refused | refused | baseline V |
 //!
+//! `pin` and `unpin` (a test device gets a named release first) are allowed whenever a plan
+//! exists and change nothing else.
+//!
 //! Guards on every accepted change:
 //! - a staged release is published and newer than the baseline (and than the release it
 //!   supersedes): `rollout_not_newer`;
@@ -25,7 +28,9 @@ use crate::names::ModelName;
 use crate::resolve::Cohort;
 use crate::rollout::classes::{DeviceClass, classes};
 use crate::rollout::ramp::Ramp;
-use crate::rollout::{FULL, RolloutChange, RolloutPlan, RolloutState, Thresholds, live_releases};
+use crate::rollout::{
+    FULL, MAX_PINS, Pin, RolloutChange, RolloutPlan, RolloutState, Thresholds, live_releases,
+};
 
 /// Longest reason kept in the history.
 pub const MAX_REASON: usize = 1024;
@@ -288,6 +293,7 @@ fn next_plan(
                 state: RolloutState::Active,
                 thresholds,
                 ramp,
+                pins: current.map(|p| p.pins.clone()).unwrap_or_default(),
                 action: String::new(),
                 actor: String::new(),
                 at: String::new(),
@@ -329,6 +335,7 @@ fn next_plan(
                 state: RolloutState::Completed,
                 thresholds: current.map(|p| p.thresholds).unwrap_or_default(),
                 ramp: None,
+                pins: current.map(|p| p.pins.clone()).unwrap_or_default(),
                 action: String::new(),
                 actor: String::new(),
                 at: String::new(),
@@ -336,6 +343,84 @@ fn next_plan(
             }
         }
         (_, None) => return Err(TransitionError::NotFound(model.clone())),
+        (
+            RolloutChange::Pin {
+                install_id,
+                release,
+                expires_secs,
+                ..
+            },
+            Some(p),
+        ) => {
+            if install_id.is_empty() || install_id.len() > 128 {
+                return Err(TransitionError::Invalid(
+                    "install_id is 1 to 128 bytes".into(),
+                ));
+            }
+            if !ctx.is_published(release) {
+                return Err(TransitionError::ReleaseNotFound {
+                    model: model.clone(),
+                    release: release.clone(),
+                });
+            }
+            let expires = match expires_secs {
+                None => None,
+                Some(secs) => {
+                    let now = time::OffsetDateTime::parse(
+                        ctx.at,
+                        &time::format_description::well_known::Rfc3339,
+                    )
+                    .map_err(|e| TransitionError::Invalid(format!("clock: {e}")))?;
+                    let until = now
+                        .checked_add(time::Duration::seconds(
+                            i64::try_from(*secs).unwrap_or(i64::MAX),
+                        ))
+                        .filter(|_| *secs <= 366 * 86_400)
+                        .ok_or_else(|| {
+                            TransitionError::Invalid("a pin expires within a year".into())
+                        })?;
+                    Some(
+                        until
+                            .format(&time::format_description::well_known::Rfc3339)
+                            .map_err(|e| TransitionError::Invalid(e.to_string()))?,
+                    )
+                }
+            };
+            let mut pins: Vec<Pin> = p
+                .pins
+                .iter()
+                .filter(|x| x.install_id != *install_id)
+                .cloned()
+                .collect();
+            if pins.len() >= MAX_PINS {
+                return Err(TransitionError::Invalid(format!(
+                    "{model} already has {MAX_PINS} pins; unpin some first"
+                )));
+            }
+            pins.push(Pin {
+                install_id: install_id.clone(),
+                release: release.clone(),
+                expires,
+            });
+            RolloutPlan { pins, ..p.clone() }
+        }
+        (RolloutChange::Unpin { install_id, .. }, Some(p)) => {
+            if !p.pins.iter().any(|x| x.install_id == *install_id) {
+                return Err(TransitionError::Invalid(format!(
+                    "no pin for install id {:?}",
+                    install_id.chars().take(128).collect::<String>()
+                )));
+            }
+            RolloutPlan {
+                pins: p
+                    .pins
+                    .iter()
+                    .filter(|x| x.install_id != *install_id)
+                    .cloned()
+                    .collect(),
+                ..p.clone()
+            }
+        }
         (RolloutChange::Set { percent, .. }, Some(p)) => {
             if p.state != RolloutState::Active || p.staged.is_none() {
                 return Err(TransitionError::NotActive(format!(
@@ -429,6 +514,7 @@ pub fn on_publish(
         state: RolloutState::Completed,
         thresholds: current.map(|p| p.thresholds).unwrap_or_default(),
         ramp: None,
+        pins: current.map(|p| p.pins.clone()).unwrap_or_default(),
         action: "publish".into(),
         actor: ctx.actor.to_string(),
         at: ctx.at.to_string(),

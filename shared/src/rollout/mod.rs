@@ -161,6 +161,9 @@ pub struct RolloutPlan {
     /// The health-gated ramp, when the rollout moves through steps by itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ramp: Option<ramp::Ramp>,
+    /// Test devices pinned to a release (they get it first, whatever their cohort).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pins: Vec<Pin>,
     /// What this revision did (`start`, `set`, `pause`, `resume`, `rollback`, `complete`,
     /// `auto-halt`).
     pub action: String,
@@ -228,6 +231,40 @@ pub fn live_releases(
             .cloned(),
     );
     out
+}
+
+/// Most pins per model.
+pub const MAX_PINS: usize = 1000;
+
+/// A test device pinned to a release.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pin {
+    /// The device's install id.
+    pub install_id: String,
+    /// The release it gets first.
+    pub release: Version,
+    /// When the pin lapses (RFC 3339); never when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<String>,
+}
+
+impl Pin {
+    /// True while the pin holds at `now`.
+    pub fn holds_at(&self, now: time::OffsetDateTime) -> bool {
+        self.expires.as_deref().is_none_or(|e| {
+            time::OffsetDateTime::parse(e, &time::format_description::well_known::Rfc3339)
+                .is_ok_and(|t| now < t)
+        })
+    }
+}
+
+impl RolloutPlan {
+    /// The release `install_id` is pinned to at `now`, if any.
+    pub fn pinned(&self, install_id: &str, now: time::OffsetDateTime) -> Option<&Pin> {
+        self.pins
+            .iter()
+            .find(|p| p.install_id == install_id && p.holds_at(now))
+    }
 }
 
 /// A share of devices in basis points (`0..=10000`). On the wire it is the percentage as text
@@ -364,6 +401,27 @@ pub enum RolloutChange {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+    /// Pin a test device to a release (it gets that release first; replaces an earlier pin).
+    Pin {
+        /// The device's install id.
+        install_id: String,
+        /// The release.
+        release: Version,
+        /// How long the pin holds, in seconds (forever when absent).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expires_secs: Option<u64>,
+        /// Why.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// Remove a device's pin.
+    Unpin {
+        /// The device's install id.
+        install_id: String,
+        /// Why.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
     /// Move the baseline back to an older published release (the only way to downgrade;
     /// cancels any staged release).
     Revert {
@@ -385,6 +443,8 @@ impl RolloutChange {
             RolloutChange::Rollback { .. } => "rollback",
             RolloutChange::Complete { .. } => "complete",
             RolloutChange::Revert { .. } => "revert",
+            RolloutChange::Pin { .. } => "pin",
+            RolloutChange::Unpin { .. } => "unpin",
         }
     }
 
@@ -396,7 +456,9 @@ impl RolloutChange {
             | RolloutChange::Pause { reason }
             | RolloutChange::Resume { reason }
             | RolloutChange::Rollback { reason }
-            | RolloutChange::Complete { reason } => reason.as_deref(),
+            | RolloutChange::Complete { reason }
+            | RolloutChange::Pin { reason, .. }
+            | RolloutChange::Unpin { reason, .. } => reason.as_deref(),
             RolloutChange::Revert { reason, .. } => Some(reason),
         }
     }
@@ -418,6 +480,7 @@ mod tests {
             state: RolloutState::Active,
             thresholds: Thresholds::default(),
             ramp: None,
+            pins: Vec::new(),
             action: "start".into(),
             actor: "t".into(),
             at: "2026-12-02T00:00:00Z".into(),

@@ -265,6 +265,7 @@ mod tests {
                 step: 0,
                 step_started: started.into(),
             }),
+            pins: Vec::new(),
             action: "start".into(),
             actor: "t".into(),
             at: started.into(),

@@ -1,0 +1,149 @@
+//! `ferry deny ...`: the deny list of a model (learned from telemetry, or set by hand).
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use comfy_table::Table;
+use ferry_shared::deny::{DenyAction, DenyChange, DeviceClass};
+
+use super::remote::{Remote, admin_call};
+
+/// `ferry deny ...`.
+#[derive(Debug, Subcommand)]
+pub enum DenyCommand {
+    /// The entries in force: which variant is denied (or allowed by override) to which SoC or
+    /// device model, and why.
+    List {
+        /// Model name.
+        model: String,
+        /// Print JSON (the entries and their whole history).
+        #[arg(long)]
+        json: bool,
+        /// Where and who.
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Deny a variant to a SoC or device model by hand.
+    Add(Target),
+    /// Allow a denied variant again (the entry must exist; telemetry will not re-add it).
+    Override(Target),
+    /// Remove an entry (it must exist; telemetry may add it again if the class keeps failing).
+    Clear(Target),
+}
+
+/// The entry a change names.
+#[derive(Debug, Clone, clap::Args)]
+#[group(id = "class", required = true, multiple = false, args = ["soc", "device_model"])]
+pub struct Target {
+    /// Model name.
+    pub model: String,
+    /// Release of the variant.
+    #[arg(long)]
+    pub release: String,
+    /// Variant id.
+    #[arg(long)]
+    pub variant: String,
+    /// The SoC (matched case-insensitively).
+    #[arg(long)]
+    pub soc: Option<String>,
+    /// The device model (matched exactly).
+    #[arg(long)]
+    pub device_model: Option<String>,
+    /// Where and who.
+    #[command(flatten)]
+    pub remote: Remote,
+}
+
+pub(crate) fn deny_cmd(cmd: DenyCommand) -> anyhow::Result<ExitCode> {
+    let (action, t) = match cmd {
+        DenyCommand::List {
+            model,
+            json,
+            remote,
+        } => return list(&model, json, &remote),
+        DenyCommand::Add(t) => (DenyAction::Deny, t),
+        DenyCommand::Override(t) => (DenyAction::Override, t),
+        DenyCommand::Clear(t) => (DenyAction::Clear, t),
+    };
+    let (class, value) = match (t.soc, t.device_model) {
+        (Some(s), _) => (DeviceClass::Soc, s),
+        (None, Some(m)) => (DeviceClass::DeviceModel, m),
+        (None, None) => anyhow::bail!("give --soc or --device-model"),
+    };
+    let change = DenyChange {
+        action,
+        release: t.release,
+        variant: t.variant,
+        class,
+        value,
+    };
+    let v = admin_call(
+        &t.remote,
+        "POST",
+        &format!("/v1/admin/models/{}/deny", t.model),
+        Some(serde_json::to_value(&change)?),
+    )?;
+    println!(
+        "{} {} {} for {} {}: done",
+        action.as_str(),
+        change.release,
+        change.variant,
+        class.as_str(),
+        change.value
+    );
+    print_entries(&v["entries"]);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn list(model: &str, json: bool, remote: &Remote) -> anyhow::Result<ExitCode> {
+    let v = admin_call(
+        remote,
+        "GET",
+        &format!("/v1/admin/models/{model}/deny"),
+        None,
+    )?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if v["entries"].as_array().is_none_or(Vec::is_empty) {
+        println!("{model}: the deny list is empty");
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_entries(&v["entries"]);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_entries(entries: &serde_json::Value) {
+    let mut table = Table::new();
+    table.load_preset(comfy_table::presets::NOTHING);
+    table.set_header([
+        "RELEASE",
+        "VARIANT",
+        "CLASS",
+        "VALUE",
+        "STATE",
+        "SOURCE",
+        "FALLBACKS",
+    ]);
+    for e in entries.as_array().into_iter().flatten() {
+        let s = |k: &str| e[k].as_str().unwrap_or("").to_string();
+        let fallbacks = match e["samples"].as_u64() {
+            Some(n) if n > 0 => format!(
+                "{:.0}% of {n}",
+                e["fallback_rate"].as_f64().unwrap_or(0.0) * 100.0
+            ),
+            _ => "-".into(),
+        };
+        table.add_row([
+            s("release"),
+            s("variant"),
+            s("class"),
+            s("value"),
+            s("state"),
+            s("source"),
+            fallbacks,
+        ]);
+    }
+    println!("{table}");
+}
