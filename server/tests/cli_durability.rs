@@ -8,28 +8,7 @@ use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{TOKEN, ferry, fixtures, run_ok, serve};
-
-fn signed_release(dir: &Path, keys: &Path, version: &str, file: &str) -> PathBuf {
-    std::fs::copy(fixtures().join(file), dir.join(file)).expect("copy");
-    let toml = format!(
-        "model = \"durable\"\nversion = \"{version}\"\n\n[[variant]]\nid = \"xnnpack-fp32\"\n\
-         file = \"{file}\"\ndelegate = \"xnnpack\"\nquant = \"fp32\"\nruntime = \">=1.5.0\"\napp = \"*\"\n"
-    );
-    let spec = dir.join(format!("VARIANTS-{version}.toml"));
-    std::fs::write(&spec, toml).expect("write");
-    let out = dir.join(format!("release-{version}.json"));
-    run_ok(
-        ferry()
-            .arg("sign")
-            .arg(&spec)
-            .arg("--key")
-            .arg(keys.join("release.key"))
-            .arg("-o")
-            .arg(&out),
-    );
-    out
-}
+use common::{TOKEN, ferry, run_ok, serve, signed_release};
 
 struct Setup {
     _tmp: tempfile::TempDir,
@@ -49,8 +28,20 @@ fn setup() -> Setup {
             .args(["keys", "generate", "--out"])
             .arg(data.join("keys")),
     );
-    let v1 = signed_release(&files, &data.join("keys"), "1.0.0", "mlp-v1-xnnpack.pte");
-    let v2 = signed_release(&files, &data.join("keys"), "2.0.0", "mlp-v2-xnnpack.pte");
+    let v1 = signed_release(
+        &files,
+        &data.join("keys"),
+        "durable",
+        "1.0.0",
+        "mlp-v1-xnnpack.pte",
+    );
+    let v2 = signed_release(
+        &files,
+        &data.join("keys"),
+        "durable",
+        "2.0.0",
+        "mlp-v2-xnnpack.pte",
+    );
     Setup {
         _tmp: tmp,
         data,

@@ -3,30 +3,7 @@
 
 mod common;
 
-use std::path::Path;
-
-use common::{TOKEN, ferry, fixtures, run_ok, serve};
-
-fn release(dir: &Path, keys: &Path, version: &str, file: &str) -> std::path::PathBuf {
-    std::fs::copy(fixtures().join(file), dir.join(file)).expect("copy");
-    let toml = format!(
-        "model = \"race\"\nversion = \"{version}\"\n\n[[variant]]\nid = \"xnnpack-fp32\"\nfile = \"{file}\"\n\
-         delegate = \"xnnpack\"\nquant = \"fp32\"\nruntime = \">=1.5.0\"\napp = \"*\"\n"
-    );
-    let spec = dir.join(format!("VARIANTS-{version}.toml"));
-    std::fs::write(&spec, toml).expect("write");
-    let out = dir.join(format!("release-{version}.json"));
-    run_ok(
-        ferry()
-            .arg("sign")
-            .arg(&spec)
-            .arg("--key")
-            .arg(keys.join("release.key"))
-            .arg("-o")
-            .arg(&out),
-    );
-    out
-}
+use common::{TOKEN, ferry, run_ok, serve, signed_release};
 
 fn history_len(url: &str) -> usize {
     let status = run_ok(ferry().args([
@@ -47,8 +24,20 @@ fn two_server_processes_racing_on_one_rollout() {
             .args(["keys", "generate", "--out"])
             .arg(data.join("keys")),
     );
-    let v1 = release(&files, &data.join("keys"), "1.0.0", "mlp-v1-xnnpack.pte");
-    let v2 = release(&files, &data.join("keys"), "2.0.0", "mlp-v2-xnnpack.pte");
+    let v1 = signed_release(
+        &files,
+        &data.join("keys"),
+        "race",
+        "1.0.0",
+        "mlp-v1-xnnpack.pte",
+    );
+    let v2 = signed_release(
+        &files,
+        &data.join("keys"),
+        "race",
+        "2.0.0",
+        "mlp-v2-xnnpack.pte",
+    );
     let a = serve(&data);
     let b = serve(&data);
     for r in [&v1, &v2] {

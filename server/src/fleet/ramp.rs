@@ -1,4 +1,5 @@
-//! Drives health-gated ramps: every `ramp_check_secs` each replica asks the pure
+//! Drives health-gated ramps and keeps rollout plans current: every `ramp_check_secs` each
+//! replica re-reads the plans from the store, then asks the pure
 //! [`verdict`](ferry_shared::rollout::ramp::verdict) about every ramping rollout and writes the
 //! step or the halt it calls for.
 //!
@@ -90,8 +91,14 @@ pub fn status(state: &AppState, model: &ModelName, plan: &RolloutPlan) -> (Verdi
     (verdict(plan, OffsetDateTime::now_utc(), &health), health)
 }
 
-/// One pass over every ramping rollout.
+/// One pass: re-reads every model's plan (so a change made through another replica is in force
+/// here within one pass), then acts on every ramping rollout.
 pub async fn tick(state: &AppState) {
+    let models: Vec<ModelName> = state.catalog().models().map(|(m, _)| m.clone()).collect();
+    match rollout::load_all(&state.store, models.iter()).await {
+        Ok(plans) => state.replace_rollouts(plans),
+        Err(e) => tracing::warn!("rollout state refresh failed: {e}"),
+    }
     let plans = state.rollouts();
     for (model, plan) in plans.iter() {
         if plan.ramp.is_none() || plan.state != RolloutState::Active {

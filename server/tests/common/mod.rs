@@ -44,10 +44,45 @@ impl Drop for Server {
     }
 }
 
+/// Signs a one-variant (XNNPACK) release `version` of `model` from fixture `file`, copied into
+/// `dir`, with the release key in `keys`; returns the signed release file.
+#[allow(dead_code)]
+pub fn signed_release(dir: &Path, keys: &Path, model: &str, version: &str, file: &str) -> PathBuf {
+    std::fs::copy(fixtures().join(file), dir.join(file)).expect("copy");
+    let toml = format!(
+        "model = \"{model}\"\nversion = \"{version}\"\n\n[[variant]]\nid = \"xnnpack-fp32\"\n\
+         file = \"{file}\"\ndelegate = \"xnnpack\"\nquant = \"fp32\"\nruntime = \">=1.5.0\"\napp = \"*\"\n"
+    );
+    let spec = dir.join(format!("VARIANTS-{version}.toml"));
+    std::fs::write(&spec, toml).expect("write");
+    let out = dir.join(format!("release-{version}.json"));
+    run_ok(
+        ferry()
+            .arg("sign")
+            .arg(&spec)
+            .arg("--key")
+            .arg(keys.join("release.key"))
+            .arg("-o")
+            .arg(&out),
+    );
+    out
+}
+
 /// Starts `ferry serve` on a free port for `data`.
 pub fn serve(data: &Path) -> Server {
-    let mut child = ferry()
-        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+    serve_with(data, None)
+}
+
+/// Starts `ferry serve` on a free port for `data`, with a config file.
+pub fn serve_with(data: &Path, config: Option<&Path>) -> Server {
+    let mut cmd = ferry();
+    if let Some(c) = config {
+        cmd.arg("serve").arg("--config").arg(c);
+    } else {
+        cmd.arg("serve");
+    }
+    let mut child = cmd
+        .args(["--listen", "127.0.0.1:0", "--data"])
         .arg(data)
         .env("FERRY_ADMIN_TOKEN", TOKEN)
         .env("FERRY_LOG", "warn")

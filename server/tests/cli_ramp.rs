@@ -1,0 +1,140 @@
+//! A health-gated ramp driven by two `ferry serve` processes on one data directory, as an
+//! operator runs it: `ferry rollout start --steps --every`, telemetry to both processes, and
+//! `ferry rollout status` saying what the step waits for. Each step is written once.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{TOKEN, ferry, run_ok, serve_with, signed_release};
+
+fn load_events(from: usize, n: usize) -> Vec<u8> {
+    let at = time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .expect("time");
+    let events: Vec<serde_json::Value> = (from..from + n)
+        .map(|i| {
+            serde_json::json!({
+                "kind": "load", "model": "ramp", "release": "2.0.0", "variant": "xnnpack-fp32",
+                "delegate": "xnnpack", "outcome": "ok", "install_id": format!("dev-{i}"),
+                "platform": "linux", "soc": "x86", "device_model": "pc", "os_version": "6",
+                "app_version": "1.0.0", "runtime_version": "1.5.1", "load_ms": 5.0, "at": at,
+            })
+        })
+        .collect();
+    serde_json::to_vec(&serde_json::json!({ "events": events })).expect("json")
+}
+
+fn status_json(url: &str) -> serde_json::Value {
+    let out = run_ok(ferry().args([
+        "rollout", "status", "ramp", "--json", "--server", url, "--token", TOKEN,
+    ]));
+    serde_json::from_str(&out).expect("json")
+}
+
+#[test]
+fn two_processes_drive_one_ramp_and_write_each_step_once() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let data = tmp.path().join("data");
+    let files = tmp.path().join("files");
+    std::fs::create_dir_all(&files).expect("mkdir");
+    run_ok(
+        ferry()
+            .args(["keys", "generate", "--out"])
+            .arg(data.join("keys")),
+    );
+    let config = tmp.path().join("ferry.toml");
+    std::fs::write(
+        &config,
+        "ramp_check_secs = 1\n[telemetry]\nevaluate_ms = 0\n",
+    )
+    .expect("config");
+    let v1 = signed_release(
+        &files,
+        &data.join("keys"),
+        "ramp",
+        "1.0.0",
+        "mlp-v1-xnnpack.pte",
+    );
+    let v2 = signed_release(
+        &files,
+        &data.join("keys"),
+        "ramp",
+        "2.0.0",
+        "mlp-v2-xnnpack.pte",
+    );
+    let a = serve_with(&data, Some(&config));
+    let b = serve_with(&data, Some(&config));
+    for r in [&v1, &v2] {
+        run_ok(
+            ferry()
+                .arg("publish")
+                .arg(r)
+                .arg("--files")
+                .arg(&files)
+                .args(["--server", &a.url, "--token", TOKEN, "--quiet"]),
+        );
+    }
+    let out = run_ok(ferry().args([
+        "rollout",
+        "start",
+        "ramp",
+        "--release",
+        "2.0.0",
+        "--steps",
+        "1,5,25",
+        "--every",
+        "1s",
+        "--min-samples",
+        "8",
+        "--server",
+        &a.url,
+        "--token",
+        TOKEN,
+    ]));
+    assert!(out.contains("staged 2.0.0 at 1%"), "{out}");
+    // Both processes pick the plan up (their refresh) and look at the step.
+    std::thread::sleep(Duration::from_millis(1500));
+    let status = run_ok(ferry().args([
+        "rollout", "status", "ramp", "--server", &a.url, "--token", TOKEN,
+    ]));
+    assert!(status.contains("ramp: step 1 of 3 (1%)"), "{status}");
+    assert!(status.contains("waiting for samples: 0 of 8"), "{status}");
+    assert!(status.contains("next step: 5%"), "{status}");
+
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let mut sent = 0;
+    for want in [500u64, 2500] {
+        for url in [&a.url, &b.url] {
+            let r = agent
+                .post(format!("{url}/v1/telemetry"))
+                .header("content-type", "application/json")
+                .send(load_events(sent, 10).as_slice())
+                .expect("telemetry");
+            assert_eq!(r.status().as_u16(), 200);
+            sent += 10;
+        }
+        let until = Instant::now() + Duration::from_secs(20);
+        while status_json(&a.url)["current"]["basis_points"].as_u64() != Some(want) {
+            assert!(Instant::now() < until, "{:#}", status_json(&a.url));
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        std::thread::sleep(Duration::from_millis(2500));
+    }
+    let v = status_json(&b.url);
+    let steps: Vec<u64> = v["history"]
+        .as_array()
+        .expect("history")
+        .iter()
+        .filter(|p| p["action"] == "ramp")
+        .filter_map(|p| p["basis_points"].as_u64())
+        .collect();
+    assert_eq!(steps, [500, 2500], "each step once: {:#}", v["history"]);
+    let status = run_ok(ferry().args([
+        "rollout", "status", "ramp", "--server", &b.url, "--token", TOKEN,
+    ]));
+    assert!(status.contains("the last step is in force"), "{status}");
+}
