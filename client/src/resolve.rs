@@ -44,8 +44,8 @@ impl Client {
     /// downloaded.
     pub fn resolve(&self, model: &str, device: &DeviceInfo) -> Result<Verified<Plan>, ClientError> {
         let url = format!("{}/v1/resolve", self.server);
-        let body = serde_json::to_vec(&self.request(model, device)?)
-            .map_err(|e| ClientError::Config(e.to_string()))?;
+        let request = self.request(model, device)?;
+        let body = serde_json::to_vec(&request).map_err(|e| ClientError::Config(e.to_string()))?;
         let mut failures = 0u32;
         let (status, text) = loop {
             if failures > 0 {
@@ -105,7 +105,7 @@ impl Client {
                 message: e.to_string(),
             })?;
         let last = self.cache().last_sequence(model);
-        let plan = verify_response(&resp, model, &self.trust, self.clock.now(), last)?;
+        let plan = verify_response(&resp, &request, &self.trust, self.clock.now(), last)?;
         self.cache()
             .record_sequence(model, plan.decision().sequence)?;
         Ok(plan)

@@ -1,15 +1,18 @@
 //! Verifying a resolve response before anything is downloaded.
 //!
-//! Order: the decision envelope against the trusted online keys; its expiry against the
-//! client's clock; its sequence against the highest seen for the model (replay); the release
-//! envelope against the trusted release keys; then every candidate against the signed
-//! manifest (same variant, delegate, backends, digest and size). Only [`verify_response`]
+//! Order: the decision envelope against the trusted online keys; its times against the
+//! client's clock (issued no later than now plus [`MAX_CLOCK_SKEW`], valid no longer than
+//! [`MAX_DECISION_LIFETIME`], not expired); its sequence against the highest seen for the model
+//! (replay); that it answers this install id; the release envelope against the trusted release
+//! keys; then every candidate against the signed manifest (same variant, delegate, backends,
+//! digest and size) and against this device (every constraint the release key signed). Only [`verify_response`]
 //! builds a [`Plan`], and only through [`Verified`].
 
 use ferry_shared::dsse::{DsseLimits, Envelope, KeyRing, KeyRole, Verified, verify};
 use ferry_shared::errors::ErrorCode;
 use ferry_shared::manifest::{ReleaseManifest, Variant, verify_release_envelope};
-use ferry_shared::resolve::{DECISION_PAYLOAD_TYPE, Decision, ResolveResponse};
+use ferry_shared::resolve::{DECISION_PAYLOAD_TYPE, Decision, ResolveRequest, ResolveResponse};
+use ferry_shared::select::incompatibilities;
 use time::OffsetDateTime;
 
 use crate::error::ClientError;
@@ -84,15 +87,22 @@ pub fn verify_release(
         })
 }
 
-/// Verifies a whole resolve response for `model`. `last_sequence` is the highest decision
-/// sequence seen for this model (0 if none).
+/// Longest a decision may be valid for (the server's `decision_ttl_secs` is at most this).
+pub const MAX_DECISION_LIFETIME: time::Duration = time::Duration::days(7);
+
+/// How far ahead of the device's clock a decision's `issued_at` may be.
+pub const MAX_CLOCK_SKEW: time::Duration = time::Duration::minutes(5);
+
+/// Verifies a whole resolve response to `request`. `last_sequence` is the highest decision
+/// sequence seen for the model (0 if none).
 pub fn verify_response(
     resp: &ResolveResponse,
-    model: &str,
+    request: &ResolveRequest,
     trust: &KeyRing,
     now: OffsetDateTime,
     last_sequence: u64,
 ) -> Result<Verified<Plan>, ClientError> {
+    let model = request.model.as_str();
     let decision = verify(
         &resp.decision,
         DECISION_PAYLOAD_TYPE,
@@ -107,6 +117,25 @@ pub fn verify_response(
         code: ErrorCode::DecisionInvalid,
         message: e.to_string(),
     })?;
+    let untimely = |message: String| ClientError::Verify {
+        code: ErrorCode::DecisionUntimely,
+        message,
+    };
+    if decision.issued_at > now + MAX_CLOCK_SKEW {
+        return Err(untimely(format!(
+            "the decision was issued at {}, after this device's time {now} (plus {} minutes of skew)",
+            decision.issued_at,
+            MAX_CLOCK_SKEW.whole_minutes()
+        )));
+    }
+    if decision.expires_at - decision.issued_at > MAX_DECISION_LIFETIME {
+        return Err(untimely(format!(
+            "the decision is valid from {} to {}, longer than the {} days a decision may last",
+            decision.issued_at,
+            decision.expires_at,
+            MAX_DECISION_LIFETIME.whole_days()
+        )));
+    }
     if now > decision.expires_at {
         return Err(ClientError::Expired {
             expires_at: decision.expires_at.to_string(),
@@ -118,6 +147,11 @@ pub fn verify_response(
             got: decision.sequence,
             seen: last_sequence,
         });
+    }
+    if decision.install_id != request.install_id {
+        return Err(ClientError::DecisionMismatch(
+            "the decision was made for another install id".into(),
+        ));
     }
     if decision.model.as_str() != model {
         return Err(ClientError::DecisionMismatch(format!(
@@ -152,6 +186,16 @@ pub fn verify_response(
             return mismatch(format!(
                 "candidate {} differs from the signed release (digest, size, delegate or backends)",
                 c.variant
+            ));
+        }
+        // What the release key signed about the variant must fit this device, whatever the
+        // online key says: platforms, OS, RAM, SoC lists, runtime and app ranges, backends.
+        let unfit = incompatibilities(v, request);
+        if !unfit.is_empty() {
+            return mismatch(format!(
+                "candidate {} does not fit this device: {}",
+                c.variant,
+                unfit.join("; ")
             ));
         }
         candidates.push(PlannedVariant {

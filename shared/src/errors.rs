@@ -193,6 +193,8 @@ catalogue! {
     DecisionMismatch = "decision_mismatch",
     /// The decision payload is not a valid decision. (client)
     DecisionInvalid = "decision_invalid",
+    /// The decision's times cannot be right: issued in the future (beyond the allowed clock skew) or valid for longer than a decision may be. (client, C ABI)
+    DecisionUntimely = "decision_untimely",
     /// The server sent more or fewer bytes than the signed size. (client)
     SizeMismatch = "size_mismatch",
     /// A blob is larger than the client's download limit. (client)

@@ -642,13 +642,9 @@ fn telemetry_autosend_delivers_in_the_background() {
     }
 }
 
-#[test]
-fn a_decision_re_signed_with_the_online_key_cannot_swap_a_digest() {
-    // An attacker holding only the online key (a compromised server or replica) re-signs a
-    // decision whose candidate points at other bytes: the release key never signed them.
-    let app = demo();
-    let proxy = FaultProxy::start(app.server.addr);
-    let dev = device(Platform::Linux, &[]);
+/// A resolve answer for the test device, its decision edited by `edit` and re-signed with the
+/// server's online key: what an attacker who stole only the online key can send.
+fn forged(app: &TestApp, edit: impl FnOnce(&mut ferry_shared::resolve::Decision)) -> Vec<u8> {
     let (status, body) = app.resolve(
         &serde_json::json!({"model": "demo-mlp", "install_id": "e2e-device", "app_version": "1.0.0",
             "runtime_version": "1.5.1", "backends": ["XnnpackBackend"], "platform": "linux"}),
@@ -664,21 +660,34 @@ fn a_decision_re_signed_with_the_online_key_cannot_swap_a_digest() {
     .expect("base64");
     let mut decision: ferry_shared::resolve::Decision =
         serde_json::from_slice(&payload).expect("decision");
-    let other =
-        std::fs::read(ferry_tests::fixtures_dir().join("pte/mlp-v2-xnnpack.pte")).expect("fixture");
-    decision.candidates[0].sha256 = Sha256Digest::of(&other);
-    decision.candidates[0].size = other.len() as u64;
-    decision.candidates[0].url = format!(
-        "/v1/blobs/sha256/{}",
-        decision.candidates[0].sha256.to_hex()
-    );
+    edit(&mut decision);
     let online =
         ferry_server::app::keys::load(&app.dir.path().join("keys/online.key")).expect("online key");
     resp.decision = online.pair.sign(
         ferry_shared::resolve::DECISION_PAYLOAD_TYPE,
         &serde_json::to_vec(&decision).expect("json"),
     );
-    proxy.resolve_faults([Fault::Replace(serde_json::to_vec(&resp).expect("json"))]);
+    serde_json::to_vec(&resp).expect("json")
+}
+
+#[test]
+fn a_decision_re_signed_with_the_online_key_cannot_swap_a_digest() {
+    // An attacker holding only the online key (a compromised server or replica) re-signs a
+    // decision whose candidate points at other bytes: the release key never signed them.
+    let app = demo();
+    let proxy = FaultProxy::start(app.server.addr);
+    let dev = device(Platform::Linux, &[]);
+    let other =
+        std::fs::read(ferry_tests::fixtures_dir().join("pte/mlp-v2-xnnpack.pte")).expect("fixture");
+    let bytes = forged(&app, |decision| {
+        decision.candidates[0].sha256 = Sha256Digest::of(&other);
+        decision.candidates[0].size = other.len() as u64;
+        decision.candidates[0].url = format!(
+            "/v1/blobs/sha256/{}",
+            decision.candidates[0].sha256.to_hex()
+        );
+    });
+    proxy.resolve_faults([Fault::Replace(bytes)]);
     let cache = tempfile::tempdir().expect("tmp");
     let c = client(&app, &proxy.url(), cache.path());
     let e = c.load("demo-mlp", &dev).expect_err("swapped digest");
@@ -687,4 +696,85 @@ fn a_decision_re_signed_with_the_online_key_cannot_swap_a_digest() {
         !proxy.log().iter().any(|l| l.line.contains("/v1/blobs/")),
         "nothing may be downloaded for a decision that does not match the signed release"
     );
+}
+
+#[test]
+fn the_online_key_cannot_send_a_device_what_the_release_key_did_not_sign_for_it() {
+    // Each forgery is re-signed with the real online key; each is refused before any download.
+    let app = demo();
+    let proxy = FaultProxy::start(app.server.addr);
+    let dev = device(Platform::Linux, &[]);
+    let coreml = |d: &mut ferry_shared::resolve::Decision| {
+        // Core ML is signed for iOS and macOS only; this device is Linux.
+        let signed = app
+            .verify_response(
+                &app.resolve(
+                    &serde_json::json!({"model": "demo-mlp",
+                "install_id": "i", "app_version": "1.0.0", "runtime_version": "1.5.1",
+                "backends": ["XnnpackBackend", "CoreMLBackend"], "platform": "ios"}),
+                    false,
+                )
+                .1,
+            )
+            .0;
+        d.candidates.insert(0, signed.candidates[0].clone());
+    };
+    let far = time::OffsetDateTime::now_utc() + time::Duration::days(3650);
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "another install id",
+            forged(&app, |d| d.install_id = "someone-else".into()),
+            "decision_mismatch",
+        ),
+        (
+            "an iOS-only Core ML candidate",
+            forged(&app, coreml),
+            "decision_mismatch",
+        ),
+        (
+            "issued ten years from now",
+            forged(&app, |d| {
+                d.issued_at = far;
+                d.expires_at = far + time::Duration::hours(1);
+            }),
+            "decision_untimely",
+        ),
+        (
+            "valid for ten years",
+            forged(&app, |d| d.expires_at = far),
+            "decision_untimely",
+        ),
+    ];
+    for (what, bytes, code) in cases {
+        proxy.resolve_faults([Fault::Replace(bytes)]);
+        let cache = tempfile::tempdir().expect("tmp");
+        let c = client(&app, &proxy.url(), cache.path());
+        let e = c.load("demo-mlp", &dev).expect_err(what);
+        assert_eq!(e.code(), code, "{what}: {e}");
+        assert!(
+            !proxy.log().iter().any(|l| l.line.contains("/v1/blobs/")),
+            "{what}: nothing may be downloaded"
+        );
+    }
+    // A device that has a verified model keeps loading it when a forged or untimely decision
+    // arrives, and the poisoned sequence is not kept.
+    let cache = tempfile::tempdir().expect("tmp");
+    let c = client(&app, &proxy.url(), cache.path());
+    drop(c.load("demo-mlp", &dev).expect("honest load"));
+    proxy.resolve_faults([Fault::Replace(forged(&app, |d| {
+        d.sequence = u64::MAX;
+        d.issued_at = far;
+        d.expires_at = far + time::Duration::hours(1);
+    }))]);
+    let m = c.load("demo-mlp", &dev).expect("last known good");
+    assert!(
+        matches!(&m.source, Source::LastKnownGood { code, .. } if code == "decision_untimely"),
+        "{:?}",
+        m.source
+    );
+    drop(m);
+    let again = c
+        .load("demo-mlp", &dev)
+        .expect("honest decisions still accepted");
+    assert_eq!(again.source, Source::Cached);
 }

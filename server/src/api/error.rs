@@ -110,6 +110,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::Replay
         | C::DecisionMismatch
         | C::DecisionInvalid
+        | C::DecisionUntimely
         | C::SizeMismatch
         | C::TooLarge
         | C::DiskFull
