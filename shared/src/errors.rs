@@ -51,6 +51,8 @@ catalogue! {
     RequestInvalid = "request_invalid",
     /// The request body could not be read (the connection broke or the encoding is invalid). (server)
     BodyUnreadable = "body_unreadable",
+    /// The request body did not arrive within the server's body deadline. (server)
+    BodyTimeout = "body_timeout",
     /// The request body is larger than the endpoint's limit. (server)
     BodyTooLarge = "body_too_large",
     /// A model name, variant id or other name breaks the naming rule (1 to 64 of `[a-z0-9._-]`, starting with a letter or digit). (server, CLI)

@@ -281,3 +281,43 @@ fn hostile_rollout_and_deny_changes() {
     let (got, _) = app.post_raw("/v1/admin/models/mlp/deny", b"{}", None);
     assert_eq!(got, 401);
 }
+
+#[test]
+fn bodies_trickled_byte_by_byte_are_cut_off_and_resolve_keeps_answering() {
+    use std::io::{Read as _, Write as _};
+    let app = TestApp::start_with(ferry_tests::app::Options {
+        demo: false,
+        tweak: Some(Box::new(|c| c.limits.body_timeout_secs = 1)),
+    });
+    app.publish(&mlp_v1());
+    // 200 connections send their headers and one byte of a 1,000-byte body, then stall.
+    let started = std::time::Instant::now();
+    let mut slow: Vec<std::net::TcpStream> = (0..200)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(app.server.addr).expect("connect");
+            s.write_all(
+                b"POST /v1/resolve HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{",
+            )
+            .expect("write");
+            s
+        })
+        .collect();
+    // Meanwhile devices are served.
+    let good = device("linux", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096);
+    let (status, body) = app.resolve(&good, false);
+    assert_eq!(status, 200, "{body}");
+    // Each stalled request is answered 408 body_timeout and its connection closed.
+    for s in &mut slow {
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .expect("timeout");
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(answer.contains("\"code\":\"body_timeout\""), "{answer}");
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "cut off after the deadline, not after the client gave up: {:?}",
+        started.elapsed()
+    );
+}

@@ -22,7 +22,12 @@ pub(crate) async fn post_release(
 ) -> Result<HttpResponse, ApiError> {
     let caller = authorize(&req, &state.config.tokens, Scope::Publish)?;
     let model = parse_model(&model)?;
-    let body = read_body(payload, state.config.limits.max_json_bytes).await?;
+    let body = read_body(
+        payload,
+        &state.config.limits,
+        state.config.limits.max_json_bytes,
+    )
+    .await?;
     let catalog = state.catalog();
     let lifecycle = Lifecycle {
         catalog: &catalog,

@@ -48,7 +48,12 @@ pub(crate) async fn resolve_inner(
     let explain = query
         .map_err(|e| ApiError::new(ErrorCode::RequestInvalid, format!("bad query string: {e}")))?
         .explain;
-    let body = read_body(payload, state.config.limits.max_resolve_bytes).await?;
+    let body = read_body(
+        payload,
+        &state.config.limits,
+        state.config.limits.max_resolve_bytes,
+    )
+    .await?;
     let device: ResolveRequest = serde_json::from_slice(&body)
         .map_err(|e| ApiError::new(ErrorCode::RequestMalformed, format!("resolve request: {e}")))?;
     device

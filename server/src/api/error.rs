@@ -80,6 +80,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::RolloutNotNewer
         | C::RolloutStrandsDevices => StatusCode::CONFLICT,
         C::BodyTooLarge | C::BlobTooLarge | C::TooManyEvents => StatusCode::PAYLOAD_TOO_LARGE,
+        C::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
         C::HashMismatch
         | C::NotAPte
         | C::DelegateMismatch

@@ -10,9 +10,28 @@ use futures_util::StreamExt as _;
 use crate::api::auth::{Scope, authorize};
 use crate::api::error::ApiError;
 use crate::app::AppState;
+use crate::app::config::Limits;
 
 /// Reads a request body up to `limit` bytes.
-pub(crate) async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, ApiError> {
+pub(crate) async fn read_body(
+    payload: web::Payload,
+    limits: &Limits,
+    max: usize,
+) -> Result<Bytes, ApiError> {
+    let deadline = std::time::Duration::from_secs(limits.body_timeout_secs);
+    match tokio::time::timeout(deadline, read_all(payload, max)).await {
+        Ok(result) => result,
+        Err(_) => Err(ApiError::new(
+            ErrorCode::BodyTimeout,
+            format!(
+                "the body did not arrive within {} s",
+                limits.body_timeout_secs
+            ),
+        )),
+    }
+}
+
+async fn read_all(mut payload: web::Payload, limit: usize) -> Result<Bytes, ApiError> {
     let mut buf = BytesMut::new();
     while let Some(chunk) = payload.next().await {
         let chunk = chunk.map_err(|e| {
@@ -75,7 +94,7 @@ pub(crate) async fn admin_change<T: serde::de::DeserializeOwned>(
 ) -> Result<(crate::api::auth::Caller, ModelName, T), ApiError> {
     let caller = authorize(req, &state.config.tokens, Scope::Rollout)?;
     let model = model_param(model)?;
-    let body = read_body(payload, 64 * 1024).await?;
+    let body = read_body(payload, &state.config.limits, 64 * 1024).await?;
     let change: T =
         serde_json::from_slice(&body).map_err(|e| ApiError::new(code, format!("change: {e}")))?;
     Ok((caller, model, change))

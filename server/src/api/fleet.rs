@@ -115,7 +115,7 @@ pub async fn post_telemetry(
             ),
         ));
     }
-    let body = read_body(payload, cfg.max_body_bytes).await?;
+    let body = read_body(payload, &state.config.limits, cfg.max_body_bytes).await?;
     // Parsing and aggregating is CPU work: keep it off the event loops that serve resolve, and
     // on at most half the cores.
     let _permit = state

@@ -100,6 +100,9 @@ pub struct Limits {
     pub max_json_bytes: usize,
     /// Largest resolve request body (default 16 KiB).
     pub max_resolve_bytes: usize,
+    /// Longest time a client may take to send a JSON body, in seconds (default 10): a client
+    /// that trickles its body is cut off instead of holding a connection.
+    pub body_timeout_secs: u64,
 }
 
 impl Default for Limits {
@@ -108,6 +111,7 @@ impl Default for Limits {
             max_blob_bytes: 4 << 30,
             max_json_bytes: 1 << 20,
             max_resolve_bytes: 16 << 10,
+            body_timeout_secs: 10,
         }
     }
 }
@@ -228,6 +232,9 @@ impl Config {
         let ramp_check_secs = file.ramp_check_secs.unwrap_or(10);
         if !(1..=3600).contains(&ramp_check_secs) {
             bail!("ramp_check_secs must be between 1 and 3600");
+        }
+        if !(1..=600).contains(&file.limits.body_timeout_secs) {
+            bail!("limits.body_timeout_secs must be between 1 and 600");
         }
         if file.limits.max_json_bytes < 1024 || file.limits.max_resolve_bytes < 1024 {
             bail!("limits.max_json_bytes and limits.max_resolve_bytes must be at least 1024");
