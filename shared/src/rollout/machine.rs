@@ -25,12 +25,9 @@ use semver::Version;
 use crate::errors::ErrorCode;
 use crate::manifest::ReleaseManifest;
 use crate::names::ModelName;
-use crate::resolve::Cohort;
-use crate::rollout::classes::{DeviceClass, classes};
+use crate::rollout::guard::check_strands;
 use crate::rollout::ramp::Ramp;
-use crate::rollout::{
-    FULL, MAX_PINS, Pin, RolloutChange, RolloutPlan, RolloutState, Thresholds, live_releases,
-};
+use crate::rollout::{FULL, MAX_PINS, Pin, RolloutChange, RolloutPlan, RolloutState, Thresholds};
 
 /// Longest reason kept in the history.
 pub const MAX_REASON: usize = 1024;
@@ -51,13 +48,13 @@ pub struct Context<'a> {
 }
 
 impl Context<'_> {
-    fn newest_first(&self) -> Vec<Version> {
+    pub(crate) fn newest_first(&self) -> Vec<Version> {
         let mut v: Vec<Version> = self.published.iter().map(|m| m.version.clone()).collect();
         v.sort_by(|a, b| b.cmp(a));
         v
     }
 
-    fn is_published(&self, v: &Version) -> bool {
+    pub(crate) fn is_published(&self, v: &Version) -> bool {
         self.published.iter().any(|m| m.version == *v)
     }
 }
@@ -494,178 +491,12 @@ fn next_plan(
     Ok(next)
 }
 
-/// The plan revision a publish of `version` writes, if any: the first release of a model
-/// becomes its baseline; a model published before plans existed adopts its newest release as
-/// the baseline; with `goes_live`, a release newer than the baseline becomes the baseline when
-/// nothing is staged. Otherwise the release is published but not live (`None`).
-pub fn on_publish(
-    current: Option<&RolloutPlan>,
-    version: &Version,
-    goes_live: bool,
-    ctx: &Context<'_>,
-) -> Option<RolloutPlan> {
-    let fresh = |baseline: Version, reason: String| RolloutPlan {
-        model: ctx.model.to_string(),
-        revision: current.map_or(1, |p| p.revision + 1),
-        baseline: Some(baseline),
-        staged: None,
-        basis_points: FULL,
-        salt: current.map_or_else(|| ctx.salt.to_string(), |p| p.salt.clone()),
-        state: RolloutState::Completed,
-        thresholds: current.map(|p| p.thresholds).unwrap_or_default(),
-        ramp: None,
-        pins: current.map(|p| p.pins.clone()).unwrap_or_default(),
-        action: "publish".into(),
-        actor: ctx.actor.to_string(),
-        at: ctx.at.to_string(),
-        reason,
-    };
-    let older = ctx.newest_first().into_iter().find(|v| v != version);
-    match current {
-        None => match older {
-            None => Some(fresh(
-                version.clone(),
-                format!("{version} is the first release"),
-            )),
-            Some(newest) if goes_live && *version > newest => Some(fresh(
-                version.clone(),
-                format!("published with publish-goes-live on; {newest} was the newest"),
-            )),
-            Some(newest) => Some(fresh(
-                newest.clone(),
-                format!("{newest} was live before {version} was published"),
-            )),
-        },
-        Some(p) => {
-            let idle = p.staged.is_none() || p.state == RolloutState::Completed;
-            let newer = p.baseline.as_ref().is_none_or(|b| version > b);
-            (goes_live && idle && newer).then(|| RolloutPlan {
-                staged: None,
-                ..fresh(
-                    version.clone(),
-                    "published with publish-goes-live on and nothing staged".into(),
-                )
-            })
-        }
-    }
-}
-
-/// The cohorts a plan puts devices in (a cohort with no device is left out).
-fn cohorts(plan: Option<&RolloutPlan>) -> Vec<Cohort> {
-    match plan {
-        Some(p) if p.cohort_is_live() && p.basis_points >= FULL => vec![Cohort::Staged],
-        Some(p) if p.cohort_is_live() && p.basis_points > 0 => {
-            vec![Cohort::Baseline, Cohort::Staged]
-        }
-        _ => vec![Cohort::Baseline],
-    }
-}
-
-fn check_strands(
-    current: Option<&RolloutPlan>,
-    next: &RolloutPlan,
-    ctx: &Context<'_>,
-) -> Result<(), TransitionError> {
-    match stranded(current, next, ctx).into_iter().next() {
-        Some((class, (had_release, had_variant))) => Err(TransitionError::Strands {
-            class: class.describe(),
-            had_release,
-            had_variant,
-        }),
-        None => Ok(()),
-    }
-}
-
-/// Device classes served before (in some cohort) and not after (in some cohort), with what
-/// each got before.
-fn stranded(
-    current: Option<&RolloutPlan>,
-    next: &RolloutPlan,
-    ctx: &Context<'_>,
-) -> Vec<(DeviceClass, (Version, String))> {
-    let published = ctx.newest_first();
-    let before: Vec<Vec<Version>> = cohorts(current)
-        .into_iter()
-        .map(|c| live_releases(&published, current, c))
-        .collect();
-    let after: Vec<Vec<Version>> = cohorts(Some(next))
-        .into_iter()
-        .map(|c| live_releases(&published, Some(next), c))
-        .collect();
-    let mut out = Vec::new();
-    for class in classes(ctx.model, ctx.published) {
-        let had = before
-            .iter()
-            .find_map(|live| class.first_served(ctx.published, live));
-        if let Some(had) = had
-            && after
-                .iter()
-                .any(|live| !class.served_by(ctx.published, live))
-        {
-            out.push((class, had));
-        }
-    }
-    out
-}
-
-/// What a change would do, shown before and after it is applied.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Preview {
-    /// Share of install ids (0–1) whose release changes, for a device that can use every
-    /// variant: exact, counted over the 10,000 buckets.
-    pub share_changing: f64,
-    /// The release each cohort gets before and after (`baseline`/`staged` → version).
-    pub moves: Vec<String>,
-    /// Device classes that would be left with no variant (the change is refused if any).
-    pub stranded: Vec<String>,
-}
-
-/// Previews going from `current` to `next`.
-pub fn preview(current: Option<&RolloutPlan>, next: &RolloutPlan, ctx: &Context<'_>) -> Preview {
-    let published = ctx.newest_first();
-    let top = |plan: Option<&RolloutPlan>, cohort: Cohort| {
-        live_releases(&published, plan, cohort).into_iter().next()
-    };
-    let cohort_of = |plan: Option<&RolloutPlan>, b: u32| match plan {
-        Some(p) if p.cohort_is_live() && b < p.basis_points => Cohort::Staged,
-        _ => Cohort::Baseline,
-    };
-    // Cohorts are a function of the bucket under each plan's salt. A new salt is only drawn
-    // when no staged cohort is live before, so before the change every bucket is in the
-    // baseline cohort and counting buckets under the new salt is exact.
-    let same_salt = current.is_none_or(|p| p.salt == next.salt || !p.cohort_is_live());
-    let mut changing = 0u32;
-    for b in 0..FULL {
-        let before = top(
-            current,
-            cohort_of(current, if same_salt { b } else { FULL }),
-        );
-        let after = top(Some(next), cohort_of(Some(next), b));
-        if before != after {
-            changing += 1;
-        }
-    }
-    let show = |v: Option<Version>| v.map_or_else(|| "nothing".to_string(), |v| v.to_string());
-    let mut moves = Vec::new();
-    for (name, cohort) in [("baseline", Cohort::Baseline), ("staged", Cohort::Staged)] {
-        let (b, a) = (top(current, cohort), top(Some(next), cohort));
-        if b != a {
-            moves.push(format!("{name} cohort: {} -> {}", show(b), show(a)));
-        }
-    }
-    Preview {
-        share_changing: f64::from(changing) / f64::from(FULL),
-        moves,
-        stranded: stranded(current, next, ctx)
-            .into_iter()
-            .map(|(c, (r, v))| format!("{} (gets {r}/{v} today)", c.describe()))
-            .collect(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resolve::Cohort;
+    use crate::rollout::guard::cohorts;
+    use crate::rollout::{live_releases, on_publish};
     use crate::manifest::Platform;
     use crate::names::BackendId;
     use crate::rollout::Percent;

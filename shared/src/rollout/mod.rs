@@ -18,11 +18,15 @@ use sha2::{Digest, Sha256};
 use crate::resolve::Cohort;
 
 mod classes;
+mod guard;
+mod lifecycle;
 mod machine;
 pub mod ramp;
 
 pub use classes::{DeviceClass, MAX_PROBES, classes};
-pub use machine::{Context, Preview, TransitionError, on_publish, preview, transition};
+pub use guard::{Preview, preview};
+pub use lifecycle::on_publish;
+pub use machine::{Context, TransitionError, transition};
 
 /// Basis points in 100 %.
 pub const FULL: u32 = 10_000;
