@@ -83,7 +83,10 @@ impl DenyEntry {
         self.release == other.release
             && self.variant == other.variant
             && self.class == other.class
-            && self.value == other.value
+            && match self.class {
+                DeviceClass::Soc => self.value.eq_ignore_ascii_case(&other.value),
+                DeviceClass::DeviceModel => self.value == other.value,
+            }
     }
 
     /// The sentence `explain` shows.

@@ -215,13 +215,28 @@ fn a_change_that_would_strand_a_device_class_is_refused_and_names_it() {
         .retain(|v| v.id.as_str() == "coreml-fp32");
     app.publish(&apple_only);
     app.publish(&mlp_v1());
-    for body in [
+    let (s, b) = change(
+        &app,
         serde_json::json!({"action": "start", "release": "1.0.0", "percent": "50"}),
-        serde_json::json!({"action": "complete"}),
-    ] {
-        let (s, b) = change(&app, body);
-        assert_eq!(s, 200, "{b}");
-    }
+    );
+    assert_eq!(s, 200, "{b}");
+    // Staged Android devices are served only by 1.0.0. Pausing keeps them served, so it is
+    // allowed; a rollback would leave them with nothing, so it is refused and says so.
+    let (s, b) = change(&app, serde_json::json!({"action": "pause"}));
+    assert_eq!(s, 200, "{b}");
+    let msg = refused(
+        &app,
+        serde_json::json!({"action": "rollback"}),
+        409,
+        "rollout_strands_devices",
+    );
+    assert!(msg.contains("1.0.0/"), "{msg}");
+    assert!(
+        !msg.contains("9999") && !msg.contains("1073741824"),
+        "no placeholder values: {msg}"
+    );
+    let (s, b) = change(&app, serde_json::json!({"action": "complete"}));
+    assert_eq!(s, 200, "{b}");
     let served = sweep(&app);
     assert_eq!(served.get("1.0.0"), Some(&1000));
     // Reverting to 0.9.0 would leave Android and Linux devices with nothing.

@@ -128,6 +128,9 @@ fn release_state(v: &Version, plan: Option<&RolloutPlan>, all: &[Arc<Release>]) 
         let pct = format_percent(p.basis_points);
         return match p.state {
             RolloutState::Active => format!("staged {pct}%"),
+            RolloutState::Halted if p.action == "rollback" => {
+                format!("staged {pct}% (rolled back)")
+            }
             other => format!("staged {pct}% ({})", other.as_str()),
         };
     }

@@ -80,7 +80,19 @@ pub(crate) fn read_view(
     model: &str,
 ) -> Result<ModelName, ApiError> {
     authorize(req, &state.config.tokens, Scope::Read)?;
-    model_param(model)
+    known_model(state, model)
+}
+
+/// The model in the path, which must have a published release.
+fn known_model(state: &AppState, model: &str) -> Result<ModelName, ApiError> {
+    let model = model_param(model)?;
+    if !state.catalog().has_model(&model) {
+        return Err(ApiError::new(
+            ErrorCode::ModelNotFound,
+            format!("no release of {model} is published"),
+        ));
+    }
+    Ok(model)
 }
 
 /// The common start of an admin change: the caller (with `scope`), the model from the path,
@@ -93,7 +105,7 @@ pub(crate) async fn admin_change<T: serde::de::DeserializeOwned>(
     code: ErrorCode,
 ) -> Result<(crate::api::auth::Caller, ModelName, T), ApiError> {
     let caller = authorize(req, &state.config.tokens, Scope::Rollout)?;
-    let model = model_param(model)?;
+    let model = known_model(state, model)?;
     let body = read_body(payload, &state.config.limits, 64 * 1024).await?;
     let change: T =
         serde_json::from_slice(&body).map_err(|e| ApiError::new(code, format!("change: {e}")))?;

@@ -56,14 +56,30 @@ pub struct ChangeQuery {
     pub dry_run: bool,
 }
 
-/// `GET /v1/admin/models/{model}/rollout`: the plan in force and its history.
+/// Query of the rollout view: `?limit=N` newest revisions of the history (default 100).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryQuery {
+    /// How many of the newest revisions to list.
+    pub limit: Option<usize>,
+}
+
+/// `GET /v1/admin/models/{model}/rollout`: the plan in force and its newest history.
 pub async fn get_rollout(
     req: HttpRequest,
     state: web::Data<AppState>,
     model: web::Path<String>,
+    query: Result<web::Query<HistoryQuery>, actix_web::Error>,
 ) -> Result<HttpResponse, ApiError> {
     let model = read_view(&req, &state, &model)?;
-    let history = rollout::history(&state.store, &model).await?;
+    let limit = query
+        .map_err(|e| ApiError::new(ErrorCode::RequestInvalid, format!("bad query string: {e}")))?
+        .limit
+        .unwrap_or(100)
+        .clamp(1, 10_000);
+    let mut history = rollout::history(&state.store, &model).await?;
+    let total = history.len();
+    history.drain(..total.saturating_sub(limit));
     let current = history.last().cloned();
     if let Some(p) = &current {
         state.set_rollout(&model, p.clone());
@@ -86,6 +102,7 @@ pub async fn get_rollout(
         "current": current,
         "percent": current.as_ref().map(|p| ferry_shared::rollout::format_percent(p.basis_points)),
         "ramp": ramp,
+        "history_total": total,
         "history": history,
     })))
 }

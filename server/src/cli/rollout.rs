@@ -167,23 +167,40 @@ pub struct SimpleRollout {
 }
 pub(crate) fn print_plan(p: &RolloutPlan) {
     let show = |v: &Option<Version>| v.as_ref().map_or("-".to_string(), Version::to_string);
+    let what = match (&p.staged, p.state) {
+        (Some(staged), state) if state != ferry_shared::rollout::RolloutState::Completed => {
+            format!(
+                "{} -> staged {staged} at {}% (baseline {})",
+                state.as_str(),
+                format_percent(p.basis_points),
+                show(&p.baseline)
+            )
+        }
+        _ => format!(
+            "baseline {} for everyone, nothing staged",
+            show(&p.baseline)
+        ),
+    };
     println!(
-        "{} rollout revision {}: {} {} -> staged {} at {}% (baseline {}), by {} at {}{}",
+        "{} rollout revision {}: {} {what}, by {} at {}{}",
         p.model,
         p.revision,
         p.action,
-        p.state.as_str(),
-        show(&p.staged),
-        format_percent(p.basis_points),
-        show(&p.baseline),
         p.actor,
         p.at,
         if p.reason.is_empty() {
             String::new()
         } else {
-            format!(": {}", p.reason)
+            format!(": {}", sanitize(&p.reason))
         }
     );
+}
+
+/// Text from the server with control characters (terminal escapes) made visible.
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+        .collect()
 }
 
 /// Prints the ramp part of `rollout status`: the step, what it waits for, the next step.
@@ -365,6 +382,10 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
             if history.is_empty() {
                 println!("{model} has no rollout");
             }
+            let total = v["history_total"].as_u64().unwrap_or(0) as usize;
+            if total > history.len() {
+                println!("(the newest {} of {total} revisions)", history.len());
+            }
             for p in &history {
                 print_plan(p);
             }
@@ -378,7 +399,7 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
             {
                 println!(
                     "pinned: {} -> {}{}",
-                    p.install_id,
+                    sanitize(&p.install_id),
                     p.release,
                     p.expires
                         .as_ref()

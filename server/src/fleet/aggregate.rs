@@ -41,7 +41,8 @@ impl ClassCounts {
         if self.loads == 0 {
             0.0
         } else {
-            self.fallbacks as f64 / self.loads as f64
+            // A rate never exceeds 1, whatever the events claim (a fallback follows a load).
+            self.fallbacks.min(self.loads) as f64 / self.loads as f64
         }
     }
 }
@@ -146,7 +147,7 @@ impl VariantAgg {
             if loads == 0 {
                 0.0
             } else {
-                n as f64 / loads as f64
+                n.min(loads) as f64 / loads as f64
             }
         };
         serde_json::json!({

@@ -23,8 +23,8 @@ pub async fn evaluate(state: &AppState, model: &ModelName) {
             .release_totals(model.as_str(), &staged.to_string());
         let t = plan.thresholds;
         if loads >= t.min_samples && loads > 0 {
-            let fr = failures as f64 / loads as f64;
-            let fb = fallbacks as f64 / loads as f64;
+            let fr = failures.min(loads) as f64 / loads as f64;
+            let fb = fallbacks.min(loads) as f64 / loads as f64;
             let why = match (t.max_failure_rate, t.max_fallback_rate) {
                 (Some(max), _) if fr > max => Some(format!(
                     "load-failure rate {:.1}% of {staged} exceeds {:.1}% (n={loads})",

@@ -28,10 +28,11 @@ use crate::storage::{StorageKey, revisions};
 /// Totals (loads, failures, fallbacks) of the staged and the baseline release.
 type Totals = [(u64, u64, u64); 2];
 
-/// Per step (model, salt, step index): the totals when this replica first saw the step.
+/// Per step (model, salt, step index, when the step began — a `resume` begins it again): the
+/// totals when this replica first saw the step.
 #[derive(Debug, Default)]
 pub struct RampMarks {
-    marks: Mutex<HashMap<(String, String, usize), Totals>>,
+    marks: Mutex<HashMap<(String, String, usize, String), Totals>>,
 }
 
 impl RampMarks {
@@ -56,7 +57,12 @@ impl RampMarks {
             totals(version(&plan.staged)),
             totals(version(&plan.baseline)),
         ];
-        let key = (model.to_string(), plan.salt.clone(), ramp.step);
+        let key = (
+            model.to_string(),
+            plan.salt.clone(),
+            ramp.step,
+            ramp.step_started.clone(),
+        );
         let mark = match self.marks.lock() {
             Ok(mut g) => {
                 if g.len() > 10_000 {

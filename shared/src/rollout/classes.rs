@@ -22,6 +22,12 @@ use crate::select::incompatibilities;
 /// platform, backend and version dimensions only (RAM, OS and SoC at permissive values).
 pub const MAX_PROBES: usize = 200_000;
 
+/// The OS version of a probe no OS minimum excludes.
+const ANY_OS: &str = "9999";
+
+/// The RAM of a probe no RAM minimum excludes.
+const ANY_RAM: u64 = 1 << 30;
+
 const PLATFORMS: [Platform; 6] = [
     Platform::Android,
     Platform::Ios,
@@ -46,16 +52,24 @@ impl DeviceClass {
     pub fn describe(&self) -> String {
         let d = &self.device;
         let backends: Vec<&str> = d.backends.iter().map(|b| b.as_str()).collect();
-        format!(
-            "{} devices with backends [{}], ExecuTorch runtime {}, app {}, OS {}, {} MiB RAM, SoC {}",
+        let mut text = format!(
+            "{} devices with backends [{}], ExecuTorch runtime {}, app {}",
             d.platform,
             backends.join(", "),
             d.runtime_version,
-            d.app_version,
-            d.os_version,
-            d.ram_mb,
-            if d.soc.is_empty() { "unlisted" } else { &d.soc }
-        )
+            d.app_version
+        );
+        // The OS, RAM and SoC of a probe are permissive unless a constraint made them matter.
+        if d.os_version != ANY_OS {
+            text.push_str(&format!(", OS {}", d.os_version));
+        }
+        if d.ram_mb != ANY_RAM {
+            text.push_str(&format!(", {} MiB RAM", d.ram_mb));
+        }
+        if !d.soc.is_empty() {
+            text.push_str(&format!(", SoC {}", d.soc));
+        }
+        text
     }
 
     /// True when some variant of a release in `live` (versions) fits the class.
@@ -135,8 +149,8 @@ pub fn classes(model: &ModelName, releases: &[&ReleaseManifest]) -> Vec<DeviceCl
     backend_sets.insert(union.into_iter().collect());
     let runtimes = version_points(variants().map(|v| &v.runtime));
     let apps = version_points(variants().map(|v| &v.app));
-    let mut os: BTreeSet<String> = BTreeSet::from(["9999".to_string()]);
-    let mut ram: BTreeSet<u64> = BTreeSet::from([1 << 30]);
+    let mut os: BTreeSet<String> = BTreeSet::from([ANY_OS.to_string()]);
+    let mut ram: BTreeSet<u64> = BTreeSet::from([ANY_RAM]);
     let mut socs: BTreeSet<String> = BTreeSet::from([String::new()]);
     for v in variants() {
         let c = &v.constraints;
@@ -153,8 +167,8 @@ pub fn classes(model: &ModelName, releases: &[&ReleaseManifest]) -> Vec<DeviceCl
     }
     let core = platforms.len() * backend_sets.len() * runtimes.len() * apps.len();
     if core.saturating_mul(os.len() * ram.len() * socs.len()) > MAX_PROBES {
-        os = BTreeSet::from(["9999".to_string()]);
-        ram = BTreeSet::from([1 << 30]);
+        os = BTreeSet::from([ANY_OS.to_string()]);
+        ram = BTreeSet::from([ANY_RAM]);
         socs = BTreeSet::from([String::new()]);
     }
     let flat: Vec<(usize, usize)> = releases

@@ -9,17 +9,6 @@ use crate::rollout::classes::{DeviceClass, classes};
 use crate::rollout::machine::{Context, TransitionError};
 use crate::rollout::{FULL, RolloutPlan, live_releases};
 
-/// The cohorts a plan puts devices in (a cohort with no device is left out).
-pub(crate) fn cohorts(plan: Option<&RolloutPlan>) -> Vec<Cohort> {
-    match plan {
-        Some(p) if p.cohort_is_live() && p.basis_points >= FULL => vec![Cohort::Staged],
-        Some(p) if p.cohort_is_live() && p.basis_points > 0 => {
-            vec![Cohort::Baseline, Cohort::Staged]
-        }
-        _ => vec![Cohort::Baseline],
-    }
-}
-
 pub(crate) fn check_strands(
     current: Option<&RolloutPlan>,
     next: &RolloutPlan,
@@ -35,32 +24,54 @@ pub(crate) fn check_strands(
     }
 }
 
-/// Device classes served before (in some cohort) and not after (in some cohort), with what
-/// each got before.
+/// The cohort a bucket is in under `plan`.
+fn cohort_of(plan: Option<&RolloutPlan>, bucket: u32) -> Cohort {
+    match plan {
+        Some(p) if p.cohort_is_live() && bucket < p.basis_points => Cohort::Staged,
+        _ => Cohort::Baseline,
+    }
+}
+
+/// The (before, after) cohort pairs some install id goes through in this change.
+///
+/// A new salt is only drawn when no staged cohort is live before, so before the change every
+/// install id is then in the baseline cohort; otherwise both plans share the salt and a
+/// bucket's cohorts before and after are those of the same bucket.
+fn cohort_moves(current: Option<&RolloutPlan>, next: &RolloutPlan) -> Vec<(Cohort, Cohort)> {
+    let mut pairs = Vec::new();
+    for b in 0..FULL {
+        let pair = (cohort_of(current, b), cohort_of(Some(next), b));
+        if !pairs.contains(&pair) {
+            pairs.push(pair);
+        }
+    }
+    pairs
+}
+
+/// Device classes that some install id moves from a cohort where they get a variant to one
+/// where they get none, with what they got before.
 fn stranded(
     current: Option<&RolloutPlan>,
     next: &RolloutPlan,
     ctx: &Context<'_>,
 ) -> Vec<(DeviceClass, (Version, String))> {
     let published = ctx.newest_first();
-    let before: Vec<Vec<Version>> = cohorts(current)
+    let moves: Vec<(Vec<Version>, Vec<Version>)> = cohort_moves(current, next)
         .into_iter()
-        .map(|c| live_releases(&published, current, c))
-        .collect();
-    let after: Vec<Vec<Version>> = cohorts(Some(next))
-        .into_iter()
-        .map(|c| live_releases(&published, Some(next), c))
+        .map(|(b, a)| {
+            (
+                live_releases(&published, current, b),
+                live_releases(&published, Some(next), a),
+            )
+        })
         .collect();
     let mut out = Vec::new();
     for class in classes(ctx.model, ctx.published) {
-        let had = before
-            .iter()
-            .find_map(|live| class.first_served(ctx.published, live));
-        if let Some(had) = had
-            && after
-                .iter()
-                .any(|live| !class.served_by(ctx.published, live))
-        {
+        let lost = moves.iter().find_map(|(before, after)| {
+            let had = class.first_served(ctx.published, before)?;
+            (!class.served_by(ctx.published, after)).then_some(had)
+        });
+        if let Some(had) = lost {
             out.push((class, had));
         }
     }
@@ -85,10 +96,6 @@ pub fn preview(current: Option<&RolloutPlan>, next: &RolloutPlan, ctx: &Context<
     let top = |plan: Option<&RolloutPlan>, cohort: Cohort| {
         live_releases(&published, plan, cohort).into_iter().next()
     };
-    let cohort_of = |plan: Option<&RolloutPlan>, b: u32| match plan {
-        Some(p) if p.cohort_is_live() && b < p.basis_points => Cohort::Staged,
-        _ => Cohort::Baseline,
-    };
     // Cohorts are a function of the bucket under each plan's salt. A new salt is only drawn
     // when no staged cohort is live before, so before the change every bucket is in the
     // baseline cohort and counting buckets under the new salt is exact.
@@ -110,6 +117,27 @@ pub fn preview(current: Option<&RolloutPlan>, next: &RolloutPlan, ctx: &Context<
         let (b, a) = (top(current, cohort), top(Some(next), cohort));
         if b != a {
             moves.push(format!("{name} cohort: {} -> {}", show(b), show(a)));
+        }
+    }
+    if current.is_some_and(|p| p.ramp.is_some() && p.cohort_is_live()) && next.ramp.is_none() {
+        moves.push("the ramp ends: the percentage is now set by hand".into());
+    }
+    let pins_before = current.map(|p| p.pins.as_slice()).unwrap_or_default();
+    for p in &next.pins {
+        if !pins_before.contains(p) {
+            moves.push(format!(
+                "install id {} is pinned to {}",
+                p.install_id.escape_debug(),
+                p.release
+            ));
+        }
+    }
+    for p in pins_before {
+        if !next.pins.iter().any(|n| n.install_id == p.install_id) {
+            moves.push(format!(
+                "install id {} is unpinned",
+                p.install_id.escape_debug()
+            ));
         }
     }
     Preview {

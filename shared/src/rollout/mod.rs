@@ -237,8 +237,8 @@ pub fn live_releases(
     out
 }
 
-/// Most pins per model.
-pub const MAX_PINS: usize = 1000;
+/// Most pins per model (every plan revision carries them, so they stay few).
+pub const MAX_PINS: usize = 100;
 
 /// A test device pinned to a release.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,0 +1,147 @@
+//! Telemetry receipts: proof that an event comes from a device the server really answered.
+//!
+//! Every resolve answer carries a `receipt`: `v1.<variant ids, comma-separated>.<mac>`, where
+//! `mac` is HMAC-SHA-256 (base64url, no padding) over the install id, model, release and the
+//! candidate variant ids, keyed by a key derived from the online signing key (so every replica
+//! computes the same receipts and nothing new has to be provisioned). The client copies the
+//! receipt into each telemetry event about that answer. An event counts toward halts, ramps,
+//! deny entries and health only when its receipt verifies and names its variant (and, for a
+//! fallback, the variant it fell back to). Forged events from a client that never resolved
+//! are kept in the raw log but change no decision.
+
+use base64::Engine as _;
+use ferry_shared::dsse::KeyPair;
+use ferry_shared::telemetry::TelemetryEvent;
+use hmac::{KeyInit as _, Mac as _};
+use sha2::{Digest as _, Sha256};
+
+type HmacSha256 = hmac::Hmac<Sha256>;
+
+/// The receipt key of a server whose online key is `online`.
+#[derive(Clone)]
+pub struct ReceiptKey([u8; 32]);
+
+impl std::fmt::Debug for ReceiptKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReceiptKey(..)")
+    }
+}
+
+impl ReceiptKey {
+    /// Derives the key from the online key's secret.
+    pub fn derive(online: &KeyPair) -> Self {
+        let mut h = Sha256::new();
+        h.update(b"ferry telemetry receipt key v1\0");
+        h.update(online.seed());
+        Self(h.finalize().into())
+    }
+
+    fn mac(&self, install_id: &str, model: &str, release: &str, variants: &str) -> Vec<u8> {
+        let mut m = HmacSha256::new_from_slice(&self.0).expect("HMAC takes a key of any size");
+        for part in [install_id, model, release, variants] {
+            m.update(&(part.len() as u64).to_be_bytes());
+            m.update(part.as_bytes());
+        }
+        m.finalize().into_bytes().to_vec()
+    }
+
+    /// The receipt for an answer to `install_id` naming `release` of `model` with `variants`.
+    pub fn issue(&self, install_id: &str, model: &str, release: &str, variants: &[&str]) -> String {
+        let list = variants.join(",");
+        let mac = self.mac(install_id, model, release, &list);
+        format!(
+            "v1.{list}.{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(mac)
+        )
+    }
+
+    /// True when `e` carries a receipt this server issued for its install id, model and release
+    /// that names its variant (and the variant it fell back to, if any).
+    pub fn verifies(&self, e: &TelemetryEvent) -> bool {
+        let Some(receipt) = e.receipt.as_deref() else {
+            return false;
+        };
+        let Some(rest) = receipt.strip_prefix("v1.") else {
+            return false;
+        };
+        let Some((list, mac)) = rest.rsplit_once('.') else {
+            return false;
+        };
+        let Ok(mac) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(mac) else {
+            return false;
+        };
+        let mut m = HmacSha256::new_from_slice(&self.0).expect("HMAC takes a key of any size");
+        for part in [
+            e.install_id.as_str(),
+            e.model.as_str(),
+            e.release.as_str(),
+            list,
+        ] {
+            m.update(&(part.len() as u64).to_be_bytes());
+            m.update(part.as_bytes());
+        }
+        if m.verify_slice(&mac).is_err() {
+            return false;
+        }
+        let names = |v: &str| list.split(',').any(|x| x == v);
+        names(&e.variant) && e.to_variant.as_deref().is_none_or(names)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_shared::telemetry::{EventKind, Outcome};
+
+    fn event(receipt: Option<String>) -> TelemetryEvent {
+        TelemetryEvent {
+            kind: EventKind::Fallback,
+            model: "m".into(),
+            release: "1.0.0".into(),
+            variant: "vulkan-fp32".into(),
+            delegate: "vulkan".into(),
+            outcome: Outcome::Failed,
+            error_code: Some("runtime_load_failed".into()),
+            load_ms: None,
+            install_id: "device-1".into(),
+            platform: "android".into(),
+            soc: "SM8550".into(),
+            device_model: "phone".into(),
+            os_version: "14".into(),
+            app_version: "1.0.0".into(),
+            runtime_version: "1.5.1".into(),
+            at: "2026-12-03T00:00:00Z".into(),
+            to_variant: Some("xnnpack-fp32".into()),
+            receipt,
+        }
+    }
+
+    #[test]
+    fn only_the_issued_receipt_verifies_and_only_for_its_own_event() {
+        let key = ReceiptKey::derive(&KeyPair::from_seed(&[7; 32]));
+        let r = key.issue("device-1", "m", "1.0.0", &["vulkan-fp32", "xnnpack-fp32"]);
+        assert!(key.verifies(&event(Some(r.clone()))));
+        assert!(!key.verifies(&event(None)));
+        let other_key = ReceiptKey::derive(&KeyPair::from_seed(&[8; 32]));
+        assert!(!other_key.verifies(&event(Some(r.clone()))));
+        for edit in [
+            |e: &mut TelemetryEvent| e.install_id = "device-2".into(),
+            |e: &mut TelemetryEvent| e.release = "2.0.0".into(),
+            |e: &mut TelemetryEvent| e.model = "n".into(),
+            |e: &mut TelemetryEvent| e.variant = "coreml-fp32".into(),
+            |e: &mut TelemetryEvent| e.to_variant = Some("portable-fp32".into()),
+        ] {
+            let mut e = event(Some(r.clone()));
+            edit(&mut e);
+            assert!(!key.verifies(&e), "{e:?}");
+        }
+        // A receipt whose variant list was widened no longer verifies.
+        let widened = r.replacen("v1.vulkan-fp32,", "v1.vulkan-fp32,coreml-fp32,", 1);
+        let mut e = event(Some(widened));
+        e.variant = "coreml-fp32".into();
+        assert!(!key.verifies(&e));
+        for junk in ["", "v1.", "v2.a.b", "v1.vulkan-fp32.!!!", "v1..", "x"] {
+            assert!(!key.verifies(&event(Some(junk.into()))), "{junk:?}");
+        }
+    }
+}
