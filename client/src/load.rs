@@ -20,6 +20,15 @@ use crate::{Client, download};
 /// A failed load: stable code and message.
 type LoadFailure = (String, String);
 
+/// `events` with the receipt of the resolve answer they are about (what makes the server count
+/// them).
+fn stamped(mut events: Vec<TelemetryEvent>, receipt: Option<&str>) -> Vec<TelemetryEvent> {
+    for e in &mut events {
+        e.receipt = receipt.map(str::to_string);
+    }
+    events
+}
+
 impl Client {
     /// Makes sure the variant's verified bytes are in the cache; returns them and whether
     /// they were downloaded now.
@@ -82,6 +91,7 @@ impl Client {
                 .format(&time::format_description::well_known::Rfc3339)
                 .unwrap_or_default(),
             to_variant: None,
+            receipt: None,
         }
     }
 
@@ -227,7 +237,9 @@ impl Client {
                         ..self.event(EventKind::Download, &release, model, Some(v), device)
                     });
                     if matches!(e, ClientError::DiskFull { .. }) {
-                        let _ = self.telemetry.push(&events);
+                        let _ = self
+                            .telemetry
+                            .push(&stamped(events, plan.receipt.as_deref()));
                         return Err(e);
                     }
                     fail(e.code(), e.to_string(), &mut events, &mut attempts);
@@ -245,7 +257,9 @@ impl Client {
                         load_ms: Some(ms),
                         ..self.event(EventKind::Load, &release, model, Some(v), device)
                     });
-                    let _ = self.telemetry.push(&events);
+                    let _ = self
+                        .telemetry
+                        .push(&stamped(events, plan.receipt.as_deref()));
                     let entry = ModelEntry {
                         release: release.clone(),
                         variant: v.id.to_string(),
@@ -294,7 +308,9 @@ impl Client {
                 }
             }
         }
-        let _ = self.telemetry.push(&events);
+        let _ = self
+            .telemetry
+            .push(&stamped(events, plan.receipt.as_deref()));
         Err(ClientError::AllCandidatesFailed { attempts })
     }
 

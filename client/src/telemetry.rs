@@ -158,6 +158,7 @@ mod tests {
 
     fn event(i: usize) -> TelemetryEvent {
         TelemetryEvent {
+            receipt: None,
             kind: EventKind::Load,
             model: "m".into(),
             release: "1.0.0".into(),

@@ -43,6 +43,7 @@ pub struct Plan {
     pub(crate) manifest: ReleaseManifest,
     pub(crate) release_envelope: Envelope,
     pub(crate) candidates: Vec<PlannedVariant>,
+    pub(crate) receipt: Option<String>,
 }
 
 impl Plan {
@@ -64,6 +65,11 @@ impl Plan {
     /// Candidates, best first.
     pub fn candidates(&self) -> &[PlannedVariant] {
         &self.candidates
+    }
+
+    /// The telemetry receipt of the answer (opaque; sent back with each event about it).
+    pub fn receipt(&self) -> Option<&str> {
+        self.receipt.as_deref()
     }
 }
 
@@ -211,6 +217,7 @@ pub fn verify_response(
             manifest,
             release_envelope,
             candidates,
+            receipt: resp.receipt.clone(),
         })
     })
 }

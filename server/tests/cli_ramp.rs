@@ -8,7 +8,12 @@ use std::time::{Duration, Instant};
 
 use common::{TOKEN, ferry, run_ok, serve_with, signed_release};
 
-fn load_events(from: usize, n: usize) -> Vec<u8> {
+/// `n` healthy load events of staged devices, each with the receipt the server gives that
+/// install id (computed with the server's online key from the data directory, as every replica
+/// does).
+fn load_events(keys: &std::path::Path, from: usize, n: usize) -> Vec<u8> {
+    let online = ferry_server::app::keys::load(&keys.join("online.key")).expect("online key");
+    let receipts = ferry_server::fleet::receipt::ReceiptKey::derive(&online.pair);
     let at = time::OffsetDateTime::now_utc()
         .format(&time::format_description::well_known::Rfc3339)
         .expect("time");
@@ -19,6 +24,7 @@ fn load_events(from: usize, n: usize) -> Vec<u8> {
                 "delegate": "xnnpack", "outcome": "ok", "install_id": format!("dev-{i}"),
                 "platform": "linux", "soc": "x86", "device_model": "pc", "os_version": "6",
                 "app_version": "1.0.0", "runtime_version": "1.5.1", "load_ms": 5.0, "at": at,
+                "receipt": receipts.issue(&format!("dev-{i}"), "ramp", "2.0.0", &["xnnpack-fp32"]),
             })
         })
         .collect();
@@ -112,7 +118,7 @@ fn two_processes_drive_one_ramp_and_write_each_step_once() {
             let r = agent
                 .post(format!("{url}/v1/telemetry"))
                 .header("content-type", "application/json")
-                .send(load_events(sent, 10).as_slice())
+                .send(load_events(&data.join("keys"), sent, 10).as_slice())
                 .expect("telemetry");
             assert_eq!(r.status().as_u16(), 200);
             sent += 10;

@@ -139,7 +139,7 @@ fn two_server_processes_racing_on_one_rollout() {
         .collect();
     assert_eq!(rows[0][..2], ["RELEASE", "STATE"], "{table}");
     assert_eq!(rows[1][..2], ["2.0.0", "staged"], "{table}");
-    assert!(table.contains("(halted)"), "{table}");
+    assert!(table.contains("(rolled back)"), "{table}");
     assert_eq!(rows[2][..2], ["1.0.0", "live"], "{table}");
     let json = run_ok(ferry().args([
         "releases", "race", "--json", "--server", &a.url, "--token", TOKEN,

@@ -167,6 +167,10 @@ pub struct ResolveResponse {
     /// Present with `?explain=true`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explain: Option<Vec<Explanation>>,
+    /// The telemetry receipt for this answer: an opaque server MAC over the install id, model,
+    /// release and candidate variants, to copy into each telemetry event about it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<String>,
 }
 
 /// The JSON error body every ferry endpoint returns.

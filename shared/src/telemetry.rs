@@ -70,6 +70,10 @@ pub struct TelemetryEvent {
     /// For fallback events: the variant moved to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to_variant: Option<String>,
+    /// The receipt of the resolve answer this event is about (copied from it by the client);
+    /// only events with a valid receipt count toward halts, ramps, deny entries and health.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<String>,
 }
 
 /// The body of `POST /v1/telemetry`.

@@ -439,6 +439,38 @@ impl TestApp {
         spawn(config, false).expect("replica starts")
     }
 
+    /// Stamps each telemetry event with the receipt this server gives its install id for its
+    /// model, release and variants (the variant and any `to_variant`): what a device that
+    /// resolved would send. Uses the server's online key, as the server does.
+    pub fn with_receipts(&self, events: &[serde_json::Value]) -> Vec<serde_json::Value> {
+        let online = keys::load(&self.dir.path().join("keys/online.key")).expect("online key");
+        let key = ferry_server::fleet::receipt::ReceiptKey::derive(&online.pair);
+        events
+            .iter()
+            .map(|e| {
+                if !e.is_object() {
+                    return e.clone();
+                }
+                let field = |k: &str| e[k].as_str().unwrap_or("").to_string();
+                let mut variants = vec![field("variant")];
+                if let Some(t) = e["to_variant"].as_str() {
+                    variants.push(t.to_string());
+                }
+                let names: Vec<&str> = variants.iter().map(String::as_str).collect();
+                let mut out = e.clone();
+                out["receipt"] = key
+                    .issue(
+                        &field("install_id"),
+                        &field("model"),
+                        &field("release"),
+                        &names,
+                    )
+                    .into();
+                out
+            })
+            .collect()
+    }
+
     /// Makes `version` of `mlp` the baseline through a full rollout (start at 100%, complete),
     /// as an operator ships a release that publishing alone does not.
     pub fn ship(&self, version: &str) {

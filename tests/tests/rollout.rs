@@ -226,7 +226,9 @@ fn event(
     e
 }
 
+/// Sends events as devices that resolved would: each with its receipt.
 fn send(app: &TestApp, events: &[serde_json::Value]) -> serde_json::Value {
+    let events = app.with_receipts(events);
     let (s, body) = app.post_raw(
         "/v1/telemetry",
         &serde_json::to_vec(&serde_json::json!({ "events": events })).expect("json"),
@@ -540,4 +542,89 @@ fn malformed_oversized_and_out_of_order_telemetry() {
     assert_eq!(after, before);
     // Resolve is unaffected.
     assert_eq!(app.resolve(&dev("r1", "SM8550"), false).0, 200);
+}
+
+#[test]
+fn forged_telemetry_without_a_receipt_changes_no_decision() {
+    // The attack that used to work: hundreds of unauthenticated "failed" events for one SoC
+    // and phone model denied every such device its Vulkan variant and halted the rollout.
+    let app = TestApp::start_with(Options {
+        demo: false,
+        tweak: Some(Box::new(|c| {
+            c.telemetry.deny_min_samples = 50;
+            c.telemetry.evaluate_ms = 0;
+        })),
+    });
+    app.publish(&mlp_v1());
+    app.publish(&mlp_v2());
+    let (s, plan) = change(
+        &app,
+        serde_json::json!({"action": "start", "release": "2.0.0", "percent": "50",
+            "max_failure_rate": 0.1, "min_samples": 20}),
+    );
+    assert_eq!(s, 200, "{plan}");
+    let mut forged = Vec::new();
+    for i in 0..165 {
+        let id = format!("forged-{i}");
+        forged.push(event(
+            "load",
+            "failed",
+            "1.0.0",
+            "vulkan-fp32",
+            &id,
+            "SM8450",
+            None,
+        ));
+        forged.push(event(
+            "fallback",
+            "failed",
+            "1.0.0",
+            "vulkan-fp32",
+            &id,
+            "SM8450",
+            Some("xnnpack-fp32"),
+        ));
+        forged.push(event(
+            "load",
+            "failed",
+            "2.0.0",
+            "vulkan-fp32",
+            &id,
+            "SM8450",
+            None,
+        ));
+    }
+    // A receipt copied from another device does not help either.
+    let stolen = app.with_receipts(&[event(
+        "load",
+        "ok",
+        "1.0.0",
+        "vulkan-fp32",
+        "real-1",
+        "SM8450",
+        None,
+    )]);
+    for e in forged.iter_mut().step_by(2) {
+        e["receipt"] = stolen[0]["receipt"].clone();
+    }
+    for chunk in forged.chunks(100) {
+        let (s, r) = app.post_raw(
+            "/v1/telemetry",
+            &serde_json::to_vec(&serde_json::json!({ "events": chunk })).expect("json"),
+            None,
+        );
+        assert_eq!(s, 200, "{r}");
+        assert_eq!(r["accepted"], r["unverified"], "{r}");
+    }
+    let (_, h) = app.get_json("/v1/admin/models/mlp/health", Some(READ_TOKEN));
+    assert!(
+        h["deny"].as_array().is_none_or(Vec::is_empty),
+        "no deny entry from forged events: {}",
+        h["deny"]
+    );
+    assert_eq!(h["rollout"]["state"], "active", "{}", h["rollout"]);
+    let (s, body) = app.resolve(&dev("victim", "SM8450"), false);
+    assert_eq!(s, 200, "{body}");
+    let (d, _) = app.verify_response(&body);
+    assert_eq!(d.candidates[0].variant.as_str(), "vulkan-fp32");
 }

@@ -33,7 +33,10 @@ fn load(release: &str, ok: bool, install: usize) -> serde_json::Value {
     e
 }
 
-fn send(url: &str, events: &[serde_json::Value]) {
+/// Sends events to `url` as devices that resolved would: each with its receipt from `app`'s
+/// keys (replicas share them).
+fn send(app: &TestApp, url: &str, events: &[serde_json::Value]) {
+    let events = app.with_receipts(events);
     let agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
@@ -120,7 +123,7 @@ fn healthy_telemetry_moves_the_ramp_step_by_step() {
                 load("2.0.0", true, install)
             })
             .collect();
-        send(&app.url(), &events);
+        send(&app, &app.url(), &events);
         wait_for(&app, Duration::from_secs(15), |p| {
             p["basis_points"].as_u64() == Some(want)
         });
@@ -139,7 +142,7 @@ fn failing_telemetry_halts_the_ramp_at_its_first_step() {
     start_ramp(&app);
     std::thread::sleep(Duration::from_millis(1500));
     let events: Vec<_> = (0..12).map(|i| load("2.0.0", i % 2 == 0, i)).collect();
-    send(&app.url(), &events);
+    send(&app, &app.url(), &events);
     wait_for(&app, Duration::from_secs(15), |p| p["state"] == "halted");
     let v = rollout(&app);
     assert_eq!(
@@ -179,7 +182,7 @@ fn two_servers_on_one_store_write_each_step_once() {
                     load("2.0.0", true, install)
                 })
                 .collect();
-            send(&url, &events);
+            send(&app, &url, &events);
         }
         wait_for(&app, Duration::from_secs(15), |p| {
             p["basis_points"].as_u64() == Some(want)

@@ -164,10 +164,22 @@ pub(crate) async fn resolve_inner(
             })
             .collect(),
     };
+    let variant_ids: Vec<&str> = decision
+        .candidates
+        .iter()
+        .map(|c| c.variant.as_str())
+        .collect();
+    let receipt = state.receipts.issue(
+        &device.install_id,
+        device.model.as_str(),
+        &selection.manifest.version.to_string(),
+        &variant_ids,
+    );
     let payload = serde_json::to_vec(&decision).map_err(ApiError::internal)?;
     let response = ResolveResponse {
         decision: state.online.sign(DECISION_PAYLOAD_TYPE, &payload),
         release: release.envelope.clone(),
+        receipt: Some(receipt),
         explain: explain.then(|| {
             let mut ex = selection.explain;
             if let Some(p) = &pin {

@@ -74,19 +74,31 @@ pub(crate) fn model_param(s: &str) -> Result<ModelName, ApiError> {
         .map_err(|e: ferry_shared::NameError| ApiError::new(ErrorCode::InvalidName, e.to_string()))
 }
 /// The common start of an admin view: the `read` scope and the model from the path.
-pub(crate) fn read_view(
+pub(crate) async fn read_view(
     req: &HttpRequest,
     state: &AppState,
     model: &str,
 ) -> Result<ModelName, ApiError> {
     authorize(req, &state.config.tokens, Scope::Read)?;
-    known_model(state, model)
+    known_model(state, model).await
 }
 
-/// The model in the path, which must have a published release.
-fn known_model(state: &AppState, model: &str) -> Result<ModelName, ApiError> {
+/// The model in the path, which must have a published release: in this replica's catalog, or
+/// in the store (published through another replica since this one last refreshed).
+async fn known_model(state: &AppState, model: &str) -> Result<ModelName, ApiError> {
+    use futures_util::TryStreamExt as _;
     let model = model_param(model)?;
-    if !state.catalog().has_model(&model) {
+    if state.catalog().has_model(&model) {
+        return Ok(model);
+    }
+    let prefix = crate::storage::StorageKey::releases_of(&model);
+    let first = state
+        .store
+        .list(Some(&prefix))
+        .try_next()
+        .await
+        .map_err(ApiError::unavailable)?;
+    if first.is_none() {
         return Err(ApiError::new(
             ErrorCode::ModelNotFound,
             format!("no release of {model} is published"),
@@ -105,7 +117,7 @@ pub(crate) async fn admin_change<T: serde::de::DeserializeOwned>(
     code: ErrorCode,
 ) -> Result<(crate::api::auth::Caller, ModelName, T), ApiError> {
     let caller = authorize(req, &state.config.tokens, Scope::Rollout)?;
-    let model = known_model(state, model)?;
+    let model = known_model(state, model).await?;
     let body = read_body(payload, &state.config.limits, 64 * 1024).await?;
     let change: T =
         serde_json::from_slice(&body).map_err(|e| ApiError::new(code, format!("change: {e}")))?;

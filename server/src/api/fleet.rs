@@ -71,7 +71,7 @@ pub async fn get_rollout(
     model: web::Path<String>,
     query: Result<web::Query<HistoryQuery>, actix_web::Error>,
 ) -> Result<HttpResponse, ApiError> {
-    let model = read_view(&req, &state, &model)?;
+    let model = read_view(&req, &state, &model).await?;
     let limit = query
         .map_err(|e| ApiError::new(ErrorCode::RequestInvalid, format!("bad query string: {e}")))?
         .limit
@@ -158,9 +158,13 @@ pub async fn post_telemetry(
                 ),
             ));
         }
-        let report = worker
-            .telemetry
-            .ingest(&batch.events, OffsetDateTime::now_utc(), &cfg);
+        let receipts = worker.receipts.clone();
+        let report =
+            worker
+                .telemetry
+                .ingest(&batch.events, OffsetDateTime::now_utc(), &cfg, &|e| {
+                    receipts.verifies(e)
+                });
         let mut models: Vec<String> = batch
             .events
             .iter()
@@ -188,16 +192,18 @@ pub async fn post_telemetry(
     }
     Ok(HttpResponse::Ok().json(serde_json::json!({
         "accepted": report.accepted,
+        "unverified": report.unverified,
         "rejected": report.rejected,
     })))
 }
+
 /// `GET /v1/admin/models/{model}/health`.
 pub async fn get_health(
     req: HttpRequest,
     state: web::Data<AppState>,
     model: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let model = read_view(&req, &state, &model)?;
+    let model = read_view(&req, &state, &model).await?;
     let mut h = state.telemetry.health(model.as_str());
     h["model"] = serde_json::json!(model);
     h["rollout"] = serde_json::json!(state.rollouts().get(&model));
@@ -211,7 +217,7 @@ pub async fn get_deny(
     state: web::Data<AppState>,
     model: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let model = read_view(&req, &state, &model)?;
+    let model = read_view(&req, &state, &model).await?;
     let history = deny::history(&state.store, &model).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({
         "model": model,

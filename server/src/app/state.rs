@@ -40,6 +40,8 @@ pub struct AppState {
     pub deny: RwLock<Arc<BTreeMap<ModelName, Vec<DenyEntry>>>>,
     /// Telemetry aggregates.
     pub telemetry: Telemetry,
+    /// Keys telemetry receipts (derived from the online key: the same on every replica).
+    pub receipts: crate::fleet::receipt::ReceiptKey,
     /// Where each ramp step began in this replica's telemetry.
     pub ramp_marks: crate::fleet::ramp::RampMarks,
     /// This replica's id in telemetry file names.
@@ -61,6 +63,7 @@ impl AppState {
         trust: TrustFile,
         catalog: Catalog,
     ) -> Self {
+        let receipts = crate::fleet::receipt::ReceiptKey::derive(&online);
         let mut prefix = [0u8; 4];
         let _ = getrandom::fill(&mut prefix);
         Self {
@@ -75,6 +78,7 @@ impl AppState {
             deny: RwLock::new(Arc::new(BTreeMap::new())),
             telemetry: Telemetry::default(),
             ramp_marks: Default::default(),
+            receipts,
             node: format!("node-{}", hex::encode(prefix)),
             ingest_permits: tokio::sync::Semaphore::new(
                 (std::thread::available_parallelism().map_or(2, |n| n.get()) / 2).max(1),

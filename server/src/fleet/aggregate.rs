@@ -186,6 +186,8 @@ pub struct Telemetry {
 pub struct IngestReport {
     /// Events kept.
     pub accepted: usize,
+    /// Accepted events without a valid receipt: kept in the raw log, counted nowhere else.
+    pub unverified: usize,
     /// Events refused, with reasons.
     pub rejected: Vec<EventError>,
 }
@@ -199,12 +201,15 @@ impl Telemetry {
             .unwrap_or(true)
     }
 
-    /// Validates and aggregates a batch of raw JSON events.
+    /// Validates a batch of raw JSON events, keeps the valid ones in the raw log, and adds to the
+    /// aggregates (what halts, ramps, deny entries and health read) only those `verified`
+    /// accepts (a valid receipt).
     pub fn ingest(
         &self,
         events: &[serde_json::Value],
         now: OffsetDateTime,
         cfg: &TelemetryConfig,
+        verified: &dyn Fn(&TelemetryEvent) -> bool,
     ) -> IngestReport {
         let mut report = IngestReport::default();
         let mut good = Vec::new();
@@ -243,6 +248,10 @@ impl Telemetry {
         report.accepted = kept.len();
         if let Ok(mut aggs) = self.aggs.lock() {
             for e in &kept {
+                if !verified(e) {
+                    report.unverified += 1;
+                    continue;
+                }
                 aggs.entry((e.model.clone(), e.release.clone(), e.variant.clone()))
                     .or_default()
                     .add(e);
@@ -454,7 +463,7 @@ mod tests {
             serde_json::json!(42),
             ev("fallback", "failed"),
         ];
-        let r = t.ingest(&batch, now(), &cfg);
+        let r = t.ingest(&batch, now(), &cfg, &|_| true);
         assert_eq!(r.accepted, 2);
         let codes: Vec<(usize, &str)> = r
             .rejected
@@ -484,7 +493,7 @@ mod tests {
             ..TelemetryConfig::default()
         };
         let batch: Vec<_> = (0..5).map(|_| ev("load", "ok")).collect();
-        let r = t.ingest(&batch, now(), &cfg);
+        let r = t.ingest(&batch, now(), &cfg, &|_| true);
         assert_eq!(r.accepted, 3);
         assert!(r.rejected.iter().all(|e| e.code == ErrorCode::RateLimited));
     }
@@ -506,7 +515,7 @@ mod tests {
             batch.push(f);
             batch.push(fb);
         }
-        t.ingest(&batch, now(), &cfg);
+        t.ingest(&batch, now(), &cfg, &|_| true);
         let c = t.deny_candidates("m", &cfg);
         assert_eq!(c.len(), 2, "{c:?}");
         assert!(

@@ -63,6 +63,8 @@ pub struct EventError {
 }
 
 pub(crate) const MAX_FIELD: usize = 128;
+/// Longest receipt (a MAC and up to 64 variant ids).
+pub(crate) const MAX_RECEIPT: usize = 8192;
 pub(crate) const MAX_DEVICES: usize = 200_000;
 pub(crate) const MAX_SAMPLES: usize = 20_000;
 
@@ -115,6 +117,11 @@ pub fn validate(
         && !(ms.is_finite() && (0.0..=1e7).contains(&ms))
     {
         return Err(invalid("load_ms must be between 0 and 10,000,000".into()));
+    }
+    if e.receipt.as_ref().is_some_and(|r| r.len() > MAX_RECEIPT) {
+        return Err(invalid(format!(
+            "receipt is longer than {MAX_RECEIPT} bytes"
+        )));
     }
     if e.error_code.as_ref().is_some_and(|c| c.len() > MAX_FIELD) {
         return Err(invalid("error_code is too long".into()));

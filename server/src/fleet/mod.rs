@@ -11,6 +11,7 @@ pub mod flush;
 pub mod ingest;
 pub mod limits;
 pub mod ramp;
+pub mod receipt;
 pub mod rollout;
 
 use ferry_shared::ModelName;

@@ -33,6 +33,9 @@ type Totals = [(u64, u64, u64); 2];
 #[derive(Debug, Default)]
 pub struct RampMarks {
     marks: Mutex<HashMap<(String, String, usize, String), Totals>>,
+    /// Release files the last catalog reload skipped (unreadable or untrusted), so that they
+    /// do not make every pass reload the catalog.
+    skipped_releases: std::sync::atomic::AtomicUsize,
 }
 
 impl RampMarks {
@@ -97,9 +100,42 @@ pub fn status(state: &AppState, model: &ModelName, plan: &RolloutPlan) -> (Verdi
     (verdict(plan, OffsetDateTime::now_utc(), &health), health)
 }
 
+/// Reloads the catalog when the store holds a different number of releases than this replica
+/// knows (one list call; a release published through another replica is served here within
+/// one pass instead of at the next full refresh).
+async fn refresh_catalog_if_changed(state: &AppState) {
+    use futures_util::TryStreamExt as _;
+    let listed: Result<Vec<_>, _> = state
+        .store
+        .list(Some(&StorageKey::releases_root()))
+        .try_collect()
+        .await;
+    let Ok(listed) = listed else {
+        return;
+    };
+    let in_store = listed
+        .iter()
+        .filter(|m| m.location.as_ref().ends_with(".json"))
+        .count();
+    let skipped = &state.ramp_marks.skipped_releases;
+    let known =
+        state.catalog().release_count() + skipped.load(std::sync::atomic::Ordering::Relaxed);
+    if in_store == known {
+        return;
+    }
+    match crate::storage::catalog::Catalog::load(&state.store, &state.release_ring).await {
+        Ok((c, s)) => {
+            skipped.store(s.len(), std::sync::atomic::Ordering::Relaxed);
+            state.replace_catalog(c);
+        }
+        Err(e) => tracing::warn!("catalog refresh failed: {e}"),
+    }
+}
+
 /// One pass: re-reads every model's plan (so a change made through another replica is in force
 /// here within one pass), then acts on every ramping rollout.
 pub async fn tick(state: &AppState) {
+    refresh_catalog_if_changed(state).await;
     let models: Vec<ModelName> = state.catalog().models().map(|(m, _)| m.clone()).collect();
     match rollout::load_all(&state.store, models.iter()).await {
         Ok(plans) => state.replace_rollouts(plans),

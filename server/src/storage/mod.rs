@@ -85,7 +85,12 @@ impl StorageKey {
         StorePath::from("releases")
     }
 
-    /// A release manifest's key.
+    /// The prefix of every release of `model`.
+    pub fn releases_of(model: &ModelName) -> StorePath {
+        StorePath::from(format!("releases/{model}"))
+    }
+
+    /// A release's key.
     pub fn release(model: &ModelName, version: &Version) -> StorePath {
         StorePath::from(format!("releases/{model}/{version}.json"))
     }
