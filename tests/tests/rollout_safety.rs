@@ -411,3 +411,36 @@ fn a_pinned_test_device_gets_its_release_first_and_explain_says_so() {
     let (_, body) = release_of("tester-2");
     assert!(!body["explain"].to_string().contains("pinned"), "{body}");
 }
+
+#[test]
+fn a_rolled_back_release_never_becomes_a_fallback() {
+    // 1.0.0 serves every runtime; 2.0.0 (runtime >= 1.5) is staged and rolled back; 3.0.0
+    // (runtime >= 1.6) completes. A runtime-1.5 device cannot use 3.0.0: it must fall back to
+    // 1.0.0, which was live, not to the 2.0.0 that was rolled back.
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    app.publish(&mlp_v2());
+    let mut v3 = mlp_v3();
+    for v in &mut v3.variants {
+        v.runtime = ">=1.6.0".parse().expect("range");
+    }
+    app.publish(&v3);
+    for body in [
+        serde_json::json!({"action": "start", "release": "2.0.0", "percent": "5"}),
+        serde_json::json!({"action": "rollback", "reason": "crashes"}),
+        serde_json::json!({"action": "start", "release": "3.0.0", "percent": "100"}),
+        serde_json::json!({"action": "complete"}),
+    ] {
+        let (s, b) = change(&app, body);
+        assert_eq!(s, 200, "{b}");
+    }
+    let runtime_15 = dev(0);
+    let (s, body) = app.resolve(&runtime_15, false);
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(app.verify_response(&body).0.release.to_string(), "1.0.0");
+    let mut runtime_16 = dev(0);
+    runtime_16["runtime_version"] = "1.6.0".into();
+    let (_, body) = app.resolve(&runtime_16, false);
+    assert_eq!(app.verify_response(&body).0.release.to_string(), "3.0.0");
+    sweep(&app);
+}

@@ -27,6 +27,7 @@ pub fn on_publish(
         thresholds: current.map(|p| p.thresholds).unwrap_or_default(),
         ramp: None,
         pins: current.map(|p| p.pins.clone()).unwrap_or_default(),
+        withdrawn: current.map(|p| p.withdrawn.clone()).unwrap_or_default(),
         action: "publish".into(),
         actor: ctx.actor.to_string(),
         at: ctx.at.to_string(),

@@ -287,6 +287,17 @@ fn next_plan(
                     what: "the baseline",
                 });
             }
+            // A release staged before and not completed is withdrawn as this one replaces it.
+            let mut withdrawn = current.map(|p| p.withdrawn.clone()).unwrap_or_default();
+            if let Some(p) = current
+                && p.state != RolloutState::Completed
+                && let Some(old) = &p.staged
+                && old != release
+                && !withdrawn.contains(old)
+            {
+                withdrawn.push(old.clone());
+            }
+            withdrawn.retain(|v| v != release);
             RolloutPlan {
                 model: model.to_string(),
                 revision: 0,
@@ -298,6 +309,7 @@ fn next_plan(
                 thresholds,
                 ramp,
                 pins: current.map(|p| p.pins.clone()).unwrap_or_default(),
+                withdrawn,
                 action: String::new(),
                 actor: String::new(),
                 at: String::new(),
@@ -340,6 +352,7 @@ fn next_plan(
                 thresholds: current.map(|p| p.thresholds).unwrap_or_default(),
                 ramp: None,
                 pins: current.map(|p| p.pins.clone()).unwrap_or_default(),
+                withdrawn: current.map(|p| p.withdrawn.clone()).unwrap_or_default(),
                 action: String::new(),
                 actor: String::new(),
                 at: String::new(),
@@ -469,6 +482,12 @@ fn next_plan(
             RolloutPlan {
                 state: RolloutState::Active,
                 ramp,
+                withdrawn: p
+                    .withdrawn
+                    .iter()
+                    .filter(|v| Some(*v) != p.staged.as_ref())
+                    .cloned()
+                    .collect(),
                 ..p.clone()
             }
         }
@@ -478,8 +497,15 @@ fn next_plan(
                     "{model} has nothing to roll back"
                 )));
             }
+            let mut withdrawn = p.withdrawn.clone();
+            if let Some(v) = &p.staged
+                && !withdrawn.contains(v)
+            {
+                withdrawn.push(v.clone());
+            }
             RolloutPlan {
                 state: RolloutState::Halted,
+                withdrawn,
                 ..p.clone()
             }
         }

@@ -168,6 +168,10 @@ pub struct RolloutPlan {
     /// Test devices pinned to a release (they get it first, whatever their cohort).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pins: Vec<Pin>,
+    /// Releases whose rollout ended without completing (rolled back, or replaced while staged
+    /// or halted): never offered as a fallback to devices the baseline does not fit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub withdrawn: Vec<Version>,
     /// What this revision did (`start`, `set`, `pause`, `resume`, `rollback`, `complete`,
     /// `auto-halt`).
     pub action: String,
@@ -204,8 +208,8 @@ impl RolloutPlan {
 ///
 /// Without a plan (a model published before plans were written at first publish): every
 /// release. With one: a staged device tries the staged release first; everyone then gets the
-/// baseline or, when the device cannot use it, an older release. Releases newer than the
-/// baseline that are not staged are published but not live.
+/// baseline or, when the device cannot use it, an older release that was not withdrawn.
+/// Releases newer than the baseline that are not staged are published but not live.
 pub fn live_releases(
     published: &[Version],
     plan: Option<&RolloutPlan>,
@@ -232,6 +236,7 @@ pub fn live_releases(
             .iter()
             .filter(|v| ceiling.as_ref().is_some_and(|c| *v <= c))
             .filter(|v| Some(*v) != plan.staged.as_ref())
+            .filter(|v| Some(*v) == plan.baseline.as_ref() || !plan.withdrawn.contains(v))
             .cloned(),
     );
     out
@@ -485,6 +490,7 @@ mod tests {
             thresholds: Thresholds::default(),
             ramp: None,
             pins: Vec::new(),
+            withdrawn: Vec::new(),
             action: "start".into(),
             actor: "t".into(),
             at: "2026-12-02T00:00:00Z".into(),

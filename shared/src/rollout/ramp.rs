@@ -266,6 +266,7 @@ mod tests {
                 step_started: started.into(),
             }),
             pins: Vec::new(),
+            withdrawn: Vec::new(),
             action: "start".into(),
             actor: "t".into(),
             at: started.into(),
