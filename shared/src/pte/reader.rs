@@ -1,0 +1,207 @@
+//! The bounds-checked walk over a program's execution plans, with a work budget.
+
+use super::fb::{Budget, Table};
+use super::report::{blob_magic, summarize};
+use super::*;
+
+pub(super) struct Reader<'l> {
+    pub(super) limits: &'l PteLimits,
+    pub(super) budget: Budget,
+    pub(super) instructions: u64,
+}
+
+// Union tags of `InstructionArguments`.
+const KERNEL_CALL: u8 = 1;
+const DELEGATE_CALL: u8 = 2;
+
+impl Reader<'_> {
+    pub(super) fn entries(&self, n: usize) -> Result<(), PteError> {
+        if n > self.limits.max_entries {
+            return Err(PteError::LimitExceeded {
+                what: "segments or named data entries",
+                limit: self.limits.max_entries as u64,
+            });
+        }
+        Ok(())
+    }
+
+    pub(super) fn method<'a>(
+        &mut self,
+        plan: &Table<'a>,
+        inline_data: &[&'a [u8]],
+        segment_bytes: &dyn Fn(u32) -> Option<(u64, Option<&'a [u8]>)>,
+    ) -> Result<MethodReport, PteError> {
+        let max_string = self.limits.max_string;
+        let name = plan
+            .string(0, max_string, &mut self.budget)?
+            .unwrap_or("")
+            .to_string();
+        let values = plan.vector(2, 4, &mut self.budget)?.map_or(0, |v| v.len);
+        let inputs = plan.vector(3, 4, &mut self.budget)?.map_or(0, |v| v.len);
+        let outputs = plan.vector(4, 4, &mut self.budget)?.map_or(0, |v| v.len);
+
+        let mut operators = Vec::new();
+        if let Some(ops) = plan.vector(6, 4, &mut self.budget)? {
+            if ops.len > self.limits.max_operators {
+                return Err(PteError::LimitExceeded {
+                    what: "operators in one method",
+                    limit: self.limits.max_operators as u64,
+                });
+            }
+            for i in 0..ops.len {
+                let op = ops.table(i, &mut self.budget)?;
+                let n = op.string(0, max_string, &mut self.budget)?.unwrap_or("");
+                let overload = op.string(1, max_string, &mut self.budget)?.unwrap_or("");
+                operators.push(if overload.is_empty() {
+                    n.to_string()
+                } else {
+                    format!("{n}.{overload}")
+                });
+            }
+        }
+
+        let mut delegates = Vec::new();
+        if let Some(ds) = plan.vector(7, 4, &mut self.budget)? {
+            if ds.len > self.limits.max_delegates {
+                return Err(PteError::LimitExceeded {
+                    what: "delegates in one method",
+                    limit: self.limits.max_delegates as u64,
+                });
+            }
+            for i in 0..ds.len {
+                let d = ds.table(i, &mut self.budget)?;
+                let backend = d
+                    .string(0, max_string, &mut self.budget)?
+                    .unwrap_or("")
+                    .to_string();
+                let (location, index) = match d.table(1, &mut self.budget)? {
+                    Some(r) => (r.u8(0, 0)?, r.u32(1, 0)?),
+                    None => (0, 0),
+                };
+                let (location, size, head) = match location {
+                    0 => {
+                        let data = inline_data.get(index as usize);
+                        (
+                            DataLocation::Inline,
+                            data.map(|d| d.len() as u64),
+                            data.and_then(|d| d.get(..8)),
+                        )
+                    }
+                    1 => {
+                        let seg = segment_bytes(index);
+                        (
+                            DataLocation::Segment,
+                            seg.map(|s| s.0),
+                            seg.and_then(|s| s.1),
+                        )
+                    }
+                    _ => {
+                        return Err(PteError::Malformed {
+                            offset: 0,
+                            why: "delegate data location is neither inline nor segment",
+                        });
+                    }
+                };
+                let magic = head.and_then(blob_magic);
+                let mut compile_specs = Vec::new();
+                if let Some(specs) = d.vector(2, 4, &mut self.budget)? {
+                    for j in 0..specs.len {
+                        let spec = specs.table(j, &mut self.budget)?;
+                        if let Some(k) = spec.string(0, max_string, &mut self.budget)? {
+                            compile_specs.push(k.to_string());
+                        }
+                    }
+                }
+                delegates.push(DelegateInfo {
+                    backend,
+                    location,
+                    index,
+                    size,
+                    magic,
+                    compile_specs,
+                });
+            }
+        }
+
+        let mut delegate_calls = BTreeMap::new();
+        let mut kernel_calls = BTreeMap::new();
+        let mut other_instructions = 0u64;
+        let mut instructions = 0u64;
+        let mut chain_count = 0usize;
+        if let Some(chains) = plan.vector(5, 4, &mut self.budget)? {
+            chain_count = chains.len;
+            for c in 0..chains.len {
+                let chain = chains.table(c, &mut self.budget)?;
+                let Some(instrs) = chain.vector(2, 4, &mut self.budget)? else {
+                    continue;
+                };
+                self.instructions = self.instructions.saturating_add(instrs.len as u64);
+                if self.instructions > self.limits.max_instructions {
+                    return Err(PteError::LimitExceeded {
+                        what: "instructions",
+                        limit: self.limits.max_instructions,
+                    });
+                }
+                instructions += instrs.len as u64;
+                for k in 0..instrs.len {
+                    let ins = instrs.table(k, &mut self.budget)?;
+                    let tag = ins.u8(0, 0)?;
+                    match tag {
+                        KERNEL_CALL | DELEGATE_CALL => {
+                            let Some(args) = ins.table(1, &mut self.budget)? else {
+                                return Err(PteError::Malformed {
+                                    offset: 0,
+                                    why: "instruction has a type but no arguments",
+                                });
+                            };
+                            let index = args.i32(0, 0)?;
+                            if tag == KERNEL_CALL {
+                                let op = usize::try_from(index)
+                                    .ok()
+                                    .and_then(|i| operators.get(i))
+                                    .ok_or(PteError::Malformed {
+                                        offset: 0,
+                                        why: "kernel call names an operator that does not exist",
+                                    })?;
+                                *kernel_calls.entry(op.clone()).or_insert(0u64) += 1;
+                            } else {
+                                let d = usize::try_from(index)
+                                    .ok()
+                                    .and_then(|i| delegates.get(i))
+                                    .ok_or(PteError::Malformed {
+                                        offset: 0,
+                                        why: "delegate call names a delegate that does not exist",
+                                    })?;
+                                *delegate_calls.entry(d.backend.clone()).or_insert(0u64) += 1;
+                            }
+                        }
+                        3..=5 => other_instructions += 1,
+                        _ => {
+                            return Err(PteError::Malformed {
+                                offset: 0,
+                                why: "unknown instruction type",
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        let summary = summarize(&delegate_calls, &kernel_calls);
+        let delegate_data_bytes = delegates.iter().filter_map(|d| d.size).sum();
+        Ok(MethodReport {
+            name,
+            inputs,
+            outputs,
+            values,
+            chains: chain_count,
+            instructions,
+            operators: operators.len(),
+            delegates,
+            delegate_calls,
+            kernel_calls,
+            other_instructions,
+            delegate_data_bytes,
+            summary,
+        })
+    }
+}
