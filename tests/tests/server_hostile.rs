@@ -321,3 +321,16 @@ fn bodies_trickled_byte_by_byte_are_cut_off_and_resolve_keeps_answering() {
         started.elapsed()
     );
 }
+
+#[test]
+fn the_wrong_method_on_an_operations_endpoint_is_a_json_405() {
+    let app = TestApp::start();
+    for path in ["/metrics", "/healthz", "/readyz"] {
+        let (s, b) = app.post_raw(path, b"{}", None);
+        assert_eq!(
+            (s, b["code"].as_str()),
+            (405, Some("method_not_allowed")),
+            "{path}: {b}"
+        );
+    }
+}

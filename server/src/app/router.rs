@@ -20,9 +20,9 @@ use crate::app::AppState;
 
 /// Registers every route on an actix `ServiceConfig`.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/healthz", web::get().to(healthz))
-        .route("/readyz", web::get().to(readyz))
-        .route("/metrics", web::get().to(metrics))
+    cfg.service(resource("/healthz").route(web::get().to(healthz)))
+        .service(resource("/readyz").route(web::get().to(readyz)))
+        .service(resource("/metrics").route(web::get().to(metrics)))
         .service(resource("/v1/keys").route(web::get().to(keys)))
         .service(resource("/v1/resolve").route(web::post().to(resolve)))
         .service(
