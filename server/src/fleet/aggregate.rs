@@ -34,9 +34,22 @@ pub struct ClassCounts {
     pub load_failures: u64,
     /// Fallbacks away from this variant.
     pub fallbacks: u64,
+    /// Distinct devices seen (counted up to [`CLASS_DEVICES`]).
+    pub devices: u64,
+    #[serde(skip)]
+    device_ids: HashSet<u64>,
 }
 
+/// Distinct devices counted per device class: enough to compare with any sensible minimum.
+pub const CLASS_DEVICES: usize = 1000;
+
 impl ClassCounts {
+    fn note_device(&mut self, id: u64) {
+        if self.device_ids.len() < CLASS_DEVICES && self.device_ids.insert(id) {
+            self.devices = self.device_ids.len() as u64;
+        }
+    }
+
     fn fallback_rate(&self) -> f64 {
         if self.loads == 0 {
             0.0
@@ -88,6 +101,7 @@ impl VariantAgg {
         if self.delegate.is_empty() {
             self.delegate = e.delegate.clone();
         }
+        let device = hash_id(&e.install_id);
         let classes = |agg: &mut Self, f: &dyn Fn(&mut ClassCounts)| {
             for (map, key) in [
                 (&mut agg.by_soc, &e.soc),
@@ -95,7 +109,9 @@ impl VariantAgg {
                 (&mut agg.by_platform, &e.platform),
             ] {
                 if !key.is_empty() && (map.len() < 10_000 || map.contains_key(key)) {
-                    f(map.entry(key.clone()).or_default());
+                    let c = map.entry(key.clone()).or_default();
+                    c.note_device(device);
+                    f(c);
                 }
             }
         };
@@ -359,6 +375,7 @@ impl Telemetry {
             ] {
                 for (value, c) in map {
                     if c.loads >= cfg.deny_min_samples
+                        && c.devices >= cfg.deny_min_devices
                         && c.fallback_rate() >= cfg.deny_fallback_rate
                     {
                         out.push(DenyEntry {
@@ -531,6 +548,45 @@ mod tests {
         assert_eq!(
             h["releases"][0]["variants"][0]["fallbacks_to"]["xnnpack"],
             20
+        );
+    }
+
+    #[test]
+    fn one_device_cannot_deny_a_class_however_much_it_sends() {
+        let cfg = TelemetryConfig {
+            deny_min_samples: 10,
+            per_install_per_minute: 100_000,
+            ..TelemetryConfig::default()
+        };
+        let batch = |devices: usize| -> Vec<serde_json::Value> {
+            (0..200)
+                .flat_map(|i| {
+                    let id = format!("d{}", i % devices);
+                    let mut f = ev("load", "failed");
+                    f["install_id"] = id.clone().into();
+                    let mut fb = ev("fallback", "failed");
+                    fb["install_id"] = id.into();
+                    [f, fb]
+                })
+                .collect()
+        };
+        let one = Telemetry::default();
+        one.ingest(&batch(1), now(), &cfg, &|_| true);
+        assert!(
+            one.deny_candidates("m", &cfg).is_empty(),
+            "one device denied a class"
+        );
+        let few = Telemetry::default();
+        few.ingest(&batch(19), now(), &cfg, &|_| true);
+        assert!(
+            few.deny_candidates("m", &cfg).is_empty(),
+            "19 devices denied a class"
+        );
+        let many = Telemetry::default();
+        many.ingest(&batch(20), now(), &cfg, &|_| true);
+        assert!(
+            !many.deny_candidates("m", &cfg).is_empty(),
+            "20 devices are enough"
         );
     }
 }

@@ -22,6 +22,9 @@ pub struct TelemetryConfig {
     pub deny_fallback_rate: f64,
     /// Attempts needed before a deny (default 100).
     pub deny_min_samples: u64,
+    /// Distinct devices (with receipts) needed before a deny (default 20): one device, or a
+    /// few, cannot deny a class its variant however many events they send.
+    pub deny_min_devices: u64,
     /// How often raw events and rollups are flushed to the store, in seconds (default 10).
     pub flush_secs: u64,
     /// Oldest accepted event age in days (default 30); newer than now + 1 hour is refused.
@@ -43,6 +46,7 @@ impl Default for TelemetryConfig {
             per_address_per_minute: 6000,
             deny_fallback_rate: 0.25,
             deny_min_samples: 100,
+            deny_min_devices: 20,
             flush_secs: 10,
             max_age_days: 30,
             evaluate_ms: 1000,
