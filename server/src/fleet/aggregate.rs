@@ -242,12 +242,20 @@ impl Telemetry {
         let mut kept = Vec::new();
         if let Ok(mut lim) = self.limiter.lock() {
             for (i, e) in good {
+                // Only devices with a receipt get a per-install bucket: made-up install ids
+                // must not fill (and so reset) the limiter. Unreceipted events are bounded by
+                // the per-address limit and count toward nothing.
+                let ok = verified(&e);
+                if !ok {
+                    kept.push((e, false));
+                    continue;
+                }
                 if lim.take(
                     &format!("install:{}", e.install_id),
                     1.0,
                     cfg.per_install_per_minute,
                 ) {
-                    kept.push(e);
+                    kept.push((e, true));
                 } else {
                     report.rejected.push(EventError {
                         index: i,
@@ -263,8 +271,8 @@ impl Telemetry {
         report.rejected.sort_by_key(|e| e.index);
         report.accepted = kept.len();
         if let Ok(mut aggs) = self.aggs.lock() {
-            for e in &kept {
-                if !verified(e) {
+            for (e, ok) in &kept {
+                if !ok {
                     report.unverified += 1;
                     continue;
                 }
@@ -274,7 +282,7 @@ impl Telemetry {
             }
         }
         if let Ok(mut raw) = self.raw.lock() {
-            for e in &kept {
+            for (e, _) in &kept {
                 if let Ok(line) = serde_json::to_string(e) {
                     raw.push(line);
                 }
