@@ -178,7 +178,11 @@ fn two_server_processes_racing_on_one_rollout() {
         ])
         .output()
         .expect("run");
-    assert!(!refused.status.success());
+    assert_eq!(
+        refused.status.code(),
+        Some(6),
+        "refused by the rules: exit 6"
+    );
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("rollout_not_newer"),
         "{}",
@@ -251,7 +255,36 @@ fn two_server_processes_racing_on_one_rollout() {
         .env("FERRY_PROFILE", tmp.path().join("missing.toml"))
         .output()
         .expect("run");
-    assert!(!no_token.status.success());
+    assert_eq!(no_token.status.code(), Some(3), "no token: exit 3");
+    // Exit codes by class: not found, wrong token, unreachable server.
+    let code = |args: &[&str]| ferry().args(args).output().expect("run").status.code();
+    assert_eq!(
+        code(&["releases", "nosuch", "--server", &a.url, "--token", TOKEN]),
+        Some(4)
+    );
+    assert_eq!(
+        code(&[
+            "releases",
+            "race",
+            "--server",
+            &a.url,
+            "--token",
+            "wrong-token-0123456789"
+        ]),
+        Some(3)
+    );
+    assert_eq!(
+        code(&[
+            "releases",
+            "race",
+            "--server",
+            "http://127.0.0.1:9",
+            "--token",
+            TOKEN
+        ]),
+        Some(7)
+    );
+    assert_eq!(code(&["rollout", "start", "race"]), Some(2), "usage");
     assert!(String::from_utf8_lossy(&no_token.stderr).contains("no admin token"));
     // A bad percent is refused before anything is sent.
     let out = ferry()

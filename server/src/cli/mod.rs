@@ -28,9 +28,62 @@ use sign::sign_cmd;
 
 use crate::app::config::Flags;
 
+/// Exit codes by class of failure (listed in `ferry --help` and docs/cli.md).
+pub mod exit {
+    use ferry_shared::errors::ErrorCode;
+
+    use super::remote::{NoToken, Refusal};
+
+    /// Any other failure (a local file, a bad input file, an unexpected answer).
+    pub const OTHER: u8 = 1;
+    /// The command line itself is wrong (clap's own code).
+    pub const USAGE: u8 = 2;
+    /// No token, a token the server does not know, or one without the needed scope.
+    pub const AUTH: u8 = 3;
+    /// The model, release, rollout or entry does not exist.
+    pub const NOT_FOUND: u8 = 4;
+    /// The state changed or exists already (a rollout in progress, a release published).
+    pub const CONFLICT: u8 = 5;
+    /// The server refused the request by its rules (invalid input, a guard, a signature).
+    pub const REFUSED: u8 = 6;
+    /// The server could not be reached, or failed (5xx, 429).
+    pub const UNAVAILABLE: u8 = 7;
+
+    /// The exit code for `e`.
+    pub fn of(e: &anyhow::Error) -> u8 {
+        if e.downcast_ref::<NoToken>().is_some() {
+            return AUTH;
+        }
+        if let Some(r) = e.chain().find_map(|c| c.downcast_ref::<Refusal>()) {
+            return match (r.status, r.code) {
+                (401, _) | (403, Some(ErrorCode::Forbidden)) => AUTH,
+                (404, _) => NOT_FOUND,
+                (409, Some(ErrorCode::RolloutNotNewer | ErrorCode::RolloutStrandsDevices)) => {
+                    REFUSED
+                }
+                (409, _) => CONFLICT,
+                (429, _) | (500..=599, _) => UNAVAILABLE,
+                (400..=499, _) => REFUSED,
+                _ => OTHER,
+            };
+        }
+        if e.chain().any(|c| c.downcast_ref::<ureq::Error>().is_some()) {
+            return UNAVAILABLE;
+        }
+        OTHER
+    }
+}
+
 /// ferry: deliver signed ExecuTorch models to devices.
 #[derive(Debug, Parser)]
-#[command(name = "ferry", version, about)]
+#[command(
+    name = "ferry",
+    version,
+    about,
+    after_help = "Exit codes: 0 ok, 1 other failure, 2 usage, 3 auth (no token, unknown token, \
+                  missing scope), 4 not found, 5 conflict, 6 refused by the server's rules, \
+                  7 server or network unavailable. See docs/cli.md."
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -142,7 +195,7 @@ pub fn main() -> ExitCode {
                 msg.push_str(&format!(": {cause}"));
             }
             eprintln!("{msg}");
-            ExitCode::FAILURE
+            ExitCode::from(exit::of(&e))
         }
     }
 }

@@ -60,9 +60,11 @@ impl Remote {
             .clone()
             .or(profile.server)
             .unwrap_or_else(|| "http://127.0.0.1:8080".to_string());
-        let token = self.token.clone().or(profile.token).ok_or_else(|| {
-            anyhow::anyhow!("no admin token: pass --token, set FERRY_TOKEN, or put token = \"...\" in ~/.config/ferry/profile.toml")
-        })?;
+        let token = self
+            .token
+            .clone()
+            .or(profile.token)
+            .ok_or_else(|| anyhow::Error::new(NoToken))?;
         Ok((server, token, self.ca.clone().or(profile.ca)))
     }
 }
@@ -124,25 +126,80 @@ pub fn http_agent(ca: Option<&Path>) -> anyhow::Result<ureq::Agent> {
     Ok(builder.build().new_agent())
 }
 
-/// Turns a non-2xx response into an error quoting the server's `{code, message, request_id}`.
+/// No admin token was given by flag, environment or profile.
+#[derive(Debug)]
+pub struct NoToken;
+
+impl std::fmt::Display for NoToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "no admin token: pass --token, set FERRY_TOKEN, or put token = \"...\" in ~/.config/ferry/profile.toml",
+        )
+    }
+}
+
+impl std::error::Error for NoToken {}
+
+/// A non-2xx answer from the server: what was asked, the status, and the server's error body.
+#[derive(Debug)]
+pub struct Refusal {
+    /// What the CLI asked (`POST /v1/admin/...`, `publish`, ...).
+    pub what: String,
+    /// HTTP status.
+    pub status: u16,
+    /// The catalogue code, when the body had one.
+    pub code: Option<ferry_shared::errors::ErrorCode>,
+    /// The message (or the start of a body that was not an error body).
+    pub message: String,
+    /// The server's request id, when given.
+    pub request_id: String,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let status = ureq::http::StatusCode::from_u16(self.status)
+            .map_or_else(|_| self.status.to_string(), |s| s.to_string());
+        match &self.code {
+            Some(c) => write!(
+                f,
+                "{}: {status} {}: {} (request {})",
+                self.what,
+                c.as_str(),
+                self.message,
+                self.request_id
+            ),
+            None => write!(f, "{}: {status} {}", self.what, self.message),
+        }
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+/// Turns a non-2xx response into a [`Refusal`] quoting the server's `{code, message,
+/// request_id}`.
 pub(crate) fn http_error(what: &str, mut resp: ureq::http::Response<ureq::Body>) -> anyhow::Error {
-    let status = resp.status();
+    let status = resp.status().as_u16();
     let text = resp
         .body_mut()
         .with_config()
         .limit(64 * 1024)
         .read_to_string()
         .unwrap_or_default();
-    match serde_json::from_str::<ErrorBody>(&text) {
-        Ok(e) => anyhow::anyhow!(
-            "{what}: {status} {}: {} (request {})",
-            e.code,
-            e.message,
-            e.request_id
-        ),
-        Err(_) => anyhow::anyhow!(
-            "{what}: {status} {}",
-            text.chars().take(200).collect::<String>()
-        ),
-    }
+    let refusal = match serde_json::from_str::<ErrorBody>(&text) {
+        Ok(e) => Refusal {
+            what: what.to_string(),
+            status,
+            code: ferry_shared::errors::ErrorCode::parse(&e.code),
+            message: e.message,
+            request_id: e.request_id,
+        },
+        Err(_) => Refusal {
+            what: what.to_string(),
+            status,
+            code: None,
+            message: text.chars().take(200).collect(),
+            request_id: String::new(),
+        },
+    };
+    anyhow::Error::new(refusal)
 }
