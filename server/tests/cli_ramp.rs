@@ -24,7 +24,17 @@ fn load_events(keys: &std::path::Path, from: usize, n: usize) -> Vec<u8> {
                 "delegate": "xnnpack", "outcome": "ok", "install_id": format!("dev-{i}"),
                 "platform": "linux", "soc": "x86", "device_model": "pc", "os_version": "6",
                 "app_version": "1.0.0", "runtime_version": "1.5.1", "load_ms": 5.0, "at": at,
-                "receipt": receipts.issue(&format!("dev-{i}"), "ramp", "2.0.0", &["xnnpack-fp32"]),
+                "receipt": receipts.issue(
+                    &ferry_server::fleet::receipt::Facts {
+                        install_id: &format!("dev-{i}"),
+                        model: "ramp",
+                        release: "2.0.0",
+                        platform: "linux",
+                        soc: "x86",
+                        device_model: "pc",
+                    },
+                    &["xnnpack-fp32"],
+                ),
             })
         })
         .collect();

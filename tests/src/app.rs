@@ -440,8 +440,8 @@ impl TestApp {
     }
 
     /// Stamps each telemetry event with the receipt this server gives its install id for its
-    /// model, release and variants (the variant and any `to_variant`): what a device that
-    /// resolved would send. Uses the server's online key, as the server does.
+    /// model, release, device class and variants (the variant and any `to_variant`): what a
+    /// device that resolved would send. Uses the server's online key, as the server does.
     pub fn with_receipts(&self, events: &[serde_json::Value]) -> Vec<serde_json::Value> {
         let online = keys::load(&self.dir.path().join("keys/online.key")).expect("online key");
         let key = ferry_server::fleet::receipt::ReceiptKey::derive(&online.pair);
@@ -458,14 +458,19 @@ impl TestApp {
                 }
                 let names: Vec<&str> = variants.iter().map(String::as_str).collect();
                 let mut out = e.clone();
-                out["receipt"] = key
-                    .issue(
-                        &field("install_id"),
-                        &field("model"),
-                        &field("release"),
-                        &names,
-                    )
-                    .into();
+                let (install_id, model, release) =
+                    (field("install_id"), field("model"), field("release"));
+                let (platform, soc, device_model) =
+                    (field("platform"), field("soc"), field("device_model"));
+                let facts = ferry_server::fleet::receipt::Facts {
+                    install_id: &install_id,
+                    model: &model,
+                    release: &release,
+                    platform: &platform,
+                    soc: &soc,
+                    device_model: &device_model,
+                };
+                out["receipt"] = key.issue(&facts, &names).into();
                 out
             })
             .collect()

@@ -334,3 +334,30 @@ fn the_wrong_method_on_an_operations_endpoint_is_a_json_405() {
         );
     }
 }
+
+#[test]
+fn a_blob_upload_that_stops_sending_is_cut_off() {
+    use std::io::{Read as _, Write as _};
+    let app = TestApp::start_with(ferry_tests::app::Options {
+        demo: false,
+        tweak: Some(Box::new(|c| c.limits.body_timeout_secs = 1)),
+    });
+    let before = app.stored_files();
+    let mut s = std::net::TcpStream::connect(app.server.addr).expect("connect");
+    let head = format!(
+        "PUT /v1/admin/blobs/sha256/{} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {ADMIN_TOKEN}\r\ncontent-length: 100\r\n\r\nabc",
+        "ab".repeat(32)
+    );
+    s.write_all(head.as_bytes()).expect("write");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"code\":\"body_timeout\""), "{answer}");
+    assert_eq!(
+        app.stored_files(),
+        before,
+        "nothing of the stalled upload is kept"
+    );
+}

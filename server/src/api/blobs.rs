@@ -199,7 +199,8 @@ pub(crate) async fn put_blob_handler(
             format!("blob is {len} bytes; the limit is {max}"),
         ));
     }
-    let outcome = put_blob(&state.store, &digest, payload, max).await?;
+    let idle = std::time::Duration::from_secs(state.config.limits.body_timeout_secs);
+    let outcome = put_blob(&state.store, &digest, payload, max, idle).await?;
     let (status, size, created) = match outcome {
         BlobOutcome::Created { size } => (StatusCode::CREATED, size, true),
         BlobOutcome::Existed { size } => (StatusCode::OK, size, false),

@@ -169,10 +169,16 @@ pub(crate) async fn resolve_inner(
         .iter()
         .map(|c| c.variant.as_str())
         .collect();
+    let release_text = selection.manifest.version.to_string();
     let receipt = state.receipts.issue(
-        &device.install_id,
-        device.model.as_str(),
-        &selection.manifest.version.to_string(),
+        &crate::fleet::receipt::Facts {
+            install_id: &device.install_id,
+            model: device.model.as_str(),
+            release: &release_text,
+            platform: device.platform.as_str(),
+            soc: &device.soc,
+            device_model: &device.device_model,
+        },
         &variant_ids,
     );
     let payload = serde_json::to_vec(&decision).map_err(ApiError::internal)?;

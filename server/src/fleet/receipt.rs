@@ -1,8 +1,9 @@
 //! Telemetry receipts: proof that an event comes from a device the server really answered.
 //!
 //! Every resolve answer carries a `receipt`: `v1.<variant ids, comma-separated>.<mac>`, where
-//! `mac` is HMAC-SHA-256 (base64url, no padding) over the install id, model, release and the
-//! candidate variant ids, keyed by a key derived from the online signing key (so every replica
+//! `mac` is HMAC-SHA-256 (base64url, no padding) over the install id, model, release, the
+//! device's platform, SoC and device model as it reported them, and the candidate variant ids,
+//! keyed by a key derived from the online signing key (so every replica
 //! computes the same receipts and nothing new has to be provisioned). The client copies the
 //! receipt into each telemetry event about that answer. An event counts toward halts, ramps,
 //! deny entries and health only when its receipt verifies and names its variant (and, for a
@@ -16,6 +17,24 @@ use hmac::{KeyInit as _, Mac as _};
 use sha2::{Digest as _, Sha256};
 
 type HmacSha256 = hmac::Hmac<Sha256>;
+
+/// What a receipt binds besides the variants: the answer's install id, model and release, and
+/// the device class the device reported (so its events cannot speak for another class).
+#[derive(Debug, Clone, Copy)]
+pub struct Facts<'a> {
+    /// Install id.
+    pub install_id: &'a str,
+    /// Model.
+    pub model: &'a str,
+    /// Release.
+    pub release: &'a str,
+    /// Platform, as on the wire (`android`).
+    pub platform: &'a str,
+    /// SoC as reported.
+    pub soc: &'a str,
+    /// Device model as reported.
+    pub device_model: &'a str,
+}
 
 /// The receipt key of a server whose online key is `online`.
 #[derive(Clone)]
@@ -36,19 +55,27 @@ impl ReceiptKey {
         Self(h.finalize().into())
     }
 
-    fn mac(&self, install_id: &str, model: &str, release: &str, variants: &str) -> Vec<u8> {
+    fn mac(&self, facts: &Facts<'_>, variants: &str) -> HmacSha256 {
         let mut m = HmacSha256::new_from_slice(&self.0).expect("HMAC takes a key of any size");
-        for part in [install_id, model, release, variants] {
+        for part in [
+            facts.install_id,
+            facts.model,
+            facts.release,
+            facts.platform,
+            facts.soc,
+            facts.device_model,
+            variants,
+        ] {
             m.update(&(part.len() as u64).to_be_bytes());
             m.update(part.as_bytes());
         }
-        m.finalize().into_bytes().to_vec()
+        m
     }
 
-    /// The receipt for an answer to `install_id` naming `release` of `model` with `variants`.
-    pub fn issue(&self, install_id: &str, model: &str, release: &str, variants: &[&str]) -> String {
+    /// The receipt for an answer about `facts` offering `variants`.
+    pub fn issue(&self, facts: &Facts<'_>, variants: &[&str]) -> String {
         let list = variants.join(",");
-        let mac = self.mac(install_id, model, release, &list);
+        let mac = self.mac(facts, &list).finalize().into_bytes();
         format!(
             "v1.{list}.{}",
             base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(mac)
@@ -70,17 +97,15 @@ impl ReceiptKey {
         let Ok(mac) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(mac) else {
             return false;
         };
-        let mut m = HmacSha256::new_from_slice(&self.0).expect("HMAC takes a key of any size");
-        for part in [
-            e.install_id.as_str(),
-            e.model.as_str(),
-            e.release.as_str(),
-            list,
-        ] {
-            m.update(&(part.len() as u64).to_be_bytes());
-            m.update(part.as_bytes());
-        }
-        if m.verify_slice(&mac).is_err() {
+        let facts = Facts {
+            install_id: &e.install_id,
+            model: &e.model,
+            release: &e.release,
+            platform: &e.platform,
+            soc: &e.soc,
+            device_model: &e.device_model,
+        };
+        if self.mac(&facts, list).verify_slice(&mac).is_err() {
             return false;
         }
         let names = |v: &str| list.split(',').any(|x| x == v);
@@ -119,7 +144,15 @@ mod tests {
     #[test]
     fn only_the_issued_receipt_verifies_and_only_for_its_own_event() {
         let key = ReceiptKey::derive(&KeyPair::from_seed(&[7; 32]));
-        let r = key.issue("device-1", "m", "1.0.0", &["vulkan-fp32", "xnnpack-fp32"]);
+        let facts = Facts {
+            install_id: "device-1",
+            model: "m",
+            release: "1.0.0",
+            platform: "android",
+            soc: "SM8550",
+            device_model: "phone",
+        };
+        let r = key.issue(&facts, &["vulkan-fp32", "xnnpack-fp32"]);
         assert!(key.verifies(&event(Some(r.clone()))));
         assert!(!key.verifies(&event(None)));
         let other_key = ReceiptKey::derive(&KeyPair::from_seed(&[8; 32]));
@@ -130,6 +163,9 @@ mod tests {
             |e: &mut TelemetryEvent| e.model = "n".into(),
             |e: &mut TelemetryEvent| e.variant = "coreml-fp32".into(),
             |e: &mut TelemetryEvent| e.to_variant = Some("portable-fp32".into()),
+            |e: &mut TelemetryEvent| e.soc = "SM8450".into(),
+            |e: &mut TelemetryEvent| e.device_model = "Galaxy S23".into(),
+            |e: &mut TelemetryEvent| e.platform = "ios".into(),
         ] {
             let mut e = event(Some(r.clone()));
             edit(&mut e);

@@ -29,6 +29,12 @@ pub enum PublishError {
     /// The upload body ended with an error; nothing was stored.
     #[error("the upload body ended with an error: {0}")]
     Interrupted(String),
+    /// The upload sent nothing for `secs` seconds.
+    #[error("the upload sent nothing for {secs} s")]
+    Stalled {
+        /// The idle limit.
+        secs: u64,
+    },
     /// The blob is over the size limit.
     #[error("blob is larger than the limit of {max} bytes")]
     BlobTooLarge {
@@ -130,6 +136,7 @@ impl PublishError {
         match self {
             PublishError::Interrupted(_) => ErrorCode::UploadInterrupted,
             PublishError::BlobTooLarge { .. } => ErrorCode::BlobTooLarge,
+            PublishError::Stalled { .. } => ErrorCode::BodyTimeout,
             PublishError::HashMismatch { .. } => ErrorCode::HashMismatch,
             PublishError::BlobEmpty => ErrorCode::BlobEmpty,
             PublishError::EnvelopeMalformed(_) => ErrorCode::EnvelopeMalformed,
@@ -169,13 +176,15 @@ pub enum BlobOutcome {
     },
 }
 
-/// Streams `body` into `blobs/sha256/<digest>`, refusing more than `max` bytes or bytes that
-/// do not hash to `digest`. Nothing is visible unless the whole body checks out.
+/// Streams `body` into `blobs/sha256/<digest>`, refusing more than `max` bytes, bytes that do
+/// not hash to `digest`, or a body that sends nothing for `idle`. Nothing is visible unless the
+/// whole body checks out.
 pub async fn put_blob<S, E>(
     store: &Store,
     digest: &Sha256Digest,
     body: S,
     max: u64,
+    idle: std::time::Duration,
 ) -> Result<BlobOutcome, PublishError>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
@@ -190,7 +199,16 @@ where
     let mut hasher = Sha256::new();
     let mut size = 0u64;
     let mut body = body;
-    while let Some(chunk) = body.next().await {
+    loop {
+        let Ok(next) = tokio::time::timeout(idle, body.next()).await else {
+            let _ = writer.abort().await;
+            return Err(PublishError::Stalled {
+                secs: idle.as_secs(),
+            });
+        };
+        let Some(chunk) = next else {
+            break;
+        };
         let chunk = match chunk {
             Ok(c) => c,
             Err(e) => {
