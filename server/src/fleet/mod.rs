@@ -17,7 +17,6 @@ pub mod rollout;
 use ferry_shared::ModelName;
 use time::OffsetDateTime;
 
-use crate::api::error::ApiError;
 use crate::app::AppState;
 
 /// The current time as RFC 3339 text, for revision records.
@@ -28,7 +27,10 @@ pub(crate) fn now_text() -> String {
 }
 
 /// Loads the rollout plans and deny lists of `models` into memory.
-pub async fn load_state(state: &AppState, models: Vec<ModelName>) -> Result<(), ApiError> {
+pub async fn load_state(
+    state: &AppState,
+    models: Vec<ModelName>,
+) -> Result<(), crate::storage::StoreError> {
     let plans = rollout::load_all(&state.store, models.iter()).await?;
     state.replace_rollouts(plans);
     for m in &models {
