@@ -65,6 +65,8 @@ impl ClassCounts {
 pub struct VariantAgg {
     delegate: String,
     devices: HashSet<u64>,
+    /// Events counted per device (see [`PER_DEVICE_EVENTS`]).
+    per_device: HashMap<u64, u8>,
     loads_ok: u64,
     load_failures: u64,
     fallbacks: u64,
@@ -93,10 +95,23 @@ pub(crate) fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
     sorted.get(idx).copied()
 }
 
+/// Most events one device adds to one variant's counts: a device (even one with a real
+/// receipt) weighs at most this much in rates, halts, ramps and deny decisions, however many
+/// events it sends; more are kept in the raw log only.
+pub const PER_DEVICE_EVENTS: u8 = 8;
+
 impl VariantAgg {
     fn add(&mut self, e: &TelemetryEvent) {
+        let id = hash_id(&e.install_id);
+        if self.per_device.len() < MAX_DEVICES || self.per_device.contains_key(&id) {
+            let n = self.per_device.entry(id).or_default();
+            if *n >= PER_DEVICE_EVENTS {
+                return;
+            }
+            *n += 1;
+        }
         if self.devices.len() < MAX_DEVICES {
-            self.devices.insert(hash_id(&e.install_id));
+            self.devices.insert(id);
         }
         if self.delegate.is_empty() {
             self.delegate = e.delegate.clone();
@@ -583,6 +598,12 @@ mod tests {
         assert!(
             one.deny_candidates("m", &cfg).is_empty(),
             "one device denied a class"
+        );
+        let (loads, failures, fallbacks) = one.release_totals("m", "1.0.0");
+        assert_eq!(
+            (loads, failures, fallbacks),
+            (4, 4, 4),
+            "one device weighs at most {PER_DEVICE_EVENTS} events per variant"
         );
         let few = Telemetry::default();
         few.ingest(&batch(19), now(), &cfg, &|_| true);
