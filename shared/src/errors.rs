@@ -51,6 +51,8 @@ catalogue! {
     RequestInvalid = "request_invalid",
     /// The request body could not be read (the connection broke or the encoding is invalid). (server)
     BodyUnreadable = "body_unreadable",
+    /// A blob range outside the blob was asked for. (server, client)
+    RangeNotSatisfiable = "range_not_satisfiable",
     /// The request body did not arrive within the server's body deadline. (server)
     BodyTimeout = "body_timeout",
     /// The request body is larger than the endpoint's limit. (server)

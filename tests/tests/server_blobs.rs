@@ -86,12 +86,14 @@ fn ranges_reassemble_to_the_exact_bytes() {
     assert_eq!((status, tail.as_slice()), (206, &full[size - 10..]));
 
     // Unsatisfiable.
-    let (status, h, _) = fetch(&app, &url, &[("range", &format!("bytes={size}-"))]);
+    let (status, h, body) = fetch(&app, &url, &[("range", &format!("bytes={size}-"))]);
     assert_eq!(status, 416);
     assert_eq!(
         header(&h, "content-range"),
         Some(format!("bytes */{size}").as_str())
     );
+    let error: serde_json::Value = serde_json::from_slice(&body).expect("a JSON error body");
+    assert_eq!(error["code"], "range_not_satisfiable", "{error}");
 
     // Multiple ranges are answered with the whole blob.
     let (status, _, body) = fetch(&app, &url, &[("range", "bytes=0-1,5-6")]);

@@ -106,9 +106,16 @@ pub(crate) async fn get_blob(
         RangeSpec::Full => (StatusCode::OK, 0, size),
         RangeSpec::Part(a, b) => (StatusCode::PARTIAL_CONTENT, a, b + 1),
         RangeSpec::Unsatisfiable => {
-            return Ok(builder(StatusCode::RANGE_NOT_SATISFIABLE)
-                .insert_header((header::CONTENT_RANGE, format!("bytes */{size}")))
-                .finish());
+            use actix_web::ResponseError as _;
+            let mut resp = ApiError::new(
+                ErrorCode::RangeNotSatisfiable,
+                format!("the range asked for is outside the blob's {size} bytes"),
+            )
+            .error_response();
+            if let Ok(v) = header::HeaderValue::from_str(&format!("bytes */{size}")) {
+                resp.headers_mut().insert(header::CONTENT_RANGE, v);
+            }
+            return Ok(resp);
         }
     };
     let mut b = builder(status);

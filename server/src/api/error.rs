@@ -81,6 +81,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::RolloutStrandsDevices => StatusCode::CONFLICT,
         C::BodyTooLarge | C::BlobTooLarge | C::TooManyEvents => StatusCode::PAYLOAD_TOO_LARGE,
         C::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+        C::RangeNotSatisfiable => StatusCode::RANGE_NOT_SATISFIABLE,
         C::HashMismatch
         | C::NotAPte
         | C::DelegateMismatch
