@@ -34,13 +34,13 @@ fn hostile_resolve_requests() {
             "traversal in model",
             with(&|v| v["model"] = "../../etc/passwd".into()),
             400,
-            "request_malformed",
+            "invalid_name",
         ),
         (
             "uppercase model",
             with(&|v| v["model"] = "MLP".into()),
             400,
-            "request_malformed",
+            "invalid_name",
         ),
         (
             "huge version",
@@ -52,7 +52,7 @@ fn hostile_resolve_requests() {
             "not a version",
             with(&|v| v["runtime_version"] = "one.two".into()),
             400,
-            "request_malformed",
+            "invalid_version",
         ),
         (
             "bad platform",

@@ -40,6 +40,25 @@ pub(crate) async fn resolve(
     outcome
 }
 
+/// The error for a resolve body that does not parse: `invalid_name` or `invalid_version` when
+/// the model name or a version is what is wrong, else `request_malformed`.
+fn resolve_error(body: &[u8], e: serde_json::Error) -> ApiError {
+    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) {
+        if let Some(Err(err)) = v["model"]
+            .as_str()
+            .map(str::parse::<ferry_shared::ModelName>)
+        {
+            return ApiError::new(ErrorCode::InvalidName, format!("model: {err}"));
+        }
+        for field in ["app_version", "runtime_version"] {
+            if let Some(Err(err)) = v[field].as_str().map(semver::Version::parse) {
+                return ApiError::new(ErrorCode::InvalidVersion, format!("{field}: {err}"));
+            }
+        }
+    }
+    ApiError::new(ErrorCode::RequestMalformed, format!("resolve request: {e}"))
+}
+
 pub(crate) async fn resolve_inner(
     state: &AppState,
     query: Result<web::Query<ResolveQuery>, actix_web::Error>,
@@ -54,8 +73,8 @@ pub(crate) async fn resolve_inner(
         state.config.limits.max_resolve_bytes,
     )
     .await?;
-    let device: ResolveRequest = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::new(ErrorCode::RequestMalformed, format!("resolve request: {e}")))?;
+    let device: ResolveRequest =
+        serde_json::from_slice(&body).map_err(|e| resolve_error(&body, e))?;
     device
         .validate()
         .map_err(|m| ApiError::new(ErrorCode::RequestInvalid, m))?;
