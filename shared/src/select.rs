@@ -48,54 +48,68 @@ impl Preference {
 
 /// Why `v` cannot go to `device`; empty when it can.
 pub fn incompatibilities(v: &Variant, device: &ResolveRequest) -> Vec<String> {
-    let mut why = Vec::new();
+    check(v, device, true)
+}
+
+/// True when `v` can go to `device` (what [`incompatibilities`] checks, without the text).
+pub fn fits(v: &Variant, device: &ResolveRequest) -> bool {
+    check(v, device, false).is_empty()
+}
+
+/// The checks behind [`incompatibilities`] and [`fits`]; the reasons are only formatted when
+/// `explain` (an empty string stands for each failed check otherwise).
+fn check(v: &Variant, device: &ResolveRequest, explain: bool) -> Vec<String> {
+    let mut why: Vec<String> = Vec::new();
+    let mut add = |reason: &dyn Fn() -> String| {
+        why.push(if explain { reason() } else { String::new() });
+    };
     if !v.runtime.matches(&device.runtime_version) {
-        why.push(format!(
-            "needs ExecuTorch runtime {}, device has {}",
-            v.runtime, device.runtime_version
-        ));
+        add(&|| {
+            format!(
+                "needs ExecuTorch runtime {}, device has {}",
+                v.runtime, device.runtime_version
+            )
+        });
     }
     if !v.app.matches(&device.app_version) {
-        why.push(format!(
-            "needs app {}, app is {}",
-            v.app, device.app_version
-        ));
+        add(&|| format!("needs app {}, app is {}", v.app, device.app_version));
     }
     let c = &v.constraints;
     if !c.platforms.is_empty() && !c.platforms.contains(&device.platform) {
         let list: Vec<&str> = c.platforms.iter().map(|p| p.as_str()).collect();
-        why.push(format!(
-            "platform {} is not one of {}",
-            device.platform,
-            list.join(", ")
-        ));
+        add(&|| {
+            format!(
+                "platform {} is not one of {}",
+                device.platform,
+                list.join(", ")
+            )
+        });
     }
     if let Some(min) = &c.min_os_version
         && compare_dotted(&device.os_version, min).is_lt()
     {
-        why.push(format!(
-            "needs OS {min} or later, device has {}",
-            if device.os_version.is_empty() {
-                "none reported"
-            } else {
-                &device.os_version
-            }
-        ));
+        add(&|| {
+            format!(
+                "needs OS {min} or later, device has {}",
+                if device.os_version.is_empty() {
+                    "none reported"
+                } else {
+                    &device.os_version
+                }
+            )
+        });
     }
     if let Some(min) = c.min_ram_mb
         && device.ram_mb < min
     {
-        why.push(format!("needs {min} MiB RAM, device has {}", device.ram_mb));
+        add(&|| format!("needs {min} MiB RAM, device has {}", device.ram_mb));
     }
     let soc = device.soc.to_ascii_lowercase();
     if !c.soc_allow.is_empty() && !c.soc_allow.iter().any(|s| s.to_ascii_lowercase() == soc) {
-        why.push(format!(
-            "SoC {:?} is not on the variant's allow list",
-            device.soc
-        ));
+        add(&|| format!("SoC {:?} is not on the variant's allow list", device.soc));
     }
     if c.soc_deny.iter().any(|s| s.to_ascii_lowercase() == soc) {
-        why.push(format!("SoC {} is on the variant's deny list", device.soc));
+        add(&|| format!("SoC {} is on the variant's deny list", device.soc));
     }
     let missing: Vec<&str> = v
         .backends
@@ -105,15 +119,17 @@ pub fn incompatibilities(v: &Variant, device: &ResolveRequest) -> Vec<String> {
         .collect();
     if !missing.is_empty() {
         let have: Vec<&str> = device.backends.iter().map(|b| b.as_str()).collect();
-        why.push(format!(
-            "needs backend {}, device registers {}",
-            missing.join(", "),
-            if have.is_empty() {
-                "none".to_string()
-            } else {
-                have.join(", ")
-            }
-        ));
+        add(&|| {
+            format!(
+                "needs backend {}, device registers {}",
+                missing.join(", "),
+                if have.is_empty() {
+                    "none".to_string()
+                } else {
+                    have.join(", ")
+                }
+            )
+        });
     }
     why
 }

@@ -13,8 +13,8 @@ use ferry_shared::errors::ErrorCode;
 use ferry_shared::manifest::ReleaseManifest;
 use ferry_shared::resolve::Cohort;
 use ferry_shared::rollout::{
-    Context, Preview, RolloutChange, RolloutPlan, TransitionError, live_releases, on_publish,
-    preview, transition,
+    Context, Preview, RolloutChange, RolloutPlan, TransitionError, classes, live_releases,
+    on_publish, preview, transition,
 };
 use semver::Version;
 
@@ -107,12 +107,14 @@ pub async fn dry_run(
     let salt = salt();
     let releases = catalog.releases_newest_first(model);
     let published: Vec<&ReleaseManifest> = releases.iter().map(|r| &r.manifest).collect();
+    let classes = classes(model, &published);
     let ctx = Context {
         model,
         published: &published,
         salt: &salt,
         actor,
         at,
+        classes: Some(&classes),
     };
     let next = transition(current.as_ref(), change, &ctx)?;
     let preview = preview(current.as_ref(), &next, &ctx);
@@ -133,12 +135,14 @@ pub async fn change(
     let salt = salt();
     let releases = catalog.releases_newest_first(model);
     let published: Vec<&ReleaseManifest> = releases.iter().map(|r| &r.manifest).collect();
+    let classes = classes(model, &published);
     let ctx = Context {
         model,
         published: &published,
         salt: &salt,
         actor,
         at,
+        classes: Some(&classes),
     };
     let previous = std::sync::Mutex::new(None);
     let plan = apply(store, model, |cur| {
@@ -176,6 +180,7 @@ pub async fn record_publish(
         salt: &salt,
         actor,
         at,
+        classes: None,
     };
     match apply(store, model, |cur| {
         on_publish(cur, version, goes_live, &ctx).ok_or(RolloutError::Changed)

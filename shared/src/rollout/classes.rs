@@ -16,7 +16,7 @@ use semver::{Comparator, Version, VersionReq};
 use crate::manifest::{Platform, ReleaseManifest};
 use crate::names::{BackendId, ModelName};
 use crate::resolve::ResolveRequest;
-use crate::select::incompatibilities;
+use crate::select::fits;
 
 /// Most probes examined; manifests whose constraints would need more are checked on the
 /// platform, backend and version dimensions only (RAM, OS and SoC at permissive values).
@@ -203,10 +203,7 @@ pub fn classes(model: &ModelName, releases: &[&ReleaseManifest]) -> Vec<DeviceCl
                                 };
                                 let sig: BTreeSet<(usize, usize)> = flat
                                     .iter()
-                                    .filter(|(ri, vi)| {
-                                        incompatibilities(&releases[*ri].variants[*vi], &device)
-                                            .is_empty()
-                                    })
+                                    .filter(|(ri, vi)| fits(&releases[*ri].variants[*vi], &device))
                                     .copied()
                                     .collect();
                                 if !sig.is_empty() {

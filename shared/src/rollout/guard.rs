@@ -66,13 +66,21 @@ fn stranded(
         })
         .collect();
     let mut out = Vec::new();
-    for class in classes(ctx.model, ctx.published) {
+    let computed;
+    let all = match ctx.classes {
+        Some(c) => c,
+        None => {
+            computed = classes(ctx.model, ctx.published);
+            &computed[..]
+        }
+    };
+    for class in all {
         let lost = moves.iter().find_map(|(before, after)| {
             let had = class.first_served(ctx.published, before)?;
             (!class.served_by(ctx.published, after)).then_some(had)
         });
         if let Some(had) = lost {
-            out.push((class, had));
+            out.push((class.clone(), had));
         }
     }
     out

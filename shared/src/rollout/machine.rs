@@ -45,6 +45,9 @@ pub struct Context<'a> {
     pub actor: &'a str,
     /// When (RFC 3339).
     pub at: &'a str,
+    /// The device classes of `published`, when the caller computed them once for several
+    /// transitions (they are computed on demand otherwise).
+    pub classes: Option<&'a [crate::rollout::DeviceClass]>,
 }
 
 impl Context<'_> {
@@ -688,7 +691,7 @@ mod tests {
                 .collect();
             let refs: Vec<&ReleaseManifest> = releases.iter().collect();
             let model: ModelName = "m".parse().expect("name");
-            let ctx = Context { model: &model, published: &refs, salt: "s", actor: "t", at: "now" };
+            let ctx = Context { model: &model, published: &refs, salt: "s", actor: "t", at: "now", classes: None };
             let devices: Vec<_> = devices.iter().map(request).collect();
             let first = Version::new(1, 0, 0);
             let mut plan = on_publish(None, &first, false, &Context { published: &refs[..1], ..ctx });
@@ -736,6 +739,7 @@ mod tests {
             salt: "s",
             actor: "t",
             at: "now",
+            classes: None,
         };
         let first = on_publish(None, &v1.version, false, &ctx).expect("first is live");
         assert_eq!(first.baseline, Some(v1.version.clone()));
