@@ -8,48 +8,7 @@ use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{TOKEN, ferry, run_ok, serve, signed_release};
-
-struct Setup {
-    _tmp: tempfile::TempDir,
-    data: PathBuf,
-    files: PathBuf,
-    v1: PathBuf,
-    v2: PathBuf,
-}
-
-fn setup() -> Setup {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let data = tmp.path().join("data");
-    let files = tmp.path().join("files");
-    std::fs::create_dir_all(&files).expect("mkdir");
-    run_ok(
-        ferry()
-            .args(["keys", "generate", "--out"])
-            .arg(data.join("keys")),
-    );
-    let v1 = signed_release(
-        &files,
-        &data.join("keys"),
-        "durable",
-        "1.0.0",
-        "mlp-v1-xnnpack.pte",
-    );
-    let v2 = signed_release(
-        &files,
-        &data.join("keys"),
-        "durable",
-        "2.0.0",
-        "mlp-v2-xnnpack.pte",
-    );
-    Setup {
-        _tmp: tmp,
-        data,
-        files,
-        v1,
-        v2,
-    }
-}
+use common::{Setup, TOKEN, ferry, run_ok, serve};
 
 fn publish(s: &Setup, release: &Path, url: &str) -> String {
     run_ok(
@@ -80,7 +39,7 @@ fn start_rollout(url: &str) -> String {
 
 #[test]
 fn acknowledged_publish_and_rollout_survive_sigkill() {
-    let s = setup();
+    let s = common::setup("durable");
     let server = serve(&s.data);
     publish(&s, &s.v1, &server.url);
     let out = publish(&s, &s.v2, &server.url);
@@ -198,7 +157,7 @@ impl Drop for Traced {
 
 #[test]
 fn the_local_store_fsyncs_every_acknowledged_write() {
-    let s = setup();
+    let s = common::setup("durable");
     let log = s.data.parent().expect("tmp").join("fsync.log");
     let traced = Traced::start(&s.data, log);
     publish(&s, &s.v1, &traced.url);

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{TOKEN, ferry, run_ok, serve_with, signed_release};
+use common::{TOKEN, ferry, run_ok, serve_with};
 
 /// `n` healthy load events of staged devices, each with the receipt the server gives that
 /// install id (computed with the server's online key from the data directory, as every replica
@@ -50,35 +50,16 @@ fn status_json(url: &str) -> serde_json::Value {
 
 #[test]
 fn two_processes_drive_one_ramp_and_write_each_step_once() {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let data = tmp.path().join("data");
-    let files = tmp.path().join("files");
-    std::fs::create_dir_all(&files).expect("mkdir");
-    run_ok(
-        ferry()
-            .args(["keys", "generate", "--out"])
-            .arg(data.join("keys")),
-    );
+    let setup = common::setup("ramp");
+    let tmp = &setup.tmp;
+    let (data, files) = (setup.data.clone(), setup.files.clone());
+    let (v1, v2) = (setup.v1.clone(), setup.v2.clone());
     let config = tmp.path().join("ferry.toml");
     std::fs::write(
         &config,
         "ramp_check_secs = 1\n[telemetry]\nevaluate_ms = 0\n",
     )
     .expect("config");
-    let v1 = signed_release(
-        &files,
-        &data.join("keys"),
-        "ramp",
-        "1.0.0",
-        "mlp-v1-xnnpack.pte",
-    );
-    let v2 = signed_release(
-        &files,
-        &data.join("keys"),
-        "ramp",
-        "2.0.0",
-        "mlp-v2-xnnpack.pte",
-    );
     let a = serve_with(&data, Some(&config));
     let b = serve_with(&data, Some(&config));
     for r in [&v1, &v2] {

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{TOKEN, ferry, run_ok, serve, signed_release};
+use common::{TOKEN, ferry, run_ok, serve};
 
 fn history_len(url: &str) -> usize {
     let status = run_ok(ferry().args([
@@ -15,29 +15,10 @@ fn history_len(url: &str) -> usize {
 
 #[test]
 fn two_server_processes_racing_on_one_rollout() {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let data = tmp.path().join("data");
-    let files = tmp.path().join("files");
-    std::fs::create_dir_all(&files).expect("mkdir");
-    run_ok(
-        ferry()
-            .args(["keys", "generate", "--out"])
-            .arg(data.join("keys")),
-    );
-    let v1 = signed_release(
-        &files,
-        &data.join("keys"),
-        "race",
-        "1.0.0",
-        "mlp-v1-xnnpack.pte",
-    );
-    let v2 = signed_release(
-        &files,
-        &data.join("keys"),
-        "race",
-        "2.0.0",
-        "mlp-v2-xnnpack.pte",
-    );
+    let setup = common::setup("race");
+    let tmp = &setup.tmp;
+    let (data, files) = (setup.data.clone(), setup.files.clone());
+    let (v1, v2) = (setup.v1.clone(), setup.v2.clone());
     let a = serve(&data);
     let b = serve(&data);
     for r in [&v1, &v2] {

@@ -35,13 +35,18 @@ pub async fn post_rollout(
         v["dry_run"] = serde_json::Value::Bool(dry_run);
         Ok::<_, ApiError>(HttpResponse::Ok().json(v))
     };
+    let (plan, preview) = rollout::change(
+        &state.store,
+        &catalog,
+        &model,
+        &change,
+        (&caller.name, &at),
+        query.dry_run,
+    )
+    .await?;
     if query.dry_run {
-        let (plan, preview) =
-            rollout::dry_run(&state.store, &catalog, &model, &change, &caller.name, &at).await?;
         return answer(&plan, &preview, true);
     }
-    let (plan, preview) =
-        rollout::change(&state.store, &catalog, &model, &change, &caller.name, &at).await?;
     tracing::info!(caller = caller.name, %model, action = plan.action, revision = plan.revision, share_changing = preview.share_changing, "rollout changed");
     state.set_rollout(&model, plan.clone());
     answer(&plan, &preview, false)

@@ -92,45 +92,17 @@ pub fn salt() -> String {
     hex::encode(b)
 }
 
-/// The plan `change` would make of the plan in force now, and its preview, without writing.
-pub async fn dry_run(
-    store: &Store,
-    catalog: &Catalog,
-    model: &ModelName,
-    change: &RolloutChange,
-    actor: &str,
-    at: &str,
-) -> Result<(RolloutPlan, Preview), RolloutError> {
-    let current = revisions::latest::<RolloutPlan>(store, &StorageKey::rollout_log(model))
-        .await?
-        .map(|(_, p)| p);
-    let salt = salt();
-    let releases = catalog.releases_newest_first(model);
-    let published: Vec<&ReleaseManifest> = releases.iter().map(|r| &r.manifest).collect();
-    let classes = classes(model, &published);
-    let ctx = Context {
-        model,
-        published: &published,
-        salt: &salt,
-        actor,
-        at,
-        classes: Some(&classes),
-    };
-    let next = transition(current.as_ref(), change, &ctx)?;
-    let preview = preview(current.as_ref(), &next, &ctx);
-    Ok((next, preview))
-}
-
 /// Applies `change` to `model`'s rollout through the state machine (with optimistic
 /// concurrency: a lost race recomputes from the winner's revision), returning the plan written
-/// and the preview of what it changed.
+/// and the preview of what it changed. With `dry_run`, computes both from the plan in force now
+/// and writes nothing.
 pub async fn change(
     store: &Store,
     catalog: &Catalog,
     model: &ModelName,
     change: &RolloutChange,
-    actor: &str,
-    at: &str,
+    (actor, at): (&str, &str),
+    dry_run: bool,
 ) -> Result<(RolloutPlan, Preview), RolloutError> {
     let salt = salt();
     let releases = catalog.releases_newest_first(model);
@@ -144,6 +116,14 @@ pub async fn change(
         at,
         classes: Some(&classes),
     };
+    if dry_run {
+        let current = revisions::latest::<RolloutPlan>(store, &StorageKey::rollout_log(model))
+            .await?
+            .map(|(_, p)| p);
+        let next = transition(current.as_ref(), change, &ctx)?;
+        let preview = preview(current.as_ref(), &next, &ctx);
+        return Ok((next, preview));
+    }
     let previous = std::sync::Mutex::new(None);
     let plan = apply(store, model, |cur| {
         let next = transition(cur, change, &ctx)?;

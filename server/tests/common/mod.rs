@@ -68,6 +68,46 @@ pub fn signed_release(dir: &Path, keys: &Path, model: &str, version: &str, file:
     out
 }
 
+/// A data directory with generated keys, and releases 1.0.0 and 2.0.0 of one model signed with
+/// them (one XNNPACK variant each, from the mlp v1 and v2 fixtures).
+#[allow(dead_code)]
+pub struct Setup {
+    /// Holds everything below.
+    pub tmp: tempfile::TempDir,
+    /// The server's data directory.
+    pub data: PathBuf,
+    /// Where the release's `.pte` files are.
+    pub files: PathBuf,
+    /// Signed release 1.0.0.
+    pub v1: PathBuf,
+    /// Signed release 2.0.0.
+    pub v2: PathBuf,
+}
+
+/// Keys and two signed releases of `model` in a fresh temporary directory.
+#[allow(dead_code)]
+pub fn setup(model: &str) -> Setup {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let data = tmp.path().join("data");
+    let files = tmp.path().join("files");
+    std::fs::create_dir_all(&files).expect("mkdir");
+    run_ok(
+        ferry()
+            .args(["keys", "generate", "--out"])
+            .arg(data.join("keys")),
+    );
+    let keys = data.join("keys");
+    let v1 = signed_release(&files, &keys, model, "1.0.0", "mlp-v1-xnnpack.pte");
+    let v2 = signed_release(&files, &keys, model, "2.0.0", "mlp-v2-xnnpack.pte");
+    Setup {
+        tmp,
+        data,
+        files,
+        v1,
+        v2,
+    }
+}
+
 /// Starts `ferry serve` on a free port for `data`.
 pub fn serve(data: &Path) -> Server {
     serve_with(data, None)
