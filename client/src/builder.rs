@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ferry_shared::keyring::TrustState;
 use ferry_shared::trust::TrustFile;
 use semver::Version;
 
@@ -37,8 +38,9 @@ pub struct ClientBuilder {
 }
 
 impl ClientBuilder {
-    /// A builder for `server` (base URL) trusting the keys in `trust` (a server's
-    /// `keys/trust.json`, pinned in the app).
+    /// A builder for `server` (base URL) trusting `trust` (the `trust.json` made by
+    /// `ferry keys generate`, pinned in the app: root keys whose keyrings the client follows
+    /// through rotations; or a fixed list of release and online keys).
     pub fn new(server: impl Into<String>, trust: TrustFile) -> Self {
         Self {
             server: server.into().trim_end_matches('/').to_string(),
@@ -153,11 +155,9 @@ impl ClientBuilder {
                 self.server
             )));
         }
-        let trust = self
-            .trust
-            .to_keyring()
+        let mut trust = TrustState::from_trust_file(&self.trust)
             .map_err(|e| ClientError::Config(e.to_string()))?;
-        if trust.is_empty() {
+        if !trust.is_rooted() && trust.keys().is_empty() {
             return Err(ClientError::Config("the trust file lists no key".into()));
         }
         let mut cfg = ureq::Agent::config_builder()
@@ -178,9 +178,17 @@ impl ClientBuilder {
             );
         }
         let (cache, _) = Cache::open(&cache_dir, self.cache_budget)?;
+        if trust.is_rooted() {
+            // Walk the keyrings accepted before from the pinned root again; a stored chain that
+            // no longer verifies is dropped (the next resolve fetches the server's).
+            let mut walked = trust.clone();
+            if walked.advance_all(cache.keyrings()).is_ok() {
+                trust = walked;
+            }
+        }
         Ok(Client {
             server: self.server,
-            trust,
+            trust: Mutex::new(trust),
             agent: cfg.build().new_agent(),
             telemetry: Arc::new(telemetry::TelemetryQueue::new(
                 &cache_dir,

@@ -60,6 +60,13 @@ struct Index {
     blobs: BTreeMap<String, BlobEntry>,
     #[serde(default)]
     sequences: BTreeMap<String, u64>,
+    /// The keyring version each recorded sequence belongs to (absent: 0).
+    #[serde(default)]
+    sequence_keyrings: BTreeMap<String, u64>,
+    /// Keyring versions accepted so far, oldest first (walked again from the pinned root when
+    /// the client starts).
+    #[serde(default)]
+    keyrings: Vec<Envelope>,
 }
 
 /// A cached blob whose bytes matched a signed digest and size when the cache handed it out.
@@ -275,16 +282,46 @@ impl Cache {
         self.index.models.iter()
     }
 
-    /// Highest decision sequence seen for `model`.
-    pub fn last_sequence(&self, model: &str) -> u64 {
-        self.index.sequences.get(model).copied().unwrap_or(0)
+    /// The newest decision accepted for `model`: its keyring version and sequence (zeros if
+    /// none).
+    pub fn last_sequence(&self, model: &str) -> (u64, u64) {
+        (
+            self.index
+                .sequence_keyrings
+                .get(model)
+                .copied()
+                .unwrap_or(0),
+            self.index.sequences.get(model).copied().unwrap_or(0),
+        )
     }
 
-    /// Records a decision sequence for `model` (keeps the highest).
-    pub fn record_sequence(&mut self, model: &str, seq: u64) -> Result<(), ClientError> {
-        let e = self.index.sequences.entry(model.to_string()).or_default();
-        if seq > *e {
-            *e = seq;
+    /// Records an accepted decision's keyring version and sequence for `model` (keeps the
+    /// newest: higher keyring version first, then higher sequence).
+    pub fn record_sequence(
+        &mut self,
+        model: &str,
+        keyring: u64,
+        seq: u64,
+    ) -> Result<(), ClientError> {
+        if (keyring, seq) > self.last_sequence(model) {
+            self.index.sequences.insert(model.to_string(), seq);
+            self.index
+                .sequence_keyrings
+                .insert(model.to_string(), keyring);
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    /// The keyrings accepted so far, oldest first.
+    pub fn keyrings(&self) -> &[Envelope] {
+        &self.index.keyrings
+    }
+
+    /// Keeps `chain` (keyrings just accepted, oldest first) for the next start.
+    pub fn record_keyrings(&mut self, chain: Vec<Envelope>) -> Result<(), ClientError> {
+        if chain != self.index.keyrings {
+            self.index.keyrings = chain;
             self.save()?;
         }
         Ok(())

@@ -35,7 +35,7 @@ pub mod verify;
 
 use std::sync::{Arc, Mutex};
 
-use ferry_shared::dsse::KeyRing;
+use ferry_shared::keyring::TrustState;
 use semver::Version;
 
 pub use crate::builder::ClientBuilder;
@@ -54,7 +54,7 @@ use ferry_shared::telemetry::TelemetryEvent;
 /// The client. Cheap to share behind an `Arc`; calls are blocking.
 pub struct Client {
     server: String,
-    trust: KeyRing,
+    trust: Mutex<TrustState>,
     agent: ureq::Agent,
     cache: Mutex<Cache>,
     runtime: Arc<dyn Runtime>,
@@ -76,6 +76,19 @@ impl Client {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         }
+    }
+
+    /// What the client trusts now: the pinned root walked through the keyrings accepted.
+    pub(crate) fn trust(&self) -> TrustState {
+        match self.trust.lock() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// The keyring version the client holds (0: none yet, or a fixed trust file).
+    pub fn keyring_version(&self) -> u64 {
+        self.trust().version()
     }
 
     /// Backends the runtime really registered.

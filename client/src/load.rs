@@ -322,7 +322,8 @@ impl Client {
         let Some(entry) = self.cache().last_good(model).cloned() else {
             return Ok(None);
         };
-        let manifest = verify_release(&entry.release_envelope, &self.trust)?.into_inner();
+        let ring = self.trust().ring_at(self.clock.now());
+        let manifest = verify_release(&entry.release_envelope, &ring)?.into_inner();
         if manifest.model.as_str() != model || manifest.version.to_string() != entry.release {
             return Err(ClientError::DecisionMismatch(format!(
                 "the cached entry names {model} {}, its signed release is {} {}",

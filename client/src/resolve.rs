@@ -3,6 +3,7 @@
 
 use ferry_shared::BackendId;
 use ferry_shared::dsse::Verified;
+use ferry_shared::keyring::KeyringResponse;
 use ferry_shared::resolve::{ErrorBody, ResolveRequest, ResolveResponse};
 
 use crate::error::ClientError;
@@ -104,11 +105,82 @@ impl Client {
                 url: url.clone(),
                 message: e.to_string(),
             })?;
+        self.follow_keyring(&resp)?;
+        let trust = self.trust();
         let last = self.cache().last_sequence(model);
-        let plan = verify_response(&resp, &request, &self.trust, self.clock.now(), last)?;
-        self.cache()
-            .record_sequence(model, plan.decision().sequence)?;
+        let plan = verify_response(&resp, &request, &trust, self.clock.now(), last)?;
+        self.cache().record_sequence(
+            model,
+            plan.decision().keyring_version,
+            plan.decision().sequence,
+        )?;
         Ok(plan)
+    }
+
+    /// When the answer names a newer keyring version than the one held, fetches
+    /// `GET /v1/keyring` and walks it from the held version (each version signed by the root
+    /// keys of the one before; none skipped). The answer's claim is read before any check, so
+    /// at worst it costs one request: the decision is verified against the walked keyring.
+    fn follow_keyring(&self, resp: &ResolveResponse) -> Result<(), ClientError> {
+        #[derive(serde::Deserialize)]
+        struct Peek {
+            #[serde(default)]
+            keyring_version: u64,
+        }
+        let held = self.trust();
+        if !held.is_rooted() {
+            return Ok(());
+        }
+        let claimed = ferry_shared::dsse::decode_payload(&resp.decision, &Default::default())
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Peek>(&b).ok())
+            .map_or(0, |p| p.keyring_version);
+        if claimed <= held.version() {
+            return Ok(());
+        }
+        let url = format!("{}/v1/keyring", self.server);
+        let bad = |message: String| ClientError::BadResponse {
+            url: url.clone(),
+            message,
+        };
+        let mut got = self
+            .agent
+            .get(&url)
+            .call()
+            .map_err(|e| ClientError::Network {
+                url: url.clone(),
+                message: e.to_string(),
+            })?;
+        if got.status().as_u16() != 200 {
+            return Err(bad(format!("HTTP {}", got.status().as_u16())));
+        }
+        let text = got
+            .body_mut()
+            .with_config()
+            .limit(self.max_response_bytes)
+            .read_to_string()
+            .map_err(|e| bad(e.to_string()))?;
+        let chain: KeyringResponse = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        let mut next = held.clone();
+        let mut accepted = self.cache().keyrings().to_vec();
+        accepted.truncate(held.version() as usize);
+        for env in &chain.keyrings {
+            let before = next.version();
+            next.advance_all(std::slice::from_ref(env))
+                .map_err(|e| ClientError::Verify {
+                    code: e.code(),
+                    message: e.to_string(),
+                })?;
+            if next.version() > before {
+                accepted.push(env.clone());
+            }
+        }
+        self.cache().record_keyrings(accepted)?;
+        match self.trust.lock() {
+            Ok(mut g) => *g = next,
+            Err(p) => *p.into_inner() = next,
+        }
+        Ok(())
     }
 
     pub(crate) fn url_for(&self, url: &str) -> String {

@@ -1,15 +1,17 @@
 //! Verifying a resolve response before anything is downloaded.
 //!
-//! Order: the decision envelope against the trusted online keys; its times against the
+//! Order: the decision envelope against the trusted online keys (the current keyring's,
+//! without expired ones); that it names the keyring version the client holds; its times against the
 //! client's clock (issued no later than now plus [`MAX_CLOCK_SKEW`], valid no longer than
-//! [`MAX_DECISION_LIFETIME`], not expired); its sequence against the highest seen for the model
-//! (replay); that it answers this install id; the release envelope against the trusted release
+//! [`MAX_DECISION_LIFETIME`], not expired); its keyring version and sequence against the newest
+//! accepted for the model (replay); that it answers this install id; the release envelope against the trusted release
 //! keys; then every candidate against the signed manifest (same variant, delegate, backends,
 //! digest and size) and against this device (every constraint the release key signed). Only [`verify_response`]
 //! builds a [`Plan`], and only through [`Verified`].
 
 use ferry_shared::dsse::{DsseLimits, Envelope, KeyRing, KeyRole, Verified, verify};
 use ferry_shared::errors::ErrorCode;
+use ferry_shared::keyring::TrustState;
 use ferry_shared::manifest::{ReleaseManifest, Variant, verify_release_envelope};
 use ferry_shared::resolve::{DECISION_PAYLOAD_TYPE, Decision, ResolveRequest, ResolveResponse};
 use ferry_shared::select::incompatibilities;
@@ -99,20 +101,23 @@ pub const MAX_DECISION_LIFETIME: time::Duration = time::Duration::days(7);
 /// How far ahead of the device's clock a decision's `issued_at` may be.
 pub const MAX_CLOCK_SKEW: time::Duration = time::Duration::minutes(5);
 
-/// Verifies a whole resolve response to `request`. `last_sequence` is the highest decision
-/// sequence seen for the model (0 if none).
+/// Verifies a whole resolve response to `request` with what the client trusts now (`trust`:
+/// the pinned root walked through the keyrings it accepted, or a fixed trust file). `last` is
+/// the keyring version and sequence of the newest decision accepted for the model (zeros if
+/// none).
 pub fn verify_response(
     resp: &ResolveResponse,
     request: &ResolveRequest,
-    trust: &KeyRing,
+    trust: &TrustState,
     now: OffsetDateTime,
-    last_sequence: u64,
+    last: (u64, u64),
 ) -> Result<Verified<Plan>, ClientError> {
     let model = request.model.as_str();
+    let ring = trust.ring_at(now);
     let decision = verify(
         &resp.decision,
         DECISION_PAYLOAD_TYPE,
-        trust,
+        &ring,
         KeyRole::Online,
         1,
         &DsseLimits::default(),
@@ -148,10 +153,19 @@ pub fn verify_response(
             now: now.to_string(),
         });
     }
-    if decision.sequence < last_sequence {
+    if trust.is_rooted() && decision.keyring_version != trust.version() {
+        return Err(ClientError::DecisionMismatch(format!(
+            "the decision names keyring version {}; this device holds version {}",
+            decision.keyring_version,
+            trust.version()
+        )));
+    }
+    // Sequences compare within one keyring version: rotating the online key (a new version)
+    // resets a floor that a stolen key pushed up.
+    if (decision.keyring_version, decision.sequence) < last {
         return Err(ClientError::Replay {
             got: decision.sequence,
-            seen: last_sequence,
+            seen: last.1,
         });
     }
     if decision.install_id != request.install_id {
@@ -165,7 +179,7 @@ pub fn verify_response(
             decision.model
         )));
     }
-    let manifest = verify_release(&resp.release, trust)?;
+    let manifest = verify_release(&resp.release, &ring)?;
     let mismatch = |m: String| Err(ClientError::DecisionMismatch(m));
     if manifest.model != decision.model || manifest.version != decision.release {
         return mismatch(format!(

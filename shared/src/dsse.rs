@@ -370,6 +370,20 @@ impl<T> std::ops::Deref for Verified<T> {
     }
 }
 
+/// The payload bytes of `env`, within `limits`, without checking any signature: only for
+/// reading a field that decides which keys to verify with (never for acting on the payload).
+pub fn decode_payload(env: &Envelope, limits: &DsseLimits) -> Result<Vec<u8>, DsseError> {
+    let estimated = env.payload.len() / 4 * 3;
+    if estimated > limits.max_payload.saturating_add(3) {
+        return Err(DsseError::TooLarge {
+            size: estimated,
+            max: limits.max_payload,
+        });
+    }
+    B64.decode(env.payload.as_bytes())
+        .map_err(|e| DsseError::Malformed(format!("payload is not base64: {e}")))
+}
+
 /// Verifies `env` against `ring`: the payload type must be `payload_type`, and at least
 /// `threshold` (minimum 1) distinct trusted keys of `role` must have signed it.
 ///

@@ -147,6 +147,12 @@ catalogue! {
     PteMalformed = "pte_malformed",
     /// The program exceeds an inspector limit (tables, strings, work). (server, CLI)
     PteLimitExceeded = "pte_limit_exceeded",
+    /// A keyring is malformed or breaks a rule (threshold, key ids, roles), or the trust file pins no root to check it. (server, client, CLI)
+    KeyringInvalid = "keyring_invalid",
+    /// A keyring version was skipped: version N+1 must follow N. (client)
+    KeyringSkipped = "keyring_skipped",
+    /// A keyring is not newer than the one already trusted. (client)
+    KeyringRollback = "keyring_rollback",
     /// The trust file cannot be used (no keys, bad key encoding). (client, C ABI)
     TrustInvalid = "trust_invalid",
     /// A rollout change is malformed (unknown action, missing release, bad percentage or rate). (server, CLI)

@@ -10,11 +10,13 @@
 //! - [`select`]: the pure variant-selection function;
 //! - [`rollout`]: rollout plans and cohort bucketing;
 //! - [`trust`]: the trust file (pinned public keys with roles);
+//! - [`keyring`]: versioned keyrings signed by the pinned root keys (key rotation);
 //! - [`telemetry`]: the events devices report.
 
 pub mod deny;
 pub mod dsse;
 pub mod errors;
+pub mod keyring;
 pub mod manifest;
 pub mod names;
 pub mod pte;

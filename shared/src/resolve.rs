@@ -135,7 +135,14 @@ pub struct Decision {
     /// After this instant the client must not act on it (freeze protection).
     #[serde(with = "time::serde::rfc3339")]
     pub expires_at: OffsetDateTime,
-    /// Increases with every decision; a client refuses one lower than the last it saw.
+    /// The keyring version whose online key signed this (0 for a fixed trust file). A client
+    /// accepts only decisions for the keyring version it holds.
+    #[serde(default)]
+    pub keyring_version: u64,
+    /// The model's state generation in the store (rollout revision + deny-list revision +
+    /// releases published), the same on every replica that has caught up: within one keyring
+    /// version a client refuses a decision with a lower sequence than the last it accepted
+    /// (a replayed older answer). No clock enters it.
     pub sequence: u64,
     /// Variants to try, best first; the XNNPACK fallback last where one is compatible.
     pub candidates: Vec<Candidate>,

@@ -21,9 +21,14 @@ pub struct TrustedKeyEntry {
     pub public: String,
 }
 
-/// A list of trusted keys.
+/// A list of trusted keys: root keys (with a threshold; their keyrings name the current
+/// release and online keys, see [`crate::keyring`]), or, in the fixed form, release and online
+/// keys directly.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrustFile {
+    /// How many distinct root keys must sign a keyring (default 1; root keys only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<u32>,
     /// The keys.
     pub keys: Vec<TrustedKeyEntry>,
 }

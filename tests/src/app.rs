@@ -9,6 +9,7 @@ use ferry_server::app::keys::{self, RoleKey};
 use ferry_server::app::startup::{RunningServer, spawn};
 use ferry_server::release::sign::{VariantSpec, VariantsFile, build_manifest, sign};
 use ferry_shared::dsse::{DsseLimits, Envelope, KeyRole, Verified, verify};
+use ferry_shared::keyring::TrustState;
 use ferry_shared::manifest::{Delegate, Platform, ReleaseManifest};
 use ferry_shared::resolve::{DECISION_PAYLOAD_TYPE, Decision, ResolveResponse};
 use ferry_shared::trust::TrustFile;
@@ -42,6 +43,26 @@ pub struct Options {
     pub tweak: Option<ConfigTweak>,
 }
 
+/// The configuration of a test server on `data`, listening on `listen`, with the admin and
+/// read tokens.
+fn test_config(data: &Path, listen: &str) -> Config {
+    let env = |k: &str| (k == "FERRY_ADMIN_TOKEN").then(|| ADMIN_TOKEN.to_string());
+    let flags = Flags {
+        config: None,
+        listen: Some(listen.into()),
+        data: Some(data.to_path_buf()),
+    };
+    let mut config = Config::load(&flags, &env).expect("config");
+    config
+        .tokens
+        .push(ferry_server::api::auth::TokenEntry::from_secret(
+            "reader",
+            READ_TOKEN,
+            vec![ferry_server::api::auth::Scope::Read],
+        ));
+    config
+}
+
 impl TestApp {
     /// Starts a plain server.
     pub fn start() -> TestApp {
@@ -51,22 +72,13 @@ impl TestApp {
     /// Starts a server with options.
     pub fn start_with(opts: Options) -> TestApp {
         let dir = tempfile::tempdir().expect("temp dir");
-        let env = |k: &str| (k == "FERRY_ADMIN_TOKEN").then(|| ADMIN_TOKEN.to_string());
-        let flags = Flags {
-            config: None,
-            listen: Some("127.0.0.1:0".into()),
-            data: Some(dir.path().to_path_buf()),
-        };
-        let mut config = Config::load(&flags, &env).expect("config");
-        config
-            .tokens
-            .push(ferry_server::api::auth::TokenEntry::from_secret(
-                "reader",
-                READ_TOKEN,
-                vec![ferry_server::api::auth::Scope::Read],
-            ));
+        let mut config = test_config(dir.path(), "127.0.0.1:0");
         if let Some(f) = opts.tweak {
             f(&mut config);
+        }
+        if !opts.demo {
+            // What an operator does: keys made by `ferry keys generate`, copied to the server.
+            keys::generate_keyset(&config.keys_dir()).expect("keys");
         }
         let server = spawn(config, opts.demo).expect("server starts");
         let agent = ureq::Agent::config_builder()
@@ -74,6 +86,23 @@ impl TestApp {
             .build()
             .new_agent();
         TestApp { server, dir, agent }
+    }
+
+    /// Stops the server and starts it again on the same data directory and address (what an
+    /// operator's restart does: keys, keyrings and the store are read afresh).
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        let addr = self.server.addr.to_string();
+        let placeholder = self.try_replica_at("127.0.0.1:0")?;
+        let old = std::mem::replace(&mut self.server, placeholder);
+        old.stop();
+        let fresh = self.try_replica_at(&addr)?;
+        let _ = std::mem::replace(&mut self.server, fresh);
+        Ok(())
+    }
+
+    /// Starts another server on this data directory at `listen`, or says why it cannot.
+    pub fn try_replica_at(&self, listen: &str) -> anyhow::Result<RunningServer> {
+        spawn(test_config(self.dir.path(), listen), false)
     }
 
     /// Base URL.
@@ -91,10 +120,18 @@ impl TestApp {
         keys::load(&self.dir.path().join("keys/release.key")).expect("release key")
     }
 
-    /// The trust file clients should pin.
+    /// The trust file clients should pin (the root key).
     pub fn trust(&self) -> TrustFile {
         let bytes = std::fs::read(self.dir.path().join("keys/trust.json")).expect("trust.json");
         TrustFile::from_json(&bytes).expect("trust")
+    }
+
+    /// The pinned root walked through the server's keyrings: the current release and online
+    /// keys.
+    pub fn trust_state(&self) -> TrustState {
+        keys::load_trust(&self.dir.path().join("keys"))
+            .expect("keyrings verify")
+            .1
     }
 
     /// The object store's root folder.
@@ -210,7 +247,7 @@ impl TestApp {
     pub fn verify_response(&self, body: &serde_json::Value) -> (Decision, ReleaseManifest) {
         let resp: ResolveResponse =
             serde_json::from_value(body.clone()).expect("resolve response shape");
-        let ring = self.trust().to_keyring().expect("ring");
+        let ring = self.trust_state().ring_at(time::OffsetDateTime::now_utc());
         let d: Verified<Vec<u8>> = verify(
             &resp.decision,
             DECISION_PAYLOAD_TYPE,
@@ -428,12 +465,18 @@ impl TestApp {
             config.storage = s;
             // Replicas share keys (a real deployment provisions them).
             std::fs::create_dir_all(config.keys_dir()).expect("keys dir");
-            for f in ["online.key", "trust.json", "release.key"] {
+            for f in ["online.key", "trust.json"] {
                 std::fs::copy(
                     self.dir.path().join("keys").join(f),
                     config.keys_dir().join(f),
                 )
                 .expect("copy key");
+            }
+            let chain = config.keys_dir().join("keyring");
+            std::fs::create_dir_all(&chain).expect("keyring dir");
+            for e in std::fs::read_dir(self.dir.path().join("keys/keyring")).expect("keyrings") {
+                let e = e.expect("entry");
+                std::fs::copy(e.path(), chain.join(e.file_name())).expect("copy keyring");
             }
         }
         spawn(config, false).expect("replica starts")

@@ -2,8 +2,8 @@
 //! and malicious servers.
 //!
 //! Each connection carries one request (the proxy answers `Connection: close`). Requests are
-//! forwarded to the real server; blob responses (`/v1/blobs/...`) and resolve responses can be
-//! altered by the next [`Fault`] in the script. Every request is logged with its `Range`
+//! forwarded to the real server; blob responses (`/v1/blobs/...`), resolve responses and keyring
+//! responses can be altered by the next [`Fault`] in the script. Every request is logged with its `Range`
 //! header so tests can check how the client resumed.
 
 use std::collections::VecDeque;
@@ -49,6 +49,7 @@ pub struct Logged {
 struct Shared {
     blob_faults: VecDeque<Fault>,
     resolve_faults: VecDeque<Fault>,
+    keyring_faults: VecDeque<Fault>,
     log: Vec<Logged>,
 }
 
@@ -99,6 +100,13 @@ impl FaultProxy {
     pub fn resolve_faults(&self, faults: impl IntoIterator<Item = Fault>) {
         if let Ok(mut g) = self.shared.lock() {
             g.resolve_faults.extend(faults);
+        }
+    }
+
+    /// Queues faults for the next keyring responses (`GET /v1/keyring`), in order.
+    pub fn keyring_faults(&self, faults: impl IntoIterator<Item = Fault>) {
+        if let Ok(mut g) = self.shared.lock() {
+            g.keyring_faults.extend(faults);
         }
     }
 
@@ -162,6 +170,8 @@ fn handle(conn: TcpStream, upstream: SocketAddr, shared: &Mutex<Shared>) -> std:
             Some(&mut g.blob_faults)
         } else if is_resolve {
             Some(&mut g.resolve_faults)
+        } else if path.starts_with("/v1/keyring") {
+            Some(&mut g.keyring_faults)
         } else {
             None
         };

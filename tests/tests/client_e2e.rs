@@ -350,6 +350,16 @@ fn tampered_untrusted_expired_and_replayed_responses_are_refused() {
         false,
     );
     assert_eq!(first_status, 200);
+    // The model's state moves on (a deny entry for another device class): newer decisions carry
+    // a higher sequence.
+    let (s, b) = app.post_raw(
+        "/v1/admin/models/demo-mlp/deny",
+        &serde_json::to_vec(&serde_json::json!({"action": "deny", "release": "1.0.0",
+            "variant": "vulkan-fp32", "class": "soc", "value": "SM0000"}))
+        .expect("json"),
+        Some(ferry_tests::app::ADMIN_TOKEN),
+    );
+    assert_eq!(s, 200, "{b}");
     let c4 = client(&app, &proxy.url(), cache.path());
     c4.load("demo-mlp", &dev)
         .expect("a fresh load records a newer sequence");

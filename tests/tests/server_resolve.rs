@@ -173,22 +173,41 @@ fn explain_and_no_compatible_variant() {
 }
 
 #[test]
-fn decisions_expire_and_sequences_increase() {
+fn decisions_expire_and_sequences_follow_the_model_state() {
     let app = TestApp::start();
     app.publish(&mlp_v1());
     let dev = device("linux", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096);
-    let mut last = 0;
-    for _ in 0..5 {
+    let sequence = || {
         let (status, body) = app.resolve(&dev, false);
         assert_eq!(status, 200);
         let (d, _) = app.verify_response(&body);
-        assert!(d.sequence > last, "sequence must increase");
-        last = d.sequence;
         let ttl = d.expires_at - d.issued_at;
         assert_eq!(ttl.whole_seconds(), 3600);
         assert_eq!(d.cohort, ferry_shared::resolve::Cohort::Baseline);
         assert_eq!(d.install_id, "install-1");
-    }
+        assert_eq!(d.keyring_version, 1);
+        d.sequence
+    };
+    // The same state gives the same sequence, however much time passes.
+    let first = sequence();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(sequence(), first);
+    // Every change to what devices may get raises it: a release, a rollout, a deny entry.
+    app.publish(&ferry_tests::app::mlp_v2());
+    let after_publish = sequence();
+    assert!(after_publish > first);
+    app.ship("2.0.0");
+    let after_rollout = sequence();
+    assert!(after_rollout > after_publish);
+    let (s, b) = app.post_raw(
+        "/v1/admin/models/mlp/deny",
+        &serde_json::to_vec(&serde_json::json!({"action": "deny", "release": "2.0.0",
+            "variant": "vulkan-fp32", "class": "soc", "value": "SM0000"}))
+        .expect("json"),
+        Some(ferry_tests::app::ADMIN_TOKEN),
+    );
+    assert_eq!(s, 200, "{b}");
+    assert!(sequence() > after_rollout);
 }
 
 #[test]

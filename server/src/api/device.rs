@@ -1,4 +1,4 @@
-//! Device endpoints: `POST /v1/resolve` and `GET /v1/keys`.
+//! Device endpoints: `POST /v1/resolve`, `GET /v1/keys` and `GET /v1/keyring`.
 
 use actix_web::http::header;
 use actix_web::{HttpResponse, web};
@@ -18,6 +18,13 @@ use ferry_shared::deny::DenyEntry;
 
 pub(crate) async fn keys(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok().json(&state.trust)
+}
+
+pub(crate) async fn keyring(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok().json(ferry_shared::keyring::KeyringResponse {
+        version: state.keyring_version,
+        keyrings: state.keyring_chain.clone(),
+    })
 }
 
 #[derive(Debug, Deserialize)]
@@ -169,7 +176,8 @@ pub(crate) async fn resolve_inner(
         install_id: device.install_id.clone(),
         issued_at: now,
         expires_at: now + time::Duration::seconds(state.config.decision_ttl_secs as i64),
-        sequence: state.next_sequence(now),
+        keyring_version: state.keyring_version,
+        sequence: state.sequence_of(&device.model),
         candidates: selection
             .candidates
             .iter()

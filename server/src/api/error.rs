@@ -102,6 +102,9 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         // trust file's); were one to reach here it would be a bug, hence 500.
         C::Internal
         | C::TrustInvalid
+        | C::KeyringInvalid
+        | C::KeyringSkipped
+        | C::KeyringRollback
         | C::ConfigInvalid
         | C::InvalidArgument
         | C::BufferTooSmall

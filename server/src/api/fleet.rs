@@ -281,8 +281,9 @@ pub async fn post_deny(
             ));
         }
     }
-    let entries = deny::change(&state.store, &model, &change, &caller.name, &now_text()).await?;
+    let (revision, entries) =
+        deny::change(&state.store, &model, &change, &caller.name, &now_text()).await?;
     tracing::info!(caller = caller.name, %model, action = change.action.as_str(), "deny list changed");
-    state.set_deny(&model, entries.clone());
+    state.set_deny(&model, revision, entries.clone());
     Ok(HttpResponse::Ok().json(serde_json::json!({ "model": model, "entries": entries })))
 }

@@ -1,16 +1,20 @@
 //! Key files: secret keys on disk and the server's key set.
 //!
-//! A key file (`release.key`, `online.key`) is JSON `{role, keyid, public, secret}` with hex
-//! keys, written with mode 0600. `trust.json` beside them lists the public keys a client
-//! should trust ([`ferry_shared::trust::TrustFile`]).
+//! A key file (`root.key`, `release.key`, `online.key`) is JSON `{role, keyid, public, secret}`
+//! with hex keys, written with mode 0600. `trust.json` beside them holds the root keys apps pin
+//! ([`ferry_shared::trust::TrustFile`]) and `keyring/<version>.json` the keyrings they sign
+//! ([`ferry_shared::keyring`]). A server needs `online.key`, `trust.json` and `keyring/`; the
+//! root and release keys stay on the operator's offline machine.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 use ferry_shared::KeyId;
-use ferry_shared::dsse::{KeyPair, KeyRole};
-use ferry_shared::trust::TrustFile;
+use ferry_shared::dsse::{Envelope, KeyPair, KeyRole};
+use ferry_shared::keyring::{KEYRING_PAYLOAD_TYPE, Keyring, KeyringKey, RootSet, TrustState};
+use ferry_shared::trust::{TrustFile, TrustedKeyEntry};
 use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
 
 /// A secret key as stored on disk.
 #[derive(Debug, Serialize, Deserialize)]
@@ -83,83 +87,398 @@ pub fn load(path: &Path) -> anyhow::Result<RoleKey> {
 pub struct ServerKeys {
     /// Signs resolve decisions.
     pub online: RoleKey,
-    /// The keys trusted to sign releases and decisions (published at `GET /v1/keys`).
+    /// The pinned trust file (published at `GET /v1/keys`).
     pub trust: TrustFile,
+    /// The trust walked through every keyring: the current release and online keys.
+    pub state: TrustState,
+    /// Every keyring version, oldest first (published at `GET /v1/keyring`).
+    pub chain: Vec<Envelope>,
+}
+
+/// Where the files of a key folder live.
+#[derive(Debug, Clone)]
+pub struct KeyPaths {
+    /// Signs keyrings; kept offline.
+    pub root: PathBuf,
+    /// Signs releases; kept offline.
+    pub release: PathBuf,
+    /// Signs decisions; on every server.
+    pub online: PathBuf,
+    /// What apps pin.
+    pub trust: PathBuf,
+    /// Keyring versions (`<version>.json`).
+    pub keyring: PathBuf,
+    /// Keys replaced by a rotation, kept for the record.
+    pub retired: PathBuf,
 }
 
 /// Paths of a key folder.
-pub fn key_paths(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    (
-        dir.join("release.key"),
-        dir.join("online.key"),
-        dir.join("trust.json"),
-    )
+pub fn key_paths(dir: &Path) -> KeyPaths {
+    KeyPaths {
+        root: dir.join("root.key"),
+        release: dir.join("release.key"),
+        online: dir.join("online.key"),
+        trust: dir.join("trust.json"),
+        keyring: dir.join("keyring"),
+        retired: dir.join("retired"),
+    }
 }
 
-/// Creates a release key, an online key and `trust.json` in `dir` if they do not exist yet.
-/// Returns the lines to print about what was created (fingerprints).
-pub fn ensure_dev_keys(dir: &Path) -> anyhow::Result<Vec<String>> {
-    let (release_path, online_path, trust_path) = key_paths(dir);
-    let mut notes = Vec::new();
-    for (path, role) in [
-        (&release_path, KeyRole::Release),
-        (&online_path, KeyRole::Online),
-    ] {
-        if !path.exists() {
-            let k = generate(role)?;
-            save(&k, path)?;
-            notes.push(format!(
-                "created {role} key {} at {}",
-                k.pair.id(),
-                path.display()
-            ));
+fn keyring_file(dir: &Path, version: u64) -> PathBuf {
+    dir.join(format!("{version:08}.json"))
+}
+
+/// Signs `keyring` with `signers` (each adds a signature).
+fn sign_keyring(keyring: &Keyring, signers: &[&RoleKey]) -> anyhow::Result<Envelope> {
+    let bytes = serde_json::to_vec(keyring)?;
+    let mut env = signers[0].pair.sign(KEYRING_PAYLOAD_TYPE, &bytes);
+    for s in &signers[1..] {
+        s.pair.add_signature(&mut env)?;
+    }
+    Ok(env)
+}
+
+fn write_json(path: &Path, value: &impl Serialize, mode: ferry_fs::Mode) -> anyhow::Result<()> {
+    let json = serde_json::to_vec_pretty(value)?;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create {}", parent.display()))?;
+    }
+    ferry_fs::write(path, &json, mode).with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn entry(key: &RoleKey) -> TrustedKeyEntry {
+    TrustedKeyEntry {
+        keyid: key.pair.id(),
+        role: key.role,
+        public: hex::encode(key.pair.public()),
+    }
+}
+
+/// Creates a root key, a release key, an online key, `trust.json` (the root key, threshold 1)
+/// and keyring version 1 in `dir`. Refuses when any of them exists. Returns what to print.
+pub fn generate_keyset(dir: &Path) -> anyhow::Result<Vec<String>> {
+    let p = key_paths(dir);
+    for path in [&p.root, &p.release, &p.online, &p.trust, &p.keyring] {
+        if path.exists() {
+            bail!("{} exists; refusing to overwrite keys", path.display());
         }
     }
-    if !trust_path.exists() {
-        let mut trust = TrustFile::default();
-        for path in [&release_path, &online_path] {
-            let k = load(path)?;
-            trust.push(k.role, &k.pair.public());
-        }
-        let json = serde_json::to_vec_pretty(&trust)?;
-        ferry_fs::write(&trust_path, &json, ferry_fs::Mode::Public)
-            .with_context(|| format!("cannot write {}", trust_path.display()))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let root = generate(KeyRole::Root)?;
+    let release = generate(KeyRole::Release)?;
+    let online = generate(KeyRole::Online)?;
+    let mut notes = Vec::new();
+    for (key, path) in [
+        (&root, &p.root),
+        (&release, &p.release),
+        (&online, &p.online),
+    ] {
+        save(key, path)?;
         notes.push(format!(
-            "wrote {} (give this to clients)",
-            trust_path.display()
+            "created {} key {} at {}",
+            key.role,
+            key.pair.id(),
+            path.display()
         ));
     }
+    let trust = TrustFile {
+        threshold: Some(1),
+        keys: vec![entry(&root)],
+    };
+    write_json(&p.trust, &trust, ferry_fs::Mode::Public)?;
+    notes.push(format!(
+        "wrote {} (the root key apps pin)",
+        p.trust.display()
+    ));
+    let keyring = Keyring {
+        version: 1,
+        created: OffsetDateTime::now_utc(),
+        root: RootSet {
+            threshold: 1,
+            keys: vec![entry(&root)],
+        },
+        keys: vec![
+            KeyringKey {
+                key: entry(&release),
+                expires_at: None,
+            },
+            KeyringKey {
+                key: entry(&online),
+                expires_at: None,
+            },
+        ],
+    };
+    let env = sign_keyring(&keyring, &[&root])?;
+    let path = keyring_file(&p.keyring, 1);
+    write_json(&path, &env, ferry_fs::Mode::Public)?;
+    notes.push(format!("wrote keyring version 1 at {}", path.display()));
     Ok(notes)
 }
 
-/// Loads the online key and trust file from `dir`, checking that the trust file lists the
-/// online key.
+/// Development keys for `ferry serve --demo`: [`generate_keyset`] when `dir` holds no key yet.
+pub fn ensure_dev_keys(dir: &Path) -> anyhow::Result<Vec<String>> {
+    let p = key_paths(dir);
+    if p.online.exists() || p.trust.exists() {
+        return Ok(Vec::new());
+    }
+    let mut notes = generate_keyset(dir)?;
+    notes.push(
+        "THESE ARE DEVELOPMENT KEYS, created by --demo next to the server: never ship an app \
+         that trusts them (use `ferry keys generate` on an offline machine)"
+            .into(),
+    );
+    Ok(notes)
+}
+
+/// Every keyring envelope in `dir`, in version order (file names are the versions).
+pub fn read_chain(dir: &Path) -> anyhow::Result<Vec<Envelope>> {
+    let mut numbered = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", dir.display())),
+    };
+    for e in entries {
+        let path = e?.path();
+        let Some(n) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".json"))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        numbered.push((n, path));
+    }
+    numbered.sort();
+    let mut chain = Vec::with_capacity(numbered.len());
+    for (_, path) in numbered {
+        let bytes =
+            std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let env: Envelope = serde_json::from_slice(&bytes)
+            .with_context(|| format!("{} is not a keyring envelope", path.display()))?;
+        chain.push(env);
+    }
+    Ok(chain)
+}
+
+/// Reads `trust.json` and walks the keyrings in `keyring/`: the trust in force and the chain.
+pub fn load_trust(dir: &Path) -> anyhow::Result<(TrustFile, TrustState, Vec<Envelope>)> {
+    let p = key_paths(dir);
+    let text =
+        std::fs::read(&p.trust).with_context(|| format!("cannot read {}", p.trust.display()))?;
+    let trust = TrustFile::from_json(&text).with_context(|| p.trust.display().to_string())?;
+    let mut state =
+        TrustState::from_trust_file(&trust).with_context(|| p.trust.display().to_string())?;
+    let chain = read_chain(&p.keyring)?;
+    if state.is_rooted() {
+        state
+            .advance_all(&chain)
+            .with_context(|| format!("the keyrings in {} do not verify", p.keyring.display()))?;
+        if state.version() == 0 {
+            bail!(
+                "{} pins root keys but {} holds no keyring: copy the keyring/ folder made by \
+                 `ferry keys generate`",
+                p.trust.display(),
+                p.keyring.display()
+            );
+        }
+    } else if !chain.is_empty() {
+        bail!(
+            "{} holds keyrings but {} pins no root key to check them",
+            p.keyring.display(),
+            p.trust.display()
+        );
+    }
+    Ok((trust, state, chain))
+}
+
+/// Loads the online key, `trust.json` and the keyrings from `dir`, checking that the newest
+/// keyring (or the fixed trust file) lists the online key and that it has not expired.
 pub fn load_server_keys(dir: &Path) -> anyhow::Result<ServerKeys> {
-    let (_, online_path, trust_path) = key_paths(dir);
-    let online = load(&online_path)?;
+    let p = key_paths(dir);
+    if !p.online.exists() && !p.trust.exists() {
+        bail!(
+            "no keys in {}: run `ferry keys generate --out DIR` on an offline machine and copy \
+             online.key, trust.json and keyring/ here (or `ferry serve --demo` for development \
+             keys)",
+            dir.display()
+        );
+    }
+    let online = load(&p.online)?;
     if online.role != KeyRole::Online {
         bail!(
             "{} is a {} key, not an online key",
-            online_path.display(),
+            p.online.display(),
             online.role
         );
     }
-    let text = std::fs::read(&trust_path)
-        .with_context(|| format!("cannot read {}", trust_path.display()))?;
-    let trust = TrustFile::from_json(&text).with_context(|| trust_path.display().to_string())?;
-    trust
-        .to_keyring()
-        .with_context(|| trust_path.display().to_string())?;
-    if !trust
-        .keys
+    let (trust, state, chain) = load_trust(dir)?;
+    let now = OffsetDateTime::now_utc();
+    let listed = state
+        .keys()
         .iter()
-        .any(|k| k.keyid == online.pair.id() && k.role == KeyRole::Online)
-    {
+        .any(|k| k.key.keyid == online.pair.id() && k.key.role == KeyRole::Online);
+    if !listed {
         bail!(
-            "{} does not list the online key {}",
-            trust_path.display(),
-            online.pair.id()
+            "the online key {} in {} is not in keyring version {}: copy the online.key that \
+             `ferry keys rotate online` made together with the keyring/ folder",
+            online.pair.id(),
+            p.online.display(),
+            state.version()
         );
     }
-    Ok(ServerKeys { online, trust })
+    if state.ring_at(now).get(&online.pair.id()).is_none() {
+        bail!(
+            "the online key {} expired at {}: rotate it with `ferry keys rotate online`",
+            online.pair.id(),
+            state
+                .expiry_of(&online.pair.id())
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        );
+    }
+    Ok(ServerKeys {
+        online,
+        trust,
+        state,
+        chain,
+    })
+}
+
+/// Which key `ferry keys rotate` replaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RotateRole {
+    /// The online key (on every server).
+    Online,
+    /// The release key (signs releases).
+    Release,
+    /// The root key (apps pin it; the new keyring is signed by the old and the new root).
+    Root,
+}
+
+/// Replaces the `role` key in the key folder `dir` with a new one and writes the next keyring
+/// version, signed with `root.key` (and, for root, with the new root key too). The old key
+/// file moves to `retired/`. `expires_in` sets the new online key's expiry. Returns what to
+/// print.
+pub fn rotate(
+    dir: &Path,
+    role: RotateRole,
+    expires_in: Option<time::Duration>,
+) -> anyhow::Result<Vec<String>> {
+    let p = key_paths(dir);
+    let root = load(&p.root).with_context(|| {
+        format!(
+            "rotation signs the new keyring with the root key; {} is needed",
+            p.root.display()
+        )
+    })?;
+    if root.role != KeyRole::Root {
+        bail!(
+            "{} is a {} key, not a root key",
+            p.root.display(),
+            root.role
+        );
+    }
+    let (_, state, chain) = load_trust(dir)?;
+    if !state.is_rooted() {
+        bail!(
+            "{} pins no root key: a fixed trust file cannot rotate (apps need a trust file from \
+             `ferry keys generate`)",
+            p.trust.display()
+        );
+    }
+    let last = chain.last().context("no keyring")?;
+    let bytes = ferry_shared::dsse::decode_payload(last, &Default::default())?;
+    let current = Keyring::from_json(&bytes)?;
+    if !current.root.keys.iter().any(|k| k.keyid == root.pair.id()) {
+        bail!(
+            "{} is not a root key of keyring version {}",
+            p.root.display(),
+            current.version
+        );
+    }
+    if current.root.threshold > 1 {
+        bail!(
+            "keyring version {} needs {} root signatures; sign it with the other root keys by \
+             hand",
+            current.version,
+            current.root.threshold
+        );
+    }
+    let key_role = match role {
+        RotateRole::Online => KeyRole::Online,
+        RotateRole::Release => KeyRole::Release,
+        RotateRole::Root => KeyRole::Root,
+    };
+    if expires_in.is_some() && key_role != KeyRole::Online {
+        bail!("--expires-in-days applies to online keys only");
+    }
+    let fresh = generate(key_role)?;
+    let now = OffsetDateTime::now_utc();
+    let mut next = Keyring {
+        version: current.version + 1,
+        created: now,
+        root: current.root.clone(),
+        keys: current.keys.clone(),
+    };
+    if key_role == KeyRole::Root {
+        next.root = RootSet {
+            threshold: 1,
+            keys: vec![entry(&fresh)],
+        };
+    } else {
+        next.keys.retain(|k| k.key.role != key_role);
+        next.keys.push(KeyringKey {
+            key: entry(&fresh),
+            expires_at: expires_in.map(|d| now + d),
+        });
+    }
+    let env = if key_role == KeyRole::Root {
+        sign_keyring(&next, &[&root, &fresh])?
+    } else {
+        sign_keyring(&next, &[&root])?
+    };
+    // Check it the way a client will before anything is written.
+    let mut check = state.clone();
+    check
+        .advance(&env)
+        .context("the new keyring does not verify")?;
+    let key_path = match key_role {
+        KeyRole::Root => &p.root,
+        KeyRole::Release => &p.release,
+        KeyRole::Online => &p.online,
+    };
+    let mut notes = Vec::new();
+    if key_path.exists() {
+        let old = load(key_path)?;
+        std::fs::create_dir_all(&p.retired)
+            .with_context(|| format!("cannot create {}", p.retired.display()))?;
+        let retired = p
+            .retired
+            .join(format!("{}-{}.key", key_role, old.pair.id()));
+        save(&old, &retired)?;
+        std::fs::remove_file(key_path)
+            .with_context(|| format!("cannot remove {}", key_path.display()))?;
+        notes.push(format!(
+            "retired {key_role} key {} (kept at {})",
+            old.pair.id(),
+            retired.display()
+        ));
+    }
+    save(&fresh, key_path)?;
+    let path = keyring_file(&p.keyring, next.version);
+    write_json(&path, &env, ferry_fs::Mode::Public)?;
+    notes.push(format!(
+        "created {key_role} key {} at {}",
+        fresh.pair.id(),
+        key_path.display()
+    ));
+    notes.push(format!(
+        "wrote keyring version {} at {}",
+        next.version,
+        path.display()
+    ));
+    Ok(notes)
 }

@@ -18,21 +18,49 @@ use crate::storage::catalog::Catalog;
 /// How often each replica re-reads the catalog from the store.
 pub const CATALOG_REFRESH: Duration = Duration::from_secs(30);
 
-/// Creates dev keys on first start, opens the store and loads the catalog.
-/// Returns the state and the lines worth printing (created keys, skipped releases).
-pub async fn build_state(config: Config) -> anyhow::Result<(Arc<AppState>, Vec<String>)> {
+/// Where a server's keys come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeySource {
+    /// The data directory's `keys/` must already hold `online.key`, `trust.json` and the
+    /// keyrings (provisioned with `ferry keys generate`).
+    Provisioned,
+    /// `ferry serve --demo`: development keys are created in the data directory if it has
+    /// none. CAUTION: those keys sit next to the server, so anyone who can read the data
+    /// directory can sign releases.
+    Development,
+}
+
+/// Loads the keys (creating development keys only for [`KeySource::Development`]), opens the
+/// store and loads the catalog. Returns the state and the lines worth printing (created keys,
+/// skipped releases).
+pub async fn build_state(
+    config: Config,
+    source: KeySource,
+) -> anyhow::Result<(Arc<AppState>, Vec<String>)> {
     // Both ring (ours, ureq) and aws-lc-rs (the S3 client) are linked: pick one for the process
     // so that no TLS builder has to guess. A second call is a harmless no-op.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let keys_dir = config.keys_dir();
-    let mut notes = keys::ensure_dev_keys(&keys_dir)?;
+    let mut notes = match source {
+        KeySource::Development => keys::ensure_dev_keys(&keys_dir)?,
+        KeySource::Provisioned => Vec::new(),
+    };
     let server_keys = keys::load_server_keys(&keys_dir)?;
-    let ring = server_keys.trust.to_keyring()?;
+    let ring = server_keys.state.ring_at(time::OffsetDateTime::now_utc());
+    if server_keys.state.is_rooted() {
+        notes.push(format!("keyring version {}", server_keys.state.version()));
+    }
     for k in ring.keys() {
         notes.push(format!("trusting {} key {}", k.role, k.id));
     }
     if !ring.keys().any(|k| k.role == KeyRole::Release) {
         notes.push("warning: no release key is trusted; nothing can be published".into());
+    }
+    if keys::key_paths(&keys_dir).release.exists() && source == KeySource::Provisioned {
+        notes.push(format!(
+            "warning: {} holds a release key; keep release keys off servers",
+            keys_dir.display()
+        ));
     }
     let store = crate::storage::open(&config.storage, &config.data)?;
     let (catalog, skipped) = Catalog::load(&store, &ring)
@@ -43,14 +71,7 @@ pub async fn build_state(config: Config) -> anyhow::Result<(Arc<AppState>, Vec<S
     }
     notes.push(format!("catalog: {} release(s)", catalog.release_count()));
     let models: Vec<_> = catalog.models().map(|(m, _)| m.clone()).collect();
-    let state = AppState::new(
-        config,
-        store,
-        ring,
-        server_keys.online.pair,
-        server_keys.trust,
-        catalog,
-    );
+    let state = AppState::new(config, store, server_keys, catalog);
     // Rollout plans and deny lists decide what devices get: load them before the first
     // request is served (the refresh loop keeps them current afterwards).
     crate::fleet::load_state(&state, models)
@@ -212,14 +233,20 @@ impl Drop for RunningServer {
     }
 }
 
-/// Starts a server for `config` on a new thread with its own runtime; `demo` publishes the
-/// demo model first. Returns once it is listening.
+/// Starts a server for `config` on a new thread with its own runtime; `demo` creates
+/// development keys when there are none and publishes the demo model first. Returns once it
+/// is listening.
 pub fn spawn(config: Config, demo: bool) -> anyhow::Result<RunningServer> {
     let (tx, rx) = std::sync::mpsc::channel();
     let thread = std::thread::spawn(move || {
         let sys = actix_web::rt::System::new();
         let result = sys.block_on(async move {
-            let (state, _) = build_state(config).await?;
+            let source = if demo {
+                KeySource::Development
+            } else {
+                KeySource::Provisioned
+            };
+            let (state, _) = build_state(config, source).await?;
             if demo {
                 crate::app::demo::publish_demo(&state).await?;
             }

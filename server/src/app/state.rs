@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::sync::{Arc, RwLock};
 
 use ferry_shared::ModelName;
@@ -30,6 +31,10 @@ pub struct AppState {
     pub online: KeyPair,
     /// Published at `GET /v1/keys`.
     pub trust: TrustFile,
+    /// Every keyring version, oldest first (published at `GET /v1/keyring`).
+    pub keyring_chain: Vec<ferry_shared::dsse::Envelope>,
+    /// The keyring version in force (named in every decision; 0 for a fixed trust file).
+    pub keyring_version: u64,
     /// The catalog (replaced wholesale on change).
     pub catalog: RwLock<Arc<Catalog>>,
     /// Metrics registry.
@@ -38,6 +43,8 @@ pub struct AppState {
     pub rollouts: RwLock<Arc<BTreeMap<ModelName, RolloutPlan>>>,
     /// Deny lists in force per model.
     pub deny: RwLock<Arc<BTreeMap<ModelName, Vec<DenyEntry>>>>,
+    /// The deny-list revision in force per model (part of the decision sequence).
+    deny_revs: RwLock<Arc<BTreeMap<ModelName, u64>>>,
     /// Telemetry aggregates.
     pub telemetry: Telemetry,
     /// Keys telemetry receipts (derived from the online key: the same on every replica).
@@ -48,7 +55,6 @@ pub struct AppState {
     pub node: String,
     /// Bounds telemetry parsing to half the cores, so resolve always has CPU left.
     pub ingest_permits: tokio::sync::Semaphore,
-    sequence: AtomicU64,
     request_counter: AtomicU64,
     request_prefix: String,
 }
@@ -58,11 +64,11 @@ impl AppState {
     pub fn new(
         config: Config,
         store: Store,
-        release_ring: KeyRing,
-        online: KeyPair,
-        trust: TrustFile,
+        keys: crate::app::keys::ServerKeys,
         catalog: Catalog,
     ) -> Self {
+        let online = keys.online.pair;
+        let release_ring = keys.state.ring_at(OffsetDateTime::now_utc());
         let receipts = crate::fleet::receipt::ReceiptKey::derive(&online);
         let mut prefix = [0u8; 4];
         let _ = getrandom::fill(&mut prefix);
@@ -71,11 +77,14 @@ impl AppState {
             store,
             release_ring,
             online,
-            trust,
+            trust: keys.trust,
+            keyring_version: keys.state.version(),
+            keyring_chain: keys.chain,
             catalog: RwLock::new(Arc::new(catalog)),
             metrics: Metrics::default(),
             rollouts: RwLock::new(Arc::new(BTreeMap::new())),
             deny: RwLock::new(Arc::new(BTreeMap::new())),
+            deny_revs: RwLock::new(Arc::new(BTreeMap::new())),
             telemetry: Telemetry::default(),
             ramp_marks: Default::default(),
             receipts,
@@ -83,7 +92,6 @@ impl AppState {
             ingest_permits: tokio::sync::Semaphore::new(
                 (std::thread::available_parallelism().map_or(2, |n| n.get()) / 2).max(1),
             ),
-            sequence: AtomicU64::new(0),
             request_counter: AtomicU64::new(0),
             request_prefix: hex::encode(prefix),
         }
@@ -129,8 +137,29 @@ impl AppState {
         }
     }
 
-    /// Replaces one model's deny list in memory.
-    pub fn set_deny(&self, model: &ModelName, entries: Vec<DenyEntry>) {
+    /// The deny-list revision in force per model.
+    pub fn deny_revisions(&self) -> Arc<BTreeMap<ModelName, u64>> {
+        match self.deny_revs.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// Replaces one model's deny list (revision `revision`) in memory; an older revision than
+    /// the one held is ignored.
+    pub fn set_deny(&self, model: &ModelName, revision: u64, entries: Vec<DenyEntry>) {
+        {
+            let mut revs = match self.deny_revs.write() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            if revs.get(model).is_some_and(|held| *held > revision) {
+                return;
+            }
+            let mut next = (**revs).clone();
+            next.insert(model.clone(), revision);
+            *revs = Arc::new(next);
+        }
         let mut next = (*self.deny_lists()).clone();
         next.insert(model.clone(), entries);
         let next = Arc::new(next);
@@ -156,21 +185,15 @@ impl AppState {
         }
     }
 
-    /// The next decision sequence number: milliseconds since the epoch, strictly increasing
-    /// within this process (so replicas agree roughly and one replica never repeats).
-    pub(crate) fn next_sequence(&self, now: OffsetDateTime) -> u64 {
-        let ms = (now.unix_timestamp_nanos() / 1_000_000).max(0) as u64;
-        let mut cur = self.sequence.load(Ordering::Relaxed);
-        loop {
-            let next = ms.max(cur + 1);
-            match self
-                .sequence
-                .compare_exchange(cur, next, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => return next,
-                Err(seen) => cur = seen,
-            }
-        }
+    /// The decision sequence for `model`: its state generation as this replica knows it
+    /// (rollout revision + deny-list revision + releases published). Every input only grows and
+    /// comes from the store, so replicas that have caught up agree and no clock can push it
+    /// ahead.
+    pub(crate) fn sequence_of(&self, model: &ModelName) -> u64 {
+        let rollout = self.rollouts().get(model).map_or(0, |p| p.revision);
+        let deny = self.deny_revisions().get(model).copied().unwrap_or(0);
+        let releases = self.catalog().release_count_of(model) as u64;
+        rollout + deny + releases
     }
 
     pub(crate) fn next_request_id(&self) -> String {

@@ -1,4 +1,4 @@
-//! `ferry keys generate` and `ferry keys token`.
+//! `ferry keys generate`, `ferry keys rotate` and `ferry keys token`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -11,11 +11,25 @@ use crate::app::keys;
 /// `ferry keys ...`.
 #[derive(Debug, Subcommand)]
 pub enum KeysCommand {
-    /// Create a release key, an online key and trust.json in a folder.
+    /// Create a root key, a release key, an online key, trust.json (what apps pin) and the
+    /// first keyring in a folder.
     Generate {
         /// Folder to write into (created; existing keys are never overwritten).
         #[arg(long)]
         out: PathBuf,
+    },
+    /// Replace the online, release or root key with a new one and write the next keyring
+    /// version, signed with the folder's root key.
+    Rotate {
+        /// Which key to replace.
+        role: keys::RotateRole,
+        /// The key folder made by `ferry keys generate`.
+        #[arg(long)]
+        keys: PathBuf,
+        /// Make the new online key expire after this many days (clients refuse what it signs
+        /// afterwards, so rotate again before then).
+        #[arg(long)]
+        expires_in_days: Option<u32>,
     },
     /// Create an admin token: prints the secret once and the hash for the config file.
     Token {
@@ -28,16 +42,52 @@ pub enum KeysCommand {
     },
 }
 pub(crate) fn keys_generate(out: &Path) -> anyhow::Result<ExitCode> {
-    let (release, online, _) = keys::key_paths(out);
-    for p in [&release, &online] {
-        if p.exists() {
-            bail!("{} exists; refusing to overwrite keys", p.display());
-        }
-    }
-    for line in keys::ensure_dev_keys(out)? {
+    for line in keys::generate_keyset(out)? {
         println!("{line}");
     }
-    println!("keep release.key offline; give trust.json to app developers");
+    let p = keys::key_paths(out);
+    println!();
+    println!(
+        "keep {} and {} offline (they sign keyrings and releases)",
+        p.root.display(),
+        p.release.display()
+    );
+    println!(
+        "copy online.key, trust.json and keyring/ to each server's <data>/keys/; give trust.json \
+         to app developers"
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn keys_rotate(
+    role: keys::RotateRole,
+    dir: &Path,
+    expires_in_days: Option<u32>,
+) -> anyhow::Result<ExitCode> {
+    let expires = expires_in_days.map(|d| time::Duration::days(i64::from(d)));
+    for line in keys::rotate(dir, role, expires)? {
+        println!("{line}");
+    }
+    println!();
+    match role {
+        keys::RotateRole::Online => println!(
+            "next: copy {0}/online.key and {0}/keyring/ to each server's <data>/keys/ and \
+             restart it; devices take the new keyring on their next resolve and refuse what \
+             the retired key signs",
+            dir.display()
+        ),
+        keys::RotateRole::Release => println!(
+            "next: copy {0}/keyring/ to each server's <data>/keys/ and restart it; sign new \
+             releases with {0}/release.key. Releases signed by the retired key are refused \
+             from now on: sign and publish them again under a new version",
+            dir.display()
+        ),
+        keys::RotateRole::Root => println!(
+            "next: copy {0}/keyring/ to each server's <data>/keys/ and restart it; apps pinned \
+             to the old trust.json follow the rotation; keep {0}/root.key offline",
+            dir.display()
+        ),
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -20,7 +20,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use health::health_cmd;
 use inspect::inspect;
-use keys::{keys_generate, keys_token};
+use keys::{keys_generate, keys_rotate, keys_token};
 use publish::publish_cmd;
 use rollout::rollout_cmd;
 use serve::serve;
@@ -218,6 +218,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         ),
         Command::Keys { command } => match command {
             KeysCommand::Generate { out } => keys_generate(&out),
+            KeysCommand::Rotate {
+                role,
+                keys,
+                expires_in_days,
+            } => keys_rotate(role, &keys, expires_in_days),
             KeysCommand::Token { name, scopes } => keys_token(&name, &scopes),
         },
         Command::Sign {

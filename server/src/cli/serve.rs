@@ -25,7 +25,12 @@ pub(crate) fn serve(flags: Flags, demo: bool) -> anyhow::Result<ExitCode> {
     init_logging(config.log_json);
     let sys = actix_web::rt::System::new();
     sys.block_on(async move {
-        let (state, notes) = server::build_state(config).await?;
+        let source = if demo {
+            server::KeySource::Development
+        } else {
+            server::KeySource::Provisioned
+        };
+        let (state, notes) = server::build_state(config, source).await?;
         for n in notes {
             eprintln!("ferry: {n}");
         }

@@ -119,25 +119,28 @@ pub async fn history(store: &Store, model: &ModelName) -> Result<Vec<DenyList>, 
     )
 }
 
-/// The deny list in force for `model`, if one was ever written.
-pub async fn load(store: &Store, model: &ModelName) -> Result<Option<Vec<DenyEntry>>, StoreError> {
+/// The deny list in force for `model` with its revision, if one was ever written.
+pub async fn load(
+    store: &Store,
+    model: &ModelName,
+) -> Result<Option<(u64, Vec<DenyEntry>)>, StoreError> {
     Ok(
         revisions::latest::<DenyList>(store, &StorageKey::deny_log(model))
             .await?
-            .map(|(_, list)| list.entries),
+            .map(|(n, list)| (n, list.entries)),
     )
 }
 
-/// Appends an operator's change; returns the entries now in force.
+/// Appends an operator's change; returns the revision written and the entries now in force.
 pub async fn change(
     store: &Store,
     model: &ModelName,
     change: &DenyChange,
     actor: &str,
     at: &str,
-) -> Result<Vec<DenyEntry>, DenyError> {
+) -> Result<(u64, Vec<DenyEntry>), DenyError> {
     validate(change)?;
-    let (_, list) =
+    let (revision, list) =
         revisions::append::<DenyList, DenyError>(store, &StorageKey::deny_log(model), |cur| {
             let entries = cur.map(|(_, l)| l.entries.clone()).unwrap_or_default();
             Ok(DenyList {
@@ -148,18 +151,18 @@ pub async fn change(
             })
         })
         .await?;
-    Ok(list.entries)
+    Ok((revision, list.entries))
 }
 
 /// Adds entries learned from telemetry (skipping any target already listed, so an ops
-/// override stays); returns the entries now in force.
+/// override stays); returns the revision written and the entries now in force.
 pub async fn add_learned(
     store: &Store,
     model: &ModelName,
     fresh: &[DenyEntry],
     at: &str,
-) -> Result<Vec<DenyEntry>, StoreError> {
-    let (_, list) =
+) -> Result<(u64, Vec<DenyEntry>), StoreError> {
+    let (revision, list) =
         revisions::append::<DenyList, StoreError>(store, &StorageKey::deny_log(model), |cur| {
             let mut entries = cur.map(|(_, l)| l.entries.clone()).unwrap_or_default();
             for c in fresh {
@@ -175,7 +178,7 @@ pub async fn add_learned(
             })
         })
         .await?;
-    Ok(list.entries)
+    Ok((revision, list.entries))
 }
 
 #[cfg(test)]

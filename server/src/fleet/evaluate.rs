@@ -85,11 +85,11 @@ pub async fn evaluate(state: &AppState, model: &ModelName) {
         return;
     }
     match deny::add_learned(&state.store, model, &fresh, &now_text()).await {
-        Ok(entries) => {
+        Ok((revision, entries)) => {
             for c in &fresh {
                 tracing::warn!(%model, "{} {}: {}", c.release, c.variant, c.reason());
             }
-            state.set_deny(model, entries);
+            state.set_deny(model, revision, entries);
         }
         Err(e) => tracing::error!(%model, "deny list could not be written: {e}"),
     }

@@ -34,8 +34,8 @@ pub async fn load_state(
     let plans = rollout::load_all(&state.store, models.iter()).await?;
     state.replace_rollouts(plans);
     for m in &models {
-        if let Some(entries) = deny::load(&state.store, m).await? {
-            state.set_deny(m, entries);
+        if let Some((revision, entries)) = deny::load(&state.store, m).await? {
+            state.set_deny(m, revision, entries);
         }
     }
     Ok(())

@@ -1,0 +1,594 @@
+//! The keyring: which release and online keys are current, signed by the root keys that apps
+//! pin, so that a stolen or lost key can be replaced with a server-side change only.
+//!
+//! # Documents
+//! - **`trust.json`** (pinned in the app, [`TrustFile`]): the root keys and how many of them
+//!   (`threshold`) must sign a keyring. A trust file without root keys is the older fixed form
+//!   (release and online keys listed directly) and cannot rotate.
+//! - **Keyring version N** (a DSSE envelope of type [`KEYRING_PAYLOAD_TYPE`], [`Keyring`]): the
+//!   root set in force from version N on, and the current release and online keys (online keys
+//!   may carry an expiry). The server serves every version at `GET /v1/keyring`.
+//!
+//! # Walking versions ([`TrustState::advance`])
+//! A client starts at version 0 with the pinned root. Version N+1 is accepted only when
+//! - it verifies against the root set of version N with that set's threshold, where each key
+//!   id counts once (DSSE refuses an envelope that names a key twice);
+//! - if it changes the root set, it also verifies against its own new root set and threshold
+//!   (so rotating root needs the old and the new threshold);
+//! - its version is exactly N+1: a skipped version ([`KeyringError::Skipped`]) or one not
+//!   newer than N ([`KeyringError::Rollback`]) is refused;
+//! - it is well formed: a threshold between 1 and the number of root keys, key ids that match
+//!   their keys, only `release` and `online` keys outside the root set, at least one of each.
+//!
+//! Decisions name the keyring version whose online key signed them; a client accepts only
+//! decisions for the version it holds, and compares decision sequences within one version, so
+//! a sequence poisoned with a stolen online key stops mattering once the key is rotated.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::dsse::{DsseError, DsseLimits, Envelope, KeyRing, KeyRole, verify};
+use crate::errors::ErrorCode;
+use crate::names::KeyId;
+use crate::trust::{TrustError, TrustFile, TrustedKeyEntry};
+
+/// DSSE payload type of a keyring.
+pub const KEYRING_PAYLOAD_TYPE: &str = "application/vnd.ferry.keyring+json";
+
+/// Most root keys in a root set (and most keys in a keyring), against endless data.
+pub const MAX_KEYS: usize = 32;
+
+/// The root keys and how many must sign.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RootSet {
+    /// Valid signatures by distinct root keys that a keyring needs.
+    pub threshold: u32,
+    /// The root keys (role `root`).
+    pub keys: Vec<TrustedKeyEntry>,
+}
+
+/// One current release or online key in a keyring.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyringKey {
+    /// The key, with role `release` or `online`.
+    #[serde(flatten)]
+    pub key: TrustedKeyEntry,
+    /// After this instant clients refuse what the key signs (online keys only).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "time::serde::rfc3339::option"
+    )]
+    pub expires_at: Option<OffsetDateTime>,
+}
+
+/// The keyring document (the payload of a keyring envelope).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Keyring {
+    /// 1, 2, ...: each version is signed by the root set of the one before (version 1 by the
+    /// pinned root).
+    pub version: u64,
+    /// When it was made (informational).
+    #[serde(with = "time::serde::rfc3339")]
+    pub created: OffsetDateTime,
+    /// The root set from this version on.
+    pub root: RootSet,
+    /// The current release and online keys.
+    pub keys: Vec<KeyringKey>,
+}
+
+/// The body of `GET /v1/keyring`: every keyring version, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyringResponse {
+    /// The newest version (0: the server runs a fixed trust file and serves no keyring).
+    pub version: u64,
+    /// The envelopes, versions 1 to `version` in order.
+    pub keyrings: Vec<Envelope>,
+}
+
+/// Why a keyring was refused. Each variant has its own [`KeyringError::code`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyringError {
+    /// The signatures do not meet a root threshold.
+    #[error("keyring version {version}: {source}")]
+    Signature {
+        /// The version it claims.
+        version: u64,
+        /// Why the signatures failed.
+        source: DsseError,
+    },
+    /// The document is malformed or breaks a rule (threshold, key ids, roles).
+    #[error("keyring version {version} is invalid: {why}")]
+    Invalid {
+        /// The version it claims (0 when unreadable).
+        version: u64,
+        /// What is wrong.
+        why: String,
+    },
+    /// A version was skipped.
+    #[error("keyring version {got} follows version {held}: version {} is missing", held + 1)]
+    Skipped {
+        /// The version held.
+        held: u64,
+        /// The version offered.
+        got: u64,
+    },
+    /// The version is not newer than the one held.
+    #[error("keyring version {got} is not newer than version {held}, already trusted")]
+    Rollback {
+        /// The version held.
+        held: u64,
+        /// The version offered.
+        got: u64,
+    },
+    /// The trust file pins no root key, so keyrings cannot be used.
+    #[error(
+        "the trust file pins no root key; it cannot accept keyrings (rotation needs a trust file from `ferry keys generate`)"
+    )]
+    NoRoot,
+}
+
+impl KeyringError {
+    /// Stable machine-readable code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            KeyringError::Signature { source, .. } => source.code(),
+            KeyringError::Invalid { .. } | KeyringError::NoRoot => ErrorCode::KeyringInvalid,
+            KeyringError::Skipped { .. } => ErrorCode::KeyringSkipped,
+            KeyringError::Rollback { .. } => ErrorCode::KeyringRollback,
+        }
+    }
+}
+
+impl Keyring {
+    /// Parses a keyring payload and checks its rules (not its signatures).
+    pub fn from_json(bytes: &[u8]) -> Result<Self, KeyringError> {
+        let k: Keyring = serde_json::from_slice(bytes).map_err(|e| KeyringError::Invalid {
+            version: 0,
+            why: e.to_string(),
+        })?;
+        k.check()?;
+        Ok(k)
+    }
+
+    fn check(&self) -> Result<(), KeyringError> {
+        let invalid = |why: String| KeyringError::Invalid {
+            version: self.version,
+            why,
+        };
+        if self.version == 0 {
+            return Err(invalid("versions start at 1".into()));
+        }
+        root_ring(&self.root).map_err(|e| invalid(e.0))?;
+        if self.keys.len() > MAX_KEYS {
+            return Err(invalid(format!("more than {MAX_KEYS} keys")));
+        }
+        let mut ids = BTreeSet::new();
+        for k in &self.keys {
+            if k.key.role == KeyRole::Root {
+                return Err(invalid(format!(
+                    "key {} is a root key outside the root set",
+                    k.key.keyid
+                )));
+            }
+            if !ids.insert(k.key.keyid) {
+                return Err(invalid(format!("key {} is listed twice", k.key.keyid)));
+            }
+        }
+        let file = TrustFile {
+            threshold: None,
+            keys: self.keys.iter().map(|k| k.key.clone()).collect(),
+        };
+        file.to_keyring().map_err(|e| invalid(e.0))?;
+        for role in [KeyRole::Release, KeyRole::Online] {
+            if !self.keys.iter().any(|k| k.key.role == role) {
+                return Err(invalid(format!("no {role} key")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The keyring's version without checking anything: only to skip envelopes already held.
+    fn peek_version(env: &Envelope) -> Option<u64> {
+        #[derive(Deserialize)]
+        struct Peek {
+            version: u64,
+        }
+        let bytes = crate::dsse::decode_payload(env, &DsseLimits::default()).ok()?;
+        serde_json::from_slice::<Peek>(&bytes)
+            .ok()
+            .map(|p| p.version)
+    }
+}
+
+/// The root set as a key ring of role `root`, after checking the threshold and key ids.
+fn root_ring(root: &RootSet) -> Result<KeyRing, TrustError> {
+    if root.keys.is_empty() || root.keys.len() > MAX_KEYS {
+        return Err(TrustError(format!(
+            "a root set has 1 to {MAX_KEYS} keys, not {}",
+            root.keys.len()
+        )));
+    }
+    if root.threshold == 0 || root.threshold as usize > root.keys.len() {
+        return Err(TrustError(format!(
+            "root threshold {} is not between 1 and the {} root key(s)",
+            root.threshold,
+            root.keys.len()
+        )));
+    }
+    if let Some(k) = root.keys.iter().find(|k| k.role != KeyRole::Root) {
+        return Err(TrustError(format!(
+            "key {} in the root set is a {} key",
+            k.keyid, k.role
+        )));
+    }
+    let ring = TrustFile {
+        threshold: None,
+        keys: root.keys.clone(),
+    }
+    .to_keyring()?;
+    if ring.len() != root.keys.len() {
+        return Err(TrustError("a root key is listed twice".into()));
+    }
+    Ok(ring)
+}
+
+/// What a client (or a server) trusts now: the pinned root walked forward through keyrings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustState {
+    version: u64,
+    root: Option<RootSet>,
+    keys: Vec<KeyringKey>,
+}
+
+impl TrustState {
+    /// Starts from a pinned trust file: version 0 with its root set, or, for a trust file
+    /// without root keys, its release and online keys (which never change).
+    pub fn from_trust_file(file: &TrustFile) -> Result<Self, TrustError> {
+        let roots: Vec<TrustedKeyEntry> = file
+            .keys
+            .iter()
+            .filter(|k| k.role == KeyRole::Root)
+            .cloned()
+            .collect();
+        if roots.is_empty() {
+            file.to_keyring()?;
+            return Ok(Self {
+                version: 0,
+                root: None,
+                keys: file
+                    .keys
+                    .iter()
+                    .map(|k| KeyringKey {
+                        key: k.clone(),
+                        expires_at: None,
+                    })
+                    .collect(),
+            });
+        }
+        if roots.len() != file.keys.len() {
+            return Err(TrustError(
+                "a trust file lists either root keys or release and online keys, not both".into(),
+            ));
+        }
+        let root = RootSet {
+            threshold: file.threshold.unwrap_or(1),
+            keys: roots,
+        };
+        root_ring(&root)?;
+        Ok(Self {
+            version: 0,
+            root: Some(root),
+            keys: Vec::new(),
+        })
+    }
+
+    /// The keyring version held (0: only the pinned file).
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// True when the trust is rooted (keyrings can rotate its keys).
+    pub fn is_rooted(&self) -> bool {
+        self.root.is_some()
+    }
+
+    /// The current release and online keys.
+    pub fn keys(&self) -> &[KeyringKey] {
+        &self.keys
+    }
+
+    /// Accepts keyring version `version + 1` (see the module docs for every check).
+    pub fn advance(&mut self, env: &Envelope) -> Result<(), KeyringError> {
+        let root = self.root.as_ref().ok_or(KeyringError::NoRoot)?;
+        let claimed = Keyring::peek_version(env).unwrap_or(0);
+        let held_ring = root_ring(root).map_err(|e| KeyringError::Invalid {
+            version: self.version,
+            why: e.0,
+        })?;
+        let signature = |source| KeyringError::Signature {
+            version: claimed,
+            source,
+        };
+        let limits = DsseLimits::default();
+        let bytes = verify(
+            env,
+            KEYRING_PAYLOAD_TYPE,
+            &held_ring,
+            KeyRole::Root,
+            root.threshold as usize,
+            &limits,
+        )
+        .map_err(signature)?
+        .into_inner();
+        let next = Keyring::from_json(&bytes)?;
+        if next.version <= self.version {
+            return Err(KeyringError::Rollback {
+                held: self.version,
+                got: next.version,
+            });
+        }
+        if next.version != self.version + 1 {
+            return Err(KeyringError::Skipped {
+                held: self.version,
+                got: next.version,
+            });
+        }
+        if next.root != *root {
+            let new_ring = root_ring(&next.root).map_err(|e| KeyringError::Invalid {
+                version: next.version,
+                why: e.0,
+            })?;
+            verify(
+                env,
+                KEYRING_PAYLOAD_TYPE,
+                &new_ring,
+                KeyRole::Root,
+                next.root.threshold as usize,
+                &limits,
+            )
+            .map_err(signature)?;
+        }
+        self.version = next.version;
+        self.root = Some(next.root);
+        self.keys = next.keys;
+        Ok(())
+    }
+
+    /// Walks `chain` (versions in order; those already held are passed over). Stops at the
+    /// first envelope refused, keeping every version accepted before it.
+    pub fn advance_all(&mut self, chain: &[Envelope]) -> Result<(), KeyringError> {
+        for env in chain {
+            if Keyring::peek_version(env).is_some_and(|v| v <= self.version) {
+                continue;
+            }
+            self.advance(env)?;
+        }
+        Ok(())
+    }
+
+    /// The release and online keys to verify with at `now`: online keys past their expiry are
+    /// left out.
+    pub fn ring_at(&self, now: OffsetDateTime) -> KeyRing {
+        let mut ring = KeyRing::new();
+        for k in &self.keys {
+            if k.key.role == KeyRole::Online && k.expires_at.is_some_and(|e| e <= now) {
+                continue;
+            }
+            let mut public = [0u8; 32];
+            if hex::decode_to_slice(&k.key.public, &mut public).is_ok() {
+                let _ = ring.add(k.key.role, &public);
+            }
+        }
+        ring
+    }
+
+    /// The expiry of a current online key, when it has one.
+    pub fn expiry_of(&self, id: &KeyId) -> Option<OffsetDateTime> {
+        self.keys
+            .iter()
+            .find(|k| k.key.keyid == *id)
+            .and_then(|k| k.expires_at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dsse::KeyPair;
+
+    fn entry(role: KeyRole, k: &KeyPair) -> TrustedKeyEntry {
+        TrustedKeyEntry {
+            keyid: k.id(),
+            role,
+            public: hex::encode(k.public()),
+        }
+    }
+
+    fn root_set(threshold: u32, roots: &[&KeyPair]) -> RootSet {
+        RootSet {
+            threshold,
+            keys: roots.iter().map(|k| entry(KeyRole::Root, k)).collect(),
+        }
+    }
+
+    fn keyring(version: u64, root: RootSet, release: &KeyPair, online: &KeyPair) -> Keyring {
+        Keyring {
+            version,
+            created: OffsetDateTime::UNIX_EPOCH,
+            root,
+            keys: vec![
+                KeyringKey {
+                    key: entry(KeyRole::Release, release),
+                    expires_at: None,
+                },
+                KeyringKey {
+                    key: entry(KeyRole::Online, online),
+                    expires_at: None,
+                },
+            ],
+        }
+    }
+
+    fn sign(k: &Keyring, signers: &[&KeyPair]) -> Envelope {
+        let bytes = serde_json::to_vec(k).expect("json");
+        let mut env = signers[0].sign(KEYRING_PAYLOAD_TYPE, &bytes);
+        for s in &signers[1..] {
+            s.add_signature(&mut env).expect("sign");
+        }
+        env
+    }
+
+    fn pinned(threshold: u32, roots: &[&KeyPair]) -> TrustState {
+        let file = TrustFile {
+            threshold: Some(threshold),
+            keys: roots.iter().map(|k| entry(KeyRole::Root, k)).collect(),
+        };
+        TrustState::from_trust_file(&file).expect("trust")
+    }
+
+    fn kp(n: u8) -> KeyPair {
+        KeyPair::from_seed(&[n; 32])
+    }
+
+    #[test]
+    fn versions_walk_in_order_and_retired_keys_leave_the_ring() {
+        let (root, rel, on1, on2) = (kp(1), kp(2), kp(3), kp(4));
+        let mut t = pinned(1, &[&root]);
+        let v1 = sign(&keyring(1, root_set(1, &[&root]), &rel, &on1), &[&root]);
+        let v2 = sign(&keyring(2, root_set(1, &[&root]), &rel, &on2), &[&root]);
+        t.advance_all(&[v1.clone(), v2.clone()]).expect("walk");
+        assert_eq!(t.version(), 2);
+        let ring = t.ring_at(OffsetDateTime::UNIX_EPOCH);
+        assert!(ring.get(&on2.id()).is_some());
+        assert!(ring.get(&on1.id()).is_none(), "the retired online key");
+        // Older versions are passed over by a walk and refused one by one.
+        t.advance_all(&[v1.clone(), v2]).expect("already held");
+        let err = t.advance(&v1).expect_err("older");
+        assert_eq!(err.code(), ErrorCode::KeyringRollback);
+    }
+
+    #[test]
+    fn a_skipped_version_is_refused() {
+        let (root, rel, on) = (kp(1), kp(2), kp(3));
+        let mut t = pinned(1, &[&root]);
+        let v2 = sign(&keyring(2, root_set(1, &[&root]), &rel, &on), &[&root]);
+        let err = t.advance_all(&[v2]).expect_err("skipped");
+        assert_eq!(err.code(), ErrorCode::KeyringSkipped);
+        assert_eq!(t.version(), 0);
+    }
+
+    #[test]
+    fn a_keyring_signed_by_a_non_root_key_is_refused() {
+        let (root, rel, on) = (kp(1), kp(2), kp(3));
+        let mut t = pinned(1, &[&root]);
+        let by_release = sign(&keyring(1, root_set(1, &[&root]), &rel, &on), &[&rel]);
+        assert_eq!(
+            t.advance(&by_release).expect_err("not root").code(),
+            ErrorCode::KeyUnknown
+        );
+    }
+
+    #[test]
+    fn a_key_counts_once_toward_the_threshold() {
+        let (r1, r2, rel, on) = (kp(1), kp(2), kp(3), kp(4));
+        let mut t = pinned(2, &[&r1, &r2]);
+        let k = keyring(1, root_set(2, &[&r1, &r2]), &rel, &on);
+        let mut twice = sign(&k, &[&r1]);
+        let again = twice.signatures[0].clone();
+        twice.signatures.push(again);
+        assert_eq!(
+            t.advance(&twice).expect_err("duplicate").code(),
+            ErrorCode::SignatureDuplicate
+        );
+        let once = sign(&k, &[&r1]);
+        assert_eq!(
+            t.advance(&once).expect_err("below threshold").code(),
+            ErrorCode::SignatureThreshold
+        );
+        t.advance(&sign(&k, &[&r1, &r2])).expect("both");
+    }
+
+    #[test]
+    fn rotating_root_needs_the_old_and_the_new_threshold() {
+        let (old, new, rel, on) = (kp(1), kp(2), kp(3), kp(4));
+        let mut t = pinned(1, &[&old]);
+        t.advance(&sign(&keyring(1, root_set(1, &[&old]), &rel, &on), &[&old]))
+            .expect("v1");
+        let v2 = keyring(2, root_set(1, &[&new]), &rel, &on);
+        for signers in [vec![&old], vec![&new]] {
+            let mut copy = t.clone();
+            assert!(copy.advance(&sign(&v2, &signers)).is_err());
+        }
+        t.advance(&sign(&v2, &[&old, &new])).expect("both");
+        // Version 3 answers to the new root only.
+        let v3 = keyring(3, root_set(1, &[&new]), &rel, &on);
+        assert!(t.clone().advance(&sign(&v3, &[&old])).is_err());
+        t.advance(&sign(&v3, &[&new])).expect("new root");
+    }
+
+    #[test]
+    fn malformed_keyrings_are_refused() {
+        let (root, rel, on) = (kp(1), kp(2), kp(3));
+        let good = keyring(1, root_set(1, &[&root]), &rel, &on);
+        let mut cases: Vec<Keyring> = Vec::new();
+        let mut k = good.clone();
+        k.root.threshold = 0;
+        cases.push(k);
+        let mut k = good.clone();
+        k.root.threshold = 2;
+        cases.push(k);
+        let mut k = good.clone();
+        k.keys.retain(|k| k.key.role != KeyRole::Online);
+        cases.push(k);
+        let mut k = good.clone();
+        k.keys[0].key.keyid = on.id();
+        cases.push(k);
+        let mut k = good.clone();
+        k.keys[0].key.role = KeyRole::Root;
+        cases.push(k);
+        let mut k = good;
+        let extra = k.root.keys[0].clone();
+        k.root.keys.push(extra);
+        cases.push(k);
+        for (i, k) in cases.iter().enumerate() {
+            let mut t = pinned(1, &[&root]);
+            let err = t.advance(&sign(k, &[&root])).expect_err("invalid");
+            assert_eq!(err.code(), ErrorCode::KeyringInvalid, "case {i}: {err}");
+        }
+    }
+
+    #[test]
+    fn expired_online_keys_leave_the_ring() {
+        let (root, rel, on) = (kp(1), kp(2), kp(3));
+        let mut k = keyring(1, root_set(1, &[&root]), &rel, &on);
+        let at = OffsetDateTime::UNIX_EPOCH + time::Duration::days(10);
+        k.keys[1].expires_at = Some(at);
+        let mut t = pinned(1, &[&root]);
+        t.advance(&sign(&k, &[&root])).expect("v1");
+        assert!(
+            t.ring_at(at - time::Duration::SECOND)
+                .get(&on.id())
+                .is_some()
+        );
+        assert!(t.ring_at(at).get(&on.id()).is_none());
+        assert!(t.ring_at(at).get(&rel.id()).is_some(), "release keys stay");
+    }
+
+    #[test]
+    fn a_fixed_trust_file_cannot_take_keyrings() {
+        let (root, rel, on) = (kp(1), kp(2), kp(3));
+        let mut file = TrustFile::default();
+        file.push(KeyRole::Release, &rel.public());
+        file.push(KeyRole::Online, &on.public());
+        let mut t = TrustState::from_trust_file(&file).expect("fixed");
+        assert!(!t.is_rooted());
+        assert_eq!(t.ring_at(OffsetDateTime::UNIX_EPOCH).len(), 2);
+        let v1 = sign(&keyring(1, root_set(1, &[&root]), &rel, &on), &[&root]);
+        assert_eq!(t.advance(&v1).expect_err("no root"), KeyringError::NoRoot);
+        file.push(KeyRole::Root, &root.public());
+        assert!(TrustState::from_trust_file(&file).is_err(), "mixed");
+    }
+}
