@@ -102,6 +102,18 @@ fn real_responses_match_the_schemas() {
     let (status, keys) = app.get_json("/v1/keys", None);
     assert_eq!(status, 200);
     check("trust.schema.json", &keys);
+    let (status, chain) = app.get_json("/v1/keyring", None);
+    assert_eq!(status, 200);
+    let mut wrapped = serde_json::json!({"$ref": "keyring.schema.json#/$defs/response"});
+    wrapped["$schema"] = "https://json-schema.org/draft/2020-12/schema".into();
+    wrapped["$id"] = format!("{BASE}keyring-check.json").into();
+    check_value(&wrapped, &chain);
+    for env in chain["keyrings"].as_array().expect("keyrings") {
+        let env: ferry_shared::dsse::Envelope =
+            serde_json::from_value(env.clone()).expect("envelope");
+        let keyring: serde_json::Value = serde_json::from_slice(&payload(&env)).expect("json");
+        check("keyring.schema.json", &keyring);
+    }
 
     // Errors, including the one with details.
     let mut old = dev.clone();
