@@ -180,3 +180,29 @@ fn the_local_store_fsyncs_every_acknowledged_write() {
         "one rollout revision made {rollout_syncs} fsync calls"
     );
 }
+
+#[test]
+fn publish_again_repairs_a_torn_blob() {
+    // A blob cut short at its final name (a power cut before the data reached the disk) looks
+    // present to a HEAD; `ferry publish` compares its size with the signed one and uploads it
+    // again, and the server replaces the torn copy.
+    let s = common::setup("torn");
+    let server = serve(&s.data);
+    publish(&s, &s.v1, &server.url);
+    let blobs = s.data.join("store/blobs/sha256");
+    let path = std::fs::read_dir(&blobs)
+        .expect("blobs")
+        .flatten()
+        .map(|e| e.path())
+        .next()
+        .expect("one blob");
+    let full = std::fs::read(&path).expect("blob");
+    std::fs::write(&path, &full[..1000]).expect("truncate");
+    let out = publish(&s, &s.v1, &server.url);
+    assert!(out.contains("uploading it again"), "{out}");
+    assert_eq!(
+        std::fs::read(&path).expect("blob"),
+        full,
+        "the torn blob was replaced"
+    );
+}

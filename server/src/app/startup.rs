@@ -63,6 +63,17 @@ pub async fn build_state(
         ));
     }
     let store = crate::storage::open(&config.storage, &config.data)?;
+    if matches!(config.storage, crate::app::config::StorageConfig::Local) {
+        let removed = crate::storage::sweep_staging(
+            &config.data.join("store"),
+            crate::storage::STALE_STAGING,
+        );
+        if removed > 0 {
+            notes.push(format!(
+                "removed {removed} staging file(s) left by uploads that were killed"
+            ));
+        }
+    }
     let (catalog, skipped) = Catalog::load(&store, &ring)
         .await
         .context("cannot load the catalog from the store")?;

@@ -80,9 +80,21 @@ pub(crate) fn publish_cmd(
             .head(&url)
             .call()
             .with_context(|| format!("cannot reach {server}"))?;
-        if head.status() == 200 {
+        let stored_size = head
+            .headers()
+            .get("content-length")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if head.status() == 200 && stored_size == Some(*size) {
             println!("{id}: blob {} already on the server", digest.to_hex());
             continue;
+        }
+        if head.status() == 200 {
+            println!(
+                "{id}: blob {} is on the server with {} bytes instead of {size}: uploading it again",
+                digest.to_hex(),
+                stored_size.map_or("an unknown number of".to_string(), |s| s.to_string())
+            );
         }
         let bar = if quiet {
             indicatif::ProgressBar::hidden()

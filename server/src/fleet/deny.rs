@@ -141,7 +141,7 @@ pub async fn change(
 ) -> Result<(u64, Vec<DenyEntry>), DenyError> {
     validate(change)?;
     let (revision, list) =
-        revisions::append::<DenyList, DenyError>(store, &StorageKey::deny_log(model), |cur| {
+        revisions::append::<DenyList, DenyError>(store, &StorageKey::deny_log(model), |cur, _| {
             let entries = cur.map(|(_, l)| l.entries.clone()).unwrap_or_default();
             Ok(DenyList {
                 entries: apply_change(entries, change)?,
@@ -163,7 +163,7 @@ pub async fn add_learned(
     at: &str,
 ) -> Result<(u64, Vec<DenyEntry>), StoreError> {
     let (revision, list) =
-        revisions::append::<DenyList, StoreError>(store, &StorageKey::deny_log(model), |cur| {
+        revisions::append::<DenyList, StoreError>(store, &StorageKey::deny_log(model), |cur, _| {
             let mut entries = cur.map(|(_, l)| l.entries.clone()).unwrap_or_default();
             for c in fresh {
                 if !entries.iter().any(|e| e.same_target(c)) {

@@ -179,9 +179,17 @@ pub async fn apply(
     model: &ModelName,
     compute: impl Fn(Option<&RolloutPlan>) -> Result<RolloutPlan, RolloutError>,
 ) -> Result<RolloutPlan, RolloutError> {
-    let (_, plan) = revisions::append(store, &StorageKey::rollout_log(model), |cur| {
-        compute(cur.map(|(_, p)| p))
-    })
+    let (_, plan) = revisions::append::<RolloutPlan, RolloutError>(
+        store,
+        &StorageKey::rollout_log(model),
+        |cur, number| {
+            // The plan's revision is the number it is stored under (a torn revision file takes a
+            // number without being readable).
+            let mut plan = compute(cur.map(|(_, p)| p))?;
+            plan.revision = number;
+            Ok(plan)
+        },
+    )
     .await?;
     Ok(plan)
 }

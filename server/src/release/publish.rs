@@ -192,7 +192,16 @@ where
 {
     let key = StorageKey::blob(digest);
     if let Ok(meta) = store.head(&key).await {
-        return Ok(BlobOutcome::Existed { size: meta.size });
+        // A blob is named by its digest, so a stored one whose bytes hash otherwise was torn
+        // (a power cut before the data reached the disk) or damaged: the upload replaces it.
+        match stored_digest(store, &key).await {
+            Ok(d) if d == *digest => return Ok(BlobOutcome::Existed { size: meta.size }),
+            Ok(d) => tracing::warn!(
+                "blob {digest} is stored with {} bytes hashing to {d}: replacing it",
+                meta.size
+            ),
+            Err(e) => tracing::warn!("blob {digest} cannot be read back ({e}): replacing it"),
+        }
     }
     let upload = store.put_multipart(&key).await?;
     let mut writer = WriteMultipart::new_with_chunk_size(upload, 8 << 20);
@@ -239,6 +248,19 @@ where
     }
     writer.finish().await?;
     Ok(BlobOutcome::Created { size })
+}
+
+/// The SHA-256 of a stored object, streamed.
+async fn stored_digest(
+    store: &Store,
+    key: &object_store::path::Path,
+) -> Result<Sha256Digest, object_store::Error> {
+    let mut stream = store.get(key).await?.into_stream();
+    let mut hasher = Sha256::new();
+    while let Some(chunk) = stream.next().await {
+        hasher.update(&chunk?);
+    }
+    Ok(Sha256Digest::from_bytes(hasher.finalize().into()))
 }
 
 /// Reads just enough of a stored blob to inspect it.

@@ -179,6 +179,48 @@ pub fn open(
     }
 }
 
+/// How long a staging file must be untouched before [`sweep_staging`] removes it at start
+/// (uploads stall out after `limits.body_timeout_secs`, far less).
+pub const STALE_STAGING: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Removes what uploads killed mid-way left in the local store at `dir`: staging files
+/// (`<key>#<n>`, written before the final rename) untouched for `older_than`. A younger one may
+/// belong to an upload in flight in another process on the same folder, so it stays. Returns
+/// how many files were removed.
+pub fn sweep_staging(dir: &std::path::Path, older_than: std::time::Duration) -> usize {
+    fn walk(dir: &std::path::Path, older_than: std::time::Duration, removed: &mut usize) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.is_dir() {
+                walk(&path, older_than, removed);
+                continue;
+            }
+            let staged = e
+                .file_name()
+                .to_str()
+                .and_then(|n| n.rsplit_once('#'))
+                .is_some_and(|(_, suffix)| {
+                    !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_digit())
+                });
+            let stale = meta
+                .modified()
+                .ok()
+                .and_then(|m| m.elapsed().ok())
+                .is_some_and(|age| age >= older_than);
+            if staged && stale && std::fs::remove_file(&path).is_ok() {
+                *removed += 1;
+            }
+        }
+    }
+    let mut removed = 0;
+    walk(dir, older_than, &mut removed);
+    removed
+}
+
 /// Opens the local directory store at `dir` (created if missing).
 pub fn open_local(dir: &std::path::Path) -> anyhow::Result<Store> {
     std::fs::create_dir_all(dir)

@@ -79,21 +79,32 @@ pub async fn latest<T: DeserializeOwned>(
     Ok(None)
 }
 
-/// Appends revision `current + 1` computed from the newest one, retrying lost races. `compute`
-/// may refuse the change with its own error type.
+/// Appends the next revision, computed from the newest readable one, retrying lost races.
+/// `compute` gets that revision and the number the new one will be written under (one past the
+/// highest present, readable or not), and may refuse the change with its own error type.
 pub async fn append<T, E>(
     store: &Store,
     prefix: &str,
-    compute: impl Fn(Option<&(u64, T)>) -> Result<T, E>,
+    compute: impl Fn(Option<&(u64, T)>, u64) -> Result<T, E>,
 ) -> Result<(u64, T), E>
 where
     T: Serialize + DeserializeOwned,
     E: From<StoreError>,
 {
     for _ in 0..MAX_RACE_RETRIES {
-        let current = latest::<T>(store, prefix).await?;
-        let next = compute(current.as_ref())?;
-        let revision = current.as_ref().map_or(1, |(n, _)| n + 1);
+        // The next number follows the highest one present, readable or not: a torn newest
+        // revision is skipped when reading, but its number stays taken.
+        let numbered = numbered(store, prefix).await?;
+        let top = numbered.last().map_or(0, |(n, _)| *n);
+        let mut current = None;
+        for (n, k) in numbered.iter().rev() {
+            if let Some(v) = read_one::<T>(store, k).await? {
+                current = Some((*n, v));
+                break;
+            }
+        }
+        let revision = top + 1;
+        let next = compute(current.as_ref(), revision)?;
         let bytes =
             serde_json::to_vec_pretty(&next).map_err(|e| StoreError::Encode(e.to_string()))?;
         let opts = PutOptions {
