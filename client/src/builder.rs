@@ -179,12 +179,10 @@ impl ClientBuilder {
         }
         let (cache, _) = Cache::open(&cache_dir, self.cache_budget)?;
         if trust.is_rooted() {
-            // Walk the keyrings accepted before from the pinned root again; a stored chain that
-            // no longer verifies is dropped (the next resolve fetches the server's).
-            let mut walked = trust.clone();
-            if walked.advance_all(cache.keyrings()).is_ok() {
-                trust = walked;
-            }
+            // Walk the keyrings accepted before from the pinned root again. A stored version
+            // that no longer verifies stops the walk there (the versions before it stay; the
+            // next resolve fetches the server's chain).
+            let _ = trust.advance_all(cache.keyrings());
         }
         Ok(Client {
             server: self.server,

@@ -3,7 +3,7 @@
 
 use ferry_shared::BackendId;
 use ferry_shared::dsse::Verified;
-use ferry_shared::keyring::KeyringResponse;
+use ferry_shared::keyring::{Keyring, KeyringResponse};
 use ferry_shared::resolve::{ErrorBody, ResolveRequest, ResolveResponse};
 
 use crate::error::ClientError;
@@ -105,7 +105,7 @@ impl Client {
                 url: url.clone(),
                 message: e.to_string(),
             })?;
-        self.follow_keyring(&resp)?;
+        self.follow_keyring(&resp, model)?;
         let trust = self.trust();
         let last = self.cache().last_sequence(model);
         let plan = verify_response(&resp, &request, &trust, self.clock.now(), last)?;
@@ -117,11 +117,13 @@ impl Client {
         Ok(plan)
     }
 
-    /// When the answer names a newer keyring version than the one held, fetches
-    /// `GET /v1/keyring` and walks it from the held version (each version signed by the root
-    /// keys of the one before; none skipped). The answer's claim is read before any check, so
-    /// at worst it costs one request: the decision is verified against the walked keyring.
-    fn follow_keyring(&self, resp: &ResolveResponse) -> Result<(), ClientError> {
+    /// When the answer names a newer keyring version than the one held (or the model's replay
+    /// floor was set under a newer one, which a device that lost its stored keyrings would
+    /// otherwise refuse forever), fetches `GET /v1/keyring` and walks it from the held version
+    /// (each version signed by the root keys of the one before; none skipped). The answer's
+    /// claim is read before any check, so at worst it costs one request: the decision is then
+    /// verified against the walked keyring. Concurrent walks only ever move the trust forward.
+    fn follow_keyring(&self, resp: &ResolveResponse, model: &str) -> Result<(), ClientError> {
         #[derive(serde::Deserialize)]
         struct Peek {
             #[serde(default)]
@@ -135,7 +137,8 @@ impl Client {
             .ok()
             .and_then(|b| serde_json::from_slice::<Peek>(&b).ok())
             .map_or(0, |p| p.keyring_version);
-        if claimed <= held.version() {
+        let floor = self.cache().last_sequence(model).0;
+        if claimed.max(floor) <= held.version() {
             return Ok(());
         }
         let url = format!("{}/v1/keyring", self.server);
@@ -162,8 +165,7 @@ impl Client {
             .map_err(|e| bad(e.to_string()))?;
         let chain: KeyringResponse = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
         let mut next = held.clone();
-        let mut accepted = self.cache().keyrings().to_vec();
-        accepted.truncate(held.version() as usize);
+        let mut walked = Vec::new();
         for env in &chain.keyrings {
             let before = next.version();
             next.advance_all(std::slice::from_ref(env))
@@ -172,13 +174,31 @@ impl Client {
                     message: e.to_string(),
                 })?;
             if next.version() > before {
-                accepted.push(env.clone());
+                walked.push(env.clone());
             }
         }
-        self.cache().record_keyrings(accepted)?;
-        match self.trust.lock() {
-            Ok(mut g) => *g = next,
-            Err(p) => *p.into_inner() = next,
+        // Install under the lock, and only forward: another load may have walked further
+        // meanwhile (or a lagging replica served this one an older chain).
+        let mut trust = match self.trust.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if next.version() > trust.version() {
+            let held_version = trust.version();
+            let mut cache = self.cache();
+            let mut kept: Vec<_> = cache
+                .keyrings()
+                .iter()
+                .filter(|env| Keyring::peek_version(env).is_some_and(|v| v <= held_version))
+                .cloned()
+                .collect();
+            kept.extend(
+                walked
+                    .into_iter()
+                    .filter(|env| Keyring::peek_version(env).is_some_and(|v| v > held_version)),
+            );
+            cache.record_keyrings(kept)?;
+            *trust = next;
         }
         Ok(())
     }

@@ -153,7 +153,10 @@ pub fn verify_response(
             now: now.to_string(),
         });
     }
-    if trust.is_rooted() && decision.keyring_version != trust.version() {
+    // With root keys, the decision must be for the keyring the client holds; a fixed trust
+    // file has no keyrings, so only version 0 (else a stolen key could set a floor that
+    // survives a later move to root keys).
+    if decision.keyring_version != trust.version() {
         return Err(ClientError::DecisionMismatch(format!(
             "the decision names keyring version {}; this device holds version {}",
             decision.keyring_version,

@@ -75,6 +75,8 @@ catalogue! {
     Internal = "internal",
     /// The object store did not answer. (server)
     StorageUnavailable = "storage_unavailable",
+    /// The server's online key is past the expiry its keyring gives it; devices refuse what it signs. (server)
+    OnlineKeyExpired = "online_key_expired",
     /// A rollout or deny-list change lost the race to other writers too many times. (server)
     StateContended = "state_contended",
     /// Too many telemetry requests from one address, or events from one install. (server, client)

@@ -178,8 +178,8 @@ impl Keyring {
             }
         }
         let file = TrustFile {
-            threshold: None,
             keys: self.keys.iter().map(|k| k.key.clone()).collect(),
+            ..TrustFile::default()
         };
         file.to_keyring().map_err(|e| invalid(e.0))?;
         for role in [KeyRole::Release, KeyRole::Online] {
@@ -190,8 +190,9 @@ impl Keyring {
         Ok(())
     }
 
-    /// The keyring's version without checking anything: only to skip envelopes already held.
-    fn peek_version(env: &Envelope) -> Option<u64> {
+    /// The version an envelope claims, without checking anything: only to pass over
+    /// envelopes already held (never to trust one).
+    pub fn peek_version(env: &Envelope) -> Option<u64> {
         #[derive(Deserialize)]
         struct Peek {
             version: u64,
@@ -225,8 +226,8 @@ fn root_ring(root: &RootSet) -> Result<KeyRing, TrustError> {
         )));
     }
     let ring = TrustFile {
-        threshold: None,
         keys: root.keys.clone(),
+        ..TrustFile::default()
     }
     .to_keyring()?;
     if ring.len() != root.keys.len() {
@@ -244,8 +245,9 @@ pub struct TrustState {
 }
 
 impl TrustState {
-    /// Starts from a pinned trust file: version 0 with its root set, or, for a trust file
-    /// without root keys, its release and online keys (which never change).
+    /// Starts from a pinned trust file: its root set, expecting keyring version `first_keyring`
+    /// (default 1) next, or, for a trust file without root keys, its release and online keys
+    /// (which never change; version 0).
     pub fn from_trust_file(file: &TrustFile) -> Result<Self, TrustError> {
         let roots: Vec<TrustedKeyEntry> = file
             .keys
@@ -278,8 +280,12 @@ impl TrustState {
             keys: roots,
         };
         root_ring(&root)?;
+        let first = file.first_keyring.unwrap_or(1);
+        if first == 0 {
+            return Err(TrustError("first_keyring starts at 1".into()));
+        }
         Ok(Self {
-            version: 0,
+            version: first - 1,
             root: Some(root),
             keys: Vec::new(),
         })
@@ -293,6 +299,11 @@ impl TrustState {
     /// True when the trust is rooted (keyrings can rotate its keys).
     pub fn is_rooted(&self) -> bool {
         self.root.is_some()
+    }
+
+    /// The root set in force (`None` for a fixed trust file).
+    pub fn root(&self) -> Option<&RootSet> {
+        self.root.as_ref()
     }
 
     /// The current release and online keys.
@@ -445,6 +456,7 @@ mod tests {
         let file = TrustFile {
             threshold: Some(threshold),
             keys: roots.iter().map(|k| entry(KeyRole::Root, k)).collect(),
+            first_keyring: None,
         };
         TrustState::from_trust_file(&file).expect("trust")
     }
@@ -468,6 +480,31 @@ mod tests {
         t.advance_all(&[v1.clone(), v2]).expect("already held");
         let err = t.advance(&v1).expect_err("older");
         assert_eq!(err.code(), ErrorCode::KeyringRollback);
+    }
+
+    #[test]
+    fn a_trust_file_for_a_later_root_starts_where_that_root_took_over() {
+        let (old, new, rel, on) = (kp(1), kp(2), kp(3), kp(4));
+        let v1 = sign(&keyring(1, root_set(1, &[&old]), &rel, &on), &[&old]);
+        let v2 = sign(&keyring(2, root_set(1, &[&new]), &rel, &on), &[&old, &new]);
+        let v3 = sign(&keyring(3, root_set(1, &[&new]), &rel, &on), &[&new]);
+        let file = TrustFile {
+            threshold: Some(1),
+            keys: vec![entry(KeyRole::Root, &new)],
+            first_keyring: Some(2),
+        };
+        let mut t = TrustState::from_trust_file(&file).expect("trust");
+        assert_eq!(t.version(), 1);
+        t.advance_all(&[v1, v2, v3]).expect("walk from version 2");
+        assert_eq!(t.version(), 3);
+        // Pinning the new root without saying where it starts fails on version 1.
+        let mut from_start = TrustState::from_trust_file(&TrustFile {
+            first_keyring: None,
+            ..file
+        })
+        .expect("trust");
+        let v1 = sign(&keyring(1, root_set(1, &[&old]), &rel, &on), &[&old]);
+        assert!(from_start.advance(&v1).is_err());
     }
 
     #[test]

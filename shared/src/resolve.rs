@@ -118,6 +118,12 @@ pub struct Candidate {
     pub url: String,
 }
 
+/// Where decision sequences start: above every sequence an earlier ferry server issued (those
+/// were milliseconds since 1970, about 1.7e12 in 2026, below 2^41), so a device that kept one
+/// as its floor accepts the sequences of today's servers. A model's sequence is this plus its
+/// state generation.
+pub const SEQUENCE_BASE: u64 = 1 << 50;
+
 /// The signed answer to a resolve request (the DSSE payload).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Decision {
@@ -139,10 +145,10 @@ pub struct Decision {
     /// accepts only decisions for the keyring version it holds.
     #[serde(default)]
     pub keyring_version: u64,
-    /// The model's state generation in the store (rollout revision + deny-list revision +
-    /// releases published), the same on every replica that has caught up: within one keyring
-    /// version a client refuses a decision with a lower sequence than the last it accepted
-    /// (a replayed older answer). No clock enters it.
+    /// [`SEQUENCE_BASE`] plus the model's state generation in the store (rollout revision +
+    /// deny-list revision + releases published), the same on every replica that has caught up:
+    /// within one keyring version a client refuses a decision with a lower sequence than the
+    /// last it accepted (a replayed older answer). No clock enters it.
     pub sequence: u64,
     /// Variants to try, best first; the XNNPACK fallback last where one is compatible.
     pub candidates: Vec<Candidate>,

@@ -29,6 +29,11 @@ pub struct TrustFile {
     /// How many distinct root keys must sign a keyring (default 1; root keys only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold: Option<u32>,
+    /// The first keyring version these root keys sign (default 1). A trust file written by
+    /// `ferry keys rotate root` names the version that made its root set current, so an app
+    /// pinning the new root starts walking there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_keyring: Option<u64>,
     /// The keys.
     pub keys: Vec<TrustedKeyEntry>,
 }

@@ -265,33 +265,140 @@ fn rotating_root_needs_both_roots_and_the_client_follows() {
         2,
         "old and new root both sign the root change"
     );
+    // A new app build pinning the new trust.json (written by the root rotation) starts where
+    // the new root took over.
+    let new_trust = app.trust();
+    assert_ne!(new_trust, pinned);
+    assert_eq!(new_trust.first_keyring, Some(2));
+    let fresh = tempfile::tempdir().expect("tmp");
+    let c = client(&new_trust, &app.url(), fresh.path());
+    assert_eq!(
+        c.load("mlp", &device()).expect("load").source,
+        Source::Downloaded
+    );
+    assert_eq!(c.keyring_version(), 3);
+    assert!(keys_dir.join("retired/trust-1.json").exists());
 }
 
 #[test]
-fn an_expired_online_key_is_refused_by_the_server_and_the_client() {
-    let app = TestApp::start();
+fn an_expired_online_key_fails_readiness_and_leaves_the_ring() {
+    let mut app = TestApp::start();
     let keys_dir = app.dir.path().join("keys");
     keys::rotate(
         &keys_dir,
         RotateRole::Online,
-        Some(time::Duration::seconds(1)),
+        Some(time::Duration::seconds(2)),
     )
     .expect("rotate with expiry");
+    app.restart().expect("restart");
+    let (status, ready) = app.get_json("/readyz", None);
+    assert_eq!(status, 200, "{ready}");
+    assert!(ready["online_key_expires_at"].is_string(), "{ready}");
     let state = keys::load_trust(&keys_dir).expect("trust").1;
     let online = keys::load(&keys_dir.join("online.key")).expect("key");
     let now = time::OffsetDateTime::now_utc();
     assert!(state.ring_at(now).get(&online.pair.id()).is_some());
     assert!(
         state
-            .ring_at(now + time::Duration::seconds(2))
+            .ring_at(now + time::Duration::seconds(3))
             .get(&online.pair.id())
             .is_none(),
         "clients leave an expired online key out"
     );
-    std::thread::sleep(std::time::Duration::from_millis(1100));
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let (status, body) = app.get_json("/readyz", None);
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["code"], "online_key_expired");
     let err = app
         .try_replica_at("127.0.0.1:0")
         .err()
-        .expect("the server refuses an expired online key");
+        .expect("the server refuses to start with an expired online key");
     assert!(format!("{err:#}").contains("expired"), "{err:#}");
+}
+
+/// Turns the server's keys into the older fixed form (release and online keys listed in
+/// `trust.json`, no keyrings) and restarts it.
+fn fixed_trust(app: &mut TestApp) -> TrustFile {
+    let keys_dir = app.dir.path().join("keys");
+    let mut fixed = TrustFile::default();
+    for f in ["release.key", "online.key"] {
+        let k = keys::load(&keys_dir.join(f)).expect("key");
+        fixed.push(k.role, &k.pair.public());
+    }
+    std::fs::write(
+        keys_dir.join("trust.json"),
+        serde_json::to_vec(&fixed).expect("json"),
+    )
+    .expect("write");
+    std::fs::remove_dir_all(keys_dir.join("keyring")).expect("rm keyring");
+    app.restart().expect("restart");
+    fixed
+}
+
+#[test]
+fn a_fixed_trust_file_keeps_working_and_old_millisecond_floors_do_not_block() {
+    let mut app = TestApp::start();
+    app.publish(&mlp_v1());
+    let fixed = fixed_trust(&mut app);
+    let proxy = FaultProxy::start(app.server.addr);
+    let cache = tempfile::tempdir().expect("tmp");
+    let c = client(&fixed, &proxy.url(), cache.path());
+    drop(c.load("mlp", &device()).expect("first load"));
+    assert_eq!(c.keyring_version(), 0);
+    drop(c);
+    // A device whose cache holds the floor an earlier server set (milliseconds since 1970).
+    let index_path = cache.path().join("index.json");
+    let mut index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&index_path).expect("index")).expect("json");
+    index["sequences"]["mlp"] = serde_json::json!(1_764_000_000_000u64);
+    std::fs::write(&index_path, serde_json::to_vec(&index).expect("json")).expect("write");
+    let c = client(&fixed, &proxy.url(), cache.path());
+    let m = c.load("mlp", &device()).expect("load");
+    assert_eq!(m.source, Source::Cached, "{:?}", m.source);
+    drop(m);
+    // Under a fixed trust file a decision naming a keyring version is refused (a stolen key
+    // must not set a floor that survives a move to root keys).
+    let online = keys::load(&app.dir.path().join("keys/online.key")).expect("key");
+    proxy.resolve_faults([Fault::Replace(signed_by(&app, &online, |d| {
+        d.keyring_version = 7;
+        d.sequence = u64::MAX;
+    }))]);
+    let m = c.load("mlp", &device()).expect("last known good");
+    assert_eq!(
+        last_good_code(&m.source),
+        Some("decision_mismatch"),
+        "{:?}",
+        m.source
+    );
+    drop(m);
+    assert_eq!(
+        c.load("mlp", &device()).expect("honest").source,
+        Source::Cached
+    );
+}
+
+#[test]
+fn a_damaged_stored_keyring_keeps_the_versions_before_it() {
+    let mut app = TestApp::start();
+    app.publish(&mlp_v1());
+    let keys_dir = app.dir.path().join("keys");
+    for _ in 0..2 {
+        keys::rotate(&keys_dir, RotateRole::Online, None).expect("rotate");
+    }
+    app.restart().expect("restart");
+    let cache = tempfile::tempdir().expect("tmp");
+    let c = client(&app.trust(), &app.url(), cache.path());
+    drop(c.load("mlp", &device()).expect("load"));
+    assert_eq!(c.keyring_version(), 3);
+    drop(c);
+    let index_path = cache.path().join("index.json");
+    let mut index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&index_path).expect("index")).expect("json");
+    assert_eq!(index["keyrings"].as_array().map(Vec::len), Some(3));
+    index["keyrings"][2]["signatures"][0]["sig"] = serde_json::json!("AAAA");
+    std::fs::write(&index_path, serde_json::to_vec(&index).expect("json")).expect("write");
+    let c = client(&app.trust(), &app.url(), cache.path());
+    assert_eq!(c.keyring_version(), 2, "versions 1 and 2 still verify");
+    drop(c.load("mlp", &device()).expect("load"));
+    assert_eq!(c.keyring_version(), 3, "the next resolve fetches the rest");
 }

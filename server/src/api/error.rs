@@ -97,7 +97,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::PteMalformed
         | C::PteLimitExceeded => StatusCode::UNPROCESSABLE_ENTITY,
         C::RateLimited => StatusCode::TOO_MANY_REQUESTS,
-        C::StorageUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        C::StorageUnavailable | C::OnlineKeyExpired => StatusCode::SERVICE_UNAVAILABLE,
         // The server never answers with these (they are the client's, the C ABI's or the
         // trust file's); were one to reach here it would be a bug, hence 500.
         C::Internal

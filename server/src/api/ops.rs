@@ -5,6 +5,7 @@ use object_store::ObjectStoreExt as _;
 
 use crate::api::error::ApiError;
 use crate::app::AppState;
+use ferry_shared::errors::ErrorCode;
 
 pub(crate) async fn healthz() -> HttpResponse {
     HttpResponse::Ok().content_type("text/plain").body("ok\n")
@@ -20,10 +21,27 @@ pub(crate) async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, A
         Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
         Err(e) => return Err(ApiError::unavailable(e)),
     }
-    Ok(HttpResponse::Ok().json(serde_json::json!({
+    let expires = state.online_expires_at;
+    if let Some(at) = expires
+        && at <= time::OffsetDateTime::now_utc()
+    {
+        return Err(ApiError::new(
+            ErrorCode::OnlineKeyExpired,
+            format!("the online key expired at {at}; devices refuse what it signs: rotate it"),
+        ));
+    }
+    let mut body = serde_json::json!({
         "status": "ready",
         "releases": state.catalog().release_count(),
-    })))
+        "keyring_version": state.keyring_version,
+    });
+    if let Some(at) = expires {
+        body["online_key_expires_at"] = at
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default()
+            .into();
+    }
+    Ok(HttpResponse::Ok().json(body))
 }
 
 pub(crate) async fn metrics(state: web::Data<AppState>) -> HttpResponse {

@@ -185,6 +185,7 @@ pub fn generate_keyset(dir: &Path) -> anyhow::Result<Vec<String>> {
     let trust = TrustFile {
         threshold: Some(1),
         keys: vec![entry(&root)],
+        first_keyring: None,
     };
     write_json(&p.trust, &trust, ferry_fs::Mode::Public)?;
     notes.push(format!(
@@ -359,9 +360,10 @@ pub enum RotateRole {
 }
 
 /// Replaces the `role` key in the key folder `dir` with a new one and writes the next keyring
-/// version, signed with `root.key` (and, for root, with the new root key too). The old key
-/// file moves to `retired/`. `expires_in` sets the new online key's expiry. Returns what to
-/// print.
+/// version, signed with `root.key` (and, for root, with the new root key too; a new
+/// `trust.json` for new app builds is written then, the old one kept in `retired/`). The old
+/// key file moves to `retired/`. `expires_in` sets the new online key's expiry. Nothing
+/// replaces the old files until the new keyring is written. Returns what to print.
 pub fn rotate(
     dir: &Path,
     role: RotateRole,
@@ -381,30 +383,27 @@ pub fn rotate(
             root.role
         );
     }
-    let (_, state, chain) = load_trust(dir)?;
-    if !state.is_rooted() {
+    let (trust_file, state, _) = load_trust(dir)?;
+    let Some(root_set) = state.root() else {
         bail!(
             "{} pins no root key: a fixed trust file cannot rotate (apps need a trust file from \
              `ferry keys generate`)",
             p.trust.display()
         );
-    }
-    let last = chain.last().context("no keyring")?;
-    let bytes = ferry_shared::dsse::decode_payload(last, &Default::default())?;
-    let current = Keyring::from_json(&bytes)?;
-    if !current.root.keys.iter().any(|k| k.keyid == root.pair.id()) {
+    };
+    if !root_set.keys.iter().any(|k| k.keyid == root.pair.id()) {
         bail!(
             "{} is not a root key of keyring version {}",
             p.root.display(),
-            current.version
+            state.version()
         );
     }
-    if current.root.threshold > 1 {
+    if root_set.threshold > 1 {
         bail!(
             "keyring version {} needs {} root signatures; sign it with the other root keys by \
              hand",
-            current.version,
-            current.root.threshold
+            state.version(),
+            root_set.threshold
         );
     }
     let key_role = match role {
@@ -418,10 +417,10 @@ pub fn rotate(
     let fresh = generate(key_role)?;
     let now = OffsetDateTime::now_utc();
     let mut next = Keyring {
-        version: current.version + 1,
+        version: state.version() + 1,
         created: now,
-        root: current.root.clone(),
-        keys: current.keys.clone(),
+        root: root_set.clone(),
+        keys: state.keys().to_vec(),
     };
     if key_role == KeyRole::Root {
         next.root = RootSet {
@@ -450,26 +449,43 @@ pub fn rotate(
         KeyRole::Release => &p.release,
         KeyRole::Online => &p.online,
     };
+    // Order: the new secret beside the old one, then the keyring, then the swap. A failure
+    // before the keyring is written leaves the folder as it was (plus a `.new` file).
+    let staged = key_path.with_extension("key.new");
+    if staged.exists() {
+        bail!(
+            "{} exists (a rotation that did not finish?): remove it and run again",
+            staged.display()
+        );
+    }
+    let path = keyring_file(&p.keyring, next.version);
+    if path.exists() {
+        bail!(
+            "{} exists but does not follow the keyrings before it: remove it and run again",
+            path.display()
+        );
+    }
+    save(&fresh, &staged)?;
+    write_json(&path, &env, ferry_fs::Mode::Public)?;
     let mut notes = Vec::new();
+    std::fs::create_dir_all(&p.retired)
+        .with_context(|| format!("cannot create {}", p.retired.display()))?;
     if key_path.exists() {
         let old = load(key_path)?;
-        std::fs::create_dir_all(&p.retired)
-            .with_context(|| format!("cannot create {}", p.retired.display()))?;
         let retired = p
             .retired
             .join(format!("{}-{}.key", key_role, old.pair.id()));
-        save(&old, &retired)?;
-        std::fs::remove_file(key_path)
-            .with_context(|| format!("cannot remove {}", key_path.display()))?;
+        if !retired.exists() {
+            save(&old, &retired)?;
+        }
         notes.push(format!(
             "retired {key_role} key {} (kept at {})",
             old.pair.id(),
             retired.display()
         ));
     }
-    save(&fresh, key_path)?;
-    let path = keyring_file(&p.keyring, next.version);
-    write_json(&path, &env, ferry_fs::Mode::Public)?;
+    ferry_fs::commit(&staged, key_path)
+        .with_context(|| format!("cannot move {} into place", staged.display()))?;
     notes.push(format!(
         "created {key_role} key {} at {}",
         fresh.pair.id(),
@@ -480,5 +496,22 @@ pub fn rotate(
         next.version,
         path.display()
     ));
+    if key_role == KeyRole::Root {
+        let old_copy = p.retired.join(format!("trust-{}.json", state.version()));
+        write_json(&old_copy, &trust_file, ferry_fs::Mode::Public)?;
+        let fresh_trust = TrustFile {
+            threshold: Some(1),
+            keys: vec![entry(&fresh)],
+            first_keyring: Some(next.version),
+        };
+        write_json(&p.trust, &fresh_trust, ferry_fs::Mode::Public)?;
+        notes.push(format!(
+            "wrote {} for new app builds (keyring version {} on); apps pinned to the old one \
+             (kept at {}) keep working",
+            p.trust.display(),
+            next.version,
+            old_copy.display()
+        ));
+    }
     Ok(notes)
 }

@@ -50,6 +50,9 @@ pub async fn build_state(
     if server_keys.state.is_rooted() {
         notes.push(format!("keyring version {}", server_keys.state.version()));
     }
+    if let Some(at) = server_keys.state.expiry_of(&server_keys.online.pair.id()) {
+        notes.push(format!("the online key expires at {at}"));
+    }
     for k in ring.keys() {
         notes.push(format!("trusting {} key {}", k.role, k.id));
     }
@@ -158,15 +161,43 @@ fn set_nodelay(conn: &dyn std::any::Any, _: &mut actix_web::dev::Extensions) {
     }
 }
 
+/// How long before the online key's expiry the server starts warning.
+pub const EXPIRY_WARNING: time::Duration = time::Duration::days(7);
+
+fn warn_expiry(state: &AppState) {
+    let Some(at) = state.online_expires_at else {
+        return;
+    };
+    let left = at - time::OffsetDateTime::now_utc();
+    if left <= time::Duration::ZERO {
+        tracing::error!(
+            "the online key expired at {at}: devices refuse every answer; rotate it with \
+             `ferry keys rotate online` (/readyz answers 503)"
+        );
+    } else if left <= EXPIRY_WARNING {
+        tracing::warn!(
+            "the online key expires at {at} (in {} hours): rotate it with `ferry keys rotate online`",
+            left.whole_hours()
+        );
+    }
+}
+
 /// Re-reads the catalog and rollout state every [`CATALOG_REFRESH`] (picks up changes made by
-/// other replicas sharing the store), and flushes telemetry every `telemetry.flush_secs`.
+/// other replicas sharing the store), and flushes telemetry every `telemetry.flush_secs`; warns
+/// (hourly) when the online key is within [`EXPIRY_WARNING`] of its expiry.
 pub fn spawn_refresh(state: Arc<AppState>) {
     let state_for_flush = state.clone();
     actix_web::rt::spawn(async move {
         let mut tick = actix_web::rt::time::interval(CATALOG_REFRESH);
         tick.tick().await;
+        let mut ticks = 0u64;
         loop {
             tick.tick().await;
+            // About once an hour, and on the first tick: say so before the online key expires.
+            if ticks.is_multiple_of(120) {
+                warn_expiry(&state);
+            }
+            ticks += 1;
             match Catalog::load(&state.store, &state.release_ring).await {
                 Ok((c, _)) => {
                     let models = c.models().map(|(m, _)| m.clone()).collect();

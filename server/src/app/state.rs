@@ -35,6 +35,8 @@ pub struct AppState {
     pub keyring_chain: Vec<ferry_shared::dsse::Envelope>,
     /// The keyring version in force (named in every decision; 0 for a fixed trust file).
     pub keyring_version: u64,
+    /// When the online key expires, if its keyring gives it an expiry.
+    pub online_expires_at: Option<OffsetDateTime>,
     /// The catalog (replaced wholesale on change).
     pub catalog: RwLock<Arc<Catalog>>,
     /// Metrics registry.
@@ -68,6 +70,7 @@ impl AppState {
         catalog: Catalog,
     ) -> Self {
         let online = keys.online.pair;
+        let online_expires_at = keys.state.expiry_of(&online.id());
         let release_ring = keys.state.ring_at(OffsetDateTime::now_utc());
         let receipts = crate::fleet::receipt::ReceiptKey::derive(&online);
         let mut prefix = [0u8; 4];
@@ -79,6 +82,7 @@ impl AppState {
             online,
             trust: keys.trust,
             keyring_version: keys.state.version(),
+            online_expires_at,
             keyring_chain: keys.chain,
             catalog: RwLock::new(Arc::new(catalog)),
             metrics: Metrics::default(),
@@ -185,15 +189,16 @@ impl AppState {
         }
     }
 
-    /// The decision sequence for `model`: its state generation as this replica knows it
-    /// (rollout revision + deny-list revision + releases published). Every input only grows and
+    /// The decision sequence for `model`: [`ferry_shared::resolve::SEQUENCE_BASE`] plus its state
+    /// generation as this replica knows it (rollout revision + deny-list revision + releases
+    /// published). Every input only grows and
     /// comes from the store, so replicas that have caught up agree and no clock can push it
     /// ahead.
     pub(crate) fn sequence_of(&self, model: &ModelName) -> u64 {
         let rollout = self.rollouts().get(model).map_or(0, |p| p.revision);
         let deny = self.deny_revisions().get(model).copied().unwrap_or(0);
         let releases = self.catalog().release_count_of(model) as u64;
-        rollout + deny + releases
+        ferry_shared::resolve::SEQUENCE_BASE + rollout + deny + releases
     }
 
     pub(crate) fn next_request_id(&self) -> String {
