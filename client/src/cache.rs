@@ -67,6 +67,9 @@ struct Index {
     /// the client starts).
     #[serde(default)]
     keyrings: Vec<Envelope>,
+    /// The newest revocation list verified per model (re-verified before each use).
+    #[serde(default)]
+    revocations: BTreeMap<String, Envelope>,
 }
 
 /// A cached blob whose bytes matched a signed digest and size when the cache handed it out.
@@ -308,6 +311,20 @@ impl Cache {
             self.index
                 .sequence_keyrings
                 .insert(model.to_string(), keyring);
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    /// The newest revocation list kept for `model` (verify it before use).
+    pub fn revocations(&self, model: &str) -> Option<&Envelope> {
+        self.index.revocations.get(model)
+    }
+
+    /// Keeps `env` as `model`'s revocation list (the caller verified that it is newer).
+    pub fn record_revocations(&mut self, model: &str, env: Envelope) -> Result<(), ClientError> {
+        if self.index.revocations.get(model) != Some(&env) {
+            self.index.revocations.insert(model.to_string(), env);
             self.save()?;
         }
         Ok(())

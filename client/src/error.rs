@@ -85,6 +85,16 @@ pub enum ClientError {
     /// The signed decision and the signed manifest disagree.
     #[error("the decision does not match the signed release: {0}")]
     DecisionMismatch(String),
+    /// The release was revoked by its publisher (a release-key-signed revocation list).
+    #[error("{model} {release} was revoked by its publisher: {reason}")]
+    Revoked {
+        /// The model.
+        model: String,
+        /// The revoked release.
+        release: String,
+        /// The reason in the list.
+        reason: String,
+    },
     /// Downloaded bytes do not hash to the signed digest.
     #[error("{variant}: downloaded bytes hash to {actual}, the signed manifest says {expected}")]
     HashMismatch {
@@ -165,6 +175,7 @@ impl ClientError {
             ClientError::Expired { .. } => ErrorCode::Expired.as_str(),
             ClientError::Replay { .. } => ErrorCode::Replay.as_str(),
             ClientError::DecisionMismatch(_) => ErrorCode::DecisionMismatch.as_str(),
+            ClientError::Revoked { .. } => ErrorCode::ReleaseRevoked.as_str(),
             ClientError::HashMismatch { .. } => ErrorCode::HashMismatch.as_str(),
             ClientError::SizeMismatch { .. } => ErrorCode::SizeMismatch.as_str(),
             ClientError::TooLarge { .. } => ErrorCode::TooLarge.as_str(),

@@ -96,6 +96,7 @@ fn status_of(e: &ClientError) -> FerryStatus {
         | ClientError::Expired { .. }
         | ClientError::Replay { .. }
         | ClientError::DecisionMismatch(_)
+        | ClientError::Revoked { .. }
         | ClientError::HashMismatch { .. }
         | ClientError::SizeMismatch { .. } => FerryStatus::FerryErrVerification,
         ClientError::TooLarge { .. } | ClientError::AllCandidatesFailed { .. } => {

@@ -8,7 +8,7 @@ use ferry_shared::resolve::{ErrorBody, ResolveRequest, ResolveResponse};
 
 use crate::error::ClientError;
 use crate::types::DeviceInfo;
-use crate::verify::{Plan, verify_response};
+use crate::verify::{Plan, effective_revocations, revoked, verify_response};
 use crate::{Client, download};
 
 impl Client {
@@ -109,6 +109,21 @@ impl Client {
         let trust = self.trust();
         let last = self.cache().last_sequence(model);
         let plan = verify_response(&resp, &request, &trust, self.clock.now(), last)?;
+        let ring = trust.ring_at(self.clock.now());
+        let held = self.cache().revocations(model).cloned();
+        let (list, keep) = effective_revocations(
+            model,
+            held.as_ref(),
+            resp.revocations.as_ref(),
+            plan.decision().revocations_version,
+            &ring,
+        )?;
+        if let Some(env) = keep {
+            self.cache().record_revocations(model, env)?;
+        }
+        if let Some(e) = revoked(model, &plan.decision().release.to_string(), list.as_ref()) {
+            return Err(e);
+        }
         self.cache().record_sequence(
             model,
             plan.decision().keyring_version,

@@ -14,6 +14,7 @@ use ferry_shared::errors::ErrorCode;
 use ferry_shared::keyring::TrustState;
 use ferry_shared::manifest::{ReleaseManifest, Variant, verify_release_envelope};
 use ferry_shared::resolve::{DECISION_PAYLOAD_TYPE, Decision, ResolveRequest, ResolveResponse};
+use ferry_shared::revocation::{RevocationList, verify_revocations};
 use ferry_shared::select::incompatibilities;
 use time::OffsetDateTime;
 
@@ -237,4 +238,114 @@ pub fn verify_response(
             receipt: resp.receipt.clone(),
         })
     })
+}
+
+/// The revocation list to go by for `model`: the newer of the one kept (`held`, verified again
+/// here) and the one in the answer (`received`), both checked against the current release keys.
+/// Returns the list and, when the answer's is newer than the one kept, its envelope to keep.
+/// An answer whose decision names a newer list than either is refused (the list was left out).
+pub fn effective_revocations(
+    model: &str,
+    held: Option<&Envelope>,
+    received: Option<&Envelope>,
+    named: u64,
+    ring: &KeyRing,
+) -> Result<(Option<RevocationList>, Option<Envelope>), ClientError> {
+    let held = held
+        .and_then(|e| verify_revocations(e, ring).ok())
+        .map(Verified::into_inner)
+        .filter(|l| l.model.as_str() == model);
+    let mut keep = None;
+    let mut best = held;
+    if let Some(env) = received {
+        let list = verify_revocations(env, ring)
+            .map_err(|e| ClientError::Verify {
+                code: e.code(),
+                message: e.to_string(),
+            })?
+            .into_inner();
+        if list.model.as_str() != model {
+            return Err(ClientError::DecisionMismatch(format!(
+                "the answer's revocation list is for {}, not {model}",
+                list.model
+            )));
+        }
+        // An older list than the one kept is a replay: keep going by the newer one.
+        if best.as_ref().is_none_or(|b| list.version > b.version) {
+            keep = Some(env.clone());
+            best = Some(list);
+        }
+    }
+    let have = best.as_ref().map_or(0, |l| l.version);
+    if named > have {
+        return Err(ClientError::DecisionMismatch(format!(
+            "the decision was made with revocation list version {named}; the answer carries \
+             version {have}"
+        )));
+    }
+    Ok((best, keep))
+}
+
+/// The error for a `release` of `model` that `list` revokes, if it does.
+pub fn revoked(model: &str, release: &str, list: Option<&RevocationList>) -> Option<ClientError> {
+    let version: semver::Version = release.parse().ok()?;
+    list?.revokes(&version).map(|r| ClientError::Revoked {
+        model: model.to_string(),
+        release: release.to_string(),
+        reason: r.reason.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_shared::dsse::{KeyPair, KeyRole};
+    use ferry_shared::revocation::{REVOCATIONS_PAYLOAD_TYPE, Revoked};
+
+    fn signed(key: &KeyPair, version: u64, releases: &[&str]) -> Envelope {
+        let list = RevocationList {
+            model: "mlp".parse().expect("model"),
+            version,
+            revoked: releases
+                .iter()
+                .map(|r| Revoked {
+                    release: r.parse().expect("version"),
+                    reason: String::new(),
+                    at: OffsetDateTime::UNIX_EPOCH,
+                })
+                .collect(),
+        };
+        key.sign(
+            REVOCATIONS_PAYLOAD_TYPE,
+            &serde_json::to_vec(&list).expect("json"),
+        )
+    }
+
+    #[test]
+    fn an_older_list_never_replaces_a_newer_one() {
+        let key = KeyPair::from_seed(&[9; 32]);
+        let mut ring = KeyRing::new();
+        ring.add(KeyRole::Release, &key.public()).expect("key");
+        let v1 = signed(&key, 1, &["1.0.0"]);
+        let v2 = signed(&key, 2, &["1.0.0", "1.1.0"]);
+        // Held v2, the answer replays v1: v2 stays, nothing new to keep.
+        let (list, keep) =
+            effective_revocations("mlp", Some(&v2), Some(&v1), 1, &ring).expect("ok");
+        assert_eq!(list.as_ref().map(|l| l.version), Some(2));
+        assert!(keep.is_none());
+        assert!(revoked("mlp", "1.1.0", list.as_ref()).is_some());
+        // Held v1, the answer brings v2: v2 is kept.
+        let (list, keep) =
+            effective_revocations("mlp", Some(&v1), Some(&v2), 2, &ring).expect("ok");
+        assert_eq!(list.map(|l| l.version), Some(2));
+        assert_eq!(keep, Some(v2));
+        // The decision names version 2, the answer carries only version 1.
+        let e = effective_revocations("mlp", None, Some(&v1), 2, &ring).expect_err("stripped");
+        assert_eq!(e.code(), "decision_mismatch");
+        // Another model's list is refused; a held list for another model is ignored.
+        let e = effective_revocations("other", None, Some(&v1), 0, &ring).expect_err("model");
+        assert_eq!(e.code(), "decision_mismatch");
+        let (list, _) = effective_revocations("other", Some(&v1), None, 0, &ring).expect("ok");
+        assert!(list.is_none());
+    }
 }

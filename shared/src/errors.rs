@@ -149,6 +149,10 @@ catalogue! {
     PteMalformed = "pte_malformed",
     /// The program exceeds an inspector limit (tables, strings, work). (server, CLI)
     PteLimitExceeded = "pte_limit_exceeded",
+    /// A revocation list is malformed, or does not follow the one held (next version, every entry kept). (server, client, CLI)
+    RevocationsInvalid = "revocations_invalid",
+    /// The release was revoked by its publisher; it is neither offered nor loaded, also from the cache. (client, C ABI)
+    ReleaseRevoked = "release_revoked",
     /// A keyring is malformed or breaks a rule (threshold, key ids, roles), or the trust file pins no root to check it. (server, client, CLI)
     KeyringInvalid = "keyring_invalid",
     /// A keyring version was skipped: version N+1 must follow N. (client)

@@ -7,6 +7,7 @@
 //! - [`dsse`]: DSSE envelopes with ed25519, key rings with roles, and [`dsse::Verified`];
 //! - [`pte`]: the `.pte` inspector that reads what a program really delegates;
 //! - [`resolve`]: the device-facing resolve request and signed decision;
+//! - [`revocation`]: release-key-signed lists of revoked releases;
 //! - [`select`]: the pure variant-selection function;
 //! - [`rollout`]: rollout plans and cohort bucketing;
 //! - [`trust`]: the trust file (pinned public keys with roles);
@@ -21,6 +22,7 @@ pub mod manifest;
 pub mod names;
 pub mod pte;
 pub mod resolve;
+pub mod revocation;
 pub mod rollout;
 pub mod select;
 pub mod telemetry;

@@ -145,10 +145,15 @@ pub struct Decision {
     /// accepts only decisions for the keyring version it holds.
     #[serde(default)]
     pub keyring_version: u64,
+    /// The version of the model's revocation list this decision was made with (0: none). The
+    /// answer carries that list (or a newer one); a client refuses an answer without it.
+    #[serde(default)]
+    pub revocations_version: u64,
     /// [`SEQUENCE_BASE`] plus the model's state generation in the store (rollout revision +
-    /// deny-list revision + releases published), the same on every replica that has caught up:
-    /// within one keyring version a client refuses a decision with a lower sequence than the
-    /// last it accepted (a replayed older answer). No clock enters it.
+    /// deny-list revision + releases published + revocation list version), the same on every
+    /// replica that has caught up: within one keyring version a client refuses a decision with
+    /// a lower sequence than the last it accepted (a replayed older answer). No clock enters
+    /// it.
     pub sequence: u64,
     /// Variants to try, best first; the XNNPACK fallback last where one is compatible.
     pub candidates: Vec<Candidate>,
@@ -180,6 +185,9 @@ pub struct ResolveResponse {
     /// Present with `?explain=true`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explain: Option<Vec<Explanation>>,
+    /// The model's revocation list, signed by a release key (see [`crate::revocation`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revocations: Option<Envelope>,
     /// The telemetry receipt for this answer: an opaque server MAC over the install id, model,
     /// release and candidate variants, to copy into each telemetry event about it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

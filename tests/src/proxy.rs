@@ -110,6 +110,15 @@ impl FaultProxy {
         }
     }
 
+    /// Drops every queued fault: responses pass unchanged from now on.
+    pub fn clear_faults(&self) {
+        if let Ok(mut g) = self.shared.lock() {
+            g.blob_faults.clear();
+            g.resolve_faults.clear();
+            g.keyring_faults.clear();
+        }
+    }
+
     /// Requests seen so far.
     pub fn log(&self) -> Vec<Logged> {
         self.shared

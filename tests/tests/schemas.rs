@@ -86,6 +86,19 @@ fn real_responses_match_the_schemas() {
         8192,
     );
     check("resolve-request.schema.json", &dev);
+    // A revocation list (of a release never published) so the answer carries one.
+    let list = serde_json::json!({"model": "mlp", "version": 1, "revoked": [
+        {"release": "0.9.0", "reason": "withdrawn", "at": "2026-12-01T00:00:00Z"}]});
+    let env = app.release_key().pair.sign(
+        ferry_shared::revocation::REVOCATIONS_PAYLOAD_TYPE,
+        &serde_json::to_vec(&list).expect("json"),
+    );
+    let (status, b) = app.post_raw(
+        "/v1/admin/models/mlp/revocations",
+        &serde_json::to_vec(&env).expect("json"),
+        Some(ferry_tests::app::ADMIN_TOKEN),
+    );
+    assert_eq!(status, 201, "{b}");
 
     let (status, body) = app.resolve(&dev, true);
     assert_eq!(status, 200);
@@ -94,6 +107,10 @@ fn real_responses_match_the_schemas() {
         serde_json::from_value(body["decision"].clone()).expect("envelope");
     let decision: serde_json::Value = serde_json::from_slice(&payload(&env)).expect("decision");
     check("decision.schema.json", &decision);
+    let env: ferry_shared::dsse::Envelope =
+        serde_json::from_value(body["revocations"].clone()).expect("revocations envelope");
+    let list: serde_json::Value = serde_json::from_slice(&payload(&env)).expect("list");
+    check("revocations.schema.json", &list);
     let env: ferry_shared::dsse::Envelope =
         serde_json::from_value(body["release"].clone()).expect("envelope");
     let manifest: serde_json::Value = serde_json::from_slice(&payload(&env)).expect("manifest");

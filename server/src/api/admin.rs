@@ -166,3 +166,73 @@ pub(crate) async fn get_release(
     })?;
     Ok(HttpResponse::Ok().json(release_view(&release)))
 }
+
+/// `GET /v1/admin/models/{model}/revocations` (scope read): the list in force, with its
+/// envelope (what `ferry release revoke` builds the next version from).
+pub(crate) async fn get_revocations(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    model: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&req, &state.config.tokens, Scope::Read)?;
+    let model = parse_model(&model)?;
+    if !state.catalog().has_model(&model) {
+        return Err(ApiError::new(
+            ErrorCode::ModelNotFound,
+            format!("no release of {model} is published"),
+        ));
+    }
+    let held = state.revocations().get(&model).cloned();
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "model": model,
+        "version": held.as_ref().map_or(0, |r| r.list.version),
+        "revoked": held.as_ref().map(|r| r.list.revoked.clone()).unwrap_or_default(),
+        "envelope": held.as_ref().map(|r| (*r.envelope).clone()),
+    })))
+}
+
+/// `POST /v1/admin/models/{model}/revocations` (scope publish): a signed revocation list, the
+/// successor of the one in force.
+pub(crate) async fn post_revocations(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    model: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let caller = authorize(&req, &state.config.tokens, Scope::Publish)?;
+    let model = parse_model(&model)?;
+    if !state.catalog().has_model(&model) {
+        return Err(ApiError::new(
+            ErrorCode::ModelNotFound,
+            format!("no release of {model} is published"),
+        ));
+    }
+    let body = read_body(
+        payload,
+        &state.config.limits,
+        state.config.limits.max_json_bytes,
+    )
+    .await?;
+    let env: ferry_shared::dsse::Envelope = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(
+            ErrorCode::EnvelopeMalformed,
+            format!("revocation envelope: {e}"),
+        )
+    })?;
+    let list =
+        crate::fleet::revocation::submit(&state.store, &state.release_ring, &model, &env).await?;
+    tracing::warn!(
+        caller = caller.name,
+        %model,
+        version = list.version,
+        revoked = %list.revoked.iter().map(|r| r.release.to_string()).collect::<Vec<_>>().join(","),
+        "revocation list changed"
+    );
+    let view = serde_json::json!({
+        "model": model,
+        "version": list.version,
+        "revoked": list.revoked,
+    });
+    state.set_revocations(list, env);
+    Ok(HttpResponse::Created().json(view))
+}

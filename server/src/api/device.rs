@@ -92,7 +92,12 @@ pub(crate) async fn resolve_inner(
             format!("no release of {} is published", device.model),
         ));
     }
-    let all = catalog.releases_newest_first(&device.model);
+    let revocations = state.revocations().get(&device.model).cloned();
+    let mut all = catalog.releases_newest_first(&device.model);
+    // A revoked release is never offered, whatever the rollout plan says.
+    if let Some(r) = &revocations {
+        all.retain(|rel| r.list.revokes(&rel.manifest.version).is_none());
+    }
     let plan = state.rollouts().get(&device.model).cloned();
     let wanted_cohort = plan
         .as_ref()
@@ -177,6 +182,7 @@ pub(crate) async fn resolve_inner(
         issued_at: now,
         expires_at: now + time::Duration::seconds(state.config.decision_ttl_secs as i64),
         keyring_version: state.keyring_version,
+        revocations_version: revocations.as_ref().map_or(0, |r| r.list.version),
         sequence: state.sequence_of(&device.model),
         candidates: selection
             .candidates
@@ -212,6 +218,7 @@ pub(crate) async fn resolve_inner(
     let response = ResolveResponse {
         decision: state.online.sign(DECISION_PAYLOAD_TYPE, &payload),
         release: release.envelope.clone(),
+        revocations: revocations.map(|r| (*r.envelope).clone()),
         receipt: Some(receipt),
         explain: explain.then(|| {
             let mut ex = selection.explain;

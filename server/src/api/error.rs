@@ -91,6 +91,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::ManifestMalformed
         | C::ManifestUnknownField
         | C::ManifestInvalid
+        | C::RevocationsInvalid
         | C::PteTruncated
         | C::PteNotAProgram
         | C::PteBadHeader
@@ -103,6 +104,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         C::Internal
         | C::TrustInvalid
         | C::KeyringInvalid
+        | C::ReleaseRevoked
         | C::KeyringSkipped
         | C::KeyringRollback
         | C::ConfigInvalid
@@ -256,6 +258,15 @@ impl From<DenyError> for ApiError {
     fn from(e: DenyError) -> Self {
         match e {
             DenyError::Store(s) => s.into(),
+            other => ApiError::new(other.code(), other.to_string()),
+        }
+    }
+}
+
+impl From<crate::fleet::revocation::SubmitError> for ApiError {
+    fn from(e: crate::fleet::revocation::SubmitError) -> Self {
+        match e {
+            crate::fleet::revocation::SubmitError::Store(s) => s.into(),
             other => ApiError::new(other.code(), other.to_string()),
         }
     }

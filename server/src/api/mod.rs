@@ -7,6 +7,7 @@
 //! | `GET, HEAD /v1/blobs/sha256/{hex}` | device, mirror | [`blobs`] |
 //! | `PUT /v1/admin/blobs/sha256/{hex}` | `publish` | [`blobs`] |
 //! | `POST /v1/admin/models/{model}/releases` | `publish` | [`admin`] |
+//! | `GET`, `POST /v1/admin/models/{model}/revocations` | `read`, `publish` | [`admin`] |
 //! | `GET /v1/admin/models[/{model}[/releases/{version}]]` | `read` | [`admin`] |
 //! | `POST /v1/telemetry` | device | [`fleet`] |
 //! | `GET, POST /v1/admin/models/{model}/rollout` | `read` / `rollout` | [`fleet`] |

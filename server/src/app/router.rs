@@ -36,6 +36,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(resource("/v1/admin/models/{model}").route(web::get().to(get_model)))
         .service(resource("/v1/admin/models/{model}/releases").route(web::post().to(post_release)))
         .service(
+            resource("/v1/admin/models/{model}/revocations")
+                .route(web::get().to(crate::api::admin::get_revocations))
+                .route(web::post().to(crate::api::admin::post_revocations)),
+        )
+        .service(
             resource("/v1/admin/models/{model}/releases/{version}")
                 .route(web::get().to(get_release)),
         )

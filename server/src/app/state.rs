@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use ferry_shared::ModelName;
-use ferry_shared::dsse::{KeyPair, KeyRing};
+use ferry_shared::dsse::{Envelope, KeyPair, KeyRing};
+use ferry_shared::revocation::RevocationList;
 use ferry_shared::rollout::RolloutPlan;
 use ferry_shared::trust::TrustFile;
 use time::OffsetDateTime;
@@ -18,6 +19,15 @@ use crate::fleet::aggregate::Telemetry;
 use crate::storage::Store;
 use crate::storage::catalog::{Catalog, Release};
 use ferry_shared::deny::DenyEntry;
+
+/// A model's revocation list in force and the envelope it came in (sent with every answer).
+#[derive(Debug, Clone)]
+pub struct Revocations {
+    /// The verified list.
+    pub list: Arc<RevocationList>,
+    /// As signed.
+    pub envelope: Arc<Envelope>,
+}
 
 /// Everything the handlers share.
 pub struct AppState {
@@ -45,6 +55,8 @@ pub struct AppState {
     pub rollouts: RwLock<Arc<BTreeMap<ModelName, RolloutPlan>>>,
     /// Deny lists in force per model.
     pub deny: RwLock<Arc<BTreeMap<ModelName, Vec<DenyEntry>>>>,
+    /// The revocation list in force per model, with its signed envelope.
+    revocations: RwLock<Arc<BTreeMap<ModelName, Revocations>>>,
     /// The deny-list revision in force per model (part of the decision sequence).
     deny_revs: RwLock<Arc<BTreeMap<ModelName, u64>>>,
     /// Telemetry aggregates.
@@ -89,6 +101,7 @@ impl AppState {
             rollouts: RwLock::new(Arc::new(BTreeMap::new())),
             deny: RwLock::new(Arc::new(BTreeMap::new())),
             deny_revs: RwLock::new(Arc::new(BTreeMap::new())),
+            revocations: RwLock::new(Arc::new(BTreeMap::new())),
             telemetry: Telemetry::default(),
             ramp_marks: Default::default(),
             receipts,
@@ -141,6 +154,36 @@ impl AppState {
         }
     }
 
+    /// The revocation lists in force.
+    pub fn revocations(&self) -> Arc<BTreeMap<ModelName, Revocations>> {
+        match self.revocations.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// Puts `list` in force for its model, unless a newer version already is.
+    pub fn set_revocations(&self, list: RevocationList, envelope: Envelope) {
+        let mut g = match self.revocations.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if g.get(&list.model)
+            .is_some_and(|r| r.list.version >= list.version)
+        {
+            return;
+        }
+        let mut next = (**g).clone();
+        next.insert(
+            list.model.clone(),
+            Revocations {
+                list: Arc::new(list),
+                envelope: Arc::new(envelope),
+            },
+        );
+        *g = Arc::new(next);
+    }
+
     /// The deny-list revision in force per model.
     pub fn deny_revisions(&self) -> Arc<BTreeMap<ModelName, u64>> {
         match self.deny_revs.read() {
@@ -191,14 +234,15 @@ impl AppState {
 
     /// The decision sequence for `model`: [`ferry_shared::resolve::SEQUENCE_BASE`] plus its state
     /// generation as this replica knows it (rollout revision + deny-list revision + releases
-    /// published). Every input only grows and
+    /// published + revocation list version). Every input only grows and
     /// comes from the store, so replicas that have caught up agree and no clock can push it
     /// ahead.
     pub(crate) fn sequence_of(&self, model: &ModelName) -> u64 {
         let rollout = self.rollouts().get(model).map_or(0, |p| p.revision);
         let deny = self.deny_revisions().get(model).copied().unwrap_or(0);
         let releases = self.catalog().release_count_of(model) as u64;
-        ferry_shared::resolve::SEQUENCE_BASE + rollout + deny + releases
+        let revoked = self.revocations().get(model).map_or(0, |r| r.list.version);
+        ferry_shared::resolve::SEQUENCE_BASE + rollout + deny + releases + revoked
     }
 
     pub(crate) fn next_request_id(&self) -> String {

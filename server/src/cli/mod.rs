@@ -5,6 +5,7 @@ mod health;
 mod inspect;
 mod keys;
 mod publish;
+mod release;
 mod releases;
 mod remote;
 mod rollout;
@@ -162,6 +163,12 @@ pub enum Command {
         #[command(subcommand)]
         command: deny::DenyCommand,
     },
+    /// Release actions: revoke.
+    Release {
+        /// What to do.
+        #[command(subcommand)]
+        command: release::ReleaseCommand,
+    },
     /// Every release of a model, newest first, with its state: live (the baseline), staged N%,
     /// published (not live yet) or retired (older than the baseline).
     Releases {
@@ -247,6 +254,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             remote,
         } => health_cmd(&model, json, &remote),
         Command::Deny { command } => deny::deny_cmd(command),
+        Command::Release { command } => release::release_cmd(command),
         Command::Releases {
             model,
             json,

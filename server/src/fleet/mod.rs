@@ -12,6 +12,7 @@ pub mod ingest;
 pub mod limits;
 pub mod ramp;
 pub mod receipt;
+pub mod revocation;
 pub mod rollout;
 
 use ferry_shared::ModelName;
@@ -26,7 +27,7 @@ pub(crate) fn now_text() -> String {
         .unwrap_or_default()
 }
 
-/// Loads the rollout plans and deny lists of `models` into memory.
+/// Loads the rollout plans, deny lists and revocation lists of `models` into memory.
 pub async fn load_state(
     state: &AppState,
     models: Vec<ModelName>,
@@ -36,6 +37,9 @@ pub async fn load_state(
     for m in &models {
         if let Some((revision, entries)) = deny::load(&state.store, m).await? {
             state.set_deny(m, revision, entries);
+        }
+        if let Some((list, env)) = revocation::load(&state.store, &state.release_ring, m).await? {
+            state.set_revocations(list, env);
         }
     }
     Ok(())

@@ -6,6 +6,7 @@
 //! inspections/<model>/<version>.json                  the inspector's report per variant, written first
 //! state/<model>/rollout/<revision>.json               rollout plan revisions (create-if-absent)
 //! state/<model>/deny/<revision>.json                  deny-list revisions (create-if-absent)
+//! state/<model>/revocations/<revision>.json           signed revocation lists (create-if-absent)
 //! telemetry/raw/date=YYYY-MM-DD/hour=HH/<node>-<ns>.ndjson   raw telemetry events
 //! telemetry/rollup/<model>/<node>.json                each replica's latest aggregates
 //! ```
@@ -103,6 +104,11 @@ impl StorageKey {
     /// The revision-log prefix of `model`'s rollout plans.
     pub fn rollout_log(model: &ModelName) -> String {
         format!("state/{model}/rollout")
+    }
+
+    /// The revision-log prefix of `model`'s revocation lists.
+    pub fn revocations_log(model: &ModelName) -> String {
+        format!("state/{model}/revocations")
     }
 
     /// The revision-log prefix of `model`'s deny list.

@@ -1,0 +1,57 @@
+//! `ferry release revoke` through the real binary against a real server.
+
+mod common;
+
+use common::{TOKEN, ferry, run_ok, serve, setup};
+
+#[test]
+fn revoke_signs_the_next_list_and_the_server_stops_offering_the_release() {
+    let s = setup("rev");
+    let server = serve(&s.data);
+    for release in [&s.v1, &s.v2] {
+        run_ok(
+            ferry()
+                .arg("publish")
+                .arg(release)
+                .arg("--files")
+                .arg(&s.files)
+                .args(["--server", &server.url, "--token", TOKEN, "--quiet"]),
+        );
+    }
+    let revoke = |version: &str, key: &str| {
+        ferry()
+            .args(["release", "revoke", "rev", version, "--key"])
+            .arg(s.data.join("keys").join(key))
+            .args(["--reason", "crashes on start", "--server", &server.url])
+            .env("FERRY_TOKEN", TOKEN)
+            .output()
+            .expect("run")
+    };
+    let out = revoke("1.0.0", "release.key");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("revocation list version 1"), "{text}");
+    // Again: nothing to do, and said so.
+    let again = revoke("1.0.0", "release.key");
+    assert!(again.status.success());
+    assert!(String::from_utf8_lossy(&again.stdout).contains("already revoked"));
+    // The online key may not sign revocations; a bad version is refused before anything is sent.
+    let wrong = revoke("2.0.0", "online.key");
+    assert!(!wrong.status.success());
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("release key"));
+    assert!(!revoke("two", "release.key").status.success());
+
+    let mut resp = ureq::get(format!("{}/v1/admin/models/rev/revocations", server.url))
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .call()
+        .expect("GET");
+    let list: serde_json::Value =
+        serde_json::from_reader(resp.body_mut().as_reader()).expect("json");
+    assert_eq!(list["version"], 1, "{list}");
+    assert_eq!(list["revoked"][0]["release"], "1.0.0");
+    assert_eq!(list["revoked"][0]["reason"], "crashes on start");
+}
