@@ -91,6 +91,9 @@ pub async fn build_state(
     crate::fleet::load_state(&state, models)
         .await
         .map_err(|e| anyhow::anyhow!("cannot load rollout state from the store: {e}"))?;
+    // Fleet-wide telemetry: every replica's rollup so far, including this replica's earlier
+    // runs, before the first request.
+    crate::fleet::flush::flush_rollups(&state).await;
     let plans = state.rollouts().len();
     notes.push(format!("rollout plans: {plans}"));
     Ok((Arc::new(state), notes))
@@ -227,6 +230,16 @@ pub fn spawn_refresh(state: Arc<AppState>) {
         loop {
             tick.tick().await;
             crate::fleet::flush::flush(&flush_state).await;
+            // The merged view just changed: check every model's halts and deny list against
+            // the whole fleet (in this background task, never on a request worker).
+            let models: Vec<_> = flush_state
+                .catalog()
+                .models()
+                .map(|(m, _)| m.clone())
+                .collect();
+            for m in models {
+                crate::fleet::evaluate::evaluate(&flush_state, &m).await;
+            }
         }
     });
 }

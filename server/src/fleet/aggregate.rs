@@ -13,72 +13,18 @@
 //! device model crosses the deny threshold (with enough samples) is denied to that class.
 
 use ferry_shared::errors::ErrorCode;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
+use ferry_shared::telemetry::TelemetryEvent;
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use crate::fleet::ingest::{EventError, MAX_DEVICES, MAX_SAMPLES, TelemetryConfig, validate};
+use crate::fleet::ingest::{EventError, MAX_DEVICES, TelemetryConfig, validate};
 use crate::fleet::limits::Limiter;
-use ferry_shared::deny::{DenyEntry, DenySource, DenyState, DeviceClass};
-
-/// Counts for a device class within a variant.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct ClassCounts {
-    /// Load attempts.
-    pub loads: u64,
-    /// Failed loads.
-    pub load_failures: u64,
-    /// Fallbacks away from this variant.
-    pub fallbacks: u64,
-    /// Distinct devices seen (counted up to [`CLASS_DEVICES`]).
-    pub devices: u64,
-    #[serde(skip)]
-    device_ids: HashSet<u64>,
-}
-
-/// Distinct devices counted per device class: enough to compare with any sensible minimum.
-pub const CLASS_DEVICES: usize = 1000;
-
-impl ClassCounts {
-    fn note_device(&mut self, id: u64) {
-        if self.device_ids.len() < CLASS_DEVICES && self.device_ids.insert(id) {
-            self.devices = self.device_ids.len() as u64;
-        }
-    }
-
-    fn fallback_rate(&self) -> f64 {
-        if self.loads == 0 {
-            0.0
-        } else {
-            // A rate never exceeds 1, whatever the events claim (a fallback follows a load).
-            self.fallbacks.min(self.loads) as f64 / self.loads as f64
-        }
-    }
-}
-
-/// Aggregates of one variant of one release.
-#[derive(Debug, Clone, Default)]
-pub struct VariantAgg {
-    delegate: String,
-    devices: HashSet<u64>,
-    /// Events counted per device (see [`PER_DEVICE_EVENTS`]).
-    per_device: HashMap<u64, u8>,
-    loads_ok: u64,
-    load_failures: u64,
-    fallbacks: u64,
-    fallback_to: BTreeMap<String, u64>,
-    error_codes: BTreeMap<String, u64>,
-    downloads_failed: u64,
-    verify_failed: u64,
-    load_ms: Vec<f64>,
-    by_soc: BTreeMap<String, ClassCounts>,
-    by_device_model: BTreeMap<String, ClassCounts>,
-    by_platform: BTreeMap<String, ClassCounts>,
-}
+use crate::fleet::rollup::Rollup;
+use ferry_shared::deny::DenyEntry;
 
 pub(crate) fn hash_id(s: &str) -> u64 {
     use std::hash::{Hash, Hasher};
@@ -87,127 +33,26 @@ pub(crate) fn hash_id(s: &str) -> u64 {
     h.finish()
 }
 
-pub(crate) fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let idx = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted.get(idx).copied()
-}
-
-/// Most events one device adds to one variant's counts: a device (even one with a real
-/// receipt) weighs at most this much in rates, halts, ramps and deny decisions, however many
-/// events it sends; more are kept in the raw log only.
+/// Most events one device adds to one variant's counts on one replica: a device (even one
+/// with a real receipt) weighs at most this much in rates, halts, ramps and deny decisions,
+/// however many events it sends; more are kept in the raw log only.
 pub const PER_DEVICE_EVENTS: u8 = 8;
 
-impl VariantAgg {
-    fn add(&mut self, e: &TelemetryEvent) {
-        let id = hash_id(&e.install_id);
-        if self.per_device.len() < MAX_DEVICES || self.per_device.contains_key(&id) {
-            let n = self.per_device.entry(id).or_default();
-            if *n >= PER_DEVICE_EVENTS {
-                return;
-            }
-            *n += 1;
-        }
-        if self.devices.len() < MAX_DEVICES {
-            self.devices.insert(id);
-        }
-        if self.delegate.is_empty() {
-            self.delegate = e.delegate.clone();
-        }
-        let device = hash_id(&e.install_id);
-        let classes = |agg: &mut Self, f: &dyn Fn(&mut ClassCounts)| {
-            for (map, key) in [
-                (&mut agg.by_soc, &e.soc),
-                (&mut agg.by_device_model, &e.device_model),
-                (&mut agg.by_platform, &e.platform),
-            ] {
-                if !key.is_empty() && (map.len() < 10_000 || map.contains_key(key)) {
-                    let c = map.entry(key.clone()).or_default();
-                    c.note_device(device);
-                    f(c);
-                }
-            }
-        };
-        match (e.kind, e.outcome) {
-            (EventKind::Load, Outcome::Ok) => {
-                self.loads_ok += 1;
-                if let Some(ms) = e.load_ms
-                    && self.load_ms.len() < MAX_SAMPLES
-                {
-                    self.load_ms.push(ms);
-                }
-                classes(self, &|c| c.loads += 1);
-            }
-            (EventKind::Load, Outcome::Failed) => {
-                self.load_failures += 1;
-                if let Some(code) = &e.error_code {
-                    *self.error_codes.entry(code.clone()).or_default() += 1;
-                }
-                classes(self, &|c| {
-                    c.loads += 1;
-                    c.load_failures += 1;
-                });
-            }
-            (EventKind::Fallback, _) => {
-                self.fallbacks += 1;
-                if let Some(to) = &e.to_variant {
-                    *self.fallback_to.entry(to.clone()).or_default() += 1;
-                }
-                classes(self, &|c| c.fallbacks += 1);
-            }
-            (EventKind::Download, Outcome::Failed) => self.downloads_failed += 1,
-            (EventKind::Verify, Outcome::Failed) => self.verify_failed += 1,
-            _ => {}
-        }
-    }
+/// (model, release, variant).
+type VariantKey = (String, String, String);
 
-    fn loads(&self) -> u64 {
-        self.loads_ok + self.load_failures
-    }
-
-    /// The JSON view for `health`.
-    fn view(&self, variant: &str) -> serde_json::Value {
-        let mut ms = self.load_ms.clone();
-        ms.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-        let mut codes: Vec<(&String, &u64)> = self.error_codes.iter().collect();
-        codes.sort_by(|a, b| b.1.cmp(a.1));
-        let loads = self.loads();
-        let rate = |n: u64| {
-            if loads == 0 {
-                0.0
-            } else {
-                n.min(loads) as f64 / loads as f64
-            }
-        };
-        serde_json::json!({
-            "variant": variant,
-            "delegate": self.delegate,
-            "devices": self.devices.len(),
-            "loads": loads,
-            "load_failures": self.load_failures,
-            "failure_rate": rate(self.load_failures),
-            "fallbacks": self.fallbacks,
-            "fallback_rate": rate(self.fallbacks),
-            "fallbacks_to": self.fallback_to,
-            "top_error_codes": codes.iter().take(5).map(|(c, n)| serde_json::json!({"code": c, "count": n})).collect::<Vec<_>>(),
-            "downloads_failed": self.downloads_failed,
-            "verify_failed": self.verify_failed,
-            "load_ms": {"p50": percentile(&ms, 0.5), "p95": percentile(&ms, 0.95)},
-            "by_soc": self.by_soc,
-            "by_device_model": self.by_device_model,
-            "by_platform": self.by_platform,
-        })
-    }
-}
 /// The in-memory telemetry state of one server.
 #[derive(Debug, Default)]
 pub struct Telemetry {
-    aggs: Mutex<BTreeMap<(String, String, String), VariantAgg>>,
+    /// Events counted per device per variant (the [`PER_DEVICE_EVENTS`] cap).
+    caps: Mutex<HashMap<VariantKey, HashMap<u64, u8>>>,
+    /// What this replica counted since it started (flushed to the store).
+    local: Mutex<Rollup>,
+    /// The other replicas' rollups (and those of earlier runs), merged; refreshed at each flush.
+    others: std::sync::RwLock<std::sync::Arc<Rollup>>,
+    cohorts: Mutex<Rollup>,
     raw: Mutex<Vec<String>>,
     limiter: Mutex<Limiter>,
-    cohorts: Mutex<BTreeMap<(String, String), HashSet<u64>>>,
     evaluated: Mutex<HashMap<String, Instant>>,
     dropped: std::sync::atomic::AtomicU64,
 }
@@ -285,15 +130,28 @@ impl Telemetry {
         }
         report.rejected.sort_by_key(|e| e.index);
         report.accepted = kept.len();
-        if let Ok(mut aggs) = self.aggs.lock() {
+        {
+            let mut caps = lock(&self.caps);
+            let mut local = lock(&self.local);
             for (e, ok) in &kept {
                 if !ok {
                     report.unverified += 1;
                     continue;
                 }
-                aggs.entry((e.model.clone(), e.release.clone(), e.variant.clone()))
-                    .or_default()
-                    .add(e);
+                let id = hash_id(&e.install_id);
+                let per_device = caps
+                    .entry((e.model.clone(), e.release.clone(), e.variant.clone()))
+                    .or_default();
+                if per_device.len() < MAX_DEVICES || per_device.contains_key(&id) {
+                    let n = per_device.entry(id).or_default();
+                    if *n >= PER_DEVICE_EVENTS {
+                        continue;
+                    }
+                    *n += 1;
+                }
+                local
+                    .variant_mut(&e.model, &e.release, &e.variant)
+                    .add(e, id);
             }
         }
         if let Ok(mut raw) = self.raw.lock() {
@@ -343,14 +201,44 @@ impl Telemetry {
 
     /// Notes that `install_id` was served `cohort` of `model` (for cohort sizes).
     pub fn record_cohort(&self, model: &str, cohort: &str, install_id: &str) {
-        if let Ok(mut c) = self.cohorts.lock() {
-            let set = c
-                .entry((model.to_string(), cohort.to_string()))
-                .or_default();
-            if set.len() < MAX_DEVICES {
-                set.insert(hash_id(install_id));
-            }
+        lock(&self.cohorts).note_cohort(model, cohort, hash_id(install_id));
+    }
+
+    /// What this replica counted, to flush to the store.
+    pub fn local_rollup(&self) -> Rollup {
+        let mut r = lock(&self.local).clone();
+        r.merge(&lock(&self.cohorts));
+        r
+    }
+
+    /// Replaces the other replicas' merged rollup (read from the store).
+    pub fn set_others(&self, others: Rollup) {
+        let next = std::sync::Arc::new(others);
+        match self.others.write() {
+            Ok(mut g) => *g = next,
+            Err(p) => *p.into_inner() = next,
         }
+    }
+
+    /// The whole fleet's counts for `model`: the other replicas' rollups merged with this
+    /// replica's own.
+    pub fn fleet(&self, model: &str) -> Rollup {
+        let mut out = Rollup::default();
+        let others = match self.others.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        };
+        for part in [&*others, &*lock(&self.local), &*lock(&self.cohorts)] {
+            let mut one = Rollup::default();
+            if let Some(m) = part.models.get(model) {
+                one.models.insert(model.to_string(), m.clone());
+            }
+            if let Some(c) = part.cohorts.get(model) {
+                one.cohorts.insert(model.to_string(), c.clone());
+            }
+            out.merge(&one);
+        }
+        out
     }
 
     /// Takes the buffered raw lines (for a flush).
@@ -369,91 +257,33 @@ impl Telemetry {
         }
     }
 
-    /// Loads, failures and fallbacks of all variants of `release` of `model`.
+    /// Loads, failures and fallbacks of all variants of `release` of `model`, fleet-wide.
     pub fn release_totals(&self, model: &str, release: &str) -> (u64, u64, u64) {
-        let Ok(aggs) = self.aggs.lock() else {
-            return (0, 0, 0);
-        };
-        aggs.iter()
-            .filter(|((m, r, _), _)| m == model && r == release)
-            .fold((0, 0, 0), |(l, f, b), (_, a)| {
-                (l + a.loads(), f + a.load_failures, b + a.fallbacks)
-            })
+        self.fleet(model).release_totals(model, release)
     }
 
-    /// Device classes of `model` over the deny threshold: (release, variant, class, value,
-    /// fallback rate, samples).
+    /// Device classes of `model` over the deny thresholds, fleet-wide.
     pub fn deny_candidates(&self, model: &str, cfg: &TelemetryConfig) -> Vec<DenyEntry> {
-        let Ok(aggs) = self.aggs.lock() else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for ((m, release, variant), a) in aggs.iter() {
-            if m != model {
-                continue;
-            }
-            for (class, map) in [
-                (DeviceClass::Soc, &a.by_soc),
-                (DeviceClass::DeviceModel, &a.by_device_model),
-            ] {
-                for (value, c) in map {
-                    if c.loads >= cfg.deny_min_samples
-                        && c.devices >= cfg.deny_min_devices
-                        && c.fallback_rate() >= cfg.deny_fallback_rate
-                    {
-                        out.push(DenyEntry {
-                            release: release.clone(),
-                            variant: variant.clone(),
-                            class,
-                            value: value.clone(),
-                            fallback_rate: c.fallback_rate(),
-                            samples: c.loads,
-                            source: DenySource::Telemetry,
-                            state: DenyState::Deny,
-                        });
-                    }
-                }
-            }
-        }
-        out
+        self.fleet(model).deny_candidates(model, cfg)
     }
 
-    /// The health view of `model` (releases newest first).
+    /// The fleet-wide health view of `model` (releases newest first).
     pub fn health(&self, model: &str) -> serde_json::Value {
-        let aggs = match self.aggs.lock() {
-            Ok(a) => a,
-            Err(p) => p.into_inner(),
-        };
-        let mut releases: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
-        for ((m, release, variant), a) in aggs.iter() {
-            if m == model {
-                releases
-                    .entry(release.clone())
-                    .or_default()
-                    .push(a.view(variant));
-            }
-        }
-        let mut list: Vec<(semver::Version, String, Vec<serde_json::Value>)> = releases
-            .into_iter()
-            .map(|(r, v)| (r.parse().unwrap_or(semver::Version::new(0, 0, 0)), r, v))
-            .collect();
-        list.sort_by(|a, b| b.0.cmp(&a.0));
-        let cohorts = self.cohorts.lock().map(|c| {
-            c.iter()
-                .filter(|((m, _), _)| m == model)
-                .map(|((_, cohort), set)| (cohort.clone(), set.len()))
-                .collect::<BTreeMap<_, _>>()
-        });
-        serde_json::json!({
-            "releases": list.into_iter().map(|(_, r, v)| serde_json::json!({"release": r, "variants": v})).collect::<Vec<_>>(),
-            "cohort_sizes": cohorts.unwrap_or_default(),
-        })
+        self.fleet(model).health(model)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferry_shared::deny::DeviceClass;
 
     fn ev(kind: &str, outcome: &str) -> serde_json::Value {
         serde_json::json!({

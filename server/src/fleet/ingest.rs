@@ -69,8 +69,8 @@ pub struct EventError {
 pub(crate) const MAX_FIELD: usize = 128;
 /// Longest receipt (a MAC and up to 64 variant ids).
 pub(crate) const MAX_RECEIPT: usize = 8192;
+/// Devices tracked per variant for the per-device event cap.
 pub(crate) const MAX_DEVICES: usize = 200_000;
-pub(crate) const MAX_SAMPLES: usize = 20_000;
 
 /// Validates one event (already parsed as JSON).
 pub fn validate(

@@ -14,6 +14,7 @@ pub mod ramp;
 pub mod receipt;
 pub mod revocation;
 pub mod rollout;
+pub mod rollup;
 
 use ferry_shared::ModelName;
 use time::OffsetDateTime;

@@ -8,7 +8,7 @@
 //! state/<model>/deny/<revision>.json                  deny-list revisions (create-if-absent)
 //! state/<model>/revocations/<revision>.json           signed revocation lists (create-if-absent)
 //! telemetry/raw/date=YYYY-MM-DD/hour=HH/<node>-<ns>.ndjson   raw telemetry events
-//! telemetry/rollup/<model>/<node>.json                each replica's latest aggregates
+//! telemetry/rollups/<node>.json                      each replica run's mergeable aggregates
 //! ```
 //! Model names and versions are validated newtypes, so a key can never escape its prefix.
 //!
@@ -128,9 +128,14 @@ impl StorageKey {
         ))
     }
 
-    /// A replica's latest aggregates of `model`.
-    pub fn telemetry_rollup(model: &ModelName, node: &str) -> StorePath {
-        StorePath::from(format!("telemetry/rollup/{model}/{node}.json"))
+    /// The mergeable aggregates of one replica run (`node`), rewritten at each flush.
+    pub fn telemetry_rollup(node: &str) -> StorePath {
+        StorePath::from(format!("telemetry/rollups/{node}.json"))
+    }
+
+    /// The prefix under which every replica's rollup lives.
+    pub fn telemetry_rollups() -> StorePath {
+        StorePath::from("telemetry/rollups")
     }
 
     /// A key that never exists, read by the readiness probe.

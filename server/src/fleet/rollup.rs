@@ -1,0 +1,539 @@
+//! Mergeable telemetry aggregates: what every replica counts, flushes to the store and merges
+//! with the other replicas' counts, so that health, halts, ramps and the learned deny list
+//! see the whole fleet on every replica, and survive restarts.
+//!
+//! Counters add; distinct devices are HyperLogLog++ estimators (`cardinality-estimator`,
+//! exact up to a few hundred devices, about 1.6% error beyond); load times are a DDSketch
+//! (`sketches-ddsketch`, 1% relative error on every quantile). All three merge without loss, so
+//! the merge of the replicas' rollups equals the rollup of one server that received every
+//! event (counts exactly, distinct devices and percentiles within the stated errors).
+//!
+//! Memory is bounded by construction: the variants are those of published releases (events
+//! count only with a receipt the server issued), device classes are capped per variant
+//! ([`MAX_CLASSES`]), error codes and fallback targets are capped ([`MAX_KEYS`]), estimators
+//! and sketches have a fixed maximum size.
+
+use std::collections::BTreeMap;
+
+use cardinality_estimator::CardinalityEstimator;
+use ferry_shared::deny::{DenyEntry, DenySource, DenyState, DeviceClass};
+use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
+use serde::{Deserialize, Serialize};
+use sketches_ddsketch::{Config as SketchConfig, DDSketch};
+
+use crate::fleet::ingest::TelemetryConfig;
+
+/// Distinct devices, as a mergeable estimator over the hashed install id.
+pub type Devices = CardinalityEstimator<u64>;
+
+/// Most device classes (SoCs, device models, platforms) counted per variant; events of further
+/// classes still count toward the variant.
+pub const MAX_CLASSES: usize = 1000;
+
+/// Most distinct error codes and fallback targets counted per variant.
+pub const MAX_KEYS: usize = 64;
+
+fn bump(map: &mut BTreeMap<String, u64>, key: &str) {
+    if map.len() < MAX_KEYS || map.contains_key(key) {
+        *map.entry(key.to_string()).or_default() += 1;
+    }
+}
+
+/// Counts for a device class within a variant.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ClassCounts {
+    /// Load attempts.
+    pub loads: u64,
+    /// Failed loads.
+    pub load_failures: u64,
+    /// Fallbacks away from this variant.
+    pub fallbacks: u64,
+    /// Distinct devices.
+    pub devices: Devices,
+}
+
+impl ClassCounts {
+    fn merge(&mut self, o: &ClassCounts) {
+        self.loads += o.loads;
+        self.load_failures += o.load_failures;
+        self.fallbacks += o.fallbacks;
+        self.devices.merge(&o.devices);
+    }
+
+    /// Fallbacks per load, never above 1 whatever the events claim.
+    pub fn fallback_rate(&self) -> f64 {
+        if self.loads == 0 {
+            0.0
+        } else {
+            self.fallbacks.min(self.loads) as f64 / self.loads as f64
+        }
+    }
+
+    fn view(&self) -> serde_json::Value {
+        serde_json::json!({
+            "loads": self.loads,
+            "load_failures": self.load_failures,
+            "fallbacks": self.fallbacks,
+            "devices": self.devices.estimate(),
+        })
+    }
+}
+
+/// Load times as a DDSketch (default configuration: 1% relative error). An empty sketch has
+/// infinite min and max, which JSON cannot carry, so it travels as `null`.
+#[derive(Clone)]
+pub struct LoadTimes(pub DDSketch);
+
+impl Default for LoadTimes {
+    fn default() -> Self {
+        LoadTimes(DDSketch::new(SketchConfig::defaults()))
+    }
+}
+
+impl Serialize for LoadTimes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.0.count() == 0 {
+            s.serialize_none()
+        } else {
+            s.serialize_some(&self.0)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for LoadTimes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Option::<DDSketch>::deserialize(d)?.map_or_else(LoadTimes::default, LoadTimes))
+    }
+}
+
+/// Counts of one variant of one release.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct VariantCounts {
+    /// Its delegate (from the first event).
+    pub delegate: String,
+    /// Distinct devices.
+    pub devices: Devices,
+    /// Successful loads.
+    pub loads_ok: u64,
+    /// Failed loads.
+    pub load_failures: u64,
+    /// Fallbacks away from this variant.
+    pub fallbacks: u64,
+    /// Where devices fell back to.
+    pub fallback_to: BTreeMap<String, u64>,
+    /// Error codes of failed loads.
+    pub error_codes: BTreeMap<String, u64>,
+    /// Failed downloads.
+    pub downloads_failed: u64,
+    /// Failed verifications.
+    pub verify_failed: u64,
+    /// Load times (milliseconds) of successful loads.
+    pub load_ms: LoadTimes,
+    /// Per SoC.
+    pub by_soc: BTreeMap<String, ClassCounts>,
+    /// Per device model.
+    pub by_device_model: BTreeMap<String, ClassCounts>,
+    /// Per platform.
+    pub by_platform: BTreeMap<String, ClassCounts>,
+}
+
+impl std::fmt::Debug for VariantCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VariantCounts")
+            .field("delegate", &self.delegate)
+            .field("loads_ok", &self.loads_ok)
+            .field("load_failures", &self.load_failures)
+            .field("fallbacks", &self.fallbacks)
+            .field("load_ms_samples", &self.load_ms.0.count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for VariantCounts {
+    fn default() -> Self {
+        Self {
+            delegate: String::new(),
+            devices: Devices::new(),
+            loads_ok: 0,
+            load_failures: 0,
+            fallbacks: 0,
+            fallback_to: BTreeMap::new(),
+            error_codes: BTreeMap::new(),
+            downloads_failed: 0,
+            verify_failed: 0,
+            load_ms: LoadTimes::default(),
+            by_soc: BTreeMap::new(),
+            by_device_model: BTreeMap::new(),
+            by_platform: BTreeMap::new(),
+        }
+    }
+}
+
+impl VariantCounts {
+    /// Counts one event of device `device` (the hashed install id).
+    pub fn add(&mut self, e: &TelemetryEvent, device: u64) {
+        self.devices.insert(&device);
+        if self.delegate.is_empty() {
+            self.delegate = e.delegate.chars().take(64).collect();
+        }
+        let classes = |agg: &mut Self, f: &dyn Fn(&mut ClassCounts)| {
+            for (map, key) in [
+                (&mut agg.by_soc, &e.soc),
+                (&mut agg.by_device_model, &e.device_model),
+                (&mut agg.by_platform, &e.platform),
+            ] {
+                if !key.is_empty() && (map.len() < MAX_CLASSES || map.contains_key(key)) {
+                    let c = map.entry(key.clone()).or_default();
+                    c.devices.insert(&device);
+                    f(c);
+                }
+            }
+        };
+        match (e.kind, e.outcome) {
+            (EventKind::Load, Outcome::Ok) => {
+                self.loads_ok += 1;
+                if let Some(ms) = e.load_ms
+                    && ms.is_finite()
+                    && ms >= 0.0
+                {
+                    self.load_ms.0.add(ms);
+                }
+                classes(self, &|c| c.loads += 1);
+            }
+            (EventKind::Load, Outcome::Failed) => {
+                self.load_failures += 1;
+                if let Some(code) = &e.error_code {
+                    bump(&mut self.error_codes, code);
+                }
+                classes(self, &|c| {
+                    c.loads += 1;
+                    c.load_failures += 1;
+                });
+            }
+            (EventKind::Fallback, _) => {
+                self.fallbacks += 1;
+                if let Some(to) = &e.to_variant {
+                    bump(&mut self.fallback_to, to);
+                }
+                classes(self, &|c| c.fallbacks += 1);
+            }
+            (EventKind::Download, Outcome::Failed) => self.downloads_failed += 1,
+            (EventKind::Verify, Outcome::Failed) => self.verify_failed += 1,
+            _ => {}
+        }
+    }
+
+    /// Adds `o` into `self`.
+    pub fn merge(&mut self, o: &VariantCounts) {
+        if self.delegate.is_empty() {
+            self.delegate = o.delegate.clone();
+        }
+        self.devices.merge(&o.devices);
+        self.loads_ok += o.loads_ok;
+        self.load_failures += o.load_failures;
+        self.fallbacks += o.fallbacks;
+        for (k, n) in &o.fallback_to {
+            if self.fallback_to.len() < MAX_KEYS || self.fallback_to.contains_key(k) {
+                *self.fallback_to.entry(k.clone()).or_default() += n;
+            }
+        }
+        for (k, n) in &o.error_codes {
+            if self.error_codes.len() < MAX_KEYS || self.error_codes.contains_key(k) {
+                *self.error_codes.entry(k.clone()).or_default() += n;
+            }
+        }
+        self.downloads_failed += o.downloads_failed;
+        self.verify_failed += o.verify_failed;
+        // Both sketches use the default configuration, so the merge cannot fail; a sketch read
+        // from elsewhere with another configuration is left out rather than mixed in.
+        let _ = self.load_ms.0.merge(&o.load_ms.0);
+        for (mine, theirs) in [
+            (&mut self.by_soc, &o.by_soc),
+            (&mut self.by_device_model, &o.by_device_model),
+            (&mut self.by_platform, &o.by_platform),
+        ] {
+            for (k, c) in theirs {
+                if mine.len() < MAX_CLASSES || mine.contains_key(k) {
+                    mine.entry(k.clone()).or_default().merge(c);
+                }
+            }
+        }
+    }
+
+    /// Loads attempted (successful and failed).
+    pub fn loads(&self) -> u64 {
+        self.loads_ok + self.load_failures
+    }
+
+    /// The JSON view for `health`.
+    pub fn view(&self, variant: &str) -> serde_json::Value {
+        let mut codes: Vec<(&String, &u64)> = self.error_codes.iter().collect();
+        codes.sort_by(|a, b| b.1.cmp(a.1));
+        let loads = self.loads();
+        let rate = |n: u64| {
+            if loads == 0 {
+                0.0
+            } else {
+                n.min(loads) as f64 / loads as f64
+            }
+        };
+        let q = |p: f64| self.load_ms.0.quantile(p).ok().flatten();
+        let classes = |m: &BTreeMap<String, ClassCounts>| {
+            m.iter()
+                .map(|(k, c)| (k.clone(), c.view()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        serde_json::json!({
+            "variant": variant,
+            "delegate": self.delegate,
+            "devices": self.devices.estimate(),
+            "loads": loads,
+            "load_failures": self.load_failures,
+            "failure_rate": rate(self.load_failures),
+            "fallbacks": self.fallbacks,
+            "fallback_rate": rate(self.fallbacks),
+            "fallbacks_to": self.fallback_to,
+            "top_error_codes": codes.iter().take(5).map(|(c, n)| serde_json::json!({"code": c, "count": n})).collect::<Vec<_>>(),
+            "downloads_failed": self.downloads_failed,
+            "verify_failed": self.verify_failed,
+            "load_ms": {"p50": q(0.5), "p95": q(0.95), "samples": self.load_ms.0.count()},
+            "by_soc": classes(&self.by_soc),
+            "by_device_model": classes(&self.by_device_model),
+            "by_platform": classes(&self.by_platform),
+        })
+    }
+}
+
+/// Everything one replica counted (or the merge of several replicas' rollups).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Rollup {
+    /// model → release → variant → counts.
+    pub models: BTreeMap<String, BTreeMap<String, BTreeMap<String, VariantCounts>>>,
+    /// model → cohort (`staged`, `baseline`) → distinct devices served it.
+    pub cohorts: BTreeMap<String, BTreeMap<String, Devices>>,
+}
+
+impl Rollup {
+    /// The counts of one variant, created on first use.
+    pub fn variant_mut(&mut self, model: &str, release: &str, variant: &str) -> &mut VariantCounts {
+        self.models
+            .entry(model.to_string())
+            .or_default()
+            .entry(release.to_string())
+            .or_default()
+            .entry(variant.to_string())
+            .or_default()
+    }
+
+    /// Notes that `device` was served `cohort` of `model`.
+    pub fn note_cohort(&mut self, model: &str, cohort: &str, device: u64) {
+        self.cohorts
+            .entry(model.to_string())
+            .or_default()
+            .entry(cohort.to_string())
+            .or_default()
+            .insert(&device);
+    }
+
+    /// Adds `o` into `self`.
+    pub fn merge(&mut self, o: &Rollup) {
+        for (m, releases) in &o.models {
+            for (r, variants) in releases {
+                for (v, c) in variants {
+                    self.variant_mut(m, r, v).merge(c);
+                }
+            }
+        }
+        for (m, cohorts) in &o.cohorts {
+            for (c, d) in cohorts {
+                self.cohorts
+                    .entry(m.clone())
+                    .or_default()
+                    .entry(c.clone())
+                    .or_default()
+                    .merge(d);
+            }
+        }
+    }
+
+    /// Loads, failures and fallbacks of all variants of `release` of `model`.
+    pub fn release_totals(&self, model: &str, release: &str) -> (u64, u64, u64) {
+        self.models
+            .get(model)
+            .and_then(|r| r.get(release))
+            .map_or((0, 0, 0), |variants| {
+                variants.values().fold((0, 0, 0), |(l, f, b), a| {
+                    (l + a.loads(), f + a.load_failures, b + a.fallbacks)
+                })
+            })
+    }
+
+    /// Device classes of `model` over the deny thresholds.
+    pub fn deny_candidates(&self, model: &str, cfg: &TelemetryConfig) -> Vec<DenyEntry> {
+        let mut out = Vec::new();
+        let Some(releases) = self.models.get(model) else {
+            return out;
+        };
+        for (release, variants) in releases {
+            for (variant, a) in variants {
+                for (class, map) in [
+                    (DeviceClass::Soc, &a.by_soc),
+                    (DeviceClass::DeviceModel, &a.by_device_model),
+                ] {
+                    for (value, c) in map {
+                        if c.loads >= cfg.deny_min_samples
+                            && c.devices.estimate() as u64 >= cfg.deny_min_devices
+                            && c.fallback_rate() >= cfg.deny_fallback_rate
+                        {
+                            out.push(DenyEntry {
+                                release: release.clone(),
+                                variant: variant.clone(),
+                                class,
+                                value: value.clone(),
+                                fallback_rate: c.fallback_rate(),
+                                samples: c.loads,
+                                source: DenySource::Telemetry,
+                                state: DenyState::Deny,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The health view of `model` (releases newest first).
+    pub fn health(&self, model: &str) -> serde_json::Value {
+        let mut list: Vec<(semver::Version, &String, Vec<serde_json::Value>)> = self
+            .models
+            .get(model)
+            .into_iter()
+            .flatten()
+            .map(|(r, variants)| {
+                (
+                    r.parse().unwrap_or(semver::Version::new(0, 0, 0)),
+                    r,
+                    variants.iter().map(|(v, c)| c.view(v)).collect(),
+                )
+            })
+            .collect();
+        list.sort_by(|a, b| b.0.cmp(&a.0));
+        let cohorts: BTreeMap<&String, usize> = self
+            .cohorts
+            .get(model)
+            .into_iter()
+            .flatten()
+            .map(|(c, d)| (c, d.estimate()))
+            .collect();
+        serde_json::json!({
+            "releases": list.into_iter().map(|(_, r, v)| serde_json::json!({"release": r, "variants": v})).collect::<Vec<_>>(),
+            "cohort_sizes": cohorts,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: EventKind, outcome: Outcome, soc: &str, ms: Option<f64>) -> TelemetryEvent {
+        serde_json::from_value(serde_json::json!({
+            "kind": kind, "outcome": outcome, "model": "m", "release": "1.0.0",
+            "variant": "v", "delegate": "vulkan", "install_id": "i", "platform": "android",
+            "soc": soc, "device_model": "phone", "os_version": "14", "app_version": "1.0.0",
+            "runtime_version": "1.5.1", "at": "2026-12-01T00:00:00Z",
+            "load_ms": ms,
+        }))
+        .expect("event")
+    }
+
+    #[test]
+    fn the_merge_of_parts_is_the_whole() {
+        let mut whole = Rollup::default();
+        let mut parts = [Rollup::default(), Rollup::default(), Rollup::default()];
+        for i in 0..3000u64 {
+            let e = if i % 7 == 0 {
+                event(
+                    EventKind::Fallback,
+                    Outcome::Ok,
+                    &format!("soc-{}", i % 13),
+                    None,
+                )
+            } else if i % 5 == 0 {
+                event(
+                    EventKind::Load,
+                    Outcome::Failed,
+                    &format!("soc-{}", i % 13),
+                    None,
+                )
+            } else {
+                event(
+                    EventKind::Load,
+                    Outcome::Ok,
+                    &format!("soc-{}", i % 13),
+                    Some(1.0 + (i % 400) as f64),
+                )
+            };
+            whole.variant_mut("m", "1.0.0", "v").add(&e, i % 900);
+            parts[(i % 3) as usize]
+                .variant_mut("m", "1.0.0", "v")
+                .add(&e, i % 900);
+            whole.note_cohort("m", "staged", i % 900);
+            parts[(i % 3) as usize].note_cohort("m", "staged", i % 900);
+        }
+        let mut merged = Rollup::default();
+        for p in &parts {
+            // Through JSON, as replicas exchange them.
+            let back: Rollup =
+                serde_json::from_slice(&serde_json::to_vec(p).expect("json")).expect("parse");
+            merged.merge(&back);
+        }
+        let (w, m) = (whole.health("m"), merged.health("m"));
+        assert_eq!(w, m, "the merged view equals one server's view");
+        let v = &m["releases"][0]["variants"][0];
+        // 3000 events, of which every 7th (429) is a fallback: 2571 loads.
+        assert_eq!(v["loads"], 2571, "{v}");
+        let devices = v["devices"].as_u64().expect("devices") as f64;
+        assert!((devices - 900.0).abs() / 900.0 < 0.03, "{devices}");
+        // The sketch's p50 is within its 1% relative error of the exact median.
+        let mut exact: Vec<f64> = (0..3000u64)
+            .filter(|i| i % 7 != 0 && i % 5 != 0)
+            .map(|i| 1.0 + (i % 400) as f64)
+            .collect();
+        exact.sort_by(f64::total_cmp);
+        let median = exact[(exact.len() - 1) / 2];
+        let p50 = v["load_ms"]["p50"].as_f64().expect("p50");
+        assert!((p50 - median).abs() / median <= 0.011, "{p50} vs {median}");
+    }
+
+    #[test]
+    fn a_rollup_without_load_times_round_trips() {
+        let mut r = Rollup::default();
+        r.variant_mut("m", "1.0.0", "v")
+            .add(&event(EventKind::Load, Outcome::Failed, "s", None), 1);
+        let back: Rollup =
+            serde_json::from_slice(&serde_json::to_vec(&r).expect("json")).expect("parse");
+        assert_eq!(back.health("m"), r.health("m"));
+    }
+
+    #[test]
+    fn classes_error_codes_and_targets_are_capped() {
+        let mut r = Rollup::default();
+        for i in 0..(MAX_CLASSES as u64 + 500) {
+            let mut e = event(EventKind::Load, Outcome::Failed, &format!("soc-{i}"), None);
+            e.error_code = Some(format!("code-{i}"));
+            e.device_model = format!("model-{i}");
+            r.variant_mut("m", "1.0.0", "v").add(&e, i);
+        }
+        let v = &r.models["m"]["1.0.0"]["v"];
+        assert_eq!(v.by_soc.len(), MAX_CLASSES);
+        assert_eq!(v.by_device_model.len(), MAX_CLASSES);
+        assert_eq!(v.error_codes.len(), MAX_KEYS);
+        assert_eq!(
+            v.load_failures,
+            MAX_CLASSES as u64 + 500,
+            "every event still counts"
+        );
+    }
+}

@@ -1,0 +1,239 @@
+//! Fleet state across replicas: three server processes on one store (the local folder store
+//! and the moto S3 emulator) each see the whole fleet's telemetry, keep it across restarts,
+//! and write one halt for a condition all three see.
+
+use std::time::Duration;
+
+use ferry_server::app::config::StorageConfig;
+use ferry_server::app::startup::RunningServer;
+use ferry_tests::app::{ADMIN_TOKEN, Options, READ_TOKEN, TestApp, mlp_v1, mlp_v2};
+use ferry_tests::moto::Moto;
+
+fn event(outcome: &str, release: &str, install: &str, soc: &str, ms: f64) -> serde_json::Value {
+    let mut e = serde_json::json!({
+        "kind": "load", "model": "mlp", "release": release, "variant": "xnnpack-fp32",
+        "delegate": "xnnpack", "outcome": outcome, "install_id": install,
+        "platform": "android", "soc": soc, "device_model": format!("phone-{soc}"),
+        "os_version": "14", "app_version": "2.0.0", "runtime_version": "1.5.1",
+        "at": time::OffsetDateTime::now_utc()
+            .format(&time::format_description::well_known::Rfc3339)
+            .expect("time"),
+        "load_ms": ms,
+    });
+    if outcome == "failed" {
+        e["error_code"] = "runtime_load_failed".into();
+    }
+    e
+}
+
+fn post_events(app: &TestApp, url: &str, events: &[serde_json::Value]) {
+    let events = app.with_receipts(events);
+    let mut r = app
+        .agent
+        .post(format!("{url}/v1/telemetry"))
+        .header("content-type", "application/json")
+        .send(serde_json::to_vec(&serde_json::json!({ "events": events })).expect("json"))
+        .expect("post");
+    let body: serde_json::Value = serde_json::from_reader(r.body_mut().as_reader()).expect("json");
+    assert_eq!(r.status().as_u16(), 200, "{body}");
+    assert_eq!(
+        body["accepted"].as_u64(),
+        Some(events.len() as u64),
+        "{body}"
+    );
+    assert_eq!(body["unverified"], 0, "{body}");
+}
+
+fn health(app: &TestApp, url: &str) -> serde_json::Value {
+    let mut r = app
+        .agent
+        .get(format!("{url}/v1/admin/models/mlp/health"))
+        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+        .call()
+        .expect("health");
+    serde_json::from_reader(r.body_mut().as_reader()).expect("json")
+}
+
+/// (loads, failures, devices, p50) of release 1.0.0's XNNPACK variant as `url` reports it.
+fn numbers(app: &TestApp, url: &str) -> (u64, u64, u64, f64) {
+    let h = health(app, url);
+    let v = h["releases"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["release"] == "1.0.0")
+        .and_then(|r| {
+            r["variants"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|v| v["variant"] == "xnnpack-fp32")
+                .cloned()
+        })
+        .unwrap_or_default();
+    (
+        v["loads"].as_u64().unwrap_or(0),
+        v["load_failures"].as_u64().unwrap_or(0),
+        v["devices"].as_u64().unwrap_or(0),
+        v["load_ms"]["p50"].as_f64().unwrap_or(0.0),
+    )
+}
+
+fn until(what: &str, mut ok: impl FnMut() -> bool) {
+    for _ in 0..150 {
+        if ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("never: {what}");
+}
+
+fn fast(c: &mut ferry_server::app::config::Config) {
+    c.telemetry.flush_secs = 1;
+    c.telemetry.evaluate_ms = 0;
+}
+
+/// Three processes on `storage` (None: the first server's own folder store).
+fn three(storage: Option<StorageConfig>) -> (TestApp, Vec<RunningServer>) {
+    let s = storage.clone();
+    let app = TestApp::start_with(Options {
+        demo: false,
+        tweak: Some(Box::new(move |c| {
+            fast(c);
+            if let Some(s) = s {
+                c.storage = s;
+            }
+        })),
+    });
+    let replicas = (0..2)
+        .map(|_| app.replica_with(storage.clone(), Box::new(fast)))
+        .collect();
+    (app, replicas)
+}
+
+fn spread_and_restart(storage: Option<StorageConfig>) {
+    let (app, replicas) = three(storage.clone());
+    app.publish(&mlp_v1());
+    let urls: Vec<String> = std::iter::once(app.url())
+        .chain(replicas.iter().map(RunningServer::url))
+        .collect();
+    // 150 events to each replica: 50 devices each (150 in all), every 10th load failed, load
+    // times 1..=150 ms.
+    let mut expected_failures = 0;
+    for (r, url) in urls.iter().enumerate() {
+        let events: Vec<serde_json::Value> = (0..150)
+            .map(|i| {
+                let n = r * 150 + i;
+                let outcome = if n % 10 == 0 { "failed" } else { "ok" };
+                event(
+                    outcome,
+                    "1.0.0",
+                    &format!("dev-{r}-{}", i % 50),
+                    &format!("SOC-{}", n % 3),
+                    1.0 + (n % 150) as f64,
+                )
+            })
+            .collect();
+        expected_failures += events.iter().filter(|e| e["outcome"] == "failed").count() as u64;
+        post_events(&app, url, &events);
+    }
+    for url in &urls {
+        until(
+            &format!("{url} sees the whole fleet: {:?}", health(&app, url)),
+            || numbers(&app, url).0 == 450,
+        );
+    }
+    let first = numbers(&app, &urls[0]);
+    assert_eq!(first.1, expected_failures);
+    // Distinct devices: a HyperLogLog++ estimate, within its stated error of 150.
+    assert!(
+        (first.2 as f64 - 150.0).abs() / 150.0 < 0.03,
+        "devices: {}",
+        first.2
+    );
+    let mut exact: Vec<f64> = (0..450)
+        .filter(|n| n % 10 != 0)
+        .map(|n| 1.0 + (n % 150) as f64)
+        .collect();
+    exact.sort_by(f64::total_cmp);
+    let median = exact[(exact.len() - 1) / 2];
+    assert!(
+        (first.3 - median).abs() / median <= 0.011,
+        "p50 of the successful loads: {} (exact {median})",
+        first.3
+    );
+    for url in &urls[1..] {
+        assert_eq!(numbers(&app, url), first, "{url} agrees");
+    }
+    // The replicas stop; new processes on the same store see the same numbers from their
+    // first request.
+    drop(replicas);
+    let fresh: Vec<RunningServer> = (0..2)
+        .map(|_| app.replica_with(storage.clone(), Box::new(fast)))
+        .collect();
+    for r in &fresh {
+        assert_eq!(numbers(&app, &r.url()), first, "after a restart");
+    }
+}
+
+#[test]
+fn three_replicas_on_one_folder_store_share_health_across_restarts() {
+    spread_and_restart(None);
+}
+
+#[test]
+fn three_replicas_on_one_s3_bucket_share_health_across_restarts() {
+    let moto = Moto::start("ferry-fleet");
+    spread_and_restart(Some(moto.storage("ferry-fleet")));
+}
+
+#[test]
+fn a_halt_seen_by_three_replicas_is_written_once() {
+    let app = TestApp::start_with(Options {
+        demo: false,
+        tweak: Some(Box::new(fast)),
+    });
+    app.publish(&mlp_v1());
+    app.publish(&mlp_v2());
+    let (s, plan) = app.post_raw(
+        "/v1/admin/models/mlp/rollout",
+        &serde_json::to_vec(&serde_json::json!({"action": "start", "release": "2.0.0",
+            "percent": "50", "max_failure_rate": 0.2, "min_samples": 90}))
+        .expect("json"),
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(s, 200, "{plan}");
+    // The replicas start with the active plan in memory, so all three would halt it.
+    let replicas: Vec<RunningServer> = (0..2)
+        .map(|_| app.replica_with(None, Box::new(fast)))
+        .collect();
+    let urls: Vec<String> = std::iter::once(app.url())
+        .chain(replicas.iter().map(RunningServer::url))
+        .collect();
+    // 40 failing loads of 2.0.0 to each replica: no replica alone reaches min_samples (90),
+    // the fleet does (120), so each replica halts once it has read the others' rollups.
+    for (r, url) in urls.iter().enumerate() {
+        let events: Vec<serde_json::Value> = (0..40)
+            .map(|i| event("failed", "2.0.0", &format!("h-{r}-{i}"), "SOC-1", 5.0))
+            .collect();
+        post_events(&app, url, &events);
+    }
+    until("the rollout halts", || {
+        let (_, p) = app.get_json("/v1/admin/models/mlp/rollout", Some(READ_TOKEN));
+        p["current"]["state"] == "halted"
+    });
+    // More batches make every replica evaluate again after the halt.
+    for url in &urls {
+        post_events(&app, url, &[event("failed", "2.0.0", "late", "SOC-1", 5.0)]);
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let (_, p) = app.get_json("/v1/admin/models/mlp/rollout", Some(READ_TOKEN));
+    let halts = p["history"]
+        .as_array()
+        .expect("history")
+        .iter()
+        .filter(|h| h["action"] == "auto-halt")
+        .count();
+    assert_eq!(halts, 1, "one halt revision: {}", p["history"]);
+}
