@@ -371,7 +371,9 @@ fn a_telemetry_flood_denies_one_soc_and_halts_the_staged_release() {
     assert_eq!(vk["fallbacks_to"]["xnnpack-fp32"], 120);
     assert_eq!(vk["by_soc"]["SM8450"]["fallbacks"], 120);
     assert_eq!(vk["top_error_codes"][0]["code"], "runtime_load_failed");
-    assert_eq!(vk["load_ms"]["p50"], 12.5);
+    // Every load took 12.5 ms; the sketch answers within its 1% relative error.
+    let p50 = vk["load_ms"]["p50"].as_f64().expect("p50");
+    assert!((p50 - 12.5).abs() / 12.5 <= 0.01, "{p50}");
 
     // The staged release was halted, with the reason in the history.
     assert_eq!(h["rollout"]["state"], "halted", "{}", h["rollout"]);
@@ -441,7 +443,9 @@ fn a_telemetry_flood_denies_one_soc_and_halts_the_staged_release() {
         let raw = files.iter().any(|f| {
             f.starts_with("telemetry/raw/date=") && f.contains("/hour=") && f.ends_with(".ndjson")
         });
-        let rollup = files.iter().any(|f| f.starts_with("telemetry/rollup/mlp/"));
+        let rollup = files
+            .iter()
+            .any(|f| f.starts_with("telemetry/rollups/node-"));
         if raw && rollup {
             break;
         }
