@@ -67,9 +67,12 @@ struct Index {
     /// the client starts).
     #[serde(default)]
     keyrings: Vec<Envelope>,
-    /// The newest revocation list verified per model (re-verified before each use).
+    /// The newest revocation list verified per model.
     #[serde(default)]
     revocations: BTreeMap<String, Envelope>,
+    /// The keyring version under which each kept revocation list was verified.
+    #[serde(default)]
+    revocation_keyrings: BTreeMap<String, u64>,
 }
 
 /// A cached blob whose bytes matched a signed digest and size when the cache handed it out.
@@ -316,15 +319,34 @@ impl Cache {
         Ok(())
     }
 
-    /// The newest revocation list kept for `model` (verify it before use).
-    pub fn revocations(&self, model: &str) -> Option<&Envelope> {
-        self.index.revocations.get(model)
+    /// The newest revocation list kept for `model`, with the keyring version it was verified
+    /// under.
+    pub fn revocations(&self, model: &str) -> Option<(&Envelope, u64)> {
+        self.index.revocations.get(model).map(|e| {
+            (
+                e,
+                self.index
+                    .revocation_keyrings
+                    .get(model)
+                    .copied()
+                    .unwrap_or(0),
+            )
+        })
     }
 
-    /// Keeps `env` as `model`'s revocation list (the caller verified that it is newer).
-    pub fn record_revocations(&mut self, model: &str, env: Envelope) -> Result<(), ClientError> {
+    /// Keeps `env` as `model`'s revocation list, verified under keyring version `keyring`
+    /// (the caller checked that it replaces the one kept).
+    pub fn record_revocations(
+        &mut self,
+        model: &str,
+        env: Envelope,
+        keyring: u64,
+    ) -> Result<(), ClientError> {
         if self.index.revocations.get(model) != Some(&env) {
             self.index.revocations.insert(model.to_string(), env);
+            self.index
+                .revocation_keyrings
+                .insert(model.to_string(), keyring);
             self.save()?;
         }
         Ok(())

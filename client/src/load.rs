@@ -325,10 +325,18 @@ impl Client {
         let ring = self.trust().ring_at(self.clock.now());
         let manifest = verify_release(&entry.release_envelope, &ring)?.into_inner();
         // A release its publisher revoked is not loaded, not even offline.
-        let held = self.cache().revocations(model).cloned();
-        if let Ok((list, _)) =
-            crate::verify::effective_revocations(model, held.as_ref(), None, 0, &ring)
-            && let Some(e) = crate::verify::revoked(model, &entry.release, list.as_ref())
+        let held = self
+            .cache()
+            .revocations(model)
+            .map(|(e, kv)| (e.clone(), kv));
+        if let Ok((list, _)) = crate::verify::effective_revocations(
+            model,
+            held.as_ref().map(|(e, kv)| (e, *kv)),
+            None,
+            0,
+            &ring,
+            0,
+        ) && let Some(e) = crate::verify::revoked(model, &entry.release, list.as_ref())
         {
             return Err(e);
         }

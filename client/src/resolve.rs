@@ -110,16 +110,21 @@ impl Client {
         let last = self.cache().last_sequence(model);
         let plan = verify_response(&resp, &request, &trust, self.clock.now(), last)?;
         let ring = trust.ring_at(self.clock.now());
-        let held = self.cache().revocations(model).cloned();
+        let held = self
+            .cache()
+            .revocations(model)
+            .map(|(e, kv)| (e.clone(), kv));
         let (list, keep) = effective_revocations(
             model,
-            held.as_ref(),
+            held.as_ref().map(|(e, kv)| (e, *kv)),
             resp.revocations.as_ref(),
             plan.decision().revocations_version,
             &ring,
+            trust.version(),
         )?;
         if let Some(env) = keep {
-            self.cache().record_revocations(model, env)?;
+            self.cache()
+                .record_revocations(model, env, trust.version())?;
         }
         if let Some(e) = revoked(model, &plan.decision().release.to_string(), list.as_ref()) {
             return Err(e);

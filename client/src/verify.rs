@@ -240,23 +240,40 @@ pub fn verify_response(
     })
 }
 
-/// The revocation list to go by for `model`: the newer of the one kept (`held`, verified again
-/// here) and the one in the answer (`received`), both checked against the current release keys.
-/// Returns the list and, when the answer's is newer than the one kept, its envelope to keep.
-/// An answer whose decision names a newer list than either is refused (the list was left out).
+/// The revocation list to go by for `model`, and the envelope to keep when the answer brought
+/// a newer one.
+///
+/// - The list kept (`held`, with the keyring version it was verified under) stays in force
+///   without being verified again: it was verified when it was accepted, and a later rotation
+///   of its signing key must not lift its revocations.
+/// - The list in the answer (`received`) must verify against the current release keys (`ring`,
+///   keyring version `keyring`). It replaces the kept one when it is newer: a higher keyring
+///   version, or the same keyring version and a higher list version, in which case it must keep
+///   every revocation of the kept one. Within one keyring version a list is never replaced by
+///   one that drops an entry; a new keyring version (after a release key rotation) starts over.
+/// - The decision names the list version it was made with (`named`); an answer without that
+///   list (or a newer one) is refused.
 pub fn effective_revocations(
     model: &str,
-    held: Option<&Envelope>,
+    held: Option<(&Envelope, u64)>,
     received: Option<&Envelope>,
     named: u64,
     ring: &KeyRing,
+    keyring: u64,
 ) -> Result<(Option<RevocationList>, Option<Envelope>), ClientError> {
-    let held = held
-        .and_then(|e| verify_revocations(e, ring).ok())
-        .map(Verified::into_inner)
-        .filter(|l| l.model.as_str() == model);
+    let held = held.and_then(|(env, kv)| {
+        let bytes = ferry_shared::dsse::decode_payload(env, &Default::default()).ok()?;
+        RevocationList::from_json(&bytes)
+            .ok()
+            .filter(|l| l.model.as_str() == model)
+            .map(|l| (l, kv))
+    });
+    let invalid = |message: String| ClientError::Verify {
+        code: ErrorCode::RevocationsInvalid,
+        message,
+    };
     let mut keep = None;
-    let mut best = held;
+    let mut best = held.as_ref().map(|(l, _)| l.clone());
     if let Some(env) = received {
         let list = verify_revocations(env, ring)
             .map_err(|e| ClientError::Verify {
@@ -270,8 +287,23 @@ pub fn effective_revocations(
                 list.model
             )));
         }
-        // An older list than the one kept is a replay: keep going by the newer one.
-        if best.as_ref().is_none_or(|b| list.version > b.version) {
+        let newer = match &held {
+            None => true,
+            Some((h, kv)) => (keyring, list.version) > (*kv, h.version),
+        };
+        if newer {
+            if let Some((h, kv)) = &held
+                && *kv == keyring
+                && let Some(dropped) = h
+                    .revoked
+                    .iter()
+                    .find(|r| list.revokes(&r.release).is_none())
+            {
+                return Err(invalid(format!(
+                    "revocation list version {} drops the revocation of {} in version {}",
+                    list.version, dropped.release, h.version
+                )));
+            }
             keep = Some(env.clone());
             best = Some(list);
         }
@@ -330,22 +362,47 @@ mod tests {
         let v2 = signed(&key, 2, &["1.0.0", "1.1.0"]);
         // Held v2, the answer replays v1: v2 stays, nothing new to keep.
         let (list, keep) =
-            effective_revocations("mlp", Some(&v2), Some(&v1), 1, &ring).expect("ok");
+            effective_revocations("mlp", Some((&v2, 1)), Some(&v1), 1, &ring, 1).expect("ok");
         assert_eq!(list.as_ref().map(|l| l.version), Some(2));
         assert!(keep.is_none());
         assert!(revoked("mlp", "1.1.0", list.as_ref()).is_some());
         // Held v1, the answer brings v2: v2 is kept.
         let (list, keep) =
-            effective_revocations("mlp", Some(&v1), Some(&v2), 2, &ring).expect("ok");
+            effective_revocations("mlp", Some((&v1, 1)), Some(&v2), 2, &ring, 1).expect("ok");
         assert_eq!(list.map(|l| l.version), Some(2));
         assert_eq!(keep, Some(v2));
         // The decision names version 2, the answer carries only version 1.
-        let e = effective_revocations("mlp", None, Some(&v1), 2, &ring).expect_err("stripped");
+        let e = effective_revocations("mlp", None, Some(&v1), 2, &ring, 1).expect_err("stripped");
         assert_eq!(e.code(), "decision_mismatch");
         // Another model's list is refused; a held list for another model is ignored.
-        let e = effective_revocations("other", None, Some(&v1), 0, &ring).expect_err("model");
+        let e = effective_revocations("other", None, Some(&v1), 0, &ring, 1).expect_err("model");
         assert_eq!(e.code(), "decision_mismatch");
-        let (list, _) = effective_revocations("other", Some(&v1), None, 0, &ring).expect("ok");
+        let (list, _) =
+            effective_revocations("other", Some((&v1, 1)), None, 0, &ring, 1).expect("ok");
         assert!(list.is_none());
+    }
+
+    #[test]
+    fn a_newer_list_must_keep_every_revocation_within_a_keyring_version() {
+        let key = KeyPair::from_seed(&[9; 32]);
+        let mut ring = KeyRing::new();
+        ring.add(KeyRole::Release, &key.public()).expect("key");
+        let held = signed(&key, 1, &["1.0.0"]);
+        // A stolen release key signs version 2 without the revocation: refused.
+        let dropping = signed(&key, 2, &["1.1.0"]);
+        let e = effective_revocations("mlp", Some((&held, 3)), Some(&dropping), 0, &ring, 3)
+            .expect_err("drops an entry");
+        assert_eq!(e.code(), "revocations_invalid");
+        // After a rotation (keyring 4) the new key's list starts over.
+        let (list, keep) =
+            effective_revocations("mlp", Some((&held, 3)), Some(&dropping), 0, &ring, 4)
+                .expect("new keyring");
+        assert_eq!(list.map(|l| l.version), Some(2));
+        assert!(keep.is_some());
+        // A kept list whose key was rotated out stays in force without verifying.
+        let other_ring = KeyRing::new();
+        let (list, _) =
+            effective_revocations("mlp", Some((&held, 3)), None, 0, &other_ring, 4).expect("ok");
+        assert!(revoked("mlp", "1.0.0", list.as_ref()).is_some());
     }
 }

@@ -45,13 +45,38 @@ fn revoke_signs_the_next_list_and_the_server_stops_offering_the_release() {
     assert!(String::from_utf8_lossy(&wrong.stderr).contains("release key"));
     assert!(!revoke("two", "release.key").status.success());
 
+    // Signing the list again (after a release key rotation) adds nothing and bumps the version.
+    let resign = ferry()
+        .args(["release", "revoke", "rev", "--resign", "--key"])
+        .arg(s.data.join("keys/release.key"))
+        .args(["--server", &server.url])
+        .env("FERRY_TOKEN", TOKEN)
+        .output()
+        .expect("run");
+    assert!(
+        resign.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resign.stderr)
+    );
+    assert!(String::from_utf8_lossy(&resign.stdout).contains("again as version 2"));
+    // Neither a version nor --resign: a usage mistake, said so.
+    let neither = ferry()
+        .args(["release", "revoke", "rev", "--key"])
+        .arg(s.data.join("keys/release.key"))
+        .args(["--server", &server.url])
+        .env("FERRY_TOKEN", TOKEN)
+        .output()
+        .expect("run");
+    assert!(!neither.status.success());
+    assert!(String::from_utf8_lossy(&neither.stderr).contains("--resign"));
+
     let mut resp = ureq::get(format!("{}/v1/admin/models/rev/revocations", server.url))
         .header("authorization", format!("Bearer {TOKEN}"))
         .call()
         .expect("GET");
     let list: serde_json::Value =
         serde_json::from_reader(resp.body_mut().as_reader()).expect("json");
-    assert_eq!(list["version"], 1, "{list}");
+    assert_eq!(list["version"], 2, "{list}");
     assert_eq!(list["revoked"][0]["release"], "1.0.0");
     assert_eq!(list["revoked"][0]["reason"], "crashes on start");
 }

@@ -314,3 +314,109 @@ fn revocations_survive_a_restart() {
     assert_eq!(d.release.to_string(), "1.0.0");
     assert_eq!(d.revocations_version, 1);
 }
+
+#[test]
+fn revocations_outlive_a_release_key_rotation_and_are_signed_again() {
+    let mut app = TestApp::start();
+    app.publish(&mlp_v1());
+    app.publish(&mlp_v2());
+    app.ship("2.0.0");
+    let proxy = FaultProxy::start(app.server.addr);
+    let cache = tempfile::tempdir().expect("tmp");
+    let c = client(&app, &proxy.url(), cache.path());
+    let (s, b) = post(
+        &app,
+        "mlp",
+        &signed(&list(1, &["2.0.0"]), &app.release_key()),
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(s, 201, "{b}");
+    assert_eq!(c.load("mlp", &device()).expect("load").release, "1.0.0");
+
+    // The key that signed the list (and the releases) is rotated out. The list stays in force
+    // on the server, but devices are not sent a list no current key signed.
+    keys::rotate(
+        &app.dir.path().join("keys"),
+        keys::RotateRole::Release,
+        None,
+    )
+    .expect("rotate");
+    app.restart().expect("restart");
+    let mut next = mlp_v1();
+    next.version = "2.1.0".parse().expect("version");
+    app.publish(&next);
+    app.ship("2.1.0");
+    let dev = ferry_tests::app::device("linux", &["XnnpackBackend"], "1.5.1", "2.0.0", 4096);
+    let (s, answer) = app.resolve(&dev, false);
+    assert_eq!(s, 200, "{answer}");
+    let (d, _) = app.verify_response(&answer);
+    assert_eq!(d.release.to_string(), "2.1.0");
+    assert_eq!(d.revocations_version, 0);
+    assert!(answer.get("revocations").is_none());
+    let (_, held) = app.get_json("/v1/admin/models/mlp/revocations", Some(READ_TOKEN));
+    assert_eq!(held["signed_by_current_key"], false, "{held}");
+    assert_eq!(held["version"], 1);
+
+    // The new key signs version 2, carrying the entry over (2.0.0 is no longer loaded: its
+    // signature was by the retired key). Before, the rotation blocked every later version.
+    let (s, b) = post(
+        &app,
+        "mlp",
+        &signed(&list(2, &["2.0.0"]), &app.release_key()),
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(s, 201, "{b}");
+    let (_, answer) = app.resolve(&dev, false);
+    let (d, _) = app.verify_response(&answer);
+    assert_eq!(d.revocations_version, 2);
+    let m = c.load("mlp", &device()).expect("load");
+    assert_eq!(m.release, "2.1.0");
+}
+
+#[test]
+fn a_revoked_release_cannot_be_staged_or_pinned() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    app.publish(&mlp_v2());
+    let (s, b) = post(
+        &app,
+        "mlp",
+        &signed(&list(1, &["2.0.0"]), &app.release_key()),
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(s, 201, "{b}");
+    for body in [
+        serde_json::json!({"action": "start", "release": "2.0.0", "percent": "10"}),
+        serde_json::json!({"action": "pin", "install_id": "x", "release": "2.0.0"}),
+    ] {
+        let (s, b) = app.post_raw(
+            "/v1/admin/models/mlp/rollout",
+            &serde_json::to_vec(&body).expect("json"),
+            Some(ADMIN_TOKEN),
+        );
+        assert_eq!(b["code"], "rollout_invalid", "{s} {b}");
+        assert!(
+            b["message"].as_str().unwrap_or("").contains("revoked"),
+            "{b}"
+        );
+    }
+}
+
+#[test]
+fn only_published_releases_can_be_revoked() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    let (s, b) = post(
+        &app,
+        "mlp",
+        &signed(&list(1, &["1.0.1"]), &app.release_key()),
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (404, Some("release_not_found")),
+        "{b}"
+    );
+    let (_, held) = app.get_json("/v1/admin/models/mlp/revocations", Some(READ_TOKEN));
+    assert_eq!(held["version"], 0);
+}

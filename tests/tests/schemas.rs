@@ -86,7 +86,10 @@ fn real_responses_match_the_schemas() {
         8192,
     );
     check("resolve-request.schema.json", &dev);
-    // A revocation list (of a release never published) so the answer carries one.
+    // A revocation list so the answer carries one: 0.9.0, published and revoked.
+    let mut old = mlp_v1();
+    old.version = "0.9.0".parse().expect("version");
+    app.publish(&old);
     let list = serde_json::json!({"model": "mlp", "version": 1, "revoked": [
         {"release": "0.9.0", "reason": "withdrawn", "at": "2026-12-01T00:00:00Z"}]});
     let env = app.release_key().pair.sign(

@@ -45,6 +45,15 @@ pub(crate) async fn post_release(
     tracing::info!(caller = caller.name, model = %release.manifest.model, version = %release.manifest.version, live = plan.is_some(), "release published");
     let view = release_view(&release);
     state.add_release(release);
+    // A model new to this replica's catalog (its first release, or the first one loadable
+    // after a key rotation) gets its revocation list in force before its first resolve.
+    if state.revocations().get(&model).is_none() {
+        match crate::fleet::revocation::load(&state.store, &state.release_ring, &model).await {
+            Ok(Some((list, env, signed))) => state.set_revocations(list, signed.then_some(env)),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(%model, "revocation list not loaded: {e}"),
+        }
+    }
     if let Some(p) = plan {
         state.set_rollout(&model, p);
     }
@@ -187,7 +196,8 @@ pub(crate) async fn get_revocations(
         "model": model,
         "version": held.as_ref().map_or(0, |r| r.list.version),
         "revoked": held.as_ref().map(|r| r.list.revoked.clone()).unwrap_or_default(),
-        "envelope": held.as_ref().map(|r| (*r.envelope).clone()),
+        "envelope": held.as_ref().and_then(|r| r.envelope.as_deref().cloned()),
+        "signed_by_current_key": held.as_ref().is_none_or(|r| r.envelope.is_some()),
     })))
 }
 
@@ -219,6 +229,28 @@ pub(crate) async fn post_revocations(
             format!("revocation envelope: {e}"),
         )
     })?;
+    // Only published releases can be newly revoked (a typo must not revoke nothing, or a
+    // future version for good); entries carried over from the list in force may name releases
+    // no longer loaded (signed by a rotated-out key).
+    let catalog = state.catalog();
+    let held = state.revocations().get(&model).cloned();
+    if let Ok(bytes) = ferry_shared::dsse::decode_payload(&env, &Default::default())
+        && let Ok(list) = ferry_shared::revocation::RevocationList::from_json(&bytes)
+        && let Some(r) = list.revoked.iter().find(|r| {
+            catalog.release(&model, &r.release).is_none()
+                && held
+                    .as_ref()
+                    .is_none_or(|h| h.list.revokes(&r.release).is_none())
+        })
+    {
+        return Err(ApiError::new(
+            ErrorCode::ReleaseNotFound,
+            format!(
+                "{model} {} is not published; only published releases can be revoked",
+                r.release
+            ),
+        ));
+    }
     let list =
         crate::fleet::revocation::submit(&state.store, &state.release_ring, &model, &env).await?;
     tracing::warn!(
@@ -233,6 +265,6 @@ pub(crate) async fn post_revocations(
         "version": list.version,
         "revoked": list.revoked,
     });
-    state.set_revocations(list, env);
+    state.set_revocations(list, Some(env));
     Ok(HttpResponse::Created().json(view))
 }

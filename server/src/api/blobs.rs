@@ -207,7 +207,11 @@ pub(crate) async fn put_blob_handler(
         ));
     }
     let idle = std::time::Duration::from_secs(state.config.limits.body_timeout_secs);
-    let outcome = put_blob(&state.store, &digest, payload, max, idle).await?;
+    let existing = match state.config.storage {
+        crate::app::config::StorageConfig::Local => crate::release::publish::ExistingBlob::Verify,
+        _ => crate::release::publish::ExistingBlob::Trust,
+    };
+    let outcome = put_blob(&state.store, &digest, payload, max, idle, existing).await?;
     let (status, size, created) = match outcome {
         BlobOutcome::Created { size } => (StatusCode::CREATED, size, true),
         BlobOutcome::Existed { size } => (StatusCode::OK, size, false),

@@ -172,6 +172,11 @@ pub(crate) async fn resolve_inner(
         },
         &device.install_id,
     );
+    // Devices are told about the list only when a current release key signed it.
+    let revocations_version = revocations
+        .as_ref()
+        .filter(|r| r.envelope.is_some())
+        .map_or(0, |r| r.list.version);
     let base = state.config.public_url.clone().unwrap_or_default();
     let now = OffsetDateTime::now_utc();
     let decision = Decision {
@@ -182,8 +187,8 @@ pub(crate) async fn resolve_inner(
         issued_at: now,
         expires_at: now + time::Duration::seconds(state.config.decision_ttl_secs as i64),
         keyring_version: state.keyring_version,
-        revocations_version: revocations.as_ref().map_or(0, |r| r.list.version),
-        sequence: state.sequence_of(&device.model),
+        revocations_version,
+        sequence: state.sequence_of(&device.model, revocations_version),
         candidates: selection
             .candidates
             .iter()
@@ -218,7 +223,7 @@ pub(crate) async fn resolve_inner(
     let response = ResolveResponse {
         decision: state.online.sign(DECISION_PAYLOAD_TYPE, &payload),
         release: release.envelope.clone(),
-        revocations: revocations.map(|r| (*r.envelope).clone()),
+        revocations: revocations.and_then(|r| r.envelope.as_deref().cloned()),
         receipt: Some(receipt),
         explain: explain.then(|| {
             let mut ex = selection.explain;

@@ -27,6 +27,20 @@ pub async fn post_rollout(
         admin_change(&req, &state, &model, payload, ErrorCode::RolloutInvalid).await?;
     let query = query
         .map_err(|e| ApiError::new(ErrorCode::RequestInvalid, format!("bad query string: {e}")))?;
+    if let RolloutChange::Start { release, .. } | RolloutChange::Pin { release, .. } = &change
+        && let Some(r) = state
+            .revocations()
+            .get(&model)
+            .and_then(|r| r.list.revokes(release).cloned())
+    {
+        return Err(ApiError::new(
+            ErrorCode::RolloutInvalid,
+            format!(
+                "{model} {release} is revoked ({}); no device may get it",
+                r.reason
+            ),
+        ));
+    }
     let catalog = state.catalog();
     let at = now_text();
     let answer = |plan: &RolloutPlan, preview: &Preview, dry_run: bool| {

@@ -139,6 +139,7 @@ pub async fn publish_demo(state: &AppState) -> anyhow::Result<String> {
             body,
             state.config.limits.max_blob_bytes,
             std::time::Duration::from_secs(state.config.limits.body_timeout_secs),
+            crate::release::publish::ExistingBlob::Verify,
         )
         .await
         .map_err(|e| anyhow::anyhow!("demo upload: {e}"))?;

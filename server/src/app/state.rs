@@ -23,10 +23,11 @@ use ferry_shared::deny::DenyEntry;
 /// A model's revocation list in force and the envelope it came in (sent with every answer).
 #[derive(Debug, Clone)]
 pub struct Revocations {
-    /// The verified list.
+    /// The list (always in force on the server).
     pub list: Arc<RevocationList>,
-    /// As signed.
-    pub envelope: Arc<Envelope>,
+    /// As signed, when a current release key signed it (sent to devices); `None` after the
+    /// signing key was rotated out, until the list is signed again.
+    pub envelope: Option<Arc<Envelope>>,
 }
 
 /// Everything the handlers share.
@@ -162,8 +163,9 @@ impl AppState {
         }
     }
 
-    /// Puts `list` in force for its model, unless a newer version already is.
-    pub fn set_revocations(&self, list: RevocationList, envelope: Envelope) {
+    /// Puts `list` in force for its model, unless a newer version already is. `envelope` is
+    /// what devices get (`None` when no current release key signed it).
+    pub fn set_revocations(&self, list: RevocationList, envelope: Option<Envelope>) {
         let mut g = match self.revocations.write() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -178,7 +180,7 @@ impl AppState {
             list.model.clone(),
             Revocations {
                 list: Arc::new(list),
-                envelope: Arc::new(envelope),
+                envelope: envelope.map(Arc::new),
             },
         );
         *g = Arc::new(next);
@@ -237,12 +239,11 @@ impl AppState {
     /// published + revocation list version). Every input only grows and
     /// comes from the store, so replicas that have caught up agree and no clock can push it
     /// ahead.
-    pub(crate) fn sequence_of(&self, model: &ModelName) -> u64 {
+    pub(crate) fn sequence_of(&self, model: &ModelName, revocations_version: u64) -> u64 {
         let rollout = self.rollouts().get(model).map_or(0, |p| p.revision);
         let deny = self.deny_revisions().get(model).copied().unwrap_or(0);
         let releases = self.catalog().release_count_of(model) as u64;
-        let revoked = self.revocations().get(model).map_or(0, |r| r.list.version);
-        ferry_shared::resolve::SEQUENCE_BASE + rollout + deny + releases + revoked
+        ferry_shared::resolve::SEQUENCE_BASE + rollout + deny + releases + revocations_version
     }
 
     pub(crate) fn next_request_id(&self) -> String {

@@ -21,8 +21,12 @@ pub enum ReleaseCommand {
     Revoke {
         /// Model name.
         model: String,
-        /// Release version to revoke.
-        version: String,
+        /// Release version to revoke (leave out with `--resign`).
+        version: Option<String>,
+        /// Sign the list in force again as its next version with this key, adding nothing
+        /// (after the release key that signed it was rotated out).
+        #[arg(long)]
+        resign: bool,
         /// The release key file (the one `ferry sign` uses).
         #[arg(long)]
         key: PathBuf,
@@ -40,23 +44,28 @@ pub(crate) fn release_cmd(command: ReleaseCommand) -> anyhow::Result<ExitCode> {
         ReleaseCommand::Revoke {
             model,
             version,
+            resign,
             key,
             reason,
             remote,
-        } => revoke(&model, &version, &key, &reason, &remote),
+        } => match (version, resign) {
+            (Some(v), false) => revoke(&model, Some(&v), &key, &reason, &remote),
+            (None, true) => revoke(&model, None, &key, &reason, &remote),
+            _ => bail!("give either a VERSION to revoke or --resign"),
+        },
     }
 }
 
 fn revoke(
     model: &str,
-    version: &str,
+    version: Option<&str>,
     key: &Path,
     reason: &str,
     remote: &Remote,
 ) -> anyhow::Result<ExitCode> {
-    let release: Version = version
-        .parse()
-        .map_err(|e| anyhow::anyhow!("version {version:?}: {e}"))?;
+    let release: Option<Version> = version
+        .map(|v| v.parse().map_err(|e| anyhow::anyhow!("version {v:?}: {e}")))
+        .transpose()?;
     let model_name: ferry_shared::ModelName = model
         .parse()
         .map_err(|e| anyhow::anyhow!("model {model:?}: {e}"))?;
@@ -74,18 +83,46 @@ fn revoke(
         &format!("/v1/admin/models/{model}/revocations"),
         None,
     )?;
+    // Build on the signed list itself (its payload), not on the server's summary of it.
+    let held: Option<RevocationList> = match current.get("envelope") {
+        Some(env) if !env.is_null() => {
+            let env: ferry_shared::dsse::Envelope = serde_json::from_value(env.clone())
+                .context("the server's revocation envelope is not readable")?;
+            let bytes = ferry_shared::dsse::decode_payload(&env, &Default::default())?;
+            let list = RevocationList::from_json(&bytes)?;
+            if list.model != model_name {
+                bail!(
+                    "the server's revocation list is for {}, not {model}",
+                    list.model
+                );
+            }
+            Some(list)
+        }
+        _ => None,
+    };
     let held_version = current["version"].as_u64().unwrap_or(0);
-    let mut revoked: Vec<Revoked> = serde_json::from_value(current["revoked"].clone())
-        .context("the server's revocation list is not readable")?;
-    if revoked.iter().any(|r| r.release == release) {
-        println!("{model} {release} is already revoked (list version {held_version})");
-        return Ok(ExitCode::SUCCESS);
+    let mut revoked: Vec<Revoked> = match &held {
+        Some(l) => l.revoked.clone(),
+        // A list signed by a rotated-out key is not sent as an envelope; its entries are.
+        None => serde_json::from_value(current["revoked"].clone())
+            .context("the server's revocation list is not readable")?,
+    };
+    if held.as_ref().is_some_and(|l| l.version != held_version) {
+        bail!("the server's revocation list and its envelope disagree on the version");
     }
-    revoked.push(Revoked {
-        release: release.clone(),
-        reason: reason.to_string(),
-        at: time::OffsetDateTime::now_utc(),
-    });
+    match &release {
+        Some(r) if revoked.iter().any(|x| x.release == *r) => {
+            println!("{model} {r} is already revoked (list version {held_version})");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(r) => revoked.push(Revoked {
+            release: r.clone(),
+            reason: reason.to_string(),
+            at: time::OffsetDateTime::now_utc(),
+        }),
+        None if revoked.is_empty() => bail!("{model} has no revocation list to sign again"),
+        None => {}
+    }
     let next = RevocationList {
         model: model_name,
         version: held_version + 1,
@@ -102,9 +139,16 @@ fn revoke(
         &format!("/v1/admin/models/{model}/revocations"),
         Some(serde_json::to_value(&env)?),
     )?;
-    println!(
-        "revoked {model} {release} (revocation list version {}); devices refuse it from their next resolve",
-        answer["version"]
-    );
+    match release {
+        Some(r) => println!(
+            "revoked {model} {r} (revocation list version {}); devices refuse it from their next resolve",
+            answer["version"]
+        ),
+        None => println!(
+            "signed {model}'s revocation list again as version {} with key {}",
+            answer["version"],
+            key.pair.id()
+        ),
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -39,8 +39,10 @@ pub async fn load_state(
         if let Some((revision, entries)) = deny::load(&state.store, m).await? {
             state.set_deny(m, revision, entries);
         }
-        if let Some((list, env)) = revocation::load(&state.store, &state.release_ring, m).await? {
-            state.set_revocations(list, env);
+        if let Some((list, env, signed)) =
+            revocation::load(&state.store, &state.release_ring, m).await?
+        {
+            state.set_revocations(list, signed.then_some(env));
         }
     }
     Ok(())

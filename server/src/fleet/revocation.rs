@@ -32,21 +32,41 @@ impl SubmitError {
     }
 }
 
-/// The list in force for `model` (the newest stored one that verifies against `ring`).
+/// The list in force for `model`: the newest stored revision (its signature was checked when
+/// it was written), and whether that signature still verifies against `ring` (after a release
+/// key rotation it may not: the list stays in force, but is not sent to devices until it is
+/// signed again).
 pub async fn load(
     store: &Store,
     ring: &KeyRing,
     model: &ModelName,
-) -> Result<Option<(RevocationList, Envelope)>, StoreError> {
-    let all = revisions::all::<Envelope>(store, &StorageKey::revocations_log(model)).await?;
-    for (n, env) in all.into_iter().rev() {
-        match verify_revocations(&env, ring) {
-            Ok(list) if list.model == *model => return Ok(Some((list.into_inner(), env))),
-            Ok(_) => tracing::warn!(%model, "revocation revision {n} names another model"),
-            Err(e) => tracing::warn!(%model, "revocation revision {n} does not verify: {e}"),
-        }
+) -> Result<Option<(RevocationList, Envelope, bool)>, StoreError> {
+    let Some((n, env)) =
+        revisions::latest::<Envelope>(store, &StorageKey::revocations_log(model)).await?
+    else {
+        return Ok(None);
+    };
+    let Some(list) = stored_list(&env).filter(|l| l.model == *model) else {
+        tracing::error!(%model, "revocation revision {n} is unreadable; the revision before it is not used");
+        return Ok(None);
+    };
+    let signed = verify_revocations(&env, ring).is_ok();
+    if !signed {
+        tracing::warn!(
+            %model,
+            "revocation list version {} is no longer signed by a current release key: it stays in \
+             force here but devices do not get it until it is signed again (`ferry release \
+             revoke {model} --resign`)",
+            list.version
+        );
     }
-    Ok(None)
+    Ok(Some((list, env, signed)))
+}
+
+/// A stored list's payload (its signature was verified when it was stored).
+fn stored_list(env: &Envelope) -> Option<RevocationList> {
+    let bytes = ferry_shared::dsse::decode_payload(env, &Default::default()).ok()?;
+    RevocationList::from_json(&bytes).ok()
 }
 
 /// Stores `env` as `model`'s list if a release key in `ring` signed it and it follows the list
@@ -69,10 +89,9 @@ pub async fn submit(
         store,
         &StorageKey::revocations_log(model),
         |cur, _| {
-            let held = match cur {
-                Some((_, e)) => Some(verify_revocations(e, ring)?.into_inner()),
-                None => None,
-            };
+            // The list in force was verified when it was stored; its key may have been rotated
+            // out since, which must not stop the next version.
+            let held = cur.and_then(|(_, e)| stored_list(e));
             list.follows(held.as_ref())?;
             Ok(env.clone())
         },

@@ -176,6 +176,20 @@ pub enum BlobOutcome {
     },
 }
 
+/// Whether an upload to a digest that is already stored first checks the stored bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExistingBlob {
+    /// Hash the stored blob and replace it when it does not match (a store that can be left
+    /// with a torn file: the local folder store after a power cut).
+    Verify,
+    /// Take it as it is (object stores whose writes are all-or-nothing, such as S3).
+    Trust,
+}
+
+/// One stored blob is hashed at a time, so repeated uploads of large blobs cannot tie up the
+/// server's I/O.
+static VERIFYING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
 /// Streams `body` into `blobs/sha256/<digest>`, refusing more than `max` bytes, bytes that do
 /// not hash to `digest`, or a body that sends nothing for `idle`. Nothing is visible unless the
 /// whole body checks out.
@@ -185,6 +199,7 @@ pub async fn put_blob<S, E>(
     body: S,
     max: u64,
     idle: std::time::Duration,
+    existing: ExistingBlob,
 ) -> Result<BlobOutcome, PublishError>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
@@ -192,8 +207,12 @@ where
 {
     let key = StorageKey::blob(digest);
     if let Ok(meta) = store.head(&key).await {
+        if existing == ExistingBlob::Trust {
+            return Ok(BlobOutcome::Existed { size: meta.size });
+        }
         // A blob is named by its digest, so a stored one whose bytes hash otherwise was torn
         // (a power cut before the data reached the disk) or damaged: the upload replaces it.
+        let _permit = VERIFYING.acquire().await;
         match stored_digest(store, &key).await {
             Ok(d) if d == *digest => return Ok(BlobOutcome::Existed { size: meta.size }),
             Ok(d) => tracing::warn!(
