@@ -82,6 +82,25 @@ impl Moto {
         moto
     }
 
+    /// Freezes the emulator (SIGSTOP): connections are accepted by the kernel but nothing
+    /// answers, as with a store that hangs. Its data stays.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Thaws it (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {sig} moto");
+    }
+
     /// A storage config for `bucket` on this emulator.
     pub fn storage(&self, bucket: &str) -> ferry_server::app::config::StorageConfig {
         ferry_server::app::config::StorageConfig::S3 {

@@ -103,6 +103,10 @@ pub struct Limits {
     /// Longest time a client may take to send a JSON body, in seconds (default 10): a client
     /// that trickles its body is cut off instead of holding a connection.
     pub body_timeout_secs: u64,
+    /// Longest a request to an object store (S3) may take, in seconds (default 10); with two
+    /// quick retries a write fails with `503 storage_unavailable` within about three times this
+    /// when the store does not answer, instead of holding the operator's command for minutes.
+    pub store_timeout_secs: u64,
 }
 
 impl Default for Limits {
@@ -112,6 +116,7 @@ impl Default for Limits {
             max_json_bytes: 1 << 20,
             max_resolve_bytes: 16 << 10,
             body_timeout_secs: 10,
+            store_timeout_secs: 10,
         }
     }
 }
@@ -232,6 +237,9 @@ impl Config {
         let ramp_check_secs = file.ramp_check_secs.unwrap_or(10);
         if !(1..=3600).contains(&ramp_check_secs) {
             bail!("ramp_check_secs must be between 1 and 3600");
+        }
+        if !(1..=600).contains(&file.limits.store_timeout_secs) {
+            bail!("limits.store_timeout_secs must be between 1 and 600");
         }
         if !(1..=600).contains(&file.limits.body_timeout_secs) {
             bail!("limits.body_timeout_secs must be between 1 and 600");

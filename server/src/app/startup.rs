@@ -65,7 +65,11 @@ pub async fn build_state(
             keys_dir.display()
         ));
     }
-    let store = crate::storage::open(&config.storage, &config.data)?;
+    let store = crate::storage::open(
+        &config.storage,
+        &config.data,
+        Duration::from_secs(config.limits.store_timeout_secs),
+    )?;
     if matches!(config.storage, crate::app::config::StorageConfig::Local) {
         let removed = crate::storage::sweep_staging(
             &config.data.join("store"),

@@ -156,10 +156,12 @@ impl StorageKey {
     }
 }
 
-/// Opens the configured store: `<data>/store` locally, or an S3 bucket.
+/// Opens the configured store: `<data>/store` locally, or an S3 bucket whose requests time out
+/// after `timeout` (and are retried twice, within three timeouts in all).
 pub fn open(
     cfg: &crate::app::config::StorageConfig,
     data: &std::path::Path,
+    timeout: std::time::Duration,
 ) -> anyhow::Result<Store> {
     use crate::app::config::StorageConfig;
     match cfg {
@@ -172,10 +174,21 @@ pub fn open(
             access_key_id,
             secret_access_key,
         } => {
+            // Client options first: they replace every client setting, allow_http included.
             let mut b = object_store::aws::AmazonS3Builder::new()
+                .with_client_options(
+                    object_store::ClientOptions::new()
+                        .with_timeout(timeout)
+                        .with_connect_timeout(timeout.min(std::time::Duration::from_secs(5))),
+                )
                 .with_bucket_name(bucket)
                 .with_region(region)
-                .with_allow_http(*allow_http);
+                .with_allow_http(*allow_http)
+                .with_retry(object_store::RetryConfig {
+                    backoff: object_store::BackoffConfig::default(),
+                    max_retries: 2,
+                    retry_timeout: timeout * 3,
+                });
             if let Some(e) = endpoint {
                 b = b.with_endpoint(e);
             }

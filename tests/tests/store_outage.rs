@@ -1,0 +1,145 @@
+//! The object store goes away mid-run (the S3 emulator frozen with SIGSTOP, so requests hang
+//! as with a real outage) and comes back: resolve keeps answering from memory, writes fail
+//! with `503 storage_unavailable` instead of hanging, readiness says so, and every telemetry
+//! event accepted during the outage reaches the store afterwards.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use ferry_tests::app::{
+    ADMIN_TOKEN, Options, TestApp, device, fixture_bytes_by_digest, mlp_v1, mlp_v2,
+};
+use ferry_tests::moto::Moto;
+use futures_util::TryStreamExt as _;
+use object_store::ObjectStoreExt as _;
+
+fn event(install: &str) -> serde_json::Value {
+    serde_json::json!({
+        "kind": "load", "model": "mlp", "release": "1.0.0", "variant": "xnnpack-fp32",
+        "delegate": "xnnpack", "outcome": "ok", "install_id": install, "platform": "android",
+        "soc": "SM8550", "device_model": "phone", "os_version": "14", "app_version": "1.0.0",
+        "runtime_version": "1.5.1",
+        "at": time::OffsetDateTime::now_utc()
+            .format(&time::format_description::well_known::Rfc3339)
+            .expect("time"),
+        "load_ms": 10.0,
+    })
+}
+
+/// Every install id in the raw telemetry files of `storage`.
+fn stored_installs(storage: &ferry_server::app::config::StorageConfig) -> BTreeSet<String> {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let store =
+        ferry_server::storage::open(storage, tmp.path(), Duration::from_secs(5)).expect("store");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let metas: Vec<_> = store
+            .list(Some(&object_store::path::Path::from("telemetry/raw")))
+            .try_collect()
+            .await
+            .expect("list");
+        let mut out = BTreeSet::new();
+        for m in metas {
+            let bytes = store
+                .get(&m.location)
+                .await
+                .expect("get")
+                .bytes()
+                .await
+                .expect("bytes");
+            for line in String::from_utf8_lossy(&bytes).lines() {
+                let v: serde_json::Value = serde_json::from_str(line).expect("json line");
+                out.insert(v["install_id"].as_str().unwrap_or("").to_string());
+            }
+        }
+        out
+    })
+}
+
+#[test]
+fn a_store_outage_keeps_resolve_answering_fails_writes_and_loses_no_event() {
+    let moto = Moto::start("ferry-outage");
+    let storage = moto.storage("ferry-outage");
+    let s = storage.clone();
+    let app = TestApp::start_with(Options {
+        demo: false,
+        tweak: Some(Box::new(move |c| {
+            c.storage = s;
+            c.limits.store_timeout_secs = 1;
+            c.telemetry.flush_secs = 1;
+        })),
+    });
+    app.publish(&mlp_v1());
+    let dev = device("android", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096);
+
+    moto.pause();
+    // Resolve never touches the store.
+    for _ in 0..20 {
+        let (status, body) = app.resolve(&dev, false);
+        assert_eq!(status, 200, "{body}");
+    }
+    // Telemetry is accepted and buffered.
+    let events: Vec<serde_json::Value> = (0..60).map(|i| event(&format!("outage-{i}"))).collect();
+    let (status, body) = app.post_raw(
+        "/v1/telemetry",
+        &serde_json::to_vec(&serde_json::json!({"events": app.with_receipts(&events)}))
+            .expect("json"),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["accepted"], 60);
+    // Writes fail with a clear code instead of hanging.
+    let v2 = mlp_v2();
+    let (m2, _) = ferry_tests::app::signed_release(&v2, &app.release_key());
+    let status = app.put_blob(&fixture_bytes_by_digest(&m2.variants[0].sha256));
+    assert_eq!(status, 503, "a blob upload during the outage");
+    let (status, body) = app.post_raw(
+        "/v1/admin/models/mlp/deny",
+        &serde_json::to_vec(&serde_json::json!({"action": "deny", "release": "1.0.0",
+            "variant": "vulkan-fp32", "class": "soc", "value": "SM0000"}))
+        .expect("json"),
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (503, Some("storage_unavailable")),
+        "{body}"
+    );
+    let (status, body) = app.get_json("/readyz", None);
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (503, Some("storage_unavailable")),
+        "{body}"
+    );
+
+    moto.resume();
+    // Every accepted event reaches the store once it answers again.
+    let wanted: BTreeSet<String> = (0..60).map(|i| format!("outage-{i}")).collect();
+    let mut seen = BTreeSet::new();
+    for _ in 0..100 {
+        seen = stored_installs(&storage);
+        if wanted.is_subset(&seen) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        wanted.is_subset(&seen),
+        "missing after the outage: {:?}",
+        wanted.difference(&seen).collect::<Vec<_>>()
+    );
+    let (status, body) = app.get_json("/readyz", None);
+    assert_eq!(status, 200, "{body}");
+    // And writes work again.
+    let (status, body) = app.post_raw(
+        "/v1/admin/models/mlp/deny",
+        &serde_json::to_vec(&serde_json::json!({"action": "deny", "release": "1.0.0",
+            "variant": "vulkan-fp32", "class": "soc", "value": "SM0000"}))
+        .expect("json"),
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(status, 200, "{body}");
+}
