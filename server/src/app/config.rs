@@ -399,11 +399,9 @@ mod tests {
             ..Flags::default()
         };
         let c = Config::load(&flags, &no_env).expect("example config is valid");
-        assert_eq!(
-            c.preference.default[0],
-            ferry_shared::manifest::Delegate::Qnn
-        );
-        assert!(c.log_json);
+        let defaults = Config::load(&Flags::default(), &no_env).expect("defaults");
+        // Every value the example shows is the default: the two load to the same config.
+        assert_eq!(format!("{c:?}"), format!("{defaults:?}"));
     }
 
     #[test]

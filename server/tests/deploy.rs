@@ -1,0 +1,142 @@
+//! The files in `deploy/` do what they say: the image's health check command, run by hand
+//! against a real server; the container's command line (Dockerfile entrypoint plus the
+//! Kubernetes `args`) accepted by the real binary; the Kubernetes config loadable.
+
+mod common;
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::{ferry, run_ok, serve};
+
+fn deploy(file: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy")
+        .join(file);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The JSON array after `keyword` on its line of the Dockerfile (exec form).
+fn dockerfile_array(keyword: &str) -> Vec<String> {
+    let text = deploy("Dockerfile");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(keyword))
+        .unwrap_or_else(|| panic!("no {keyword} in the Dockerfile"));
+    let json = line[line.find('[').expect("exec form")..].trim();
+    serde_json::from_str(json).unwrap_or_else(|e| panic!("{keyword}: {e}"))
+}
+
+fn data_dir_with_keys(root: &Path) -> PathBuf {
+    let data = root.join("data");
+    run_ok(
+        ferry()
+            .args(["keys", "generate", "--out"])
+            .arg(data.join("keys")),
+    );
+    data
+}
+
+#[test]
+fn the_image_health_check_passes_against_a_running_server_and_fails_without_one() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let data = data_dir_with_keys(tmp.path());
+    let server = serve(&data);
+    let port = server.url.rsplit(':').next().expect("port").to_string();
+    let cmd = dockerfile_array("HEALTHCHECK CMD");
+    assert_eq!(cmd[0], "/bin/bash", "/dev/tcp needs bash");
+    let script = cmd[2].replace("/8080", &format!("/{port}"));
+    let run = |script: &str| {
+        Command::new(&cmd[0])
+            .args([&cmd[1], script])
+            .status()
+            .expect("run the health check")
+    };
+    assert!(run(&script).success(), "healthy server reported unhealthy");
+    drop(server);
+    assert!(!run(&script).success(), "a stopped server reported healthy");
+}
+
+#[test]
+fn the_container_command_line_starts_the_server() {
+    let entry = dockerfile_array("ENTRYPOINT");
+    assert_eq!(entry, ["ferry"]);
+    let cmd = dockerfile_array("CMD");
+    // Kubernetes `args` replace the image's CMD: both must be a valid command line.
+    let manifest = deploy("kubernetes/ferry.yaml");
+    let args_line = manifest
+        .lines()
+        .find(|l| l.trim_start().starts_with("args:"))
+        .expect("args in the manifest");
+    let k8s: Vec<String> =
+        serde_json::from_str(args_line.trim_start().trim_start_matches("args:").trim())
+            .expect("args as a flow sequence");
+    let example = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/ferry.example.toml");
+    for args in [cmd, k8s] {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let data = data_dir_with_keys(tmp.path());
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| {
+                if a == "/etc/ferry/ferry.toml" {
+                    example.display().to_string()
+                } else {
+                    a.clone()
+                }
+            })
+            .collect();
+        let mut child = ferry()
+            .args(&args)
+            .env("FERRY_DATA", &data)
+            .env("FERRY_LISTEN", "127.0.0.1:0")
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let mut seen = Vec::new();
+        let mut listening = false;
+        for line in lines.map_while(Result::ok) {
+            if line.starts_with("ferry: listening on ") {
+                listening = true;
+                break;
+            }
+            seen.push(line);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            listening,
+            "`ferry {}` did not start: {seen:?}",
+            args.join(" ")
+        );
+    }
+}
+
+#[test]
+fn the_kubernetes_config_is_a_valid_ferry_config() {
+    let manifest = deploy("kubernetes/ferry.yaml");
+    let mut lines = manifest
+        .lines()
+        .skip_while(|l| !l.contains("ferry.toml: |"));
+    lines.next();
+    let toml: String = lines
+        .take_while(|l| l.starts_with("    ") || l.trim().is_empty())
+        .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
+        .collect();
+    assert!(toml.contains("[storage]"), "{toml}");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let path = tmp.path().join("ferry.toml");
+    std::fs::write(&path, &toml).expect("write");
+    let flags = ferry_server::app::config::Flags {
+        config: Some(path),
+        ..Default::default()
+    };
+    let c = ferry_server::app::config::Config::load(&flags, &|_| None).expect("loads");
+    assert!(c.log_json);
+    assert!(matches!(
+        c.storage,
+        ferry_server::app::config::StorageConfig::S3 { .. }
+    ));
+}
