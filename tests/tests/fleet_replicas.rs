@@ -236,4 +236,65 @@ fn a_halt_seen_by_three_replicas_is_written_once() {
         .filter(|h| h["action"] == "auto-halt")
         .count();
     assert_eq!(halts, 1, "one halt revision: {}", p["history"]);
+
+    // Resumed once the cause is fixed, it is not halted again by the loads that halted it.
+    let (s, b) = app.post_raw(
+        "/v1/admin/models/mlp/rollout",
+        &serde_json::to_vec(&serde_json::json!({"action": "resume", "reason": "fixed"}))
+            .expect("json"),
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(s, 200, "{b}");
+    std::thread::sleep(Duration::from_millis(3000));
+    let (_, p) = app.get_json("/v1/admin/models/mlp/rollout", Some(READ_TOKEN));
+    assert_eq!(p["current"]["state"], "active", "{}", p["current"]);
+}
+
+#[test]
+fn a_damaged_rollup_in_the_store_is_skipped_and_the_server_keeps_going() {
+    let app = TestApp::start_with(Options {
+        demo: false,
+        tweak: Some(Box::new(fast)),
+    });
+    app.publish(&mlp_v1());
+    let events: Vec<serde_json::Value> = (0..20)
+        .map(|i| event("ok", "1.0.0", &format!("d-{i}"), "SOC-1", 5.0))
+        .collect();
+    post_events(&app, &app.url(), &events);
+    let dir = app.store_dir().join("telemetry/rollups");
+    until("the rollup is flushed", || {
+        std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_some())
+    });
+    let own = std::fs::read_dir(&dir)
+        .expect("dir")
+        .flatten()
+        .next()
+        .expect("a rollup")
+        .path();
+    let mut evil: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&own).expect("read")).expect("json");
+    // A sketch that claims samples its bins do not hold, over a huge key range.
+    let sketch = &mut evil["models"]["mlp"]["1.0.0"]["xnnpack-fp32"]["load_ms"]["store"];
+    assert!(sketch.is_object(), "{evil}");
+    sketch["bins"] = serde_json::json!([]);
+    sketch["count"] = 5.into();
+    sketch["min_key"] = (-100_000).into();
+    sketch["max_key"] = 100_000.into();
+    std::fs::write(
+        dir.join("node-evil.json"),
+        serde_json::to_vec(&evil).expect("json"),
+    )
+    .expect("write");
+    std::fs::write(dir.join("node-garbage.json"), b"{\"models\": 7").expect("write");
+    std::thread::sleep(Duration::from_millis(2500));
+    post_events(&app, &app.url(), &events[..1]);
+    std::thread::sleep(Duration::from_millis(1500));
+    // The server is alive, its views answer, and the damaged objects count for nothing.
+    let (loads, _, _, _) = numbers(&app, &app.url());
+    assert_eq!(loads, 21, "only this replica's own events");
+    let (s, _) = app.resolve(
+        &ferry_tests::app::device("android", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096),
+        false,
+    );
+    assert_eq!(s, 200);
 }

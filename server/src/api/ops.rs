@@ -13,14 +13,19 @@ pub(crate) async fn healthz() -> HttpResponse {
 
 pub(crate) async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     // A cheap round trip to the store: a missing key answers NotFound when the store works.
-    match state
+    // Without the store the replica still resolves from memory, so it stays ready (a load
+    // balancer must keep sending it devices) and says it is degraded.
+    let store = match state
         .store
         .head(&crate::storage::StorageKey::readiness_probe())
         .await
     {
-        Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
-        Err(e) => return Err(ApiError::unavailable(e)),
-    }
+        Ok(_) | Err(object_store::Error::NotFound { .. }) => None,
+        Err(e) => {
+            tracing::warn!("readiness: the store does not answer: {e}");
+            Some(ErrorCode::StorageUnavailable)
+        }
+    };
     let expires = state.online_expires_at;
     if let Some(at) = expires
         && at <= time::OffsetDateTime::now_utc()
@@ -31,7 +36,8 @@ pub(crate) async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, A
         ));
     }
     let mut body = serde_json::json!({
-        "status": "ready",
+        "status": if store.is_some() { "degraded" } else { "ready" },
+        "store": store.map_or("ok", ErrorCode::as_str),
         "releases": state.catalog().release_count(),
         "keyring_version": state.keyring_version,
     });

@@ -133,6 +133,7 @@ impl AppState {
 
     /// Replaces one model's plan in memory.
     pub fn set_rollout(&self, model: &ModelName, plan: RolloutPlan) {
+        self.ramp_marks.note_revision(&self.telemetry, model, &plan);
         let mut next = (*self.rollouts()).clone();
         next.insert(model.clone(), plan);
         self.replace_rollouts(next);
@@ -140,6 +141,9 @@ impl AppState {
 
     /// Replaces all plans in memory.
     pub fn replace_rollouts(&self, plans: BTreeMap<ModelName, RolloutPlan>) {
+        for (m, p) in &plans {
+            self.ramp_marks.note_revision(&self.telemetry, m, p);
+        }
         let next = Arc::new(plans);
         match self.rollouts.write() {
             Ok(mut g) => *g = next,

@@ -1,16 +1,18 @@
 //! Telemetry ingestion, fleet health, the learned deny list and the automatic halt.
 //!
 //! `POST /v1/telemetry` takes `{"events": [...]}`. Each event is validated on its own; bad ones
-//! are listed in the answer with their index and code, the rest are kept. Accepted events are
-//! aggregated in memory per model / release / variant, and per SoC and device model within a
-//! variant (loads, failures, fallbacks with their targets and error codes, load times), and
-//! buffered as NDJSON lines flushed to `telemetry/raw/date=YYYY-MM-DD/hour=HH/` in the store;
-//! rollups go to `telemetry/rollup/<model>/<node>.json`. Ingestion never takes a lock that
-//! resolve takes: resolve reads only the rollout and deny snapshots.
+//! are listed in the answer with their index and code, the rest are kept. Events with a valid
+//! receipt are counted in this replica's mergeable rollup ([`crate::fleet::rollup`]) per model /
+//! release / variant and per SoC, device model and platform; every accepted event is buffered
+//! as an NDJSON line flushed to `telemetry/raw/date=YYYY-MM-DD/hour=HH/` in the store. The
+//! rollup goes to `telemetry/rollups/<node>.json`, and the views (health, halts, deny) merge it
+//! with every other replica's. Ingestion never takes a lock that resolve takes: resolve reads
+//! only the rollout and deny snapshots.
 //!
-//! After each batch the aggregates are checked: a staged release over its rollout's thresholds
-//! (with at least `min_samples` loads) is halted; a variant whose fallback rate on one SoC or
-//! device model crosses the deny threshold (with enough samples) is denied to that class.
+//! The views are checked after batches and after each merge: a staged release over its
+//! rollout's thresholds (with at least `min_samples` loads since its revision began) is halted;
+//! a variant whose fallback rate on one SoC or device model crosses the deny threshold (with
+//! enough samples and devices) is denied to that class.
 
 use ferry_shared::errors::ErrorCode;
 use std::collections::HashMap;
@@ -41,6 +43,10 @@ pub const PER_DEVICE_EVENTS: u8 = 8;
 /// (model, release, variant).
 type VariantKey = (String, String, String);
 
+/// Other replicas' rollups as last read: object name → (version seen: modification time and
+/// size, rollup).
+pub type RollupCache = HashMap<String, (String, std::sync::Arc<Rollup>)>;
+
 /// The in-memory telemetry state of one server.
 #[derive(Debug, Default)]
 pub struct Telemetry {
@@ -51,6 +57,8 @@ pub struct Telemetry {
     /// The other replicas' rollups (and those of earlier runs), merged; refreshed at each flush.
     others: std::sync::RwLock<std::sync::Arc<Rollup>>,
     cohorts: Mutex<Rollup>,
+    /// The other rollups as last read, by object name, with their modification time.
+    rollups_read: Mutex<RollupCache>,
     raw: Mutex<Vec<String>>,
     limiter: Mutex<Limiter>,
     evaluated: Mutex<HashMap<String, Instant>>,
@@ -209,6 +217,11 @@ impl Telemetry {
         let mut r = lock(&self.local).clone();
         r.merge(&lock(&self.cohorts));
         r
+    }
+
+    /// The other rollups as last read (for the flush that reads them again).
+    pub fn rollup_cache(&self) -> std::sync::MutexGuard<'_, RollupCache> {
+        lock(&self.rollups_read)
     }
 
     /// Replaces the other replicas' merged rollup (read from the store).

@@ -18,9 +18,11 @@ pub async fn evaluate(state: &AppState, model: &ModelName) {
         && plan.state == RolloutState::Active
         && let Some(staged) = &plan.staged
     {
-        let (loads, failures, fallbacks) = state
-            .telemetry
-            .release_totals(model.as_str(), &staged.to_string());
+        // Since this revision began (a resume starts a fresh window), fleet-wide.
+        let (loads, failures, fallbacks) =
+            state
+                .ramp_marks
+                .since_revision(&state.telemetry, model, plan);
         let t = plan.thresholds;
         if loads >= t.min_samples && loads > 0 {
             let fr = failures.min(loads) as f64 / loads as f64;
@@ -40,12 +42,11 @@ pub async fn evaluate(state: &AppState, model: &ModelName) {
             };
             if let Some(reason) = why {
                 let at = now_text();
-                let staged = staged.clone();
+                // Written only over the revision the rates were counted for: a replica that has
+                // not yet seen a later change (a resume, a new rollout) must not halt it.
+                let seen = plan.revision;
                 let result = rollout::apply(&state.store, model, |cur| match cur {
-                    Some(p)
-                        if p.state == RolloutState::Active
-                            && p.staged.as_ref() == Some(&staged) =>
-                    {
+                    Some(p) if p.revision == seen && p.state == RolloutState::Active => {
                         Ok(RolloutPlan {
                             revision: p.revision + 1,
                             state: RolloutState::Halted,
@@ -64,7 +65,19 @@ pub async fn evaluate(state: &AppState, model: &ModelName) {
                         tracing::warn!(%model, reason, "rollout halted automatically");
                         state.set_rollout(model, p);
                     }
-                    Err(RolloutError::Changed) => {}
+                    Err(RolloutError::Changed) => {
+                        // Another replica or an operator wrote first: adopt what is in force.
+                        match crate::storage::revisions::latest::<RolloutPlan>(
+                            &state.store,
+                            &crate::storage::StorageKey::rollout_log(model),
+                        )
+                        .await
+                        {
+                            Ok(Some((_, p))) => state.set_rollout(model, p),
+                            Ok(None) => {}
+                            Err(e) => tracing::warn!(%model, "rollout state reload failed: {e}"),
+                        }
+                    }
                     Err(e) => tracing::error!(%model, "automatic halt could not be written: {e}"),
                 }
             }

@@ -7,6 +7,9 @@ use crate::app::AppState;
 use crate::fleet::rollup::Rollup;
 use crate::storage::StorageKey;
 
+/// Largest rollup object read from the store.
+pub const MAX_ROLLUP_BYTES: u64 = 64 << 20;
+
 /// Flushes buffered raw events and rollups to the store.
 pub async fn flush(state: &AppState) {
     use object_store::{ObjectStoreExt as _, PutPayload};
@@ -62,28 +65,84 @@ pub async fn flush_rollups(state: &AppState) {
             return;
         }
     };
-    let mut others = Rollup::default();
+    // Files that did not change since the last pass are not read again; one that cannot be
+    // read (or parsed) keeps its last good copy, so a transient failure does not make its
+    // history vanish and reappear.
+    let mut cache = std::mem::take(&mut *state.telemetry.rollup_cache());
+    let mut live = std::collections::HashSet::new();
     for meta in metas {
         if meta.location == own {
+            continue;
+        }
+        let name = meta.location.to_string();
+        let version = format!("{} {}", meta.last_modified.to_rfc3339(), meta.size);
+        live.insert(name.clone());
+        if cache.get(&name).is_some_and(|(seen, _)| *seen == version) {
+            continue;
+        }
+        if meta.size > MAX_ROLLUP_BYTES {
+            tracing::warn!(
+                "rollup {name} is {} bytes, over the {MAX_ROLLUP_BYTES}-byte limit: skipped",
+                meta.size
+            );
             continue;
         }
         let bytes = match state.store.get(&meta.location).await {
             Ok(r) => match r.bytes().await {
                 Ok(b) => b,
                 Err(e) => {
-                    tracing::warn!("rollup {} unreadable: {e}", meta.location);
+                    tracing::warn!("rollup {name} unreadable, keeping its last copy: {e}");
                     continue;
                 }
             },
             Err(e) => {
-                tracing::warn!("rollup {} unreadable: {e}", meta.location);
+                tracing::warn!("rollup {name} unreadable, keeping its last copy: {e}");
                 continue;
             }
         };
-        match serde_json::from_slice::<Rollup>(&bytes) {
-            Ok(r) => others.merge(&r),
-            Err(e) => tracing::warn!("skipping rollup {}: {e}", meta.location),
+        // A damaged object must not take the replica down: the sketch and estimator parsers
+        // trust their input, so parse (and merge-check) behind a panic guard.
+        let parsed = std::panic::catch_unwind(|| {
+            let r = serde_json::from_slice::<Rollup>(&bytes).map_err(|e| e.to_string())?;
+            probe_merge(&r);
+            Ok::<_, String>(r)
+        });
+        match parsed {
+            Ok(Ok(r)) => {
+                cache.insert(name, (version, std::sync::Arc::new(r)));
+            }
+            Ok(Err(e)) => tracing::warn!("skipping rollup {name}: {e}"),
+            Err(_) => tracing::error!("skipping rollup {name}: it is damaged"),
         }
     }
+    cache.retain(|k, _| live.contains(k));
+    let mut others = Rollup::default();
+    for (name, (_, r)) in cache.iter() {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| others.merge(r))).is_err() {
+            tracing::error!("rollup {name} could not be merged: it is damaged");
+        }
+    }
+    *state.telemetry.rollup_cache() = cache;
     state.telemetry.set_others(others);
+}
+
+/// Merges `r` both ways with a rollup that has wide-ranging samples in each of its variants,
+/// so a damaged sketch panics here (behind the caller's guard) rather than later in a view.
+fn probe_merge(r: &Rollup) {
+    let mut probe = Rollup::default();
+    for (m, releases) in &r.models {
+        for (rel, variants) in releases {
+            for v in variants.keys() {
+                let c = probe.variant_mut(m, rel, v);
+                for ms in [0.001, 1.0, 1e6] {
+                    c.load_ms.0.add(ms);
+                }
+            }
+        }
+    }
+    let mut other = probe.clone();
+    probe.merge(r);
+    let mut copy = r.clone();
+    copy.merge(&other);
+    other.merge(&copy);
 }

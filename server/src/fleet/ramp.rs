@@ -8,9 +8,8 @@
 //! the decision was made on (create-if-absent put); a replica that loses the race adopts the
 //! winner's revision.
 //!
-//! Step health counts what this replica's telemetry saw since it first saw the step (the
-//! marks below). Each replica decides on the telemetry it received itself; aggregates merged
-//! across replicas are the fleet issue's work.
+//! Step health counts the fleet-wide telemetry (every replica's rollup, merged) since this
+//! replica first saw the step (the marks below).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -25,20 +24,76 @@ use crate::fleet::now_text;
 use crate::fleet::rollout::{self, RolloutError};
 use crate::storage::{StorageKey, revisions};
 
-/// Totals (loads, failures, fallbacks) of the staged and the baseline release.
-type Totals = [(u64, u64, u64); 2];
+/// Loads, failures and fallbacks.
+type Counts = (u64, u64, u64);
+
+/// Totals of the staged and the baseline release.
+type Totals = [Counts; 2];
 
 /// Per step (model, salt, step index, when the step began — a `resume` begins it again): the
 /// totals when this replica first saw the step.
 #[derive(Debug, Default)]
 pub struct RampMarks {
     marks: Mutex<HashMap<(String, String, usize, String), Totals>>,
+    /// Per model: the plan revision this replica saw last and the staged release's totals
+    /// when it first saw it (automatic halts count from there, so a `resume` or `set` starts
+    /// a fresh window instead of being halted again by the counts that halted it).
+    revisions: Mutex<HashMap<String, (u64, Counts)>>,
     /// Release files the last catalog reload skipped (unreadable or untrusted), so that they
     /// do not make every pass reload the catalog.
     skipped_releases: std::sync::atomic::AtomicUsize,
 }
 
 impl RampMarks {
+    /// Notes that `plan` is in force for `model`: takes the staged release's totals as the
+    /// start of its window when the revision is new to this replica.
+    pub fn note_revision(
+        &self,
+        telemetry: &crate::fleet::aggregate::Telemetry,
+        model: &ModelName,
+        plan: &RolloutPlan,
+    ) {
+        let mut marks = match self.revisions.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if marks
+            .get(model.as_str())
+            .is_some_and(|(rev, _)| *rev == plan.revision)
+        {
+            return;
+        }
+        let totals = plan.staged.as_ref().map_or((0, 0, 0), |v| {
+            telemetry.release_totals(model.as_str(), &v.to_string())
+        });
+        marks.insert(model.to_string(), (plan.revision, totals));
+    }
+
+    /// The staged release's loads, failures and fallbacks since this replica first saw
+    /// `plan`'s revision (everything, when it has not seen it yet).
+    pub fn since_revision(
+        &self,
+        telemetry: &crate::fleet::aggregate::Telemetry,
+        model: &ModelName,
+        plan: &RolloutPlan,
+    ) -> (u64, u64, u64) {
+        let now = plan.staged.as_ref().map_or((0, 0, 0), |v| {
+            telemetry.release_totals(model.as_str(), &v.to_string())
+        });
+        let mark = match self.revisions.lock() {
+            Ok(g) => g.get(model.as_str()).copied(),
+            Err(p) => p.into_inner().get(model.as_str()).copied(),
+        };
+        match mark {
+            Some((rev, m)) if rev == plan.revision => (
+                now.0.saturating_sub(m.0),
+                now.1.saturating_sub(m.1),
+                now.2.saturating_sub(m.2),
+            ),
+            _ => now,
+        }
+    }
+
     /// The health of `plan`'s current step: totals now minus the totals at the step's mark
     /// (taken now when this is the first look at the step).
     pub fn step_health(

@@ -3,7 +3,7 @@
 //! see the whole fleet on every replica, and survive restarts.
 //!
 //! Counters add; distinct devices are HyperLogLog++ estimators (`cardinality-estimator`,
-//! exact up to a few hundred devices, about 1.6% error beyond); load times are a DDSketch
+//! exact up to 128 devices, about 1.6% error beyond); load times are a DDSketch
 //! (`sketches-ddsketch`, 1% relative error on every quantile). All three merge without loss, so
 //! the merge of the replicas' rollups equals the rollup of one server that received every
 //! event (counts exactly, distinct devices and percentiles within the stated errors).

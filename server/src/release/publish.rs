@@ -250,7 +250,11 @@ where
             return Err(PublishError::BlobTooLarge { max });
         }
         hasher.update(&chunk);
-        writer.wait_for_capacity(4).await?;
+        if let Err(e) = writer.wait_for_capacity(4).await {
+            // Leave no orphaned parts behind on the store.
+            let _ = writer.abort().await;
+            return Err(e.into());
+        }
         writer.write(&chunk);
     }
     let actual = Sha256Digest::from_bytes(hasher.finalize().into());

@@ -156,8 +156,12 @@ impl StorageKey {
     }
 }
 
-/// Opens the configured store: `<data>/store` locally, or an S3 bucket whose requests time out
-/// after `timeout` (and are retried twice, within three timeouts in all).
+/// The longest one request to the object store may take in all (a blob streamed to a slow
+/// device included; the device resumes with a range after a cut).
+pub const STORE_REQUEST_CAP: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Opens the configured store: `<data>/store` locally, or an S3 bucket whose requests fail
+/// when a read waits longer than `timeout` (retried twice, within three timeouts in all).
 pub fn open(
     cfg: &crate::app::config::StorageConfig,
     data: &std::path::Path,
@@ -175,11 +179,18 @@ pub fn open(
             secret_access_key,
         } => {
             // Client options first: they replace every client setting, allow_http included.
+            // A store that stops answering is noticed by the read timeout (each read, reset
+            // after every successful one), so large blobs still stream for as long as they
+            // keep moving; the total cap only ends a transfer that crawls for ten minutes.
             let mut b = object_store::aws::AmazonS3Builder::new()
                 .with_client_options(
                     object_store::ClientOptions::new()
-                        .with_timeout(timeout)
-                        .with_connect_timeout(timeout.min(std::time::Duration::from_secs(5))),
+                        .with_timeout(STORE_REQUEST_CAP.max(timeout))
+                        .with_connect_timeout(timeout.min(std::time::Duration::from_secs(5)))
+                        .with_config(
+                            object_store::ClientConfigKey::ReadTimeout,
+                            format!("{}ms", timeout.as_millis()),
+                        ),
                 )
                 .with_bucket_name(bucket)
                 .with_region(region)
