@@ -298,3 +298,38 @@ fn a_damaged_rollup_in_the_store_is_skipped_and_the_server_keeps_going() {
     );
     assert_eq!(s, 200);
 }
+
+#[test]
+fn a_replica_with_a_stable_node_id_continues_its_rollup_after_a_restart() {
+    let app = TestApp::start_with(Options {
+        demo: false,
+        tweak: Some(Box::new(fast)),
+    });
+    app.publish(&mlp_v1());
+    let named = |c: &mut ferry_server::app::config::Config| {
+        fast(c);
+        c.node_id = Some("replica-a".into());
+    };
+    for round in 0..3 {
+        let replica = app.replica_with(None, Box::new(named));
+        let events: Vec<serde_json::Value> = (0..10)
+            .map(|i| event("ok", "1.0.0", &format!("r{round}-{i}"), "SOC-1", 5.0))
+            .collect();
+        post_events(&app, &replica.url(), &events);
+        let want = 10 * (round + 1);
+        until(&format!("round {round}"), || {
+            numbers(&app, &app.url()).0 == want
+        });
+        replica.stop();
+    }
+    let files: Vec<String> = app
+        .stored_files()
+        .into_iter()
+        .filter(|f| f.starts_with("telemetry/rollups/replica-"))
+        .collect();
+    assert_eq!(
+        files,
+        ["telemetry/rollups/replica-a.json"],
+        "one file, not one per run"
+    );
+}

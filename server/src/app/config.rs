@@ -46,6 +46,11 @@ pub struct Config {
     pub telemetry: crate::fleet::ingest::TelemetryConfig,
     /// The object store.
     pub storage: StorageConfig,
+    /// This replica's stable name in the store (`node_id`, `FERRY_NODE_ID`): its telemetry
+    /// rollup and raw files carry it, and a restart continues its rollup. `None`: a new random
+    /// name per run (each run leaves its own rollup, which keeps counting). Give every replica
+    /// its own; two live processes with one name overwrite each other's counts.
+    pub node_id: Option<String>,
 }
 
 /// Where the object store lives.
@@ -141,6 +146,7 @@ struct FileConfig {
     #[serde(default)]
     telemetry: crate::fleet::ingest::TelemetryConfig,
     storage: Option<StorageConfig>,
+    node_id: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -230,6 +236,16 @@ impl Config {
             Some("json") => true,
             Some(other) => bail!("log format {other:?} must be \"text\" or \"json\""),
         };
+        let node_id = env("FERRY_NODE_ID").or(file.node_id.clone());
+        if let Some(n) = &node_id
+            && (n.is_empty()
+                || n.len() > 63
+                || !n
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'))
+        {
+            bail!("node_id {n:?} must be 1 to 63 lowercase letters, digits or '-'");
+        }
         let decision_ttl_secs = file.decision_ttl_secs.unwrap_or(3600);
         if !(10..=7 * 86400).contains(&decision_ttl_secs) {
             bail!("decision_ttl_secs must be between 10 and 604800");
@@ -298,6 +314,7 @@ impl Config {
             log_json,
             telemetry: file.telemetry,
             storage,
+            node_id,
         })
     }
 
@@ -414,6 +431,7 @@ mod tests {
             "listen = \"not an address\"",
             "[limits]\nmax_json_bytes = 1",
             "log_format = \"xml\"",
+            "node_id = \"Not Valid\"",
             "[[tokens]]\nname = \"x\"\nsha256 = \"short\"\nscopes = [\"publish\"]",
             "[[tokens]]\nname = \"x\"\nsha256 = \"aa\"\nscopes = [\"root\"]",
             "public_url = \"ftp://x\"",

@@ -88,6 +88,10 @@ impl AppState {
         let receipts = crate::fleet::receipt::ReceiptKey::derive(&online);
         let mut prefix = [0u8; 4];
         let _ = getrandom::fill(&mut prefix);
+        let node = config
+            .node_id
+            .clone()
+            .unwrap_or_else(|| format!("node-{}", hex::encode(prefix)));
         Self {
             config,
             store,
@@ -106,7 +110,7 @@ impl AppState {
             telemetry: Telemetry::default(),
             ramp_marks: Default::default(),
             receipts,
-            node: format!("node-{}", hex::encode(prefix)),
+            node,
             ingest_permits: tokio::sync::Semaphore::new(
                 (std::thread::available_parallelism().map_or(2, |n| n.get()) / 2).max(1),
             ),

@@ -219,6 +219,15 @@ impl Telemetry {
         r
     }
 
+    /// Continues from `own`, this replica's rollup as an earlier run with the same node id left
+    /// it.
+    pub fn resume_local(&self, own: Rollup) {
+        let mut local = lock(&self.local);
+        let mut merged = own;
+        merged.merge(&local);
+        *local = merged;
+    }
+
     /// The other rollups as last read (for the flush that reads them again).
     pub fn rollup_cache(&self) -> std::sync::MutexGuard<'_, RollupCache> {
         lock(&self.rollups_read)

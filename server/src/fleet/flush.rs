@@ -7,6 +7,43 @@ use crate::app::AppState;
 use crate::fleet::rollup::Rollup;
 use crate::storage::StorageKey;
 
+/// With a stable node id, continues this replica's own rollup from the store (what its earlier
+/// run flushed), so restarts do not leave one more file each time. Called once at start.
+pub async fn resume_own_rollup(state: &AppState) {
+    use object_store::ObjectStoreExt as _;
+    if state.config.node_id.is_none() {
+        return;
+    }
+    let own = StorageKey::telemetry_rollup(&state.node);
+    let bytes = match state.store.get(&own).await {
+        Ok(r) => match r.bytes().await {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!("own rollup unreadable, starting a new one: {e}");
+                return;
+            }
+        },
+        Err(object_store::Error::NotFound { .. }) => return,
+        Err(e) => {
+            tracing::warn!("own rollup unreadable, starting a new one: {e}");
+            return;
+        }
+    };
+    if bytes.len() as u64 > MAX_ROLLUP_BYTES {
+        tracing::warn!("own rollup is over the size limit, starting a new one");
+        return;
+    }
+    match std::panic::catch_unwind(|| {
+        let r = serde_json::from_slice::<Rollup>(&bytes).map_err(|e| e.to_string())?;
+        probe_merge(&r);
+        Ok::<_, String>(r)
+    }) {
+        Ok(Ok(r)) => state.telemetry.resume_local(r),
+        Ok(Err(e)) => tracing::warn!("own rollup unreadable, starting a new one: {e}"),
+        Err(_) => tracing::error!("own rollup is damaged, starting a new one"),
+    }
+}
+
 /// Largest rollup object read from the store.
 pub const MAX_ROLLUP_BYTES: u64 = 64 << 20;
 
