@@ -206,3 +206,77 @@ fn publish_again_repairs_a_torn_blob() {
         "the torn blob was replaced"
     );
 }
+
+#[test]
+fn a_graceful_stop_writes_buffered_telemetry() {
+    // Flushes are far apart (10 minutes): only the stop can have written the event.
+    let s = common::setup("stop");
+    let config = s.tmp.path().join("ferry.toml");
+    std::fs::write(&config, "[telemetry]\nflush_secs = 600\n").expect("config");
+    let mut child = ferry()
+        .args(["serve", "--config"])
+        .arg(&config)
+        .args(["--listen", "127.0.0.1:0", "--data"])
+        .arg(&s.data)
+        .env("FERRY_ADMIN_TOKEN", TOKEN)
+        .env("FERRY_LOG", "warn")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let url = loop {
+        let line = lines.next().expect("started").expect("read");
+        if let Some(rest) = line.strip_prefix("ferry: listening on ") {
+            break rest.split_whitespace().next().expect("url").to_string();
+        }
+    };
+    let event = serde_json::json!({"events": [{
+        "kind": "load", "model": "stop", "release": "1.0.0", "variant": "xnnpack-fp32",
+        "delegate": "xnnpack", "outcome": "ok", "install_id": "graceful", "platform": "linux",
+        "soc": "x86", "device_model": "box", "os_version": "6", "app_version": "1.0.0",
+        "runtime_version": "1.5.1",
+        "at": time::OffsetDateTime::now_utc()
+            .format(&time::format_description::well_known::Rfc3339)
+            .expect("time")}]});
+    let mut resp = ureq::post(format!("{url}/v1/telemetry"))
+        .header("content-type", "application/json")
+        .send(serde_json::to_vec(&event).expect("json"))
+        .expect("post");
+    let body: serde_json::Value =
+        serde_json::from_reader(resp.body_mut().as_reader()).expect("json");
+    assert_eq!(body["accepted"], 1, "{body}");
+    let raw = |data: &Path| -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let mut stack = vec![data.join("store/telemetry/raw")];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else {
+                    out.push(p);
+                }
+            }
+        }
+        out
+    };
+    assert!(raw(&s.data).is_empty(), "nothing written before the stop");
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let exit = child.wait().expect("wait");
+    assert!(exit.success(), "{exit:?}: {rest:?}");
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("buffered telemetry written")),
+        "{rest:?}"
+    );
+    let files = raw(&s.data);
+    assert_eq!(files.len(), 1, "{files:?}");
+    let text = std::fs::read_to_string(&files[0]).expect("read");
+    assert!(text.contains("\"graceful\""), "{text}");
+}

@@ -49,8 +49,14 @@ pub(crate) fn serve(flags: Flags, demo: bool) -> anyhow::Result<ExitCode> {
                  \"device_model\":\"Pixel 8\",\"soc\":\"Tensor G3\",\"ram_mb\":8192}}'"
             );
         }
+        let for_shutdown = state.clone();
         server::spawn_refresh(state);
-        srv.await.context("server stopped with an error")
+        let stopped = srv.await;
+        // A graceful stop (SIGTERM, SIGINT) writes what is buffered: raw telemetry and this
+        // replica's rollup, so a deploy loses no counts.
+        crate::fleet::flush::flush(&for_shutdown).await;
+        eprintln!("ferry: stopped; buffered telemetry written");
+        stopped.context("server stopped with an error")
     })?;
     Ok(ExitCode::SUCCESS)
 }
