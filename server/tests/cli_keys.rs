@@ -105,6 +105,23 @@ fn rotate_writes_the_next_keyring_and_the_server_serves_it() {
     assert_eq!(chain["version"], 3);
     assert_eq!(chain["keyrings"].as_array().map(Vec::len), Some(3));
 
+    // An expiry that is already past, or absurd, is a usage error and writes nothing.
+    for days in ["0", "99999999"] {
+        let out = ferry()
+            .args([
+                "keys",
+                "rotate",
+                "online",
+                "--expires-in-days",
+                days,
+                "--keys",
+            ])
+            .arg(&keys)
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(2), "{days}: {out:?}");
+    }
+    assert!(!keys.join("keyring/00000004.json").exists());
     // Mistakes: an unknown role is a usage error; without the root key nothing is written.
     let bad = ferry()
         .args(["keys", "rotate", "everything", "--keys"])
@@ -125,4 +142,48 @@ fn rotate_writes_the_next_keyring_and_the_server_serves_it() {
         String::from_utf8_lossy(&no_root.stderr)
     );
     assert!(!keys.join("keyring/00000004.json").exists());
+}
+
+#[test]
+fn demo_starts_again_after_its_release_key_was_rotated() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let data = tmp.path().join("data");
+    let run_demo = || {
+        let mut child = ferry()
+            .args(["serve", "--demo", "--listen", "127.0.0.1:0", "--data"])
+            .arg(&data)
+            .env("FERRY_ADMIN_TOKEN", common::TOKEN)
+            .stderr(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn");
+        use std::io::BufRead as _;
+        let lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let mut seen = Vec::new();
+        let mut up = false;
+        for l in lines.map_while(Result::ok) {
+            up = l.starts_with("ferry: listening on ");
+            seen.push(l);
+            if up {
+                break;
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        (up, seen)
+    };
+    let (up, seen) = run_demo();
+    assert!(up, "{seen:?}");
+    run_ok(
+        ferry()
+            .args(["keys", "rotate", "release", "--keys"])
+            .arg(data.join("keys")),
+    );
+    let (up, seen) = run_demo();
+    assert!(up, "the demo must start again: {seen:?}");
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("no current release key signed it")),
+        "{seen:?}"
+    );
 }

@@ -41,9 +41,11 @@ fn revoke_signs_the_next_list_and_the_server_stops_offering_the_release() {
     assert!(String::from_utf8_lossy(&again.stdout).contains("already revoked"));
     // The online key may not sign revocations; a bad version is refused before anything is sent.
     let wrong = revoke("2.0.0", "online.key");
-    assert!(!wrong.status.success());
+    assert_eq!(wrong.status.code(), Some(2), "a usage mistake");
     assert!(String::from_utf8_lossy(&wrong.stderr).contains("release key"));
-    assert!(!revoke("two", "release.key").status.success());
+    let bad = revoke("1.0", "release.key");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("semantic version"));
 
     // Signing the list again (after a release key rotation) adds nothing and bumps the version.
     let resign = ferry()
@@ -67,7 +69,7 @@ fn revoke_signs_the_next_list_and_the_server_stops_offering_the_release() {
         .env("FERRY_TOKEN", TOKEN)
         .output()
         .expect("run");
-    assert!(!neither.status.success());
+    assert_eq!(neither.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&neither.stderr).contains("--resign"));
 
     let mut resp = ureq::get(format!("{}/v1/admin/models/rev/revocations", server.url))

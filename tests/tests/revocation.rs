@@ -279,7 +279,16 @@ fn the_server_accepts_only_signed_successor_lists() {
     let (_, b) = app.get_json("/v1/admin/models/mlp/revocations", Some(READ_TOKEN));
     assert_eq!(b["version"], 2);
     assert_eq!(b["revoked"].as_array().map(Vec::len), Some(2));
-    // Every release revoked: nothing is offered, and the answer says so.
+    // The release list says which are revoked.
+    let (_, m) = app.get_json("/v1/admin/models/mlp", Some(READ_TOKEN));
+    let states: Vec<&str> = m["releases"]
+        .as_array()
+        .expect("releases")
+        .iter()
+        .map(|r| r["state"].as_str().unwrap_or(""))
+        .collect();
+    assert!(states.iter().all(|s| s.starts_with("revoked")), "{m}");
+    // Every release revoked: nothing is offered, and the answer says why.
     let (s, b) = app.resolve(
         &ferry_tests::app::device("linux", &["XnnpackBackend"], "1.5.1", "2.0.0", 4096),
         false,
@@ -287,6 +296,13 @@ fn the_server_accepts_only_signed_successor_lists() {
     assert_eq!(
         (s, b["code"].as_str()),
         (404, Some("no_compatible_variant")),
+        "{b}"
+    );
+    assert!(
+        b["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("every published release"),
         "{b}"
     );
 }

@@ -106,12 +106,21 @@ pub(crate) async fn get_model(
         ));
     }
     let plan = state.rollouts().get(&model).cloned();
+    let revoked = state.revocations().get(&model).cloned();
     let list: Vec<serde_json::Value> = releases
         .iter()
         .map(|r| {
+            let lifecycle = release_state(&r.manifest.version, plan.as_ref(), &releases);
+            let shown = match revoked
+                .as_ref()
+                .and_then(|x| x.list.revokes(&r.manifest.version))
+            {
+                Some(_) => format!("revoked (was {lifecycle})"),
+                None => lifecycle,
+            };
             serde_json::json!({
                 "version": r.manifest.version.to_string(),
-                "state": release_state(&r.manifest.version, plan.as_ref(), &releases),
+                "state": shown,
                 "notes": r.manifest.notes,
                 "variants": r.manifest.variants.iter().map(|v| serde_json::json!({
                     "id": v.id, "delegate": v.delegate, "quant": v.quant, "size": v.size,

@@ -97,6 +97,16 @@ pub(crate) async fn resolve_inner(
     // A revoked release is never offered, whatever the rollout plan says.
     if let Some(r) = &revocations {
         all.retain(|rel| r.list.revokes(&rel.manifest.version).is_none());
+        if all.is_empty() {
+            return Err(ApiError::new(
+                ErrorCode::NoCompatibleVariant,
+                format!(
+                    "every published release of {} is revoked; nothing can be offered until a \
+                     new release is published and shipped",
+                    device.model
+                ),
+            ));
+        }
     }
     let plan = state.rollouts().get(&device.model).cloned();
     let wanted_cohort = plan

@@ -64,6 +64,15 @@ pub(crate) fn keys_rotate(
     dir: &Path,
     expires_in_days: Option<u32>,
 ) -> anyhow::Result<ExitCode> {
+    if let Some(d) = expires_in_days
+        && !(1..=3650).contains(&d)
+    {
+        return Err(super::exit::Usage(format!(
+            "--expires-in-days {d}: give 1 to 3650 days (an online key that is already expired \
+             would stop every server)"
+        ))
+        .into());
+    }
     let expires = expires_in_days.map(|d| time::Duration::days(i64::from(d)));
     for line in keys::rotate(dir, role, expires)? {
         println!("{line}");
@@ -79,12 +88,15 @@ pub(crate) fn keys_rotate(
         keys::RotateRole::Release => println!(
             "next: copy {0}/keyring/ to each server's <data>/keys/ and restart it; sign new \
              releases with {0}/release.key. Releases signed by the retired key are refused \
-             from now on: sign and publish them again under a new version",
+             from now on: sign and publish them again under a new version, then sign each \
+             model's revocation list again (ferry release revoke MODEL --resign --key \
+             {0}/release.key)",
             dir.display()
         ),
         keys::RotateRole::Root => println!(
-            "next: copy {0}/keyring/ to each server's <data>/keys/ and restart it; apps pinned \
-             to the old trust.json follow the rotation; keep {0}/root.key offline",
+            "next: copy {0}/keyring/ and the new {0}/trust.json to each server's <data>/keys/ \
+             and restart it; apps pinned to the old trust.json follow the rotation, new app \
+             builds pin the new one; keep {0}/root.key offline",
             dir.display()
         ),
     }

@@ -50,10 +50,26 @@ pub mod exit {
     /// The server could not be reached, or failed (5xx, 429).
     pub const UNAVAILABLE: u8 = 7;
 
+    /// A mistake on the command line that clap cannot see (a bad version, an option that
+    /// contradicts another): exits with [`USAGE`].
+    #[derive(Debug)]
+    pub struct Usage(pub String);
+
+    impl std::fmt::Display for Usage {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl std::error::Error for Usage {}
+
     /// The exit code for `e`.
     pub fn of(e: &anyhow::Error) -> u8 {
         if e.downcast_ref::<NoToken>().is_some() {
             return AUTH;
+        }
+        if e.chain().any(|c| c.downcast_ref::<Usage>().is_some()) {
+            return USAGE;
         }
         if let Some(r) = e.chain().find_map(|c| c.downcast_ref::<Refusal>()) {
             return match (r.status, r.code) {
@@ -170,7 +186,7 @@ pub enum Command {
         command: release::ReleaseCommand,
     },
     /// Every release of a model, newest first, with its state: live (the baseline), staged N%,
-    /// published (not live yet) or retired (older than the baseline).
+    /// published (not live yet), retired (older than the baseline) or revoked.
     Releases {
         /// Model name.
         model: String,

@@ -10,6 +10,7 @@ use ferry_shared::dsse::KeyRole;
 use ferry_shared::revocation::{REVOCATIONS_PAYLOAD_TYPE, RevocationList, Revoked};
 use semver::Version;
 
+use super::exit::Usage;
 use super::remote::{Remote, admin_call};
 use crate::app::keys;
 
@@ -51,7 +52,7 @@ pub(crate) fn release_cmd(command: ReleaseCommand) -> anyhow::Result<ExitCode> {
         } => match (version, resign) {
             (Some(v), false) => revoke(&model, Some(&v), &key, &reason, &remote),
             (None, true) => revoke(&model, None, &key, &reason, &remote),
-            _ => bail!("give either a VERSION to revoke or --resign"),
+            _ => Err(Usage("give either a VERSION to revoke or --resign, not both".into()).into()),
         },
     }
 }
@@ -64,18 +65,25 @@ fn revoke(
     remote: &Remote,
 ) -> anyhow::Result<ExitCode> {
     let release: Option<Version> = version
-        .map(|v| v.parse().map_err(|e| anyhow::anyhow!("version {v:?}: {e}")))
+        .map(|v| {
+            v.parse().map_err(|e| {
+                Usage(format!(
+                    "version {v:?} is not a semantic version like 1.2.0: {e}"
+                ))
+            })
+        })
         .transpose()?;
     let model_name: ferry_shared::ModelName = model
         .parse()
-        .map_err(|e| anyhow::anyhow!("model {model:?}: {e}"))?;
+        .map_err(|e| Usage(format!("model {model:?}: {e}")))?;
     let key = keys::load(key)?;
     if key.role != KeyRole::Release {
-        bail!(
-            "{} is a {} key; revocations are signed with a release key",
+        return Err(Usage(format!(
+            "key {} has the {} role; revocations are signed with the release key",
             key.pair.id(),
             key.role
-        );
+        ))
+        .into());
     }
     let current = admin_call(
         remote,
