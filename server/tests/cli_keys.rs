@@ -187,3 +187,36 @@ fn demo_starts_again_after_its_release_key_was_rotated() {
         "{seen:?}"
     );
 }
+
+#[test]
+fn a_server_without_an_admin_token_says_so() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut child = ferry()
+        .args(["serve", "--demo", "--listen", "127.0.0.1:0", "--data"])
+        .arg(tmp.path())
+        .env_remove("FERRY_ADMIN_TOKEN")
+        .env("FERRY_ADMIN_TOKEN", "")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    use std::io::BufRead as _;
+    let mut seen = Vec::new();
+    for l in std::io::BufReader::new(child.stderr.take().expect("stderr"))
+        .lines()
+        .map_while(Result::ok)
+    {
+        let done = l.starts_with("ferry: listening on ");
+        seen.push(l);
+        if done {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("no admin token is configured")),
+        "{seen:?}"
+    );
+}

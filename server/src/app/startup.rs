@@ -59,6 +59,13 @@ pub async fn build_state(
     if !ring.keys().any(|k| k.role == KeyRole::Release) {
         notes.push("warning: no release key is trusted; nothing can be published".into());
     }
+    if config.tokens.is_empty() {
+        notes.push(
+            "warning: no admin token is configured (FERRY_ADMIN_TOKEN or [[tokens]]): every \
+             admin call will be refused"
+                .into(),
+        );
+    }
     if keys::key_paths(&keys_dir).release.exists() && source == KeySource::Provisioned {
         notes.push(format!(
             "warning: {} holds a release key; keep release keys off servers",
