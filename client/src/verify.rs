@@ -262,8 +262,7 @@ pub fn effective_revocations(
     keyring: u64,
 ) -> Result<(Option<RevocationList>, Option<Envelope>), ClientError> {
     let held = held.and_then(|(env, kv)| {
-        let bytes = ferry_shared::dsse::decode_payload(env, &Default::default()).ok()?;
-        RevocationList::from_json(&bytes)
+        RevocationList::from_accepted_envelope(env)
             .ok()
             .filter(|l| l.model.as_str() == model)
             .map(|l| (l, kv))

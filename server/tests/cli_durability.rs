@@ -262,8 +262,8 @@ fn a_graceful_stop_writes_buffered_telemetry() {
         out
     };
     assert!(raw(&s.data).is_empty(), "nothing written before the stop");
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+    let status = Command::new("sh")
+        .args(["-c", &format!("kill -TERM {}", child.id())])
         .status()
         .expect("kill");
     assert!(status.success());

@@ -116,6 +116,14 @@ impl RevocationList {
         Ok(list)
     }
 
+    /// The list an envelope carries, parsed and checked but with its signature NOT verified:
+    /// only for a list that was verified when it was accepted (kept by a device, stored by a
+    /// server) or that is about to be signed anew.
+    pub fn from_accepted_envelope(env: &Envelope) -> Result<Self, RevocationError> {
+        let bytes = crate::dsse::decode_payload(env, &DsseLimits::default())?;
+        Self::from_json(&bytes)
+    }
+
     /// The entry revoking `release`, if any.
     pub fn revokes(&self, release: &Version) -> Option<&Revoked> {
         self.revoked.iter().find(|r| r.release == *release)

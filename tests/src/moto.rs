@@ -94,8 +94,9 @@ impl Moto {
     }
 
     fn signal(&self, sig: &str) {
-        let status = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
+        // The shell's own `kill`: no procps needed.
+        let status = Command::new("sh")
+            .args(["-c", &format!("kill {sig} {}", self.child.id())])
             .status()
             .expect("kill");
         assert!(status.success(), "kill {sig} moto");

@@ -56,6 +56,13 @@ fn signed_by(app: &TestApp, key: &keys::RoleKey, edit: impl FnOnce(&mut Decision
     serde_json::to_vec(&resp).expect("json")
 }
 
+/// Loads `mlp` and checks that the device kept its verified copy, refusing the answer with
+/// `code`.
+fn expect_last_good(c: &Client, code: &str) {
+    let m = c.load("mlp", &device()).expect("the last known good copy");
+    assert_eq!(last_good_code(&m.source), Some(code), "{:?}", m.source);
+}
+
 fn last_good_code(source: &Source) -> Option<&str> {
     match source {
         Source::LastKnownGood { code, .. } => Some(code),
@@ -94,13 +101,7 @@ fn a_client_pinned_to_the_first_root_follows_two_online_rotations_and_a_release_
         drop(m);
         // What the retired key signs is refused; the device keeps its verified model.
         proxy.resolve_faults([Fault::Replace(signed_by(&app, &retired, |_| {}))]);
-        let m = c.load("mlp", &device()).expect("last known good");
-        assert_eq!(
-            last_good_code(&m.source),
-            Some("key_unknown"),
-            "{:?}",
-            m.source
-        );
+        expect_last_good(&c, "key_unknown");
     }
 
     // Release key: a release signed by the retired key is refused by the server; one signed by
@@ -140,9 +141,7 @@ fn a_poisoned_sequence_is_recovered_by_rotating_the_online_key() {
         d.sequence = u64::MAX;
     }))]);
     drop(c.load("mlp", &device()).expect("poisoned answer accepted"));
-    let m = c.load("mlp", &device()).expect("still serves its model");
-    assert_eq!(last_good_code(&m.source), Some("replay"), "{:?}", m.source);
-    drop(m);
+    expect_last_good(&c, "replay");
     // A server-side change only: rotate the online key and restart.
     keys::rotate(&keys_dir, RotateRole::Online, None).expect("rotate");
     app.restart().expect("restart");
@@ -155,14 +154,7 @@ fn a_poisoned_sequence_is_recovered_by_rotating_the_online_key() {
         d.sequence = u64::MAX;
         d.keyring_version = 2;
     }))]);
-    let m = c.load("mlp", &device()).expect("last known good");
-    assert_eq!(
-        last_good_code(&m.source),
-        Some("key_unknown"),
-        "{:?}",
-        m.source
-    );
-    drop(m);
+    expect_last_good(&c, "key_unknown");
     assert_eq!(
         c.load("mlp", &device()).expect("honest").source,
         Source::Cached
@@ -190,26 +182,12 @@ fn a_skipped_or_older_keyring_version_is_refused() {
     // A server that leaves out version 2: the device refuses version 3 and stays on 1.
     let gap = serde_json::json!({"version": 3, "keyrings": [all[0], all[2]]});
     proxy.keyring_faults([Fault::Replace(serde_json::to_vec(&gap).expect("json"))]);
-    let m = c.load("mlp", &device()).expect("last known good");
-    assert_eq!(
-        last_good_code(&m.source),
-        Some("keyring_skipped"),
-        "{:?}",
-        m.source
-    );
+    expect_last_good(&c, "keyring_skipped");
     assert_eq!(c.keyring_version(), 1);
-    drop(m);
     // Version 3 alone (skipping 2) is refused the same way.
     let only3 = serde_json::json!({"version": 3, "keyrings": [all[2]]});
     proxy.keyring_faults([Fault::Replace(serde_json::to_vec(&only3).expect("json"))]);
-    let m = c.load("mlp", &device()).expect("last known good");
-    assert_eq!(
-        last_good_code(&m.source),
-        Some("keyring_skipped"),
-        "{:?}",
-        m.source
-    );
-    drop(m);
+    expect_last_good(&c, "keyring_skipped");
     // The whole chain is accepted.
     assert_eq!(
         c.load("mlp", &device()).expect("load").source,
@@ -363,14 +341,7 @@ fn a_fixed_trust_file_keeps_working_and_old_millisecond_floors_do_not_block() {
         d.keyring_version = 7;
         d.sequence = u64::MAX;
     }))]);
-    let m = c.load("mlp", &device()).expect("last known good");
-    assert_eq!(
-        last_good_code(&m.source),
-        Some("decision_mismatch"),
-        "{:?}",
-        m.source
-    );
-    drop(m);
+    expect_last_good(&c, "decision_mismatch");
     assert_eq!(
         c.load("mlp", &device()).expect("honest").source,
         Source::Cached

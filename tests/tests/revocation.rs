@@ -62,6 +62,17 @@ fn signed(list: &RevocationList, key: &RoleKey) -> Envelope {
     )
 }
 
+/// Sends `list`, signed with the server's release key, and checks it is stored.
+fn revoke(app: &TestApp, list: RevocationList) {
+    let (s, b) = post(
+        app,
+        "mlp",
+        &signed(&list, &app.release_key()),
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(s, 201, "{b}");
+}
+
 fn post(
     app: &TestApp,
     model: &str,
@@ -88,13 +99,7 @@ fn a_revoked_release_is_never_offered_and_never_loaded_even_from_the_cache() {
     assert_eq!(m.release, "2.0.0");
     drop(m);
 
-    let (s, body) = post(
-        &app,
-        "mlp",
-        &signed(&list(1, &["2.0.0"]), &app.release_key()),
-        Some(ADMIN_TOKEN),
-    );
-    assert_eq!(s, 201, "{body}");
+    revoke(&app, list(1, &["2.0.0"]));
     // The server stops offering it at once, and says which list it used.
     let (s, answer) = app.resolve(
         &ferry_tests::app::device("linux", &["XnnpackBackend"], "1.5.1", "2.0.0", 4096),
@@ -128,13 +133,7 @@ fn an_answer_without_the_list_its_decision_names_is_refused() {
     let app = TestApp::start();
     app.publish(&mlp_v1());
     app.publish(&mlp_v2());
-    let (s, body) = post(
-        &app,
-        "mlp",
-        &signed(&list(1, &["2.0.0"]), &app.release_key()),
-        Some(ADMIN_TOKEN),
-    );
-    assert_eq!(s, 201, "{body}");
+    revoke(&app, list(1, &["2.0.0"]));
     let (s, mut answer) = app.resolve(
         &serde_json::json!({"model": "mlp", "install_id": "revocation-device",
             "app_version": "2.0.0", "runtime_version": "1.5.1", "backends": ["XnnpackBackend"],
@@ -313,13 +312,7 @@ fn revocations_survive_a_restart() {
     app.publish(&mlp_v1());
     app.publish(&mlp_v2());
     app.ship("2.0.0");
-    let (s, b) = post(
-        &app,
-        "mlp",
-        &signed(&list(1, &["2.0.0"]), &app.release_key()),
-        Some(ADMIN_TOKEN),
-    );
-    assert_eq!(s, 201, "{b}");
+    revoke(&app, list(1, &["2.0.0"]));
     app.restart().expect("restart");
     let (s, answer) = app.resolve(
         &ferry_tests::app::device("linux", &["XnnpackBackend"], "1.5.1", "2.0.0", 4096),
@@ -340,13 +333,7 @@ fn revocations_outlive_a_release_key_rotation_and_are_signed_again() {
     let proxy = FaultProxy::start(app.server.addr);
     let cache = tempfile::tempdir().expect("tmp");
     let c = client(&app, &proxy.url(), cache.path());
-    let (s, b) = post(
-        &app,
-        "mlp",
-        &signed(&list(1, &["2.0.0"]), &app.release_key()),
-        Some(ADMIN_TOKEN),
-    );
-    assert_eq!(s, 201, "{b}");
+    revoke(&app, list(1, &["2.0.0"]));
     assert_eq!(c.load("mlp", &device()).expect("load").release, "1.0.0");
 
     // The key that signed the list (and the releases) is rotated out. The list stays in force
@@ -375,13 +362,7 @@ fn revocations_outlive_a_release_key_rotation_and_are_signed_again() {
 
     // The new key signs version 2, carrying the entry over (2.0.0 is no longer loaded: its
     // signature was by the retired key). Before, the rotation blocked every later version.
-    let (s, b) = post(
-        &app,
-        "mlp",
-        &signed(&list(2, &["2.0.0"]), &app.release_key()),
-        Some(ADMIN_TOKEN),
-    );
-    assert_eq!(s, 201, "{b}");
+    revoke(&app, list(2, &["2.0.0"]));
     let (_, answer) = app.resolve(&dev, false);
     let (d, _) = app.verify_response(&answer);
     assert_eq!(d.revocations_version, 2);
@@ -394,13 +375,7 @@ fn a_revoked_release_cannot_be_staged_or_pinned() {
     let app = TestApp::start();
     app.publish(&mlp_v1());
     app.publish(&mlp_v2());
-    let (s, b) = post(
-        &app,
-        "mlp",
-        &signed(&list(1, &["2.0.0"]), &app.release_key()),
-        Some(ADMIN_TOKEN),
-    );
-    assert_eq!(s, 201, "{b}");
+    revoke(&app, list(1, &["2.0.0"]));
     for body in [
         serde_json::json!({"action": "start", "release": "2.0.0", "percent": "10"}),
         serde_json::json!({"action": "pin", "install_id": "x", "release": "2.0.0"}),

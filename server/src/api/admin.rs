@@ -192,14 +192,7 @@ pub(crate) async fn get_revocations(
     state: web::Data<AppState>,
     model: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    authorize(&req, &state.config.tokens, Scope::Read)?;
-    let model = parse_model(&model)?;
-    if !state.catalog().has_model(&model) {
-        return Err(ApiError::new(
-            ErrorCode::ModelNotFound,
-            format!("no release of {model} is published"),
-        ));
-    }
+    let model = crate::api::extract::read_view(&req, &state, &model).await?;
     let held = state.revocations().get(&model).cloned();
     Ok(HttpResponse::Ok().json(serde_json::json!({
         "model": model,
@@ -219,13 +212,7 @@ pub(crate) async fn post_revocations(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let caller = authorize(&req, &state.config.tokens, Scope::Publish)?;
-    let model = parse_model(&model)?;
-    if !state.catalog().has_model(&model) {
-        return Err(ApiError::new(
-            ErrorCode::ModelNotFound,
-            format!("no release of {model} is published"),
-        ));
-    }
+    let model = crate::api::extract::known_model(&state, &model).await?;
     let body = read_body(
         payload,
         &state.config.limits,
@@ -243,8 +230,7 @@ pub(crate) async fn post_revocations(
     // no longer loaded (signed by a rotated-out key).
     let catalog = state.catalog();
     let held = state.revocations().get(&model).cloned();
-    if let Ok(bytes) = ferry_shared::dsse::decode_payload(&env, &Default::default())
-        && let Ok(list) = ferry_shared::revocation::RevocationList::from_json(&bytes)
+    if let Ok(list) = ferry_shared::revocation::RevocationList::from_accepted_envelope(&env)
         && let Some(r) = list.revoked.iter().find(|r| {
             catalog.release(&model, &r.release).is_none()
                 && held

@@ -94,6 +94,7 @@ pub(crate) async fn resolve_inner(
     }
     let revocations = state.revocations().get(&device.model).cloned();
     let mut all = catalog.releases_newest_first(&device.model);
+    let all_published = all.len();
     // A revoked release is never offered, whatever the rollout plan says.
     if let Some(r) = &revocations {
         all.retain(|rel| r.list.revokes(&rel.manifest.version).is_none());
@@ -128,7 +129,8 @@ pub(crate) async fn resolve_inner(
         releases.iter().map(|r| &r.manifest).collect();
     let pref: &Preference = &state.config.preference;
     let deny_lists = state.deny_lists();
-    let deny_entries: &[DenyEntry] = deny_lists.get(&device.model).map_or(&[], Vec::as_slice);
+    let deny_in_force = deny_lists.get(&device.model);
+    let deny_entries: &[DenyEntry] = deny_in_force.map_or(&[], |d| d.entries.as_slice());
     let deny = |m: &ferry_shared::manifest::ReleaseManifest,
                 v: &ferry_shared::manifest::Variant,
                 d: &ResolveRequest| {
@@ -198,7 +200,12 @@ pub(crate) async fn resolve_inner(
         expires_at: now + time::Duration::seconds(state.config.decision_ttl_secs as i64),
         keyring_version: state.keyring_version,
         revocations_version,
-        sequence: state.sequence_of(&device.model, revocations_version),
+        sequence: AppState::sequence(
+            plan.as_ref().map_or(0, |p| p.revision),
+            deny_in_force.map_or(0, |d| d.revision),
+            all_published as u64,
+            revocations_version,
+        ),
         candidates: selection
             .candidates
             .iter()

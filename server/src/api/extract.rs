@@ -85,7 +85,7 @@ pub(crate) async fn read_view(
 
 /// The model in the path, which must have a published release: in this replica's catalog, or
 /// in the store (published through another replica since this one last refreshed).
-async fn known_model(state: &AppState, model: &str) -> Result<ModelName, ApiError> {
+pub(crate) async fn known_model(state: &AppState, model: &str) -> Result<ModelName, ApiError> {
     use futures_util::TryStreamExt as _;
     let model = model_param(model)?;
     if state.catalog().has_model(&model) {

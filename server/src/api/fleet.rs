@@ -226,7 +226,13 @@ pub async fn get_health(
     let mut h = state.telemetry.health(model.as_str());
     h["model"] = serde_json::json!(model);
     h["rollout"] = serde_json::json!(state.rollouts().get(&model));
-    h["deny"] = serde_json::json!(state.deny_lists().get(&model).cloned().unwrap_or_default());
+    h["deny"] = serde_json::json!(
+        state
+            .deny_lists()
+            .get(&model)
+            .map(|d| d.entries.clone())
+            .unwrap_or_default()
+    );
     Ok(HttpResponse::Ok().json(h))
 }
 

@@ -20,6 +20,15 @@ use crate::storage::Store;
 use crate::storage::catalog::{Catalog, Release};
 use ferry_shared::deny::DenyEntry;
 
+/// A model's deny list in force and the revision it came from.
+#[derive(Debug, Clone, Default)]
+pub struct DenyInForce {
+    /// The deny-list revision (part of the decision sequence).
+    pub revision: u64,
+    /// The entries.
+    pub entries: Vec<DenyEntry>,
+}
+
 /// A model's revocation list in force and the envelope it came in (sent with every answer).
 #[derive(Debug, Clone)]
 pub struct Revocations {
@@ -54,12 +63,10 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Rollout plans in force (newest revision per model).
     pub rollouts: RwLock<Arc<BTreeMap<ModelName, RolloutPlan>>>,
-    /// Deny lists in force per model.
-    pub deny: RwLock<Arc<BTreeMap<ModelName, Vec<DenyEntry>>>>,
+    /// Deny lists in force per model, with their revision.
+    pub deny: RwLock<Arc<BTreeMap<ModelName, DenyInForce>>>,
     /// The revocation list in force per model, with its signed envelope.
     revocations: RwLock<Arc<BTreeMap<ModelName, Revocations>>>,
-    /// The deny-list revision in force per model (part of the decision sequence).
-    deny_revs: RwLock<Arc<BTreeMap<ModelName, u64>>>,
     /// Telemetry aggregates.
     pub telemetry: Telemetry,
     /// Keys telemetry receipts (derived from the online key: the same on every replica).
@@ -105,7 +112,6 @@ impl AppState {
             metrics: Metrics::default(),
             rollouts: RwLock::new(Arc::new(BTreeMap::new())),
             deny: RwLock::new(Arc::new(BTreeMap::new())),
-            deny_revs: RwLock::new(Arc::new(BTreeMap::new())),
             revocations: RwLock::new(Arc::new(BTreeMap::new())),
             telemetry: Telemetry::default(),
             ramp_marks: Default::default(),
@@ -156,7 +162,7 @@ impl AppState {
     }
 
     /// The deny lists in force.
-    pub fn deny_lists(&self) -> Arc<BTreeMap<ModelName, Vec<DenyEntry>>> {
+    pub fn deny_lists(&self) -> Arc<BTreeMap<ModelName, DenyInForce>> {
         match self.deny.read() {
             Ok(g) => g.clone(),
             Err(p) => p.into_inner().clone(),
@@ -194,36 +200,19 @@ impl AppState {
         *g = Arc::new(next);
     }
 
-    /// The deny-list revision in force per model.
-    pub fn deny_revisions(&self) -> Arc<BTreeMap<ModelName, u64>> {
-        match self.deny_revs.read() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
-    }
-
     /// Replaces one model's deny list (revision `revision`) in memory; an older revision than
     /// the one held is ignored.
     pub fn set_deny(&self, model: &ModelName, revision: u64, entries: Vec<DenyEntry>) {
-        {
-            let mut revs = match self.deny_revs.write() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
-            if revs.get(model).is_some_and(|held| *held > revision) {
-                return;
-            }
-            let mut next = (**revs).clone();
-            next.insert(model.clone(), revision);
-            *revs = Arc::new(next);
+        let mut g = match self.deny.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if g.get(model).is_some_and(|held| held.revision > revision) {
+            return;
         }
-        let mut next = (*self.deny_lists()).clone();
-        next.insert(model.clone(), entries);
-        let next = Arc::new(next);
-        match self.deny.write() {
-            Ok(mut g) => *g = next,
-            Err(p) => *p.into_inner() = next,
-        }
+        let mut next = (**g).clone();
+        next.insert(model.clone(), DenyInForce { revision, entries });
+        *g = Arc::new(next);
     }
 
     /// Adds a release to the catalog.
@@ -242,16 +231,13 @@ impl AppState {
         }
     }
 
-    /// The decision sequence for `model`: [`ferry_shared::resolve::SEQUENCE_BASE`] plus its state
+    /// A decision sequence: [`ferry_shared::resolve::SEQUENCE_BASE`] plus the model's state
     /// generation as this replica knows it (rollout revision + deny-list revision + releases
-    /// published + revocation list version). Every input only grows and
-    /// comes from the store, so replicas that have caught up agree and no clock can push it
-    /// ahead.
-    pub(crate) fn sequence_of(&self, model: &ModelName, revocations_version: u64) -> u64 {
-        let rollout = self.rollouts().get(model).map_or(0, |p| p.revision);
-        let deny = self.deny_revisions().get(model).copied().unwrap_or(0);
-        let releases = self.catalog().release_count_of(model) as u64;
-        ferry_shared::resolve::SEQUENCE_BASE + rollout + deny + releases + revocations_version
+    /// published + revocation list version). Every input only grows and comes from the store,
+    /// so replicas that have caught up agree and no clock can push it ahead. Resolve passes
+    /// the values it already read, so the hot path takes no lock twice.
+    pub(crate) fn sequence(rollout: u64, deny: u64, releases: u64, revocations: u64) -> u64 {
+        ferry_shared::resolve::SEQUENCE_BASE + rollout + deny + releases + revocations
     }
 
     pub(crate) fn next_request_id(&self) -> String {

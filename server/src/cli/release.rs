@@ -96,8 +96,7 @@ fn revoke(
         Some(env) if !env.is_null() => {
             let env: ferry_shared::dsse::Envelope = serde_json::from_value(env.clone())
                 .context("the server's revocation envelope is not readable")?;
-            let bytes = ferry_shared::dsse::decode_payload(&env, &Default::default())?;
-            let list = RevocationList::from_json(&bytes)?;
+            let list = RevocationList::from_accepted_envelope(&env)?;
             if list.model != model_name {
                 bail!(
                     "the server's revocation list is for {}, not {model}",

@@ -13,16 +13,16 @@ use crate::fleet::{deny, now_text, rollout};
 /// variants to device classes over the fallback threshold. Errors are logged, never returned:
 /// telemetry must not fail because state could not be written (the next batch retries).
 pub async fn evaluate(state: &AppState, model: &ModelName) {
+    // One fleet-wide view for both checks.
+    let fleet = state.telemetry.fleet(model.as_str());
     let plans = state.rollouts();
     if let Some(plan) = plans.get(model)
         && plan.state == RolloutState::Active
         && let Some(staged) = &plan.staged
     {
         // Since this revision began (a resume starts a fresh window), fleet-wide.
-        let (loads, failures, fallbacks) =
-            state
-                .ramp_marks
-                .since_revision(&state.telemetry, model, plan);
+        let now = fleet.release_totals(model.as_str(), &staged.to_string());
+        let (loads, failures, fallbacks) = state.ramp_marks.since_revision(model, plan, now);
         let t = plan.thresholds;
         if loads >= t.min_samples && loads > 0 {
             let fr = failures.min(loads) as f64 / loads as f64;
@@ -83,13 +83,15 @@ pub async fn evaluate(state: &AppState, model: &ModelName) {
             }
         }
     }
-    let candidates = state
-        .telemetry
-        .deny_candidates(model.as_str(), &state.config.telemetry);
+    let candidates = fleet.deny_candidates(model.as_str(), &state.config.telemetry);
     if candidates.is_empty() {
         return;
     }
-    let current = state.deny_lists().get(model).cloned().unwrap_or_default();
+    let current = state
+        .deny_lists()
+        .get(model)
+        .map(|d| d.entries.clone())
+        .unwrap_or_default();
     let fresh: Vec<DenyEntry> = candidates
         .into_iter()
         .filter(|c| !current.iter().any(|e| e.same_target(c)))

@@ -10,37 +10,47 @@ use crate::storage::StorageKey;
 /// With a stable node id, continues this replica's own rollup from the store (what its earlier
 /// run flushed), so restarts do not leave one more file each time. Called once at start.
 pub async fn resume_own_rollup(state: &AppState) {
-    use object_store::ObjectStoreExt as _;
     if state.config.node_id.is_none() {
         return;
     }
-    let own = StorageKey::telemetry_rollup(&state.node);
-    let bytes = match state.store.get(&own).await {
-        Ok(r) => match r.bytes().await {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::warn!("own rollup unreadable, starting a new one: {e}");
-                return;
-            }
-        },
-        Err(object_store::Error::NotFound { .. }) => return,
-        Err(e) => {
-            tracing::warn!("own rollup unreadable, starting a new one: {e}");
-            return;
-        }
-    };
-    if bytes.len() as u64 > MAX_ROLLUP_BYTES {
-        tracing::warn!("own rollup is over the size limit, starting a new one");
-        return;
+    match read_rollup(state, &StorageKey::telemetry_rollup(&state.node)).await {
+        Ok(Some(r)) => state.telemetry.resume_local(r),
+        Ok(None) => {}
+        Err(e) => tracing::warn!("own rollup not continued, starting a new one: {e}"),
     }
+}
+
+/// Reads and checks one rollup object: `None` when it does not exist. A damaged object must
+/// not take the replica down: the sketch and estimator parsers trust their input, so it is
+/// size-capped, then parsed and merge-checked behind a panic guard.
+async fn read_rollup(
+    state: &AppState,
+    key: &object_store::path::Path,
+) -> Result<Option<Rollup>, String> {
+    use object_store::ObjectStoreExt as _;
+    let got = match state.store.get(key).await {
+        Ok(r) => r,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(format!("{key} unreadable: {e}")),
+    };
+    if got.meta.size > MAX_ROLLUP_BYTES {
+        return Err(format!(
+            "{key} is {} bytes, over the {MAX_ROLLUP_BYTES}-byte limit",
+            got.meta.size
+        ));
+    }
+    let bytes = got
+        .bytes()
+        .await
+        .map_err(|e| format!("{key} unreadable: {e}"))?;
     match std::panic::catch_unwind(|| {
         let r = serde_json::from_slice::<Rollup>(&bytes).map_err(|e| e.to_string())?;
         probe_merge(&r);
         Ok::<_, String>(r)
     }) {
-        Ok(Ok(r)) => state.telemetry.resume_local(r),
-        Ok(Err(e)) => tracing::warn!("own rollup unreadable, starting a new one: {e}"),
-        Err(_) => tracing::error!("own rollup is damaged, starting a new one"),
+        Ok(Ok(r)) => Ok(Some(r)),
+        Ok(Err(e)) => Err(format!("{key}: {e}")),
+        Err(_) => Err(format!("{key} is damaged")),
     }
 }
 
@@ -117,39 +127,12 @@ pub async fn flush_rollups(state: &AppState) {
         if cache.get(&name).is_some_and(|(seen, _)| *seen == version) {
             continue;
         }
-        if meta.size > MAX_ROLLUP_BYTES {
-            tracing::warn!(
-                "rollup {name} is {} bytes, over the {MAX_ROLLUP_BYTES}-byte limit: skipped",
-                meta.size
-            );
-            continue;
-        }
-        let bytes = match state.store.get(&meta.location).await {
-            Ok(r) => match r.bytes().await {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::warn!("rollup {name} unreadable, keeping its last copy: {e}");
-                    continue;
-                }
-            },
-            Err(e) => {
-                tracing::warn!("rollup {name} unreadable, keeping its last copy: {e}");
-                continue;
-            }
-        };
-        // A damaged object must not take the replica down: the sketch and estimator parsers
-        // trust their input, so parse (and merge-check) behind a panic guard.
-        let parsed = std::panic::catch_unwind(|| {
-            let r = serde_json::from_slice::<Rollup>(&bytes).map_err(|e| e.to_string())?;
-            probe_merge(&r);
-            Ok::<_, String>(r)
-        });
-        match parsed {
-            Ok(Ok(r)) => {
+        match read_rollup(state, &meta.location).await {
+            Ok(Some(r)) => {
                 cache.insert(name, (version, std::sync::Arc::new(r)));
             }
-            Ok(Err(e)) => tracing::warn!("skipping rollup {name}: {e}"),
-            Err(_) => tracing::error!("skipping rollup {name}: it is damaged"),
+            Ok(None) => {}
+            Err(e) => tracing::warn!("rollup skipped, keeping its last good copy if any: {e}"),
         }
     }
     cache.retain(|k, _| live.contains(k));

@@ -70,16 +70,8 @@ impl RampMarks {
     }
 
     /// The staged release's loads, failures and fallbacks since this replica first saw
-    /// `plan`'s revision (everything, when it has not seen it yet).
-    pub fn since_revision(
-        &self,
-        telemetry: &crate::fleet::aggregate::Telemetry,
-        model: &ModelName,
-        plan: &RolloutPlan,
-    ) -> (u64, u64, u64) {
-        let now = plan.staged.as_ref().map_or((0, 0, 0), |v| {
-            telemetry.release_totals(model.as_str(), &v.to_string())
-        });
+    /// `plan`'s revision, given its totals `now` (everything, when it has not seen it yet).
+    pub fn since_revision(&self, model: &ModelName, plan: &RolloutPlan, now: Counts) -> Counts {
         let mark = match self.revisions.lock() {
             Ok(g) => g.get(model.as_str()).copied(),
             Err(p) => p.into_inner().get(model.as_str()).copied(),

@@ -65,8 +65,7 @@ pub async fn load(
 
 /// A stored list's payload (its signature was verified when it was stored).
 fn stored_list(env: &Envelope) -> Option<RevocationList> {
-    let bytes = ferry_shared::dsse::decode_payload(env, &Default::default()).ok()?;
-    RevocationList::from_json(&bytes).ok()
+    RevocationList::from_accepted_envelope(env).ok()
 }
 
 /// Stores `env` as `model`'s list if a release key in `ring` signed it and it follows the list

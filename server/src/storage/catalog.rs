@@ -137,11 +137,6 @@ impl Catalog {
         self.models.iter().map(|(m, r)| (m, r.keys().collect()))
     }
 
-    /// Number of releases of `model`.
-    pub fn release_count_of(&self, model: &ModelName) -> usize {
-        self.models.get(model).map_or(0, BTreeMap::len)
-    }
-
     /// Number of releases over all models.
     pub fn release_count(&self) -> usize {
         self.models.values().map(BTreeMap::len).sum()
