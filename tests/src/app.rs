@@ -204,6 +204,21 @@ impl TestApp {
         )
     }
 
+    /// Waits until the fleet evaluations (halts, deny entries) asked for by telemetry sent so
+    /// far have run: they run in the background, after the telemetry answer.
+    pub fn settle(&self) {
+        let q = &self.server.state.evaluations;
+        let asked = q.asked();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !q.done_through(asked) {
+            assert!(
+                std::time::Instant::now() < until,
+                "fleet evaluation did not finish"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// GETs a path; returns status and JSON body.
     pub fn get_json(&self, path: &str, token: Option<&str>) -> (u16, serde_json::Value) {
         let mut req = self.agent.get(self.at(path));

@@ -235,6 +235,7 @@ fn send(app: &TestApp, events: &[serde_json::Value]) -> serde_json::Value {
         None,
     );
     assert_eq!(s, 200, "{body}");
+    app.settle();
     body
 }
 
@@ -620,6 +621,7 @@ fn forged_telemetry_without_a_receipt_changes_no_decision() {
         assert_eq!(s, 200, "{r}");
         assert_eq!(r["accepted"], r["unverified"], "{r}");
     }
+    app.settle();
     let (_, h) = app.get_json("/v1/admin/models/mlp/health", Some(READ_TOKEN));
     assert!(
         h["deny"].as_array().is_none_or(Vec::is_empty),

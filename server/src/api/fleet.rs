@@ -11,7 +11,6 @@ use time::OffsetDateTime;
 use crate::api::error::ApiError;
 use crate::api::extract::{admin_change, read_body, read_view};
 use crate::app::AppState;
-use crate::fleet::evaluate::evaluate;
 use crate::fleet::flush::flush;
 use crate::fleet::{deny, now_text, rollout};
 
@@ -160,7 +159,7 @@ pub async fn post_telemetry(
         .await
         .map_err(ApiError::internal)?;
     let worker = state.clone().into_inner();
-    let (report, models) = web::block(move || -> Result<_, ApiError> {
+    let report = web::block(move || -> Result<_, ApiError> {
         let batch: BatchShape = serde_json::from_slice(&body).map_err(|e| {
             ApiError::new(
                 ErrorCode::TelemetryMalformed,
@@ -178,31 +177,31 @@ pub async fn post_telemetry(
             ));
         }
         let receipts = worker.receipts.clone();
-        let report =
-            worker
-                .telemetry
-                .ingest(&batch.events, OffsetDateTime::now_utc(), &cfg, &|e| {
-                    receipts.verifies(e)
-                });
-        let mut models: Vec<String> = batch
-            .events
-            .iter()
-            .filter_map(|e| e.get("model").and_then(|m| m.as_str()).map(str::to_string))
-            .collect();
-        models.sort();
-        models.dedup();
-        Ok((report, models))
+        let catalog = worker.catalog();
+        // A valid receipt proves some replica answered for that release (this one may not
+        // have read the catalog since it was published).
+        let known = |e: &ferry_shared::telemetry::TelemetryEvent| {
+            known_target(&catalog, e)
+                .or_else(|m| if receipts.verifies(e) { Ok(()) } else { Err(m) })
+        };
+        Ok(worker.telemetry.ingest(
+            &batch.events,
+            OffsetDateTime::now_utc(),
+            &cfg,
+            &known,
+            &|e| receipts.verifies(e),
+        ))
     })
     .await
     .map_err(ApiError::internal)??;
     state
         .metrics
         .telemetry(report.accepted as u64, report.rejected.len() as u64);
-    for m in models.into_iter().take(16) {
+    for m in &report.counted_models {
         if let Ok(model) = m.parse::<ModelName>()
             && state.telemetry.due(model.as_str(), &cfg)
         {
-            evaluate(&state, &model).await;
+            state.evaluations.request(model);
         }
     }
     if state.telemetry.wants_flush(&cfg) {
@@ -214,6 +213,40 @@ pub async fn post_telemetry(
         "unverified": report.unverified,
         "rejected": report.rejected,
     })))
+}
+
+/// Refuses an event about a model, release or variant that is not published (such events
+/// would only create state). Revoked releases are still published: their devices report.
+fn known_target(
+    catalog: &crate::storage::catalog::Catalog,
+    e: &ferry_shared::telemetry::TelemetryEvent,
+) -> Result<(), String> {
+    let model: ModelName = e.model.parse().map_err(|err| format!("model: {err}"))?;
+    if !catalog.has_model(&model) {
+        return Err(format!("{model} is not a published model"));
+    }
+    if e.release.is_empty() {
+        return Ok(());
+    }
+    let release = e
+        .release
+        .parse::<semver::Version>()
+        .ok()
+        .and_then(|v| catalog.release(&model, &v))
+        .ok_or_else(|| format!("{model} {} is not published", e.release))?;
+    let has = |id: &str| {
+        release
+            .manifest
+            .variants
+            .iter()
+            .any(|v| v.id.as_str() == id)
+    };
+    for id in std::iter::once(e.variant.as_str()).chain(e.to_variant.as_deref()) {
+        if !id.is_empty() && !has(id) {
+            return Err(format!("{model} {} has no variant {id:?}", e.release));
+        }
+    }
+    Ok(())
 }
 
 /// `GET /v1/admin/models/{model}/health`.

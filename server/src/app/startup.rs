@@ -234,6 +234,7 @@ pub fn spawn_refresh(state: Arc<AppState>) {
             crate::fleet::ramp::tick(&ramp_state).await;
         }
     });
+    actix_web::rt::spawn(crate::fleet::evaluate::run_queue(state_for_flush.clone()));
     let flush_state = state_for_flush;
     actix_web::rt::spawn(async move {
         let secs = flush_state.config.telemetry.flush_secs.max(1);

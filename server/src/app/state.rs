@@ -75,6 +75,8 @@ pub struct AppState {
     pub ramp_marks: crate::fleet::ramp::RampMarks,
     /// This replica's id in telemetry file names.
     pub node: String,
+    /// Models telemetry asked to evaluate (drained by a background task).
+    pub evaluations: crate::fleet::evaluate::Queue,
     /// Bounds telemetry parsing to half the cores, so resolve always has CPU left.
     pub ingest_permits: tokio::sync::Semaphore,
     request_counter: AtomicU64,
@@ -117,6 +119,7 @@ impl AppState {
             ramp_marks: Default::default(),
             receipts,
             node,
+            evaluations: Default::default(),
             ingest_permits: tokio::sync::Semaphore::new(
                 (std::thread::available_parallelism().map_or(2, |n| n.get()) / 2).max(1),
             ),

@@ -9,7 +9,8 @@
 //! with every other replica's. Ingestion never takes a lock that resolve takes: resolve reads
 //! only the rollout and deny snapshots.
 //!
-//! The views are checked after batches and after each merge: a staged release over its
+//! The views are checked in a background task (never on a request worker) after batches that
+//! counted something and after each merge: a staged release over its
 //! rollout's thresholds (with at least `min_samples` loads since its revision began) is halted;
 //! a variant whose fallback rate on one SoC or device model crosses the deny threshold (with
 //! enough samples and devices) is denied to that class.
@@ -74,6 +75,9 @@ pub struct IngestReport {
     pub unverified: usize,
     /// Events refused, with reasons.
     pub rejected: Vec<EventError>,
+    /// The models whose aggregates changed (to evaluate).
+    #[serde(skip)]
+    pub counted_models: std::collections::BTreeSet<String>,
 }
 
 impl Telemetry {
@@ -85,20 +89,25 @@ impl Telemetry {
             .unwrap_or(true)
     }
 
-    /// Validates a batch of raw JSON events, keeps the valid ones in the raw log, and adds to the
-    /// aggregates (what halts, ramps, deny entries and health read) only those `verified`
-    /// accepts (a valid receipt).
+    /// Validates a batch of raw JSON events, refuses those `known` refuses (a model, release or
+    /// variant that is not published: they store nothing), keeps the others in the raw log, and
+    /// adds to the aggregates (what halts, ramps, deny entries and health read) only those
+    /// `verified` accepts (a valid receipt).
     pub fn ingest(
         &self,
         events: &[serde_json::Value],
         now: OffsetDateTime,
         cfg: &TelemetryConfig,
+        known: &dyn Fn(&TelemetryEvent) -> Result<(), String>,
         verified: &dyn Fn(&TelemetryEvent) -> bool,
     ) -> IngestReport {
         let mut report = IngestReport::default();
         let mut good = Vec::new();
         for (i, v) in events.iter().enumerate() {
-            match validate(v, now, cfg) {
+            match validate(v, now, cfg).and_then(|e| {
+                known(&e).map_err(|m| (ErrorCode::EventInvalid, m))?;
+                Ok(e)
+            }) {
                 Ok(e) => good.push((i, e)),
                 Err((code, message)) => report.rejected.push(EventError {
                     index: i,
@@ -160,6 +169,9 @@ impl Telemetry {
                 local
                     .variant_mut(&e.model, &e.release, &e.variant)
                     .add(e, id);
+                if !report.counted_models.contains(&e.model) {
+                    report.counted_models.insert(e.model.clone());
+                }
             }
         }
         if let Ok(mut raw) = self.raw.lock() {
@@ -355,7 +367,7 @@ mod tests {
             serde_json::json!(42),
             ev("fallback", "failed"),
         ];
-        let r = t.ingest(&batch, now(), &cfg, &|_| true);
+        let r = t.ingest(&batch, now(), &cfg, &|_| Ok(()), &|_| true);
         assert_eq!(r.accepted, 2);
         let codes: Vec<(usize, &str)> = r
             .rejected
@@ -385,7 +397,7 @@ mod tests {
             ..TelemetryConfig::default()
         };
         let batch: Vec<_> = (0..5).map(|_| ev("load", "ok")).collect();
-        let r = t.ingest(&batch, now(), &cfg, &|_| true);
+        let r = t.ingest(&batch, now(), &cfg, &|_| Ok(()), &|_| true);
         assert_eq!(r.accepted, 3);
         assert!(r.rejected.iter().all(|e| e.code == ErrorCode::RateLimited));
     }
@@ -407,7 +419,7 @@ mod tests {
             batch.push(f);
             batch.push(fb);
         }
-        t.ingest(&batch, now(), &cfg, &|_| true);
+        t.ingest(&batch, now(), &cfg, &|_| Ok(()), &|_| true);
         let c = t.deny_candidates("m", &cfg);
         assert_eq!(c.len(), 2, "{c:?}");
         assert!(
@@ -446,7 +458,7 @@ mod tests {
                 .collect()
         };
         let one = Telemetry::default();
-        one.ingest(&batch(1), now(), &cfg, &|_| true);
+        one.ingest(&batch(1), now(), &cfg, &|_| Ok(()), &|_| true);
         assert!(
             one.deny_candidates("m", &cfg).is_empty(),
             "one device denied a class"
@@ -458,13 +470,13 @@ mod tests {
             "one device weighs at most {PER_DEVICE_EVENTS} events per variant"
         );
         let few = Telemetry::default();
-        few.ingest(&batch(19), now(), &cfg, &|_| true);
+        few.ingest(&batch(19), now(), &cfg, &|_| Ok(()), &|_| true);
         assert!(
             few.deny_candidates("m", &cfg).is_empty(),
             "19 devices denied a class"
         );
         let many = Telemetry::default();
-        many.ingest(&batch(20), now(), &cfg, &|_| true);
+        many.ingest(&batch(20), now(), &cfg, &|_| Ok(()), &|_| true);
         assert!(
             !many.deny_candidates("m", &cfg).is_empty(),
             "20 devices are enough"

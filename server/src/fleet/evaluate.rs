@@ -5,9 +5,68 @@ use ferry_shared::ModelName;
 use ferry_shared::deny::DenyEntry;
 use ferry_shared::rollout::{RolloutPlan, RolloutState};
 
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
 use crate::app::AppState;
 use crate::fleet::rollout::RolloutError;
 use crate::fleet::{deny, now_text, rollout};
+
+/// Models waiting for an evaluation. Telemetry handlers only note a model here; one background
+/// task (on the server's own thread, never a request worker) drains it, so a batch's answer
+/// never waits on the store writes a halt or a deny entry makes.
+#[derive(Debug, Default)]
+pub struct Queue {
+    waiting: Mutex<BTreeSet<ModelName>>,
+    wake: tokio::sync::Notify,
+    requested: AtomicU64,
+    done: AtomicU64,
+}
+
+/// At most this many models wait at once (more are picked up by the evaluation after the next
+/// flush, which checks every model).
+const MAX_WAITING: usize = 4096;
+
+impl Queue {
+    /// Asks for `model` to be evaluated soon.
+    pub fn request(&self, model: ModelName) {
+        let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        if w.len() < MAX_WAITING {
+            w.insert(model);
+        }
+        drop(w);
+        self.requested.fetch_add(1, Ordering::SeqCst);
+        self.wake.notify_one();
+    }
+
+    /// True once every evaluation asked for before [`Queue::asked`] returned `asked` is done.
+    pub fn done_through(&self, asked: u64) -> bool {
+        self.done.load(Ordering::SeqCst) >= asked
+    }
+
+    /// How many evaluations have been asked for so far.
+    pub fn asked(&self) -> u64 {
+        self.requested.load(Ordering::SeqCst)
+    }
+
+    fn take(&self) -> BTreeSet<ModelName> {
+        std::mem::take(&mut *self.waiting.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// Evaluates the models telemetry asked for, as they are asked for; runs until the server stops.
+pub async fn run_queue(state: Arc<AppState>) {
+    loop {
+        state.evaluations.wake.notified().await;
+        // Every request counted here inserted its model before counting: the take below sees it.
+        let upto = state.evaluations.asked();
+        for model in state.evaluations.take() {
+            evaluate(&state, &model).await;
+        }
+        state.evaluations.done.store(upto, Ordering::SeqCst);
+    }
+}
 
 /// Checks `model`'s aggregates: halts a staged release over its thresholds and denies
 /// variants to device classes over the fallback threshold. Errors are logged, never returned:
