@@ -34,6 +34,9 @@ pub enum Fault {
     TamperRelease,
     /// Answer 503.
     Unavailable,
+    /// Send the real status and headers, then a body that never ends (no length, filler bytes
+    /// until the client hangs up, or 1 GiB): the "endless data" attack.
+    Endless,
 }
 
 /// One logged request.
@@ -222,6 +225,22 @@ fn handle(conn: TcpStream, upstream: SocketAddr, shared: &Mutex<Shared>) -> std:
         Fault::FlipByte(n) if *n < resp_body.len() => resp_body[*n] ^= 0x01,
         Fault::TamperRelease => resp_body = tamper(&resp_body),
         _ => {}
+    }
+    if fault == Fault::Endless {
+        let mut head = format!("{status_line}\r\n");
+        for (k, v) in &resp_headers {
+            if k != "content-length" && k != "connection" && k != "transfer-encoding" {
+                head.push_str(&format!("{k}: {v}\r\n"));
+            }
+        }
+        head.push_str("connection: close\r\n\r\n");
+        out.write_all(head.as_bytes())?;
+        out.write_all(&resp_body)?;
+        let filler = vec![b' '; 64 << 10];
+        for _ in 0..(1 << 14) {
+            out.write_all(&filler)?;
+        }
+        return Ok(());
     }
     let mut head = format!("{status_line}\r\n");
     for (k, v) in &resp_headers {

@@ -206,12 +206,28 @@ pub(crate) async fn put_blob_handler(
             format!("blob is {len} bytes; the limit is {max}"),
         ));
     }
-    let idle = std::time::Duration::from_secs(state.config.limits.body_timeout_secs);
+    let Ok(_slot) = state.upload_slots.try_acquire() else {
+        return Err(ApiError::new(
+            ErrorCode::RateLimited,
+            format!(
+                "{} blob uploads are running (limits.max_concurrent_uploads); retry when one ends",
+                state.config.limits.max_concurrent_uploads
+            ),
+        ));
+    };
     let existing = match state.config.storage {
         crate::app::config::StorageConfig::Local => crate::release::publish::ExistingBlob::Verify,
         _ => crate::release::publish::ExistingBlob::Trust,
     };
-    let outcome = put_blob(&state.store, &digest, payload, max, idle, existing).await?;
+    let outcome = put_blob(
+        &state.store,
+        &digest,
+        payload,
+        max,
+        state.config.limits.upload_time(),
+        existing,
+    )
+    .await?;
     let (status, size, created) = match outcome {
         BlobOutcome::Created { size } => (StatusCode::CREATED, size, true),
         BlobOutcome::Existed { size } => (StatusCode::OK, size, false),

@@ -137,16 +137,14 @@ pub async fn post_telemetry(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let cfg = state.config.telemetry;
-    let addr = req
-        .peer_addr()
-        .map(|a| a.ip().to_string())
-        .unwrap_or_default();
-    if !state.telemetry.allow_address(&addr, &cfg) {
+    let addr = req.peer_addr().map(|a| a.ip());
+    if !state.telemetry.allow_address(addr, &cfg) {
         return Err(ApiError::new(
             ErrorCode::RateLimited,
             format!(
-                "more than {} telemetry requests a minute from {addr}",
-                cfg.per_address_per_minute
+                "more than {} telemetry requests a minute from {}, or too many senders at once",
+                cfg.per_address_per_minute,
+                addr.map_or_else(|| "this address".into(), |a| a.to_string())
             ),
         ));
     }

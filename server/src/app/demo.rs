@@ -138,7 +138,7 @@ pub async fn publish_demo(state: &AppState) -> anyhow::Result<String> {
             &v.sha256,
             body,
             state.config.limits.max_blob_bytes,
-            std::time::Duration::from_secs(state.config.limits.body_timeout_secs),
+            state.config.limits.upload_time(),
             crate::release::publish::ExistingBlob::Verify,
         )
         .await

@@ -3,6 +3,7 @@
 //! built-in demo model.
 
 pub mod config;
+pub mod connections;
 pub mod demo;
 pub mod keys;
 pub mod metrics;

@@ -102,7 +102,24 @@ pub fn app(
             let id = state.next_request_id();
             let started = Instant::now();
             let method = req.method().clone();
-            let fut = srv.call(req);
+            let over = req
+                .conn_data::<crate::app::connections::ConnSlot>()
+                .is_some_and(crate::app::connections::ConnSlot::over);
+            let fut = if over {
+                let mut res = req.error_response(ApiError::new(
+                    ErrorCode::RateLimited,
+                    format!(
+                        "more than {} open connections from this address",
+                        state.config.limits.max_connections_per_address
+                    ),
+                ));
+                res.response_mut()
+                    .head_mut()
+                    .set_connection_type(actix_web::http::ConnectionType::Close);
+                futures_util::future::Either::Left(std::future::ready(Ok(res)))
+            } else {
+                futures_util::future::Either::Right(srv.call(req))
+            };
             async move {
                 let mut res: ServiceResponse<BoxBody> = REQUEST_ID.scope(id.clone(), fut).await?;
                 if let Ok(v) = HeaderValue::from_str(&id) {

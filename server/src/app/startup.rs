@@ -147,8 +147,9 @@ pub fn bind(state: Arc<AppState>) -> anyhow::Result<(actix_web::dev::Server, Soc
         None => None,
     };
     let factory_state = state.clone();
+    let connections = state.connections.clone();
     let server = actix_web::HttpServer::new(move || app(factory_state.clone()))
-        .on_connect(set_nodelay)
+        .on_connect(move |conn, ext| on_connect(&connections, conn, ext))
         .workers(
             std::thread::available_parallelism()
                 .map_or(2, |n| n.get())
@@ -162,17 +163,27 @@ pub fn bind(state: Arc<AppState>) -> anyhow::Result<(actix_web::dev::Server, Soc
     Ok((server.run(), addr))
 }
 
-/// Disables Nagle's algorithm on every accepted connection: responses are written as headers
+/// On every accepted connection: disables Nagle's algorithm (responses are written as headers
 /// then body, and with Nagle on, a keep-alive client's delayed ACK stalls each small response
-/// by tens of milliseconds.
-fn set_nodelay(conn: &dyn std::any::Any, _: &mut actix_web::dev::Extensions) {
+/// by tens of milliseconds), and takes the connection's slot among its address's connections.
+fn on_connect(
+    connections: &Arc<crate::app::connections::Connections>,
+    conn: &dyn std::any::Any,
+    ext: &mut actix_web::dev::Extensions,
+) {
     use actix_web::rt::net::TcpStream;
-    if let Some(tcp) = conn.downcast_ref::<TcpStream>() {
-        let _ = tcp.set_nodelay(true);
-    } else if let Some(tls) =
+    let tcp = if let Some(tcp) = conn.downcast_ref::<TcpStream>() {
+        Some(tcp)
+    } else {
         conn.downcast_ref::<actix_tls::accept::rustls_0_23::TlsStream<TcpStream>>()
-    {
-        let _ = tls.get_ref().0.set_nodelay(true);
+            .map(|tls| tls.get_ref().0)
+    };
+    let Some(tcp) = tcp else {
+        return;
+    };
+    let _ = tcp.set_nodelay(true);
+    if let Some(slot) = connections.open(tcp.peer_addr().ok().map(|a| a.ip())) {
+        ext.insert(slot);
     }
 }
 

@@ -75,6 +75,10 @@ pub struct AppState {
     pub ramp_marks: crate::fleet::ramp::RampMarks,
     /// This replica's id in telemetry file names.
     pub node: String,
+    /// Open connections per client address.
+    pub connections: Arc<crate::app::connections::Connections>,
+    /// One permit per blob upload that may run at once.
+    pub upload_slots: tokio::sync::Semaphore,
     /// Models telemetry asked to evaluate (drained by a background task).
     pub evaluations: crate::fleet::evaluate::Queue,
     /// Bounds telemetry parsing to half the cores, so resolve always has CPU left.
@@ -97,6 +101,8 @@ impl AppState {
         let receipts = crate::fleet::receipt::ReceiptKey::derive(&online);
         let mut prefix = [0u8; 4];
         let _ = getrandom::fill(&mut prefix);
+        let uploads = config.limits.max_concurrent_uploads.max(1);
+        let per_address = config.limits.max_connections_per_address;
         let node = config
             .node_id
             .clone()
@@ -119,6 +125,8 @@ impl AppState {
             ramp_marks: Default::default(),
             receipts,
             node,
+            upload_slots: tokio::sync::Semaphore::new(uploads),
+            connections: crate::app::connections::Connections::new(per_address),
             evaluations: Default::default(),
             ingest_permits: tokio::sync::Semaphore::new(
                 (std::thread::available_parallelism().map_or(2, |n| n.get()) / 2).max(1),

@@ -25,7 +25,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::fleet::ingest::{EventError, MAX_DEVICES, TelemetryConfig, validate};
-use crate::fleet::limits::Limiter;
+use crate::fleet::limits::{IpKey, Limiter};
 use crate::fleet::rollup::Rollup;
 use ferry_shared::deny::DenyEntry;
 
@@ -61,9 +61,24 @@ pub struct Telemetry {
     /// The other rollups as last read, by object name, with their modification time.
     rollups_read: Mutex<RollupCache>,
     raw: Mutex<Vec<String>>,
-    limiter: Mutex<Limiter>,
+    limiter: std::sync::OnceLock<Limiter>,
     evaluated: Mutex<HashMap<String, Instant>>,
     dropped: std::sync::atomic::AtomicU64,
+}
+
+/// What a replica's telemetry state holds (see [`Telemetry::footprint`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Footprint {
+    /// Rate-limit buckets (addresses and installs), each at most `limits::MAX_KEYS`.
+    pub limiter_buckets: usize,
+    /// Model/release/variant keys of the per-device cap.
+    pub capped_variants: usize,
+    /// Devices tracked by the per-device cap, over all variants.
+    pub capped_devices: usize,
+    /// Model/release/variant entries in this replica's rollup.
+    pub rollup_variants: usize,
+    /// Raw events waiting to be flushed.
+    pub raw_events: usize,
 }
 
 /// What one batch did.
@@ -81,12 +96,36 @@ pub struct IngestReport {
 }
 
 impl Telemetry {
-    /// True when `addr` may make another request.
-    pub fn allow_address(&self, addr: &str, cfg: &TelemetryConfig) -> bool {
+    fn limiter(&self, cfg: &TelemetryConfig) -> &Limiter {
         self.limiter
-            .lock()
-            .map(|mut l| l.take(&format!("addr:{addr}"), 1.0, cfg.per_address_per_minute))
-            .unwrap_or(true)
+            .get_or_init(|| Limiter::new(cfg.per_address_per_minute, cfg.per_install_per_minute))
+    }
+
+    /// True when `addr` may make another request.
+    pub fn allow_address(&self, addr: Option<std::net::IpAddr>, cfg: &TelemetryConfig) -> bool {
+        self.limiter(cfg).address(IpKey::of(addr))
+    }
+
+    /// Drops idle rate-limit buckets (at each flush).
+    pub fn prune_limits(&self) {
+        if let Some(l) = self.limiter.get() {
+            l.prune();
+        }
+    }
+
+    /// How much this replica's telemetry state holds, for the memory bound: (rate-limit
+    /// buckets, per-device cap entries, model/release/variant classes in the local rollup,
+    /// raw events buffered).
+    pub fn footprint(&self) -> Footprint {
+        let (addresses, installs) = self.limiter.get().map_or((0, 0), Limiter::sizes);
+        let caps = lock(&self.caps);
+        Footprint {
+            limiter_buckets: addresses + installs,
+            capped_variants: caps.len(),
+            capped_devices: caps.values().map(HashMap::len).sum(),
+            rollup_variants: lock(&self.local).variant_count(),
+            raw_events: self.raw.lock().map_or(0, |r| r.len()),
+        }
     }
 
     /// Validates a batch of raw JSON events, refuses those `known` refuses (a model, release or
@@ -117,7 +156,8 @@ impl Telemetry {
             }
         }
         let mut kept = Vec::new();
-        if let Ok(mut lim) = self.limiter.lock() {
+        {
+            let lim = self.limiter(cfg);
             for (i, e) in good {
                 // Only devices with a receipt get a per-install bucket: made-up install ids
                 // must not fill (and so reset) the limiter. Unreceipted events are bounded by
@@ -127,11 +167,7 @@ impl Telemetry {
                     kept.push((e, false));
                     continue;
                 }
-                if lim.take(
-                    &format!("install:{}", e.install_id),
-                    1.0,
-                    cfg.per_install_per_minute,
-                ) {
+                if lim.install(hash_id(&e.install_id), 1) {
                     kept.push((e, true));
                 } else {
                     report.rejected.push(EventError {

@@ -60,6 +60,7 @@ pub const MAX_ROLLUP_BYTES: u64 = 64 << 20;
 /// Flushes buffered raw events and rollups to the store.
 pub async fn flush(state: &AppState) {
     use object_store::{ObjectStoreExt as _, PutPayload};
+    state.telemetry.prune_limits();
     let lines = state.telemetry.take_raw();
     if !lines.is_empty() {
         let now = OffsetDateTime::now_utc();

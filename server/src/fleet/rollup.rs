@@ -314,6 +314,15 @@ pub struct Rollup {
 }
 
 impl Rollup {
+    /// Model/release/variant entries held.
+    pub fn variant_count(&self) -> usize {
+        self.models
+            .values()
+            .flat_map(BTreeMap::values)
+            .map(BTreeMap::len)
+            .sum()
+    }
+
     /// The counts of one variant, created on first use.
     pub fn variant_mut(&mut self, model: &str, release: &str, variant: &str) -> &mut VariantCounts {
         self.models

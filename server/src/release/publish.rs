@@ -35,6 +35,12 @@ pub enum PublishError {
         /// The idle limit.
         secs: u64,
     },
+    /// The whole upload took longer than `secs` seconds.
+    #[error("the upload took longer than {secs} s (limits.upload_timeout_secs)")]
+    TooSlow {
+        /// The limit.
+        secs: u64,
+    },
     /// The blob is over the size limit.
     #[error("blob is larger than the limit of {max} bytes")]
     BlobTooLarge {
@@ -136,7 +142,7 @@ impl PublishError {
         match self {
             PublishError::Interrupted(_) => ErrorCode::UploadInterrupted,
             PublishError::BlobTooLarge { .. } => ErrorCode::BlobTooLarge,
-            PublishError::Stalled { .. } => ErrorCode::BodyTimeout,
+            PublishError::Stalled { .. } | PublishError::TooSlow { .. } => ErrorCode::BodyTimeout,
             PublishError::HashMismatch { .. } => ErrorCode::HashMismatch,
             PublishError::BlobEmpty => ErrorCode::BlobEmpty,
             PublishError::EnvelopeMalformed(_) => ErrorCode::EnvelopeMalformed,
@@ -190,15 +196,30 @@ pub enum ExistingBlob {
 /// server's I/O.
 static VERIFYING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
 
+/// Time limits of one upload.
+#[derive(Debug, Clone, Copy)]
+pub struct UploadTime {
+    /// Longest pause between two pieces of the body.
+    pub idle: std::time::Duration,
+    /// Longest the whole upload may take.
+    pub total: std::time::Duration,
+}
+
+/// Bytes buffered per upload part (S3's smallest part is 5 MiB).
+pub const UPLOAD_PART_BYTES: usize = 5 << 20;
+/// Parts of one upload in flight to the store at once: with the part being filled, an upload
+/// holds at most `(UPLOAD_PARTS_IN_FLIGHT + 1) * UPLOAD_PART_BYTES` (15 MiB) of memory.
+pub const UPLOAD_PARTS_IN_FLIGHT: usize = 2;
+
 /// Streams `body` into `blobs/sha256/<digest>`, refusing more than `max` bytes, bytes that do
-/// not hash to `digest`, or a body that sends nothing for `idle`. Nothing is visible unless the
-/// whole body checks out.
+/// not hash to `digest`, or a body that pauses longer than `time.idle` or takes longer than
+/// `time.total`. Nothing is visible unless the whole body checks out.
 pub async fn put_blob<S, E>(
     store: &Store,
     digest: &Sha256Digest,
     body: S,
     max: u64,
-    idle: std::time::Duration,
+    time: UploadTime,
     existing: ExistingBlob,
 ) -> Result<BlobOutcome, PublishError>
 where
@@ -223,15 +244,23 @@ where
         }
     }
     let upload = store.put_multipart(&key).await?;
-    let mut writer = WriteMultipart::new_with_chunk_size(upload, 8 << 20);
+    let mut writer = WriteMultipart::new_with_chunk_size(upload, UPLOAD_PART_BYTES);
     let mut hasher = Sha256::new();
     let mut size = 0u64;
     let mut body = body;
+    let deadline = tokio::time::Instant::now() + time.total;
     loop {
-        let Ok(next) = tokio::time::timeout(idle, body.next()).await else {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let Ok(next) = tokio::time::timeout(time.idle.min(left), body.next()).await else {
             let _ = writer.abort().await;
-            return Err(PublishError::Stalled {
-                secs: idle.as_secs(),
+            return Err(if left <= time.idle {
+                PublishError::TooSlow {
+                    secs: time.total.as_secs(),
+                }
+            } else {
+                PublishError::Stalled {
+                    secs: time.idle.as_secs(),
+                }
             });
         };
         let Some(chunk) = next else {
@@ -250,7 +279,7 @@ where
             return Err(PublishError::BlobTooLarge { max });
         }
         hasher.update(&chunk);
-        if let Err(e) = writer.wait_for_capacity(4).await {
+        if let Err(e) = writer.wait_for_capacity(UPLOAD_PARTS_IN_FLIGHT).await {
             // Leave no orphaned parts behind on the store.
             let _ = writer.abort().await;
             return Err(e.into());

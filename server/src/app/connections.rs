@@ -1,0 +1,101 @@
+//! Open connections per client address (IPv4 address, or IPv6 /64).
+//!
+//! Each accepted connection takes a [`ConnSlot`] (kept in the connection's extensions and
+//! released when it closes). A connection beyond `limits.max_connections_per_address` is
+//! answered `429 rate_limited` with `Connection: close` on its first request, so one address
+//! cannot hold the server's file descriptors. Devices behind carrier NAT share addresses: the
+//! default (1024) leaves them room; behind a reverse proxy every connection comes from the
+//! proxy, so set it to 0 (off) there and limit at the proxy.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::fleet::limits::IpKey;
+
+/// Open connections per address.
+#[derive(Debug)]
+pub struct Connections {
+    open: Mutex<HashMap<IpKey, u32>>,
+    max: u32,
+}
+
+/// One open connection's place in [`Connections`].
+#[derive(Debug)]
+pub struct ConnSlot {
+    key: IpKey,
+    over: bool,
+    of: Arc<Connections>,
+}
+
+impl ConnSlot {
+    /// True when the address had more open connections than allowed as this one opened.
+    pub fn over(&self) -> bool {
+        self.over
+    }
+}
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        let mut open = self.of.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.key);
+            }
+        }
+    }
+}
+
+impl Connections {
+    /// A tracker allowing `max` connections per address (0: no limit, nothing tracked).
+    pub fn new(max: u32) -> Arc<Self> {
+        Arc::new(Self {
+            open: Mutex::new(HashMap::new()),
+            max,
+        })
+    }
+
+    /// Notes a connection from `addr`; the slot frees it when dropped.
+    pub fn open(self: &Arc<Self>, addr: Option<std::net::IpAddr>) -> Option<ConnSlot> {
+        if self.max == 0 {
+            return None;
+        }
+        let key = IpKey::of(addr);
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let n = open.entry(key).or_default();
+        *n += 1;
+        Some(ConnSlot {
+            key,
+            over: *n > self.max,
+            of: self.clone(),
+        })
+    }
+
+    /// Addresses with open connections.
+    pub fn addresses(&self) -> usize {
+        self.open.lock().map_or(0, |o| o.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_count_per_address_and_free_on_drop() {
+        let c = Connections::new(2);
+        let a = Some("192.0.2.1".parse().expect("ip"));
+        let b = Some("192.0.2.2".parse().expect("ip"));
+        let s1 = c.open(a).expect("slot");
+        let s2 = c.open(a).expect("slot");
+        let s3 = c.open(a).expect("slot");
+        assert!(!s1.over() && !s2.over() && s3.over());
+        assert!(!c.open(b).expect("slot").over());
+        drop(s3);
+        drop(s2);
+        assert!(!c.open(a).expect("slot").over(), "room again after closes");
+        drop(s1);
+        assert_eq!(c.addresses(), 0, "closed connections leave nothing behind");
+        assert!(Connections::new(0).open(a).is_none());
+    }
+}
