@@ -231,6 +231,8 @@ fn a_graceful_stop_writes_buffered_telemetry() {
             break rest.split_whitespace().next().expect("url").to_string();
         }
     };
+    // Events are kept only about published releases.
+    publish(&s, &s.v1, &url);
     let event = serde_json::json!({"events": [{
         "kind": "load", "model": "stop", "release": "1.0.0", "variant": "xnnpack-fp32",
         "delegate": "xnnpack", "outcome": "ok", "install_id": "graceful", "platform": "linux",
