@@ -220,3 +220,129 @@ fn a_server_without_an_admin_token_says_so() {
         "{seen:?}"
     );
 }
+
+#[test]
+fn encrypted_keys_sign_only_with_their_passphrase_and_stay_encrypted_through_rotation() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let keys = tmp.path().join("keys");
+    let pass = "a long passphrase for tests";
+    let out = run_ok(
+        ferry()
+            .args(["keys", "generate", "--encrypt", "--out"])
+            .arg(&keys)
+            .env("FERRY_KEY_PASSPHRASE", pass),
+    );
+    assert!(out.contains("(encrypted)"), "{out}");
+    let release = std::fs::read_to_string(keys.join("release.key")).expect("key");
+    let file: serde_json::Value = serde_json::from_str(&release).expect("json");
+    assert!(
+        file.get("secret").is_none() && file.get("sealed").is_some(),
+        "{file}"
+    );
+    // The online key stays plain (a server starts unattended).
+    let online: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(keys.join("online.key")).expect("key"))
+            .expect("json");
+    assert!(online.get("secret").is_some());
+
+    let files = tmp.path().join("files");
+    std::fs::create_dir_all(&files).expect("mkdir");
+    std::fs::copy(
+        common::fixtures().join("mlp-v1-xnnpack.pte"),
+        files.join("m.pte"),
+    )
+    .expect("copy");
+    let spec = files.join("VARIANTS.toml");
+    std::fs::write(
+        &spec,
+        "model = \"sealed\"\nversion = \"1.0.0\"\n\n[[variant]]\nid = \"xnnpack-fp32\"\n\
+         file = \"m.pte\"\ndelegate = \"xnnpack\"\nquant = \"fp32\"\nruntime = \">=1.5.0\"\napp = \"*\"\n",
+    )
+    .expect("write");
+    let sign = |passphrase: Option<&str>| {
+        let mut cmd = ferry();
+        cmd.arg("sign")
+            .arg(&spec)
+            .arg("--key")
+            .arg(keys.join("release.key"))
+            .arg("-o")
+            .arg(tmp.path().join("release.json"))
+            .env_remove("FERRY_KEY_PASSPHRASE")
+            .stdin(std::process::Stdio::null());
+        if let Some(p) = passphrase {
+            cmd.env("FERRY_KEY_PASSPHRASE", p);
+        }
+        cmd.output().expect("run")
+    };
+    let no_pass = sign(None);
+    assert!(!no_pass.status.success());
+    let err = String::from_utf8_lossy(&no_pass.stderr);
+    assert!(
+        err.contains("is encrypted: set FERRY_KEY_PASSPHRASE"),
+        "{err}"
+    );
+    let wrong = sign(Some("not the passphrase at all"));
+    assert!(!wrong.status.success());
+    let err = String::from_utf8_lossy(&wrong.stderr);
+    assert!(err.contains("wrong passphrase"), "{err}");
+    assert!(!tmp.path().join("release.json").exists(), "nothing signed");
+    let right = sign(Some(pass));
+    assert!(
+        right.status.success(),
+        "{}",
+        String::from_utf8_lossy(&right.stderr)
+    );
+    assert!(tmp.path().join("release.json").exists());
+
+    // Rotating an encrypted release key makes an encrypted one; the retired copy stays
+    // encrypted too.
+    let out = run_ok(
+        ferry()
+            .args(["keys", "rotate", "release", "--keys"])
+            .arg(&keys)
+            .env("FERRY_KEY_PASSPHRASE", pass),
+    );
+    assert!(out.contains("created release key"), "{out}");
+    for e in std::fs::read_dir(keys.join("retired"))
+        .expect("retired")
+        .flatten()
+    {
+        let text = std::fs::read_to_string(e.path()).expect("read");
+        assert!(
+            !text.contains("\"secret\""),
+            "{}: {text}",
+            e.path().display()
+        );
+    }
+    let now: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(keys.join("release.key")).expect("key"))
+            .expect("json");
+    assert!(now.get("sealed").is_some(), "{now}");
+
+    // A plain key can be encrypted in place, and then needs the passphrase.
+    let plain = tmp.path().join("plain");
+    run_ok(ferry().args(["keys", "generate", "--out"]).arg(&plain));
+    let out = run_ok(
+        ferry()
+            .args(["keys", "encrypt"])
+            .arg(plain.join("release.key"))
+            .env("FERRY_KEY_PASSPHRASE", pass),
+    );
+    assert!(out.contains("encrypted release key"), "{out}");
+    let again = ferry()
+        .args(["keys", "encrypt"])
+        .arg(plain.join("release.key"))
+        .env("FERRY_KEY_PASSPHRASE", pass)
+        .output()
+        .expect("run");
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already encrypted"));
+    let short = ferry()
+        .args(["keys", "encrypt"])
+        .arg(plain.join("root.key"))
+        .env("FERRY_KEY_PASSPHRASE", "short")
+        .output()
+        .expect("run");
+    assert!(!short.status.success());
+    assert!(String::from_utf8_lossy(&short.stderr).contains("at least 12 characters"));
+}

@@ -1,7 +1,8 @@
 //! Key files: secret keys on disk and the server's key set.
 //!
 //! A key file (`root.key`, `release.key`, `online.key`) is JSON `{role, keyid, public, secret}`
-//! with hex keys, written with mode 0600. `trust.json` beside them holds the root keys apps pin
+//! with hex keys, written with mode 0600; an encrypted one holds `sealed` instead of `secret`
+//! ([`crate::app::sealed`]). `trust.json` beside them holds the root keys apps pin
 //! ([`ferry_shared::trust::TrustFile`]) and `keyring/<version>.json` the keyrings they sign
 //! ([`ferry_shared::keyring`]). A server needs `online.key`, `trust.json` and `keyring/`; the
 //! root and release keys stay on the operator's offline machine.
@@ -22,7 +23,15 @@ struct KeyFile {
     role: KeyRole,
     keyid: KeyId,
     public: String,
-    secret: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    secret: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sealed: Option<crate::app::sealed::Sealed>,
+}
+
+/// What an encrypted secret is bound to: its role and key id.
+fn seal_context(role: KeyRole, keyid: &KeyId) -> Vec<u8> {
+    format!("ferry key {role} {keyid}").into_bytes()
 }
 
 /// A key pair with its role.
@@ -46,14 +55,36 @@ pub fn generate(role: KeyRole) -> anyhow::Result<RoleKey> {
 
 /// Writes `key` to `path` (mode 0600); refuses to overwrite an existing file.
 pub fn save(key: &RoleKey, path: &Path) -> anyhow::Result<()> {
+    write_key(key, path, None)
+}
+
+/// Writes `key` to `path` encrypted with `passphrase` (mode 0600); refuses to overwrite.
+pub fn save_sealed(key: &RoleKey, path: &Path, passphrase: &str) -> anyhow::Result<()> {
+    write_key(key, path, Some(passphrase))
+}
+
+fn write_key(key: &RoleKey, path: &Path, passphrase: Option<&str>) -> anyhow::Result<()> {
     if path.exists() {
         bail!("{} exists; refusing to overwrite a key", path.display());
     }
+    let keyid = key.pair.id();
+    let (secret, sealed) = match passphrase {
+        None => (Some(hex::encode(key.pair.seed())), None),
+        Some(p) => (
+            None,
+            Some(crate::app::sealed::seal(
+                &key.pair.seed(),
+                p,
+                &seal_context(key.role, &keyid),
+            )?),
+        ),
+    };
     let file = KeyFile {
         role: key.role,
-        keyid: key.pair.id(),
+        keyid,
         public: hex::encode(key.pair.public()),
-        secret: hex::encode(key.pair.seed()),
+        secret,
+        sealed,
     };
     let json = serde_json::to_vec_pretty(&file)?;
     ferry_fs::write(path, &json, ferry_fs::Mode::OwnerOnly)
@@ -66,9 +97,23 @@ pub fn load(path: &Path) -> anyhow::Result<RoleKey> {
         std::fs::read(path).with_context(|| format!("cannot read key {}", path.display()))?;
     let file: KeyFile = serde_json::from_slice(&text)
         .with_context(|| format!("{} is not a ferry key file", path.display()))?;
-    let mut seed = [0u8; 32];
-    hex::decode_to_slice(&file.secret, &mut seed)
-        .with_context(|| format!("{}: secret is not 64 hex characters", path.display()))?;
+    let seed = match (&file.secret, &file.sealed) {
+        (Some(secret), None) => {
+            let mut seed = [0u8; 32];
+            hex::decode_to_slice(secret, &mut seed)
+                .with_context(|| format!("{}: secret is not 64 hex characters", path.display()))?;
+            seed
+        }
+        (None, Some(sealed)) => {
+            let pass = crate::app::sealed::passphrase(path, false)?;
+            crate::app::sealed::open(sealed, &pass, &seal_context(file.role, &file.keyid))
+                .with_context(|| format!("cannot decrypt {}", path.display()))?
+        }
+        _ => bail!(
+            "{}: a key file holds either secret or sealed",
+            path.display()
+        ),
+    };
     let pair = KeyPair::from_seed(&seed);
     if pair.id() != file.keyid || hex::encode(pair.public()) != file.public {
         bail!(
@@ -79,6 +124,70 @@ pub fn load(path: &Path) -> anyhow::Result<RoleKey> {
     Ok(RoleKey {
         role: file.role,
         pair,
+    })
+}
+
+/// True when the key file at `path` is encrypted.
+pub fn is_sealed(path: &Path) -> bool {
+    std::fs::read(path)
+        .ok()
+        .and_then(|t| serde_json::from_slice::<KeyFile>(&t).ok())
+        .is_some_and(|f| f.sealed.is_some())
+}
+
+/// The role and key id a key file names (without decrypting it).
+pub fn file_id(path: &Path) -> anyhow::Result<(KeyRole, KeyId)> {
+    let text =
+        std::fs::read(path).with_context(|| format!("cannot read key {}", path.display()))?;
+    let file: KeyFile = serde_json::from_slice(&text)
+        .with_context(|| format!("{} is not a ferry key file", path.display()))?;
+    Ok((file.role, file.keyid))
+}
+
+/// Encrypts the key file at `path` in place with a passphrase (from `FERRY_KEY_PASSPHRASE` or
+/// asked twice on the terminal). Returns what to print.
+pub fn encrypt_file(path: &Path) -> anyhow::Result<String> {
+    if is_sealed(path) {
+        bail!("{} is already encrypted", path.display());
+    }
+    let key = load(path)?;
+    let pass = crate::app::sealed::passphrase(path, true)?;
+    let staged = path.with_extension("key.new");
+    if staged.exists() {
+        bail!(
+            "{} exists (an encryption that did not finish?): remove it and run again",
+            staged.display()
+        );
+    }
+    save_sealed(&key, &staged, &pass)?;
+    // Check it opens before the plain copy is replaced.
+    let check = load_with(&staged, &pass)?;
+    if check.pair.id() != key.pair.id() {
+        bail!("the encrypted copy does not hold the same key");
+    }
+    ferry_fs::commit(&staged, path)
+        .with_context(|| format!("cannot move {} into place", staged.display()))?;
+    Ok(format!(
+        "encrypted {} key {} at {}; commands that use it ask for the passphrase (or read {})",
+        key.role,
+        key.pair.id(),
+        path.display(),
+        crate::app::sealed::PASSPHRASE_ENV
+    ))
+}
+
+fn load_with(path: &Path, passphrase: &str) -> anyhow::Result<RoleKey> {
+    let text =
+        std::fs::read(path).with_context(|| format!("cannot read key {}", path.display()))?;
+    let file: KeyFile = serde_json::from_slice(&text)?;
+    let sealed = file
+        .sealed
+        .ok_or_else(|| anyhow::anyhow!("{} is not encrypted", path.display()))?;
+    let seed =
+        crate::app::sealed::open(&sealed, passphrase, &seal_context(file.role, &file.keyid))?;
+    Ok(RoleKey {
+        role: file.role,
+        pair: KeyPair::from_seed(&seed),
     })
 }
 
@@ -158,6 +267,12 @@ fn entry(key: &RoleKey) -> TrustedKeyEntry {
 /// Creates a root key, a release key, an online key, `trust.json` (the root key, threshold 1)
 /// and keyring version 1 in `dir`. Refuses when any of them exists. Returns what to print.
 pub fn generate_keyset(dir: &Path) -> anyhow::Result<Vec<String>> {
+    generate_keyset_sealed(dir, None)
+}
+
+/// [`generate_keyset`], with the root and release keys encrypted under `passphrase` when one
+/// is given (the online key stays plain: a server starts unattended).
+pub fn generate_keyset_sealed(dir: &Path, passphrase: Option<&str>) -> anyhow::Result<Vec<String>> {
     let p = key_paths(dir);
     for path in [&p.root, &p.release, &p.online, &p.trust, &p.keyring] {
         if path.exists() {
@@ -174,12 +289,20 @@ pub fn generate_keyset(dir: &Path) -> anyhow::Result<Vec<String>> {
         (&release, &p.release),
         (&online, &p.online),
     ] {
-        save(key, path)?;
+        match passphrase {
+            Some(pass) if key.role != KeyRole::Online => save_sealed(key, path, pass)?,
+            _ => save(key, path)?,
+        }
         notes.push(format!(
-            "created {} key {} at {}",
+            "created {} key {} at {}{}",
             key.role,
             key.pair.id(),
-            path.display()
+            path.display(),
+            if passphrase.is_some() && key.role != KeyRole::Online {
+                " (encrypted)"
+            } else {
+                ""
+            }
         ));
     }
     let trust = TrustFile {
@@ -465,22 +588,29 @@ pub fn rotate(
             path.display()
         );
     }
-    save(&fresh, &staged)?;
+    if is_sealed(key_path) {
+        // The key it replaces was encrypted: so is the new one.
+        let pass = crate::app::sealed::passphrase(key_path, true)?;
+        save_sealed(&fresh, &staged, &pass)?;
+    } else {
+        save(&fresh, &staged)?;
+    }
     write_json(&path, &env, ferry_fs::Mode::Public)?;
     let mut notes = Vec::new();
     std::fs::create_dir_all(&p.retired)
         .with_context(|| format!("cannot create {}", p.retired.display()))?;
     if key_path.exists() {
-        let old = load(key_path)?;
-        let retired = p
-            .retired
-            .join(format!("{}-{}.key", key_role, old.pair.id()));
+        // Kept byte for byte: an encrypted key stays encrypted.
+        let (_, old_id) = file_id(key_path)?;
+        let retired = p.retired.join(format!("{key_role}-{old_id}.key"));
         if !retired.exists() {
-            save(&old, &retired)?;
+            let bytes = std::fs::read(key_path)
+                .with_context(|| format!("cannot read {}", key_path.display()))?;
+            ferry_fs::write(&retired, &bytes, ferry_fs::Mode::OwnerOnly)
+                .with_context(|| format!("cannot write {}", retired.display()))?;
         }
         notes.push(format!(
-            "retired {key_role} key {} (kept at {})",
-            old.pair.id(),
+            "retired {key_role} key {old_id} (kept at {})",
             retired.display()
         ));
     }

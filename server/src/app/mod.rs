@@ -8,6 +8,7 @@ pub mod demo;
 pub mod keys;
 pub mod metrics;
 pub mod router;
+pub mod sealed;
 pub mod startup;
 mod state;
 

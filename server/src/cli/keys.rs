@@ -17,6 +17,16 @@ pub enum KeysCommand {
         /// Folder to write into (created; existing keys are never overwritten).
         #[arg(long)]
         out: PathBuf,
+        /// Encrypt root.key and release.key with a passphrase (from FERRY_KEY_PASSPHRASE, or
+        /// asked twice on the terminal). online.key stays plain: servers start unattended.
+        #[arg(long)]
+        encrypt: bool,
+    },
+    /// Encrypt a key file in place with a passphrase (from FERRY_KEY_PASSPHRASE, or asked twice
+    /// on the terminal); commands that use it then ask for the passphrase.
+    Encrypt {
+        /// The key file (root.key or release.key).
+        file: PathBuf,
     },
     /// Replace the online, release or root key with a new one and write the next keyring
     /// version, signed with the folder's root key.
@@ -41,8 +51,16 @@ pub enum KeysCommand {
         scopes: String,
     },
 }
-pub(crate) fn keys_generate(out: &Path) -> anyhow::Result<ExitCode> {
-    for line in keys::generate_keyset(out)? {
+pub(crate) fn keys_generate(out: &Path, encrypt: bool) -> anyhow::Result<ExitCode> {
+    let pass = if encrypt {
+        Some(crate::app::sealed::passphrase(
+            &out.join("root.key and release.key"),
+            true,
+        )?)
+    } else {
+        None
+    };
+    for line in keys::generate_keyset_sealed(out, pass.as_deref())? {
         println!("{line}");
     }
     let p = keys::key_paths(out);
@@ -56,6 +74,11 @@ pub(crate) fn keys_generate(out: &Path) -> anyhow::Result<ExitCode> {
         "copy online.key, trust.json and keyring/ to each server's <data>/keys/; give trust.json \
          to app developers"
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn keys_encrypt(file: &Path) -> anyhow::Result<ExitCode> {
+    println!("{}", keys::encrypt_file(file)?);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use health::health_cmd;
 use inspect::inspect;
-use keys::{keys_generate, keys_rotate, keys_token};
+use keys::{keys_encrypt, keys_generate, keys_rotate, keys_token};
 use publish::publish_cmd;
 use rollout::rollout_cmd;
 use serve::serve;
@@ -240,7 +240,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             demo,
         ),
         Command::Keys { command } => match command {
-            KeysCommand::Generate { out } => keys_generate(&out),
+            KeysCommand::Generate { out, encrypt } => keys_generate(&out, encrypt),
+            KeysCommand::Encrypt { file } => keys_encrypt(&file),
             KeysCommand::Rotate {
                 role,
                 keys,
