@@ -3,6 +3,11 @@
 //! A log lives under a prefix; revision `n` is `<prefix>/<n, 20 digits>.json`. Writing the next
 //! revision uses a create-if-absent put (supported by the local store, S3 and Azure); a writer
 //! that loses the race re-reads and retries, so no update is lost and the log is the history.
+//!
+//! Each revision is stored as `{"sha256": <hex>, "revision": <the value>}`, the digest taken
+//! over the value's compact JSON with sorted keys. A revision whose digest does not match (a
+//! torn or damaged write that still parses) is reported and skipped like an unreadable one.
+//! Files written before checksums (the bare value) are still read.
 
 use futures_util::TryStreamExt as _;
 use object_store::path::Path as StorePath;
@@ -36,13 +41,45 @@ async fn numbered(store: &Store, prefix: &str) -> Result<Vec<(u64, StorePath)>, 
     Ok(numbered)
 }
 
-/// Reads and parses one revision; `None` (logged) when it is unreadable.
+/// The digest of a revision's value: SHA-256 of its compact JSON (object keys sorted).
+fn digest(value: &serde_json::Value) -> String {
+    use sha2::Digest as _;
+    let canonical = serde_json::to_vec(value).unwrap_or_default();
+    hex::encode(sha2::Sha256::digest(&canonical))
+}
+
+/// The bytes stored for `value`.
+fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
+    let v = serde_json::to_value(value).map_err(|e| StoreError::Encode(e.to_string()))?;
+    let sealed = serde_json::json!({ "sha256": digest(&v), "revision": v });
+    serde_json::to_vec_pretty(&sealed).map_err(|e| StoreError::Encode(e.to_string()))
+}
+
+/// Parses stored bytes, checking the digest; a bare value (written before checksums) is
+/// accepted as it is.
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    let value = match v.as_object() {
+        Some(o) if o.len() == 2 && o.contains_key("sha256") && o.contains_key("revision") => {
+            let want = o["sha256"].as_str().unwrap_or_default();
+            let inner = &o["revision"];
+            if digest(inner) != want {
+                return Err("its checksum does not match its contents".into());
+            }
+            inner.clone()
+        }
+        _ => v,
+    };
+    serde_json::from_value(value).map_err(|e| e.to_string())
+}
+
+/// Reads and parses one revision; `None` (logged) when it is unreadable or damaged.
 async fn read_one<T: DeserializeOwned>(
     store: &Store,
     key: &StorePath,
 ) -> Result<Option<T>, StoreError> {
     let bytes = store.get(key).await?.bytes().await?;
-    match serde_json::from_slice::<T>(&bytes) {
+    match decode::<T>(&bytes) {
         Ok(v) => Ok(Some(v)),
         Err(e) => {
             tracing::warn!("skipping unreadable revision {key}: {e}");
@@ -105,8 +142,7 @@ where
         }
         let revision = top + 1;
         let next = compute(current.as_ref(), revision)?;
-        let bytes =
-            serde_json::to_vec_pretty(&next).map_err(|e| StoreError::Encode(e.to_string()))?;
+        let bytes = encode(&next)?;
         let opts = PutOptions {
             mode: PutMode::Create,
             ..PutOptions::default()
@@ -125,4 +161,38 @@ where
         tries: MAX_RACE_RETRIES,
     }
     .into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq, Serialize, serde::Deserialize)]
+    struct Plan {
+        revision: u64,
+        rate: f64,
+        reason: String,
+    }
+
+    #[test]
+    fn revisions_carry_a_checksum_that_catches_damage_that_still_parses() {
+        let plan = Plan {
+            revision: 7,
+            rate: 0.1 + 0.2,
+            reason: "über".into(),
+        };
+        let bytes = encode(&plan).expect("encode");
+        assert_eq!(decode::<Plan>(&bytes).expect("decode"), plan);
+        // A changed value that is still valid JSON is refused.
+        let text = String::from_utf8(bytes).expect("utf8");
+        let damaged = text.replace("\"revision\": 7", "\"revision\": 8");
+        assert_ne!(damaged, text);
+        let err = decode::<Plan>(damaged.as_bytes()).expect_err("damaged");
+        assert!(err.contains("checksum"), "{err}");
+        // Truncated: not JSON at all.
+        assert!(decode::<Plan>(&text.as_bytes()[..text.len() / 2]).is_err());
+        // Files from before checksums still read.
+        let bare = serde_json::to_vec(&plan).expect("json");
+        assert_eq!(decode::<Plan>(&bare).expect("bare"), plan);
+    }
 }
