@@ -64,6 +64,19 @@ fn a_server_with_only_its_part_of_the_keys_runs_and_never_makes_a_release_key() 
     drop(server);
     assert!(!data.join("keys/release.key").exists());
     assert!(!data.join("keys/root.key").exists());
+    // Without its online key the server stops and says which file to copy from where.
+    std::fs::remove_file(data.join("keys/online.key")).expect("rm");
+    let out = ferry()
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(&data)
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("online.key is missing") && err.contains("ferry keys generate"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -430,6 +430,14 @@ pub fn load_server_keys(dir: &Path) -> anyhow::Result<ServerKeys> {
             dir.display()
         );
     }
+    if !p.online.exists() {
+        bail!(
+            "{} is missing: copy online.key from the folder `ferry keys generate` (or `ferry keys \
+             rotate online`) wrote, beside {}",
+            p.online.display(),
+            p.trust.display()
+        );
+    }
     let online = load(&p.online)?;
     if online.role != KeyRole::Online {
         bail!(
