@@ -358,4 +358,13 @@ fn encrypted_keys_sign_only_with_their_passphrase_and_stay_encrypted_through_rot
         .expect("run");
     assert!(!short.status.success());
     assert!(String::from_utf8_lossy(&short.stderr).contains("at least 12 characters"));
+    // The online key stays plain: servers start unattended.
+    let online = ferry()
+        .args(["keys", "encrypt"])
+        .arg(plain.join("online.key"))
+        .env("FERRY_KEY_PASSPHRASE", pass)
+        .output()
+        .expect("run");
+    assert!(!online.status.success());
+    assert!(String::from_utf8_lossy(&online.stderr).contains("is an online key"));
 }

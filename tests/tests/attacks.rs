@@ -98,6 +98,14 @@ fn events_about_unpublished_models_releases_or_variants_are_refused() {
             "has no variant \"made-up\"",
         ),
         (fallback, "has no variant \"no-such-variant\""),
+        (
+            {
+                let mut e = event("mlp", "", "random-variant", "d1", "SM8550");
+                e["kind"] = "verify".into();
+                e
+            },
+            "must name its release",
+        ),
     ];
     let events: Vec<_> = cases.iter().map(|(e, _)| e.clone()).collect();
     let r = post_events(&app, &events);
@@ -242,27 +250,39 @@ fn one_address_cannot_hold_every_connection() {
         demo: false,
         tweak: Some(Box::new(|c| c.limits.max_connections_per_address = 8)),
     });
-    // Eight idle connections are allowed; each further one is answered 429 and closed.
+    // Eight idle connections are allowed; each further one is shut down as it is accepted, long
+    // before the 5 s a silent connection may otherwise wait for its request.
     let held: Vec<TcpStream> = (0..8)
         .map(|_| TcpStream::connect(app.server.addr).expect("connect"))
         .collect();
     std::thread::sleep(Duration::from_millis(200));
-    let mut extra = TcpStream::connect(app.server.addr).expect("connect");
-    write!(extra, "GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n").expect("send");
+    for _ in 0..20 {
+        let mut extra = TcpStream::connect(app.server.addr).expect("connect");
+        extra
+            .set_read_timeout(Some(Duration::from_secs(4)))
+            .expect("timeout");
+        let t = Instant::now();
+        let mut answer = Vec::new();
+        let read = extra.read_to_end(&mut answer);
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "an extra connection stayed open for {:?} ({read:?})",
+            t.elapsed()
+        );
+        assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer));
+    }
+    // The held ones are still served.
+    let mut first = &held[0];
+    write!(
+        first,
+        "GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    )
+    .expect("send");
     let mut answer = String::new();
-    extra
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    let _ = extra.read_to_string(&mut answer);
-    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
-    assert!(answer.contains("\"code\":\"rate_limited\""), "{answer}");
-    assert!(
-        answer.to_lowercase().contains("connection: close"),
-        "{answer}"
-    );
+    let _ = first.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     // Once they close, the address is served again.
     drop(held);
-    drop(extra);
     std::thread::sleep(Duration::from_millis(300));
     let (s, _) = app.get_json("/healthz", None);
     assert_eq!(s, 200);

@@ -224,6 +224,10 @@ fn known_target(
         return Err(format!("{model} is not a published model"));
     }
     if e.release.is_empty() {
+        // Without a release no variant can be checked: none may be named.
+        if !e.variant.is_empty() || e.to_variant.as_deref().is_some_and(|t| !t.is_empty()) {
+            return Err("an event that names a variant must name its release".into());
+        }
         return Ok(());
     }
     let release = e

@@ -1,9 +1,11 @@
 //! Open connections per client address (IPv4 address, or IPv6 /64).
 //!
 //! Each accepted connection takes a [`ConnSlot`] (kept in the connection's extensions and
-//! released when it closes). A connection beyond `limits.max_connections_per_address` is
-//! answered `429 rate_limited` with `Connection: close` on its first request, so one address
-//! cannot hold the server's file descriptors. Devices behind carrier NAT share addresses: the
+//! released when it closes). A connection beyond `limits.max_connections_per_address` is shut
+//! down as it is accepted (and, should a request still arrive on it, answered `429
+//! rate_limited` with `Connection: close`), so one address cannot hold the server's file
+//! descriptors. TLS connections are counted once their handshake is done (handshakes have
+//! their own timeout). Devices behind carrier NAT share addresses: the
 //! default (1024) leaves them room; behind a reverse proxy every connection comes from the
 //! proxy, so set it to 0 (off) there and limit at the proxy.
 

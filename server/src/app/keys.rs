@@ -151,6 +151,13 @@ pub fn encrypt_file(path: &Path) -> anyhow::Result<String> {
         bail!("{} is already encrypted", path.display());
     }
     let key = load(path)?;
+    if key.role == KeyRole::Online {
+        bail!(
+            "{} is an online key: servers read it at start, unattended, so it stays plain (if \
+             a server's host is lost, rotate it: ferry keys rotate online)",
+            path.display()
+        );
+    }
     let pass = crate::app::sealed::passphrase(path, true)?;
     let staged = path.with_extension("key.new");
     if staged.exists() {

@@ -53,8 +53,9 @@ fn cipher(
     r: u32,
     p: u32,
 ) -> anyhow::Result<ChaCha20Poly1305> {
-    // Refuse costs an edited file could use to exhaust memory or time (2^20 x 8 x 128 B = 1 GiB).
-    if !(10..=20).contains(&log_n) || !(1..=16).contains(&r) || !(1..=4).contains(&p) {
+    // Refuse costs an edited file could use to exhaust memory or time: at most
+    // 128 B x r x 2^log_n = 256 MiB, twice the default.
+    if !(10..=18).contains(&log_n) || !(1..=8).contains(&r) || !(1..=2).contains(&p) {
         bail!("unsupported scrypt parameters (log_n {log_n}, r {r}, p {p})");
     }
     let params = scrypt::Params::new(log_n, r, p).map_err(|e| anyhow::anyhow!("scrypt: {e}"))?;
@@ -126,8 +127,12 @@ pub fn passphrase(path: &Path, confirm: bool) -> anyhow::Result<String> {
     let pass = if let Ok(p) = std::env::var(PASSPHRASE_ENV) {
         p
     } else if std::io::stdin().is_terminal() {
-        let p = rpassword::prompt_password(format!("passphrase for {}: ", path.display()))
-            .context("cannot read the passphrase")?;
+        let ask = if confirm {
+            format!("new passphrase for {}: ", path.display())
+        } else {
+            format!("passphrase for {}: ", path.display())
+        };
+        let p = rpassword::prompt_password(ask).context("cannot read the passphrase")?;
         if confirm {
             let again = rpassword::prompt_password("the same passphrase again: ")
                 .context("cannot read the passphrase")?;
@@ -136,6 +141,11 @@ pub fn passphrase(path: &Path, confirm: bool) -> anyhow::Result<String> {
             }
         }
         p
+    } else if confirm {
+        bail!(
+            "choosing a passphrase for {} needs {PASSPHRASE_ENV} or a terminal",
+            path.display()
+        );
     } else {
         bail!(
             "{} is encrypted: set {PASSPHRASE_ENV} or run in a terminal",

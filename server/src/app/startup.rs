@@ -183,6 +183,11 @@ fn on_connect(
     };
     let _ = tcp.set_nodelay(true);
     if let Some(slot) = connections.open(tcp.peer_addr().ok().map(|a| a.ip())) {
+        if slot.over() {
+            // Over its address's limit: close it now, so it holds no descriptor while it waits
+            // for a request (the slot is freed when the connection is dropped).
+            let _ = socket2::SockRef::from(tcp).shutdown(std::net::Shutdown::Both);
+        }
         ext.insert(slot);
     }
 }

@@ -52,6 +52,12 @@ pub enum KeysCommand {
     },
 }
 pub(crate) fn keys_generate(out: &Path, encrypt: bool) -> anyhow::Result<ExitCode> {
+    let p = keys::key_paths(out);
+    for path in [&p.root, &p.release, &p.online, &p.trust, &p.keyring] {
+        if path.exists() {
+            bail!("{} exists; refusing to overwrite keys", path.display());
+        }
+    }
     let pass = if encrypt {
         Some(crate::app::sealed::passphrase(
             &out.join("root.key and release.key"),
@@ -63,7 +69,6 @@ pub(crate) fn keys_generate(out: &Path, encrypt: bool) -> anyhow::Result<ExitCod
     for line in keys::generate_keyset_sealed(out, pass.as_deref())? {
         println!("{line}");
     }
-    let p = keys::key_paths(out);
     println!();
     println!(
         "keep {} and {} offline (they sign keyrings and releases)",

@@ -2,9 +2,11 @@
 //! token buckets (GCRA).
 //!
 //! Memory is bounded: each limiter holds at most [`MAX_KEYS`] buckets (about 64 bytes each);
-//! idle buckets are dropped at every flush and whenever the limiter is full. A limiter that is
-//! still full after that refuses new work until buckets age out, rather than clearing them: no
-//! flood of made-up addresses or install ids can give anyone a fresh allowance. IPv6 addresses
+//! idle buckets (a bucket is idle once it has refilled completely) are dropped at every flush
+//! and, at most once a second, whenever the limiter is full. A limiter that is still full after
+//! that refuses every request until buckets age out, rather than clearing them: no flood of
+//! made-up addresses or install ids can give anyone a fresh allowance (keeping it full takes
+//! about 100,000 new keys a second). IPv6 addresses
 //! are limited per /64 (what one subscriber usually holds), so one host cannot mint keys.
 
 use std::net::IpAddr;
