@@ -15,6 +15,7 @@
 //! | slow retrieval | `client_e2e::downloads_cut_at_many_offsets_resume_to_the_exact_file` (stall), `server_hostile::bodies_trickled_byte_by_byte_are_cut_off_and_resolve_keeps_answering` |
 //! | key compromise (online, release, root) | `key_rotation::*`, `revocation::*` |
 //! | 1. forged telemetry denies or halts | `rollout::forged_telemetry_without_a_receipt_changes_no_decision` |
+//! | 1. forged failures deny the last usable variant, one host or subnet drives a deny, the list grows without end | [`a_learned_deny_never_takes_the_xnnpack_floor_and_can_require_several_networks`], `ferry-server` `fleet::deny` cap unit test |
 //! | 1. events for models that do not exist create state | [`events_about_unpublished_models_releases_or_variants_are_refused`] |
 //! | 2. unbounded telemetry memory, a limiter reset by random ids | [`random_names_and_made_up_devices_cannot_grow_telemetry_state`], `ferry-server` `fleet::limits` unit tests |
 //! | 3. slow request bodies hold every descriptor | `server_hostile::bodies_trickled_byte_by_byte_are_cut_off_and_resolve_keeps_answering`, [`one_address_cannot_hold_every_connection`] |
@@ -401,4 +402,81 @@ fn endless_answers_are_cut_off_and_nothing_is_loaded_or_cached() {
     proxy.clear_faults();
     let loaded = client.load("demo-mlp", &device).expect("loads");
     assert_eq!(loaded.variant, "xnnpack-fp32");
+}
+
+/// Fallback floods from receipted devices: `n` devices each report one failed load and one
+/// fallback of `variant` (release 1.0.0) on SoC SM8450.
+fn fallback_flood(app: &TestApp, variant: &str, n: usize) {
+    let mut events = Vec::new();
+    for i in 0..n {
+        let id = format!("{variant}-{i}");
+        events.push(event("mlp", "1.0.0", variant, &id, "SM8450"));
+        let mut fb = event("mlp", "1.0.0", variant, &id, "SM8450");
+        fb["kind"] = "fallback".into();
+        fb["to_variant"] = "portable-fp32".into();
+        events.push(fb);
+    }
+    for chunk in app.with_receipts(&events).chunks(400) {
+        let r = post_events(app, chunk);
+        assert_eq!(r["accepted"].as_u64(), Some(chunk.len() as u64), "{r}");
+    }
+    app.settle();
+}
+
+fn denied(app: &TestApp) -> Vec<String> {
+    let (s, h) = app.get_json("/v1/admin/models/mlp/deny", Some(ADMIN_TOKEN));
+    assert_eq!(s, 200, "{h}");
+    h["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| e["variant"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+#[test]
+fn a_learned_deny_never_takes_the_xnnpack_floor_and_can_require_several_networks() {
+    let quick = |networks: u64| Options {
+        demo: false,
+        tweak: Some(Box::new(move |c| {
+            c.telemetry.deny_min_samples = 50;
+            c.telemetry.evaluate_ms = 0;
+            c.telemetry.deny_min_networks = networks;
+        })),
+    };
+    let app = TestApp::start_with(quick(0));
+    app.publish(&mlp_v1());
+    fallback_flood(&app, "vulkan-fp32", 60);
+    fallback_flood(&app, "xnnpack-fp32", 60);
+    let list = denied(&app);
+    assert!(list.contains(&"vulkan-fp32".to_string()), "{list:?}");
+    assert!(
+        !list.contains(&"xnnpack-fp32".to_string()),
+        "the XNNPACK floor was denied: {list:?}"
+    );
+    // SM8450 devices still get the floor.
+    let (s, body) = app.resolve(
+        &serde_json::json!({
+            "model": "mlp", "install_id": "victim", "app_version": "2.0.0",
+            "runtime_version": "1.5.1", "backends": ["XnnpackBackend", "VulkanBackend"],
+            "platform": "android", "os_version": "14", "device_model": "phone-SM8450",
+            "soc": "SM8450", "ram_mb": 8192
+        }),
+        false,
+    );
+    assert_eq!(s, 200, "{body}");
+    let (d, _) = app.verify_response(&body);
+    assert!(
+        d.candidates
+            .iter()
+            .any(|c| c.variant.as_str() == "xnnpack-fp32"),
+        "{:?}",
+        d.candidates
+    );
+
+    // With two networks required, the same flood from one host denies nothing.
+    let strict = TestApp::start_with(quick(2));
+    strict.publish(&mlp_v1());
+    fallback_flood(&strict, "vulkan-fp32", 60);
+    assert!(denied(&strict).is_empty(), "{:?}", denied(&strict));
 }

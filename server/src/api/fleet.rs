@@ -188,6 +188,7 @@ pub async fn post_telemetry(
             &cfg,
             &known,
             &|e| receipts.verifies(e),
+            crate::fleet::limits::IpKey::network(addr),
         ))
     })
     .await

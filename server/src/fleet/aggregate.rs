@@ -29,6 +29,13 @@ use crate::fleet::limits::{IpKey, Limiter};
 use crate::fleet::rollup::Rollup;
 use ferry_shared::deny::DenyEntry;
 
+pub(crate) fn hash_id_bytes(b: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    b.hash(&mut h);
+    h.finish()
+}
+
 pub(crate) fn hash_id(s: &str) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -139,6 +146,7 @@ impl Telemetry {
         cfg: &TelemetryConfig,
         known: &dyn Fn(&TelemetryEvent) -> Result<(), String>,
         verified: &dyn Fn(&TelemetryEvent) -> bool,
+        network: u64,
     ) -> IngestReport {
         let mut report = IngestReport::default();
         let mut good = Vec::new();
@@ -204,7 +212,7 @@ impl Telemetry {
                 }
                 local
                     .variant_mut(&e.model, &e.release, &e.variant)
-                    .add(e, id);
+                    .add(e, id, network);
                 if !report.counted_models.contains(&e.model) {
                     report.counted_models.insert(e.model.clone());
                 }
@@ -403,7 +411,7 @@ mod tests {
             serde_json::json!(42),
             ev("fallback", "failed"),
         ];
-        let r = t.ingest(&batch, now(), &cfg, &|_| Ok(()), &|_| true);
+        let r = t.ingest(&batch, now(), &cfg, &|_| Ok(()), &|_| true, 0);
         assert_eq!(r.accepted, 2);
         let codes: Vec<(usize, &str)> = r
             .rejected
@@ -433,7 +441,7 @@ mod tests {
             ..TelemetryConfig::default()
         };
         let batch: Vec<_> = (0..5).map(|_| ev("load", "ok")).collect();
-        let r = t.ingest(&batch, now(), &cfg, &|_| Ok(()), &|_| true);
+        let r = t.ingest(&batch, now(), &cfg, &|_| Ok(()), &|_| true, 0);
         assert_eq!(r.accepted, 3);
         assert!(r.rejected.iter().all(|e| e.code == ErrorCode::RateLimited));
     }
@@ -455,7 +463,7 @@ mod tests {
             batch.push(f);
             batch.push(fb);
         }
-        t.ingest(&batch, now(), &cfg, &|_| Ok(()), &|_| true);
+        t.ingest(&batch, now(), &cfg, &|_| Ok(()), &|_| true, 0);
         let c = t.deny_candidates("m", &cfg);
         assert_eq!(c.len(), 2, "{c:?}");
         assert!(
@@ -494,7 +502,7 @@ mod tests {
                 .collect()
         };
         let one = Telemetry::default();
-        one.ingest(&batch(1), now(), &cfg, &|_| Ok(()), &|_| true);
+        one.ingest(&batch(1), now(), &cfg, &|_| Ok(()), &|_| true, 0);
         assert!(
             one.deny_candidates("m", &cfg).is_empty(),
             "one device denied a class"
@@ -506,13 +514,13 @@ mod tests {
             "one device weighs at most {PER_DEVICE_EVENTS} events per variant"
         );
         let few = Telemetry::default();
-        few.ingest(&batch(19), now(), &cfg, &|_| Ok(()), &|_| true);
+        few.ingest(&batch(19), now(), &cfg, &|_| Ok(()), &|_| true, 0);
         assert!(
             few.deny_candidates("m", &cfg).is_empty(),
             "19 devices denied a class"
         );
         let many = Telemetry::default();
-        many.ingest(&batch(20), now(), &cfg, &|_| Ok(()), &|_| true);
+        many.ingest(&batch(20), now(), &cfg, &|_| Ok(()), &|_| true, 0);
         assert!(
             !many.deny_candidates("m", &cfg).is_empty(),
             "20 devices are enough"

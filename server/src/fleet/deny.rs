@@ -154,6 +154,10 @@ pub async fn change(
     Ok((revision, list.entries))
 }
 
+/// Most entries telemetry adds to one model's deny list; beyond it learned entries are logged
+/// and not written (hand-made entries are not limited).
+pub const MAX_LEARNED: usize = 256;
+
 /// Adds entries learned from telemetry (skipping any target already listed, so an ops
 /// override stays); returns the revision written and the entries now in force.
 pub async fn add_learned(
@@ -165,10 +169,26 @@ pub async fn add_learned(
     let (revision, list) =
         revisions::append::<DenyList, StoreError>(store, &StorageKey::deny_log(model), |cur, _| {
             let mut entries = cur.map(|(_, l)| l.entries.clone()).unwrap_or_default();
+            let mut learned = entries
+                .iter()
+                .filter(|e| e.source == DenySource::Telemetry)
+                .count();
             for c in fresh {
-                if !entries.iter().any(|e| e.same_target(c)) {
-                    entries.push(c.clone());
+                if entries.iter().any(|e| e.same_target(c)) {
+                    continue;
                 }
+                if learned >= MAX_LEARNED {
+                    tracing::warn!(
+                        %model,
+                        "the deny list holds {MAX_LEARNED} learned entries; not adding {} {} for {}",
+                        c.release,
+                        c.variant,
+                        c.value
+                    );
+                    continue;
+                }
+                entries.push(c.clone());
+                learned += 1;
             }
             Ok(DenyList {
                 entries,
@@ -229,5 +249,37 @@ mod tests {
             validate(&c).expect_err("empty").code(),
             ErrorCode::DenyInvalid
         );
+    }
+}
+
+#[cfg(test)]
+mod learned_tests {
+    use super::*;
+    use ferry_shared::deny::{DenyState, DeviceClass};
+
+    #[tokio::test]
+    async fn learned_entries_stop_at_the_cap_and_hand_made_ones_do_not() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = crate::storage::open_local(dir.path()).expect("store");
+        let model: ModelName = "m".parse().expect("name");
+        let entry = |i: usize| DenyEntry {
+            release: "1.0.0".into(),
+            variant: "vulkan-fp32".into(),
+            class: DeviceClass::Soc,
+            value: format!("soc-{i}"),
+            fallback_rate: 0.5,
+            samples: 100,
+            source: DenySource::Telemetry,
+            state: DenyState::Deny,
+        };
+        let fresh: Vec<DenyEntry> = (0..MAX_LEARNED + 40).map(entry).collect();
+        let (_, entries) = add_learned(&store, &model, &fresh, "now")
+            .await
+            .expect("write");
+        assert_eq!(entries.len(), MAX_LEARNED);
+        let (_, entries) = add_learned(&store, &model, &[entry(10_000)], "now")
+            .await
+            .expect("write");
+        assert_eq!(entries.len(), MAX_LEARNED, "still capped");
     }
 }

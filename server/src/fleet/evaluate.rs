@@ -142,7 +142,11 @@ pub async fn evaluate(state: &AppState, model: &ModelName) {
             }
         }
     }
-    let candidates = fleet.deny_candidates(model.as_str(), &state.config.telemetry);
+    let mut candidates = fleet.deny_candidates(model.as_str(), &state.config.telemetry);
+    // The floor: XNNPACK and portable variants are what a device falls back to; telemetry never
+    // denies them (an operator still can, by hand).
+    let catalog = state.catalog();
+    candidates.retain(|c| !is_floor(&catalog, model, &c.release, &c.variant));
     if candidates.is_empty() {
         return;
     }
@@ -155,7 +159,11 @@ pub async fn evaluate(state: &AppState, model: &ModelName) {
         .into_iter()
         .filter(|c| !current.iter().any(|e| e.same_target(c)))
         .collect();
-    if fresh.is_empty() {
+    let learned = current
+        .iter()
+        .filter(|e| e.source == ferry_shared::deny::DenySource::Telemetry)
+        .count();
+    if fresh.is_empty() || learned >= deny::MAX_LEARNED {
         return;
     }
     match deny::add_learned(&state.store, model, &fresh, &now_text()).await {
@@ -167,4 +175,27 @@ pub async fn evaluate(state: &AppState, model: &ModelName) {
         }
         Err(e) => tracing::error!(%model, "deny list could not be written: {e}"),
     }
+}
+
+/// True when `variant` of `release` is a fallback floor (XNNPACK or portable kernels), or is
+/// not known (nothing is learned about what the catalog does not hold).
+fn is_floor(
+    catalog: &crate::storage::catalog::Catalog,
+    model: &ModelName,
+    release: &str,
+    variant: &str,
+) -> bool {
+    use ferry_shared::manifest::Delegate;
+    release
+        .parse::<semver::Version>()
+        .ok()
+        .and_then(|v| catalog.release(model, &v))
+        .and_then(|r| {
+            r.manifest
+                .variants
+                .iter()
+                .find(|x| x.id.as_str() == variant)
+                .map(|x| matches!(x.delegate, Delegate::Xnnpack | Delegate::Portable))
+        })
+        .unwrap_or(true)
 }

@@ -25,6 +25,9 @@ pub struct TelemetryConfig {
     /// Distinct devices (with receipts) needed before a deny (default 20): one device, or a
     /// few, cannot deny a class its variant however many events they send.
     pub deny_min_devices: u64,
+    /// Distinct client networks (IPv4 /24, IPv6 /48) needed before a deny (default 0: off, so
+    /// that one test host can drive it; set it where devices reach the server directly).
+    pub deny_min_networks: u64,
     /// How often raw events and rollups are flushed to the store, in seconds (default 10).
     pub flush_secs: u64,
     /// Oldest accepted event age in days (default 30); newer than now + 1 hour is refused.
@@ -47,6 +50,7 @@ impl Default for TelemetryConfig {
             deny_fallback_rate: 0.25,
             deny_min_samples: 100,
             deny_min_devices: 20,
+            deny_min_networks: 0,
             flush_secs: 10,
             max_age_days: 30,
             evaluate_ms: 1000,

@@ -102,6 +102,22 @@ impl IpKey {
     }
 }
 
+impl IpKey {
+    /// The hashed network of `addr` for counting distinct networks: IPv4 /24, IPv6 /48.
+    pub(crate) fn network(addr: Option<IpAddr>) -> u64 {
+        let mut prefix = [0u8; 7];
+        match addr.map(|a| a.to_canonical()) {
+            Some(IpAddr::V4(a)) => prefix[..3].copy_from_slice(&a.octets()[..3]),
+            Some(IpAddr::V6(a)) => {
+                prefix[0] = 6;
+                prefix[1..].copy_from_slice(&a.octets()[..6]);
+            }
+            None => {}
+        }
+        crate::fleet::aggregate::hash_id_bytes(&prefix)
+    }
+}
+
 impl Limiter {
     /// Limits of `per_address` requests and `per_install` events a minute.
     pub(crate) fn new(per_address: u32, per_install: u32) -> Self {

@@ -50,6 +50,9 @@ pub struct ClassCounts {
     pub fallbacks: u64,
     /// Distinct devices.
     pub devices: Devices,
+    /// Distinct client networks (IPv4 /24, IPv6 /48) the events came from.
+    #[serde(default)]
+    pub networks: Devices,
 }
 
 impl ClassCounts {
@@ -58,6 +61,7 @@ impl ClassCounts {
         self.load_failures += o.load_failures;
         self.fallbacks += o.fallbacks;
         self.devices.merge(&o.devices);
+        self.networks.merge(&o.networks);
     }
 
     /// Fallbacks per load, never above 1 whatever the events claim.
@@ -170,8 +174,9 @@ impl Default for VariantCounts {
 }
 
 impl VariantCounts {
-    /// Counts one event of device `device` (the hashed install id).
-    pub fn add(&mut self, e: &TelemetryEvent, device: u64) {
+    /// Counts one event of device `device` (the hashed install id) sent from `network` (the
+    /// hashed client network).
+    pub fn add(&mut self, e: &TelemetryEvent, device: u64, network: u64) {
         self.devices.insert(&device);
         if self.delegate.is_empty() {
             self.delegate = e.delegate.chars().take(64).collect();
@@ -185,6 +190,7 @@ impl VariantCounts {
                 if !key.is_empty() && (map.len() < MAX_CLASSES || map.contains_key(key)) {
                     let c = map.entry(key.clone()).or_default();
                     c.devices.insert(&device);
+                    c.networks.insert(&network);
                     f(c);
                 }
             }
@@ -392,6 +398,7 @@ impl Rollup {
                     for (value, c) in map {
                         if c.loads >= cfg.deny_min_samples
                             && c.devices.estimate() as u64 >= cfg.deny_min_devices
+                            && c.networks.estimate() as u64 >= cfg.deny_min_networks
                             && c.fallback_rate() >= cfg.deny_fallback_rate
                         {
                             out.push(DenyEntry {
@@ -484,10 +491,10 @@ mod tests {
                     Some(1.0 + (i % 400) as f64),
                 )
             };
-            whole.variant_mut("m", "1.0.0", "v").add(&e, i % 900);
+            whole.variant_mut("m", "1.0.0", "v").add(&e, i % 900, 0);
             parts[(i % 3) as usize]
                 .variant_mut("m", "1.0.0", "v")
-                .add(&e, i % 900);
+                .add(&e, i % 900, 0);
             whole.note_cohort("m", "staged", i % 900);
             parts[(i % 3) as usize].note_cohort("m", "staged", i % 900);
         }
@@ -519,8 +526,11 @@ mod tests {
     #[test]
     fn a_rollup_without_load_times_round_trips() {
         let mut r = Rollup::default();
-        r.variant_mut("m", "1.0.0", "v")
-            .add(&event(EventKind::Load, Outcome::Failed, "s", None), 1);
+        r.variant_mut("m", "1.0.0", "v").add(
+            &event(EventKind::Load, Outcome::Failed, "s", None),
+            1,
+            0,
+        );
         let back: Rollup =
             serde_json::from_slice(&serde_json::to_vec(&r).expect("json")).expect("parse");
         assert_eq!(back.health("m"), r.health("m"));
@@ -533,7 +543,7 @@ mod tests {
             let mut e = event(EventKind::Load, Outcome::Failed, &format!("soc-{i}"), None);
             e.error_code = Some(format!("code-{i}"));
             e.device_model = format!("model-{i}");
-            r.variant_mut("m", "1.0.0", "v").add(&e, i);
+            r.variant_mut("m", "1.0.0", "v").add(&e, i, 0);
         }
         let v = &r.models["m"]["1.0.0"]["v"];
         assert_eq!(v.by_soc.len(), MAX_CLASSES);
