@@ -3,6 +3,7 @@
 //! ```text
 //! <root>/blobs/sha256/<hex>          verified .pte bytes (only ever renamed in complete)
 //! <root>/blobs/sha256/<hex>.part     a download in flight (resumed after a crash)
+//! <root>/releases/sha256/<hex>.json  signed release envelopes, by the digest of their bytes
 //! <root>/index.json                  which release/variant each model uses, LRU stamps
 //! <root>/telemetry/queue.ndjson      queued telemetry events
 //! ```
@@ -350,6 +351,32 @@ impl Cache {
             self.save()?;
         }
         Ok(())
+    }
+
+    /// The signed release envelope kept under `digest` (the SHA-256 of its bytes as served),
+    /// if present and intact.
+    pub fn release(&self, digest: &Sha256Digest) -> Option<Envelope> {
+        let path = self.release_path(digest);
+        let bytes = std::fs::read(path).ok()?;
+        if Sha256Digest::of(&bytes) != *digest {
+            return None;
+        }
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Keeps a release envelope's bytes under their digest (the caller checked it).
+    pub fn keep_release(&self, digest: &Sha256Digest, bytes: &[u8]) -> Result<(), ClientError> {
+        let path = self.release_path(digest);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| ClientError::io(dir, e))?;
+        }
+        write_durable(&path, bytes)
+    }
+
+    fn release_path(&self, digest: &Sha256Digest) -> PathBuf {
+        self.root
+            .join("releases/sha256")
+            .join(format!("{}.json", digest.to_hex()))
     }
 
     /// The keyrings accepted so far, oldest first.

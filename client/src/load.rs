@@ -193,6 +193,7 @@ impl Client {
                     ClientError::Verify { .. }
                         | ClientError::Expired { .. }
                         | ClientError::Replay { .. }
+                        | ClientError::DecisionMismatch(_)
                 ) {
                     let ev = TelemetryEvent {
                         outcome: Outcome::Failed,

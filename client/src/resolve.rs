@@ -2,7 +2,7 @@
 //! retries of transient failures, and verification of the answer into a [`Plan`].
 
 use ferry_shared::BackendId;
-use ferry_shared::dsse::Verified;
+use ferry_shared::dsse::{Envelope, Verified};
 use ferry_shared::keyring::{Keyring, KeyringResponse};
 use ferry_shared::resolve::{ErrorBody, ResolveRequest, ResolveResponse};
 
@@ -106,9 +106,10 @@ impl Client {
                 message: e.to_string(),
             })?;
         self.follow_keyring(&resp, model)?;
+        let release = self.release_envelope(&resp)?;
         let trust = self.trust();
         let last = self.cache().last_sequence(model);
-        let plan = verify_response(&resp, &request, &trust, self.clock.now(), last)?;
+        let plan = verify_response(&resp, &release, &request, &trust, self.clock.now(), last)?;
         let ring = trust.ring_at(self.clock.now());
         let held = self
             .cache()
@@ -221,6 +222,56 @@ impl Client {
             *trust = next;
         }
         Ok(())
+    }
+
+    /// The signed release envelope the answer refers to: from the answer when it carries it,
+    /// else from the cache, else fetched once from its URL and kept. Its bytes must hash to the
+    /// digest of the reference (which the signed decision names too, checked when verifying).
+    fn release_envelope(&self, resp: &ResolveResponse) -> Result<Envelope, ClientError> {
+        let want = resp.release_ref.sha256;
+        if let Some(env) = &resp.release {
+            let bytes = serde_json::to_vec(env).map_err(|e| ClientError::Config(e.to_string()))?;
+            if ferry_shared::Sha256Digest::of(&bytes) != want {
+                return Err(ClientError::DecisionMismatch(
+                    "the release manifest in the answer is not the one it refers to".into(),
+                ));
+            }
+            return Ok(env.clone());
+        }
+        if let Some(env) = self.cache().release(&want) {
+            return Ok(env);
+        }
+        let url = self.url_for(&resp.release_ref.url);
+        let bad = |message: String| ClientError::BadResponse {
+            url: url.clone(),
+            message,
+        };
+        let mut got = self
+            .agent
+            .get(&url)
+            .call()
+            .map_err(|e| ClientError::Network {
+                url: url.clone(),
+                message: e.to_string(),
+            })?;
+        if got.status().as_u16() != 200 {
+            return Err(bad(format!("HTTP {}", got.status().as_u16())));
+        }
+        let bytes = got
+            .body_mut()
+            .with_config()
+            .limit(self.max_response_bytes)
+            .read_to_vec()
+            .map_err(|e| bad(e.to_string()))?;
+        let actual = ferry_shared::Sha256Digest::of(&bytes);
+        if actual != want {
+            return Err(ClientError::DecisionMismatch(format!(
+                "the release manifest from {url} hashes to {actual}, not {want} as the answer says"
+            )));
+        }
+        let env: Envelope = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+        self.cache().keep_release(&want, &bytes)?;
+        Ok(env)
     }
 
     pub(crate) fn url_for(&self, url: &str) -> String {

@@ -13,7 +13,9 @@ use ferry_shared::dsse::{DsseLimits, Envelope, KeyRing, KeyRole, Verified, verif
 use ferry_shared::errors::ErrorCode;
 use ferry_shared::keyring::TrustState;
 use ferry_shared::manifest::{ReleaseManifest, Variant, verify_release_envelope};
-use ferry_shared::resolve::{DECISION_PAYLOAD_TYPE, Decision, ResolveRequest, ResolveResponse};
+use ferry_shared::resolve::{
+    Cohort, DECISION_PAYLOAD_TYPE, Decision, ResolveRequest, ResolveResponse,
+};
 use ferry_shared::revocation::{RevocationList, verify_revocations};
 use ferry_shared::select::incompatibilities;
 use time::OffsetDateTime;
@@ -108,6 +110,7 @@ pub const MAX_CLOCK_SKEW: time::Duration = time::Duration::minutes(5);
 /// none).
 pub fn verify_response(
     resp: &ResolveResponse,
+    release: &Envelope,
     request: &ResolveRequest,
     trust: &TrustState,
     now: OffsetDateTime,
@@ -172,10 +175,37 @@ pub fn verify_response(
             seen: last.1,
         });
     }
-    if decision.install_id != request.install_id {
+    // The decision is shared by devices with the same profile and cohort: it must be for this
+    // request's profile, this device's cohort, and (when pinned) this device.
+    if decision.request != request.selection_digest() {
+        return Err(ClientError::DecisionMismatch(
+            "the decision was made for another request (device profile, versions or backends)"
+                .into(),
+        ));
+    }
+    if let Some(pinned) = &decision.pinned
+        && *pinned != request.install_id
+    {
         return Err(ClientError::DecisionMismatch(
             "the decision was made for another install id".into(),
         ));
+    }
+    if decision.cohort == Cohort::Staged && decision.pinned.is_none() {
+        let staged_here = decision.cohort_rule.as_ref().is_some_and(|r| {
+            ferry_shared::rollout::bucket(&r.salt, decision.model.as_str(), &request.install_id)
+                < r.basis_points
+        });
+        if !staged_here {
+            return Err(ClientError::DecisionMismatch(
+                "the decision is for the staged cohort, which this device is not in".into(),
+            ));
+        }
+    }
+    if decision.release_sha256 != resp.release_ref.sha256 {
+        return Err(ClientError::DecisionMismatch(format!(
+            "the decision names release manifest {}, the answer refers to {}",
+            decision.release_sha256, resp.release_ref.sha256
+        )));
     }
     if decision.model.as_str() != model {
         return Err(ClientError::DecisionMismatch(format!(
@@ -183,7 +213,7 @@ pub fn verify_response(
             decision.model
         )));
     }
-    let manifest = verify_release(&resp.release, &ring)?;
+    let manifest = verify_release(release, &ring)?;
     let mismatch = |m: String| Err(ClientError::DecisionMismatch(m));
     if manifest.model != decision.model || manifest.version != decision.release {
         return mismatch(format!(
@@ -227,7 +257,7 @@ pub fn verify_response(
             url: c.url.clone(),
         });
     }
-    let release_envelope = resp.release.clone();
+    let release_envelope = release.clone();
     let decision_value = decision.into_inner();
     manifest.try_map(|manifest| {
         Ok::<_, ClientError>(Plan {

@@ -2,9 +2,16 @@
 //!
 //! A device posts a [`ResolveRequest`] with its capabilities. The server answers with a
 //! [`ResolveResponse`]: a DSSE envelope holding the [`Decision`] (signed by the server's online
-//! key, with an expiry and a sequence number) and the release manifest envelope exactly as ops
-//! signed it offline. The client verifies both and checks that every candidate matches the
-//! signed manifest, so a compromised server can only choose among releases ops signed.
+//! key, with an expiry and a sequence number) and a reference to the release manifest envelope
+//! exactly as ops signed it offline ([`ReleaseRef`]: its digest, which the decision also names,
+//! and where to fetch it once). The client verifies both and checks that every candidate
+//! matches the signed manifest, so a compromised server can only choose among releases ops
+//! signed.
+//!
+//! A decision does not name the device: it names the digest of the request fields selection
+//! used ([`ResolveRequest::selection_digest`]) and, while a rollout is live, the rule that
+//! places devices in cohorts ([`CohortRule`]), so one signed decision serves every device with
+//! the same profile and cohort, and each client still checks that it answers its own request.
 
 use semver::Version;
 use serde::{Deserialize, Serialize};
@@ -91,6 +98,55 @@ impl ResolveRequest {
     }
 }
 
+impl ResolveRequest {
+    /// SHA-256 over every field selection uses (all but the install id, which only places the
+    /// device in a cohort), each length-prefixed, in a fixed order. A decision names it, and a
+    /// client accepts only a decision for its own digest.
+    pub fn selection_digest(&self) -> Sha256Digest {
+        use sha2::{Digest as _, Sha256};
+        let mut h = Sha256::new();
+        let mut part = |b: &[u8]| {
+            h.update((b.len() as u64).to_be_bytes());
+            h.update(b);
+        };
+        part(b"ferry selection v1");
+        part(self.model.as_str().as_bytes());
+        part(self.app_version.to_string().as_bytes());
+        part(self.runtime_version.to_string().as_bytes());
+        part(&(self.backends.len() as u64).to_be_bytes());
+        for b in &self.backends {
+            part(b.as_str().as_bytes());
+        }
+        part(self.platform.as_str().as_bytes());
+        part(self.os_version.as_bytes());
+        part(self.device_model.as_bytes());
+        part(self.soc.as_bytes());
+        part(&self.ram_mb.to_be_bytes());
+        Sha256Digest::from_bytes(h.finalize().into())
+    }
+}
+
+/// How a live rollout places devices: staged when
+/// [`crate::rollout::bucket`]`(salt, model, install id) < basis_points`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CohortRule {
+    /// The rollout's salt.
+    pub salt: String,
+    /// The staged share in basis points (0 to 10,000).
+    pub basis_points: u32,
+}
+
+/// Where the signed release manifest of a resolve answer is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseRef {
+    /// SHA-256 of the envelope's bytes as served.
+    pub sha256: Sha256Digest,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Where to fetch it (absolute, or relative to the server URL).
+    pub url: String,
+}
+
 /// Which rollout cohort a device is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -133,8 +189,17 @@ pub struct Decision {
     pub release: Version,
     /// The device's cohort.
     pub cohort: Cohort,
-    /// The install id this decision is for.
-    pub install_id: String,
+    /// [`ResolveRequest::selection_digest`] of the request this answers.
+    pub request: Sha256Digest,
+    /// The live rollout's cohort rule (absent without one): a client in the baseline by this
+    /// rule refuses a staged decision, unless it is [`Decision::pinned`] to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cohort_rule: Option<CohortRule>,
+    /// Set on a decision made for one pinned test device: its install id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<String>,
+    /// SHA-256 of the signed release envelope (see [`ReleaseRef`]).
+    pub release_sha256: Sha256Digest,
     /// When the server made it.
     #[serde(with = "time::serde::rfc3339")]
     pub issued_at: OffsetDateTime,
@@ -180,8 +245,12 @@ pub struct Explanation {
 pub struct ResolveResponse {
     /// The [`Decision`], signed by the server's online key.
     pub decision: Envelope,
-    /// The release manifest, signed by an offline release key.
-    pub release: Envelope,
+    /// Where the release manifest (signed by an offline release key) is: clients fetch it once
+    /// and keep it by digest.
+    pub release_ref: ReleaseRef,
+    /// The release manifest itself, when the server sends it inline (with `?explain=true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<Envelope>,
     /// Present with `?explain=true`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explain: Option<Vec<Explanation>>,

@@ -53,6 +53,7 @@ struct Shared {
     blob_faults: VecDeque<Fault>,
     resolve_faults: VecDeque<Fault>,
     keyring_faults: VecDeque<Fault>,
+    release_faults: VecDeque<Fault>,
     log: Vec<Logged>,
 }
 
@@ -113,12 +114,20 @@ impl FaultProxy {
         }
     }
 
+    /// Queues faults for the next signed release manifest fetches (`/v1/releases/...`).
+    pub fn release_faults(&self, faults: impl IntoIterator<Item = Fault>) {
+        if let Ok(mut g) = self.shared.lock() {
+            g.release_faults.extend(faults);
+        }
+    }
+
     /// Drops every queued fault: responses pass unchanged from now on.
     pub fn clear_faults(&self) {
         if let Ok(mut g) = self.shared.lock() {
             g.blob_faults.clear();
             g.resolve_faults.clear();
             g.keyring_faults.clear();
+            g.release_faults.clear();
         }
     }
 
@@ -184,6 +193,8 @@ fn handle(conn: TcpStream, upstream: SocketAddr, shared: &Mutex<Shared>) -> std:
             Some(&mut g.resolve_faults)
         } else if path.starts_with("/v1/keyring") {
             Some(&mut g.keyring_faults)
+        } else if path.starts_with("/v1/releases/") {
+            Some(&mut g.release_faults)
         } else {
             None
         };
@@ -298,24 +309,27 @@ fn dechunk(b: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Rewrites the release manifest inside a resolve response (keeping its signature).
+/// Tampers with a release in transit: in a signed release manifest envelope (`/v1/releases/`),
+/// rewrites the manifest (keeping its signature); in a resolve answer, points the release
+/// reference at other bytes (the signed decision still names the real ones).
 fn tamper(body: &[u8]) -> Vec<u8> {
     use base64::Engine as _;
     let b64 = base64::engine::general_purpose::STANDARD;
     let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(body) else {
         return body.to_vec();
     };
-    let Some(payload) = v["release"]["payload"]
-        .as_str()
-        .and_then(|p| b64.decode(p).ok())
-    else {
+    if v.get("release_ref").is_some() {
+        v["release_ref"]["sha256"] =
+            serde_json::json!(ferry_shared::Sha256Digest::of(b"tampered").to_hex());
+        return serde_json::to_vec(&v).unwrap_or_default();
+    }
+    let Some(payload) = v["payload"].as_str().and_then(|p| b64.decode(p).ok()) else {
         return body.to_vec();
     };
     let Ok(mut m) = serde_json::from_slice::<serde_json::Value>(&payload) else {
         return body.to_vec();
     };
     m["notes"] = serde_json::json!("tampered in transit");
-    v["release"]["payload"] =
-        serde_json::json!(b64.encode(serde_json::to_vec(&m).unwrap_or_default()));
+    v["payload"] = serde_json::json!(b64.encode(serde_json::to_vec(&m).unwrap_or_default()));
     serde_json::to_vec(&v).unwrap_or_default()
 }

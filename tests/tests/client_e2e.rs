@@ -298,10 +298,12 @@ fn tampered_untrusted_expired_and_replayed_responses_are_refused() {
     // Tampered manifest.
     let cache = tempfile::tempdir().expect("tmp");
     let c = client(&app, &proxy.url(), cache.path());
-    proxy.resolve_faults([Fault::TamperRelease]);
+    // A manifest changed in transit no longer hashes to the digest the signed decision names.
+    proxy.release_faults([Fault::TamperRelease]);
     let e = c.load("demo-mlp", &dev).expect_err("tampered");
     codes.push(e.code().to_string());
-    assert_eq!(e.code(), "signature_invalid", "{e}");
+    assert_eq!(e.code(), "decision_mismatch", "{e}");
+    assert!(e.to_string().contains("hashes to"), "{e}");
 
     // Wrong key: the app pins keys the server does not have.
     let other = tempfile::tempdir().expect("tmp");
@@ -387,16 +389,17 @@ fn tampered_untrusted_expired_and_replayed_responses_are_refused() {
     let c5 = client(&app, &proxy.url(), cache.path());
     let good = c5.load("demo-mlp", &dev).expect("clean load");
     assert_eq!(good.variant, "xnnpack-fp32");
+    // An answer whose release reference was changed in transit: the decision names another.
     proxy.resolve_faults([Fault::TamperRelease]);
     let lkg = c5.load("demo-mlp", &dev).expect("last known good");
     assert!(
-        matches!(&lkg.source, Source::LastKnownGood { code, .. } if code == "signature_invalid"),
+        matches!(&lkg.source, Source::LastKnownGood { code, .. } if code == "decision_mismatch"),
         "{:?}",
         lkg.source
     );
     // The refusal is in the telemetry queue too.
     assert!(c5.telemetry_pending().iter().any(
-        |e| e.kind == EventKind::Verify && e.error_code.as_deref() == Some("signature_invalid")
+        |e| e.kind == EventKind::Verify && e.error_code.as_deref() == Some("decision_mismatch")
     ));
 }
 
@@ -655,9 +658,15 @@ fn telemetry_autosend_delivers_in_the_background() {
 /// A resolve answer for the test device, its decision edited by `edit` and re-signed with the
 /// server's online key: what an attacker who stole only the online key can send.
 fn forged(app: &TestApp, edit: impl FnOnce(&mut ferry_shared::resolve::Decision)) -> Vec<u8> {
+    // Exactly what the test client asks for `device(Platform::Linux, &[])`, so that the
+    // decision matches its request and only the edit can be refused.
+    use ferry_client::Runtime as _;
+    let runtime = ExecuTorchRuntime::new();
     let (status, body) = app.resolve(
         &serde_json::json!({"model": "demo-mlp", "install_id": "e2e-device", "app_version": "1.0.0",
-            "runtime_version": "1.5.1", "backends": ["XnnpackBackend"], "platform": "linux"}),
+            "runtime_version": runtime.version().to_string(),
+            "backends": runtime.registered_backends(), "platform": "linux", "os_version": "17.0",
+            "device_model": "test phone", "soc": "SM8550", "ram_mb": 8192}),
         false,
     );
     assert_eq!(status, 200);
@@ -732,8 +741,31 @@ fn the_online_key_cannot_send_a_device_what_the_release_key_did_not_sign_for_it(
     let far = time::OffsetDateTime::now_utc() + time::Duration::days(3650);
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         (
-            "another install id",
-            forged(&app, |d| d.install_id = "someone-else".into()),
+            "the decision of another device profile",
+            forged(&app, |d| d.request = Sha256Digest::of(b"another request")),
+            "decision_mismatch",
+        ),
+        (
+            "pinned to another install id",
+            forged(&app, |d| d.pinned = Some("someone-else".into())),
+            "decision_mismatch",
+        ),
+        (
+            "a staged decision for a device outside the staged cohort",
+            forged(&app, |d| {
+                d.cohort = ferry_shared::resolve::Cohort::Staged;
+                d.cohort_rule = Some(ferry_shared::resolve::CohortRule {
+                    salt: "salt".into(),
+                    basis_points: 0,
+                });
+            }),
+            "decision_mismatch",
+        ),
+        (
+            "another release manifest than the answer refers to",
+            forged(&app, |d| {
+                d.release_sha256 = Sha256Digest::of(b"another manifest")
+            }),
             "decision_mismatch",
         ),
         (
@@ -766,6 +798,45 @@ fn the_online_key_cannot_send_a_device_what_the_release_key_did_not_sign_for_it(
             "{what}: nothing may be downloaded"
         );
     }
+    // Nor can it vouch for a manifest the release key did not sign: a decision naming the
+    // digest of a tampered manifest, which is then served under that digest.
+    let real = forged(&app, |_| {});
+    let real: serde_json::Value = serde_json::from_slice(&real).expect("json");
+    let mut fetched = app
+        .agent
+        .get(app.at(real["release_ref"]["url"].as_str().expect("url")))
+        .call()
+        .expect("release");
+    let mut envelope: serde_json::Value =
+        serde_json::from_slice(&fetched.body_mut().read_to_vec().expect("bytes")).expect("json");
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut manifest: serde_json::Value = serde_json::from_slice(
+        &base64::Engine::decode(&b64, envelope["payload"].as_str().expect("payload"))
+            .expect("base64"),
+    )
+    .expect("manifest");
+    manifest["notes"] = "rewritten by the holder of the online key".into();
+    envelope["payload"] =
+        base64::Engine::encode(&b64, serde_json::to_vec(&manifest).expect("json")).into();
+    let tampered = serde_json::to_vec(&envelope).expect("json");
+    let tampered_digest = Sha256Digest::of(&tampered);
+    let mut answer: serde_json::Value = serde_json::from_slice(&forged(&app, |d| {
+        d.release_sha256 = tampered_digest;
+    }))
+    .expect("json");
+    answer["release_ref"]["sha256"] = tampered_digest.to_hex().into();
+    answer["release_ref"]["size"] = tampered.len().into();
+    proxy.resolve_faults([Fault::Replace(serde_json::to_vec(&answer).expect("json"))]);
+    proxy.release_faults([Fault::Replace(tampered)]);
+    let cache = tempfile::tempdir().expect("tmp");
+    let c = client(&app, &proxy.url(), cache.path());
+    let e = c.load("demo-mlp", &dev).expect_err("tampered manifest");
+    assert_eq!(e.code(), "signature_invalid", "{e}");
+    assert!(
+        !proxy.log().iter().any(|l| l.line.contains("/v1/blobs/")),
+        "nothing may be downloaded for an unsigned manifest"
+    );
+
     // A device that has a verified model keeps loading it when a forged or untimely decision
     // arrives, and the poisoned sequence is not kept.
     let cache = tempfile::tempdir().expect("tmp");
@@ -787,4 +858,107 @@ fn the_online_key_cannot_send_a_device_what_the_release_key_did_not_sign_for_it(
         .load("demo-mlp", &dev)
         .expect("honest decisions still accepted");
     assert_eq!(again.source, Source::Cached);
+}
+
+#[test]
+fn shared_decisions_answer_only_their_own_profile_and_cohort() {
+    use ferry_client::Runtime as _;
+    let app = TestApp::start();
+    app.publish(&ferry_tests::app::mlp_v1());
+    app.publish(&ferry_tests::app::mlp_v2());
+    let (s, b) = app.post_raw(
+        "/v1/admin/models/mlp/rollout",
+        br#"{"action": "start", "release": "2.0.0", "percent": "50"}"#,
+        Some(ferry_tests::app::ADMIN_TOKEN),
+    );
+    assert_eq!(s, 200, "{b}");
+    let runtime = ExecuTorchRuntime::new();
+    let profile = |install: &str, soc: &str| {
+        serde_json::json!({"model": "mlp", "install_id": install, "app_version": "2.0.0",
+            "runtime_version": runtime.version().to_string(),
+            "backends": runtime.registered_backends(), "platform": "linux", "os_version": "17.0",
+            "device_model": "test phone", "soc": soc, "ram_mb": 8192})
+    };
+    let dev = |install: &str, soc: &str| DeviceInfo {
+        install_id: install.into(),
+        soc: soc.into(),
+        ..device(Platform::Linux, &[])
+    };
+    // Answers for many devices of one profile: one signed decision per cohort, shared.
+    let mut by_cohort: std::collections::BTreeMap<String, Vec<(String, serde_json::Value)>> =
+        Default::default();
+    for i in 0..60 {
+        let id = format!("shared-{i}");
+        let (s, body) = app.resolve(&profile(&id, "SM8550"), false);
+        assert_eq!(s, 200, "{body}");
+        let (d, _) = app.verify_response(&body);
+        by_cohort
+            .entry(format!("{:?}", d.cohort))
+            .or_default()
+            .push((id, body));
+    }
+    let staged = &by_cohort["Staged"];
+    let baseline = &by_cohort["Baseline"];
+    assert!(staged.len() > 5 && baseline.len() > 5, "{by_cohort:?}");
+    for group in [staged, baseline] {
+        let first = &group[0].1;
+        for (_, other) in &group[1..] {
+            assert_eq!(
+                other["decision"], first["decision"],
+                "one signature per cohort"
+            );
+            assert_ne!(
+                other["receipt"], first["receipt"],
+                "receipts stay per device"
+            );
+        }
+    }
+    let client_v2 = |server: &str, cache: &Path| {
+        ClientBuilder::new(server, app.trust())
+            .cache_dir(cache)
+            .app_version(semver::Version::new(2, 0, 0))
+            .runtime(Arc::new(ExecuTorchRuntime::new()))
+            .download_limits(quick_limits())
+            .build()
+            .expect("client")
+    };
+    let proxy = FaultProxy::start(app.server.addr);
+    let replay = |answer: &serde_json::Value, to: &DeviceInfo| {
+        proxy.resolve_faults([Fault::Replace(serde_json::to_vec(answer).expect("json"))]);
+        let cache = tempfile::tempdir().expect("tmp");
+        client_v2(&proxy.url(), cache.path())
+            .resolve("mlp", to)
+            .map(|p| p.decision().release.to_string())
+    };
+    // Another baseline device of the same profile may use a shared baseline answer.
+    assert_eq!(
+        replay(&baseline[0].1, &dev(&baseline[1].0, "SM8550")).expect("shared answer"),
+        "1.0.0"
+    );
+    // A staged answer replayed to a baseline device is refused.
+    let e = replay(&staged[0].1, &dev(&baseline[0].0, "SM8550")).expect_err("not staged");
+    assert_eq!(e.code(), "decision_mismatch", "{e}");
+    assert!(e.to_string().contains("staged cohort"), "{e}");
+    // An answer for another profile is refused.
+    let e = replay(&baseline[0].1, &dev(&baseline[0].0, "SM8450")).expect_err("other profile");
+    assert_eq!(e.code(), "decision_mismatch", "{e}");
+    assert!(e.to_string().contains("another request"), "{e}");
+    // A shared answer is still refused once it expired or when an older one is replayed.
+    let cache = tempfile::tempdir().expect("tmp");
+    let c = client_v2(&proxy.url(), cache.path());
+    let me = dev(&baseline[2].0, "SM8550");
+    c.resolve("mlp", &me).expect("fresh answer");
+    let (s, b) = app.post_raw(
+        "/v1/admin/models/mlp/rollout",
+        br#"{"action": "set", "percent": "60"}"#,
+        Some(ferry_tests::app::ADMIN_TOKEN),
+    );
+    assert_eq!(s, 200, "{b}");
+    let newer = c.resolve("mlp", &me).expect("newer answer");
+    assert!(newer.decision().sequence > 0);
+    proxy.resolve_faults([Fault::Replace(
+        serde_json::to_vec(&baseline[2].1).expect("json"),
+    )]);
+    let e = c.resolve("mlp", &me).expect_err("an older shared answer");
+    assert_eq!(e.code(), "replay", "{e}");
 }

@@ -118,6 +118,18 @@ fn real_responses_match_the_schemas() {
         serde_json::from_value(body["release"].clone()).expect("envelope");
     let manifest: serde_json::Value = serde_json::from_slice(&payload(&env)).expect("manifest");
     check("release-manifest.schema.json", &manifest);
+    // Without explain the answer refers to the release, served by its digest.
+    let (status, plain) = app.resolve(&dev, false);
+    assert_eq!(status, 200);
+    check("resolve-response.schema.json", &plain);
+    assert!(plain.get("release").is_none(), "{plain}");
+    let (status, served) = app.get_json(plain["release_ref"]["url"].as_str().expect("url"), None);
+    assert_eq!(status, 200);
+    check("dsse-envelope.schema.json", &served);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&payload(&serde_json::from_value(served).expect("envelope")))
+            .expect("manifest");
+    check("release-manifest.schema.json", &manifest);
 
     let (status, keys) = app.get_json("/v1/keys", None);
     assert_eq!(status, 200);

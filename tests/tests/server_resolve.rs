@@ -184,7 +184,10 @@ fn decisions_expire_and_sequences_follow_the_model_state() {
         let ttl = d.expires_at - d.issued_at;
         assert_eq!(ttl.whole_seconds(), 3600);
         assert_eq!(d.cohort, ferry_shared::resolve::Cohort::Baseline);
-        assert_eq!(d.install_id, "install-1");
+        let request: ferry_shared::resolve::ResolveRequest =
+            serde_json::from_value(dev.clone()).expect("request");
+        assert_eq!(d.request, request.selection_digest());
+        assert_eq!(d.pinned, None);
         assert_eq!(d.keyring_version, 1);
         d.sequence
     };

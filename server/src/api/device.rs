@@ -4,13 +4,15 @@ use actix_web::http::header;
 use actix_web::{HttpResponse, web};
 use ferry_shared::errors::ErrorCode;
 use ferry_shared::resolve::{
-    Candidate, Cohort, DECISION_PAYLOAD_TYPE, Decision, ResolveRequest, ResolveResponse,
+    Candidate, Cohort, CohortRule, DECISION_PAYLOAD_TYPE, Decision, ReleaseRef, ResolveRequest,
+    ResolveResponse,
 };
 use ferry_shared::select;
 use ferry_shared::select::Preference;
 use serde::Deserialize;
 use time::OffsetDateTime;
 
+use crate::api::answers::Answer;
 use crate::api::error::ApiError;
 use crate::api::extract::read_body;
 use crate::app::AppState;
@@ -86,17 +88,44 @@ pub(crate) async fn resolve_inner(
         .validate()
         .map_err(|m| ApiError::new(ErrorCode::RequestInvalid, m))?;
     let catalog = state.catalog();
-    if !catalog.has_model(&device.model) {
+    let all_published = catalog.release_count_of(&device.model);
+    if all_published == 0 {
         return Err(ApiError::new(
             ErrorCode::ModelNotFound,
             format!("no release of {} is published", device.model),
         ));
     }
-    let revocations = state.revocations().get(&device.model).cloned();
+    let now = OffsetDateTime::now_utc();
+    let revocations_all = state.revocations();
+    let revocations = revocations_all.get(&device.model);
+    // Devices are told about the list only when a current release key signed it.
+    let revocations_version = revocations
+        .filter(|r| r.envelope.is_some())
+        .map_or(0, |r| r.list.version);
+    let rollouts = state.rollouts();
+    let plan = rollouts.get(&device.model);
+    let deny_lists = state.deny_lists();
+    let deny_in_force = deny_lists.get(&device.model);
+    let sequence = AppState::sequence(
+        plan.map_or(0, |p| p.revision),
+        deny_in_force.map_or(0, |d| d.revision),
+        all_published as u64,
+        revocations_version,
+    );
+    let wanted_cohort = plan.map_or(Cohort::Baseline, |p| p.cohort(&device.install_id));
+    // A pinned test device tries its pinned release first, whatever its cohort.
+    let pin = plan
+        .and_then(|p| p.pinned(&device.install_id, now))
+        .cloned();
+    let digest = device.selection_digest();
+    let shared = !explain && pin.is_none();
+    if shared && let Some(answer) = state.answers.get(&digest, wanted_cohort, sequence, now) {
+        return Ok(render(state, &device, &answer));
+    }
+
     let mut all = catalog.releases_newest_first(&device.model);
-    let all_published = all.len();
     // A revoked release is never offered, whatever the rollout plan says.
-    if let Some(r) = &revocations {
+    if let Some(r) = revocations {
         all.retain(|rel| r.list.revokes(&rel.manifest.version).is_none());
         if all.is_empty() {
             return Err(ApiError::new(
@@ -109,16 +138,7 @@ pub(crate) async fn resolve_inner(
             ));
         }
     }
-    let plan = state.rollouts().get(&device.model).cloned();
-    let wanted_cohort = plan
-        .as_ref()
-        .map_or(Cohort::Baseline, |p| p.cohort(&device.install_id));
-    let mut releases = crate::fleet::rollout::releases_for(&all, plan.as_ref(), wanted_cohort);
-    // A pinned test device tries its pinned release first, whatever its cohort.
-    let pin = plan
-        .as_ref()
-        .and_then(|p| p.pinned(&device.install_id, OffsetDateTime::now_utc()))
-        .cloned();
+    let mut releases = crate::fleet::rollout::releases_for(&all, plan, wanted_cohort);
     if let Some(pin) = &pin
         && let Some(r) = all.iter().find(|r| r.manifest.version == pin.release)
     {
@@ -128,8 +148,6 @@ pub(crate) async fn resolve_inner(
     let manifests: Vec<&ferry_shared::manifest::ReleaseManifest> =
         releases.iter().map(|r| &r.manifest).collect();
     let pref: &Preference = &state.config.preference;
-    let deny_lists = state.deny_lists();
-    let deny_in_force = deny_lists.get(&device.model);
     let deny_entries: &[DenyEntry] = deny_in_force.map_or(&[], |d| d.entries.as_slice());
     let deny = |m: &ferry_shared::manifest::ReleaseManifest,
                 v: &ferry_shared::manifest::Variant,
@@ -166,7 +184,7 @@ pub(crate) async fn resolve_inner(
     let pinned_here = pin
         .as_ref()
         .is_some_and(|p| p.release == selection.manifest.version);
-    let cohort = match plan.as_ref().and_then(|p| p.staged.as_ref()) {
+    let cohort = match plan.and_then(|p| p.staged.as_ref()) {
         Some(staged)
             if (wanted_cohort == Cohort::Staged || pinned_here)
                 && *staged == selection.manifest.version =>
@@ -175,37 +193,23 @@ pub(crate) async fn resolve_inner(
         }
         _ => Cohort::Baseline,
     };
-    state.telemetry.record_cohort(
-        device.model.as_str(),
-        if cohort == Cohort::Staged {
-            "staged"
-        } else {
-            "baseline"
-        },
-        &device.install_id,
-    );
-    // Devices are told about the list only when a current release key signed it.
-    let revocations_version = revocations
-        .as_ref()
-        .filter(|r| r.envelope.is_some())
-        .map_or(0, |r| r.list.version);
     let base = state.config.public_url.clone().unwrap_or_default();
-    let now = OffsetDateTime::now_utc();
     let decision = Decision {
         model: device.model.clone(),
         release: selection.manifest.version.clone(),
         cohort,
-        install_id: device.install_id.clone(),
+        request: digest,
+        cohort_rule: plan.filter(|p| p.cohort_is_live()).map(|p| CohortRule {
+            salt: p.salt.clone(),
+            basis_points: p.basis_points,
+        }),
+        pinned: pin.as_ref().map(|p| p.install_id.clone()),
+        release_sha256: release.envelope_sha256,
         issued_at: now,
         expires_at: now + time::Duration::seconds(state.config.decision_ttl_secs as i64),
         keyring_version: state.keyring_version,
         revocations_version,
-        sequence: AppState::sequence(
-            plan.as_ref().map_or(0, |p| p.revision),
-            deny_in_force.map_or(0, |d| d.revision),
-            all_published as u64,
-            revocations_version,
-        ),
+        sequence,
         candidates: selection
             .candidates
             .iter()
@@ -219,30 +223,56 @@ pub(crate) async fn resolve_inner(
             })
             .collect(),
     };
-    let variant_ids: Vec<&str> = decision
-        .candidates
-        .iter()
-        .map(|c| c.variant.as_str())
-        .collect();
-    let release_text = selection.manifest.version.to_string();
-    let receipt = state.receipts.issue(
-        &crate::fleet::receipt::Facts {
-            install_id: &device.install_id,
-            model: device.model.as_str(),
-            release: &release_text,
-            platform: device.platform.as_str(),
-            soc: &device.soc,
-            device_model: &device.device_model,
-        },
-        &variant_ids,
-    );
     let payload = serde_json::to_vec(&decision).map_err(ApiError::internal)?;
+    let signed = state.online.sign(DECISION_PAYLOAD_TYPE, &payload);
+    let release_ref = ReleaseRef {
+        sha256: release.envelope_sha256,
+        size: release.envelope_json.len() as u64,
+        url: format!(
+            "{base}/v1/releases/sha256/{}",
+            release.envelope_sha256.to_hex()
+        ),
+    };
+    let revocations_env = revocations.and_then(|r| r.envelope.as_deref().cloned());
+    let answer = Answer {
+        sequence,
+        reuse_until: now
+            + time::Duration::seconds((state.config.decision_ttl_secs / 4).max(1) as i64),
+        head: {
+            let mut head = Vec::with_capacity(payload.len() * 2 + 512);
+            head.extend_from_slice(b"{\"decision\":");
+            serde_json::to_writer(&mut head, &signed).map_err(ApiError::internal)?;
+            head.extend_from_slice(b",\"release_ref\":");
+            serde_json::to_writer(&mut head, &release_ref).map_err(ApiError::internal)?;
+            if let Some(r) = &revocations_env {
+                head.extend_from_slice(b",\"revocations\":");
+                serde_json::to_writer(&mut head, r).map_err(ApiError::internal)?;
+            }
+            head.extend_from_slice(b",\"receipt\":\"");
+            head.into()
+        },
+        release: selection.manifest.version.to_string(),
+        variants: decision
+            .candidates
+            .iter()
+            .map(|c| c.variant.as_str().to_string())
+            .collect(),
+        cohort,
+    };
+    if !explain {
+        let answer = std::sync::Arc::new(answer);
+        if shared {
+            state.answers.put(digest, wanted_cohort, answer.clone());
+        }
+        return Ok(render(state, &device, &answer));
+    }
     let response = ResolveResponse {
-        decision: state.online.sign(DECISION_PAYLOAD_TYPE, &payload),
-        release: release.envelope.clone(),
-        revocations: revocations.and_then(|r| r.envelope.as_deref().cloned()),
-        receipt: Some(receipt),
-        explain: explain.then(|| {
+        decision: signed,
+        release_ref,
+        release: Some(release.envelope.clone()),
+        revocations: revocations_env,
+        receipt: Some(receipt(state, &device, &answer)),
+        explain: Some({
             let mut ex = selection.explain;
             if let Some(p) = &pin {
                 let why = format!(
@@ -261,7 +291,71 @@ pub(crate) async fn resolve_inner(
             ex
         }),
     };
+    note_cohort(state, &device, cohort);
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(response))
+}
+
+fn note_cohort(state: &AppState, device: &ResolveRequest, cohort: Cohort) {
+    state.telemetry.record_cohort(
+        device.model.as_str(),
+        if cohort == Cohort::Staged {
+            "staged"
+        } else {
+            "baseline"
+        },
+        &device.install_id,
+    );
+}
+
+/// The telemetry receipt of `device` for `answer`.
+fn receipt(state: &AppState, device: &ResolveRequest, answer: &Answer) -> String {
+    let ids: Vec<&str> = answer.variants.iter().map(String::as_str).collect();
+    state.receipts.issue(
+        &crate::fleet::receipt::Facts {
+            install_id: &device.install_id,
+            model: device.model.as_str(),
+            release: &answer.release,
+            platform: device.platform.as_str(),
+            soc: &device.soc,
+            device_model: &device.device_model,
+        },
+        &ids,
+    )
+}
+
+/// The answer's bytes for `device`: the shared head, then this device's receipt.
+fn render(state: &AppState, device: &ResolveRequest, answer: &Answer) -> HttpResponse {
+    note_cohort(state, device, answer.cohort);
+    let receipt = receipt(state, device, answer);
+    let mut body = Vec::with_capacity(answer.head.len() + receipt.len() + 2);
+    body.extend_from_slice(&answer.head);
+    // A receipt is `v1.<variant ids>.<base64url>`: nothing in it needs escaping in JSON.
+    body.extend_from_slice(receipt.as_bytes());
+    body.extend_from_slice(b"\"}");
+    HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .content_type("application/json")
+        .body(body)
+}
+
+/// `GET /v1/releases/sha256/{hex}`: a signed release manifest envelope by the digest resolve
+/// answers name (immutable, so cacheable for ever).
+pub(crate) async fn release_by_digest(
+    state: web::Data<AppState>,
+    hex: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let digest = crate::api::extract::parse_digest(&hex)?;
+    let release = state.catalog().by_digest(&digest).ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::ReleaseNotFound,
+            format!("no published release has the digest {digest}"),
+        )
+    })?;
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "public, max-age=31536000, immutable"))
+        .insert_header((header::ETAG, format!("\"{}\"", digest.to_hex())))
+        .content_type("application/json")
+        .body(release.envelope_json.clone()))
 }

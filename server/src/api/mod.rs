@@ -3,7 +3,8 @@
 //! | route | who | module |
 //! |---|---|---|
 //! | `POST /v1/resolve` | device | [`device`] |
-//! | `GET /v1/keys` | device | [`device`] |
+//! | `GET /v1/releases/sha256/{hex}` | device | [`device`] (signed release manifests) |
+//! | `GET /v1/keys`, `/v1/keyring` | device | [`device`] |
 //! | `GET, HEAD /v1/blobs/sha256/{hex}` | device, mirror | [`blobs`] |
 //! | `PUT /v1/admin/blobs/sha256/{hex}` | `publish` | [`blobs`] |
 //! | `POST /v1/admin/models/{model}/releases` | `publish` | [`admin`] |
@@ -18,6 +19,7 @@
 //! Every failure is an [`error::ApiError`] rendered as `{code, message, request_id}`.
 
 pub mod admin;
+pub mod answers;
 pub mod auth;
 pub mod blobs;
 pub mod device;

@@ -13,7 +13,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 
 use crate::api::admin::{get_model, get_release, list_models, post_release};
 use crate::api::blobs::{get_blob, put_blob_handler};
-use crate::api::device::{keyring, keys, resolve};
+use crate::api::device::{keyring, keys, release_by_digest, resolve};
 use crate::api::error::{ApiError, REQUEST_ID};
 use crate::api::ops::{healthz, metrics, readyz};
 use crate::app::AppState;
@@ -26,6 +26,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(resource("/v1/keys").route(web::get().to(keys)))
         .service(resource("/v1/keyring").route(web::get().to(keyring)))
         .service(resource("/v1/resolve").route(web::post().to(resolve)))
+        .service(resource("/v1/releases/sha256/{hex}").route(web::get().to(release_by_digest)))
         .service(
             resource("/v1/blobs/sha256/{hex}")
                 .route(web::get().to(get_blob))

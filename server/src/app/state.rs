@@ -75,6 +75,8 @@ pub struct AppState {
     pub ramp_marks: crate::fleet::ramp::RampMarks,
     /// This replica's id in telemetry file names.
     pub node: String,
+    /// Signed resolve answers kept for reuse.
+    pub answers: crate::api::answers::Answers,
     /// Open connections per client address.
     pub connections: Arc<crate::app::connections::Connections>,
     /// One permit per blob upload that may run at once.
@@ -126,6 +128,7 @@ impl AppState {
             receipts,
             node,
             upload_slots: tokio::sync::Semaphore::new(uploads),
+            answers: Default::default(),
             connections: crate::app::connections::Connections::new(per_address),
             evaluations: Default::default(),
             ingest_permits: tokio::sync::Semaphore::new(

@@ -479,14 +479,7 @@ pub async fn publish_release(
         Err(object_store::Error::AlreadyExists { .. }) => return Err(release_exists(&manifest)),
         Err(e) => return Err(e.into()),
     }
-    Ok((
-        Release {
-            manifest,
-            envelope,
-            inspection: Some(inspection),
-        },
-        plan,
-    ))
+    Ok((Release::new(manifest, envelope, Some(inspection)), plan))
 }
 
 fn release_exists(m: &ReleaseManifest) -> PublishError {

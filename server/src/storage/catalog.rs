@@ -22,16 +22,41 @@ use crate::storage::{StorageKey, Store};
 pub struct Release {
     /// The verified manifest.
     pub manifest: ReleaseManifest,
-    /// The envelope exactly as ops signed it (embedded in resolve responses).
+    /// The envelope exactly as ops signed it.
     pub envelope: Envelope,
     /// The inspector's report per variant id, as stored at publish time.
     pub inspection: Option<serde_json::Value>,
+    /// The envelope as served at `GET /v1/releases/sha256/{hex}` (compact JSON).
+    #[serde(skip)]
+    pub envelope_json: bytes::Bytes,
+    /// SHA-256 of [`Release::envelope_json`] (named by every decision about this release).
+    #[serde(skip)]
+    pub envelope_sha256: ferry_shared::Sha256Digest,
+}
+
+impl Release {
+    /// A release from its verified manifest and envelope.
+    pub fn new(
+        manifest: ReleaseManifest,
+        envelope: Envelope,
+        inspection: Option<serde_json::Value>,
+    ) -> Self {
+        let json = serde_json::to_vec(&envelope).unwrap_or_default();
+        Self {
+            envelope_sha256: ferry_shared::Sha256Digest::of(&json),
+            envelope_json: bytes::Bytes::from(json),
+            manifest,
+            envelope,
+            inspection,
+        }
+    }
 }
 
 /// All releases of all models.
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {
     models: BTreeMap<ModelName, BTreeMap<Version, Arc<Release>>>,
+    by_digest: std::collections::HashMap<ferry_shared::Sha256Digest, Arc<Release>>,
 }
 
 /// A release that could not be loaded (logged, skipped).
@@ -97,21 +122,23 @@ impl Catalog {
                 manifest.model, manifest.version
             ));
         }
-        Ok(Release {
-            manifest,
-            envelope,
-            inspection: None,
-        })
+        Ok(Release::new(manifest, envelope, None))
     }
 
     /// Adds or replaces a release.
     pub fn insert(&mut self, release: Release) {
         let m = release.manifest.model.clone();
         let v = release.manifest.version.clone();
-        self.models
-            .entry(m)
-            .or_default()
-            .insert(v, Arc::new(release));
+        let release = Arc::new(release);
+        if let Some(old) = self.models.entry(m).or_default().insert(v, release.clone()) {
+            self.by_digest.remove(&old.envelope_sha256);
+        }
+        self.by_digest.insert(release.envelope_sha256, release);
+    }
+
+    /// The release whose served envelope hashes to `digest`.
+    pub fn by_digest(&self, digest: &ferry_shared::Sha256Digest) -> Option<Arc<Release>> {
+        self.by_digest.get(digest).cloned()
     }
 
     /// The releases of `model`, newest first.
@@ -125,6 +152,11 @@ impl Catalog {
     /// One release.
     pub fn release(&self, model: &ModelName, version: &Version) -> Option<Arc<Release>> {
         self.models.get(model)?.get(version).cloned()
+    }
+
+    /// How many releases `model` has.
+    pub fn release_count_of(&self, model: &ModelName) -> usize {
+        self.models.get(model).map_or(0, BTreeMap::len)
     }
 
     /// True when the model has at least one release.

@@ -1,0 +1,77 @@
+//! Signed resolve answers kept for reuse: sign once, serve many.
+//!
+//! A decision depends only on the model's state (named by its sequence), the request fields
+//! selection uses ([`ferry_shared::resolve::ResolveRequest::selection_digest`], which includes
+//! the model) and the device's cohort, so devices that share those share one signed decision.
+//! Each is kept with its answer pre-rendered up to the per-device receipt, and reused while the
+//! model's sequence is unchanged and at most a quarter of its lifetime has passed (a device
+//! always gets at least three quarters of `decision_ttl_secs`). Pinned devices and `explain`
+//! answers are never shared.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use ferry_shared::Sha256Digest;
+use ferry_shared::resolve::Cohort;
+use time::OffsetDateTime;
+
+/// Most answers kept per shard (16 shards); a full shard starts over.
+pub const MAX_PER_SHARD: usize = 4096;
+
+/// One signed answer, rendered up to the receipt.
+#[derive(Debug)]
+pub struct Answer {
+    /// The model's sequence it was made under.
+    pub sequence: u64,
+    /// Reused until then.
+    pub reuse_until: OffsetDateTime,
+    /// `{"decision":...,"release_ref":...,["revocations":...,]"receipt":"`.
+    pub head: bytes::Bytes,
+    /// The release chosen, as text (for the receipt).
+    pub release: String,
+    /// The candidate variant ids (for the receipt).
+    pub variants: Vec<String>,
+    /// The cohort the decision names (for cohort sizes).
+    pub cohort: Cohort,
+}
+
+type Key = (Sha256Digest, Cohort);
+
+/// The answers, in shards by digest.
+#[derive(Debug, Default)]
+pub struct Answers {
+    shards: [Mutex<HashMap<Key, Arc<Answer>>>; 16],
+}
+
+impl Answers {
+    fn shard(&self, digest: &Sha256Digest) -> &Mutex<HashMap<Key, Arc<Answer>>> {
+        &self.shards[usize::from(digest.as_bytes()[0] & 15)]
+    }
+
+    /// The answer for `digest` and `cohort` if it is still good for `sequence` at `now`.
+    pub fn get(
+        &self,
+        digest: &Sha256Digest,
+        cohort: Cohort,
+        sequence: u64,
+        now: OffsetDateTime,
+    ) -> Option<Arc<Answer>> {
+        let shard = self.shard(digest).lock().unwrap_or_else(|p| p.into_inner());
+        shard
+            .get(&(*digest, cohort))
+            .filter(|a| a.sequence == sequence && now < a.reuse_until)
+            .cloned()
+    }
+
+    /// Keeps `answer` for `digest` and `cohort`.
+    pub fn put(&self, digest: Sha256Digest, cohort: Cohort, answer: Arc<Answer>) {
+        let mut shard = self
+            .shard(&digest)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if shard.len() >= MAX_PER_SHARD {
+            shard.clear();
+        }
+        shard.insert((digest, cohort), answer);
+    }
+}
