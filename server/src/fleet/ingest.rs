@@ -83,8 +83,9 @@ pub fn validate(
     cfg: &TelemetryConfig,
 ) -> Result<TelemetryEvent, (ErrorCode, String)> {
     let invalid = |m: String| (ErrorCode::EventInvalid, m);
-    let e: TelemetryEvent =
-        serde_json::from_value(v.clone()).map_err(|e| invalid(e.to_string()))?;
+    // Deserialised from the borrowed tree (no copy of the event).
+    let e = <TelemetryEvent as serde::Deserialize>::deserialize(v)
+        .map_err(|e| invalid(e.to_string()))?;
     e.model
         .parse::<ModelName>()
         .map_err(|err| invalid(format!("model: {err}")))?;
