@@ -1,5 +1,5 @@
 //! Fuzzes the client's handling of a resolve answer: any bytes from the network go through the
-//! same parsing and verification as in `Client::resolve` (decision and release envelopes,
+//! same parsing and verification as in `Client::resolve` (decision and release envelopes, the release reference,
 //! times, sequence, candidates against the signed manifest and the device, revocation lists),
 //! against fixed trusted keys. It must refuse, never panic.
 #![no_main]
@@ -29,7 +29,13 @@ fuzz_target!(|data: &[u8]| {
         Err(_) => return,
     };
     let now = time::OffsetDateTime::UNIX_EPOCH + time::Duration::days(20_000);
-    let _ = ferry_client::verify::verify_response(&resp, &request, &trust, now, (0, 0));
+    // The release manifest comes inline (with explain) or from its own fetch; either way it
+    // is bytes the network chose: here the inline one, or the decision envelope standing in.
+    let release = resp
+        .release
+        .clone()
+        .unwrap_or_else(|| resp.decision.clone());
+    let _ = ferry_client::verify::verify_response(&resp, &release, &request, &trust, now, (0, 0));
     let ring = trust.ring_at(now);
     let _ = ferry_client::verify::effective_revocations(
         "mlp",
