@@ -23,6 +23,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ClientError;
 
+/// Most signed release manifests kept in `<root>/releases/sha256/`.
+pub const MAX_RELEASES: usize = 64;
+
 /// Writes `bytes` to `path` atomically and durably (see [`ferry_fs::write`]).
 pub fn write_durable(path: &Path, bytes: &[u8]) -> Result<(), ClientError> {
     ferry_fs::write(path, bytes, ferry_fs::Mode::Public).map_err(|e| ClientError::io(path, e))
@@ -132,7 +135,11 @@ impl Cache {
         let blobs = root.join("blobs/sha256");
         std::fs::create_dir_all(&blobs).map_err(|e| ClientError::io(&blobs, e))?;
         let mut rec = Recovery::default();
-        for dir in [root.to_path_buf(), blobs.clone()] {
+        for dir in [
+            root.to_path_buf(),
+            blobs.clone(),
+            root.join("releases/sha256"),
+        ] {
             if let Ok(rd) = std::fs::read_dir(&dir) {
                 for e in rd.flatten() {
                     let name = e.file_name().to_string_lossy().into_owned();
@@ -364,13 +371,49 @@ impl Cache {
         serde_json::from_slice(&bytes).ok()
     }
 
-    /// Keeps a release envelope's bytes under their digest (the caller checked it).
+    /// Keeps a release envelope's bytes under their digest (the caller checked it against a
+    /// verified decision). At most [`MAX_RELEASES`] are kept: the least recently written go
+    /// first, except those the models' last known good entries name.
     pub fn keep_release(&self, digest: &Sha256Digest, bytes: &[u8]) -> Result<(), ClientError> {
         let path = self.release_path(digest);
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| ClientError::io(dir, e))?;
+        let dir = self.root.join("releases/sha256");
+        std::fs::create_dir_all(&dir).map_err(|e| ClientError::io(&dir, e))?;
+        write_durable(&path, bytes)?;
+        let mut kept: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(&dir)
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+                    .map(|e| {
+                        let at = e
+                            .metadata()
+                            .and_then(|m| m.modified())
+                            .unwrap_or(std::time::UNIX_EPOCH);
+                        (at, e.path())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if kept.len() > MAX_RELEASES {
+            let pinned: BTreeSet<String> = self
+                .index
+                .models
+                .values()
+                .filter_map(|m| serde_json::to_vec(&m.release_envelope).ok())
+                .map(|b| format!("{}.json", Sha256Digest::of(&b).to_hex()))
+                .collect();
+            kept.sort();
+            let excess = kept.len() - MAX_RELEASES;
+            for (_, p) in kept.into_iter().take(excess) {
+                let name = p
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                if !pinned.contains(&name) && p != path {
+                    let _ = std::fs::remove_file(p);
+                }
+            }
         }
-        write_durable(&path, bytes)
+        Ok(())
     }
 
     fn release_path(&self, digest: &Sha256Digest) -> PathBuf {

@@ -229,6 +229,33 @@ impl Client {
     /// digest of the reference (which the signed decision names too, checked when verifying).
     fn release_envelope(&self, resp: &ResolveResponse) -> Result<Envelope, ClientError> {
         let want = resp.release_ref.sha256;
+        // Nothing is fetched or stored for an answer whose decision does not verify, or names
+        // another manifest than the reference: only then do the bytes at the (unsigned) URL
+        // count, by their digest.
+        let ring = self.trust().ring_at(self.clock.now());
+        let decision = ferry_shared::dsse::verify(
+            &resp.decision,
+            ferry_shared::resolve::DECISION_PAYLOAD_TYPE,
+            &ring,
+            ferry_shared::dsse::KeyRole::Online,
+            1,
+            &Default::default(),
+        )
+        .map_err(|e| ClientError::Verify {
+            code: e.code(),
+            message: e.to_string(),
+        })?;
+        let named = serde_json::from_slice::<ferry_shared::resolve::Decision>(decision.value())
+            .map_err(|e| ClientError::Verify {
+                code: ferry_shared::errors::ErrorCode::DecisionInvalid,
+                message: e.to_string(),
+            })?
+            .release_sha256;
+        if named != want {
+            return Err(ClientError::DecisionMismatch(format!(
+                "the decision names release manifest {named}, the answer refers to {want}"
+            )));
+        }
         if let Some(env) = &resp.release {
             let bytes = serde_json::to_vec(env).map_err(|e| ClientError::Config(e.to_string()))?;
             if ferry_shared::Sha256Digest::of(&bytes) != want {
@@ -246,23 +273,37 @@ impl Client {
             url: url.clone(),
             message,
         };
-        let mut got = self
-            .agent
-            .get(&url)
-            .call()
-            .map_err(|e| ClientError::Network {
-                url: url.clone(),
-                message: e.to_string(),
-            })?;
-        if got.status().as_u16() != 200 {
-            return Err(bad(format!("HTTP {}", got.status().as_u16())));
-        }
-        let bytes = got
-            .body_mut()
-            .with_config()
-            .limit(self.max_response_bytes)
-            .read_to_vec()
-            .map_err(|e| bad(e.to_string()))?;
+        let mut failures = 0u32;
+        let bytes = loop {
+            if failures > 0 {
+                std::thread::sleep(download::backoff(&self.limits, failures));
+            }
+            let problem = match self.agent.get(&url).call() {
+                Ok(mut got) => {
+                    let status = got.status().as_u16();
+                    if status == 200 {
+                        break got
+                            .body_mut()
+                            .with_config()
+                            .limit(self.max_response_bytes)
+                            .read_to_vec()
+                            .map_err(|e| bad(e.to_string()))?;
+                    }
+                    if status < 500 {
+                        return Err(bad(format!("HTTP {status}")));
+                    }
+                    format!("HTTP {status}")
+                }
+                Err(e) => e.to_string(),
+            };
+            failures += 1;
+            if failures > self.limits.retries {
+                return Err(ClientError::Network {
+                    url: url.clone(),
+                    message: problem,
+                });
+            }
+        };
         let actual = ferry_shared::Sha256Digest::of(&bytes);
         if actual != want {
             return Err(ClientError::DecisionMismatch(format!(
@@ -270,7 +311,8 @@ impl Client {
             )));
         }
         let env: Envelope = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
-        self.cache().keep_release(&want, &bytes)?;
+        // A cache that cannot keep it costs only a fetch next time.
+        let _ = self.cache().keep_release(&want, &bytes);
         Ok(env)
     }
 

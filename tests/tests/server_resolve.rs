@@ -238,3 +238,53 @@ fn demo_model_resolves() {
         .expect("demo carries a golden check");
     assert_eq!(golden.input[0].shape, [2, 16]);
 }
+
+#[test]
+fn release_manifests_are_served_by_digest_on_every_replica() {
+    let app = TestApp::start();
+    // A replica started before the release exists has not read it yet.
+    let replica = app.replica(None);
+    app.publish(&mlp_v1());
+    let dev = device("linux", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096);
+    let (status, body) = app.resolve(&dev, false);
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.get("release").is_none(),
+        "referred to, not inline: {body}"
+    );
+    let path = body["release_ref"]["url"]
+        .as_str()
+        .expect("url")
+        .to_string();
+    let want = body["release_ref"]["sha256"]
+        .as_str()
+        .expect("sha")
+        .to_string();
+    // The replica finds it at once (it reloads its catalog on a miss).
+    let mut r = app
+        .agent
+        .get(format!("{}{path}", replica.url()))
+        .call()
+        .expect("release from the replica");
+    assert_eq!(r.status().as_u16(), 200);
+    let bytes = r.body_mut().read_to_vec().expect("bytes");
+    assert_eq!(ferry_shared::Sha256Digest::of(&bytes).to_hex(), want);
+    assert_eq!(
+        body["release_ref"]["size"].as_u64(),
+        Some(bytes.len() as u64)
+    );
+    // Immutable: a client that has it gets 304.
+    let again = app
+        .agent
+        .get(app.at(&path))
+        .header("if-none-match", format!("\"{want}\""))
+        .call()
+        .expect("conditional");
+    assert_eq!(again.status().as_u16(), 304);
+    // Unknown and malformed digests.
+    let (s, e) = app.get_json(&format!("/v1/releases/sha256/{}", "0".repeat(64)), None);
+    assert_eq!((s, e["code"].as_str()), (404, Some("release_not_found")));
+    let (s, e) = app.get_json("/v1/releases/sha256/XYZ", None);
+    assert_eq!((s, e["code"].as_str()), (400, Some("invalid_digest")));
+    replica.stop();
+}

@@ -4,7 +4,8 @@
 //! selection uses ([`ferry_shared::resolve::ResolveRequest::selection_digest`], which includes
 //! the model) and the device's cohort, so devices that share those share one signed decision.
 //! Each is kept with its answer pre-rendered up to the per-device receipt, and reused while the
-//! model's sequence is unchanged and at most a quarter of its lifetime has passed (a device
+//! model's state is unchanged (a [`Generation`]: each part of it, not only their sum, the
+//! sequence) and at most a quarter of its lifetime has passed (a device
 //! always gets at least three quarters of `decision_ttl_secs`). Pinned devices and `explain`
 //! answers are never shared.
 
@@ -15,18 +16,25 @@ use ferry_shared::Sha256Digest;
 use ferry_shared::resolve::Cohort;
 use time::OffsetDateTime;
 
-/// Most answers kept per shard (16 shards); a full shard starts over.
-pub const MAX_PER_SHARD: usize = 4096;
+/// Most answers kept per shard (16 shards, so 16,384 answers of about 2.5 KB: 40 MiB at most);
+/// a full shard starts over. Revocation lists are shared, not copied into each answer.
+pub const MAX_PER_SHARD: usize = 1024;
+
+/// What a model's answers depend on besides the request: rollout revision, deny-list revision,
+/// releases published, and the revocation list's version and whether devices are sent it.
+pub type Generation = (u64, u64, u64, u64, bool);
 
 /// One signed answer, rendered up to the receipt.
 #[derive(Debug)]
 pub struct Answer {
-    /// The model's sequence it was made under.
-    pub sequence: u64,
+    /// The model's state it was made under.
+    pub generation: Generation,
     /// Reused until then.
     pub reuse_until: OffsetDateTime,
-    /// `{"decision":...,"release_ref":...,["revocations":...,]"receipt":"`.
+    /// `{"decision":...,"release_ref":...`.
     pub head: bytes::Bytes,
+    /// The model's revocation list as sent (shared with every answer about the model).
+    pub revocations: Option<bytes::Bytes>,
     /// The release chosen, as text (for the receipt).
     pub release: String,
     /// The candidate variant ids (for the receipt).
@@ -48,18 +56,18 @@ impl Answers {
         &self.shards[usize::from(digest.as_bytes()[0] & 15)]
     }
 
-    /// The answer for `digest` and `cohort` if it is still good for `sequence` at `now`.
+    /// The answer for `digest` and `cohort` if it is still good for `generation` at `now`.
     pub fn get(
         &self,
         digest: &Sha256Digest,
         cohort: Cohort,
-        sequence: u64,
+        generation: Generation,
         now: OffsetDateTime,
     ) -> Option<Arc<Answer>> {
         let shard = self.shard(digest).lock().unwrap_or_else(|p| p.into_inner());
         shard
             .get(&(*digest, cohort))
-            .filter(|a| a.sequence == sequence && now < a.reuse_until)
+            .filter(|a| a.generation == generation && now < a.reuse_until)
             .cloned()
     }
 

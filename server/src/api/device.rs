@@ -118,8 +118,15 @@ pub(crate) async fn resolve_inner(
         .and_then(|p| p.pinned(&device.install_id, now))
         .cloned();
     let digest = device.selection_digest();
+    let generation = (
+        plan.map_or(0, |p| p.revision),
+        deny_in_force.map_or(0, |d| d.revision),
+        all_published as u64,
+        revocations.map_or(0, |r| r.list.version),
+        revocations.is_some_and(|r| r.envelope.is_some()),
+    );
     let shared = !explain && pin.is_none();
-    if shared && let Some(answer) = state.answers.get(&digest, wanted_cohort, sequence, now) {
+    if shared && let Some(answer) = state.answers.get(&digest, wanted_cohort, generation, now) {
         return Ok(render(state, &device, &answer));
     }
 
@@ -235,7 +242,8 @@ pub(crate) async fn resolve_inner(
     };
     let revocations_env = revocations.and_then(|r| r.envelope.as_deref().cloned());
     let answer = Answer {
-        sequence,
+        generation,
+        revocations: revocations.and_then(|r| r.json.clone()),
         reuse_until: now
             + time::Duration::seconds((state.config.decision_ttl_secs / 4).max(1) as i64),
         head: {
@@ -244,11 +252,6 @@ pub(crate) async fn resolve_inner(
             serde_json::to_writer(&mut head, &signed).map_err(ApiError::internal)?;
             head.extend_from_slice(b",\"release_ref\":");
             serde_json::to_writer(&mut head, &release_ref).map_err(ApiError::internal)?;
-            if let Some(r) = &revocations_env {
-                head.extend_from_slice(b",\"revocations\":");
-                serde_json::to_writer(&mut head, r).map_err(ApiError::internal)?;
-            }
-            head.extend_from_slice(b",\"receipt\":\"");
             head.into()
         },
         release: selection.manifest.version.to_string(),
@@ -329,9 +332,16 @@ fn receipt(state: &AppState, device: &ResolveRequest, answer: &Answer) -> String
 fn render(state: &AppState, device: &ResolveRequest, answer: &Answer) -> HttpResponse {
     note_cohort(state, device, answer.cohort);
     let receipt = receipt(state, device, answer);
-    let mut body = Vec::with_capacity(answer.head.len() + receipt.len() + 2);
+    let revocations = answer.revocations.as_deref().unwrap_or_default();
+    let mut body = Vec::with_capacity(answer.head.len() + revocations.len() + receipt.len() + 32);
     body.extend_from_slice(&answer.head);
-    // A receipt is `v1.<variant ids>.<base64url>`: nothing in it needs escaping in JSON.
+    if !revocations.is_empty() {
+        body.extend_from_slice(b",\"revocations\":");
+        body.extend_from_slice(revocations);
+    }
+    // A receipt is `v1.<variant ids>.<base64url>` (variant ids are `[a-z0-9._-]`): nothing in
+    // it needs escaping in JSON.
+    body.extend_from_slice(b",\"receipt\":\"");
     body.extend_from_slice(receipt.as_bytes());
     body.extend_from_slice(b"\"}");
     HttpResponse::Ok()
@@ -343,19 +353,42 @@ fn render(state: &AppState, device: &ResolveRequest, answer: &Answer) -> HttpRes
 /// `GET /v1/releases/sha256/{hex}`: a signed release manifest envelope by the digest resolve
 /// answers name (immutable, so cacheable for ever).
 pub(crate) async fn release_by_digest(
+    req: actix_web::HttpRequest,
     state: web::Data<AppState>,
     hex: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let digest = crate::api::extract::parse_digest(&hex)?;
-    let release = state.catalog().by_digest(&digest).ok_or_else(|| {
+    let mut found = state.catalog().by_digest(&digest);
+    if found.is_none() && state.catalog_reload_due() {
+        // Another replica may have published it since this one last read the catalog.
+        match crate::storage::catalog::Catalog::load(&state.store, &state.release_ring).await {
+            Ok((c, _)) => {
+                found = c.by_digest(&digest);
+                state.replace_catalog(c);
+            }
+            Err(e) => tracing::warn!("catalog reload failed: {e}"),
+        }
+    }
+    let release = found.ok_or_else(|| {
         ApiError::new(
             ErrorCode::ReleaseNotFound,
             format!("no published release has the digest {digest}"),
         )
     })?;
+    let etag = format!("\"{}\"", digest.to_hex());
+    if crate::api::blobs::etag_matches(
+        req.headers()
+            .get(header::IF_NONE_MATCH)
+            .and_then(|v| v.to_str().ok()),
+        &etag,
+    ) {
+        return Ok(HttpResponse::NotModified()
+            .insert_header((header::ETAG, etag))
+            .finish());
+    }
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "public, max-age=31536000, immutable"))
-        .insert_header((header::ETAG, format!("\"{}\"", digest.to_hex())))
+        .insert_header((header::ETAG, etag))
         .content_type("application/json")
         .body(release.envelope_json.clone()))
 }

@@ -37,6 +37,8 @@ pub struct Revocations {
     /// As signed, when a current release key signed it (sent to devices); `None` after the
     /// signing key was rotated out, until the list is signed again.
     pub envelope: Option<Arc<Envelope>>,
+    /// [`Revocations::envelope`] rendered as JSON once, shared by every answer that sends it.
+    pub json: Option<bytes::Bytes>,
 }
 
 /// Everything the handlers share.
@@ -87,6 +89,8 @@ pub struct AppState {
     pub ingest_permits: tokio::sync::Semaphore,
     request_counter: AtomicU64,
     request_prefix: String,
+    started: std::time::Instant,
+    catalog_reloaded_ms: AtomicU64,
 }
 
 impl AppState {
@@ -135,8 +139,23 @@ impl AppState {
                 (std::thread::available_parallelism().map_or(2, |n| n.get()) / 2).max(1),
             ),
             request_counter: AtomicU64::new(0),
+            started: std::time::Instant::now(),
+            catalog_reloaded_ms: AtomicU64::new(0),
             request_prefix: hex::encode(prefix),
         }
+    }
+
+    /// True at most once every 5 s: whether a request that missed the catalog may reload it
+    /// from the store (another replica may have published since the last refresh).
+    pub fn catalog_reload_due(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = (self.started.elapsed().as_millis() as u64).max(1);
+        let last = self.catalog_reloaded_ms.load(Relaxed);
+        (last == 0 || now.saturating_sub(last) >= 5000)
+            && self
+                .catalog_reloaded_ms
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_ok()
     }
 
     /// The current catalog.
@@ -208,6 +227,10 @@ impl AppState {
             list.model.clone(),
             Revocations {
                 list: Arc::new(list),
+                json: envelope
+                    .as_ref()
+                    .and_then(|e| serde_json::to_vec(e).ok())
+                    .map(bytes::Bytes::from),
                 envelope: envelope.map(Arc::new),
             },
         );
