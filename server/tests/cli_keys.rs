@@ -368,3 +368,45 @@ fn encrypted_keys_sign_only_with_their_passphrase_and_stay_encrypted_through_rot
     assert!(!online.status.success());
     assert!(String::from_utf8_lossy(&online.stderr).contains("is an online key"));
 }
+
+#[test]
+fn serve_logs_have_no_colour_in_pipes_and_are_all_json_when_asked() {
+    use std::io::BufRead as _;
+    for json in [false, true] {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let mut cmd = ferry();
+        cmd.args(["serve", "--demo", "--listen", "127.0.0.1:0", "--data"])
+            .arg(tmp.path())
+            .env("FERRY_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        if json {
+            cmd.env("FERRY_LOG_FORMAT", "json");
+        }
+        let mut child = cmd.spawn().expect("spawn");
+        let stderr = child.stderr.take().expect("stderr");
+        let mut lines = Vec::new();
+        for line in std::io::BufReader::new(stderr).lines() {
+            let line = line.expect("line");
+            let done = line.contains("listening on");
+            lines.push(line);
+            if done {
+                break;
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(lines.len() >= 2, "{lines:?}");
+        for line in &lines {
+            assert!(
+                !line.contains('\u{1b}'),
+                "an escape code in a pipe: {line:?}"
+            );
+            if json {
+                let v: serde_json::Value =
+                    serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+                assert!(v["fields"]["message"].is_string(), "{line}");
+            }
+        }
+    }
+}

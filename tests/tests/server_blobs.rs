@@ -143,6 +143,38 @@ fn keys_and_operations_endpoints() {
 
     let (status, _, body) = fetch(&app, &app.at("/healthz"), &[]);
     assert_eq!((status, body.as_slice()), (200, &b"ok\n"[..]));
+    // A caller's request id is kept (answer header and error body); a malformed one is not.
+    let mut r = app
+        .agent
+        .get(app.at("/v1/admin/models/nosuch"))
+        .header("x-request-id", "edge-1234:abc")
+        .header(
+            "authorization",
+            format!("Bearer {}", ferry_tests::app::ADMIN_TOKEN),
+        )
+        .call()
+        .expect("request");
+    assert_eq!(
+        r.headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok()),
+        Some("edge-1234:abc")
+    );
+    let err: serde_json::Value =
+        serde_json::from_str(&r.body_mut().read_to_string().expect("body")).expect("json");
+    assert_eq!(err["request_id"], "edge-1234:abc", "{err}");
+    let r = app
+        .agent
+        .get(app.at("/healthz"))
+        .header("x-request-id", "bad id with spaces")
+        .call()
+        .expect("request");
+    let own = r
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    assert!(!own.is_empty() && own != "bad id with spaces", "{own}");
     let (status, ready) = app.get_json("/readyz", None);
     assert_eq!((status, ready["releases"].as_u64()), (200, Some(1)));
 

@@ -81,6 +81,36 @@ pub async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     ))
 }
 
+/// The `X-Request-Id` header when it is 1 to 128 characters of `[A-Za-z0-9._:-]` (anything
+/// else is ignored: it goes into logs and error bodies).
+fn incoming_request_id(headers: &actix_web::http::header::HeaderMap) -> Option<String> {
+    let v = headers.get("x-request-id")?.to_str().ok()?;
+    (!v.is_empty()
+        && v.len() <= 128
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-_:".contains(&b)))
+    .then(|| v.to_string())
+}
+
+/// The trace id of a valid W3C `traceparent` header (`00-<32 hex>-<16 hex>-<2 hex>`, not all
+/// zeros).
+fn trace_id(headers: &actix_web::http::header::HeaderMap) -> Option<String> {
+    let v = headers.get("traceparent")?.to_str().ok()?;
+    let parts: Vec<&str> = v.trim().split('-').collect();
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if parts.len() != 4
+        || !hex(parts[0], 2)
+        || parts[0] == "ff"
+        || !hex(parts[1], 32)
+        || !hex(parts[2], 16)
+        || !hex(parts[3], 2)
+        || parts[1].bytes().all(|b| b == b'0')
+    {
+        return None;
+    }
+    Some(parts[1].to_ascii_lowercase())
+}
+
 /// Builds the actix `App` for `state`, with middleware.
 pub fn app(
     state: Arc<AppState>,
@@ -100,7 +130,10 @@ pub fn app(
         .default_service(web::to(not_found))
         .wrap_fn(move |req, srv| {
             let state = state.clone();
-            let id = state.next_request_id();
+            // A caller's request id (a proxy's, a client's) is kept, so logs line up across
+            // hops; otherwise one is made. A W3C `traceparent` adds its trace id to the log.
+            let id = incoming_request_id(req.headers()).unwrap_or_else(|| state.next_request_id());
+            let trace_id = trace_id(req.headers());
             let started = Instant::now();
             let method = req.method().clone();
             let over = req
@@ -137,6 +170,7 @@ pub fn app(
                     .http_request(&route, method.as_str(), res.status().as_u16(), secs);
                 tracing::info!(
                     request_id = %id,
+                    trace_id = trace_id.as_deref().unwrap_or(""),
                     method = %method,
                     route = %route,
                     status = res.status().as_u16(),
@@ -146,4 +180,47 @@ pub fn app(
                 Ok(res)
             }
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+
+    fn headers(name: &'static str, value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            HeaderName::from_static(name),
+            HeaderValue::from_str(value).expect("value"),
+        );
+        h
+    }
+
+    #[test]
+    fn caller_request_ids_and_trace_ids_are_kept_only_when_well_formed() {
+        assert_eq!(
+            incoming_request_id(&headers("x-request-id", "lb-7f3a:42")).as_deref(),
+            Some("lb-7f3a:42")
+        );
+        for bad in ["", "has space", "quote\"", &"a".repeat(129), "newline%0A"] {
+            if let Ok(v) = HeaderValue::from_str(bad) {
+                let mut h = HeaderMap::new();
+                h.insert(HeaderName::from_static("x-request-id"), v);
+                assert_eq!(incoming_request_id(&h), None, "{bad:?}");
+            }
+        }
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert_eq!(
+            trace_id(&headers("traceparent", tp)).as_deref(),
+            Some("4bf92f3577b34da6a3ce929d0e0e4736")
+        );
+        for bad in [
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "garbage",
+        ] {
+            assert_eq!(trace_id(&headers("traceparent", bad)), None, "{bad}");
+        }
+    }
 }
