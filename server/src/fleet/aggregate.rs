@@ -135,13 +135,13 @@ impl Telemetry {
         }
     }
 
-    /// Validates a batch of raw JSON events, refuses those `known` refuses (a model, release or
+    /// Validates a batch of events (each one's JSON text), refuses those `known` refuses (a model, release or
     /// variant that is not published: they store nothing), keeps the others in the raw log, and
     /// adds to the aggregates (what halts, ramps, deny entries and health read) only those
     /// `verified` accepts (a valid receipt).
     pub fn ingest(
         &self,
-        events: &[serde_json::Value],
+        events: &[&str],
         now: OffsetDateTime,
         cfg: &TelemetryConfig,
         known: &dyn Fn(&TelemetryEvent) -> Result<(), String>,
@@ -363,6 +363,17 @@ mod tests {
     use super::*;
     use ferry_shared::deny::DeviceClass;
 
+    /// Ingests JSON values as a batch's event texts, every one counted as receipted.
+    fn ingest_values(
+        t: &Telemetry,
+        batch: &[serde_json::Value],
+        cfg: &TelemetryConfig,
+    ) -> IngestReport {
+        let texts: Vec<String> = batch.iter().map(serde_json::Value::to_string).collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        t.ingest(&refs, now(), cfg, &|_| Ok(()), &|_| true, 0)
+    }
+
     fn ev(kind: &str, outcome: &str) -> serde_json::Value {
         serde_json::json!({
             "kind": kind, "model": "m", "release": "1.0.0", "variant": "vulkan", "delegate": "vulkan",
@@ -411,7 +422,7 @@ mod tests {
             serde_json::json!(42),
             ev("fallback", "failed"),
         ];
-        let r = t.ingest(&batch, now(), &cfg, &|_| Ok(()), &|_| true, 0);
+        let r = ingest_values(&t, &batch, &cfg);
         assert_eq!(r.accepted, 2);
         let codes: Vec<(usize, &str)> = r
             .rejected
@@ -441,7 +452,7 @@ mod tests {
             ..TelemetryConfig::default()
         };
         let batch: Vec<_> = (0..5).map(|_| ev("load", "ok")).collect();
-        let r = t.ingest(&batch, now(), &cfg, &|_| Ok(()), &|_| true, 0);
+        let r = ingest_values(&t, &batch, &cfg);
         assert_eq!(r.accepted, 3);
         assert!(r.rejected.iter().all(|e| e.code == ErrorCode::RateLimited));
     }
@@ -463,7 +474,7 @@ mod tests {
             batch.push(f);
             batch.push(fb);
         }
-        t.ingest(&batch, now(), &cfg, &|_| Ok(()), &|_| true, 0);
+        ingest_values(&t, &batch, &cfg);
         let c = t.deny_candidates("m", &cfg);
         assert_eq!(c.len(), 2, "{c:?}");
         assert!(
@@ -502,7 +513,7 @@ mod tests {
                 .collect()
         };
         let one = Telemetry::default();
-        one.ingest(&batch(1), now(), &cfg, &|_| Ok(()), &|_| true, 0);
+        ingest_values(&one, &batch(1), &cfg);
         assert!(
             one.deny_candidates("m", &cfg).is_empty(),
             "one device denied a class"
@@ -514,13 +525,13 @@ mod tests {
             "one device weighs at most {PER_DEVICE_EVENTS} events per variant"
         );
         let few = Telemetry::default();
-        few.ingest(&batch(19), now(), &cfg, &|_| Ok(()), &|_| true, 0);
+        ingest_values(&few, &batch(19), &cfg);
         assert!(
             few.deny_candidates("m", &cfg).is_empty(),
             "19 devices denied a class"
         );
         let many = Telemetry::default();
-        many.ingest(&batch(20), now(), &cfg, &|_| Ok(()), &|_| true, 0);
+        ingest_values(&many, &batch(20), &cfg);
         assert!(
             !many.deny_candidates("m", &cfg).is_empty(),
             "20 devices are enough"

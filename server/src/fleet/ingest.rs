@@ -76,16 +76,15 @@ pub(crate) const MAX_RECEIPT: usize = 8192;
 /// Devices tracked per variant for the per-device event cap.
 pub(crate) const MAX_DEVICES: usize = 200_000;
 
-/// Validates one event (already parsed as JSON).
+/// Validates one event (its JSON text, as it stood in the batch).
 pub fn validate(
-    v: &serde_json::Value,
+    raw: &str,
     now: OffsetDateTime,
     cfg: &TelemetryConfig,
 ) -> Result<TelemetryEvent, (ErrorCode, String)> {
     let invalid = |m: String| (ErrorCode::EventInvalid, m);
-    // Deserialised from the borrowed tree (no copy of the event).
-    let e = <TelemetryEvent as serde::Deserialize>::deserialize(v)
-        .map_err(|e| invalid(e.to_string()))?;
+    // Parsed straight from the event's own text in the batch (no intermediate JSON tree).
+    let e: TelemetryEvent = serde_json::from_str(raw).map_err(|e| invalid(e.to_string()))?;
     e.model
         .parse::<ModelName>()
         .map_err(|err| invalid(format!("model: {err}")))?;
