@@ -186,6 +186,20 @@ fn keys_and_operations_endpoints() {
         text.contains("ferry_resolves_total{outcome=\"ok\"} 1"),
         "{text}"
     );
+    // Process and fleet state: a published model with no staged release, an empty deny list.
+    assert!(
+        text.contains("ferry_rollout_staged_basis_points{model=\"mlp\"} 0")
+            && text.contains("ferry_rollout_active{model=\"mlp\"} 0")
+            && text.contains("ferry_deny_entries{model=\"mlp\"} 0"),
+        "{text}"
+    );
+    let rss = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ferry_process_resident_memory_bytes "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .expect("resident memory");
+    assert!(rss > 1e6, "{rss}");
+    assert!(text.contains("# HELP ferry_process_open_fds"), "{text}");
     assert!(
         text.contains("ferry_publishes_total{outcome=\"ok\"} 1"),
         "{text}"

@@ -54,6 +54,20 @@ pub(crate) async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     state
         .metrics
         .telemetry_raw_dropped(state.telemetry.dropped());
+    state.metrics.sample_process();
+    // One label set per published model (a bounded set: the catalog's).
+    let rollouts = state.rollouts();
+    let deny = state.deny_lists();
+    for (model, _) in state.catalog().models() {
+        let plan = rollouts.get(model);
+        let live = plan.filter(|p| p.cohort_is_live());
+        state.metrics.model_state(
+            model.as_str(),
+            live.map_or(0, |p| p.basis_points),
+            live.is_some_and(|p| p.state == ferry_shared::rollout::RolloutState::Active),
+            deny.get(model).map_or(0, |d| d.entries.len()),
+        );
+    }
     HttpResponse::Ok()
         .content_type(crate::app::metrics::CONTENT_TYPE)
         .body(state.metrics.render())

@@ -38,6 +38,11 @@ struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabels {
+    model: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: &'static str,
 }
@@ -56,6 +61,11 @@ pub struct Metrics {
     telemetry_events: Family<OutcomeLabels, Counter>,
     telemetry_raw_dropped: Counter,
     blob_bytes: Counter,
+    resident_bytes: Gauge,
+    open_fds: Gauge,
+    rollout_basis_points: Family<ModelLabels, Gauge>,
+    rollout_active: Family<ModelLabels, Gauge>,
+    deny_entries: Family<ModelLabels, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -111,6 +121,36 @@ impl Default for Metrics {
             "Bytes of model blobs sent to clients",
             blob_bytes.clone(),
         );
+        let resident_bytes = Gauge::default();
+        registry.register(
+            "ferry_process_resident_memory_bytes",
+            "Resident memory of the server process",
+            resident_bytes.clone(),
+        );
+        let open_fds = Gauge::default();
+        registry.register(
+            "ferry_process_open_fds",
+            "Open file descriptors of the server process (connections included)",
+            open_fds.clone(),
+        );
+        let rollout_basis_points = Family::<ModelLabels, Gauge>::default();
+        registry.register(
+            "ferry_rollout_staged_basis_points",
+            "Share of devices offered the staged release, in basis points (0 without one)",
+            rollout_basis_points.clone(),
+        );
+        let rollout_active = Family::<ModelLabels, Gauge>::default();
+        registry.register(
+            "ferry_rollout_active",
+            "1 while a staged release is rolling out (active), else 0 (halted, paused, none)",
+            rollout_active.clone(),
+        );
+        let deny_entries = Family::<ModelLabels, Gauge>::default();
+        registry.register(
+            "ferry_deny_entries",
+            "Entries in the model's deny list",
+            deny_entries.clone(),
+        );
         let build = Family::<BuildLabels, Gauge>::default();
         build
             .get_or_create(&BuildLabels {
@@ -131,6 +171,11 @@ impl Default for Metrics {
             telemetry_events,
             telemetry_raw_dropped,
             blob_bytes,
+            resident_bytes,
+            open_fds,
+            rollout_basis_points,
+            rollout_active,
+            deny_entries,
         }
     }
 }
@@ -200,6 +245,36 @@ impl Metrics {
         if total > seen {
             self.telemetry_raw_dropped.inc_by(total - seen);
         }
+    }
+
+    /// Reads the process's resident memory and open descriptors (Linux `/proc`; left as they
+    /// were elsewhere).
+    pub fn sample_process(&self) {
+        if let Ok(statm) = std::fs::read_to_string("/proc/self/statm")
+            && let Some(pages) = statm
+                .split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<i64>().ok())
+        {
+            self.resident_bytes.set(pages * 4096);
+        }
+        if let Ok(rd) = std::fs::read_dir("/proc/self/fd") {
+            self.open_fds.set(rd.count() as i64);
+        }
+    }
+
+    /// Sets one model's rollout and deny-list gauges.
+    pub fn model_state(&self, model: &str, staged_basis_points: u32, active: bool, deny: usize) {
+        let labels = ModelLabels {
+            model: model.to_string(),
+        };
+        self.rollout_basis_points
+            .get_or_create(&labels)
+            .set(i64::from(staged_basis_points));
+        self.rollout_active
+            .get_or_create(&labels)
+            .set(i64::from(active));
+        self.deny_entries.get_or_create(&labels).set(deny as i64);
     }
 
     /// The OpenMetrics text exposition.
