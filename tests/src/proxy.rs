@@ -237,15 +237,22 @@ fn handle(conn: TcpStream, upstream: SocketAddr, shared: &Mutex<Shared>) -> std:
         Fault::TamperRelease => resp_body = tamper(&resp_body),
         _ => {}
     }
-    if fault == Fault::Endless {
+    // The upstream head without its framing headers; the length (if any) is the proxy's.
+    let head = |length: Option<usize>| {
         let mut head = format!("{status_line}\r\n");
         for (k, v) in &resp_headers {
             if k != "content-length" && k != "connection" && k != "transfer-encoding" {
                 head.push_str(&format!("{k}: {v}\r\n"));
             }
         }
+        if let Some(n) = length {
+            head.push_str(&format!("content-length: {n}\r\n"));
+        }
         head.push_str("connection: close\r\n\r\n");
-        out.write_all(head.as_bytes())?;
+        head
+    };
+    if fault == Fault::Endless {
+        out.write_all(head(None).as_bytes())?;
         out.write_all(&resp_body)?;
         let filler = vec![b' '; 64 << 10];
         for _ in 0..(1 << 14) {
@@ -253,17 +260,7 @@ fn handle(conn: TcpStream, upstream: SocketAddr, shared: &Mutex<Shared>) -> std:
         }
         return Ok(());
     }
-    let mut head = format!("{status_line}\r\n");
-    for (k, v) in &resp_headers {
-        if k != "content-length" && k != "connection" && k != "transfer-encoding" {
-            head.push_str(&format!("{k}: {v}\r\n"));
-        }
-    }
-    head.push_str(&format!(
-        "content-length: {}\r\nconnection: close\r\n\r\n",
-        resp_body.len()
-    ));
-    out.write_all(head.as_bytes())?;
+    out.write_all(head(Some(resp_body.len())).as_bytes())?;
     match fault {
         Fault::CutAt(n) => {
             out.write_all(&resp_body[..n.min(resp_body.len())])?;

@@ -98,26 +98,10 @@ pub(crate) async fn resolve_inner(
     let now = OffsetDateTime::now_utc();
     let revocations_all = state.revocations();
     let revocations = revocations_all.get(&device.model);
-    // Devices are told about the list only when a current release key signed it.
-    let revocations_version = revocations
-        .filter(|r| r.envelope.is_some())
-        .map_or(0, |r| r.list.version);
     let rollouts = state.rollouts();
     let plan = rollouts.get(&device.model);
     let deny_lists = state.deny_lists();
     let deny_in_force = deny_lists.get(&device.model);
-    let sequence = AppState::sequence(
-        plan.map_or(0, |p| p.revision),
-        deny_in_force.map_or(0, |d| d.revision),
-        all_published as u64,
-        revocations_version,
-    );
-    let wanted_cohort = plan.map_or(Cohort::Baseline, |p| p.cohort(&device.install_id));
-    // A pinned test device tries its pinned release first, whatever its cohort.
-    let pin = plan
-        .and_then(|p| p.pinned(&device.install_id, now))
-        .cloned();
-    let digest = device.selection_digest();
     let generation = (
         plan.map_or(0, |p| p.revision),
         deny_in_force.map_or(0, |d| d.revision),
@@ -125,11 +109,25 @@ pub(crate) async fn resolve_inner(
         revocations.map_or(0, |r| r.list.version),
         revocations.is_some_and(|r| r.envelope.is_some()),
     );
+    let wanted_cohort = plan.map_or(Cohort::Baseline, |p| p.cohort(&device.install_id));
+    // A pinned test device tries its pinned release first, whatever its cohort.
+    let pin = plan
+        .and_then(|p| p.pinned(&device.install_id, now))
+        .cloned();
+    let digest = device.selection_digest();
     let shared = !explain && pin.is_none();
     if shared && let Some(answer) = state.answers.get(&digest, wanted_cohort, generation, now) {
         return Ok(render(state, &device, &answer));
     }
 
+    // Devices are told about the list only when a current release key signed it.
+    let revocations_version = if generation.4 { generation.3 } else { 0 };
+    let sequence = AppState::sequence(
+        generation.0,
+        generation.1,
+        generation.2,
+        revocations_version,
+    );
     let mut all = catalog.releases_newest_first(&device.model);
     // A revoked release is never offered, whatever the rollout plan says.
     if let Some(r) = revocations {

@@ -234,21 +234,11 @@ fn known_target(
         }
         return Ok(());
     }
-    let release = e
-        .release
-        .parse::<semver::Version>()
-        .ok()
-        .and_then(|v| catalog.release(&model, &v))
+    let release = catalog
+        .release_named(&model, &e.release)
         .ok_or_else(|| format!("{model} {} is not published", e.release))?;
-    let has = |id: &str| {
-        release
-            .manifest
-            .variants
-            .iter()
-            .any(|v| v.id.as_str() == id)
-    };
     for id in std::iter::once(e.variant.as_str()).chain(e.to_variant.as_deref()) {
-        if !id.is_empty() && !has(id) {
+        if !id.is_empty() && release.manifest.variant_named(id).is_none() {
             return Err(format!("{model} {} has no variant {id:?}", e.release));
         }
     }
@@ -303,11 +293,8 @@ pub async fn post_deny(
     if change.action == DenyAction::Deny {
         // A hand-made entry must name a real variant: a typo would deny nothing, silently.
         let catalog = state.catalog();
-        let release = change
-            .release
-            .parse::<semver::Version>()
-            .ok()
-            .and_then(|v| catalog.release(&model, &v))
+        let release = catalog
+            .release_named(&model, &change.release)
             .ok_or_else(|| {
                 ApiError::new(
                     ErrorCode::ReleaseNotFound,
@@ -317,12 +304,7 @@ pub async fn post_deny(
                     ),
                 )
             })?;
-        if !release
-            .manifest
-            .variants
-            .iter()
-            .any(|v| v.id.as_str() == change.variant)
-        {
+        if release.manifest.variant_named(&change.variant).is_none() {
             let ids: Vec<&str> = release
                 .manifest
                 .variants

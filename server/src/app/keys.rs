@@ -91,8 +91,14 @@ fn write_key(key: &RoleKey, path: &Path, passphrase: Option<&str>) -> anyhow::Re
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
-/// Reads a key file, checking that its key id and public key match the secret.
+/// Reads a key file, checking that its key id and public key match the secret; an encrypted
+/// one asks for its passphrase ([`crate::app::sealed::passphrase`]).
 pub fn load(path: &Path) -> anyhow::Result<RoleKey> {
+    read_key(path, || crate::app::sealed::passphrase(path, false))
+}
+
+/// [`load`], with the passphrase of an encrypted file given by `pass`.
+fn read_key(path: &Path, pass: impl FnOnce() -> anyhow::Result<String>) -> anyhow::Result<RoleKey> {
     let text =
         std::fs::read(path).with_context(|| format!("cannot read key {}", path.display()))?;
     let file: KeyFile = serde_json::from_slice(&text)
@@ -105,8 +111,7 @@ pub fn load(path: &Path) -> anyhow::Result<RoleKey> {
             seed
         }
         (None, Some(sealed)) => {
-            let pass = crate::app::sealed::passphrase(path, false)?;
-            crate::app::sealed::open(sealed, &pass, &seal_context(file.role, &file.keyid))
+            crate::app::sealed::open(sealed, &pass()?, &seal_context(file.role, &file.keyid))
                 .with_context(|| format!("cannot decrypt {}", path.display()))?
         }
         _ => bail!(
@@ -168,7 +173,7 @@ pub fn encrypt_file(path: &Path) -> anyhow::Result<String> {
     }
     save_sealed(&key, &staged, &pass)?;
     // Check it opens before the plain copy is replaced.
-    let check = load_with(&staged, &pass)?;
+    let check = read_key(&staged, || Ok(pass.clone()))?;
     if check.pair.id() != key.pair.id() {
         bail!("the encrypted copy does not hold the same key");
     }
@@ -181,21 +186,6 @@ pub fn encrypt_file(path: &Path) -> anyhow::Result<String> {
         path.display(),
         crate::app::sealed::PASSPHRASE_ENV
     ))
-}
-
-fn load_with(path: &Path, passphrase: &str) -> anyhow::Result<RoleKey> {
-    let text =
-        std::fs::read(path).with_context(|| format!("cannot read key {}", path.display()))?;
-    let file: KeyFile = serde_json::from_slice(&text)?;
-    let sealed = file
-        .sealed
-        .ok_or_else(|| anyhow::anyhow!("{} is not encrypted", path.display()))?;
-    let seed =
-        crate::app::sealed::open(&sealed, passphrase, &seal_context(file.role, &file.keyid))?;
-    Ok(RoleKey {
-        role: file.role,
-        pair: KeyPair::from_seed(&seed),
-    })
 }
 
 /// The key material a server runs with.

@@ -186,15 +186,11 @@ fn is_floor(
     variant: &str,
 ) -> bool {
     use ferry_shared::manifest::Delegate;
-    release
-        .parse::<semver::Version>()
-        .ok()
-        .and_then(|v| catalog.release(model, &v))
+    catalog
+        .release_named(model, release)
         .and_then(|r| {
             r.manifest
-                .variants
-                .iter()
-                .find(|x| x.id.as_str() == variant)
+                .variant_named(variant)
                 .map(|x| matches!(x.delegate, Delegate::Xnnpack | Delegate::Portable))
         })
         .unwrap_or(true)

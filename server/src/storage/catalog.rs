@@ -154,6 +154,12 @@ impl Catalog {
         self.models.get(model)?.get(version).cloned()
     }
 
+    /// The release of `model` whose version is `version` as text (as telemetry and deny lists
+    /// name it); `None` when it does not parse or is not published.
+    pub fn release_named(&self, model: &ModelName, version: &str) -> Option<Arc<Release>> {
+        self.release(model, &version.parse().ok()?)
+    }
+
     /// How many releases `model` has.
     pub fn release_count_of(&self, model: &ModelName) -> usize {
         self.models.get(model).map_or(0, BTreeMap::len)

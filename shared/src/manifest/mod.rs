@@ -262,6 +262,11 @@ impl ReleaseManifest {
         self.variants.iter().find(|v| &v.id == id)
     }
 
+    /// The variant whose id is `id` as text (as telemetry and deny lists name it).
+    pub fn variant_named(&self, id: &str) -> Option<&Variant> {
+        self.variants.iter().find(|v| v.id.as_str() == id)
+    }
+
     /// Checks every structural rule and limit.
     pub fn validate(&self, limits: &ManifestLimits) -> Result<(), ManifestError> {
         let bad = |s: String| Err(ManifestError::Invalid(s));
