@@ -2,7 +2,7 @@
 # Installs what ferry's tests need, idempotently, from package registries only:
 # a C/C++ compiler, strace (counts the store's fsyncs), rustfmt and clippy, and (through
 # scripts/setup-executorch.sh) clang, libclang and the ExecuTorch 1.5.1 runtime libraries
-# from the PyPI wheel, and moto (an S3 emulator) from PyPI.
+# from the PyPI wheel, moto (an S3 emulator) and DuckDB (reads the Parquet telemetry) from PyPI.
 # Safe to run again: each step checks first and does nothing when already done.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,5 +26,10 @@ bash "$root/scripts/setup-executorch.sh" >/dev/null
 if [ ! -x "$root/.deps/moto/bin/moto_server" ]; then
   python3 -m venv "$root/.deps/moto"
   "$root/.deps/moto/bin/pip" install --quiet "moto[server]"
+fi
+# An independent reader for the Parquet telemetry ferry writes (DuckDB, from PyPI).
+if [ ! -x "$root/.deps/pytools/bin/python" ] || ! "$root/.deps/pytools/bin/python" -c 'import duckdb' 2>/dev/null; then
+  python3 -m venv "$root/.deps/pytools"
+  "$root/.deps/pytools/bin/pip" install --quiet duckdb
 fi
 echo "test dependencies ready"

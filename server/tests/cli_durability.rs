@@ -250,7 +250,7 @@ fn a_graceful_stop_writes_buffered_telemetry() {
     assert_eq!(body["accepted"], 1, "{body}");
     let raw = |data: &Path| -> Vec<PathBuf> {
         let mut out = Vec::new();
-        let mut stack = vec![data.join("store/telemetry/raw")];
+        let mut stack = vec![data.join("store/telemetry/events")];
         while let Some(d) = stack.pop() {
             for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
                 let p = e.path();
@@ -279,6 +279,30 @@ fn a_graceful_stop_writes_buffered_telemetry() {
     );
     let files = raw(&s.data);
     assert_eq!(files.len(), 1, "{files:?}");
-    let text = std::fs::read_to_string(&files[0]).expect("read");
-    assert!(text.contains("\"graceful\""), "{text}");
+    assert!(
+        files[0]
+            .to_string_lossy()
+            .contains("/telemetry/events/date=")
+            && files[0].extension().is_some_and(|e| e == "parquet"),
+        "{files:?}"
+    );
+    let bytes = std::fs::read(&files[0]).expect("read");
+    let rows: Vec<_> = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        bytes::Bytes::from(bytes),
+    )
+    .expect("a Parquet file")
+    .build()
+    .expect("reader")
+    .collect::<Result<_, _>>()
+    .expect("rows");
+    assert_eq!(rows.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+    let ids = rows[0]
+        .column_by_name("install_id")
+        .expect("install_id")
+        .as_any()
+        .downcast_ref::<arrow_array::StringArray>()
+        .expect("strings")
+        .value(0)
+        .to_string();
+    assert_eq!(ids, "graceful");
 }

@@ -100,5 +100,6 @@ pub fn pte_fixtures() -> Vec<Fixture> {
 }
 
 pub mod app;
+pub mod duckdb;
 pub mod moto;
 pub mod proxy;

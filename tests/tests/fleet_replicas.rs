@@ -91,6 +91,7 @@ fn until(what: &str, mut ok: impl FnMut() -> bool) {
 
 fn fast(c: &mut ferry_server::app::config::Config) {
     c.telemetry.flush_secs = 1;
+    c.telemetry.raw_roll_secs = 1;
     c.telemetry.evaluate_ms = 0;
 }
 

@@ -246,6 +246,7 @@ fn a_telemetry_flood_denies_one_soc_and_halts_the_staged_release() {
         tweak: Some(Box::new(|c| {
             c.telemetry.deny_min_samples = 50;
             c.telemetry.flush_secs = 1;
+            c.telemetry.raw_roll_secs = 1;
             c.telemetry.evaluate_ms = 0;
         })),
     });
@@ -441,9 +442,9 @@ fn a_telemetry_flood_denies_one_soc_and_halts_the_staged_release() {
     let mut waited = 0;
     loop {
         let files = app.stored_files();
-        let raw = files.iter().any(|f| {
-            f.starts_with("telemetry/raw/date=") && f.contains("/hour=") && f.ends_with(".ndjson")
-        });
+        let raw = files
+            .iter()
+            .any(|f| f.starts_with("telemetry/events/date=") && f.ends_with(".parquet"));
         let rollup = files
             .iter()
             .any(|f| f.starts_with("telemetry/rollups/node-"));

@@ -26,7 +26,8 @@ fn event(install: &str) -> serde_json::Value {
     })
 }
 
-/// Every install id in the raw telemetry files of `storage`.
+/// Every install id in the raw telemetry files of `storage`, as DuckDB reads them (the Parquet
+/// files are copied out of the emulator as they are, partition folders included).
 fn stored_installs(storage: &ferry_server::app::config::StorageConfig) -> BTreeSet<String> {
     let tmp = tempfile::tempdir().expect("tmp");
     let store =
@@ -35,14 +36,14 @@ fn stored_installs(storage: &ferry_server::app::config::StorageConfig) -> BTreeS
         .enable_all()
         .build()
         .expect("runtime");
-    rt.block_on(async {
+    let copy = tmp.path().join("copy");
+    let n = rt.block_on(async {
         let metas: Vec<_> = store
-            .list(Some(&object_store::path::Path::from("telemetry/raw")))
+            .list(Some(&object_store::path::Path::from("telemetry/events")))
             .try_collect()
             .await
             .expect("list");
-        let mut out = BTreeSet::new();
-        for m in metas {
+        for m in &metas {
             let bytes = store
                 .get(&m.location)
                 .await
@@ -50,13 +51,22 @@ fn stored_installs(storage: &ferry_server::app::config::StorageConfig) -> BTreeS
                 .bytes()
                 .await
                 .expect("bytes");
-            for line in String::from_utf8_lossy(&bytes).lines() {
-                let v: serde_json::Value = serde_json::from_str(line).expect("json line");
-                out.insert(v["install_id"].as_str().unwrap_or("").to_string());
-            }
+            let to = copy.join(m.location.as_ref());
+            std::fs::create_dir_all(to.parent().expect("parent")).expect("mkdir");
+            std::fs::write(&to, &bytes).expect("write");
         }
-        out
-    })
+        metas.len()
+    });
+    if n == 0 {
+        return BTreeSet::new();
+    }
+    ferry_tests::duckdb::query(&format!(
+        "SELECT DISTINCT install_id FROM {}",
+        ferry_tests::duckdb::events_table(&copy)
+    ))
+    .into_iter()
+    .map(|r| r["install_id"].as_str().unwrap_or("").to_string())
+    .collect()
 }
 
 #[test]
@@ -70,6 +80,7 @@ fn a_store_outage_keeps_resolve_answering_fails_writes_and_loses_no_event() {
             c.storage = s;
             c.limits.store_timeout_secs = 1;
             c.telemetry.flush_secs = 1;
+            c.telemetry.raw_roll_secs = 1;
         })),
     });
     app.publish(&mlp_v1());

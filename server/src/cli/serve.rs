@@ -73,7 +73,7 @@ pub(crate) fn serve(flags: Flags, demo: bool) -> anyhow::Result<ExitCode> {
         let stopped = srv.await;
         // A graceful stop (SIGTERM, SIGINT) writes what is buffered: raw telemetry and this
         // replica's rollup, so a deploy loses no counts.
-        crate::fleet::flush::flush(&for_shutdown).await;
+        crate::fleet::flush::flush_all(&for_shutdown).await;
         say(json, "stopped; buffered telemetry written");
         stopped.context("server stopped with an error")
     })?;

@@ -4,7 +4,7 @@
 //! are listed in the answer with their index and code, the rest are kept. Events with a valid
 //! receipt are counted in this replica's mergeable rollup ([`crate::fleet::rollup`]) per model /
 //! release / variant and per SoC, device model and platform; every accepted event is buffered
-//! as an NDJSON line flushed to `telemetry/raw/date=YYYY-MM-DD/hour=HH/` in the store. The
+//! and written as Parquet under `telemetry/events/date=YYYY-MM-DD/` ([`crate::fleet::events`]). The
 //! rollup goes to `telemetry/rollups/<node>.json`, and the views (health, halts, deny) merge it
 //! with every other replica's. Ingestion never takes a lock that resolve takes: resolve reads
 //! only the rollout and deny snapshots.
@@ -24,6 +24,7 @@ use ferry_shared::telemetry::TelemetryEvent;
 use serde::Serialize;
 use time::OffsetDateTime;
 
+use crate::fleet::events::RawEvent;
 use crate::fleet::ingest::{EventError, MAX_DEVICES, TelemetryConfig, validate};
 use crate::fleet::limits::{IpKey, Limiter};
 use crate::fleet::rollup::Rollup;
@@ -67,7 +68,7 @@ pub struct Telemetry {
     cohorts: Mutex<Rollup>,
     /// The other rollups as last read, by object name, with their modification time.
     rollups_read: Mutex<RollupCache>,
-    raw: Mutex<Vec<String>>,
+    raw: Mutex<Vec<RawEvent>>,
     limiter: std::sync::OnceLock<Limiter>,
     evaluated: Mutex<HashMap<String, Instant>>,
     dropped: std::sync::atomic::AtomicU64,
@@ -219,10 +220,12 @@ impl Telemetry {
             }
         }
         if let Ok(mut raw) = self.raw.lock() {
-            for (e, _) in &kept {
-                if let Ok(line) = serde_json::to_string(e) {
-                    raw.push(line);
-                }
+            for (e, ok) in kept {
+                raw.push(RawEvent {
+                    event: e,
+                    received_at: now,
+                    counted: ok,
+                });
             }
             let cap = cfg.raw_buffer_events.max(1) * 5;
             if raw.len() > cap {
@@ -319,19 +322,34 @@ impl Telemetry {
         out
     }
 
-    /// Takes the buffered raw lines (for a flush).
-    pub fn take_raw(&self) -> Vec<String> {
-        self.raw
-            .lock()
-            .map(|mut r| std::mem::take(&mut *r))
-            .unwrap_or_default()
+    /// Takes the buffered raw events for a flush: all of them when `force` (a graceful stop) or
+    /// when the buffer is full or its oldest event has waited `raw_roll_secs`; none otherwise.
+    pub fn take_raw(
+        &self,
+        force: bool,
+        cfg: &TelemetryConfig,
+        now: OffsetDateTime,
+    ) -> Vec<RawEvent> {
+        let Ok(mut r) = self.raw.lock() else {
+            return Vec::new();
+        };
+        let due = force
+            || r.len() >= cfg.raw_buffer_events.max(1)
+            || r.first().is_some_and(|e| {
+                now - e.received_at >= time::Duration::seconds(cfg.raw_roll_secs as i64)
+            });
+        if due {
+            std::mem::take(&mut *r)
+        } else {
+            Vec::new()
+        }
     }
 
-    /// Puts lines back after a failed flush.
-    pub fn restore_raw(&self, mut lines: Vec<String>) {
+    /// Puts events back after a failed flush (ahead of those that arrived since).
+    pub fn restore_raw(&self, mut events: Vec<RawEvent>) {
         if let Ok(mut r) = self.raw.lock() {
-            lines.append(&mut r);
-            *r = lines;
+            events.append(&mut r);
+            *r = events;
         }
     }
 

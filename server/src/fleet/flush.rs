@@ -4,6 +4,7 @@
 use time::OffsetDateTime;
 
 use crate::app::AppState;
+use crate::fleet::events::{self, RawEvent};
 use crate::fleet::rollup::Rollup;
 use crate::storage::StorageKey;
 
@@ -57,29 +58,73 @@ async fn read_rollup(
 /// Largest rollup object read from the store.
 pub const MAX_ROLLUP_BYTES: u64 = 64 << 20;
 
-/// Flushes buffered raw events and rollups to the store.
+/// Flushes this replica's rollup to the store (and reads the others'), and writes the raw
+/// events when they are due (see [`crate::fleet::events`]).
 pub async fn flush(state: &AppState) {
-    use object_store::{ObjectStoreExt as _, PutPayload};
+    flush_with(state, false).await;
+}
+
+/// Flushes everything buffered, raw events included: for a graceful stop.
+pub async fn flush_all(state: &AppState) {
+    flush_with(state, true).await;
+}
+
+async fn flush_with(state: &AppState, force: bool) {
     state.telemetry.prune_limits();
-    let lines = state.telemetry.take_raw();
-    if !lines.is_empty() {
-        let now = OffsetDateTime::now_utc();
-        let key = StorageKey::telemetry_raw(now, &state.node);
-        let mut text = lines.join("\n");
-        text.push('\n');
-        if let Err(e) = state
-            .store
-            .put(&key, PutPayload::from(text.into_bytes()))
-            .await
-        {
-            tracing::warn!(
-                "telemetry flush failed, keeping {} events: {e}",
-                lines.len()
-            );
-            state.telemetry.restore_raw(lines);
+    let now = OffsetDateTime::now_utc();
+    let raw = state
+        .telemetry
+        .take_raw(force, &state.config.telemetry, now);
+    if !raw.is_empty() {
+        let unwritten = write_events(state, raw, now).await;
+        if !unwritten.is_empty() {
+            state.telemetry.restore_raw(unwritten);
         }
     }
     flush_rollups(state).await;
+}
+
+/// Writes raw events as one Parquet file per day they arrived on; returns those that could not
+/// be written (kept for the next flush).
+async fn write_events(state: &AppState, raw: Vec<RawEvent>, now: OffsetDateTime) -> Vec<RawEvent> {
+    use object_store::{ObjectStoreExt as _, PutPayload};
+    let mut unwritten = Vec::new();
+    for (day, part) in events::by_day(raw) {
+        if !unwritten.is_empty() {
+            unwritten.extend(part);
+            continue;
+        }
+        let node = state.node.clone();
+        let (part, encoded) = match tokio::task::spawn_blocking(move || {
+            let bytes = events::encode(&part, &node);
+            (part, bytes)
+        })
+        .await
+        {
+            Ok(done) => done,
+            Err(e) => {
+                tracing::error!("raw telemetry encoding stopped: {e}");
+                continue;
+            }
+        };
+        let bytes = match encoded {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(
+                    "raw telemetry cannot be encoded, keeping {} events: {e}",
+                    part.len()
+                );
+                unwritten.extend(part);
+                continue;
+            }
+        };
+        let key = events::key(&day, &state.node, now);
+        if let Err(e) = state.store.put(&key, PutPayload::from(bytes)).await {
+            tracing::warn!("telemetry flush failed, keeping {} events: {e}", part.len());
+            unwritten.extend(part);
+        }
+    }
+    unwritten
 }
 
 /// Writes this replica's rollup (`telemetry/rollups/<node>.json`, which only it writes), then

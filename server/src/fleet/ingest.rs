@@ -38,6 +38,9 @@ pub struct TelemetryConfig {
     /// Raw events buffered before a flush is started early (default 20,000); at 5x this the
     /// oldest buffered events are dropped and counted.
     pub raw_buffer_events: usize,
+    /// Longest a raw event waits in the buffer before its Parquet file is written, in seconds
+    /// (default 60; a graceful stop writes at once).
+    pub raw_roll_secs: u64,
 }
 
 impl Default for TelemetryConfig {
@@ -55,6 +58,7 @@ impl Default for TelemetryConfig {
             max_age_days: 30,
             evaluate_ms: 1000,
             raw_buffer_events: 20_000,
+            raw_roll_secs: 60,
         }
     }
 }

@@ -7,6 +7,7 @@
 pub mod aggregate;
 pub mod deny;
 pub mod evaluate;
+pub mod events;
 pub mod flush;
 pub mod ingest;
 pub mod limits;

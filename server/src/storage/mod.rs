@@ -7,7 +7,7 @@
 //! state/<model>/rollout/<revision>.json               rollout plan revisions (create-if-absent)
 //! state/<model>/deny/<revision>.json                  deny-list revisions (create-if-absent)
 //! state/<model>/revocations/<revision>.json           signed revocation lists (create-if-absent)
-//! telemetry/raw/date=YYYY-MM-DD/hour=HH/<node>-<ns>.ndjson   raw telemetry events
+//! telemetry/events/date=YYYY-MM-DD/<node>-<ns>-<n>.parquet raw telemetry events (Parquet, zstd)
 //! telemetry/rollups/<node>.json                      each replica run's mergeable aggregates
 //! ```
 //! Model names and versions are validated newtypes, so a key can never escape its prefix.
@@ -114,18 +114,6 @@ impl StorageKey {
     /// The revision-log prefix of `model`'s deny list.
     pub fn deny_log(model: &ModelName) -> String {
         format!("state/{model}/deny")
-    }
-
-    /// Where a replica flushes a batch of raw telemetry lines received at `now`.
-    pub fn telemetry_raw(now: time::OffsetDateTime, node: &str) -> StorePath {
-        StorePath::from(format!(
-            "telemetry/raw/date={:04}-{:02}-{:02}/hour={:02}/{node}-{}.ndjson",
-            now.year(),
-            u8::from(now.month()),
-            now.day(),
-            now.hour(),
-            now.unix_timestamp_nanos()
-        ))
     }
 
     /// The mergeable aggregates of one replica run (`node`), rewritten at each flush.
