@@ -2,7 +2,8 @@
 # Installs what ferry's tests need, idempotently, from package registries only:
 # a C/C++ compiler, strace (counts the store's fsyncs), rustfmt and clippy, and (through
 # scripts/setup-executorch.sh) clang, libclang and the ExecuTorch 1.5.1 runtime libraries
-# from the PyPI wheel, moto (an S3 emulator) and DuckDB (reads the Parquet telemetry) from PyPI.
+# from the PyPI wheel, moto (an S3 emulator) and DuckDB (reads the Parquet telemetry) from PyPI,
+# and Azurite (an Azure Blob Storage emulator) from npm.
 # Safe to run again: each step checks first and does nothing when already done.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,5 +32,13 @@ fi
 if [ ! -x "$root/.deps/pytools/bin/python" ] || ! "$root/.deps/pytools/bin/python" -c 'import duckdb' 2>/dev/null; then
   python3 -m venv "$root/.deps/pytools"
   "$root/.deps/pytools/bin/pip" install --quiet duckdb
+fi
+# The Azure Blob Storage emulator (Azurite, from npm), at the version tests/azurite's lockfile pins.
+az="$root/.deps/azurite"
+if [ ! -x "$az/node_modules/.bin/azurite-blob" ] || ! cmp -s "$root/tests/azurite/package-lock.json" "$az/package-lock.json"; then
+  command -v npm >/dev/null 2>&1 || { echo "tests/setup.sh: please install Node.js and npm" >&2; exit 1; }
+  mkdir -p "$az"
+  cp "$root/tests/azurite/package.json" "$root/tests/azurite/package-lock.json" "$az/"
+  (cd "$az" && npm ci --silent --no-audit --no-fund >/dev/null)
 fi
 echo "test dependencies ready"

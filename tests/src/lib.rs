@@ -100,6 +100,7 @@ pub fn pte_fixtures() -> Vec<Fixture> {
 }
 
 pub mod app;
+pub mod azurite;
 pub mod duckdb;
 pub mod moto;
 pub mod proxy;

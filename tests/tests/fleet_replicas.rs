@@ -1,5 +1,5 @@
-//! Fleet state across replicas: three server processes on one store (the local folder store
-//! and the moto S3 emulator) each see the whole fleet's telemetry, keep it across restarts,
+//! Fleet state across replicas: three servers on one store (the local folder store, the moto
+//! S3 emulator and the Azurite Azure Blob emulator) each see the whole fleet's telemetry, keep it across restarts,
 //! and write one halt for a condition all three see.
 
 use std::time::Duration;
@@ -7,6 +7,7 @@ use std::time::Duration;
 use ferry_server::app::config::StorageConfig;
 use ferry_server::app::startup::RunningServer;
 use ferry_tests::app::{ADMIN_TOKEN, Options, READ_TOKEN, TestApp, mlp_v1, mlp_v2};
+use ferry_tests::azurite::Azurite;
 use ferry_tests::moto::Moto;
 
 fn event(outcome: &str, release: &str, install: &str, soc: &str, ms: f64) -> serde_json::Value {
@@ -190,10 +191,38 @@ fn three_replicas_on_one_s3_bucket_share_health_across_restarts() {
 }
 
 #[test]
+fn three_replicas_on_one_azurite_container_share_health_across_restarts() {
+    let azurite = Azurite::start("ferry-fleet");
+    spread_and_restart(Some(azurite.storage("ferry-fleet")));
+}
+
+#[test]
 fn a_halt_seen_by_three_replicas_is_written_once() {
+    halt_written_once(None);
+}
+
+#[test]
+fn a_halt_seen_by_three_replicas_on_s3_is_written_once() {
+    let moto = Moto::start("ferry-halt");
+    halt_written_once(Some(moto.storage("ferry-halt")));
+}
+
+#[test]
+fn a_halt_seen_by_three_replicas_on_azurite_is_written_once() {
+    let azurite = Azurite::start("ferry-halt");
+    halt_written_once(Some(azurite.storage("ferry-halt")));
+}
+
+fn halt_written_once(storage: Option<StorageConfig>) {
+    let s = storage.clone();
     let app = TestApp::start_with(Options {
         demo: false,
-        tweak: Some(Box::new(fast)),
+        tweak: Some(Box::new(move |c| {
+            fast(c);
+            if let Some(s) = s {
+                c.storage = s;
+            }
+        })),
     });
     app.publish(&mlp_v1());
     app.publish(&mlp_v2());
@@ -207,7 +236,7 @@ fn a_halt_seen_by_three_replicas_is_written_once() {
     assert_eq!(s, 200, "{plan}");
     // The replicas start with the active plan in memory, so all three would halt it.
     let replicas: Vec<RunningServer> = (0..2)
-        .map(|_| app.replica_with(None, Box::new(fast)))
+        .map(|_| app.replica_with(storage.clone(), Box::new(fast)))
         .collect();
     let urls: Vec<String> = std::iter::once(app.url())
         .chain(replicas.iter().map(RunningServer::url))

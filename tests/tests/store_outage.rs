@@ -1,4 +1,4 @@
-//! The object store goes away mid-run (the S3 emulator frozen with SIGSTOP, so requests hang
+//! The object store goes away mid-run (the S3 or Azure emulator frozen with SIGSTOP, so requests hang
 //! as with a real outage) and comes back: resolve keeps answering from memory, writes fail
 //! with `503 storage_unavailable` instead of hanging, readiness says so, and every telemetry
 //! event accepted during the outage reaches the store afterwards.
@@ -9,6 +9,7 @@ use std::time::Duration;
 use ferry_tests::app::{
     ADMIN_TOKEN, Options, TestApp, device, fixture_bytes_by_digest, mlp_v1, mlp_v2,
 };
+use ferry_tests::azurite::Azurite;
 use ferry_tests::moto::Moto;
 use futures_util::TryStreamExt as _;
 use object_store::ObjectStoreExt as _;
@@ -72,7 +73,23 @@ fn stored_installs(storage: &ferry_server::app::config::StorageConfig) -> BTreeS
 #[test]
 fn a_store_outage_keeps_resolve_answering_fails_writes_and_loses_no_event() {
     let moto = Moto::start("ferry-outage");
-    let storage = moto.storage("ferry-outage");
+    outage(moto.storage("ferry-outage"), &|| moto.pause(), &|| {
+        moto.resume()
+    });
+}
+
+#[test]
+fn an_azure_outage_keeps_resolve_answering_fails_writes_and_loses_no_event() {
+    let azurite = Azurite::start("ferry-outage");
+    outage(
+        azurite.storage("ferry-outage"),
+        &|| azurite.pause(),
+        &|| azurite.resume(),
+    );
+}
+
+/// Runs the outage on `storage`, frozen by `pause` and thawed by `resume`.
+fn outage(storage: ferry_server::app::config::StorageConfig, pause: &dyn Fn(), resume: &dyn Fn()) {
     let s = storage.clone();
     let app = TestApp::start_with(Options {
         demo: false,
@@ -86,7 +103,7 @@ fn a_store_outage_keeps_resolve_answering_fails_writes_and_loses_no_event() {
     app.publish(&mlp_v1());
     let dev = device("android", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096);
 
-    moto.pause();
+    pause();
     // Resolve never touches the store.
     for _ in 0..20 {
         let (status, body) = app.resolve(&dev, false);
@@ -125,7 +142,7 @@ fn a_store_outage_keeps_resolve_answering_fails_writes_and_loses_no_event() {
     assert_eq!(body["status"], "degraded");
     assert_eq!(body["store"], "storage_unavailable");
 
-    moto.resume();
+    resume();
     // Every accepted event reaches the store once it answers again.
     let wanted: BTreeSet<String> = (0..60).map(|i| format!("outage-{i}")).collect();
     let mut seen = BTreeSet::new();

@@ -79,6 +79,24 @@ pub enum StorageConfig {
         #[serde(default)]
         secret_access_key: Option<String>,
     },
+    /// An Azure Blob Storage container (or Azurite), shared by stateless replicas.
+    Azure {
+        /// Container name.
+        container: String,
+        /// Storage account name (Azurite: `devstoreaccount1`).
+        account: String,
+        /// Endpoint URL including the account for path-style services such as Azurite
+        /// (`http://127.0.0.1:10000/devstoreaccount1`); default `https://<account>.blob.core.windows.net`.
+        #[serde(default)]
+        endpoint: Option<String>,
+        /// Allow plain HTTP (emulators on loopback).
+        #[serde(default)]
+        allow_http: bool,
+        /// Account access key (prefer `FERRY_AZURE_ACCESS_KEY`); without one the usual Azure
+        /// credentials (`AZURE_*` environment, managed identity) are used.
+        #[serde(default)]
+        access_key: Option<String>,
+    },
 }
 
 fn default_region() -> String {
@@ -302,8 +320,54 @@ impl Config {
                 access_key_id: None,
                 secret_access_key: None,
             },
-            Some(other) => bail!("FERRY_STORAGE {other:?} must be \"local\" or \"s3\""),
+            Some("azure") => StorageConfig::Azure {
+                container: env("FERRY_AZURE_CONTAINER").ok_or_else(|| {
+                    anyhow::anyhow!("FERRY_STORAGE=azure needs FERRY_AZURE_CONTAINER")
+                })?,
+                account: env("FERRY_AZURE_ACCOUNT").ok_or_else(|| {
+                    anyhow::anyhow!("FERRY_STORAGE=azure needs FERRY_AZURE_ACCOUNT")
+                })?,
+                endpoint: env("FERRY_AZURE_ENDPOINT"),
+                allow_http: env("FERRY_AZURE_ALLOW_HTTP").is_some_and(|v| v == "1" || v == "true"),
+                access_key: None,
+            },
+            Some(other) => {
+                bail!("FERRY_STORAGE {other:?} must be \"local\", \"s3\" or \"azure\"")
+            }
         };
+        if let StorageConfig::Azure {
+            container,
+            account,
+            endpoint,
+            access_key,
+            ..
+        } = &mut storage
+        {
+            // Azure's rules: 3-63 lower-case letters, digits and single dashes.
+            let valid = (3..=63).contains(&container.len())
+                && container
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !container.starts_with('-')
+                && !container.ends_with('-')
+                && !container.contains("--");
+            if !valid {
+                bail!(
+                    "storage container {container:?} must be 3 to 63 lower-case letters, digits and single dashes"
+                );
+            }
+            if account.is_empty() || !account.bytes().all(|b| b.is_ascii_alphanumeric()) {
+                bail!("storage account {account:?} must be letters and digits");
+            }
+            if let Some(k) = env("FERRY_AZURE_ACCESS_KEY") {
+                *access_key = Some(k);
+            }
+            if let Some(e) = endpoint
+                && !(e.starts_with("http://") || e.starts_with("https://"))
+            {
+                bail!("storage endpoint {e:?} must be an http(s) URL");
+            }
+        }
         if let StorageConfig::S3 {
             bucket,
             access_key_id,
@@ -432,6 +496,41 @@ mod tests {
         assert!(Config::load(&Flags::default(), &no_bucket).is_err());
         let unknown = |k: &str| (k == "FERRY_STORAGE").then(|| "ftp".to_string());
         assert!(Config::load(&Flags::default(), &unknown).is_err());
+    }
+
+    #[test]
+    fn azure_storage_from_the_environment_and_bad_names() {
+        let with = |container: &'static str| {
+            move |k: &str| match k {
+                "FERRY_STORAGE" => Some("azure".to_string()),
+                "FERRY_AZURE_CONTAINER" => Some(container.to_string()),
+                "FERRY_AZURE_ACCOUNT" => Some("devstoreaccount1".to_string()),
+                "FERRY_AZURE_ENDPOINT" => {
+                    Some("http://127.0.0.1:10000/devstoreaccount1".to_string())
+                }
+                "FERRY_AZURE_ALLOW_HTTP" => Some("true".to_string()),
+                "FERRY_AZURE_ACCESS_KEY" => Some("a2V5".to_string()),
+                _ => None,
+            }
+        };
+        let c = Config::load(&Flags::default(), &with("ferry-models")).expect("azure config");
+        assert_eq!(
+            c.storage,
+            StorageConfig::Azure {
+                container: "ferry-models".into(),
+                account: "devstoreaccount1".into(),
+                endpoint: Some("http://127.0.0.1:10000/devstoreaccount1".into()),
+                allow_http: true,
+                access_key: Some("a2V5".into()),
+            }
+        );
+        for bad in ["Models", "ab", "-models", "models-", "mo--dels", "mo_dels"] {
+            let err = Config::load(&Flags::default(), &with(bad)).expect_err(bad);
+            assert!(err.to_string().contains("container"), "{bad}: {err}");
+        }
+        let no_container = |k: &str| (k == "FERRY_STORAGE").then(|| "azure".to_string());
+        let err = Config::load(&Flags::default(), &no_container).expect_err("no container");
+        assert!(err.to_string().contains("FERRY_AZURE_CONTAINER"), "{err}");
     }
 
     #[test]

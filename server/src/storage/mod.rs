@@ -148,8 +148,9 @@ impl StorageKey {
 /// device included; the device resumes with a range after a cut).
 pub const STORE_REQUEST_CAP: std::time::Duration = std::time::Duration::from_secs(600);
 
-/// Opens the configured store: `<data>/store` locally, or an S3 bucket whose requests fail
-/// when a read waits longer than `timeout` (retried twice, within three timeouts in all).
+/// Opens the configured store: `<data>/store` locally, or an S3 bucket or Azure container whose
+/// requests fail when a read waits longer than `timeout` (retried twice, within three timeouts
+/// in all).
 pub fn open(
     cfg: &crate::app::config::StorageConfig,
     data: &std::path::Path,
@@ -167,27 +168,12 @@ pub fn open(
             secret_access_key,
         } => {
             // Client options first: they replace every client setting, allow_http included.
-            // A store that stops answering is noticed by the read timeout (each read, reset
-            // after every successful one), so large blobs still stream for as long as they
-            // keep moving; the total cap only ends a transfer that crawls for ten minutes.
             let mut b = object_store::aws::AmazonS3Builder::new()
-                .with_client_options(
-                    object_store::ClientOptions::new()
-                        .with_timeout(STORE_REQUEST_CAP.max(timeout))
-                        .with_connect_timeout(timeout.min(std::time::Duration::from_secs(5)))
-                        .with_config(
-                            object_store::ClientConfigKey::ReadTimeout,
-                            format!("{}ms", timeout.as_millis()),
-                        ),
-                )
+                .with_client_options(client_options(timeout))
                 .with_bucket_name(bucket)
                 .with_region(region)
                 .with_allow_http(*allow_http)
-                .with_retry(object_store::RetryConfig {
-                    backoff: object_store::BackoffConfig::default(),
-                    max_retries: 2,
-                    retry_timeout: timeout * 3,
-                });
+                .with_retry(retry(timeout));
             if let Some(e) = endpoint {
                 b = b.with_endpoint(e);
             }
@@ -199,6 +185,53 @@ pub fn open(
                 .map_err(|e| anyhow::anyhow!("cannot open S3 bucket {bucket}: {e}"))?;
             Ok(Arc::new(s3))
         }
+        StorageConfig::Azure {
+            container,
+            account,
+            endpoint,
+            allow_http,
+            access_key,
+        } => {
+            // From the environment first (the usual AZURE_* credentials), then ferry's settings.
+            let mut b = object_store::azure::MicrosoftAzureBuilder::from_env()
+                .with_client_options(client_options(timeout))
+                .with_account(account)
+                .with_container_name(container)
+                .with_allow_http(*allow_http)
+                .with_retry(retry(timeout));
+            if let Some(e) = endpoint {
+                b = b.with_endpoint(e.clone());
+            }
+            if let Some(k) = access_key {
+                b = b.with_access_key(k);
+            }
+            let azure = b.build().map_err(|e| {
+                anyhow::anyhow!("cannot open Azure container {container} of {account}: {e}")
+            })?;
+            Ok(Arc::new(azure))
+        }
+    }
+}
+
+/// HTTP settings for the cloud stores. A store that stops answering is noticed by the read
+/// timeout (each read, reset after every successful one), so large blobs still stream for as
+/// long as they keep moving; the total cap only ends a transfer that crawls for ten minutes.
+fn client_options(timeout: std::time::Duration) -> object_store::ClientOptions {
+    object_store::ClientOptions::new()
+        .with_timeout(STORE_REQUEST_CAP.max(timeout))
+        .with_connect_timeout(timeout.min(std::time::Duration::from_secs(5)))
+        .with_config(
+            object_store::ClientConfigKey::ReadTimeout,
+            format!("{}ms", timeout.as_millis()),
+        )
+}
+
+/// Two retries, within three timeouts in all.
+fn retry(timeout: std::time::Duration) -> object_store::RetryConfig {
+    object_store::RetryConfig {
+        backoff: object_store::BackoffConfig::default(),
+        max_retries: 2,
+        retry_timeout: timeout * 3,
     }
 }
 

@@ -1,0 +1,159 @@
+//! A real Azure Blob Storage emulator for tests: Azurite from npm (`azurite`), installed by
+//! `tests/setup.sh` into `.deps/azurite` from the lockfile in `tests/azurite/`, started on a
+//! free loopback port per test with its own folder, telemetry off.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// Azurite's well-known development account.
+pub const ACCOUNT: &str = "devstoreaccount1";
+/// Its well-known key (public: it is the same in every Azurite).
+pub const KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+/// A running Azurite blob service; stopped when dropped.
+pub struct Azurite {
+    /// `http://127.0.0.1:<port>/devstoreaccount1`.
+    pub endpoint: String,
+    addr: SocketAddr,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Azurite {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn binary() -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../.deps/azurite/node_modules/.bin/azurite-blob")
+}
+
+impl Azurite {
+    /// Starts the emulator and creates `container`. Panics with how to install it when
+    /// missing: tests/run installs it, and a missing emulator must fail, not skip.
+    pub fn start(container: &str) -> Azurite {
+        let bin = binary();
+        assert!(
+            bin.is_file(),
+            "{} is missing: run tests/setup.sh (tests/run does) to install azurite",
+            bin.display()
+        );
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("free port");
+        let dir = tempfile::tempdir().expect("tmp");
+        let child = Command::new(&bin)
+            .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
+            .arg("--location")
+            .arg(dir.path())
+            .args(["--silent", "--disableTelemetry", "--skipApiVersionCheck"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start azurite-blob");
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        let az = Azurite {
+            endpoint: format!("http://{addr}/{ACCOUNT}"),
+            addr,
+            child,
+            _dir: dir,
+        };
+        let mut waited = 0;
+        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            std::thread::sleep(Duration::from_millis(100));
+            waited += 1;
+            assert!(waited < 300, "azurite did not start");
+        }
+        az.create_container(container);
+        az
+    }
+
+    /// Creates `container` (Put Container, signed with the account key).
+    fn create_container(&self, container: &str) {
+        use base64::Engine as _;
+        use hmac::{KeyInit as _, Mac as _};
+        let date = httpdate(std::time::SystemTime::now());
+        let version = "2021-08-06";
+        // Shared Key: verb, eleven empty standard headers, the x-ms headers, the resource.
+        let to_sign = format!(
+            "PUT\n\n\n\n\n\n\n\n\n\n\n\nx-ms-date:{date}\nx-ms-version:{version}\n/{ACCOUNT}/{ACCOUNT}/{container}\nrestype:container"
+        );
+        let key = base64::engine::general_purpose::STANDARD
+            .decode(KEY)
+            .expect("key");
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&key).expect("hmac");
+        mac.update(to_sign.as_bytes());
+        let sig = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .new_agent();
+        let mut resp = agent
+            .put(format!("{}/{container}?restype=container", self.endpoint))
+            .header("x-ms-date", &date)
+            .header("x-ms-version", version)
+            .header("Authorization", &format!("SharedKey {ACCOUNT}:{sig}"))
+            .send_empty()
+            .expect("create container");
+        let status = resp.status();
+        let body = resp.body_mut().read_to_string().unwrap_or_default();
+        assert!(
+            status.is_success(),
+            "creating container {container}: {status}: {body}"
+        );
+    }
+
+    /// Freezes the emulator (SIGSTOP): connections are accepted but nothing answers.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Thaws it (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let status = Command::new("sh")
+            .args(["-c", &format!("kill {sig} {}", self.child.id())])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {sig} azurite");
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A storage config for `container` on this emulator.
+    pub fn storage(&self, container: &str) -> ferry_server::app::config::StorageConfig {
+        ferry_server::app::config::StorageConfig::Azure {
+            container: container.to_string(),
+            account: ACCOUNT.to_string(),
+            endpoint: Some(self.endpoint.clone()),
+            allow_http: true,
+            access_key: Some(KEY.to_string()),
+        }
+    }
+}
+
+/// An HTTP date (RFC 7231, always GMT).
+fn httpdate(t: std::time::SystemTime) -> String {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let t = time::OffsetDateTime::from_unix_timestamp(secs as i64).expect("time");
+    let f = time::format_description::parse(
+        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT",
+    )
+    .expect("format");
+    t.format(&f).expect("date")
+}
