@@ -151,9 +151,14 @@ fn httpdate(t: std::time::SystemTime) -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let t = time::OffsetDateTime::from_unix_timestamp(secs as i64).expect("time");
-    let f = time::format_description::parse(
-        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT",
+    let weekday = &t.weekday().to_string()[..3];
+    let month = &t.month().to_string()[..3];
+    format!(
+        "{weekday}, {:02} {month} {} {:02}:{:02}:{:02} GMT",
+        t.day(),
+        t.year(),
+        t.hour(),
+        t.minute(),
+        t.second()
     )
-    .expect("format");
-    t.format(&f).expect("date")
 }
