@@ -291,15 +291,21 @@ fn a_damaged_rollup_in_the_store_is_skipped_and_the_server_keeps_going() {
         .map(|i| event("ok", "1.0.0", &format!("d-{i}"), "SOC-1", 5.0))
         .collect();
     post_events(&app, &app.url(), &events);
-    let dir = app.store_dir().join("telemetry/rollups");
-    until("the rollup is flushed", || {
-        std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_some())
+    let minutes = app.store_dir().join("telemetry/buckets/minute");
+    until("the minute bucket is flushed", || {
+        std::fs::read_dir(&minutes).is_ok_and(|mut d| d.next().is_some())
     });
-    let own = std::fs::read_dir(&dir)
+    let minute_dir = std::fs::read_dir(&minutes)
         .expect("dir")
         .flatten()
         .next()
-        .expect("a rollup")
+        .expect("a minute")
+        .path();
+    let own = std::fs::read_dir(&minute_dir)
+        .expect("dir")
+        .flatten()
+        .next()
+        .expect("a bucket")
         .path();
     let mut evil: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&own).expect("read")).expect("json");
@@ -311,11 +317,18 @@ fn a_damaged_rollup_in_the_store_is_skipped_and_the_server_keeps_going() {
     sketch["min_key"] = (-100_000).into();
     sketch["max_key"] = 100_000.into();
     std::fs::write(
-        dir.join("node-evil.json"),
+        minute_dir.join("node-evil.0.json"),
         serde_json::to_vec(&evil).expect("json"),
     )
     .expect("write");
-    std::fs::write(dir.join("node-garbage.json"), b"{\"models\": 7").expect("write");
+    std::fs::write(minute_dir.join("node-garbage.0.json"), b"{\"models\": 7").expect("write");
+    // A compacted part and an earlier version's rollup, damaged too.
+    let hour = app.store_dir().join("telemetry/buckets/hour/2026-01-01T00");
+    std::fs::create_dir_all(&hour).expect("dir");
+    std::fs::write(hour.join("part-000001.json"), b"[1,2,3]").expect("write");
+    let legacy = app.store_dir().join("telemetry/rollups");
+    std::fs::create_dir_all(&legacy).expect("dir");
+    std::fs::write(legacy.join("node-old.json"), b"{\"models\": {\"mlp\": 1}}").expect("write");
     std::thread::sleep(Duration::from_millis(2500));
     post_events(&app, &app.url(), &events[..1]);
     std::thread::sleep(Duration::from_millis(1500));
@@ -330,7 +343,7 @@ fn a_damaged_rollup_in_the_store_is_skipped_and_the_server_keeps_going() {
 }
 
 #[test]
-fn a_replica_with_a_stable_node_id_continues_its_rollup_after_a_restart() {
+fn restarts_of_one_replica_keep_every_run_s_counts() {
     let app = TestApp::start_with(Options {
         demo: false,
         tweak: Some(Box::new(fast)),
@@ -352,14 +365,14 @@ fn a_replica_with_a_stable_node_id_continues_its_rollup_after_a_restart() {
         });
         replica.stop();
     }
-    let files: Vec<String> = app
+    // Each run wrote its own minute objects (a restart within the same minute overwrites
+    // nothing), all named after the replica.
+    let writers: std::collections::BTreeSet<String> = app
         .stored_files()
         .into_iter()
-        .filter(|f| f.starts_with("telemetry/rollups/replica-"))
+        .filter(|f| f.starts_with("telemetry/buckets/minute/"))
+        .filter_map(|f| f.rsplit('/').next().map(str::to_string))
+        .filter(|f| f.starts_with("replica-a."))
         .collect();
-    assert_eq!(
-        files,
-        ["telemetry/rollups/replica-a.json"],
-        "one file, not one per run"
-    );
+    assert_eq!(writers.len(), 3, "{writers:?}");
 }

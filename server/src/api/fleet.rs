@@ -252,7 +252,22 @@ pub async fn get_health(
     model: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let model = read_view(&req, &state, &model).await?;
-    let mut h = state.telemetry.health(model.as_str());
+    let since = health_since(&req, &state, &model)?;
+    let mut h = match since {
+        None => state.telemetry.health(model.as_str()),
+        Some(since) => {
+            let (rollup, from) = state.telemetry.window(model.as_str(), since);
+            let mut h = rollup.health(model.as_str());
+            let stamp = |t: i64| {
+                OffsetDateTime::from_unix_timestamp(t).ok().and_then(|t| {
+                    t.format(&time::format_description::well_known::Rfc3339)
+                        .ok()
+                })
+            };
+            h["window"] = serde_json::json!({"since": stamp(since), "from": stamp(from)});
+            h
+        }
+    };
     h["model"] = serde_json::json!(model);
     h["rollout"] = serde_json::json!(state.rollouts().get(&model));
     h["deny"] = serde_json::json!(
@@ -263,6 +278,58 @@ pub async fn get_health(
             .unwrap_or_default()
     );
     Ok(HttpResponse::Ok().json(h))
+}
+
+/// The `since` query parameter of the health view, as unix seconds: a duration back from now
+/// (`90s`, `30m`, `1h`, `7d`), an RFC 3339 time, or `step` (when the current rollout step, or
+/// the current rollout revision, began). `None`: no window (everything).
+fn health_since(
+    req: &HttpRequest,
+    state: &AppState,
+    model: &ModelName,
+) -> Result<Option<i64>, ApiError> {
+    let Some(raw) =
+        web::Query::<std::collections::HashMap<String, String>>::from_query(req.query_string())
+            .ok()
+            .and_then(|q| q.get("since").cloned())
+    else {
+        return Ok(None);
+    };
+    let now = OffsetDateTime::now_utc();
+    let bad = |why: String| {
+        ApiError::new(
+            ErrorCode::RequestInvalid,
+            format!(
+                "since {raw:?}: {why}; give a duration (30m, 1h, 7d), an RFC 3339 time or \"step\""
+            ),
+        )
+    };
+    let rfc = |s: &str| {
+        OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+            .map_err(|e| bad(e.to_string()))
+    };
+    let t = if raw == "step" {
+        let plan = state
+            .rollouts()
+            .get(model)
+            .cloned()
+            .ok_or_else(|| bad(format!("{model} has no rollout")))?;
+        match plan.ramp.as_ref() {
+            Some(r) if !r.step_started.is_empty() => rfc(&r.step_started)?,
+            _ => rfc(&plan.at)?,
+        }
+    } else if raw.contains('T') {
+        rfc(&raw)?
+    } else {
+        let d = humantime::parse_duration(&raw).map_err(|e| bad(e.to_string()))?;
+        let d = time::Duration::try_from(d).map_err(|e| bad(e.to_string()))?;
+        now.checked_sub(d)
+            .ok_or_else(|| bad("too far back".into()))?
+    };
+    if t > now {
+        return Err(bad("in the future".into()));
+    }
+    Ok(Some(t.unix_timestamp()))
 }
 
 /// `GET /v1/admin/models/{model}/deny`.

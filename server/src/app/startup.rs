@@ -104,7 +104,6 @@ pub async fn build_state(
         .map_err(|e| anyhow::anyhow!("cannot load rollout state from the store: {e}"))?;
     // Fleet-wide telemetry: every replica's rollup so far, including this replica's earlier
     // runs, before the first request.
-    crate::fleet::flush::resume_own_rollup(&state).await;
     crate::fleet::flush::flush_rollups(&state).await;
     let plans = state.rollouts().len();
     notes.push(format!("rollout plans: {plans}"));

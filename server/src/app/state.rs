@@ -77,6 +77,9 @@ pub struct AppState {
     pub ramp_marks: crate::fleet::ramp::RampMarks,
     /// This replica's id in telemetry file names.
     pub node: String,
+    /// This run's name in the telemetry buckets: `<node>.<random>`, new at every start, so
+    /// that a restart never overwrites what the previous run wrote.
+    pub writer: String,
     /// Signed resolve answers kept for reuse.
     pub answers: crate::api::answers::Answers,
     /// Open connections per client address.
@@ -107,12 +110,14 @@ impl AppState {
         let receipts = crate::fleet::receipt::ReceiptKey::derive(&online);
         let mut prefix = [0u8; 4];
         let _ = getrandom::fill(&mut prefix);
+        let mut run = [0u8; 4];
+        let _ = getrandom::fill(&mut run);
         let uploads = config.limits.max_concurrent_uploads.max(1);
         let per_address = config.limits.max_connections_per_address;
         let node = config
             .node_id
             .clone()
-            .unwrap_or_else(|| format!("node-{}", hex::encode(prefix)));
+            .unwrap_or_else(|| stored_node_id(&config.data, &prefix));
         Self {
             config,
             store,
@@ -130,6 +135,7 @@ impl AppState {
             telemetry: Telemetry::default(),
             ramp_marks: Default::default(),
             receipts,
+            writer: format!("{node}.{}", hex::encode(run)),
             node,
             upload_slots: tokio::sync::Semaphore::new(uploads),
             answers: Default::default(),
@@ -281,4 +287,28 @@ impl AppState {
         let n = self.request_counter.fetch_add(1, Ordering::Relaxed);
         format!("{}-{n:08x}", self.request_prefix)
     }
+}
+
+/// The node id generated for this data directory (`<data>/node-id`), created on first start,
+/// so a replica without a configured `node_id` keeps its name across restarts. Falls back to a
+/// fresh name when the file cannot be read or written.
+fn stored_node_id(data: &std::path::Path, random: &[u8; 4]) -> String {
+    let path = data.join("node-id");
+    let valid = |s: &str| {
+        (1..=63).contains(&s.len())
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let id = text.trim();
+        if valid(id) {
+            return id.to_string();
+        }
+        tracing::warn!("{} holds no valid node id; using a new one", path.display());
+    }
+    let id = format!("node-{}", hex::encode(random));
+    if let Err(e) = std::fs::create_dir_all(data).and_then(|()| std::fs::write(&path, &id)) {
+        tracing::warn!("node id not kept in {}: {e}", path.display());
+    }
+    id
 }

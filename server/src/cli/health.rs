@@ -8,11 +8,29 @@ use ferry_shared::rollout::RolloutPlan;
 use super::remote::{Remote, admin_call};
 use super::rollout::print_plan;
 
-pub(crate) fn health_cmd(model: &str, json: bool, remote: &Remote) -> anyhow::Result<ExitCode> {
+pub(crate) fn health_cmd(
+    model: &str,
+    since: Option<&str>,
+    json: bool,
+    remote: &Remote,
+) -> anyhow::Result<ExitCode> {
+    let query = since.map_or(String::new(), |s| {
+        format!(
+            "?since={}",
+            s.bytes()
+                .map(|b| match b {
+                    b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' => {
+                        (b as char).to_string()
+                    }
+                    _ => format!("%{b:02X}"),
+                })
+                .collect::<String>()
+        )
+    });
     let v = admin_call(
         remote,
         "GET",
-        &format!("/v1/admin/models/{model}/health"),
+        &format!("/v1/admin/models/{model}/health{query}"),
         None,
     )?;
     if json {
@@ -24,7 +42,22 @@ pub(crate) fn health_cmd(model: &str, json: bool, remote: &Remote) -> anyhow::Re
             .context("the server's rollout is not a rollout plan")?;
         print_plan(&plan);
     }
-    println!("cohorts: {}", v["cohort_sizes"]);
+    if let Some(w) = v.get("window").filter(|w| !w.is_null()) {
+        println!(
+            "window: since {} (buckets from {})",
+            w["since"].as_str().unwrap_or("?"),
+            w["from"].as_str().unwrap_or("?")
+        );
+    }
+    let cohorts: Vec<String> = v["cohort_sizes"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    if !cohorts.is_empty() {
+        println!("cohort devices: {}", cohorts.join(", "));
+    }
     for r in v["releases"].as_array().into_iter().flatten() {
         println!("release {}", r["release"].as_str().unwrap_or(""));
         for x in r["variants"].as_array().into_iter().flatten() {
@@ -36,8 +69,8 @@ pub(crate) fn health_cmd(model: &str, json: bool, remote: &Remote) -> anyhow::Re
                 x["loads"],
                 x["failure_rate"].as_f64().unwrap_or(0.0) * 100.0,
                 x["fallback_rate"].as_f64().unwrap_or(0.0) * 100.0,
-                x["load_ms"]["p50"],
-                x["load_ms"]["p95"]
+                ms(&x["load_ms"]["p50"]),
+                ms(&x["load_ms"]["p95"])
             );
         }
     }
@@ -55,4 +88,10 @@ pub(crate) fn health_cmd(model: &str, json: bool, remote: &Remote) -> anyhow::Re
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A load time for people: one decimal, or `-` without samples.
+fn ms(v: &serde_json::Value) -> String {
+    v.as_f64()
+        .map_or_else(|| "-".to_string(), |x| format!("{x:.1}"))
 }

@@ -166,6 +166,10 @@ pub enum Command {
     Health {
         /// Model name.
         model: String,
+        /// Only what was reported in a window: a duration back from now (`30m`, `1h`, `7d`),
+        /// an RFC 3339 time, or `step` (since the current rollout step began).
+        #[arg(long)]
+        since: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -267,9 +271,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Rollout { command } => rollout_cmd(command),
         Command::Health {
             model,
+            since,
             json,
             remote,
-        } => health_cmd(&model, json, &remote),
+        } => health_cmd(&model, since.as_deref(), json, &remote),
         Command::Deny { command } => deny::deny_cmd(command),
         Command::Release { command } => release::release_cmd(command),
         Command::Releases {

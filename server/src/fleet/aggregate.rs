@@ -16,7 +16,7 @@
 //! enough samples and devices) is denied to that class.
 
 use ferry_shared::errors::ErrorCode;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -24,6 +24,7 @@ use ferry_shared::telemetry::TelemetryEvent;
 use serde::Serialize;
 use time::OffsetDateTime;
 
+use crate::fleet::buckets::{Bucket, BucketKey, Level};
 use crate::fleet::events::RawEvent;
 use crate::fleet::ingest::{EventError, MAX_DEVICES, TelemetryConfig, validate};
 use crate::fleet::limits::{IpKey, Limiter};
@@ -52,22 +53,42 @@ pub const PER_DEVICE_EVENTS: u8 = 8;
 /// (model, release, variant).
 type VariantKey = (String, String, String);
 
-/// Other replicas' rollups as last read: object name → (version seen: modification time and
-/// size, rollup).
-pub type RollupCache = HashMap<String, (String, std::sync::Arc<Rollup>)>;
+/// One minute of this replica run's own counts.
+#[derive(Debug, Default)]
+pub struct OwnMinute {
+    /// What it counted in that minute.
+    pub rollup: Rollup,
+    /// Written to the store after the minute closed: nothing will change it any more.
+    pub final_written: bool,
+}
+
+/// What the store holds, as last read and merged (see [`crate::fleet::buckets`]).
+#[derive(Debug, Default)]
+pub struct View {
+    /// The buckets counted (no part lists them), without this run's minutes still in memory.
+    pub buckets: Vec<(BucketKey, Bucket)>,
+    /// Their merge, with the rollups of earlier versions (`telemetry/rollups/`).
+    pub total: Rollup,
+}
 
 /// The in-memory telemetry state of one server.
 #[derive(Debug, Default)]
 pub struct Telemetry {
     /// Events counted per device per variant (the [`PER_DEVICE_EVENTS`] cap).
     caps: Mutex<HashMap<VariantKey, HashMap<u64, u8>>>,
-    /// What this replica counted since it started (flushed to the store).
-    local: Mutex<Rollup>,
-    /// The other replicas' rollups (and those of earlier runs), merged; refreshed at each flush.
-    others: std::sync::RwLock<std::sync::Arc<Rollup>>,
-    cohorts: Mutex<Rollup>,
-    /// The other rollups as last read, by object name, with their modification time.
-    rollups_read: Mutex<RollupCache>,
+    /// This run's own counts per minute (start, unix seconds), until they are in the store.
+    own: Mutex<BTreeMap<i64, OwnMinute>>,
+    /// The newest minute counted: events never go to an older one, even if the clock steps back.
+    newest_minute: std::sync::atomic::AtomicI64,
+    /// Cohort devices per minute (resolve notes them; kept apart from `own` so resolve never
+    /// waits on ingestion).
+    cohorts: Mutex<BTreeMap<i64, Rollup>>,
+    /// The store's buckets, merged; refreshed at each flush.
+    view: std::sync::RwLock<std::sync::Arc<View>>,
+    /// What the last flush read from the store.
+    store_cache: Mutex<crate::fleet::flush::StoreCache>,
+    /// When this replica last tried to compact.
+    compacted_at: Mutex<Option<Instant>>,
     raw: Mutex<Vec<RawEvent>>,
     limiter: std::sync::OnceLock<Limiter>,
     evaluated: Mutex<HashMap<String, Instant>>,
@@ -131,7 +152,10 @@ impl Telemetry {
             limiter_buckets: addresses + installs,
             capped_variants: caps.len(),
             capped_devices: caps.values().map(HashMap::len).sum(),
-            rollup_variants: lock(&self.local).variant_count(),
+            rollup_variants: lock(&self.own)
+                .values()
+                .map(|m| m.rollup.variant_count())
+                .sum(),
             raw_events: self.raw.lock().map_or(0, |r| r.len()),
         }
     }
@@ -193,8 +217,14 @@ impl Telemetry {
         report.rejected.sort_by_key(|e| e.index);
         report.accepted = kept.len();
         {
+            let minute = self.minute_of(now);
             let mut caps = lock(&self.caps);
-            let mut local = lock(&self.local);
+            let mut own = lock(&self.own);
+            let mut bucket = kept.iter().any(|(_, ok)| *ok).then(|| {
+                let m = own.entry(minute).or_default();
+                m.final_written = false;
+                m
+            });
             for (e, ok) in &kept {
                 if !ok {
                     report.unverified += 1;
@@ -211,7 +241,11 @@ impl Telemetry {
                     }
                     *n += 1;
                 }
-                local
+                let Some(bucket) = bucket.as_mut() else {
+                    continue;
+                };
+                bucket
+                    .rollup
                     .variant_mut(&e.model, &e.release, &e.variant)
                     .add(e, id, network);
                 if !report.counted_models.contains(&e.model) {
@@ -266,60 +300,153 @@ impl Telemetry {
         }
     }
 
-    /// Notes that `install_id` was served `cohort` of `model` (for cohort sizes).
-    pub fn record_cohort(&self, model: &str, cohort: &str, install_id: &str) {
-        lock(&self.cohorts).note_cohort(model, cohort, hash_id(install_id));
+    /// The minute an event received at `now` counts in: never older than the newest so far.
+    fn minute_of(&self, now: OffsetDateTime) -> i64 {
+        use std::sync::atomic::Ordering;
+        let m = Level::Minute.floor(now.unix_timestamp());
+        let prev = self.newest_minute.fetch_max(m, Ordering::Relaxed);
+        prev.max(m)
     }
 
-    /// What this replica counted, to flush to the store.
+    /// Notes that `install_id` was served `cohort` of `model` (for cohort sizes).
+    pub fn record_cohort(&self, model: &str, cohort: &str, install_id: &str) {
+        let minute = self.minute_of(OffsetDateTime::now_utc());
+        lock(&self.cohorts).entry(minute).or_default().note_cohort(
+            model,
+            cohort,
+            hash_id(install_id),
+        );
+    }
+
+    /// Everything this run still holds in memory, merged.
     pub fn local_rollup(&self) -> Rollup {
-        let mut r = lock(&self.local).clone();
-        r.merge(&lock(&self.cohorts));
+        let mut r = Rollup::default();
+        for m in lock(&self.own).values() {
+            r.merge(&m.rollup);
+        }
+        for c in lock(&self.cohorts).values() {
+            r.merge(c);
+        }
         r
     }
 
-    /// Continues from `own`, this replica's rollup as an earlier run with the same node id left
-    /// it.
-    pub fn resume_local(&self, own: Rollup) {
-        let mut local = lock(&self.local);
-        let mut merged = own;
-        merged.merge(&local);
-        *local = merged;
+    /// The own minutes to write at `now` (unix seconds): every minute in memory not yet
+    /// written after it closed, with its cohorts, and whether it has closed.
+    pub fn minutes_to_write(&self, now: i64) -> Vec<(i64, Rollup, bool)> {
+        let current = Level::Minute.floor(now);
+        let cohorts = lock(&self.cohorts);
+        let mut own = lock(&self.own);
+        // Minutes that only saw resolves still need writing.
+        for start in cohorts.keys() {
+            own.entry(*start).or_default();
+        }
+        own.iter()
+            .filter(|(_, m)| !m.final_written)
+            .map(|(start, m)| {
+                let mut r = m.rollup.clone();
+                if let Some(c) = cohorts.get(start) {
+                    r.merge(c);
+                }
+                (*start, r, *start < current)
+            })
+            .collect()
     }
 
-    /// The other rollups as last read (for the flush that reads them again).
-    pub fn rollup_cache(&self) -> std::sync::MutexGuard<'_, RollupCache> {
-        lock(&self.rollups_read)
+    /// Notes that minute `start` was written after it closed.
+    pub fn mark_final(&self, start: i64) {
+        if let Some(m) = lock(&self.own).get_mut(&start) {
+            m.final_written = true;
+        }
     }
 
-    /// Replaces the other replicas' merged rollup (read from the store).
-    pub fn set_others(&self, others: Rollup) {
-        let next = std::sync::Arc::new(others);
-        match self.others.write() {
+    /// Drops the own minutes that are final and that the store listing holds (`stored`), and
+    /// returns the minutes still in memory: the view must not count their stored copies.
+    pub fn settle_own(&self, stored: &dyn Fn(i64) -> bool) -> std::collections::BTreeSet<i64> {
+        let mut cohorts = lock(&self.cohorts);
+        let mut own = lock(&self.own);
+        own.retain(|start, m| {
+            let drop = m.final_written && stored(*start);
+            if drop {
+                cohorts.remove(start);
+            }
+            !drop
+        });
+        own.keys().copied().collect()
+    }
+
+    /// What the last flush read from the store.
+    pub fn store_cache(&self) -> std::sync::MutexGuard<'_, crate::fleet::flush::StoreCache> {
+        lock(&self.store_cache)
+    }
+
+    /// True (and noted) when `every` has passed since the last compaction attempt.
+    pub fn compaction_due(&self, every: std::time::Duration) -> bool {
+        let mut last = lock(&self.compacted_at);
+        let now = Instant::now();
+        if last.is_some_and(|t| now.duration_since(t) < every) {
+            return false;
+        }
+        *last = Some(now);
+        true
+    }
+
+    /// Replaces the store's merged view (read at a flush).
+    pub fn set_view(&self, view: View) {
+        let next = std::sync::Arc::new(view);
+        match self.view.write() {
             Ok(mut g) => *g = next,
             Err(p) => *p.into_inner() = next,
         }
     }
 
-    /// The whole fleet's counts for `model`: the other replicas' rollups merged with this
-    /// replica's own.
-    pub fn fleet(&self, model: &str) -> Rollup {
-        let mut out = Rollup::default();
-        let others = match self.others.read() {
+    fn view(&self) -> std::sync::Arc<View> {
+        match self.view.read() {
             Ok(g) => g.clone(),
             Err(p) => p.into_inner().clone(),
-        };
-        for part in [&*others, &*lock(&self.local), &*lock(&self.cohorts)] {
-            let mut one = Rollup::default();
-            if let Some(m) = part.models.get(model) {
-                one.models.insert(model.to_string(), m.clone());
-            }
-            if let Some(c) = part.cohorts.get(model) {
-                one.cohorts.insert(model.to_string(), c.clone());
-            }
-            out.merge(&one);
+        }
+    }
+
+    /// The whole fleet's counts for `model`: the store's buckets merged with this run's own
+    /// minutes in memory.
+    pub fn fleet(&self, model: &str) -> Rollup {
+        let view = self.view();
+        let mut out = Rollup::default();
+        out.merge_model(&view.total, model);
+        for m in lock(&self.own).values() {
+            out.merge_model(&m.rollup, model);
+        }
+        for c in lock(&self.cohorts).values() {
+            out.merge_model(c, model);
         }
         out
+    }
+
+    /// The fleet's counts for `model` in the buckets that end after `since` (unix seconds),
+    /// and the start of the earliest bucket counted (`since` itself when it falls on a
+    /// bucket boundary or nothing was counted).
+    pub fn window(&self, model: &str, since: i64) -> (Rollup, i64) {
+        let view = self.view();
+        let mut out = Rollup::default();
+        let mut from = since;
+        for (k, b) in &view.buckets {
+            if k.overlaps_from(since) {
+                out.merge_model(b.rollup(), model);
+                from = from.min(k.start);
+            }
+        }
+        for (start, m) in lock(&self.own).iter() {
+            if start + 60 > since {
+                out.merge_model(&m.rollup, model);
+                from = from.min(*start);
+            }
+        }
+        for (start, c) in lock(&self.cohorts).iter() {
+            if start + 60 > since {
+                out.merge_model(c, model);
+                from = from.min(*start);
+            }
+        }
+        (out, from)
     }
 
     /// Takes the buffered raw events for a flush: all of them when `force` (a graceful stop) or

@@ -1,33 +1,23 @@
-//! Flushing buffered raw events and this replica's rollup to the store, and reading the other
-//! replicas' rollups back (see [`crate::fleet::rollup`]).
+//! Flushing buffered raw events and this replica run's minute buckets to the store, reading
+//! every replica's buckets back into the fleet-wide view, and compacting old buckets (see
+//! [`crate::fleet::buckets`]).
 
 use time::OffsetDateTime;
 
 use crate::app::AppState;
+use crate::fleet::aggregate::View;
+use crate::fleet::buckets::{self, Bucket, BucketKey, Lease, Level, Part};
 use crate::fleet::events::{self, RawEvent};
 use crate::fleet::rollup::Rollup;
-use crate::storage::StorageKey;
 
-/// With a stable node id, continues this replica's own rollup from the store (what its earlier
-/// run flushed), so restarts do not leave one more file each time. Called once at start.
-pub async fn resume_own_rollup(state: &AppState) {
-    if state.config.node_id.is_none() {
-        return;
-    }
-    match read_rollup(state, &StorageKey::telemetry_rollup(&state.node)).await {
-        Ok(Some(r)) => state.telemetry.resume_local(r),
-        Ok(None) => {}
-        Err(e) => tracing::warn!("own rollup not continued, starting a new one: {e}"),
-    }
-}
-
-/// Reads and checks one rollup object: `None` when it does not exist. A damaged object must
-/// not take the replica down: the sketch and estimator parsers trust their input, so it is
-/// size-capped, then parsed and merge-checked behind a panic guard.
-async fn read_rollup(
+/// Reads one JSON object of at most [`MAX_ROLLUP_BYTES`]: `None` when it does not exist. A
+/// damaged object must not take the replica down: the sketch and estimator parsers trust their
+/// input, so it is parsed and merge-checked behind a panic guard.
+async fn read_checked<T: serde::de::DeserializeOwned>(
     state: &AppState,
     key: &object_store::path::Path,
-) -> Result<Option<Rollup>, String> {
+    rollup_of: fn(&T) -> &Rollup,
+) -> Result<Option<T>, String> {
     use object_store::ObjectStoreExt as _;
     let got = match state.store.get(key).await {
         Ok(r) => r,
@@ -45,11 +35,11 @@ async fn read_rollup(
         .await
         .map_err(|e| format!("{key} unreadable: {e}"))?;
     match std::panic::catch_unwind(|| {
-        let r = serde_json::from_slice::<Rollup>(&bytes).map_err(|e| e.to_string())?;
-        probe_merge(&r);
-        Ok::<_, String>(r)
+        let v = serde_json::from_slice::<T>(&bytes).map_err(|e| e.to_string())?;
+        probe_merge(rollup_of(&v));
+        Ok::<_, String>(v)
     }) {
-        Ok(Ok(r)) => Ok(Some(r)),
+        Ok(Ok(v)) => Ok(Some(v)),
         Ok(Err(e)) => Err(format!("{key}: {e}")),
         Err(_) => Err(format!("{key} is damaged")),
     }
@@ -127,69 +117,257 @@ async fn write_events(state: &AppState, raw: Vec<RawEvent>, now: OffsetDateTime)
     unwritten
 }
 
-/// Writes this replica's rollup (`telemetry/rollups/<node>.json`, which only it writes), then
-/// reads every other rollup there (other replicas, and earlier runs of any replica) and keeps
-/// their merge for the fleet-wide views. A rollup that cannot be read is skipped and logged;
-/// the last good merge is kept when the store cannot be listed.
+/// What a flush read from the store, by object name: its version (modification time, size)
+/// and what it holds (`None`: unreadable, skipped until it changes).
+pub type StoreCache = std::collections::HashMap<String, (String, Option<Cached>)>;
+
+/// One object read from the store.
+#[derive(Debug, Clone)]
+pub enum Cached {
+    /// A time bucket.
+    Bucket(BucketKey, Bucket),
+    /// A rollup written by an earlier version (`telemetry/rollups/<node>.json`): counted in
+    /// the totals, in no window.
+    Legacy(std::sync::Arc<Rollup>),
+}
+
+/// Writes this run's own minutes, reads every bucket that changed (and the rollups of earlier
+/// versions), merges them into the view health, halts, ramps and deny entries read, and
+/// compacts old buckets when this replica holds the lease. When the store cannot be listed
+/// the last view is kept; an object that cannot be read keeps its last good copy.
 pub async fn flush_rollups(state: &AppState) {
     use futures_util::TryStreamExt as _;
     use object_store::{ObjectStoreExt as _, PutPayload};
-    let own = StorageKey::telemetry_rollup(&state.node);
-    let local = state.telemetry.local_rollup();
-    if !local.models.is_empty() || !local.cohorts.is_empty() {
-        match serde_json::to_vec(&local) {
-            Ok(bytes) => {
-                if let Err(e) = state.store.put(&own, PutPayload::from(bytes)).await {
-                    tracing::warn!("rollup flush failed: {e}");
-                }
-            }
-            Err(e) => tracing::error!("rollup cannot be encoded: {e}"),
+    let now = OffsetDateTime::now_utc().unix_timestamp();
+    for (start, rollup, closed) in state.telemetry.minutes_to_write(now) {
+        let key = BucketKey {
+            level: Level::Minute,
+            start,
+            name: state.writer.clone(),
+        };
+        match serde_json::to_vec(&rollup) {
+            Ok(bytes) => match state.store.put(&key.path(), PutPayload::from(bytes)).await {
+                Ok(_) if closed => state.telemetry.mark_final(start),
+                Ok(_) => {}
+                Err(e) => tracing::warn!("telemetry bucket flush failed, kept in memory: {e}"),
+            },
+            Err(e) => tracing::error!("telemetry bucket cannot be encoded: {e}"),
         }
     }
-    let listed: Result<Vec<_>, _> = state
-        .store
-        .list(Some(&StorageKey::telemetry_rollups()))
-        .try_collect()
-        .await;
-    let metas = match listed {
-        Ok(m) => m,
-        Err(e) => {
-            tracing::warn!("rollups cannot be listed, keeping the last merge: {e}");
-            return;
+    let mut metas = Vec::new();
+    for prefix in [buckets::PREFIX, "telemetry/rollups"] {
+        let listed: Result<Vec<_>, _> = state
+            .store
+            .list(Some(&object_store::path::Path::from(prefix)))
+            .try_collect()
+            .await;
+        match listed {
+            Ok(m) => metas.extend(m),
+            Err(e) => {
+                tracing::warn!("telemetry buckets cannot be listed, keeping the last view: {e}");
+                return;
+            }
         }
-    };
-    // Files that did not change since the last pass are not read again; one that cannot be
-    // read (or parsed) keeps its last good copy, so a transient failure does not make its
-    // history vanish and reappear.
-    let mut cache = std::mem::take(&mut *state.telemetry.rollup_cache());
+    }
+    let mut cache = std::mem::take(&mut *state.telemetry.store_cache());
     let mut live = std::collections::HashSet::new();
     for meta in metas {
-        if meta.location == own {
-            continue;
-        }
         let name = meta.location.to_string();
         let version = format!("{} {}", meta.last_modified.to_rfc3339(), meta.size);
         live.insert(name.clone());
         if cache.get(&name).is_some_and(|(seen, _)| *seen == version) {
             continue;
         }
-        match read_rollup(state, &meta.location).await {
-            Ok(Some(r)) => {
-                cache.insert(name, (version, std::sync::Arc::new(r)));
+        let read = if let Some(key) = BucketKey::parse(&meta.location) {
+            if key.level == Level::Minute {
+                read_checked::<Rollup>(state, &meta.location, |r| r)
+                    .await
+                    .map(|r| r.map(|r| Cached::Bucket(key, Bucket::Minute(r.into()))))
+            } else {
+                read_checked::<Part>(state, &meta.location, |p| &p.rollup)
+                    .await
+                    .map(|p| p.map(|p| Cached::Bucket(key, Bucket::Part(p.into()))))
             }
-            Ok(None) => {}
-            Err(e) => tracing::warn!("rollup skipped, keeping its last good copy if any: {e}"),
+        } else if name.starts_with("telemetry/rollups/") && name.ends_with(".json") {
+            read_checked::<Rollup>(state, &meta.location, |r| r)
+                .await
+                .map(|r| r.map(|r| Cached::Legacy(r.into())))
+        } else {
+            Ok(None)
+        };
+        match read {
+            Ok(Some(c)) => {
+                cache.insert(name, (version, Some(c)));
+            }
+            Ok(None) => {
+                cache.insert(name, (version, None));
+            }
+            Err(e) => {
+                tracing::warn!("telemetry object skipped, keeping its last good copy if any: {e}");
+                let last = cache.remove(&name).and_then(|(_, c)| c);
+                cache.insert(name, (version, last));
+            }
         }
     }
     cache.retain(|k, _| live.contains(k));
-    let mut others = Rollup::default();
-    for (name, (_, r)) in cache.iter() {
-        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| others.merge(r))).is_err() {
-            tracing::error!("rollup {name} could not be merged: it is damaged");
+    let mut objects = std::collections::BTreeMap::new();
+    let mut legacy = Vec::new();
+    for (_, c) in cache.values() {
+        match c {
+            Some(Cached::Bucket(k, b)) => {
+                objects.insert(k.clone(), b.clone());
+            }
+            Some(Cached::Legacy(r)) => legacy.push(r.clone()),
+            None => {}
         }
     }
-    *state.telemetry.rollup_cache() = cache;
-    state.telemetry.set_others(others);
+    *state.telemetry.store_cache() = cache;
+    let own_key = |start: i64| BucketKey {
+        level: Level::Minute,
+        start,
+        name: state.writer.clone(),
+    };
+    let in_memory = state
+        .telemetry
+        .settle_own(&|start| objects.contains_key(&own_key(start)));
+    let covered = buckets::covered(&objects);
+    let mut view = View::default();
+    for (k, b) in buckets::counted(&objects, &covered) {
+        if k.level == Level::Minute && k.name == state.writer && in_memory.contains(&k.start) {
+            continue;
+        }
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            view.total.merge(b.rollup())
+        }))
+        .is_err()
+        {
+            tracing::error!(
+                "telemetry bucket {} could not be merged: it is damaged",
+                k.path()
+            );
+            continue;
+        }
+        view.buckets.push((k.clone(), b.clone()));
+    }
+    for r in &legacy {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| view.total.merge(r))).is_err() {
+            tracing::error!("an earlier rollup could not be merged: it is damaged");
+        }
+    }
+    state.telemetry.set_view(view);
+    let every = std::time::Duration::from_secs(state.config.telemetry.compact_secs.max(1));
+    if state.telemetry.compaction_due(every) {
+        compact(state, &objects, now).await;
+    }
+}
+
+/// Takes or renews the compaction lease: true when this run holds it.
+async fn take_lease(state: &AppState, now: i64) -> bool {
+    use object_store::{ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
+    let path = buckets::lease_path();
+    let mine = Lease {
+        holder: state.writer.clone(),
+        expires_at: now + buckets::LEASE_SECS,
+    };
+    let Ok(bytes) = serde_json::to_vec(&mine) else {
+        return false;
+    };
+    let current = match state.store.get(&path).await {
+        Ok(r) => match r.bytes().await {
+            Ok(b) => serde_json::from_slice::<Lease>(&b).ok(),
+            Err(_) => return false,
+        },
+        Err(object_store::Error::NotFound { .. }) => None,
+        Err(_) => return false,
+    };
+    match current {
+        Some(l) if l.holder == state.writer => {
+            // Renew.
+            state
+                .store
+                .put(&path, PutPayload::from(bytes))
+                .await
+                .is_ok()
+        }
+        Some(l) if l.expires_at > now => false,
+        other => {
+            if other.is_some() {
+                // Expired: whoever deletes it and then creates it first takes it. Two takers
+                // at once are harmless: parts are create-if-absent, so no bucket is merged
+                // twice.
+                let _ = state.store.delete(&path).await;
+            }
+            let opts = PutOptions {
+                mode: PutMode::Create,
+                ..PutOptions::default()
+            };
+            state
+                .store
+                .put_opts(&path, PutPayload::from(bytes), opts)
+                .await
+                .is_ok()
+        }
+    }
+}
+
+/// Compacts old buckets (see [`crate::fleet::buckets::plan`]) when this run holds the lease.
+async fn compact(
+    state: &AppState,
+    objects: &std::collections::BTreeMap<BucketKey, Bucket>,
+    now: i64,
+) {
+    use object_store::{ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
+    let plan = buckets::plan(objects, now, state.config.telemetry.retention_days);
+    if plan.merges.is_empty() && plan.deletes.is_empty() {
+        return;
+    }
+    if !take_lease(state, now).await {
+        return;
+    }
+    for merge in &plan.merges {
+        let mut part = Part {
+            sources: Vec::new(),
+            rollup: Rollup::default(),
+        };
+        for s in &merge.sources {
+            if let Some(b) = objects.get(s) {
+                part.rollup.merge(b.rollup());
+                part.sources.push(s.path().to_string());
+            }
+        }
+        let Ok(bytes) = serde_json::to_vec(&part) else {
+            continue;
+        };
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        match state
+            .store
+            .put_opts(&merge.target.path(), PutPayload::from(bytes), opts)
+            .await
+        {
+            Ok(_) => {
+                for s in &merge.sources {
+                    let _ = state.store.delete(&s.path()).await;
+                }
+                tracing::info!(
+                    "compacted {} telemetry buckets into {}",
+                    merge.sources.len(),
+                    merge.target.path()
+                );
+            }
+            // Another compactor wrote this part first: the next pass sees it.
+            Err(object_store::Error::AlreadyExists { .. }) => {}
+            Err(e) => tracing::warn!("telemetry compaction stopped: {e}"),
+        }
+    }
+    for d in &plan.deletes {
+        match state.store.delete(&d.path()).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => tracing::warn!("telemetry bucket {} not deleted: {e}", d.path()),
+        }
+    }
 }
 
 /// Merges `r` both ways with a rollup that has wide-ranging samples in each of its variants,

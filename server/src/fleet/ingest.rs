@@ -41,6 +41,11 @@ pub struct TelemetryConfig {
     /// Longest a raw event waits in the buffer before its Parquet file is written, in seconds
     /// (default 60; a graceful stop writes at once).
     pub raw_roll_secs: u64,
+    /// Days the compacted telemetry buckets (health, halts, windows) are kept (default 90).
+    pub retention_days: u32,
+    /// How often a replica tries to compact old telemetry buckets, in seconds (default 60; one
+    /// replica at a time does, the holder of the lease).
+    pub compact_secs: u64,
 }
 
 impl Default for TelemetryConfig {
@@ -59,6 +64,8 @@ impl Default for TelemetryConfig {
             evaluate_ms: 1000,
             raw_buffer_events: 20_000,
             raw_roll_secs: 60,
+            retention_days: 90,
+            compact_secs: 60,
         }
     }
 }

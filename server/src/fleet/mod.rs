@@ -5,6 +5,7 @@
 //! module gathers their inputs from telemetry and stores their outputs as revision logs.
 
 pub mod aggregate;
+pub mod buckets;
 pub mod deny;
 pub mod evaluate;
 pub mod events;

@@ -371,6 +371,27 @@ impl Rollup {
         }
     }
 
+    /// Adds `o`'s counts of `model` only into `self`.
+    pub fn merge_model(&mut self, o: &Rollup, model: &str) {
+        if let Some(releases) = o.models.get(model) {
+            for (r, variants) in releases {
+                for (v, c) in variants {
+                    self.variant_mut(model, r, v).merge(c);
+                }
+            }
+        }
+        if let Some(cohorts) = o.cohorts.get(model) {
+            for (c, d) in cohorts {
+                self.cohorts
+                    .entry(model.to_string())
+                    .or_default()
+                    .entry(c.clone())
+                    .or_default()
+                    .merge(d);
+            }
+        }
+    }
+
     /// Loads, failures and fallbacks of all variants of `release` of `model`.
     pub fn release_totals(&self, model: &str, release: &str) -> (u64, u64, u64) {
         self.models

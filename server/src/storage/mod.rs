@@ -8,7 +8,7 @@
 //! state/<model>/deny/<revision>.json                  deny-list revisions (create-if-absent)
 //! state/<model>/revocations/<revision>.json           signed revocation lists (create-if-absent)
 //! telemetry/events/date=YYYY-MM-DD/<node>-<ns>-<n>.parquet raw telemetry events (Parquet, zstd)
-//! telemetry/rollups/<node>.json                      each replica run's mergeable aggregates
+//! telemetry/buckets/{minute,hour,day}/<time>/<name>.json  mergeable aggregates per time bucket (fleet::buckets)
 //! ```
 //! Model names and versions are validated newtypes, so a key can never escape its prefix.
 //!
@@ -114,16 +114,6 @@ impl StorageKey {
     /// The revision-log prefix of `model`'s deny list.
     pub fn deny_log(model: &ModelName) -> String {
         format!("state/{model}/deny")
-    }
-
-    /// The mergeable aggregates of one replica run (`node`), rewritten at each flush.
-    pub fn telemetry_rollup(node: &str) -> StorePath {
-        StorePath::from(format!("telemetry/rollups/{node}.json"))
-    }
-
-    /// The prefix under which every replica's rollup lives.
-    pub fn telemetry_rollups() -> StorePath {
-        StorePath::from("telemetry/rollups")
     }
 
     /// A key that never exists, read by the readiness probe.
