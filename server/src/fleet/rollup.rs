@@ -139,6 +139,12 @@ pub struct VariantCounts {
     pub by_device_model: BTreeMap<String, ClassCounts>,
     /// Per platform.
     pub by_platform: BTreeMap<String, ClassCounts>,
+    /// Per app version.
+    #[serde(default)]
+    pub by_app_version: BTreeMap<String, ClassCounts>,
+    /// Per ExecuTorch runtime version.
+    #[serde(default)]
+    pub by_runtime_version: BTreeMap<String, ClassCounts>,
 }
 
 impl std::fmt::Debug for VariantCounts {
@@ -169,6 +175,8 @@ impl Default for VariantCounts {
             by_soc: BTreeMap::new(),
             by_device_model: BTreeMap::new(),
             by_platform: BTreeMap::new(),
+            by_app_version: BTreeMap::new(),
+            by_runtime_version: BTreeMap::new(),
         }
     }
 }
@@ -186,6 +194,8 @@ impl VariantCounts {
                 (&mut agg.by_soc, &e.soc),
                 (&mut agg.by_device_model, &e.device_model),
                 (&mut agg.by_platform, &e.platform),
+                (&mut agg.by_app_version, &e.app_version),
+                (&mut agg.by_runtime_version, &e.runtime_version),
             ] {
                 if !key.is_empty() && (map.len() < MAX_CLASSES || map.contains_key(key)) {
                     let c = map.entry(key.clone()).or_default();
@@ -257,6 +267,8 @@ impl VariantCounts {
             (&mut self.by_soc, &o.by_soc),
             (&mut self.by_device_model, &o.by_device_model),
             (&mut self.by_platform, &o.by_platform),
+            (&mut self.by_app_version, &o.by_app_version),
+            (&mut self.by_runtime_version, &o.by_runtime_version),
         ] {
             for (k, c) in theirs {
                 if mine.len() < MAX_CLASSES || mine.contains_key(k) {
@@ -306,6 +318,8 @@ impl VariantCounts {
             "by_soc": classes(&self.by_soc),
             "by_device_model": classes(&self.by_device_model),
             "by_platform": classes(&self.by_platform),
+            "by_app_version": classes(&self.by_app_version),
+            "by_runtime_version": classes(&self.by_runtime_version),
         })
     }
 }
@@ -542,6 +556,30 @@ mod tests {
         let median = exact[(exact.len() - 1) / 2];
         let p50 = v["load_ms"]["p50"].as_f64().expect("p50");
         assert!((p50 - median).abs() / median <= 0.011, "{p50} vs {median}");
+    }
+
+    #[test]
+    fn app_and_runtime_versions_are_counted_and_merged() {
+        let mut a = Rollup::default();
+        let mut b = Rollup::default();
+        let mut e = event(EventKind::Load, Outcome::Failed, "S", Some(1.0));
+        a.variant_mut("m", "1.0.0", "v").add(&e, 1, 1);
+        e.app_version = "2.0.0".into();
+        e.runtime_version = "1.6.0".into();
+        b.variant_mut("m", "1.0.0", "v").add(&e, 2, 1);
+        b.variant_mut("m", "1.0.0", "v").add(&e, 3, 1);
+        a.merge(&b);
+        let v = a.health("m")["releases"][0]["variants"][0].clone();
+        assert_eq!(v["by_app_version"]["1.0.0"]["loads"], 1, "{v}");
+        assert_eq!(v["by_app_version"]["2.0.0"]["load_failures"], 2, "{v}");
+        assert_eq!(v["by_runtime_version"]["1.6.0"]["devices"], 2, "{v}");
+        // Rollups written before these counters read as empty ones.
+        let mut old = serde_json::to_value(&a).expect("json");
+        let c = &mut old["models"]["m"]["1.0.0"]["v"];
+        c.as_object_mut().expect("obj").remove("by_app_version");
+        c.as_object_mut().expect("obj").remove("by_runtime_version");
+        let back: Rollup = serde_json::from_value(old).expect("older rollup");
+        assert!(back.models["m"]["1.0.0"]["v"].by_app_version.is_empty());
     }
 
     #[test]

@@ -1,0 +1,312 @@
+//! Telemetry time buckets on a real server: windows count only what is recent, old minutes are
+//! compacted into hours and hours into days without changing a single total, a part that
+//! another compactor already wrote is never counted twice, retention deletes what is past it,
+//! and a new process on the same store sees the same numbers.
+
+use std::time::Duration;
+
+use ferry_server::fleet::buckets::{BucketKey, Level, Part};
+use ferry_server::fleet::rollup::Rollup;
+use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
+use ferry_tests::app::{ADMIN_TOKEN, Options, READ_TOKEN, TestApp, mlp_v1};
+
+fn event(i: usize) -> TelemetryEvent {
+    TelemetryEvent {
+        kind: EventKind::Load,
+        model: "mlp".into(),
+        release: "1.0.0".into(),
+        variant: "xnnpack-fp32".into(),
+        delegate: "xnnpack".into(),
+        outcome: if i.is_multiple_of(5) {
+            Outcome::Failed
+        } else {
+            Outcome::Ok
+        },
+        error_code: i.is_multiple_of(5).then(|| "load_failed".into()),
+        load_ms: Some(2.0 + i as f64),
+        install_id: format!("old-{i}"),
+        platform: "android".into(),
+        soc: "SOC-1".into(),
+        device_model: "phone".into(),
+        os_version: "14".into(),
+        app_version: "1.0.0".into(),
+        runtime_version: "1.5.1".into(),
+        at: "2026-01-01T00:00:00Z".into(),
+        to_variant: None,
+        receipt: None,
+    }
+}
+
+/// A rollup of `n` loads (every fifth failed).
+fn rollup(n: usize, offset: usize) -> Rollup {
+    let mut r = Rollup::default();
+    for i in offset..offset + n {
+        r.variant_mut("mlp", "1.0.0", "xnnpack-fp32")
+            .add(&event(i), i as u64, 1);
+    }
+    r
+}
+
+fn plant(app: &TestApp, key: &BucketKey, bytes: &[u8]) {
+    let path = app.store_dir().join(key.path().as_ref());
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("dir");
+    std::fs::write(path, bytes).expect("write");
+}
+
+fn minute(start: i64, writer: &str) -> BucketKey {
+    BucketKey {
+        level: Level::Minute,
+        start,
+        name: writer.into(),
+    }
+}
+
+/// Loads of mlp 1.0.0's XNNPACK variant in `view` (a health answer).
+fn loads(view: &serde_json::Value) -> u64 {
+    view["releases"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|r| r["variants"].as_array().into_iter().flatten())
+        .map(|v| v["loads"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+fn health(app: &TestApp, query: &str) -> serde_json::Value {
+    let (s, h) = app.get_json(
+        &format!("/v1/admin/models/mlp/health{query}"),
+        Some(READ_TOKEN),
+    );
+    assert_eq!(s, 200, "{h}");
+    h
+}
+
+fn until(what: &str, mut ok: impl FnMut() -> bool) {
+    for _ in 0..150 {
+        if ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("never: {what}");
+}
+
+fn fast(c: &mut ferry_server::app::config::Config) {
+    c.telemetry.flush_secs = 1;
+    c.telemetry.raw_roll_secs = 1;
+    c.telemetry.evaluate_ms = 0;
+    c.telemetry.compact_secs = 1;
+}
+
+#[test]
+fn windows_compaction_and_retention_keep_every_total() {
+    let app = TestApp::start_with(Options {
+        demo: false,
+        tweak: Some(Box::new(fast)),
+    });
+    app.publish(&mlp_v1());
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    // Three days ago: 40 minutes from two replica runs (compacted into an hour, then a day).
+    let old_hour = Level::Hour.floor(now - 3 * 86_400);
+    for m in 0..20 {
+        for w in ["node-x.1", "node-y.2"] {
+            let r = rollup(3, m * 10);
+            plant(
+                &app,
+                &minute(old_hour + m as i64 * 60, w),
+                &serde_json::to_vec(&r).expect("json"),
+            );
+        }
+    }
+    // Three hours ago: 10 minutes of one run (compacted into an hour part, kept as such).
+    let recent_hour = Level::Hour.floor(now - 3 * 3600);
+    for m in 0..10 {
+        plant(
+            &app,
+            &minute(recent_hour + m * 60, "node-z.3"),
+            &serde_json::to_vec(&rollup(2, 0)).expect("json"),
+        );
+    }
+    // An hour that another compactor already wrote a part for, its sources not yet deleted:
+    // they must not count twice, and are cleaned up.
+    let done_hour = Level::Hour.floor(now - 4 * 3600);
+    let sources: Vec<BucketKey> = (0..3)
+        .map(|m| minute(done_hour + m * 60, "node-w.4"))
+        .collect();
+    for k in &sources {
+        plant(&app, k, &serde_json::to_vec(&rollup(5, 0)).expect("json"));
+    }
+    let mut merged = Rollup::default();
+    for _ in &sources {
+        merged.merge(&rollup(5, 0));
+    }
+    plant(
+        &app,
+        &BucketKey {
+            level: Level::Hour,
+            start: done_hour,
+            name: "part-000001".into(),
+        },
+        &serde_json::to_vec(&Part {
+            sources: sources.iter().map(|k| k.path().to_string()).collect(),
+            rollup: merged,
+        })
+        .expect("json"),
+    );
+    // A day part past the 90-day retention.
+    let expired = BucketKey {
+        level: Level::Day,
+        start: Level::Day.floor(now - 100 * 86_400),
+        name: "part-000001".into(),
+    };
+    plant(
+        &app,
+        &expired,
+        &serde_json::to_vec(&Part {
+            sources: vec![],
+            rollup: rollup(7, 0),
+        })
+        .expect("json"),
+    );
+    // And live events now, through the API.
+    let live: Vec<serde_json::Value> = (0..12)
+        .map(|i| {
+            serde_json::json!({
+                "kind": "load", "model": "mlp", "release": "1.0.0", "variant": "xnnpack-fp32",
+                "delegate": "xnnpack", "outcome": "ok", "install_id": format!("live-{i}"),
+                "platform": "android", "soc": "SOC-1", "device_model": "phone",
+                "os_version": "14", "app_version": "1.0.0", "runtime_version": "1.5.1",
+                "at": time::OffsetDateTime::now_utc()
+                    .format(&time::format_description::well_known::Rfc3339)
+                    .expect("time"),
+                "load_ms": 4.0,
+            })
+        })
+        .collect();
+    let (s, b) = app.post_raw(
+        "/v1/telemetry",
+        &serde_json::to_vec(&serde_json::json!({"events": app.with_receipts(&live)}))
+            .expect("json"),
+        None,
+    );
+    assert_eq!(s, 200, "{b}");
+
+    // Everything but the expired day: 40 x 3 + 10 x 2 + 15 + 12.
+    let total = 40 * 3 + 10 * 2 + 15 + 12;
+    let buckets = |app: &TestApp| -> Vec<String> {
+        app.stored_files()
+            .into_iter()
+            .filter(|f| f.starts_with("telemetry/buckets/") && !f.ends_with("lease.json"))
+            .collect()
+    };
+    until("compaction settles", || {
+        let files = buckets(&app);
+        let minutes_left = files
+            .iter()
+            .filter(|f| f.starts_with("telemetry/buckets/minute/"))
+            .count();
+        let days = files
+            .iter()
+            .filter(|f| f.starts_with("telemetry/buckets/day/"))
+            .count();
+        // Only this run's own live minute(s) stay as minutes; the old day is one part.
+        minutes_left <= 2 && days == 1 && loads(&health(&app, "")) == total
+    });
+    let files = buckets(&app);
+    let day = BucketKey {
+        level: Level::Day,
+        start: Level::Day.floor(old_hour),
+        name: "part-000001".into(),
+    };
+    assert!(files.contains(&day.path().to_string()), "{files:?}");
+    assert!(
+        !files.contains(&expired.path().to_string()),
+        "retention: {files:?}"
+    );
+    for h in [recent_hour, done_hour] {
+        let part = BucketKey {
+            level: Level::Hour,
+            start: h,
+            name: "part-000001".into(),
+        };
+        assert!(files.contains(&part.path().to_string()), "{files:?}");
+    }
+    assert!(
+        !files.iter().any(|f| f.contains("/node-w.4")),
+        "merged sources are deleted: {files:?}"
+    );
+    // Every figure survives compaction: failures too.
+    let h = health(&app, "");
+    let failures: u64 = h["releases"][0]["variants"][0]["load_failures"]
+        .as_u64()
+        .expect("failures");
+    // One failure in each planted rollup (its first event): 40 + 10 + 3.
+    assert_eq!(failures, 53, "{h}");
+
+    // Windows: the last hour holds only the live events; the last three hours add the hour
+    // part that overlaps them (counted whole: the window then starts at its hour); five hours
+    // take both hour parts.
+    let w = health(&app, "?since=1h");
+    assert_eq!(loads(&w), 12, "{w}");
+    assert!(w["window"]["since"].is_string(), "{w}");
+    assert_eq!(loads(&health(&app, "?since=5h")), 12 + 20 + 15);
+    let w = health(&app, "?since=3h");
+    assert_eq!(loads(&w), 12 + 20, "{w}");
+    let from = time::OffsetDateTime::parse(
+        w["window"]["from"].as_str().expect("from"),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .expect("rfc3339")
+    .unix_timestamp();
+    assert_eq!(from, recent_hour, "{w}");
+    assert_eq!(loads(&health(&app, "?since=30d")), total);
+
+    // A new server on the same store: the same totals from its first answer.
+    let fresh = app.replica_with(None, Box::new(fast));
+    let mut r = app
+        .agent
+        .get(format!("{}/v1/admin/models/mlp/health", fresh.url()))
+        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+        .call()
+        .expect("health");
+    let h: serde_json::Value = serde_json::from_reader(r.body_mut().as_reader()).expect("json");
+    assert_eq!(loads(&h), total, "{h}");
+}
+
+#[test]
+fn a_bad_window_is_a_clear_error() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    for (q, needle) in [
+        ("?since=yesterday", "since"),
+        ("?since=2099-01-01T00:00:00Z", "future"),
+        ("?since=99999999999d", "since"),
+    ] {
+        let (s, b) = app.get_json(&format!("/v1/admin/models/mlp/health{q}"), Some(READ_TOKEN));
+        assert_eq!(
+            (s, b["code"].as_str()),
+            (400, Some("request_invalid")),
+            "{q}: {b}"
+        );
+        assert!(
+            b["message"].as_str().is_some_and(|m| m.contains(needle)),
+            "{q}: {b}"
+        );
+    }
+    // `step` with a rollout: since the revision began.
+    let mut v2 = ferry_tests::app::mlp_v2();
+    v2.version = "1.1.0".parse().expect("v");
+    app.publish(&v2);
+    let (s, b) = app.post_raw(
+        "/v1/admin/models/mlp/rollout",
+        &serde_json::to_vec(
+            &serde_json::json!({"action": "start", "release": "1.1.0", "percent": "10"}),
+        )
+        .expect("json"),
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(s, 200, "{b}");
+    let (s, w) = app.get_json("/v1/admin/models/mlp/health?since=step", Some(READ_TOKEN));
+    assert_eq!(s, 200, "{w}");
+    assert!(w["window"]["since"].is_string(), "{w}");
+}
