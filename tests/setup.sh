@@ -2,7 +2,7 @@
 # Installs what ferry's tests need, idempotently, from package registries only:
 # a C/C++ compiler, strace (counts the store's fsyncs), rustfmt and clippy, and (through
 # scripts/setup-executorch.sh) clang, libclang and the ExecuTorch 1.5.1 runtime libraries
-# from the PyPI wheel, moto (an S3 emulator) and DuckDB (reads the Parquet telemetry) from PyPI,
+# from the PyPI wheel, moto (an S3 emulator), DuckDB (reads the Parquet telemetry) and kubernetes-validate from PyPI,
 # and Azurite (an Azure Blob Storage emulator) from npm.
 # Safe to run again: each step checks first and does nothing when already done.
 set -euo pipefail
@@ -28,10 +28,11 @@ if [ ! -x "$root/.deps/moto/bin/moto_server" ]; then
   python3 -m venv "$root/.deps/moto"
   "$root/.deps/moto/bin/pip" install --quiet "moto[server]"
 fi
-# An independent reader for the Parquet telemetry ferry writes (DuckDB, from PyPI).
-if [ ! -x "$root/.deps/pytools/bin/python" ] || ! "$root/.deps/pytools/bin/python" -c 'import duckdb' 2>/dev/null; then
+# From PyPI: DuckDB, an independent reader for the Parquet telemetry ferry writes, and
+# kubernetes-validate, which checks deploy/kubernetes against the Kubernetes schemas.
+if [ ! -x "$root/.deps/pytools/bin/kubernetes-validate" ] || ! "$root/.deps/pytools/bin/python" -c 'import duckdb' 2>/dev/null; then
   python3 -m venv "$root/.deps/pytools"
-  "$root/.deps/pytools/bin/pip" install --quiet duckdb
+  "$root/.deps/pytools/bin/pip" install --quiet duckdb kubernetes-validate
 fi
 # The Azure Blob Storage emulator (Azurite, from npm), at the version tests/azurite's lockfile pins.
 az="$root/.deps/azurite"

@@ -1,6 +1,7 @@
 //! The files in `deploy/` do what they say: the image's health check command, run by hand
 //! against a real server; the container's command line (Dockerfile entrypoint plus the
-//! Kubernetes `args`) accepted by the real binary; the Kubernetes config loadable.
+//! Kubernetes `args`) accepted by the real binary; the Kubernetes config loadable and valid
+//! against the Kubernetes schemas.
 
 mod common;
 
@@ -139,4 +140,50 @@ fn the_kubernetes_config_is_a_valid_ferry_config() {
         c.storage,
         ferry_server::app::config::StorageConfig::S3 { .. }
     ));
+}
+
+#[test]
+fn the_kubernetes_manifest_validates_against_the_kubernetes_schemas() {
+    // kubernetes-validate from PyPI (the Kubernetes OpenAPI schemas, strict: unknown fields
+    // are errors), installed by tests/setup.sh.
+    let validator =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.deps/pytools/bin/kubernetes-validate");
+    assert!(
+        validator.is_file(),
+        "{} is missing: run tests/setup.sh (tests/run does)",
+        validator.display()
+    );
+    let validate = |file: &Path| {
+        Command::new(&validator)
+            .arg("--strict")
+            .arg(file)
+            .output()
+            .expect("run kubernetes-validate")
+    };
+    let manifest =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes/ferry.yaml");
+    let out = validate(&manifest);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    for kind in [
+        "deployment/ferry",
+        "service/ferry",
+        "configmap/ferry-config",
+    ] {
+        assert!(
+            text.contains(&format!("passed for resource {kind}")),
+            "{kind}: {text}"
+        );
+    }
+    // The validator does catch a mistake: a misspelt field.
+    let tmp = tempfile::tempdir().expect("tmp");
+    let bad = tmp.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        deploy("kubernetes/ferry.yaml").replace("containerPort:", "containerPortt:"),
+    )
+    .expect("write");
+    let out = validate(&bad);
+    assert!(!out.status.success(), "a misspelt field passed");
 }
