@@ -306,3 +306,163 @@ fn a_graceful_stop_writes_buffered_telemetry() {
         .to_string();
     assert_eq!(ids, "graceful");
 }
+
+/// Bytes that do not compress or repeat (xorshift), for large test blobs.
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// Signs release `version` of `s`'s model with one XNNPACK variant of `size` bytes (a real
+/// program followed by noise); returns the release file and the variant's bytes' digest.
+fn big_release(s: &Setup, model: &str, version: &str, size: usize, seed: u64) -> (PathBuf, String) {
+    use sha2::Digest as _;
+    let mut bytes = std::fs::read(common::fixtures().join("mlp-v1-xnnpack.pte")).expect("fixture");
+    bytes.extend(noise(size - bytes.len(), seed));
+    let file = format!("big-{version}.pte");
+    std::fs::write(s.files.join(&file), &bytes).expect("write");
+    let spec = s.files.join(format!("VARIANTS-{version}.toml"));
+    std::fs::write(
+        &spec,
+        format!(
+            "model = \"{model}\"\nversion = \"{version}\"\n\n[[variant]]\nid = \"xnnpack-fp32\"\n\
+             file = \"{file}\"\ndelegate = \"xnnpack\"\nquant = \"fp32\"\nruntime = \">=1.5.0\"\napp = \"*\"\n"
+        ),
+    )
+    .expect("spec");
+    let out = s.files.join(format!("release-{version}.json"));
+    run_ok(
+        ferry()
+            .arg("sign")
+            .arg(&spec)
+            .arg("--key")
+            .arg(s.data.join("keys/release.key"))
+            .arg("-o")
+            .arg(&out),
+    );
+    (out, hex::encode(sha2::Sha256::digest(&bytes)))
+}
+
+/// Every file under `dir` with its size.
+fn files_under(dir: &Path) -> Vec<(PathBuf, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(m) = e.metadata() {
+                out.push((p, m.len()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn sigkill_during_a_large_publish_leaves_the_release_whole_or_absent() {
+    let s = common::setup("big");
+    let size = 96 << 20;
+    let blobs = s.data.join("store/blobs");
+    {
+        let server = serve(&s.data);
+        publish(&s, &s.v1, &server.url);
+    }
+    // Killed twice: while the blob streams in, and as soon as the whole blob is stored (the
+    // release document may or may not have been written by then).
+    for (version, seed, mid_blob) in [("3.0.0", 7, true), ("4.0.0", 11, false)] {
+        let (release, digest) = big_release(&s, "big", version, size, seed);
+        let server = serve(&s.data);
+        let mut publishing = ferry()
+            .arg("publish")
+            .arg(&release)
+            .arg("--files")
+            .arg(&s.files)
+            .args(["--server", &server.url, "--token", TOKEN, "--quiet"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("publish");
+        let mut waited = 0;
+        loop {
+            let files = files_under(&blobs);
+            let hit = if mid_blob {
+                files.iter().any(|(p, n)| {
+                    p.to_string_lossy().contains('#') && *n >= 16 << 20 && (*n as usize) < size
+                })
+            } else {
+                files
+                    .iter()
+                    .any(|(p, n)| p.ends_with(&digest) && *n as usize == size)
+            };
+            if hit {
+                break;
+            }
+            waited += 1;
+            assert!(
+                waited < 3000,
+                "{version}: the upload never got there: {files:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        drop(server); // SIGKILL
+        let _ = publishing.wait();
+
+        let server = serve(&s.data);
+        let listed = |url: &str| -> bool {
+            let out = run_ok(ferry().args([
+                "releases", "big", "--json", "--server", url, "--token", TOKEN,
+            ]));
+            let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+            v["releases"]
+                .as_array()
+                .expect("releases")
+                .iter()
+                .any(|r| r["version"] == version)
+        };
+        let whole = |url: &str| {
+            use sha2::Digest as _;
+            let mut r = ureq::get(format!("{url}/v1/blobs/sha256/{digest}"))
+                .call()
+                .expect("blob");
+            let body = r
+                .body_mut()
+                .with_config()
+                .limit(size as u64 + 1)
+                .read_to_vec()
+                .expect("body");
+            assert_eq!(body.len(), size, "{version}");
+            assert_eq!(
+                hex::encode(sha2::Sha256::digest(&body)),
+                digest,
+                "{version}"
+            );
+        };
+        if listed(&server.url) {
+            assert!(!mid_blob, "a release was admitted without its whole blob");
+            whole(&server.url);
+        } else if mid_blob {
+            // Nothing half-written under the blob's final name.
+            assert!(
+                !files_under(&blobs)
+                    .iter()
+                    .any(|(p, _)| p.ends_with(&digest)),
+                "{version}: a partial blob under its final name"
+            );
+        }
+        // Publishing again succeeds and leaves it whole.
+        let out = publish(&s, &release, &server.url);
+        assert!(out.contains(&format!("big {version}")), "{out}");
+        assert!(listed(&server.url), "{version} after publishing again");
+        whole(&server.url);
+    }
+}
