@@ -60,7 +60,14 @@ pub struct OwnMinute {
     pub rollup: Rollup,
     /// Written to the store after the minute closed: nothing will change it any more.
     pub final_written: bool,
+    /// Written to the store at least once (perhaps while still open).
+    pub ever_written: bool,
 }
+
+/// Most own minutes kept in memory (a day): during a longer store outage the oldest minutes
+/// never written are folded into the next one, so counts are kept and memory stays bounded
+/// (those minutes then count in the later minute's bucket).
+pub const MAX_OWN_MINUTES: usize = 1440;
 
 /// What the store holds, as last read and merged (see [`crate::fleet::buckets`]).
 #[derive(Debug, Default)]
@@ -352,10 +359,11 @@ impl Telemetry {
             .collect()
     }
 
-    /// Notes that minute `start` was written after it closed.
-    pub fn mark_final(&self, start: i64) {
+    /// Notes that minute `start` was written, after it closed when `closed`.
+    pub fn mark_written(&self, start: i64, closed: bool) {
         if let Some(m) = lock(&self.own).get_mut(&start) {
-            m.final_written = true;
+            m.ever_written = true;
+            m.final_written |= closed;
         }
     }
 
@@ -371,6 +379,7 @@ impl Telemetry {
             }
             !drop
         });
+        fold_oldest(&mut own, &mut cohorts, MAX_OWN_MINUTES);
         own.keys().copied().collect()
     }
 
@@ -496,6 +505,33 @@ impl Telemetry {
     }
 }
 
+/// Folds the oldest minutes never written into the minute after them until at most `cap`
+/// remain (a minute already written, even open, keeps its own bucket: its object exists).
+fn fold_oldest(
+    own: &mut BTreeMap<i64, OwnMinute>,
+    cohorts: &mut BTreeMap<i64, Rollup>,
+    cap: usize,
+) {
+    while own.len() > cap {
+        let keys: Vec<i64> = own.keys().copied().collect();
+        let Some(pair) = keys
+            .windows(2)
+            .find(|w| own.get(&w[0]).is_some_and(|m| !m.ever_written))
+        else {
+            return;
+        };
+        let (from, into) = (pair[0], pair[1]);
+        let Some(old) = own.remove(&from) else { return };
+        if let Some(next) = own.get_mut(&into) {
+            next.rollup.merge(&old.rollup);
+            next.final_written = false;
+        }
+        if let Some(c) = cohorts.remove(&from) {
+            cohorts.entry(into).or_default().merge(&c);
+        }
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
@@ -506,6 +542,31 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn minutes_beyond_the_cap_fold_into_later_ones_and_keep_their_counts() {
+        let mut own = BTreeMap::new();
+        for m in 0..10i64 {
+            let mut r = Rollup::default();
+            r.note_cohort("m", "staged", m as u64);
+            own.insert(
+                m * 60,
+                OwnMinute {
+                    rollup: r,
+                    final_written: false,
+                    ever_written: m == 0,
+                },
+            );
+        }
+        let mut cohorts = BTreeMap::new();
+        fold_oldest(&mut own, &mut cohorts, 4);
+        assert_eq!(own.len(), 4);
+        // The written minute 0 keeps its bucket; minutes 1..=6 went into minute 7.
+        assert_eq!(own.keys().copied().collect::<Vec<_>>(), [0, 420, 480, 540]);
+        let devices = |m: &OwnMinute| m.rollup.cohorts["m"]["staged"].estimate();
+        assert_eq!(devices(&own[&420]), 7);
+        assert_eq!(devices(&own[&0]), 1);
+    }
     use ferry_shared::deny::DeviceClass;
 
     /// Ingests JSON values as a batch's event texts, every one counted as receipted.

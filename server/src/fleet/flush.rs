@@ -147,8 +147,7 @@ pub async fn flush_rollups(state: &AppState) {
         };
         match serde_json::to_vec(&rollup) {
             Ok(bytes) => match state.store.put(&key.path(), PutPayload::from(bytes)).await {
-                Ok(_) if closed => state.telemetry.mark_final(start),
-                Ok(_) => {}
+                Ok(_) => state.telemetry.mark_written(start, closed),
                 Err(e) => tracing::warn!("telemetry bucket flush failed, kept in memory: {e}"),
             },
             Err(e) => tracing::error!("telemetry bucket cannot be encoded: {e}"),
