@@ -438,7 +438,7 @@ fn a_telemetry_flood_denies_one_soc_and_halts_the_staged_release() {
     let (d, _) = app.verify_response(&body);
     assert_eq!(d.candidates[0].variant.as_str(), "vulkan-fp32");
 
-    // Raw events and rollups reach the store (flushed every second).
+    // Raw events and minute buckets reach the store (flushed every second).
     let mut waited = 0;
     loop {
         let files = app.stored_files();
@@ -447,7 +447,7 @@ fn a_telemetry_flood_denies_one_soc_and_halts_the_staged_release() {
             .any(|f| f.starts_with("telemetry/events/date=") && f.ends_with(".parquet"));
         let rollup = files
             .iter()
-            .any(|f| f.starts_with("telemetry/rollups/node-"));
+            .any(|f| f.starts_with("telemetry/buckets/minute/"));
         if raw && rollup {
             break;
         }
