@@ -97,8 +97,11 @@ fn generate_sign_serve_publish_resolve() {
     assert!(out.contains("published cli-mlp 1.0.0"), "{out}");
     assert!(out.contains("uploaded"), "{out}");
     let again = run_ok(&mut publish(&[]));
-    assert!(again.contains("already on the server"), "{again}");
     assert!(again.contains("already published (identical)"), "{again}");
+    assert!(
+        !again.contains("already on the server"),
+        "the server said it was identical before any blob was looked at: {again}"
+    );
 
     // A wrong token fails with the server's code.
     let out = ferry()
@@ -174,4 +177,162 @@ fn sign_refuses_a_delegate_that_is_not_in_the_bytes() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("never calls VulkanBackend"), "{err}");
     assert!(!tmp.path().join("release.json").exists());
+}
+
+/// Every file under `dir`.
+fn files_in(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn publish_checks_the_signer_the_token_and_the_version_before_uploading() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let data = tmp.path().join("data");
+    let files = tmp.path().join("files");
+    std::fs::create_dir_all(&files).expect("mkdir");
+    run_ok(
+        ferry()
+            .args(["keys", "generate", "--out"])
+            .arg(data.join("keys")),
+    );
+    // A second set of keys the server does not trust.
+    run_ok(
+        ferry()
+            .args(["keys", "generate", "--out"])
+            .arg(tmp.path().join("other")),
+    );
+    let variants = write_variants(&files, "mlp-v1-vulkan.pte");
+    let sign = |key: &Path, out: &Path, epoch: Option<&str>| {
+        let mut c = ferry();
+        c.arg("sign")
+            .arg(&variants)
+            .arg("--key")
+            .arg(key)
+            .arg("-o")
+            .arg(out);
+        match epoch {
+            Some(e) => c.env("SOURCE_DATE_EPOCH", e),
+            None => c.env_remove("SOURCE_DATE_EPOCH"),
+        };
+        run_ok(&mut c);
+    };
+    let untrusted = tmp.path().join("untrusted.json");
+    sign(&tmp.path().join("other/release.key"), &untrusted, None);
+    let config = tmp.path().join("ferry.toml");
+    // A read-only token besides the admin one.
+    let reader = "cli-test-read-token-000000";
+    let hash = {
+        use sha2::Digest as _;
+        hex::encode(sha2::Sha256::digest(reader.as_bytes()))
+    };
+    std::fs::write(
+        &config,
+        format!("[[tokens]]\nname = \"reader\"\nsha256 = \"{hash}\"\nscopes = [\"read\"]\n"),
+    )
+    .expect("config");
+    let server = common::serve_with(&data, Some(&config));
+    let blobs = data.join("store/blobs");
+    let publish = |release: &Path, token: &str| {
+        ferry()
+            .arg("publish")
+            .arg(release)
+            .arg("--files")
+            .arg(&files)
+            .args(["--server", &server.url, "--token", token, "--quiet"])
+            .output()
+            .expect("run")
+    };
+    // An untrusted signer: refused with key_unknown before a byte is uploaded.
+    let out = publish(&untrusted, TOKEN);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("key_unknown"), "{err}");
+    assert!(
+        files_in(&blobs).is_empty(),
+        "uploaded before the check: {:?}",
+        files_in(&blobs)
+    );
+    // A token without the publish scope: refused the same way, exit code 3 (auth).
+    let trusted = tmp.path().join("release.json");
+    sign(&data.join("keys/release.key"), &trusted, None);
+    let out = publish(&trusted, reader);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("forbidden"), "{err}");
+    assert!(files_in(&blobs).is_empty(), "uploaded before the check");
+    // Published; the same inputs signed again a second later are the same release.
+    let out = publish(&trusted, TOKEN);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let resigned = tmp.path().join("resigned.json");
+    sign(&data.join("keys/release.key"), &resigned, None);
+    assert_ne!(
+        std::fs::read(&trusted).expect("read"),
+        std::fs::read(&resigned).expect("read"),
+        "a fresh created stamp"
+    );
+    let out = publish(&resigned, TOKEN);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("already published (identical)"), "{text}");
+    // With SOURCE_DATE_EPOCH, signing is reproducible to the byte.
+    let (a, b) = (tmp.path().join("a.json"), tmp.path().join("b.json"));
+    sign(&data.join("keys/release.key"), &a, Some("1764547200"));
+    sign(&data.join("keys/release.key"), &b, Some("1764547200"));
+    assert_eq!(std::fs::read(&a).expect("a"), std::fs::read(&b).expect("b"));
+    // Different content under a published version: a conflict (exit 5), nothing uploaded.
+    let changed = tmp.path().join("changed");
+    std::fs::create_dir_all(&changed).expect("mkdir");
+    std::fs::copy(
+        fixtures().join("mlp-v2-vulkan.pte"),
+        changed.join("mlp-v2-vulkan.pte"),
+    )
+    .expect("copy");
+    let v = write_variants(&changed, "mlp-v2-vulkan.pte");
+    let other = tmp.path().join("other.json");
+    run_ok(
+        ferry()
+            .arg("sign")
+            .arg(&v)
+            .arg("--key")
+            .arg(data.join("keys/release.key"))
+            .arg("-o")
+            .arg(&other),
+    );
+    let before = files_in(&blobs).len();
+    let out = ferry()
+        .arg("publish")
+        .arg(&other)
+        .arg("--files")
+        .arg(&changed)
+        .args(["--server", &server.url, "--token", TOKEN, "--quiet"])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(err.contains("release_exists"), "{err}");
+    assert_eq!(
+        files_in(&blobs).len(),
+        before,
+        "nothing uploaded for a conflict"
+    );
 }

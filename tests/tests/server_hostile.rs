@@ -145,6 +145,25 @@ fn hostile_admin_requests() {
         (status, body["code"].as_str()),
         (400, Some("invalid_version"))
     );
+    // The pre-upload check refuses what publishing would, and stores nothing.
+    for (body, code) in [
+        (&b"not json"[..], "envelope_malformed"),
+        (&b"{\"payload\": 1}"[..], "envelope_malformed"),
+        (&b"{}"[..], "envelope_malformed"),
+    ] {
+        let (status, answer) = app.post_raw(
+            "/v1/admin/models/mlp/releases?check=true",
+            body,
+            Some(ADMIN_TOKEN),
+        );
+        assert_eq!(
+            (status, answer["code"].as_str()),
+            (400, Some(code)),
+            "{answer}"
+        );
+    }
+    let (status, _) = app.post_raw("/v1/admin/models/mlp/releases?check=true", b"{}", None);
+    assert_eq!(status, 401);
     // An oversized release body.
     let big = vec![b'x'; 2 << 20];
     let (status, body) = app.post_raw("/v1/admin/models/mlp/releases", &big, Some(ADMIN_TOKEN));

@@ -29,6 +29,9 @@ pub(crate) async fn post_release(
     )
     .await?;
     let catalog = state.catalog();
+    if req.query_string().split('&').any(|kv| kv == "check=true") {
+        return check_release(&state, &catalog, &model, &body, &caller.name);
+    }
     let lifecycle = Lifecycle {
         catalog: &catalog,
         goes_live: state.config.publish_goes_live,
@@ -58,6 +61,50 @@ pub(crate) async fn post_release(
         state.set_rollout(&model, p);
     }
     Ok(HttpResponse::Created().json(view))
+}
+
+/// `POST /v1/admin/models/{model}/releases?check=true`: what publishing this release would
+/// meet, before any blob is uploaded: the signature against the trusted release keys, the
+/// manifest, the caller's scope (checked by the caller), and whether the version exists.
+/// `state` is `new` or `identical` (the same release, perhaps signed again); a different
+/// release under a published version is `409 release_exists`.
+fn check_release(
+    state: &AppState,
+    catalog: &crate::storage::catalog::Catalog,
+    model: &ferry_shared::ModelName,
+    body: &[u8],
+    caller: &str,
+) -> Result<HttpResponse, ApiError> {
+    let (envelope, manifest) =
+        crate::release::publish::verify_release(&state.release_ring, model, body)?;
+    let existing = catalog.release_named(model, &manifest.version.to_string());
+    let status = match existing {
+        None => "new",
+        Some(r) if r.envelope.payload == envelope.payload || r.manifest.same_content(&manifest) => {
+            "identical"
+        }
+        Some(_) => {
+            return Err(ApiError::new(
+                ErrorCode::ReleaseExists,
+                format!(
+                    "{model} {} is already published with different content; releases are immutable, publish a new version",
+                    manifest.version
+                ),
+            ));
+        }
+    };
+    let signers: Vec<&str> = envelope
+        .signatures
+        .iter()
+        .map(|s| s.keyid.as_str())
+        .collect();
+    tracing::info!(caller, %model, version = %manifest.version, status, "release checked");
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "model": model,
+        "version": manifest.version.to_string(),
+        "state": status,
+        "signers": signers,
+    })))
 }
 
 pub(crate) fn release_view(r: &Release) -> serde_json::Value {

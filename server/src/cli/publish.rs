@@ -43,6 +43,33 @@ pub(crate) fn publish_cmd(
         .decode(envelope.payload.as_bytes())
         .context("the release payload is not base64")?;
     let manifest = ReleaseManifest::from_json(&payload)?;
+    let agent = http_agent(ca)?;
+    let auth = format!("Bearer {token}");
+    // Before hashing or uploading anything: does the server trust the signer, may this token
+    // publish, and is the version free (or this very release)?
+    let check = format!(
+        "{server}/v1/admin/models/{}/releases?check=true",
+        manifest.model
+    );
+    let mut resp = agent
+        .post(&check)
+        .header("authorization", &auth)
+        .header("content-type", "application/json")
+        .send(&raw[..])
+        .with_context(|| format!("cannot reach {server}"))?;
+    if !resp.status().is_success() {
+        return Err(http_error("publish (checked before uploading)", resp));
+    }
+    let checked: serde_json::Value =
+        serde_json::from_reader(resp.body_mut().with_config().limit(64 * 1024).reader())
+            .context("the server's check answer is not JSON")?;
+    if checked["state"] == "identical" {
+        println!(
+            "{} {} was already published (identical); nothing to do",
+            manifest.model, manifest.version
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     // Find each blob in the folder by size, then hash.
     let mut wanted: Vec<(Sha256Digest, u64, String)> = manifest
         .variants
@@ -66,8 +93,6 @@ pub(crate) fn publish_cmd(
             found.push((digest, path));
         }
     }
-    let agent = http_agent(ca)?;
-    let auth = format!("Bearer {token}");
     for (digest, size, id) in &wanted {
         let Some((_, path)) = found.iter().find(|(d, _)| d == digest) else {
             bail!(
@@ -152,7 +177,14 @@ pub(crate) fn publish_cmd(
                 .limit(16 << 20)
                 .read_to_string()?;
             let v: serde_json::Value = serde_json::from_str(&text)?;
-            if v["envelope"]["payload"].as_str() == Some(envelope.payload.as_str()) {
+            let same_payload = v["envelope"]["payload"].as_str() == Some(envelope.payload.as_str());
+            // The same inputs signed again differ only in their `created` stamp.
+            let same_content = v["envelope"]["payload"]
+                .as_str()
+                .and_then(|p| base64::engine::general_purpose::STANDARD.decode(p).ok())
+                .and_then(|p| ReleaseManifest::from_json(&p).ok())
+                .is_some_and(|m| m.same_content(&manifest));
+            if same_payload || same_content {
                 println!(
                     "{} {} was already published (identical); nothing to do",
                     manifest.model, manifest.version

@@ -21,8 +21,18 @@ pub(crate) fn sign_cmd(variants: &Path, key: &Path, output: &Path) -> anyhow::Re
     }
     let base = variants.parent().unwrap_or(Path::new("."));
     let read = |p: &Path| -> anyhow::Result<Vec<u8>> { Ok(std::fs::read(p)?) };
-    let (manifest, files) =
-        sign::build_manifest(&spec, base, &read, time::OffsetDateTime::now_utc())?;
+    // Reproducible builds: the same inputs and SOURCE_DATE_EPOCH sign to the same bytes
+    // (ed25519 signatures are deterministic). Without it the manifest is stamped now.
+    let created = match std::env::var("SOURCE_DATE_EPOCH") {
+        Ok(v) => v
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
+            .with_context(|| format!("SOURCE_DATE_EPOCH {v:?} is not a unix time in seconds"))?,
+        Err(_) => time::OffsetDateTime::now_utc(),
+    };
+    let (manifest, files) = sign::build_manifest(&spec, base, &read, created)?;
     let envelope = sign::sign(&manifest, &key)?;
     let json = serde_json::to_vec_pretty(&envelope)?;
     ferry_fs::write(output, &json, ferry_fs::Mode::Public)

@@ -372,16 +372,14 @@ pub struct Lifecycle<'a> {
     pub actor: &'a str,
 }
 
-/// Parses, verifies and checks a signed release, writes the plan revision it calls for (the
-/// first release of a model becomes live; see [`rollout::record_publish`]), then stores it.
-/// Returns the admitted release and the plan revision written for it, if any.
-pub async fn publish_release(
-    store: &Store,
+/// Parses a signed release and checks what can be checked before its blobs are uploaded: the
+/// envelope verifies against the trusted release keys, the manifest is acceptable, and it is
+/// for `url_model`.
+pub fn verify_release(
     ring: &KeyRing,
     url_model: &ModelName,
     body: &[u8],
-    lifecycle: Lifecycle<'_>,
-) -> Result<(Release, Option<RolloutPlan>), PublishError> {
+) -> Result<(Envelope, ReleaseManifest), PublishError> {
     let envelope: Envelope =
         serde_json::from_slice(body).map_err(|e| PublishError::EnvelopeMalformed(e.to_string()))?;
     let verified = verify_release_envelope(&envelope, ring).map_err(PublishError::Signature)?;
@@ -393,6 +391,20 @@ pub async fn publish_release(
             url: url_model.clone(),
         });
     }
+    Ok((envelope, manifest))
+}
+
+/// Parses, verifies and checks a signed release, writes the plan revision it calls for (the
+/// first release of a model becomes live; see [`rollout::record_publish`]), then stores it.
+/// Returns the admitted release and the plan revision written for it, if any.
+pub async fn publish_release(
+    store: &Store,
+    ring: &KeyRing,
+    url_model: &ModelName,
+    body: &[u8],
+    lifecycle: Lifecycle<'_>,
+) -> Result<(Release, Option<RolloutPlan>), PublishError> {
+    let (envelope, manifest) = verify_release(ring, url_model, body)?;
     let release_key = StorageKey::release(&manifest.model, &manifest.version);
     if store.head(&release_key).await.is_ok() {
         return Err(release_exists(&manifest));

@@ -230,6 +230,14 @@ pub fn compare_dotted(a: &str, b: &str) -> std::cmp::Ordering {
 }
 
 impl ReleaseManifest {
+    /// True when `other` describes the same release: everything equal but the time it was
+    /// built (`created`), as when the same inputs are signed again.
+    pub fn same_content(&self, other: &ReleaseManifest) -> bool {
+        let mut a = self.clone();
+        a.created = other.created;
+        a == *other
+    }
+
     /// Parses JSON leniently (unknown fields are ignored), then validates with default limits.
     pub fn from_json(bytes: &[u8]) -> Result<Self, ManifestError> {
         let m: ReleaseManifest =
