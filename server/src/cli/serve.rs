@@ -33,8 +33,24 @@ fn say(json: bool, line: &str) {
 }
 
 pub(crate) fn serve(flags: Flags, demo: bool) -> anyhow::Result<ExitCode> {
-    let config = Config::load(&flags, &process_env)?;
+    let mut config = Config::load(&flags, &process_env)?;
     init_logging(config.log_json);
+    // A first run with --demo works without any setup: an admin token kept in
+    // `<data>/admin-token` (created on the first demo run, owner-only), so the next commands
+    // can read it and it lasts across restarts. FERRY_ADMIN_TOKEN still works beside it.
+    let demo_token = if demo {
+        let token = demo_admin_token(&config.data)?;
+        config
+            .tokens
+            .push(crate::api::auth::TokenEntry::from_secret(
+                "demo:admin-token",
+                &token,
+                crate::api::auth::Scope::ALL.to_vec(),
+            ));
+        Some(token)
+    } else {
+        None
+    };
     let json = config.log_json;
     let sys = actix_web::rt::System::new();
     sys.block_on(async move {
@@ -61,6 +77,19 @@ pub(crate) fn serve(flags: Flags, demo: bool) -> anyhow::Result<ExitCode> {
             ),
         );
         if demo {
+            if demo_token.is_some() {
+                let file = state.config.data.join("admin-token");
+                say(
+                    json,
+                    &format!(
+                        "admin token (every scope) in {}; next, in another terminal: \
+                         export FERRY_SERVER={scheme}://{addr} FERRY_TOKEN=$(cat {}); \
+                         then: ferry releases demo-mlp; ferry health demo-mlp; ferry rollout status demo-mlp",
+                        file.display(),
+                        file.display()
+                    ),
+                );
+            }
             say(json, &format!(
                 "try: curl -s {scheme}://{addr}/v1/resolve -H 'content-type: application/json' -d \
                  '{{\"model\":\"demo-mlp\",\"install_id\":\"me\",\"app_version\":\"1.0.0\",\"runtime_version\":\"1.5.1\",\
@@ -78,4 +107,33 @@ pub(crate) fn serve(flags: Flags, demo: bool) -> anyhow::Result<ExitCode> {
         stopped.context("server stopped with an error")
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The demo's admin token: read from `<data>/admin-token`, or created there (owner-only).
+fn demo_admin_token(data: &std::path::Path) -> anyhow::Result<String> {
+    use anyhow::Context as _;
+    let path = data.join("admin-token");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let token = text.trim().to_string();
+            if token.len() < 16 || !token.bytes().all(|b| b.is_ascii_graphic()) {
+                anyhow::bail!(
+                    "{} does not hold a token of 16 or more printable characters; remove it to get a new one",
+                    path.display()
+                );
+            }
+            Ok(token)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut secret = [0u8; 16];
+            getrandom::fill(&mut secret).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+            let token = hex::encode(secret);
+            std::fs::create_dir_all(data)
+                .with_context(|| format!("cannot create {}", data.display()))?;
+            ferry_fs::write(&path, token.as_bytes(), ferry_fs::Mode::OwnerOnly)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            Ok(token)
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
 }
