@@ -201,6 +201,43 @@ fn real_responses_match_the_schemas() {
     );
     assert_eq!(status, 200, "{plan}");
     check("rollout-plan.schema.json", &plan);
+
+    // The model list (with a staged release) and the health view, whole and for a window.
+    let (status, models) = app.get_json("/v1/admin/models", Some(READ_TOKEN));
+    assert_eq!(status, 200, "{models}");
+    check("models.schema.json", &models);
+    assert_eq!(models["models"][0]["staged"], "2.0.0", "{models}");
+    assert_eq!(models["models"][0]["percent"], "5", "{models}");
+    let counted = serde_json::json!({"events": app.with_receipts(&[serde_json::json!({
+        "kind": "load", "model": "mlp", "release": "1.0.0", "variant": "xnnpack-fp32",
+        "delegate": "xnnpack", "outcome": "ok", "install_id": "schema-check",
+        "platform": "android", "soc": "SM8550", "device_model": "p", "os_version": "14",
+        "app_version": "1.0.0", "runtime_version": "1.5.1", "load_ms": 3.5,
+        "at": time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339).expect("time"),
+    })])});
+    let (status, answer) = app.post_raw(
+        "/v1/telemetry",
+        &serde_json::to_vec(&counted).expect("json"),
+        None,
+    );
+    assert_eq!(
+        (status, answer["unverified"].as_u64()),
+        (200, Some(0)),
+        "{answer}"
+    );
+    for query in ["", "?since=1h"] {
+        let (status, health) = app.get_json(
+            &format!("/v1/admin/models/mlp/health{query}"),
+            Some(READ_TOKEN),
+        );
+        assert_eq!(status, 200, "{health}");
+        check("health.schema.json", &health);
+        assert_eq!(health["window"].is_object(), !query.is_empty(), "{health}");
+        assert_eq!(
+            health["releases"][0]["variants"][0]["load_ms"]["samples"], 1,
+            "the variant view is checked too: {health}"
+        );
+    }
 }
 
 fn check_value(schema: &serde_json::Value, instance: &serde_json::Value) {

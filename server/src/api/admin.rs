@@ -125,13 +125,24 @@ pub(crate) async fn list_models(
 ) -> Result<HttpResponse, ApiError> {
     authorize(&req, &state.config.tokens, Scope::Read)?;
     let catalog = state.catalog();
+    let rollouts = state.rollouts();
+    let deny = state.deny_lists();
     let models: Vec<serde_json::Value> = catalog
         .models()
         .map(|(m, versions)| {
+            let plan = rollouts.get(m);
             serde_json::json!({
                 "model": m,
                 "releases": versions.iter().map(|v| v.to_string()).collect::<Vec<_>>(),
                 "latest": versions.last().map(|v| v.to_string()),
+                "baseline": plan.and_then(|p| p.baseline.as_ref()).map(ToString::to_string),
+                "staged": plan.and_then(|p| p.staged.as_ref()).map(ToString::to_string),
+                "percent": plan
+                    .filter(|p| p.staged.is_some())
+                    .map(|p| format_percent(p.basis_points)),
+                "rollout_state": plan.map(|p| p.state),
+                "ramp_step": plan.and_then(|p| p.ramp.as_ref()).map(|r| r.step),
+                "deny_entries": deny.get(m).map_or(0, |d| d.entries.len()),
             })
         })
         .collect();

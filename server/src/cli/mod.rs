@@ -1,9 +1,11 @@
 //! The `ferry` command line: argument parsing and one module per command group.
 
 mod deny;
+mod examples;
 mod health;
 mod inspect;
 mod keys;
+mod models;
 mod publish;
 mod release;
 mod releases;
@@ -189,6 +191,21 @@ pub enum Command {
         #[command(subcommand)]
         command: release::ReleaseCommand,
     },
+    /// Every published model: its live release, the staged one and its share, the rollout's
+    /// state, how many releases and deny entries it has.
+    Models {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Where and who.
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Print a shell completion script: `ferry completions bash > /etc/bash_completion.d/ferry`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Every release of a model, newest first, with its state: live (the baseline), staged N%,
     /// published (not live yet), retired (older than the baseline) or revoked.
     Releases {
@@ -213,7 +230,12 @@ pub enum Command {
 }
 /// Parses the process arguments, runs the command and maps errors to a one-line message.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    use clap::{CommandFactory as _, FromArgMatches as _};
+    let matches = examples::with_examples(Cli::command()).get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -282,5 +304,18 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
             remote,
         } => releases::releases_cmd(&model, json, &remote),
+        Command::Models { json, remote } => models::models_cmd(json, &remote),
+        Command::Completions { shell } => {
+            use clap::CommandFactory as _;
+            use std::io::Write as _;
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "ferry", &mut script);
+            // A closed pipe (`| head`) is not an error worth a message.
+            match std::io::stdout().write_all(&script) {
+                Ok(()) => Ok(ExitCode::SUCCESS),
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
+                Err(e) => Err(e.into()),
+            }
+        }
     }
 }

@@ -1,0 +1,103 @@
+//! Everyday operator commands against a real server: `ferry models`, `ferry health` with a
+//! window and for a model that does not exist, and shell completions.
+
+mod common;
+
+use common::{TOKEN, ferry, run_ok, serve};
+
+fn remote(url: &str) -> [&str; 4] {
+    ["--server", url, "--token", TOKEN]
+}
+
+#[test]
+fn models_health_windows_and_completions() {
+    let s = common::setup("ops");
+    let server = serve(&s.data);
+    for release in [&s.v1, &s.v2] {
+        run_ok(
+            ferry()
+                .arg("publish")
+                .arg(release)
+                .arg("--files")
+                .arg(&s.files)
+                .args(remote(&server.url))
+                .arg("--quiet"),
+        );
+    }
+    run_ok(
+        ferry()
+            .args([
+                "rollout",
+                "start",
+                "ops",
+                "--release",
+                "2.0.0",
+                "--percent",
+                "5",
+            ])
+            .args(remote(&server.url)),
+    );
+    let table = run_ok(ferry().arg("models").args(remote(&server.url)));
+    let row = table
+        .lines()
+        .find(|l| l.trim_start().starts_with("ops"))
+        .unwrap_or_else(|| panic!("{table}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        &cells[..5],
+        ["ops", "1.0.0", "2.0.0", "5%", "active"],
+        "{table}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&run_ok(
+        ferry().args(["models", "--json"]).args(remote(&server.url)),
+    ))
+    .expect("json");
+    assert_eq!(
+        json["models"][0]["releases"],
+        serde_json::json!(["1.0.0", "2.0.0"])
+    );
+
+    let out = run_ok(
+        ferry()
+            .args(["health", "ops", "--since", "1h"])
+            .args(remote(&server.url)),
+    );
+    assert!(out.contains("window: since"), "{out}");
+    // Mistakes get the right exit code and a message that says what to give instead.
+    let out = ferry()
+        .args(["health", "ops", "--since", "yesterday"])
+        .args(remote(&server.url))
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(6), "refused by the server's rules");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("request_invalid") && err.contains("30m, 1h, 7d"),
+        "{err}"
+    );
+    let out = ferry()
+        .args(["health", "nosuch"])
+        .args(remote(&server.url))
+        .output()
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("model_not_found"));
+
+    for shell in ["bash", "zsh", "fish"] {
+        let script = run_ok(ferry().args(["completions", shell]));
+        assert!(
+            script.contains("rollout") && script.contains("since"),
+            "{shell}"
+        );
+    }
+    let out = ferry().args(["completions", "tcsh"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    // Every command's help ends with examples.
+    let help = run_ok(ferry().args(["rollout", "pin", "--help"]));
+    assert!(help.contains("Examples:\n  ferry rollout pin "), "{help}");
+}
