@@ -63,13 +63,8 @@ pub(crate) fn publish_cmd(
     let checked: serde_json::Value =
         serde_json::from_reader(resp.body_mut().with_config().limit(64 * 1024).reader())
             .context("the server's check answer is not JSON")?;
-    if checked["state"] == "identical" {
-        println!(
-            "{} {} was already published (identical); nothing to do",
-            manifest.model, manifest.version
-        );
-        return Ok(ExitCode::SUCCESS);
-    }
+    // Already published: its blobs are still checked (and a torn one uploaded again).
+    let identical = checked["state"] == "identical";
     // Find each blob in the folder by size, then hash.
     let mut wanted: Vec<(Sha256Digest, u64, String)> = manifest
         .variants
@@ -151,6 +146,13 @@ pub(crate) fn publish_cmd(
             return Err(http_error(&format!("upload of {}", path.display()), resp));
         }
         println!("{id}: uploaded {} ({size} bytes)", path.display());
+    }
+    if identical {
+        println!(
+            "{} {} was already published (identical); nothing to do",
+            manifest.model, manifest.version
+        );
+        return Ok(ExitCode::SUCCESS);
     }
     let url = format!("{server}/v1/admin/models/{}/releases", manifest.model);
     let resp = agent
