@@ -153,6 +153,32 @@ fn windows_compaction_and_retention_keep_every_total() {
         })
         .expect("json"),
     );
+    // An hour that was compacted and then merged into its day (three days ago), and a minute
+    // of it that arrives only now: it must count, under a part name never used before.
+    let late_hour = Level::Hour.floor(now - 3 * 86_400) + 3600;
+    let merged_part = BucketKey {
+        level: Level::Hour,
+        start: late_hour,
+        name: "part-000001".into(),
+    };
+    plant(
+        &app,
+        &BucketKey {
+            level: Level::Day,
+            start: Level::Day.floor(late_hour),
+            name: "part-000003".into(),
+        },
+        &serde_json::to_vec(&Part {
+            sources: vec![merged_part.path().to_string()],
+            rollup: rollup(4, 0),
+        })
+        .expect("json"),
+    );
+    plant(
+        &app,
+        &minute(late_hour + 120, "node-late.9-000000"),
+        &serde_json::to_vec(&rollup(6, 0)).expect("json"),
+    );
     // A day part past the 90-day retention.
     let expired = BucketKey {
         level: Level::Day,
@@ -191,8 +217,8 @@ fn windows_compaction_and_retention_keep_every_total() {
     );
     assert_eq!(s, 200, "{b}");
 
-    // Everything but the expired day: 40 x 3 + 10 x 2 + 15 + 12.
-    let total = 40 * 3 + 10 * 2 + 15 + 12;
+    // Everything but the expired day: 40 x 3 + 10 x 2 + 15 + 4 + 6 + 12.
+    let total = 40 * 3 + 10 * 2 + 15 + 4 + 6 + 12;
     let buckets = |app: &TestApp| -> Vec<String> {
         app.stored_files()
             .into_iter()
@@ -205,20 +231,29 @@ fn windows_compaction_and_retention_keep_every_total() {
             .iter()
             .filter(|f| f.starts_with("telemetry/buckets/minute/"))
             .count();
-        let days = files
-            .iter()
-            .filter(|f| f.starts_with("telemetry/buckets/day/"))
-            .count();
-        // Only this run's own live minute(s) stay as minutes; the old day is one part.
-        minutes_left <= 2 && days == 1 && loads(&health(&app, "")) == total
+        // Every hour of the old days went into day parts.
+        let old_hours = files.iter().any(|f| {
+            BucketKey::parse(&object_store::path::Path::from(f.as_str()))
+                .is_some_and(|k| k.level == Level::Hour && k.start < now - 2 * 86_400)
+        });
+        // Only this run's own live minute(s) stay as minutes.
+        minutes_left <= 2 && !old_hours && loads(&health(&app, "")) == total
     });
     let files = buckets(&app);
-    let day = BucketKey {
-        level: Level::Day,
-        start: Level::Day.floor(old_hour),
-        name: "part-000001".into(),
-    };
-    assert!(files.contains(&day.path().to_string()), "{files:?}");
+    let day_prefix = format!(
+        "telemetry/buckets/day/{}",
+        time::OffsetDateTime::from_unix_timestamp(old_hour)
+            .expect("time")
+            .date()
+    );
+    assert!(
+        files.iter().any(|f| f.starts_with(&day_prefix)),
+        "{files:?}"
+    );
+    assert!(
+        !files.contains(&merged_part.path().to_string()),
+        "the late minute's part got a new name: {files:?}"
+    );
     assert!(
         !files.contains(&expired.path().to_string()),
         "retention: {files:?}"
@@ -240,8 +275,8 @@ fn windows_compaction_and_retention_keep_every_total() {
     let failures: u64 = h["releases"][0]["variants"][0]["load_failures"]
         .as_u64()
         .expect("failures");
-    // One failure in each planted rollup (its first event): 40 + 10 + 3.
-    assert_eq!(failures, 53, "{h}");
+    // Every fifth planted event failed: 40 + 10 + 3 + 1 + 2.
+    assert_eq!(failures, 56, "{h}");
 
     // Windows: the last hour holds only the live events; the last three hours add the hour
     // part that overlaps them (counted whole: the window then starts at its hour); five hours

@@ -365,14 +365,16 @@ fn restarts_of_one_replica_keep_every_run_s_counts() {
         });
         replica.stop();
     }
-    // Each run wrote its own minute objects (a restart within the same minute overwrites
-    // nothing), all named after the replica.
+    // Each run wrote its own objects (never rewritten, so a restart within the same minute
+    // overwrites nothing), all named after the replica.
     let writers: std::collections::BTreeSet<String> = app
         .stored_files()
         .into_iter()
         .filter(|f| f.starts_with("telemetry/buckets/minute/"))
         .filter_map(|f| f.rsplit('/').next().map(str::to_string))
         .filter(|f| f.starts_with("replica-a."))
+        // `<node>.<run>-<n>.json`: the run's name.
+        .filter_map(|f| f.rsplit_once('-').map(|(run, _)| run.to_string()))
         .collect();
     assert_eq!(writers.len(), 3, "{writers:?}");
 }

@@ -24,7 +24,7 @@ use ferry_shared::telemetry::TelemetryEvent;
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use crate::fleet::buckets::{Bucket, BucketKey, Level};
+use crate::fleet::buckets::Level;
 use crate::fleet::events::RawEvent;
 use crate::fleet::ingest::{EventError, MAX_DEVICES, TelemetryConfig, validate};
 use crate::fleet::limits::{IpKey, Limiter};
@@ -53,42 +53,40 @@ pub const PER_DEVICE_EVENTS: u8 = 8;
 /// (model, release, variant).
 type VariantKey = (String, String, String);
 
-/// One minute of this replica run's own counts.
-#[derive(Debug, Default)]
-pub struct OwnMinute {
-    /// What it counted in that minute.
-    pub rollup: Rollup,
-    /// Written to the store after the minute closed: nothing will change it any more.
-    pub final_written: bool,
-    /// Written to the store at least once (perhaps while still open).
-    pub ever_written: bool,
-}
-
-/// Most own minutes kept in memory (a day): during a longer store outage the oldest minutes
-/// never written are folded into the next one, so counts are kept and memory stays bounded
+/// Most minutes of counts kept in memory while they cannot be written (a day): during a longer
+/// store outage the oldest fold into the next one, so counts are kept and memory stays bounded
 /// (those minutes then count in the later minute's bucket).
-pub const MAX_OWN_MINUTES: usize = 1440;
+pub const MAX_PENDING_MINUTES: usize = 1440;
 
 /// What the store holds, as last read and merged (see [`crate::fleet::buckets`]).
 #[derive(Debug, Default)]
 pub struct View {
-    /// The buckets counted (no part lists them), without this run's minutes still in memory.
-    pub buckets: Vec<(BucketKey, Bucket)>,
+    /// Each bucket counted (its objects that no part lists, merged).
+    pub buckets: Vec<(Level, i64, std::sync::Arc<Rollup>)>,
     /// Their merge, with the rollups of earlier versions (`telemetry/rollups/`).
     pub total: Rollup,
 }
+
+/// Counts this run wrote to the store but has not yet seen in a listing: counted from memory
+/// until the view holds them.
+type Written = Vec<(String, i64, std::sync::Arc<Rollup>)>;
 
 /// The in-memory telemetry state of one server.
 #[derive(Debug, Default)]
 pub struct Telemetry {
     /// Events counted per device per variant (the [`PER_DEVICE_EVENTS`] cap).
     caps: Mutex<HashMap<VariantKey, HashMap<u64, u8>>>,
-    /// This run's own counts per minute (start, unix seconds), until they are in the store.
-    own: Mutex<BTreeMap<i64, OwnMinute>>,
+    /// This run's counts not yet written, per minute (start, unix seconds). Each flush writes
+    /// them as new, immutable objects and starts again from nothing.
+    pending: Mutex<BTreeMap<i64, Rollup>>,
+    /// Written but not yet seen in the store's listing.
+    written: Mutex<Written>,
+    /// Numbers this run's objects.
+    written_seq: std::sync::atomic::AtomicU64,
     /// The newest minute counted: events never go to an older one, even if the clock steps back.
     newest_minute: std::sync::atomic::AtomicI64,
-    /// Cohort devices per minute (resolve notes them; kept apart from `own` so resolve never
-    /// waits on ingestion).
+    /// Cohort devices per minute, not yet written (resolve notes them; kept apart from
+    /// `pending` so resolve never waits on ingestion).
     cohorts: Mutex<BTreeMap<i64, Rollup>>,
     /// The store's buckets, merged; refreshed at each flush.
     view: std::sync::RwLock<std::sync::Arc<View>>,
@@ -159,9 +157,9 @@ impl Telemetry {
             limiter_buckets: addresses + installs,
             capped_variants: caps.len(),
             capped_devices: caps.values().map(HashMap::len).sum(),
-            rollup_variants: lock(&self.own)
+            rollup_variants: lock(&self.pending)
                 .values()
-                .map(|m| m.rollup.variant_count())
+                .map(Rollup::variant_count)
                 .sum(),
             raw_events: self.raw.lock().map_or(0, |r| r.len()),
         }
@@ -226,12 +224,11 @@ impl Telemetry {
         {
             let minute = self.minute_of(now);
             let mut caps = lock(&self.caps);
-            let mut own = lock(&self.own);
-            let mut bucket = kept.iter().any(|(_, ok)| *ok).then(|| {
-                let m = own.entry(minute).or_default();
-                m.final_written = false;
-                m
-            });
+            let mut pending = lock(&self.pending);
+            let mut bucket = kept
+                .iter()
+                .any(|(_, ok)| *ok)
+                .then(|| pending.entry(minute).or_default());
             for (e, ok) in &kept {
                 if !ok {
                     report.unverified += 1;
@@ -252,7 +249,6 @@ impl Telemetry {
                     continue;
                 };
                 bucket
-                    .rollup
                     .variant_mut(&e.model, &e.release, &e.variant)
                     .add(e, id, network);
                 if !report.counted_models.contains(&e.model) {
@@ -325,11 +321,15 @@ impl Telemetry {
         );
     }
 
-    /// Everything this run still holds in memory, merged.
+    /// Everything this run still holds in memory (pending and written but not yet seen),
+    /// merged.
     pub fn local_rollup(&self) -> Rollup {
         let mut r = Rollup::default();
-        for m in lock(&self.own).values() {
-            r.merge(&m.rollup);
+        for (_, _, w) in lock(&self.written).iter() {
+            r.merge(w);
+        }
+        for p in lock(&self.pending).values() {
+            r.merge(p);
         }
         for c in lock(&self.cohorts).values() {
             r.merge(c);
@@ -337,50 +337,50 @@ impl Telemetry {
         r
     }
 
-    /// The own minutes to write at `now` (unix seconds): every minute in memory not yet
-    /// written after it closed, with its cohorts, and whether it has closed.
-    pub fn minutes_to_write(&self, now: i64) -> Vec<(i64, Rollup, bool)> {
-        let current = Level::Minute.floor(now);
-        let cohorts = lock(&self.cohorts);
-        let mut own = lock(&self.own);
-        // Minutes that only saw resolves still need writing.
-        for start in cohorts.keys() {
-            own.entry(*start).or_default();
+    /// Takes what was counted since the last flush, per minute (cohorts included), to write.
+    pub fn take_pending(&self) -> Vec<(i64, Rollup)> {
+        let mut pending = std::mem::take(&mut *lock(&self.pending));
+        for (start, c) in std::mem::take(&mut *lock(&self.cohorts)) {
+            pending.entry(start).or_default().merge(&c);
         }
-        own.iter()
-            .filter(|(_, m)| !m.final_written)
-            .map(|(start, m)| {
-                let mut r = m.rollup.clone();
-                if let Some(c) = cohorts.get(start) {
-                    r.merge(c);
-                }
-                (*start, r, *start < current)
-            })
-            .collect()
+        pending.into_iter().collect()
     }
 
-    /// Notes that minute `start` was written, after it closed when `closed`.
-    pub fn mark_written(&self, start: i64, closed: bool) {
-        if let Some(m) = lock(&self.own).get_mut(&start) {
-            m.ever_written = true;
-            m.final_written |= closed;
+    /// Puts back what could not be written (merged with what arrived since), folding the
+    /// oldest minutes together beyond [`MAX_PENDING_MINUTES`].
+    pub fn restore_pending(&self, back: Vec<(i64, Rollup)>) {
+        let mut pending = lock(&self.pending);
+        for (start, r) in back {
+            pending.entry(start).or_default().merge(&r);
         }
+        fold_oldest(&mut pending, MAX_PENDING_MINUTES);
     }
 
-    /// Drops the own minutes that are final and that the store listing holds (`stored`), and
-    /// returns the minutes still in memory: the view must not count their stored copies.
-    pub fn settle_own(&self, stored: &dyn Fn(i64) -> bool) -> std::collections::BTreeSet<i64> {
-        let mut cohorts = lock(&self.cohorts);
-        let mut own = lock(&self.own);
-        own.retain(|start, m| {
-            let drop = m.final_written && stored(*start);
-            if drop {
-                cohorts.remove(start);
-            }
-            !drop
-        });
-        fold_oldest(&mut own, &mut cohorts, MAX_OWN_MINUTES);
-        own.keys().copied().collect()
+    /// A new object name for this run's `writer` prefix.
+    pub fn next_object_name(&self, writer: &str) -> String {
+        let n = self
+            .written_seq
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("{writer}-{n:06}")
+    }
+
+    /// Notes an object this run wrote (its key) for minute `start`.
+    pub fn note_written(&self, key: String, start: i64, rollup: std::sync::Arc<Rollup>) {
+        lock(&self.written).push((key, start, rollup));
+    }
+
+    /// Installs the view read from the store, and forgets the written objects that the listing
+    /// it was built from holds (`listed`): from now on they count through the view. Done under
+    /// the `written` lock, which every reader takes first, so nothing counts twice or not at
+    /// all in between.
+    pub fn install_view(&self, view: View, listed: &dyn Fn(&str) -> bool) {
+        let mut written = lock(&self.written);
+        written.retain(|(key, _, _)| !listed(key));
+        let next = std::sync::Arc::new(view);
+        match self.view.write() {
+            Ok(mut g) => *g = next,
+            Err(p) => *p.into_inner() = next,
+        }
     }
 
     /// What the last flush read from the store.
@@ -399,15 +399,6 @@ impl Telemetry {
         true
     }
 
-    /// Replaces the store's merged view (read at a flush).
-    pub fn set_view(&self, view: View) {
-        let next = std::sync::Arc::new(view);
-        match self.view.write() {
-            Ok(mut g) => *g = next,
-            Err(p) => *p.into_inner() = next,
-        }
-    }
-
     fn view(&self) -> std::sync::Arc<View> {
         match self.view.read() {
             Ok(g) => g.clone(),
@@ -415,14 +406,19 @@ impl Telemetry {
         }
     }
 
-    /// The whole fleet's counts for `model`: the store's buckets merged with this run's own
-    /// minutes in memory.
+    /// The whole fleet's counts for `model`: the store's buckets merged with what this run
+    /// holds in memory.
     pub fn fleet(&self, model: &str) -> Rollup {
+        let written = lock(&self.written);
         let view = self.view();
         let mut out = Rollup::default();
         out.merge_model(&view.total, model);
-        for m in lock(&self.own).values() {
-            out.merge_model(&m.rollup, model);
+        for (_, _, w) in written.iter() {
+            out.merge_model(w, model);
+        }
+        drop(written);
+        for p in lock(&self.pending).values() {
+            out.merge_model(p, model);
         }
         for c in lock(&self.cohorts).values() {
             out.merge_model(c, model);
@@ -434,26 +430,28 @@ impl Telemetry {
     /// and the start of the earliest bucket counted (`since` itself when it falls on a
     /// bucket boundary or nothing was counted).
     pub fn window(&self, model: &str, since: i64) -> (Rollup, i64) {
+        let written = lock(&self.written);
         let view = self.view();
         let mut out = Rollup::default();
         let mut from = since;
-        for (k, b) in &view.buckets {
-            if k.overlaps_from(since) {
-                out.merge_model(b.rollup(), model);
-                from = from.min(k.start);
+        let mut add = |start: i64, len: i64, r: &Rollup| {
+            if start + len > since {
+                out.merge_model(r, model);
+                from = from.min(start);
             }
+        };
+        for (level, start, r) in &view.buckets {
+            add(*start, level.secs(), r);
         }
-        for (start, m) in lock(&self.own).iter() {
-            if start + 60 > since {
-                out.merge_model(&m.rollup, model);
-                from = from.min(*start);
-            }
+        for (_, start, w) in written.iter() {
+            add(*start, 60, w);
+        }
+        drop(written);
+        for (start, p) in lock(&self.pending).iter() {
+            add(*start, 60, p);
         }
         for (start, c) in lock(&self.cohorts).iter() {
-            if start + 60 > since {
-                out.merge_model(c, model);
-                from = from.min(*start);
-            }
+            add(*start, 60, c);
         }
         (out, from)
     }
@@ -505,29 +503,14 @@ impl Telemetry {
     }
 }
 
-/// Folds the oldest minutes never written into the minute after them until at most `cap`
-/// remain (a minute already written, even open, keeps its own bucket: its object exists).
-fn fold_oldest(
-    own: &mut BTreeMap<i64, OwnMinute>,
-    cohorts: &mut BTreeMap<i64, Rollup>,
-    cap: usize,
-) {
-    while own.len() > cap {
-        let keys: Vec<i64> = own.keys().copied().collect();
-        let Some(pair) = keys
-            .windows(2)
-            .find(|w| own.get(&w[0]).is_some_and(|m| !m.ever_written))
-        else {
+/// Folds the oldest minutes into the minute after them until at most `cap` remain.
+fn fold_oldest(pending: &mut BTreeMap<i64, Rollup>, cap: usize) {
+    while pending.len() > cap.max(1) {
+        let Some((_, oldest)) = pending.pop_first() else {
             return;
         };
-        let (from, into) = (pair[0], pair[1]);
-        let Some(old) = own.remove(&from) else { return };
-        if let Some(next) = own.get_mut(&into) {
-            next.rollup.merge(&old.rollup);
-            next.final_written = false;
-        }
-        if let Some(c) = cohorts.remove(&from) {
-            cohorts.entry(into).or_default().merge(&c);
+        if let Some(mut next) = pending.first_entry() {
+            next.get_mut().merge(&oldest);
         }
     }
 }
@@ -545,27 +528,24 @@ mod tests {
 
     #[test]
     fn minutes_beyond_the_cap_fold_into_later_ones_and_keep_their_counts() {
-        let mut own = BTreeMap::new();
+        let mut pending = BTreeMap::new();
         for m in 0..10i64 {
             let mut r = Rollup::default();
             r.note_cohort("m", "staged", m as u64);
-            own.insert(
-                m * 60,
-                OwnMinute {
-                    rollup: r,
-                    final_written: false,
-                    ever_written: m == 0,
-                },
-            );
+            pending.insert(m * 60, r);
         }
-        let mut cohorts = BTreeMap::new();
-        fold_oldest(&mut own, &mut cohorts, 4);
-        assert_eq!(own.len(), 4);
-        // The written minute 0 keeps its bucket; minutes 1..=6 went into minute 7.
-        assert_eq!(own.keys().copied().collect::<Vec<_>>(), [0, 420, 480, 540]);
-        let devices = |m: &OwnMinute| m.rollup.cohorts["m"]["staged"].estimate();
-        assert_eq!(devices(&own[&420]), 7);
-        assert_eq!(devices(&own[&0]), 1);
+        fold_oldest(&mut pending, 4);
+        assert_eq!(
+            pending.keys().copied().collect::<Vec<_>>(),
+            [360, 420, 480, 540]
+        );
+        let devices = |r: &Rollup| r.cohorts["m"]["staged"].estimate();
+        assert_eq!(
+            devices(&pending[&360]),
+            7,
+            "minutes 0..=6 in the oldest kept"
+        );
+        assert_eq!(devices(&pending[&540]), 1);
     }
     use ferry_shared::deny::DeviceClass;
 

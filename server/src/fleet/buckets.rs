@@ -24,11 +24,9 @@
 //! are deleted does not count them twice either. A minute written late (a replica cut off from
 //! the store) is not lost: the next pass compacts it into another part of its hour.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
-
 use object_store::path::Path as StorePath;
 use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::fleet::rollup::Rollup;
 
@@ -194,44 +192,12 @@ pub struct Part {
     pub rollup: Rollup,
 }
 
-/// One bucket object as read.
-#[derive(Debug, Clone)]
-pub enum Bucket {
-    /// A minute of one replica run.
-    Minute(Arc<Rollup>),
-    /// A compacted bucket.
-    Part(Arc<Part>),
-}
-
-impl Bucket {
-    /// Its counts.
-    pub fn rollup(&self) -> &Rollup {
-        match self {
-            Bucket::Minute(r) => r,
-            Bucket::Part(p) => &p.rollup,
-        }
-    }
-}
+/// Every bucket object listed, with the sources each part lists (empty for a minute).
+pub type Listing = BTreeMap<BucketKey, Vec<String>>;
 
 /// The keys that some part lists as merged: readers skip them.
-pub fn covered(objects: &BTreeMap<BucketKey, Bucket>) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    for b in objects.values() {
-        if let Bucket::Part(p) = b {
-            out.extend(p.sources.iter().cloned());
-        }
-    }
-    out
-}
-
-/// The buckets a reader counts: every object no part lists.
-pub fn counted<'a>(
-    objects: &'a BTreeMap<BucketKey, Bucket>,
-    covered: &BTreeSet<String>,
-) -> impl Iterator<Item = (&'a BucketKey, &'a Bucket)> {
-    objects
-        .iter()
-        .filter(move |(k, _)| !covered.contains(k.path().as_ref()))
+pub fn covered(listing: &Listing) -> BTreeSet<String> {
+    listing.values().flatten().cloned().collect()
 }
 
 /// One compaction step: merge `sources` (of the level below) into the next part of the
@@ -256,21 +222,19 @@ pub struct Plan {
 }
 
 /// Plans a compaction pass (pure: the caller reads, writes and deletes).
-pub fn plan(objects: &BTreeMap<BucketKey, Bucket>, now: i64, retention_days: u32) -> Plan {
+pub fn plan(objects: &Listing, now: i64, retention_days: u32) -> Plan {
     let covered = covered(objects);
     let present: BTreeSet<String> = objects.keys().map(|k| k.path().to_string()).collect();
     let mut out = Plan::default();
     // Sources already merged: delete them (a compactor may have stopped before it could).
     // A part whose own sources still exist is not merged upward yet.
     let mut pending_cleanup = BTreeSet::new();
-    for (k, b) in objects {
-        if let Bucket::Part(p) = b {
-            for s in &p.sources {
-                if present.contains(s) {
-                    pending_cleanup.insert(k.clone());
-                    if let Some(sk) = BucketKey::parse(&StorePath::from(s.as_str())) {
-                        out.deletes.push(sk);
-                    }
+    for (k, sources) in objects {
+        for s in sources {
+            if present.contains(s) {
+                pending_cleanup.insert(k.clone());
+                if let Some(sk) = BucketKey::parse(&StorePath::from(s.as_str())) {
+                    out.deletes.push(sk);
                 }
             }
         }
@@ -291,10 +255,17 @@ pub fn plan(objects: &BTreeMap<BucketKey, Bucket>, now: i64, retention_days: u32
             }
         }
         for (start, sources) in due {
-            let next = objects
-                .keys()
+            // Past every part of this bucket that exists or that a part merged (deleted
+            // since): a name is never used twice, or a reader would skip the new part as
+            // already merged.
+            let used = objects.keys().cloned().chain(
+                covered
+                    .iter()
+                    .filter_map(|c| BucketKey::parse(&StorePath::from(c.as_str()))),
+            );
+            let next = used
                 .filter(|k| k.level == to && k.start == start)
-                .filter_map(BucketKey::part_number)
+                .filter_map(|k| k.part_number())
                 .max()
                 .unwrap_or(0)
                 + 1;
@@ -384,10 +355,8 @@ mod tests {
         }
     }
 
-    fn objects(keys: &[BucketKey]) -> BTreeMap<BucketKey, Bucket> {
-        keys.iter()
-            .map(|k| (k.clone(), Bucket::Minute(Arc::new(Rollup::default()))))
-            .collect()
+    fn objects(keys: &[BucketKey]) -> Listing {
+        keys.iter().map(|k| (k.clone(), Vec::new())).collect()
     }
 
     #[test]
@@ -419,19 +388,45 @@ mod tests {
         let mut objs = objects(&[a.clone(), b.clone(), late.clone()]);
         objs.insert(
             part_key.clone(),
-            Bucket::Part(Arc::new(Part {
-                sources: vec![a.path().to_string(), b.path().to_string()],
-                rollup: Rollup::default(),
-            })),
+            vec![a.path().to_string(), b.path().to_string()],
         );
         let cov = covered(&objs);
-        let seen: Vec<_> = counted(&objs, &cov).map(|(k, _)| k.clone()).collect();
+        let seen: Vec<_> = objs
+            .keys()
+            .filter(|k| !cov.contains(k.path().as_ref()))
+            .cloned()
+            .collect();
         assert_eq!(seen, vec![late.clone(), part_key.clone()]);
         let p = plan(&objs, hour + 3600 + MINUTES_KEPT_SECS, 90);
         assert_eq!(p.deletes, vec![a, b]);
         // The late minute becomes the hour's second part.
         assert_eq!(p.merges.len(), 1, "{p:?}");
         assert_eq!(p.merges[0].target.name, "part-000002");
+        assert_eq!(p.merges[0].sources, vec![late]);
+    }
+
+    #[test]
+    fn a_late_minute_after_its_hour_went_into_a_day_gets_a_new_part_name() {
+        let hour = Level::Hour.floor(T);
+        let old_part = BucketKey {
+            level: Level::Hour,
+            start: hour,
+            name: "part-000001".into(),
+        };
+        let day = BucketKey {
+            level: Level::Day,
+            start: Level::Day.floor(T),
+            name: "part-000001".into(),
+        };
+        let late = minute(hour + 300, "late.1-000000");
+        let mut objs = objects(std::slice::from_ref(&late));
+        objs.insert(day, vec![old_part.path().to_string()]);
+        let p = plan(&objs, hour + 3 * 86_400, 90);
+        assert_eq!(p.merges.len(), 1, "{p:?}");
+        assert_eq!(
+            p.merges[0].target.name, "part-000002",
+            "not the merged part's name"
+        );
         assert_eq!(p.merges[0].sources, vec![late]);
     }
 
@@ -448,19 +443,13 @@ mod tests {
             start: day - 91 * 86_400,
             name: "part-000001".into(),
         };
-        let mut objs: BTreeMap<BucketKey, Bucket> = BTreeMap::new();
+        let mut objs = Listing::new();
         for k in [
             hour(0, "part-000001"),
             hour(5, "part-000001"),
             old_day.clone(),
         ] {
-            objs.insert(
-                k,
-                Bucket::Part(Arc::new(Part {
-                    sources: vec![],
-                    rollup: Rollup::default(),
-                })),
-            );
+            objs.insert(k, vec![]);
         }
         let p = plan(&objs, day + 86_400 + HOURS_KEPT_SECS, 90);
         assert_eq!(p.merges.len(), 1, "{p:?}");

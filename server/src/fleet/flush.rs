@@ -5,8 +5,11 @@
 use time::OffsetDateTime;
 
 use crate::app::AppState;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
 use crate::fleet::aggregate::View;
-use crate::fleet::buckets::{self, Bucket, BucketKey, Lease, Level, Part};
+use crate::fleet::buckets::{self, BucketKey, Lease, Level, Part};
 use crate::fleet::events::{self, RawEvent};
 use crate::fleet::rollup::Rollup;
 
@@ -117,41 +120,72 @@ async fn write_events(state: &AppState, raw: Vec<RawEvent>, now: OffsetDateTime)
     unwritten
 }
 
-/// What a flush read from the store, by object name: its version (modification time, size)
-/// and what it holds (`None`: unreadable, skipped until it changes).
-pub type StoreCache = std::collections::HashMap<String, (String, Option<Cached>)>;
-
-/// One object read from the store.
-#[derive(Debug, Clone)]
-pub enum Cached {
-    /// A time bucket.
-    Bucket(BucketKey, Bucket),
-    /// A rollup written by an earlier version (`telemetry/rollups/<node>.json`): counted in
-    /// the totals, in no window.
-    Legacy(std::sync::Arc<Rollup>),
+/// What the flushes read from the store, kept between them.
+#[derive(Debug, Default)]
+pub struct StoreCache {
+    /// Every bucket object listed: its version (modification time, size) and, for a readable
+    /// part, the sources it lists (`None`: unreadable, skipped until it changes).
+    objects: HashMap<String, (String, Option<Vec<String>>)>,
+    /// Per bucket: the objects merged into it, and the merge.
+    buckets: HashMap<(Level, i64), (BTreeSet<String>, Arc<Rollup>)>,
+    /// Rollups written by earlier versions (`telemetry/rollups/<node>.json`): counted in the
+    /// totals, in no window.
+    legacy: HashMap<String, (String, Option<Arc<Rollup>>)>,
 }
 
-/// Writes this run's own minutes, reads every bucket that changed (and the rollups of earlier
-/// versions), merges them into the view health, halts, ramps and deny entries read, and
-/// compacts old buckets when this replica holds the lease. When the store cannot be listed
-/// the last view is kept; an object that cannot be read keeps its last good copy.
+/// Reads one bucket object: its counts, and its sources when it is a part.
+async fn read_bucket(
+    state: &AppState,
+    key: &BucketKey,
+) -> Result<Option<(Arc<Rollup>, Vec<String>)>, String> {
+    let path = key.path();
+    if key.level == Level::Minute {
+        Ok(read_checked::<Rollup>(state, &path, |r| r)
+            .await?
+            .map(|r| (Arc::new(r), Vec::new())))
+    } else {
+        Ok(read_checked::<Part>(state, &path, |p| &p.rollup)
+            .await?
+            .map(|p| (Arc::new(p.rollup), p.sources)))
+    }
+}
+
+/// Writes what this run counted since the last flush as new objects (one per minute, never
+/// rewritten), reads every bucket object that is new (and the rollups of earlier versions),
+/// merges them per bucket into the view health, halts, ramps and deny entries read, and
+/// compacts old buckets when this replica holds the lease. When the store cannot be listed the
+/// last view is kept; what could not be written stays in memory and is written later.
 pub async fn flush_rollups(state: &AppState) {
     use futures_util::TryStreamExt as _;
     use object_store::{ObjectStoreExt as _, PutPayload};
     let now = OffsetDateTime::now_utc().unix_timestamp();
-    for (start, rollup, closed) in state.telemetry.minutes_to_write(now) {
+    let mut unwritten = Vec::new();
+    for (start, rollup) in state.telemetry.take_pending() {
+        if rollup.models.is_empty() && rollup.cohorts.is_empty() {
+            continue;
+        }
         let key = BucketKey {
             level: Level::Minute,
             start,
-            name: state.writer.clone(),
+            name: state.telemetry.next_object_name(&state.writer),
         };
         match serde_json::to_vec(&rollup) {
             Ok(bytes) => match state.store.put(&key.path(), PutPayload::from(bytes)).await {
-                Ok(_) => state.telemetry.mark_written(start, closed),
-                Err(e) => tracing::warn!("telemetry bucket flush failed, kept in memory: {e}"),
+                Ok(_) => {
+                    state
+                        .telemetry
+                        .note_written(key.path().to_string(), start, Arc::new(rollup))
+                }
+                Err(e) => {
+                    tracing::warn!("telemetry bucket flush failed, kept in memory: {e}");
+                    unwritten.push((start, rollup));
+                }
             },
             Err(e) => tracing::error!("telemetry bucket cannot be encoded: {e}"),
         }
+    }
+    if !unwritten.is_empty() {
+        state.telemetry.restore_pending(unwritten);
     }
     let mut metas = Vec::new();
     for prefix in [buckets::PREFIX, "telemetry/rollups"] {
@@ -169,94 +203,140 @@ pub async fn flush_rollups(state: &AppState) {
         }
     }
     let mut cache = std::mem::take(&mut *state.telemetry.store_cache());
-    let mut live = std::collections::HashSet::new();
-    for meta in metas {
+    // New or changed objects are read now; their counts are kept only until merged below.
+    let mut fresh: HashMap<String, Arc<Rollup>> = HashMap::new();
+    let mut listed: HashMap<String, BucketKey> = HashMap::new();
+    let mut legacy_live = HashSet::new();
+    for meta in &metas {
         let name = meta.location.to_string();
         let version = format!("{} {}", meta.last_modified.to_rfc3339(), meta.size);
-        live.insert(name.clone());
-        if cache.get(&name).is_some_and(|(seen, _)| *seen == version) {
-            continue;
-        }
-        let read = if let Some(key) = BucketKey::parse(&meta.location) {
-            if key.level == Level::Minute {
-                read_checked::<Rollup>(state, &meta.location, |r| r)
-                    .await
-                    .map(|r| r.map(|r| Cached::Bucket(key, Bucket::Minute(r.into()))))
-            } else {
-                read_checked::<Part>(state, &meta.location, |p| &p.rollup)
-                    .await
-                    .map(|p| p.map(|p| Cached::Bucket(key, Bucket::Part(p.into()))))
+        if let Some(key) = BucketKey::parse(&meta.location) {
+            listed.insert(name.clone(), key.clone());
+            if cache.objects.get(&name).is_some_and(|(v, _)| *v == version) {
+                continue;
+            }
+            match read_bucket(state, &key).await {
+                Ok(Some((rollup, sources))) => {
+                    fresh.insert(name.clone(), rollup);
+                    cache.objects.insert(name, (version, Some(sources)));
+                }
+                Ok(None) => {
+                    listed.remove(&name);
+                }
+                Err(e) => {
+                    tracing::warn!("telemetry bucket skipped until it changes: {e}");
+                    cache.objects.insert(name, (version, None));
+                }
             }
         } else if name.starts_with("telemetry/rollups/") && name.ends_with(".json") {
-            read_checked::<Rollup>(state, &meta.location, |r| r)
-                .await
-                .map(|r| r.map(|r| Cached::Legacy(r.into())))
-        } else {
-            Ok(None)
+            legacy_live.insert(name.clone());
+            if cache.legacy.get(&name).is_some_and(|(v, _)| *v == version) {
+                continue;
+            }
+            let read = read_checked::<Rollup>(state, &meta.location, |r| r).await;
+            let last = cache.legacy.remove(&name).and_then(|(_, r)| r);
+            let rollup = match read {
+                Ok(r) => r.map(Arc::new),
+                Err(e) => {
+                    tracing::warn!("an earlier rollup skipped, keeping its last good copy: {e}");
+                    last
+                }
+            };
+            cache.legacy.insert(name, (version, rollup));
+        }
+    }
+    cache.objects.retain(|k, _| listed.contains_key(k));
+    cache.legacy.retain(|k, _| legacy_live.contains(k));
+    // What each bucket counts: its readable objects that no part lists.
+    let listing: buckets::Listing = listed
+        .iter()
+        .filter_map(|(name, key)| {
+            let sources = cache.objects.get(name)?.1.clone()?;
+            Some((key.clone(), sources))
+        })
+        .collect();
+    let covered = buckets::covered(&listing);
+    let mut wanted: HashMap<(Level, i64), BTreeSet<String>> = HashMap::new();
+    for key in listing.keys() {
+        let name = key.path().to_string();
+        if !covered.contains(&name) {
+            wanted
+                .entry((key.level, key.start))
+                .or_default()
+                .insert(name);
+        }
+    }
+    let mut next_buckets = HashMap::new();
+    for (bucket, names) in wanted {
+        let cached = cache.buckets.remove(&bucket);
+        let merged = match cached {
+            Some((had, rollup)) if had == names => Some(rollup),
+            // Only new objects since: add them to what was merged.
+            Some((had, rollup))
+                if had.is_subset(&names)
+                    && had.iter().all(|n| !fresh.contains_key(n))
+                    && names.difference(&had).all(|n| fresh.contains_key(n)) =>
+            {
+                let mut r = (*rollup).clone();
+                let ok = names.difference(&had).all(|n| {
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r.merge(&fresh[n])))
+                        .is_ok()
+                });
+                ok.then(|| Arc::new(r))
+            }
+            _ => None,
         };
-        match read {
-            Ok(Some(c)) => {
-                cache.insert(name, (version, Some(c)));
+        let merged = match merged {
+            Some(m) => m,
+            // Anything else (an object gone or changed): merge the bucket again from its
+            // objects, reading those not read in this pass.
+            None => {
+                let mut r = Rollup::default();
+                for n in &names {
+                    let part = match fresh.get(n) {
+                        Some(f) => Some(f.clone()),
+                        None => match read_bucket(state, &listed[n]).await {
+                            Ok(got) => got.map(|(r, _)| r),
+                            Err(e) => {
+                                tracing::warn!("telemetry bucket skipped: {e}");
+                                None
+                            }
+                        },
+                    };
+                    if let Some(p) = part
+                        && std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r.merge(&p)))
+                            .is_err()
+                    {
+                        tracing::error!("telemetry bucket {n} could not be merged: it is damaged");
+                    }
+                }
+                Arc::new(r)
             }
-            Ok(None) => {
-                cache.insert(name, (version, None));
-            }
-            Err(e) => {
-                tracing::warn!("telemetry object skipped, keeping its last good copy if any: {e}");
-                let last = cache.remove(&name).and_then(|(_, c)| c);
-                cache.insert(name, (version, last));
-            }
-        }
+        };
+        next_buckets.insert(bucket, (names, merged));
     }
-    cache.retain(|k, _| live.contains(k));
-    let mut objects = std::collections::BTreeMap::new();
-    let mut legacy = Vec::new();
-    for (_, c) in cache.values() {
-        match c {
-            Some(Cached::Bucket(k, b)) => {
-                objects.insert(k.clone(), b.clone());
-            }
-            Some(Cached::Legacy(r)) => legacy.push(r.clone()),
-            None => {}
-        }
-    }
-    *state.telemetry.store_cache() = cache;
-    let own_key = |start: i64| BucketKey {
-        level: Level::Minute,
-        start,
-        name: state.writer.clone(),
-    };
-    let in_memory = state
-        .telemetry
-        .settle_own(&|start| objects.contains_key(&own_key(start)));
-    let covered = buckets::covered(&objects);
+    cache.buckets = next_buckets;
     let mut view = View::default();
-    for (k, b) in buckets::counted(&objects, &covered) {
-        if k.level == Level::Minute && k.name == state.writer && in_memory.contains(&k.start) {
-            continue;
-        }
-        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            view.total.merge(b.rollup())
-        }))
-        .is_err()
-        {
-            tracing::error!(
-                "telemetry bucket {} could not be merged: it is damaged",
-                k.path()
-            );
-            continue;
-        }
-        view.buckets.push((k.clone(), b.clone()));
+    for ((level, start), (_, r)) in &cache.buckets {
+        view.total.merge(r);
+        view.buckets.push((*level, *start, r.clone()));
     }
-    for r in &legacy {
-        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| view.total.merge(r))).is_err() {
+    view.buckets.sort_by_key(|(l, s, _)| (*s, *l));
+    for (_, r) in cache.legacy.values() {
+        if let Some(r) = r
+            && std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| view.total.merge(r)))
+                .is_err()
+        {
             tracing::error!("an earlier rollup could not be merged: it is damaged");
         }
     }
-    state.telemetry.set_view(view);
+    *state.telemetry.store_cache() = cache;
+    state
+        .telemetry
+        .install_view(view, &|name| listed.contains_key(name));
     let every = std::time::Duration::from_secs(state.config.telemetry.compact_secs.max(1));
     if state.telemetry.compaction_due(every) {
-        compact(state, &objects, now).await;
+        compact(state, &listing, now).await;
     }
 }
 
@@ -310,29 +390,35 @@ async fn take_lease(state: &AppState, now: i64) -> bool {
 }
 
 /// Compacts old buckets (see [`crate::fleet::buckets::plan`]) when this run holds the lease.
-async fn compact(
-    state: &AppState,
-    objects: &std::collections::BTreeMap<BucketKey, Bucket>,
-    now: i64,
-) {
+async fn compact(state: &AppState, listing: &buckets::Listing, now: i64) {
     use object_store::{ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
-    let plan = buckets::plan(objects, now, state.config.telemetry.retention_days);
+    let plan = buckets::plan(listing, now, state.config.telemetry.retention_days);
     if plan.merges.is_empty() && plan.deletes.is_empty() {
         return;
     }
     if !take_lease(state, now).await {
         return;
     }
-    for merge in &plan.merges {
+    'merges: for merge in &plan.merges {
         let mut part = Part {
             sources: Vec::new(),
             rollup: Rollup::default(),
         };
         for s in &merge.sources {
-            if let Some(b) = objects.get(s) {
-                part.rollup.merge(b.rollup());
-                part.sources.push(s.path().to_string());
+            match read_bucket(state, s).await {
+                Ok(Some((r, _))) => {
+                    part.rollup.merge(&r);
+                    part.sources.push(s.path().to_string());
+                }
+                // Gone since the listing: another compactor took it.
+                Ok(None) => continue 'merges,
+                Err(e) => {
+                    tracing::warn!("telemetry compaction skips {}: {e}", s.path());
+                }
             }
+        }
+        if part.sources.is_empty() {
+            continue;
         }
         let Ok(bytes) = serde_json::to_vec(&part) else {
             continue;
@@ -347,12 +433,15 @@ async fn compact(
             .await
         {
             Ok(_) => {
-                for s in &merge.sources {
-                    let _ = state.store.delete(&s.path()).await;
+                for s in &part.sources {
+                    let _ = state
+                        .store
+                        .delete(&object_store::path::Path::from(s.as_str()))
+                        .await;
                 }
                 tracing::info!(
                     "compacted {} telemetry buckets into {}",
-                    merge.sources.len(),
+                    part.sources.len(),
                     merge.target.path()
                 );
             }
