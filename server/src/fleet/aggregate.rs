@@ -45,9 +45,9 @@ pub(crate) fn hash_id(s: &str) -> u64 {
     h.finish()
 }
 
-/// Most events one device adds to one variant's counts on one replica: a device (even one
-/// with a real receipt) weighs at most this much in rates, halts, ramps and deny decisions,
-/// however many events it sends; more are kept in the raw log only.
+/// Most events one device adds to one variant's counts on one replica in an hour: a device
+/// (even one with a real receipt) weighs at most this much in rates, halts, ramps and deny
+/// decisions, however many events it sends; more are kept in the raw log only.
 pub const PER_DEVICE_EVENTS: u8 = 8;
 
 /// (model, release, variant).
@@ -74,8 +74,10 @@ type Written = Vec<(String, i64, std::sync::Arc<Rollup>)>;
 /// The in-memory telemetry state of one server.
 #[derive(Debug, Default)]
 pub struct Telemetry {
-    /// Events counted per device per variant (the [`PER_DEVICE_EVENTS`] cap).
+    /// Events counted per device per variant this hour (the [`PER_DEVICE_EVENTS`] cap).
     caps: Mutex<HashMap<VariantKey, HashMap<u64, u8>>>,
+    /// The hour `caps` counts.
+    caps_hour: Mutex<i64>,
     /// This run's counts not yet written, per minute (start, unix seconds). Each flush writes
     /// them as new, immutable objects and starts again from nothing.
     pending: Mutex<BTreeMap<i64, Rollup>>,
@@ -224,6 +226,15 @@ impl Telemetry {
         {
             let minute = self.minute_of(now);
             let mut caps = lock(&self.caps);
+            // The per-device weight holds per hour: a device that keeps failing keeps counting
+            // (at most PER_DEVICE_EVENTS an hour), and windows see it.
+            let hour = Level::Hour.floor(minute);
+            let mut epoch = lock(&self.caps_hour);
+            if *epoch != hour {
+                caps.clear();
+                *epoch = hour;
+            }
+            drop(epoch);
             let mut pending = lock(&self.pending);
             let mut bucket = kept
                 .iter()
@@ -238,13 +249,16 @@ impl Telemetry {
                 let per_device = caps
                     .entry((e.model.clone(), e.release.clone(), e.variant.clone()))
                     .or_default();
-                if per_device.len() < MAX_DEVICES || per_device.contains_key(&id) {
-                    let n = per_device.entry(id).or_default();
-                    if *n >= PER_DEVICE_EVENTS {
-                        continue;
-                    }
-                    *n += 1;
+                // A full map starts over (a new window for this variant) rather than letting
+                // devices it cannot track count without limit.
+                if per_device.len() >= MAX_DEVICES && !per_device.contains_key(&id) {
+                    per_device.clear();
                 }
+                let n = per_device.entry(id).or_default();
+                if *n >= PER_DEVICE_EVENTS {
+                    continue;
+                }
+                *n += 1;
                 let Some(bucket) = bucket.as_mut() else {
                     continue;
                 };
@@ -525,6 +539,23 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_device_weighs_at_most_eight_events_an_hour() {
+        let t = Telemetry::default();
+        let cfg = TelemetryConfig::default();
+        let batch: Vec<String> = (0..20).map(|_| ev("load", "failed").to_string()).collect();
+        let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
+        let at = now();
+        for (when, want) in [
+            (at, 8),
+            (at + time::Duration::minutes(10), 8),
+            (at + time::Duration::hours(1), 16),
+        ] {
+            t.ingest(&refs, when, &cfg, &|_| Ok(()), &|_| true, 0);
+            assert_eq!(t.fleet("m").release_totals("m", "1.0.0").0, want, "{when}");
+        }
+    }
 
     #[test]
     fn minutes_beyond_the_cap_fold_into_later_ones_and_keep_their_counts() {

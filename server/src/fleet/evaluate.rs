@@ -68,6 +68,40 @@ pub async fn run_queue(state: Arc<AppState>) {
     }
 }
 
+/// Why the staged release should be halted, given its loads, failures and fallbacks since the
+/// rollout's revision and the distinct devices that reported on it: `None` while it is within
+/// the thresholds or has too few samples. The samples must come from enough devices that no
+/// few of them can halt a rollout (each weighs at most `PER_DEVICE_EVENTS` an hour).
+pub fn halt_reason(
+    t: &ferry_shared::rollout::Thresholds,
+    staged: &semver::Version,
+    (loads, failures, fallbacks): (u64, u64, u64),
+    devices: u64,
+) -> Option<String> {
+    let devices_needed = t
+        .min_samples
+        .div_ceil(u64::from(crate::fleet::aggregate::PER_DEVICE_EVENTS))
+        .max(1);
+    if loads < t.min_samples || loads == 0 || devices < devices_needed {
+        return None;
+    }
+    let fr = failures.min(loads) as f64 / loads as f64;
+    let fb = fallbacks.min(loads) as f64 / loads as f64;
+    match (t.max_failure_rate, t.max_fallback_rate) {
+        (Some(max), _) if fr > max => Some(format!(
+            "load-failure rate {:.1}% of {staged} exceeds {:.1}% (n={loads})",
+            fr * 100.0,
+            max * 100.0
+        )),
+        (_, Some(max)) if fb > max => Some(format!(
+            "fallback rate {:.1}% of {staged} exceeds {:.1}% (n={loads})",
+            fb * 100.0,
+            max * 100.0
+        )),
+        _ => None,
+    }
+}
+
 /// Checks `model`'s aggregates: halts a staged release over its thresholds and denies
 /// variants to device classes over the fallback threshold. Errors are logged, never returned:
 /// telemetry must not fail because state could not be written (the next batch retries).
@@ -82,23 +116,14 @@ pub async fn evaluate(state: &AppState, model: &ModelName) {
         // Since this revision began (a resume starts a fresh window), fleet-wide.
         let now = fleet.release_totals(model.as_str(), &staged.to_string());
         let (loads, failures, fallbacks) = state.ramp_marks.since_revision(model, plan, now);
-        let t = plan.thresholds;
-        if loads >= t.min_samples && loads > 0 {
-            let fr = failures.min(loads) as f64 / loads as f64;
-            let fb = fallbacks.min(loads) as f64 / loads as f64;
-            let why = match (t.max_failure_rate, t.max_fallback_rate) {
-                (Some(max), _) if fr > max => Some(format!(
-                    "load-failure rate {:.1}% of {staged} exceeds {:.1}% (n={loads})",
-                    fr * 100.0,
-                    max * 100.0
-                )),
-                (_, Some(max)) if fb > max => Some(format!(
-                    "fallback rate {:.1}% of {staged} exceeds {:.1}% (n={loads})",
-                    fb * 100.0,
-                    max * 100.0
-                )),
-                _ => None,
-            };
+        let devices = fleet.release_devices(model.as_str(), &staged.to_string());
+        let why = halt_reason(
+            &plan.thresholds,
+            staged,
+            (loads, failures, fallbacks),
+            devices,
+        );
+        {
             if let Some(reason) = why {
                 let at = now_text();
                 // Written only over the revision the rates were counted for: a replica that has
@@ -194,4 +219,28 @@ fn is_floor(
                 .map(|x| matches!(x.delegate, Delegate::Xnnpack | Delegate::Portable))
         })
         .unwrap_or(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_halt_needs_the_samples_from_enough_devices() {
+        let t = ferry_shared::rollout::Thresholds {
+            max_failure_rate: Some(0.05),
+            max_fallback_rate: None,
+            min_samples: 100,
+            max_regression: None,
+        };
+        let v = semver::Version::new(2, 0, 0);
+        // 100 failing loads: from 12 devices (at most 8 an hour each, so over hours) they halt
+        // nothing; from 13 they do.
+        assert_eq!(halt_reason(&t, &v, (100, 100, 0), 12), None);
+        let why = halt_reason(&t, &v, (100, 100, 0), 13).expect("halt");
+        assert!(why.contains("load-failure rate 100.0%"), "{why}");
+        // Too few samples, or within the threshold.
+        assert_eq!(halt_reason(&t, &v, (99, 99, 0), 500), None);
+        assert_eq!(halt_reason(&t, &v, (1000, 50, 0), 500), None);
+    }
 }

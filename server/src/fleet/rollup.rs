@@ -406,6 +406,17 @@ impl Rollup {
         }
     }
 
+    /// Distinct devices (estimated) that reported on any variant of `release` of `model`.
+    pub fn release_devices(&self, model: &str, release: &str) -> u64 {
+        let mut all = Devices::new();
+        if let Some(variants) = self.models.get(model).and_then(|r| r.get(release)) {
+            for c in variants.values() {
+                all.merge(&c.devices);
+            }
+        }
+        all.estimate() as u64
+    }
+
     /// Loads, failures and fallbacks of all variants of `release` of `model`.
     pub fn release_totals(&self, model: &str, release: &str) -> (u64, u64, u64) {
         self.models
