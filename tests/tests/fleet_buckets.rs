@@ -194,6 +194,20 @@ fn windows_compaction_and_retention_keep_every_total() {
         })
         .expect("json"),
     );
+    // Raw Parquet folders: one past the 90-day raw retention, one within it.
+    let raw_day = |days: i64| {
+        format!(
+            "telemetry/events/date={}/node-x-1-0.parquet",
+            time::OffsetDateTime::from_unix_timestamp(now - days * 86_400)
+                .expect("time")
+                .date()
+        )
+    };
+    for days in [100, 10] {
+        let path = app.store_dir().join(raw_day(days));
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("dir");
+        std::fs::write(&path, b"PAR1").expect("write");
+    }
     // And live events now, through the API.
     let live: Vec<serde_json::Value> = (0..12)
         .map(|i| {
@@ -266,6 +280,9 @@ fn windows_compaction_and_retention_keep_every_total() {
         };
         assert!(files.contains(&part.path().to_string()), "{files:?}");
     }
+    let stored = app.stored_files();
+    assert!(!stored.contains(&raw_day(100)), "raw retention: {stored:?}");
+    assert!(stored.contains(&raw_day(10)), "{stored:?}");
     assert!(
         !files.iter().any(|f| f.contains("/node-w.4")),
         "merged sources are deleted: {files:?}"
@@ -316,6 +333,7 @@ fn a_bad_window_is_a_clear_error() {
         ("?since=yesterday", "since"),
         ("?since=2099-01-01T00:00:00Z", "future"),
         ("?since=99999999999d", "since"),
+        ("?since=1h&since=2h", "more than once"),
     ] {
         let (s, b) = app.get_json(&format!("/v1/admin/models/mlp/health{q}"), Some(READ_TOKEN));
         assert_eq!(
@@ -328,6 +346,16 @@ fn a_bad_window_is_a_clear_error() {
             "{q}: {b}"
         );
     }
+    let long = format!("?since={}", "9".repeat(5000));
+    let (s, b) = app.get_json(
+        &format!("/v1/admin/models/mlp/health{long}"),
+        Some(READ_TOKEN),
+    );
+    assert_eq!(s, 400, "{b}");
+    assert!(
+        b["message"].as_str().is_some_and(|m| m.len() < 400),
+        "the value is not echoed whole"
+    );
     // `step` with a rollout: since the revision began.
     let mut v2 = ferry_tests::app::mlp_v2();
     v2.version = "1.1.0".parse().expect("v");

@@ -210,7 +210,7 @@ fn real_responses_match_the_schemas() {
     assert_eq!(models["models"][0]["percent"], "5", "{models}");
     let counted = serde_json::json!({"events": app.with_receipts(&[serde_json::json!({
         "kind": "load", "model": "mlp", "release": "1.0.0", "variant": "xnnpack-fp32",
-        "delegate": "xnnpack", "outcome": "ok", "install_id": "schema-check",
+        "delegate": "qnn", "outcome": "ok", "install_id": "schema-check",
         "platform": "android", "soc": "SM8550", "device_model": "p", "os_version": "14",
         "app_version": "1.0.0", "runtime_version": "1.5.1", "load_ms": 3.5,
         "at": time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339).expect("time"),
@@ -236,6 +236,10 @@ fn real_responses_match_the_schemas() {
         assert_eq!(
             health["releases"][0]["variants"][0]["load_ms"]["samples"], 1,
             "the variant view is checked too: {health}"
+        );
+        assert_eq!(
+            health["releases"][0]["variants"][0]["delegate"], "xnnpack",
+            "the signed delegate, not the one a device claimed: {health}"
         );
     }
 }

@@ -268,6 +268,21 @@ pub async fn get_health(
             h
         }
     };
+    // Each variant's delegate as its signed manifest says (not as devices report it).
+    let catalog = state.catalog();
+    for r in h["releases"].as_array_mut().into_iter().flatten() {
+        let release = catalog.release_named(&model, r["release"].as_str().unwrap_or(""));
+        for v in r["variants"].as_array_mut().into_iter().flatten() {
+            let signed = release.as_ref().and_then(|rel| {
+                rel.manifest
+                    .variant_named(v["variant"].as_str().unwrap_or(""))
+                    .map(|x| x.delegate)
+            });
+            if let Some(delegate) = signed {
+                v["delegate"] = serde_json::json!(delegate);
+            }
+        }
+    }
     h["model"] = serde_json::json!(model);
     h["rollout"] = serde_json::json!(state.rollouts().get(&model));
     h["deny"] = serde_json::json!(
@@ -288,19 +303,28 @@ fn health_since(
     state: &AppState,
     model: &ModelName,
 ) -> Result<Option<i64>, ApiError> {
-    let Some(raw) =
-        web::Query::<std::collections::HashMap<String, String>>::from_query(req.query_string())
-            .ok()
-            .and_then(|q| q.get("since").cloned())
-    else {
+    let pairs = web::Query::<Vec<(String, String)>>::from_query(req.query_string())
+        .map(web::Query::into_inner)
+        .unwrap_or_default();
+    let mut given = pairs.iter().filter(|(k, _)| k == "since");
+    let Some((_, raw)) = given.next() else {
         return Ok(None);
     };
+    if given.next().is_some() {
+        return Err(ApiError::new(
+            ErrorCode::RequestInvalid,
+            "since is given more than once",
+        ));
+    }
+    // Quoted back in errors: at most 64 characters of it.
+    let shown: String = raw.chars().take(64).collect();
+    let raw = raw.clone();
     let now = OffsetDateTime::now_utc();
     let bad = |why: String| {
         ApiError::new(
             ErrorCode::RequestInvalid,
             format!(
-                "since {raw:?}: {why}; give a duration (30m, 1h, 7d), an RFC 3339 time or \"step\""
+                "since {shown:?}: {why}; give a duration (30m, 1h, 7d), an RFC 3339 time or \"step\""
             ),
         )
     };

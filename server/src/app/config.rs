@@ -293,6 +293,32 @@ impl Config {
         if !(1..=3600).contains(&ramp_check_secs) {
             bail!("ramp_check_secs must be between 1 and 3600");
         }
+        let t = &file.telemetry;
+        for (name, value, range) in [
+            ("flush_secs", t.flush_secs, 1..=3600),
+            ("raw_roll_secs", t.raw_roll_secs, 1..=86_400),
+            ("compact_secs", t.compact_secs, 1..=86_400),
+            (
+                "raw_buffer_events",
+                t.raw_buffer_events as u64,
+                1..=1_000_000,
+            ),
+            ("retention_days", u64::from(t.retention_days), 1..=36_500),
+            (
+                "raw_retention_days",
+                u64::from(t.raw_retention_days),
+                1..=36_500,
+            ),
+            ("max_events", t.max_events as u64, 1..=100_000),
+        ] {
+            if !range.contains(&value) {
+                bail!(
+                    "telemetry.{name} must be between {} and {}",
+                    range.start(),
+                    range.end()
+                );
+            }
+        }
         if !(1..=600).contains(&file.limits.store_timeout_secs) {
             bail!("limits.store_timeout_secs must be between 1 and 600");
         }
@@ -390,6 +416,29 @@ impl Config {
             {
                 bail!("storage endpoint {e:?} must be an http(s) URL");
             }
+        }
+        let (endpoint, allow_http) = match &storage {
+            StorageConfig::S3 {
+                endpoint,
+                allow_http,
+                ..
+            }
+            | StorageConfig::Azure {
+                endpoint,
+                allow_http,
+                ..
+            } => (endpoint.clone(), *allow_http),
+            StorageConfig::Local => (None, false),
+        };
+        if let Some(e) = endpoint
+            && e.starts_with("http://")
+            && !allow_http
+        {
+            bail!(
+                "storage endpoint {e:?} is plain HTTP: set allow_http = true in [storage] \
+                 (FERRY_S3_ALLOW_HTTP=1 or FERRY_AZURE_ALLOW_HTTP=1) for an emulator on a \
+                 trusted network, or use https"
+            );
         }
         Ok(Config {
             listen,
@@ -531,6 +580,45 @@ mod tests {
         let no_container = |k: &str| (k == "FERRY_STORAGE").then(|| "azure".to_string());
         let err = Config::load(&Flags::default(), &no_container).expect_err("no container");
         assert!(err.to_string().contains("FERRY_AZURE_CONTAINER"), "{err}");
+    }
+
+    #[test]
+    fn telemetry_settings_and_plain_http_endpoints_are_checked() {
+        let dir = std::env::temp_dir().join(format!("ferry-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        for (text, needle) in [
+            ("[telemetry]\nflush_secs = 0\n", "telemetry.flush_secs"),
+            (
+                "[telemetry]\nraw_roll_secs = 18446744073709551615\n",
+                "telemetry.raw_roll_secs",
+            ),
+            (
+                "[telemetry]\nretention_days = 0\n",
+                "telemetry.retention_days",
+            ),
+            (
+                "[telemetry]\nraw_buffer_events = 0\n",
+                "telemetry.raw_buffer_events",
+            ),
+            (
+                "[storage]\nkind = \"azure\"\ncontainer = \"models\"\naccount = \"acct\"\nendpoint = \"http://127.0.0.1:10000/acct\"\n",
+                "allow_http",
+            ),
+            (
+                "[storage]\nkind = \"s3\"\nbucket = \"models\"\nendpoint = \"http://127.0.0.1:9000\"\n",
+                "allow_http",
+            ),
+        ] {
+            let path = dir.join("c.toml");
+            std::fs::write(&path, text).expect("write");
+            let flags = Flags {
+                config: Some(path),
+                ..Flags::default()
+            };
+            let err = Config::load(&flags, &no_env).expect_err(text);
+            assert!(err.to_string().contains(needle), "{text}: {err}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -2,11 +2,11 @@
 //!
 //! `POST /v1/telemetry` takes `{"events": [...]}`. Each event is validated on its own; bad ones
 //! are listed in the answer with their index and code, the rest are kept. Events with a valid
-//! receipt are counted in this replica's mergeable rollup ([`crate::fleet::rollup`]) per model /
-//! release / variant and per SoC, device model and platform; every accepted event is buffered
-//! and written as Parquet under `telemetry/events/date=YYYY-MM-DD/` ([`crate::fleet::events`]). The
-//! rollup goes to `telemetry/rollups/<node>.json`, and the views (health, halts, deny) merge it
-//! with every other replica's. Ingestion never takes a lock that resolve takes: resolve reads
+//! receipt are counted per minute in mergeable rollups ([`crate::fleet::rollup`]) per model /
+//! release / variant and per device class; every accepted event is buffered and written as
+//! Parquet under `telemetry/events/date=YYYY-MM-DD/` ([`crate::fleet::events`]). The minutes go
+//! to the store as time buckets ([`crate::fleet::buckets`]), and the views (health, halts, deny)
+//! merge every replica's. Ingestion never takes a lock that resolve takes: resolve reads
 //! only the rollout and deny snapshots.
 //!
 //! The views are checked in a background task (never on a request worker) after batches that

@@ -57,9 +57,29 @@ pub async fn flush(state: &AppState) {
     flush_with(state, false).await;
 }
 
-/// Flushes everything buffered, raw events included: for a graceful stop.
+/// Flushes everything buffered, raw events included, and hands the compaction lease back:
+/// for a graceful stop.
 pub async fn flush_all(state: &AppState) {
     flush_with(state, true).await;
+    release_lease(state).await;
+}
+
+/// Deletes the compaction lease if this run holds it, so another replica compacts at once.
+async fn release_lease(state: &AppState) {
+    use object_store::ObjectStoreExt as _;
+    let path = buckets::lease_path();
+    let Ok(got) = state.store.get(&path).await else {
+        return;
+    };
+    let mine = got
+        .bytes()
+        .await
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Lease>(&b).ok())
+        .is_some_and(|l| l.holder == state.writer);
+    if mine {
+        let _ = state.store.delete(&path).await;
+    }
 }
 
 async fn flush_with(state: &AppState, force: bool) {
@@ -389,15 +409,68 @@ async fn take_lease(state: &AppState, now: i64) -> bool {
     }
 }
 
-/// Compacts old buckets (see [`crate::fleet::buckets::plan`]) when this run holds the lease.
+/// The `telemetry/events/date=YYYY-MM-DD` folders older than `telemetry.raw_retention_days`.
+async fn expired_raw_days(state: &AppState, now: i64) -> Vec<object_store::path::Path> {
+    let keep_from =
+        Level::Day.floor(now) - i64::from(state.config.telemetry.raw_retention_days) * 86_400;
+    let cutoff = OffsetDateTime::from_unix_timestamp(keep_from)
+        .map(|t| t.date().to_string())
+        .unwrap_or_default();
+    let Ok(listed) = state
+        .store
+        .list_with_delimiter(Some(&events::prefix()))
+        .await
+    else {
+        return Vec::new();
+    };
+    listed
+        .common_prefixes
+        .into_iter()
+        .filter(|p| {
+            p.filename()
+                .and_then(|f| f.strip_prefix("date="))
+                // ISO dates compare as text.
+                .is_some_and(|d| d.len() == 10 && *d < *cutoff.as_str())
+        })
+        .collect()
+}
+
+/// Deletes every object under `prefix`.
+async fn delete_under(state: &AppState, prefix: &object_store::path::Path) {
+    use futures_util::TryStreamExt as _;
+    use object_store::ObjectStoreExt as _;
+    let metas: Vec<_> = match state.store.list(Some(prefix)).try_collect().await {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!("raw telemetry under {prefix} not listed for deletion: {e}");
+            return;
+        }
+    };
+    for m in &metas {
+        if let Err(e) = state.store.delete(&m.location).await {
+            tracing::warn!("raw telemetry {} not deleted: {e}", m.location);
+        }
+    }
+    tracing::info!(
+        "deleted {} raw telemetry files under {prefix} (past the retention)",
+        metas.len()
+    );
+}
+
+/// Compacts old buckets (see [`crate::fleet::buckets::plan`]) when this run holds the lease,
+/// and deletes raw telemetry past its retention.
 async fn compact(state: &AppState, listing: &buckets::Listing, now: i64) {
     use object_store::{ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
     let plan = buckets::plan(listing, now, state.config.telemetry.retention_days);
-    if plan.merges.is_empty() && plan.deletes.is_empty() {
+    let expired = expired_raw_days(state, now).await;
+    if plan.merges.is_empty() && plan.deletes.is_empty() && expired.is_empty() {
         return;
     }
     if !take_lease(state, now).await {
         return;
+    }
+    for prefix in &expired {
+        delete_under(state, prefix).await;
     }
     'merges: for merge in &plan.merges {
         let mut part = Part {

@@ -46,6 +46,9 @@ pub struct TelemetryConfig {
     /// How often a replica tries to compact old telemetry buckets, in seconds (default 60; one
     /// replica at a time does, the holder of the lease).
     pub compact_secs: u64,
+    /// Days the raw Parquet files are kept (default 90): older `date=` folders are deleted by
+    /// the replica that compacts.
+    pub raw_retention_days: u32,
 }
 
 impl Default for TelemetryConfig {
@@ -66,6 +69,7 @@ impl Default for TelemetryConfig {
             raw_roll_secs: 60,
             retention_days: 90,
             compact_secs: 60,
+            raw_retention_days: 90,
         }
     }
 }
