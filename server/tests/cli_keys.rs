@@ -203,9 +203,15 @@ fn demo_starts_again_after_its_release_key_was_rotated() {
 
 #[test]
 fn a_server_without_an_admin_token_says_so() {
+    // Not --demo: a demo server always has its admin-token file.
     let tmp = tempfile::tempdir().expect("tmp");
+    run_ok(
+        ferry()
+            .args(["keys", "generate", "--out"])
+            .arg(tmp.path().join("keys")),
+    );
     let mut child = ferry()
-        .args(["serve", "--demo", "--listen", "127.0.0.1:0", "--data"])
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
         .arg(tmp.path())
         .env_remove("FERRY_ADMIN_TOKEN")
         .env("FERRY_ADMIN_TOKEN", "")

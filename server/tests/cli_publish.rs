@@ -332,4 +332,30 @@ fn publish_checks_the_signer_the_token_and_the_version_before_uploading() {
         before,
         "nothing uploaded for a conflict"
     );
+
+    // After the release key is rotated out, the published release is no longer served; the
+    // same inputs signed with the new key are refused before uploading, and say why.
+    drop(server);
+    run_ok(
+        ferry()
+            .args(["keys", "rotate", "release", "--keys"])
+            .arg(data.join("keys")),
+    );
+    let server = common::serve_with(&data, Some(&config));
+    let rotated = tmp.path().join("rotated.json");
+    sign(&data.join("keys/release.key"), &rotated, None);
+    let out = ferry()
+        .arg("publish")
+        .arg(&rotated)
+        .arg("--files")
+        .arg(&files)
+        .args(["--server", &server.url, "--token", TOKEN, "--quiet"])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(
+        err.contains("no longer trusts") && err.contains("release_exists"),
+        "{err}"
+    );
 }

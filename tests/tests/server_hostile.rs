@@ -164,6 +164,19 @@ fn hostile_admin_requests() {
     }
     let (status, _) = app.post_raw("/v1/admin/models/mlp/releases?check=true", b"{}", None);
     assert_eq!(status, 401);
+    // Only `check=true` checks; anything else that is not `false` is refused, never published.
+    for q in ["check=1", "check=yes", "check=true&check=true", "check="] {
+        let (status, answer) = app.post_raw(
+            &format!("/v1/admin/models/mlp/releases?{q}"),
+            b"{}",
+            Some(ADMIN_TOKEN),
+        );
+        assert_eq!(
+            (status, answer["code"].as_str()),
+            (400, Some("request_invalid")),
+            "{q}: {answer}"
+        );
+    }
     // An oversized release body.
     let big = vec![b'x'; 2 << 20];
     let (status, body) = app.post_raw("/v1/admin/models/mlp/releases", &big, Some(ADMIN_TOKEN));

@@ -29,8 +29,25 @@ pub(crate) async fn post_release(
     )
     .await?;
     let catalog = state.catalog();
-    if req.query_string().split('&').any(|kv| kv == "check=true") {
-        return check_release(&state, &catalog, &model, &body, &caller.name);
+    let check = web::Query::<Vec<(String, String)>>::from_query(req.query_string())
+        .map(web::Query::into_inner)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, _)| k == "check")
+        .map(|(_, v)| v)
+        .collect::<Vec<_>>();
+    match check.as_slice() {
+        [] => {}
+        [v] if v == "false" => {}
+        [v] if v == "true" => {
+            return check_release(&state, &catalog, &model, &body, &caller.name).await;
+        }
+        _ => {
+            return Err(ApiError::new(
+                ErrorCode::RequestInvalid,
+                "check must be given once, as true or false",
+            ));
+        }
     }
     let lifecycle = Lifecycle {
         catalog: &catalog,
@@ -68,7 +85,7 @@ pub(crate) async fn post_release(
 /// manifest, the caller's scope (checked by the caller), and whether the version exists.
 /// `state` is `new` or `identical` (the same release, perhaps signed again); a different
 /// release under a published version is `409 release_exists`.
-fn check_release(
+async fn check_release(
     state: &AppState,
     catalog: &crate::storage::catalog::Catalog,
     model: &ferry_shared::ModelName,
@@ -77,20 +94,50 @@ fn check_release(
 ) -> Result<HttpResponse, ApiError> {
     let (envelope, manifest) =
         crate::release::publish::verify_release(&state.release_ring, model, body)?;
-    let existing = catalog.release_named(model, &manifest.version.to_string());
-    let status = match existing {
-        None => "new",
-        Some(r) if r.envelope.payload == envelope.payload || r.manifest.same_content(&manifest) => {
-            "identical"
-        }
-        Some(_) => {
-            return Err(ApiError::new(
-                ErrorCode::ReleaseExists,
-                format!(
-                    "{model} {} is already published with different content; releases are immutable, publish a new version",
-                    manifest.version
-                ),
-            ));
+    let differs = || {
+        ApiError::new(
+            ErrorCode::ReleaseExists,
+            format!(
+                "{model} {} is already published with different content; releases are immutable, publish a new version",
+                manifest.version
+            ),
+        )
+    };
+    let same_as = |payload: &str| {
+        payload == envelope.payload
+            || base64::Engine::decode(&base64::engine::general_purpose::STANDARD, payload)
+                .ok()
+                .and_then(|b| ferry_shared::manifest::ReleaseManifest::from_json(&b).ok())
+                .is_some_and(|m| m.same_content(&manifest))
+    };
+    let status = match catalog.release_named(model, &manifest.version.to_string()) {
+        Some(r) if same_as(&r.envelope.payload) => "identical",
+        Some(_) => return Err(differs()),
+        // Not in this replica's catalog: the store decides (published through another
+        // replica since the last refresh, or signed by a release key rotated out since).
+        None => {
+            match crate::storage::catalog::stored_envelope(&state.store, model, &manifest.version)
+                .await?
+            {
+                None => "new",
+                Some(Some(stored))
+                    if ferry_shared::manifest::verify_release_envelope(
+                        &stored,
+                        &state.release_ring,
+                    )
+                    .is_err() =>
+                {
+                    return Err(ApiError::new(
+                        ErrorCode::ReleaseExists,
+                        format!(
+                            "{model} {} is stored, signed by a release key this server no longer trusts (rotated out), so it is not served; releases are immutable, publish a new version",
+                            manifest.version
+                        ),
+                    ));
+                }
+                Some(Some(stored)) if same_as(&stored.payload) => "identical",
+                Some(_) => return Err(differs()),
+            }
         }
     };
     let signers: Vec<&str> = envelope

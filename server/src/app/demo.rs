@@ -160,7 +160,8 @@ pub async fn publish_demo(state: &AppState) -> anyhow::Result<String> {
                 return Ok(format!(
                     "demo: warning: {DEMO_MODEL} {DEMO_VERSION} is stored but no current release \
                      key signed it (the release key was rotated), so it is not served; publish \
-                     a new version signed with keys/release.key"
+                     a new version signed with {}",
+                    state.config.keys_dir().join("release.key").display()
                 ));
             }
             Err(e) => return Err(anyhow::anyhow!("demo publish: {e}")),

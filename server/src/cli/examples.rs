@@ -6,7 +6,7 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
     (
         "",
         "ferry serve --demo\n\
-         ferry sign models/VARIANTS.toml --key keys/release.key -o release.json\n\
+         ferry sign models/VARIANTS.toml --key ferry-data/keys/release.key -o release.json\n\
          ferry publish release.json --files models\n\
          ferry rollout start demo-mlp --release 1.1.0 --percent 5",
     ),
@@ -18,11 +18,11 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
     ),
     (
         "keys",
-        "ferry keys generate --out keys/\nferry keys rotate online --keys keys/",
+        "ferry keys generate --out keys\nferry keys rotate online --keys keys",
     ),
     (
         "keys generate",
-        "ferry keys generate --out keys/\nferry keys generate --out keys/ --encrypt",
+        "ferry keys generate --out keys\nferry keys generate --out keys --encrypt",
     ),
     (
         "keys encrypt",
@@ -30,7 +30,7 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
     ),
     (
         "keys rotate",
-        "ferry keys rotate online --keys keys/\nferry keys rotate release --keys keys/ --expires-in-days 365",
+        "ferry keys rotate online --keys keys --expires-in-days 365\nferry keys rotate release --keys keys",
     ),
     (
         "keys token",
@@ -38,8 +38,8 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
     ),
     (
         "sign",
-        "ferry sign models/VARIANTS.toml --key keys/release.key -o release.json\n\
-         SOURCE_DATE_EPOCH=$(git log -1 --format=%ct) ferry sign VARIANTS.toml --key keys/release.key -o release.json",
+        "ferry sign models/VARIANTS.toml --key ferry-data/keys/release.key -o release.json\n\
+         SOURCE_DATE_EPOCH=$(git log -1 --format=%ct) ferry sign VARIANTS.toml --key /offline/release.key -o release.json",
     ),
     (
         "publish",

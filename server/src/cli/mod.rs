@@ -201,7 +201,7 @@ pub enum Command {
         #[command(flatten)]
         remote: Remote,
     },
-    /// Print a shell completion script: `ferry completions bash > /etc/bash_completion.d/ferry`.
+    /// Print a shell completion script (bash, zsh, fish, elvish or powershell).
     Completions {
         /// The shell.
         shell: clap_complete::Shell,

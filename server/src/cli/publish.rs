@@ -38,7 +38,12 @@ pub(crate) fn publish_cmd(
     let raw =
         std::fs::read(release).with_context(|| format!("cannot read {}", release.display()))?;
     let envelope: Envelope = serde_json::from_slice(&raw)
-        .with_context(|| format!("{} is not a signed release", release.display()))?;
+        .with_context(|| {
+            format!(
+                "{} is not a signed release (make one with `ferry sign VARIANTS.toml --key release.key -o release.json`)",
+                release.display()
+            )
+        })?;
     let payload = base64::engine::general_purpose::STANDARD
         .decode(envelope.payload.as_bytes())
         .context("the release payload is not base64")?;
@@ -166,7 +171,9 @@ pub(crate) fn publish_cmd(
         return Ok(ExitCode::SUCCESS);
     }
     if resp.status() == 409 {
-        // Idempotent retry: fine when the published release is this very envelope.
+        // Idempotent retry: fine when the published release is this very release (perhaps
+        // signed again); otherwise the server's refusal stands.
+        let refusal = http_error("publish", resp);
         let url = format!(
             "{server}/v1/admin/models/{}/releases/{}",
             manifest.model, manifest.version
@@ -194,11 +201,7 @@ pub(crate) fn publish_cmd(
                 return Ok(ExitCode::SUCCESS);
             }
         }
-        bail!(
-            "{} {} is already published with different content; releases are immutable, bump the version",
-            manifest.model,
-            manifest.version
-        );
+        return Err(refusal);
     }
     Err(http_error("publish", resp))
 }

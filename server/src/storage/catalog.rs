@@ -180,3 +180,20 @@ impl Catalog {
         self.models.values().map(BTreeMap::len).sum()
     }
 }
+
+/// The release envelope stored for `model` `version`, whether or not a current release key
+/// verifies it: `None` when nothing is stored, `Some(None)` when the file is not an envelope.
+pub async fn stored_envelope(
+    store: &Store,
+    model: &ModelName,
+    version: &Version,
+) -> Result<Option<Option<Envelope>>, crate::storage::StoreError> {
+    let key = StorageKey::release(model, version);
+    let got = match store.get(&key).await {
+        Ok(g) => g,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let bytes = got.bytes().await?;
+    Ok(Some(serde_json::from_slice::<Envelope>(&bytes).ok()))
+}
