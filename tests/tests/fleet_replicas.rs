@@ -96,7 +96,8 @@ fn fast(c: &mut ferry_server::app::config::Config) {
     c.telemetry.evaluate_ms = 0;
 }
 
-/// Three processes on `storage` (None: the first server's own folder store).
+/// A server that publishes (and stays up) and three replicas on `storage` (None: the first
+/// server's own folder store).
 fn three(storage: Option<StorageConfig>) -> (TestApp, Vec<RunningServer>) {
     let s = storage.clone();
     let app = TestApp::start_with(Options {
@@ -108,7 +109,7 @@ fn three(storage: Option<StorageConfig>) -> (TestApp, Vec<RunningServer>) {
             }
         })),
     });
-    let replicas = (0..2)
+    let replicas = (0..3)
         .map(|_| app.replica_with(storage.clone(), Box::new(fast)))
         .collect();
     (app, replicas)
@@ -117,9 +118,7 @@ fn three(storage: Option<StorageConfig>) -> (TestApp, Vec<RunningServer>) {
 fn spread_and_restart(storage: Option<StorageConfig>) {
     let (app, replicas) = three(storage.clone());
     app.publish(&mlp_v1());
-    let urls: Vec<String> = std::iter::once(app.url())
-        .chain(replicas.iter().map(RunningServer::url))
-        .collect();
+    let urls: Vec<String> = replicas.iter().map(RunningServer::url).collect();
     // 150 events to each replica: 50 devices each (150 in all), every 10th load failed, load
     // times 1..=150 ms.
     let mut expected_failures = 0;
@@ -168,14 +167,22 @@ fn spread_and_restart(storage: Option<StorageConfig>) {
     for url in &urls[1..] {
         assert_eq!(numbers(&app, url), first, "{url} agrees");
     }
-    // The replicas stop; new processes on the same store see the same numbers from their
-    // first request.
-    drop(replicas);
-    let fresh: Vec<RunningServer> = (0..2)
+    // The server that only published sees the same, from the store alone.
+    assert_eq!(
+        numbers(&app, &app.url()),
+        first,
+        "a replica that received nothing"
+    );
+    // All three stop (gracefully); three new ones on the same store see the same numbers
+    // from their first request.
+    for r in replicas {
+        r.stop();
+    }
+    let fresh: Vec<RunningServer> = (0..3)
         .map(|_| app.replica_with(storage.clone(), Box::new(fast)))
         .collect();
     for r in &fresh {
-        assert_eq!(numbers(&app, &r.url()), first, "after a restart");
+        assert_eq!(numbers(&app, &r.url()), first, "after restarting all three");
     }
 }
 
