@@ -187,3 +187,120 @@ fn the_kubernetes_manifest_validates_against_the_kubernetes_schemas() {
     let out = validate(&bad);
     assert!(!out.status.success(), "a misspelt field passed");
 }
+
+/// Every `ferry_*` metric name in `text` (PromQL or JSON holding PromQL).
+fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while let Some(pos) = text[i..].find("ferry_") {
+        let start = i + pos;
+        let mut end = start;
+        while end < bytes.len()
+            && (bytes[end].is_ascii_lowercase()
+                || bytes[end] == b'_'
+                || bytes[end].is_ascii_digit())
+        {
+            end += 1;
+        }
+        out.insert(text[start..end].to_string());
+        i = end;
+    }
+    out
+}
+
+#[test]
+fn the_alert_rules_and_the_dashboard_use_metrics_the_server_exports() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut child = ferry()
+        .args(["serve", "--demo", "--listen", "127.0.0.1:0", "--data"])
+        .arg(tmp.path())
+        .env("FERRY_LOG", "warn")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let url = loop {
+        let line = lines.next().expect("server output").expect("read");
+        if let Some(rest) = line.strip_prefix("ferry: listening on ") {
+            break rest.split_whitespace().next().expect("url").to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let device = |runtime: &str| {
+        serde_json::json!({"model": "demo-mlp", "install_id": "m", "app_version": "1.0.0",
+            "runtime_version": runtime, "backends": ["XnnpackBackend"], "platform": "android",
+            "os_version": "14", "device_model": "p", "soc": "s", "ram_mb": 4096})
+    };
+    for (runtime, want) in [("1.5.1", 200), ("0.1.0", 404)] {
+        let r = agent
+            .post(format!("{url}/v1/resolve"))
+            .header("content-type", "application/json")
+            .send(
+                serde_json::to_vec(&device(runtime))
+                    .expect("json")
+                    .as_slice(),
+            )
+            .expect("resolve");
+        assert_eq!(r.status().as_u16(), want, "runtime {runtime}");
+    }
+    agent
+        .post(format!("{url}/v1/telemetry"))
+        .header("content-type", "application/json")
+        .send(&b"{\"events\": []}"[..])
+        .expect("telemetry");
+    let mut r = agent.get(format!("{url}/metrics")).call().expect("metrics");
+    let exported = r.body_mut().read_to_string().expect("body");
+    let _ = child.kill();
+    let _ = child.wait();
+    let samples: std::collections::BTreeSet<String> = exported
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split(['{', ' ']).next().map(str::to_string))
+        .collect();
+    for file in [
+        "prometheus/ferry-alerts.yaml",
+        "grafana/ferry-dashboard.json",
+    ] {
+        let text = deploy(file);
+        let names = metric_names(&text);
+        assert!(names.len() >= 4, "{file}: {names:?}");
+        for n in &names {
+            assert!(
+                samples.contains(n),
+                "{file} uses {n}, which /metrics does not export:\n{exported}"
+            );
+        }
+    }
+    // The dashboard is JSON Grafana can import (panels with Prometheus targets).
+    let dash: serde_json::Value =
+        serde_json::from_str(&deploy("grafana/ferry-dashboard.json")).expect("dashboard JSON");
+    assert!(dash["panels"].as_array().is_some_and(|p| p.len() >= 8));
+    // The rules file parses as YAML (PyYAML, installed with kubernetes-validate) into groups
+    // of rules that each have an alert name, an expression and a summary.
+    let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.deps/pytools/bin/python");
+    let check = "import sys, yaml\n\
+        doc = yaml.safe_load(open(sys.argv[1]))\n\
+        rules = [r for g in doc['groups'] for r in g['rules']]\n\
+        assert rules and all(r['alert'] and r['expr'] and r['annotations']['summary'] for r in rules)\n\
+        print(len(rules))\n";
+    let out = Command::new(&python)
+        .args(["-c", check])
+        .arg(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../deploy/prometheus/ferry-alerts.yaml"),
+        )
+        .output()
+        .expect("python (tests/setup.sh installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "4");
+}

@@ -133,6 +133,7 @@ pub(crate) async fn resolve_inner(
     if let Some(r) = revocations {
         all.retain(|rel| r.list.revokes(&rel.manifest.version).is_none());
         if all.is_empty() {
+            state.metrics.no_compatible_variant(device.model.as_str());
             return Err(ApiError::new(
                 ErrorCode::NoCompatibleVariant,
                 format!(
@@ -166,6 +167,7 @@ pub(crate) async fn resolve_inner(
     let selection = match select::select(&manifests, &device, pref, &deny) {
         Ok(s) => s,
         Err(explain) => {
+            state.metrics.no_compatible_variant(device.model.as_str());
             let first: Vec<String> = explain
                 .iter()
                 .take(6)

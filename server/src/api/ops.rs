@@ -61,12 +61,33 @@ pub(crate) async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     for (model, _) in state.catalog().models() {
         let plan = rollouts.get(model);
         let live = plan.filter(|p| p.cohort_is_live());
-        state.metrics.model_state(
-            model.as_str(),
-            live.map_or(0, |p| p.basis_points),
-            live.is_some_and(|p| p.state == ferry_shared::rollout::RolloutState::Active),
-            deny.get(model).map_or(0, |d| d.entries.len()),
-        );
+        let fleet = state.telemetry.fleet(model.as_str());
+        let rates = |v: Option<&semver::Version>| {
+            v.map(|v| {
+                let (loads, failures, fallbacks) =
+                    fleet.release_totals(model.as_str(), &v.to_string());
+                let rate = |n: u64| {
+                    if loads == 0 {
+                        0.0
+                    } else {
+                        n.min(loads) as f64 / loads as f64
+                    }
+                };
+                (rate(failures), rate(fallbacks))
+            })
+        };
+        let figures = crate::app::metrics::ModelState {
+            staged_basis_points: live.map_or(0, |p| p.basis_points),
+            active: live.is_some_and(|p| p.state == ferry_shared::rollout::RolloutState::Active),
+            halted: plan.is_some_and(|p| p.state == ferry_shared::rollout::RolloutState::Halted),
+            ramp_step: plan
+                .and_then(|p| p.ramp.as_ref())
+                .map(|r| u32::try_from(r.step).unwrap_or(u32::MAX)),
+            deny: deny.get(model).map_or(0, |d| d.entries.len()),
+            staged_rates: rates(plan.and_then(|p| p.staged.as_ref())),
+            baseline_rates: rates(plan.and_then(|p| p.baseline.as_ref())),
+        };
+        state.metrics.model_state(model.as_str(), &figures);
     }
     HttpResponse::Ok()
         .content_type(crate::app::metrics::CONTENT_TYPE)

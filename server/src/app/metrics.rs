@@ -43,6 +43,12 @@ struct ModelLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CohortLabels {
+    model: String,
+    cohort: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: &'static str,
 }
@@ -66,6 +72,32 @@ pub struct Metrics {
     rollout_basis_points: Family<ModelLabels, Gauge>,
     rollout_active: Family<ModelLabels, Gauge>,
     deny_entries: Family<ModelLabels, Gauge>,
+    rollout_halted: Family<ModelLabels, Gauge>,
+    ramp_step: Family<ModelLabels, Gauge>,
+    failure_rate: Family<CohortLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    fallback_rate: Family<CohortLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    no_variant: Family<ModelLabels, Counter>,
+    cpu_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
+    store_up: Gauge,
+}
+
+/// Fleet-wide figures of one model for [`Metrics::model_state`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ModelState {
+    /// Share of devices offered the staged release (basis points, 0 without one).
+    pub staged_basis_points: u32,
+    /// A staged release is rolling out.
+    pub active: bool,
+    /// The rollout was halted (automatically or by an operator).
+    pub halted: bool,
+    /// Index of the current ramp step, if the rollout ramps.
+    pub ramp_step: Option<u32>,
+    /// Entries in the deny list.
+    pub deny: usize,
+    /// (load-failure rate, fallback rate) of the staged release, if any, from telemetry.
+    pub staged_rates: Option<(f64, f64)>,
+    /// The same for the baseline.
+    pub baseline_rates: Option<(f64, f64)>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -151,6 +183,51 @@ impl Default for Metrics {
             "Entries in the model's deny list",
             deny_entries.clone(),
         );
+        let rollout_halted = Family::<ModelLabels, Gauge>::default();
+        registry.register(
+            "ferry_rollout_halted",
+            "1 while the model's rollout is halted (automatically or by an operator)",
+            rollout_halted.clone(),
+        );
+        let ramp_step = Family::<ModelLabels, Gauge>::default();
+        registry.register(
+            "ferry_rollout_ramp_step",
+            "Index of the current step of a health-gated ramp (models that ramp only)",
+            ramp_step.clone(),
+        );
+        let failure_rate =
+            Family::<CohortLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "ferry_release_failure_rate",
+            "Load-failure rate of the staged and baseline releases, fleet-wide (0-1)",
+            failure_rate.clone(),
+        );
+        let fallback_rate =
+            Family::<CohortLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "ferry_release_fallback_rate",
+            "Fallback rate of the staged and baseline releases, fleet-wide (0-1)",
+            fallback_rate.clone(),
+        );
+        let no_variant = Family::<ModelLabels, Counter>::default();
+        registry.register(
+            "ferry_no_compatible_variant",
+            "Resolves answered no_compatible_variant, by model",
+            no_variant.clone(),
+        );
+        let cpu_seconds = Counter::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "ferry_process_cpu_seconds",
+            "CPU time (user and system) the server process used",
+            cpu_seconds.clone(),
+        );
+        let store_up = Gauge::default();
+        registry.register(
+            "ferry_store_up",
+            "1 when the object store answered the last listing, 0 when it did not",
+            store_up.clone(),
+        );
+        store_up.set(1);
         let build = Family::<BuildLabels, Gauge>::default();
         build
             .get_or_create(&BuildLabels {
@@ -176,6 +253,13 @@ impl Default for Metrics {
             rollout_basis_points,
             rollout_active,
             deny_entries,
+            rollout_halted,
+            ramp_step,
+            failure_rate,
+            fallback_rate,
+            no_variant,
+            cpu_seconds,
+            store_up,
         }
     }
 }
@@ -261,20 +345,76 @@ impl Metrics {
         if let Ok(rd) = std::fs::read_dir("/proc/self/fd") {
             self.open_fds.set(rd.count() as i64);
         }
+        // utime and stime, fields 14 and 15 of /proc/self/stat, in clock ticks (100 a second
+        // on Linux). The command name (field 2) may hold spaces: count from its closing ')'.
+        if let Ok(stat) = std::fs::read_to_string("/proc/self/stat")
+            && let Some((_, rest)) = stat.rsplit_once(')')
+        {
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+            if let (Some(user), Some(system)) = (ticks(11), ticks(12)) {
+                let total = (user + system) as f64 / 100.0;
+                let seen = self.cpu_seconds.get();
+                if total > seen {
+                    self.cpu_seconds.inc_by(total - seen);
+                }
+            }
+        }
     }
 
-    /// Sets one model's rollout and deny-list gauges.
-    pub fn model_state(&self, model: &str, staged_basis_points: u32, active: bool, deny: usize) {
+    /// Sets one model's rollout, health and deny-list gauges.
+    pub fn model_state(&self, model: &str, m: &ModelState) {
         let labels = ModelLabels {
             model: model.to_string(),
         };
         self.rollout_basis_points
             .get_or_create(&labels)
-            .set(i64::from(staged_basis_points));
+            .set(i64::from(m.staged_basis_points));
         self.rollout_active
             .get_or_create(&labels)
-            .set(i64::from(active));
-        self.deny_entries.get_or_create(&labels).set(deny as i64);
+            .set(i64::from(m.active));
+        self.rollout_halted
+            .get_or_create(&labels)
+            .set(i64::from(m.halted));
+        match m.ramp_step {
+            Some(step) => {
+                self.ramp_step.get_or_create(&labels).set(i64::from(step));
+            }
+            None => {
+                self.ramp_step.remove(&labels);
+            }
+        }
+        self.deny_entries.get_or_create(&labels).set(m.deny as i64);
+        for (cohort, rates) in [("staged", m.staged_rates), ("baseline", m.baseline_rates)] {
+            let l = CohortLabels {
+                model: model.to_string(),
+                cohort,
+            };
+            match rates {
+                Some((failures, fallbacks)) => {
+                    self.failure_rate.get_or_create(&l).set(failures);
+                    self.fallback_rate.get_or_create(&l).set(fallbacks);
+                }
+                None => {
+                    self.failure_rate.remove(&l);
+                    self.fallback_rate.remove(&l);
+                }
+            }
+        }
+    }
+
+    /// Counts a `no_compatible_variant` answer for `model` (a published model: bounded).
+    pub fn no_compatible_variant(&self, model: &str) {
+        self.no_variant
+            .get_or_create(&ModelLabels {
+                model: model.to_string(),
+            })
+            .inc();
+    }
+
+    /// Notes whether the store answered the last listing.
+    pub fn store_up(&self, up: bool) {
+        self.store_up.set(i64::from(up));
     }
 
     /// The OpenMetrics text exposition.

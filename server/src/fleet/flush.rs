@@ -218,10 +218,12 @@ pub async fn flush_rollups(state: &AppState) {
             Ok(m) => metas.extend(m),
             Err(e) => {
                 tracing::warn!("telemetry buckets cannot be listed, keeping the last view: {e}");
+                state.metrics.store_up(false);
                 return;
             }
         }
     }
+    state.metrics.store_up(true);
     let mut cache = std::mem::take(&mut *state.telemetry.store_cache());
     // New or changed objects are read now; their counts are kept only until merged below.
     let mut fresh: HashMap<String, Arc<Rollup>> = HashMap::new();
