@@ -88,6 +88,91 @@ fn models_health_windows_and_completions() {
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("model_not_found"));
 
+    // Which variant a device would get, and why, from flags or a profile file.
+    let out = run_ok(ferry().args([
+        "resolve",
+        "ops",
+        "--server",
+        &server.url,
+        "--platform",
+        "linux",
+        "--backends",
+        "XnnpackBackend",
+        "--runtime",
+        "1.5.1",
+        "--app",
+        "1.0.0",
+    ]));
+    assert!(
+        out.contains("ops 1.0.0 (baseline cohort): tries xnnpack-fp32"),
+        "{out}"
+    );
+    let profile = s.tmp.path().join("old-phone.json");
+    std::fs::write(
+        &profile,
+        r#"{"platform": "android", "runtime_version": "1.4.0", "app_version": "1.0.0",
+            "backends": ["XnnpackBackend"], "soc": "SM8150", "ram_mb": 3000}"#,
+    )
+    .expect("profile");
+    let out = ferry()
+        .args(["resolve", "ops", "--server", &server.url, "--profile"])
+        .arg(&profile)
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(4), "no variant fits: {text}");
+    assert!(text.contains("needs ExecuTorch runtime >=1.5.0"), "{text}");
+    // The profile's runtime overridden by a flag: now it fits.
+    let out = run_ok(
+        ferry()
+            .args([
+                "resolve",
+                "ops",
+                "--server",
+                &server.url,
+                "--runtime",
+                "1.5.1",
+                "--json",
+                "--profile",
+            ])
+            .arg(&profile),
+    );
+    let answer: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert!(answer["decision"]["payload"].is_string(), "{answer}");
+    let out = ferry()
+        .args([
+            "resolve",
+            "nosuch",
+            "--server",
+            &server.url,
+            "--platform",
+            "linux",
+            "--runtime",
+            "1.5.1",
+            "--app",
+            "1.0.0",
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("model_not_found"));
+    let out = ferry()
+        .args([
+            "resolve",
+            "ops",
+            "--server",
+            &server.url,
+            "--runtime",
+            "1.5.1",
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a missing platform is a usage error"
+    );
+
     for shell in ["bash", "zsh", "fish"] {
         let script = run_ok(ferry().args(["completions", shell]));
         assert!(

@@ -120,6 +120,11 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
     ),
     ("models", "ferry models\nferry models --json"),
     (
+        "resolve",
+        "ferry resolve demo-mlp --platform android --backends XnnpackBackend,VulkanBackend --runtime 1.5.1 --app 1.0.0 --ram-mb 8192\n\
+         ferry resolve demo-mlp --profile pixel8.json --install-id qa-1 --json",
+    ),
+    (
         "completions",
         "ferry completions bash > ~/.local/share/bash-completion/completions/ferry\n\
          ferry completions zsh > ~/.zfunc/_ferry\n\

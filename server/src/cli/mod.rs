@@ -10,6 +10,7 @@ mod publish;
 mod release;
 mod releases;
 mod remote;
+mod resolve;
 mod rollout;
 mod serve;
 mod sign;
@@ -201,6 +202,21 @@ pub enum Command {
         #[command(flatten)]
         remote: Remote,
     },
+    /// Which variant a device would get, and why each variant is offered or left out (the
+    /// server's explain). The device comes from flags or a JSON profile (`--profile`).
+    Resolve {
+        /// Model name.
+        model: String,
+        /// The device.
+        #[command(flatten)]
+        device: resolve::DeviceArgs,
+        /// Print the server's answer as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Where (no token needed).
+        #[command(flatten)]
+        remote: Remote,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish or powershell).
     Completions {
         /// The shell.
@@ -305,6 +321,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             remote,
         } => releases::releases_cmd(&model, json, &remote),
         Command::Models { json, remote } => models::models_cmd(json, &remote),
+        Command::Resolve {
+            model,
+            device,
+            json,
+            remote,
+        } => resolve::resolve_cmd(&model, &device, json, &remote),
         Command::Completions { shell } => {
             use clap::CommandFactory as _;
             use std::io::Write as _;

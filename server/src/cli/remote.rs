@@ -44,6 +44,25 @@ pub(crate) fn profile_path() -> Option<PathBuf> {
 }
 
 impl Remote {
+    /// Server URL and CA after applying the profile (for calls that need no token).
+    pub fn server_and_ca(&self) -> anyhow::Result<(String, Option<PathBuf>)> {
+        let profile = match profile_path() {
+            Some(p) if p.is_file() => {
+                let text = std::fs::read_to_string(&p)
+                    .with_context(|| format!("cannot read profile {}", p.display()))?;
+                toml::from_str::<Profile>(&text)
+                    .with_context(|| format!("profile {} is invalid", p.display()))?
+            }
+            _ => Profile::default(),
+        };
+        let server = self
+            .server
+            .clone()
+            .or(profile.server)
+            .unwrap_or_else(|| "http://127.0.0.1:8080".to_string());
+        Ok((server, self.ca.clone().or(profile.ca)))
+    }
+
     /// Server URL, token and CA after applying the profile.
     pub fn resolve(&self) -> anyhow::Result<(String, String, Option<PathBuf>)> {
         let profile = match profile_path() {
