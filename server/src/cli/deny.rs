@@ -16,9 +16,6 @@ pub enum DenyCommand {
     List {
         /// Model name.
         model: String,
-        /// Print JSON (the entries and their whole history).
-        #[arg(long)]
-        json: bool,
         /// Where and who.
         #[command(flatten)]
         remote: Remote,
@@ -54,13 +51,9 @@ pub struct Target {
     pub remote: Remote,
 }
 
-pub(crate) fn deny_cmd(cmd: DenyCommand) -> anyhow::Result<ExitCode> {
+pub(crate) fn deny_cmd(cmd: DenyCommand, json: bool) -> anyhow::Result<ExitCode> {
     let (action, t) = match cmd {
-        DenyCommand::List {
-            model,
-            json,
-            remote,
-        } => return list(&model, json, &remote),
+        DenyCommand::List { model, remote } => return list(&model, json, &remote),
         DenyCommand::Add(t) => (DenyAction::Deny, t),
         DenyCommand::Override(t) => (DenyAction::Override, t),
         DenyCommand::Clear(t) => (DenyAction::Clear, t),
@@ -83,6 +76,10 @@ pub(crate) fn deny_cmd(cmd: DenyCommand) -> anyhow::Result<ExitCode> {
         &format!("/v1/admin/models/{}/deny", t.model),
         Some(serde_json::to_value(&change)?),
     )?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
         "{} {} {} for {} {}: done",
         action.as_str(),

@@ -51,7 +51,7 @@ pub enum KeysCommand {
         scopes: String,
     },
 }
-pub(crate) fn keys_generate(out: &Path, encrypt: bool) -> anyhow::Result<ExitCode> {
+pub(crate) fn keys_generate(out: &Path, encrypt: bool, json: bool) -> anyhow::Result<ExitCode> {
     let p = keys::key_paths(out);
     for path in [&p.root, &p.release, &p.online, &p.trust, &p.keyring] {
         if path.exists() {
@@ -66,7 +66,16 @@ pub(crate) fn keys_generate(out: &Path, encrypt: bool) -> anyhow::Result<ExitCod
     } else {
         None
     };
-    for line in keys::generate_keyset_sealed(out, pass.as_deref())? {
+    let done = keys::generate_keyset_sealed(out, pass.as_deref())?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"done": done, "root_key": p.root, "release_key": p.release,
+                "online_key": p.online, "trust": p.trust, "keyring": p.keyring})
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    for line in done {
         println!("{line}");
     }
     println!();
@@ -82,8 +91,13 @@ pub(crate) fn keys_generate(out: &Path, encrypt: bool) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) fn keys_encrypt(file: &Path) -> anyhow::Result<ExitCode> {
-    println!("{}", keys::encrypt_file(file)?);
+pub(crate) fn keys_encrypt(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let done = keys::encrypt_file(file)?;
+    if json {
+        println!("{}", serde_json::json!({ "done": [done] }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{done}");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -91,6 +105,7 @@ pub(crate) fn keys_rotate(
     role: keys::RotateRole,
     dir: &Path,
     expires_in_days: Option<u32>,
+    json: bool,
 ) -> anyhow::Result<ExitCode> {
     if let Some(d) = expires_in_days
         && !(1..=3650).contains(&d)
@@ -102,7 +117,12 @@ pub(crate) fn keys_rotate(
         .into());
     }
     let expires = expires_in_days.map(|d| time::Duration::days(i64::from(d)));
-    for line in keys::rotate(dir, role, expires)? {
+    let done = keys::rotate(dir, role, expires)?;
+    if json {
+        println!("{}", serde_json::json!({ "done": done }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    for line in done {
         println!("{line}");
     }
     println!();
@@ -131,7 +151,7 @@ pub(crate) fn keys_rotate(
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) fn keys_token(name: &str, scopes: &str) -> anyhow::Result<ExitCode> {
+pub(crate) fn keys_token(name: &str, scopes: &str, json: bool) -> anyhow::Result<ExitCode> {
     let mut parsed = Vec::new();
     for s in scopes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let scope: crate::api::auth::Scope =
@@ -145,6 +165,14 @@ pub(crate) fn keys_token(name: &str, scopes: &str) -> anyhow::Result<ExitCode> {
     let mut raw = [0u8; 24];
     getrandom::fill(&mut raw).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
     let secret = format!("ferry_{}", hex::encode(raw));
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"name": name, "token": secret,
+                "sha256": crate::api::auth::hash_token(&secret), "scopes": parsed})
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     println!("token (shown once): {secret}");
     println!();
     println!("[[tokens]]");

@@ -105,6 +105,9 @@ pub mod exit {
                   7 server or network unavailable. See docs/cli.md."
 )]
 pub struct Cli {
+    /// Print JSON for scripts instead of text for people (every command; `serve` logs JSON).
+    #[arg(long, global = true)]
+    pub json: bool,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -173,9 +176,6 @@ pub enum Command {
         /// an RFC 3339 time, or `step` (since the current rollout step began).
         #[arg(long)]
         since: Option<String>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
         /// Where and who.
         #[command(flatten)]
         remote: Remote,
@@ -195,9 +195,6 @@ pub enum Command {
     /// Every published model: its live release, the staged one and its share, the rollout's
     /// state, how many releases and deny entries it has.
     Models {
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
         /// Where and who.
         #[command(flatten)]
         remote: Remote,
@@ -210,9 +207,6 @@ pub enum Command {
         /// The device.
         #[command(flatten)]
         device: resolve::DeviceArgs,
-        /// Print the server's answer as JSON.
-        #[arg(long)]
-        json: bool,
         /// Where (no token needed).
         #[command(flatten)]
         remote: Remote,
@@ -227,9 +221,6 @@ pub enum Command {
     Releases {
         /// Model name.
         model: String,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
         /// Where and who.
         #[command(flatten)]
         remote: Remote,
@@ -239,9 +230,6 @@ pub enum Command {
     Inspect {
         /// The `.pte` file.
         file: PathBuf,
-        /// Print the report as JSON (for tools) instead of a table (for people).
-        #[arg(long)]
-        json: bool,
     },
 }
 /// Parses the process arguments, runs the command and maps errors to a one-line message.
@@ -267,6 +255,7 @@ pub fn main() -> ExitCode {
 
 /// Runs one parsed command.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let json = cli.json;
     match cli.command {
         Command::Serve {
             config,
@@ -280,22 +269,23 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 data,
             },
             demo,
+            json,
         ),
         Command::Keys { command } => match command {
-            KeysCommand::Generate { out, encrypt } => keys_generate(&out, encrypt),
-            KeysCommand::Encrypt { file } => keys_encrypt(&file),
+            KeysCommand::Generate { out, encrypt } => keys_generate(&out, encrypt, json),
+            KeysCommand::Encrypt { file } => keys_encrypt(&file, json),
             KeysCommand::Rotate {
                 role,
                 keys,
                 expires_in_days,
-            } => keys_rotate(role, &keys, expires_in_days),
-            KeysCommand::Token { name, scopes } => keys_token(&name, &scopes),
+            } => keys_rotate(role, &keys, expires_in_days, json),
+            KeysCommand::Token { name, scopes } => keys_token(&name, &scopes, json),
         },
         Command::Sign {
             variants,
             key,
             output,
-        } => sign_cmd(&variants, &key, &output),
+        } => sign_cmd(&variants, &key, &output, json),
         Command::Publish {
             release,
             files,
@@ -303,28 +293,30 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             quiet,
         } => {
             let (server, token, ca) = remote.resolve()?;
-            publish_cmd(&release, &files, &server, &token, ca.as_deref(), quiet)
+            publish_cmd(
+                &release,
+                &files,
+                &server,
+                &token,
+                ca.as_deref(),
+                quiet,
+                json,
+            )
         }
-        Command::Inspect { file, json } => inspect(&file, json),
-        Command::Rollout { command } => rollout_cmd(command),
+        Command::Inspect { file } => inspect(&file, json),
+        Command::Rollout { command } => rollout_cmd(command, json),
         Command::Health {
             model,
             since,
-            json,
             remote,
         } => health_cmd(&model, since.as_deref(), json, &remote),
-        Command::Deny { command } => deny::deny_cmd(command),
-        Command::Release { command } => release::release_cmd(command),
-        Command::Releases {
-            model,
-            json,
-            remote,
-        } => releases::releases_cmd(&model, json, &remote),
-        Command::Models { json, remote } => models::models_cmd(json, &remote),
+        Command::Deny { command } => deny::deny_cmd(command, json),
+        Command::Release { command } => release::release_cmd(command, json),
+        Command::Releases { model, remote } => releases::releases_cmd(&model, json, &remote),
+        Command::Models { remote } => models::models_cmd(json, &remote),
         Command::Resolve {
             model,
             device,
-            json,
             remote,
         } => resolve::resolve_cmd(&model, &device, json, &remote),
         Command::Completions { shell } => {

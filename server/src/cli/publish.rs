@@ -33,7 +33,28 @@ pub(crate) fn publish_cmd(
     token: &str,
     ca: Option<&Path>,
     quiet: bool,
+    json: bool,
 ) -> anyhow::Result<ExitCode> {
+    let quiet = quiet || json;
+    // What was done, for --json.
+    let mut blobs: Vec<serde_json::Value> = Vec::new();
+    let say = |line: String| {
+        if !json {
+            println!("{line}");
+        }
+    };
+    let finish = |state: &str, blobs: &[serde_json::Value], model: &str, version: &str| {
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({"model": model, "version": version, "state": state, "blobs": blobs})
+            );
+        } else if state == "published" {
+            println!("published {model} {version}");
+        } else {
+            println!("{model} {version} was already published (identical); nothing to do");
+        }
+    };
     let server = server.trim_end_matches('/');
     let raw =
         std::fs::read(release).with_context(|| format!("cannot read {}", release.display()))?;
@@ -111,15 +132,19 @@ pub(crate) fn publish_cmd(
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         if head.status() == 200 && stored_size == Some(*size) {
-            println!("{id}: blob {} already on the server", digest.to_hex());
+            say(format!(
+                "{id}: blob {} already on the server",
+                digest.to_hex()
+            ));
+            blobs.push(serde_json::json!({"variant": id, "sha256": digest, "size": size, "uploaded": false}));
             continue;
         }
         if head.status() == 200 {
-            println!(
+            say(format!(
                 "{id}: blob {} is on the server with {} bytes instead of {size}: uploading it again",
                 digest.to_hex(),
                 stored_size.map_or("an unknown number of".to_string(), |s| s.to_string())
-            );
+            ));
         }
         let bar = if quiet {
             indicatif::ProgressBar::hidden()
@@ -150,13 +175,14 @@ pub(crate) fn publish_cmd(
         if !resp.status().is_success() {
             return Err(http_error(&format!("upload of {}", path.display()), resp));
         }
-        println!("{id}: uploaded {} ({size} bytes)", path.display());
-    }
-    if identical {
-        println!(
-            "{} {} was already published (identical); nothing to do",
-            manifest.model, manifest.version
+        say(format!("{id}: uploaded {} ({size} bytes)", path.display()));
+        blobs.push(
+            serde_json::json!({"variant": id, "sha256": digest, "size": size, "uploaded": true}),
         );
+    }
+    let (model, version) = (manifest.model.to_string(), manifest.version.to_string());
+    if identical {
+        finish("identical", &blobs, &model, &version);
         return Ok(ExitCode::SUCCESS);
     }
     let url = format!("{server}/v1/admin/models/{}/releases", manifest.model);
@@ -167,7 +193,7 @@ pub(crate) fn publish_cmd(
         .send(&raw[..])
         .with_context(|| format!("cannot reach {server}"))?;
     if resp.status() == 201 {
-        println!("published {} {}", manifest.model, manifest.version);
+        finish("published", &blobs, &model, &version);
         return Ok(ExitCode::SUCCESS);
     }
     if resp.status() == 409 {
@@ -194,10 +220,7 @@ pub(crate) fn publish_cmd(
                 .and_then(|p| ReleaseManifest::from_json(&p).ok())
                 .is_some_and(|m| m.same_content(&manifest));
             if same_payload || same_content {
-                println!(
-                    "{} {} was already published (identical); nothing to do",
-                    manifest.model, manifest.version
-                );
+                finish("identical", &blobs, &model, &version);
                 return Ok(ExitCode::SUCCESS);
             }
         }

@@ -40,7 +40,7 @@ pub enum ReleaseCommand {
     },
 }
 
-pub(crate) fn release_cmd(command: ReleaseCommand) -> anyhow::Result<ExitCode> {
+pub(crate) fn release_cmd(command: ReleaseCommand, json: bool) -> anyhow::Result<ExitCode> {
     match command {
         ReleaseCommand::Revoke {
             model,
@@ -50,8 +50,8 @@ pub(crate) fn release_cmd(command: ReleaseCommand) -> anyhow::Result<ExitCode> {
             reason,
             remote,
         } => match (version, resign) {
-            (Some(v), false) => revoke(&model, Some(&v), &key, &reason, &remote),
-            (None, true) => revoke(&model, None, &key, &reason, &remote),
+            (Some(v), false) => revoke(&model, Some(&v), &key, &reason, &remote, json),
+            (None, true) => revoke(&model, None, &key, &reason, &remote, json),
             _ => Err(Usage("give either a VERSION to revoke or --resign, not both".into()).into()),
         },
     }
@@ -63,6 +63,7 @@ fn revoke(
     key: &Path,
     reason: &str,
     remote: &Remote,
+    json: bool,
 ) -> anyhow::Result<ExitCode> {
     let release: Option<Version> = version
         .map(|v| {
@@ -119,6 +120,14 @@ fn revoke(
     }
     match &release {
         Some(r) if revoked.iter().any(|x| x.release == *r) => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"model": model, "release": r.to_string(),
+                        "already_revoked": true, "version": held_version})
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
             println!("{model} {r} is already revoked (list version {held_version})");
             return Ok(ExitCode::SUCCESS);
         }
@@ -146,6 +155,10 @@ fn revoke(
         &format!("/v1/admin/models/{model}/revocations"),
         Some(serde_json::to_value(&env)?),
     )?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     match release {
         Some(r) => println!(
             "revoked {model} {r} (revocation list version {}); devices refuse it from their next resolve",

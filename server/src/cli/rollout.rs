@@ -141,9 +141,6 @@ pub enum RolloutCommand {
     Status {
         /// Model name.
         model: String,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
         /// Where and who.
         #[command(flatten)]
         remote: Remote,
@@ -272,7 +269,7 @@ pub(crate) fn print_preview(p: &Preview) {
     }
 }
 
-pub(crate) fn rollout_cmd(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
+pub(crate) fn rollout_cmd(cmd: RolloutCommand, json: bool) -> anyhow::Result<ExitCode> {
     let simple = |a: SimpleRollout, make: fn(Option<String>) -> RolloutChange| {
         (a.model, a.remote, a.dry_run, make(a.reason))
     };
@@ -362,11 +359,7 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
             dry_run,
             RolloutChange::Unpin { install_id, reason },
         ),
-        RolloutCommand::Status {
-            model,
-            json,
-            remote,
-        } => {
+        RolloutCommand::Status { model, remote } => {
             let v = admin_call(
                 &remote,
                 "GET",
@@ -417,6 +410,10 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
         &format!("/v1/admin/models/{model}/rollout{query}"),
         Some(serde_json::to_value(&change)?),
     )?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     let preview: Option<Preview> = serde_json::from_value(v["preview"].clone()).ok();
     let plan: RolloutPlan =
         serde_json::from_value(v).context("the server's answer is not a rollout plan")?;

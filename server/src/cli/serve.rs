@@ -32,8 +32,10 @@ fn say(json: bool, line: &str) {
     }
 }
 
-pub(crate) fn serve(flags: Flags, demo: bool) -> anyhow::Result<ExitCode> {
+pub(crate) fn serve(flags: Flags, demo: bool, json: bool) -> anyhow::Result<ExitCode> {
     let mut config = Config::load(&flags, &process_env)?;
+    // `ferry --json serve`: JSON logs, as FERRY_LOG_FORMAT=json.
+    config.log_json |= json;
     init_logging(config.log_json);
     // A first run with --demo works without any setup: an admin token kept in
     // `<data>/admin-token` (created on the first demo run, owner-only), so the next commands

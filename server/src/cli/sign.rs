@@ -9,7 +9,12 @@ use ferry_shared::dsse::KeyRole;
 use crate::app::keys;
 use crate::release::sign;
 
-pub(crate) fn sign_cmd(variants: &Path, key: &Path, output: &Path) -> anyhow::Result<ExitCode> {
+pub(crate) fn sign_cmd(
+    variants: &Path,
+    key: &Path,
+    output: &Path,
+    json_out: bool,
+) -> anyhow::Result<ExitCode> {
     let spec = sign::read_variants(variants)?;
     let key = keys::load(key)?;
     if key.role != KeyRole::Release {
@@ -37,6 +42,24 @@ pub(crate) fn sign_cmd(variants: &Path, key: &Path, output: &Path) -> anyhow::Re
     let json = serde_json::to_vec_pretty(&envelope)?;
     ferry_fs::write(output, &json, ferry_fs::Mode::Public)
         .with_context(|| format!("cannot write {}", output.display()))?;
+    if json_out {
+        let out = serde_json::json!({
+            "model": manifest.model,
+            "version": manifest.version.to_string(),
+            "key_id": key.pair.id().to_string(),
+            "output": output.display().to_string(),
+            "variants": manifest.variants.iter().zip(&files).map(|(v, f)| serde_json::json!({
+                "id": v.id,
+                "delegate": v.delegate,
+                "size": v.size,
+                "sha256": v.sha256,
+                "file": f.path.display().to_string(),
+                "backends": v.backends,
+            })).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
         "signed {} {} with release key {}",
         manifest.model,
