@@ -124,13 +124,14 @@ pub(crate) fn resolve_cmd(
         serde_json::from_reader(resp.body_mut().with_config().limit(16 << 20).reader())
             .context("the server's answer is not JSON")?;
     // A 404 other than "no variant fits" (an unknown model) is an error like any other.
-    if status == 404 && answer["code"] != "no_compatible_variant" {
+    let code = answer["code"]
+        .as_str()
+        .and_then(ferry_shared::errors::ErrorCode::parse);
+    if status == 404 && code != Some(ferry_shared::errors::ErrorCode::NoCompatibleVariant) {
         return Err(anyhow::Error::new(super::remote::Refusal {
             what: "resolve".into(),
             status,
-            code: answer["code"]
-                .as_str()
-                .and_then(ferry_shared::errors::ErrorCode::parse),
+            code,
             message: answer["message"].as_str().unwrap_or("").to_string(),
             request_id: answer["request_id"].as_str().unwrap_or("").to_string(),
         }));
