@@ -39,7 +39,7 @@ start() {
   local data=$1 log=$2
   shift 2
   env FERRY_ADMIN_TOKEN=$token FERRY_LOG=warn "$@" "$ferry" serve --data "$data" \
-    --listen 127.0.0.1:$port 2>"$log" &
+    --listen 127.0.0.1:$port >/dev/null 2>"$log" &
   echo $!
 }
 wait_listening() {

@@ -361,7 +361,13 @@ pub(crate) async fn release_by_digest(
     let mut found = state.catalog().by_digest(&digest);
     if found.is_none() && state.catalog_reload_due() {
         // Another replica may have published it since this one last read the catalog.
-        match crate::storage::catalog::Catalog::load(&state.store, &state.release_ring).await {
+        match crate::storage::catalog::Catalog::refresh(
+            &state.store,
+            &state.release_ring,
+            &state.catalog(),
+        )
+        .await
+        {
             Ok((c, _)) => {
                 found = c.by_digest(&digest);
                 state.replace_catalog(c);

@@ -228,7 +228,7 @@ pub fn spawn_refresh(state: Arc<AppState>) {
                 warn_expiry(&state);
             }
             ticks += 1;
-            match Catalog::load(&state.store, &state.release_ring).await {
+            match Catalog::refresh(&state.store, &state.release_ring, &state.catalog()).await {
                 Ok((c, _)) => {
                     let models = c.models().map(|(m, _)| m.clone()).collect();
                     state.replace_catalog(c);

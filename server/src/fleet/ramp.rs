@@ -170,7 +170,13 @@ async fn refresh_catalog_if_changed(state: &AppState) {
     if in_store == known {
         return;
     }
-    match crate::storage::catalog::Catalog::load(&state.store, &state.release_ring).await {
+    match crate::storage::catalog::Catalog::refresh(
+        &state.store,
+        &state.release_ring,
+        &state.catalog(),
+    )
+    .await
+    {
         Ok((c, s)) => {
             skipped.store(s.len(), std::sync::atomic::Ordering::Relaxed);
             state.replace_catalog(c);

@@ -52,6 +52,9 @@ impl Release {
     }
 }
 
+/// Release files read at once when loading the catalog.
+const CONCURRENT_READS: usize = 32;
+
 /// All releases of all models.
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {
@@ -74,12 +77,33 @@ impl Catalog {
         store: &Store,
         ring: &KeyRing,
     ) -> Result<(Catalog, Vec<Skipped>), object_store::Error> {
+        Self::load_from(store, ring, None).await
+    }
+
+    /// The catalog as `store` holds it now, reusing what `known` already holds: releases are
+    /// immutable, so only keys new since are read and verified (the steady state of a
+    /// refresh is one listing).
+    pub async fn refresh(
+        store: &Store,
+        ring: &KeyRing,
+        known: &Catalog,
+    ) -> Result<(Catalog, Vec<Skipped>), object_store::Error> {
+        Self::load_from(store, ring, Some(known)).await
+    }
+
+    async fn load_from(
+        store: &Store,
+        ring: &KeyRing,
+        known: Option<&Catalog>,
+    ) -> Result<(Catalog, Vec<Skipped>), object_store::Error> {
+        use futures_util::StreamExt as _;
         let mut catalog = Catalog::default();
         let mut skipped = Vec::new();
         let metas: Vec<_> = store
             .list(Some(&StorageKey::releases_root()))
             .try_collect()
             .await?;
+        let mut todo = Vec::new();
         for meta in metas {
             let key = meta.location.to_string();
             let Some((model, version)) = StorageKey::parse_release(&meta.location) else {
@@ -89,18 +113,37 @@ impl Catalog {
                 });
                 continue;
             };
-            let bytes = store.get(&meta.location).await?.bytes().await?;
+            match known.and_then(|k| k.models.get(&model).and_then(|v| v.get(&version))) {
+                Some(r) => catalog.insert_shared(r.clone()),
+                None => todo.push((meta.location, model, version)),
+            }
+        }
+        // New releases are read many at a time: against a remote store each read is a round
+        // trip, and a cold start may have thousands.
+        let fetched: Vec<_> = futures_util::stream::iter(todo)
+            .map(|(location, model, version)| async move {
+                let bytes = store.get(&location).await?.bytes().await?;
+                let ins_key = StorageKey::inspection(&model, &version);
+                let inspection = match store.get(&ins_key).await {
+                    Ok(got) => got.bytes().await.ok(),
+                    Err(_) => None,
+                };
+                Ok::<_, object_store::Error>((location, model, version, bytes, inspection))
+            })
+            .buffer_unordered(CONCURRENT_READS)
+            .collect()
+            .await;
+        for item in fetched {
+            let (location, model, version, bytes, inspection) = item?;
             match Self::decode(&bytes, ring, &model, &version) {
                 Ok(mut release) => {
-                    let ins_key = StorageKey::inspection(&model, &version);
-                    if let Ok(got) = store.get(&ins_key).await
-                        && let Ok(b) = got.bytes().await
-                    {
-                        release.inspection = serde_json::from_slice(&b).ok();
-                    }
+                    release.inspection = inspection.and_then(|b| serde_json::from_slice(&b).ok());
                     catalog.insert(release);
                 }
-                Err(why) => skipped.push(Skipped { key, why }),
+                Err(why) => skipped.push(Skipped {
+                    key: location.to_string(),
+                    why,
+                }),
             }
         }
         Ok((catalog, skipped))
@@ -127,9 +170,13 @@ impl Catalog {
 
     /// Adds or replaces a release.
     pub fn insert(&mut self, release: Release) {
+        self.insert_shared(Arc::new(release));
+    }
+
+    /// Adds or replaces a release held elsewhere too.
+    pub fn insert_shared(&mut self, release: Arc<Release>) {
         let m = release.manifest.model.clone();
         let v = release.manifest.version.clone();
-        let release = Arc::new(release);
         if let Some(old) = self.models.entry(m).or_default().insert(v, release.clone()) {
             self.by_digest.remove(&old.envelope_sha256);
         }
