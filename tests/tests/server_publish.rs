@@ -169,6 +169,69 @@ fn each_refusal_has_its_code() {
         body["inspection"]["portable-fp32"]["methods"][0]["kernel_calls"]["aten::relu.out"],
         1
     );
+    // A server that loaded the release from the store reads its report when asked.
+    let other = app.replica_with(None, Box::new(|_| {}));
+    let mut r = app
+        .agent
+        .get(format!(
+            "{}/v1/admin/models/mlp/releases/1.0.0",
+            other.url()
+        ))
+        .header(
+            "authorization",
+            format!("Bearer {}", ferry_tests::app::ADMIN_TOKEN),
+        )
+        .call()
+        .expect("get");
+    let body: serde_json::Value = serde_json::from_reader(r.body_mut().as_reader()).expect("json");
+    assert_eq!(
+        body["inspection"]["portable-fp32"]["methods"][0]["kernel_calls"]["aten::relu.out"], 1,
+        "{body}"
+    );
+}
+
+#[test]
+fn a_catalog_refresh_reuses_what_it_holds_and_reads_only_new_releases() {
+    use ferry_server::storage::catalog::Catalog;
+    let app = TestApp::start();
+    app.publish(&ferry_tests::app::mlp_v1());
+    let state = &app.server.state;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (first, _) = rt
+        .block_on(Catalog::load(&state.store, &state.release_ring))
+        .expect("load");
+    let v1: semver::Version = "1.0.0".parse().expect("v");
+    let model: ferry_shared::ModelName = "mlp".parse().expect("model");
+    let held = first.release(&model, &v1).expect("1.0.0");
+    // Damage the stored file: a refresh must not even read it again (releases never change).
+    let path = app.store_dir().join("releases/mlp/1.0.0.json");
+    let original = std::fs::read(&path).expect("read");
+    std::fs::write(&path, b"not an envelope").expect("write");
+    app.publish(&ferry_tests::app::mlp_v2());
+    let (second, skipped) = rt
+        .block_on(Catalog::refresh(&state.store, &state.release_ring, &first))
+        .expect("refresh");
+    assert!(skipped.is_empty(), "{skipped:?}");
+    let again = second.release(&model, &v1).expect("still there");
+    assert!(
+        std::sync::Arc::ptr_eq(&held, &again),
+        "the same release, not read again"
+    );
+    assert!(
+        second
+            .release(&model, &"2.0.0".parse().expect("v"))
+            .is_some(),
+        "the new one read"
+    );
+    // A full load does read it, and refuses the damaged file.
+    let (_, skipped) = rt
+        .block_on(Catalog::load(&state.store, &state.release_ring))
+        .expect("load");
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    std::fs::write(&path, original).expect("restore");
 }
 
 #[test]

@@ -287,7 +287,25 @@ pub(crate) async fn get_release(
             format!("{model} {version} is not published"),
         )
     })?;
-    Ok(HttpResponse::Ok().json(release_view(&release)))
+    let mut view = release_view(&release);
+    // The inspector's report is read when asked for (the catalog does not hold it: a cold
+    // start reads one file per release, not two).
+    if release.inspection.is_none() {
+        use object_store::ObjectStoreExt as _;
+        let key = crate::storage::StorageKey::inspection(&model, &version);
+        match state.store.get(&key).await {
+            Ok(got) => {
+                let bytes = got
+                    .bytes()
+                    .await
+                    .map_err(|e| ApiError::from(crate::storage::StoreError::from(e)))?;
+                view["inspection"] = serde_json::from_slice(&bytes).unwrap_or_default();
+            }
+            Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(crate::storage::StoreError::from(e).into()),
+        }
+    }
+    Ok(HttpResponse::Ok().json(view))
 }
 
 /// `GET /v1/admin/models/{model}/revocations` (scope read): the list in force, with its

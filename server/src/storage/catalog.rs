@@ -24,7 +24,8 @@ pub struct Release {
     pub manifest: ReleaseManifest,
     /// The envelope exactly as ops signed it.
     pub envelope: Envelope,
-    /// The inspector's report per variant id, as stored at publish time.
+    /// The inspector's report per variant id, as stored at publish time (held when this server
+    /// published it; otherwise read from the store when asked for).
     pub inspection: Option<serde_json::Value>,
     /// The envelope as served at `GET /v1/releases/sha256/{hex}` (compact JSON).
     #[serde(skip)]
@@ -53,7 +54,7 @@ impl Release {
 }
 
 /// Release files read at once when loading the catalog.
-const CONCURRENT_READS: usize = 32;
+const CONCURRENT_READS: usize = 16;
 
 /// All releases of all models.
 #[derive(Debug, Clone, Default)]
@@ -118,28 +119,21 @@ impl Catalog {
                 None => todo.push((meta.location, model, version)),
             }
         }
-        // New releases are read many at a time: against a remote store each read is a round
-        // trip, and a cold start may have thousands.
+        // New releases are read several at a time: against a remote store each read is a
+        // round trip, and a cold start may have thousands.
         let fetched: Vec<_> = futures_util::stream::iter(todo)
             .map(|(location, model, version)| async move {
                 let bytes = store.get(&location).await?.bytes().await?;
-                let ins_key = StorageKey::inspection(&model, &version);
-                let inspection = match store.get(&ins_key).await {
-                    Ok(got) => got.bytes().await.ok(),
-                    Err(_) => None,
-                };
-                Ok::<_, object_store::Error>((location, model, version, bytes, inspection))
+                Ok::<_, object_store::Error>((location, model, version, bytes))
             })
             .buffer_unordered(CONCURRENT_READS)
             .collect()
             .await;
         for item in fetched {
-            let (location, model, version, bytes, inspection) = item?;
+            let (location, model, version, bytes) = item?;
             match Self::decode(&bytes, ring, &model, &version) {
-                Ok(mut release) => {
-                    release.inspection = inspection.and_then(|b| serde_json::from_slice(&b).ok());
-                    catalog.insert(release);
-                }
+                // The inspector's report stays in the store until asked for.
+                Ok(release) => catalog.insert(release),
                 Err(why) => skipped.push(Skipped {
                     key: location.to_string(),
                     why,
