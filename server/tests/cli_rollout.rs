@@ -109,7 +109,7 @@ fn two_server_processes_racing_on_one_rollout() {
         status
             .lines()
             .last()
-            .is_some_and(|l| l.contains("rollback halted")),
+            .is_some_and(|l| l.contains("(rollback by") && l.contains("): halted, staged")),
         "{status}"
     );
     // The lifecycle as a table and as JSON.

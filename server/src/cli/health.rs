@@ -58,6 +58,16 @@ pub(crate) fn health_cmd(
     if !cohorts.is_empty() {
         println!("cohort devices: {}", cohorts.join(", "));
     }
+    if v["releases"].as_array().is_none_or(Vec::is_empty) {
+        println!(
+            "no load reported with a receipt yet{}",
+            if v["window"].is_object() {
+                " in this window"
+            } else {
+                ""
+            }
+        );
+    }
     for r in v["releases"].as_array().into_iter().flatten() {
         println!("release {}", r["release"].as_str().unwrap_or(""));
         for x in r["variants"].as_array().into_iter().flatten() {

@@ -167,7 +167,7 @@ pub(crate) fn print_plan(p: &RolloutPlan) {
     let what = match (&p.staged, p.state) {
         (Some(staged), state) if state != ferry_shared::rollout::RolloutState::Completed => {
             format!(
-                "{} -> staged {staged} at {}% (baseline {})",
+                "{}, staged {staged} at {}% (baseline {})",
                 state.as_str(),
                 format_percent(p.basis_points),
                 show(&p.baseline)
@@ -179,7 +179,7 @@ pub(crate) fn print_plan(p: &RolloutPlan) {
         ),
     };
     println!(
-        "{} rollout revision {}: {} {what}, by {} at {}{}",
+        "{} rollout revision {} ({} by {} at {}{}): {what}",
         p.model,
         p.revision,
         p.action,
