@@ -15,7 +15,7 @@ pub enum KeysCommand {
     /// first keyring in a folder.
     Generate {
         /// Folder to write into (created; existing keys are never overwritten).
-        #[arg(long)]
+        #[arg(long, value_hint = clap::ValueHint::DirPath)]
         out: PathBuf,
         /// Encrypt root.key and release.key with a passphrase (from FERRY_KEY_PASSPHRASE, or
         /// asked twice on the terminal). online.key stays plain: servers start unattended.
@@ -34,7 +34,7 @@ pub enum KeysCommand {
         /// Which key to replace.
         role: keys::RotateRole,
         /// The key folder made by `ferry keys generate`.
-        #[arg(long)]
+        #[arg(long, value_hint = clap::ValueHint::DirPath)]
         keys: PathBuf,
         /// Make the new online key expire after this many days (clients refuse what it signs
         /// afterwards, so rotate again before then).

@@ -119,13 +119,13 @@ pub enum Command {
     /// Run the server (HTTP API for devices and ops).
     Serve {
         /// TOML configuration file.
-        #[arg(long)]
+        #[arg(long, value_hint = clap::ValueHint::FilePath)]
         config: Option<PathBuf>,
         /// Address to listen on (default 127.0.0.1:8080).
         #[arg(long)]
         listen: Option<String>,
         /// Data directory (default ./ferry-data).
-        #[arg(long)]
+        #[arg(long, value_hint = clap::ValueHint::DirPath)]
         data: Option<PathBuf>,
         /// Publish the built-in demo model `demo-mlp` on start.
         #[arg(long)]
@@ -142,10 +142,10 @@ pub enum Command {
         /// The VARIANTS.toml describing the release.
         variants: PathBuf,
         /// The release key file.
-        #[arg(long)]
+        #[arg(long, value_hint = clap::ValueHint::FilePath)]
         key: PathBuf,
         /// Where to write the signed release.
-        #[arg(short = 'o', long = "output")]
+        #[arg(short = 'o', long = "output", value_hint = clap::ValueHint::FilePath)]
         output: PathBuf,
     },
     /// Upload a signed release's blobs, then the release, to a server (idempotent on retry).
@@ -153,7 +153,7 @@ pub enum Command {
         /// The signed release (from `ferry sign`).
         release: PathBuf,
         /// Folder holding the release's `.pte` files.
-        #[arg(long)]
+        #[arg(long, value_hint = clap::ValueHint::DirPath)]
         files: PathBuf,
         /// Where and who (a token with the `publish` scope).
         #[command(flatten)]
@@ -174,7 +174,7 @@ pub enum Command {
         model: String,
         /// Only what was reported in a window: a duration back from now (`30m`, `1h`, `7d`),
         /// an RFC 3339 time, or `step` (since the current rollout step began).
-        #[arg(long)]
+        #[arg(long, value_hint = clap::ValueHint::Other)]
         since: Option<String>,
         /// Where and who.
         #[command(flatten)]

@@ -29,7 +29,7 @@ pub enum ReleaseCommand {
         #[arg(long)]
         resign: bool,
         /// The release key file (the one `ferry sign` uses).
-        #[arg(long)]
+        #[arg(long, value_hint = clap::ValueHint::FilePath)]
         key: PathBuf,
         /// Why (shown to operators and in the device's error).
         #[arg(long, default_value = "")]

@@ -20,7 +20,7 @@ pub struct Remote {
     #[arg(long, env = "FERRY_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// Extra CA certificate (PEM) to trust for HTTPS.
-    #[arg(long)]
+    #[arg(long, value_hint = clap::ValueHint::FilePath)]
     pub ca: Option<PathBuf>,
 }
 

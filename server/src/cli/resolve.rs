@@ -13,7 +13,7 @@ use super::remote::{Remote, http_agent, http_error};
 #[derive(Debug, Clone, clap::Args)]
 pub struct DeviceArgs {
     /// A JSON file with the device's resolve request (the fields below); flags override it.
-    #[arg(long)]
+    #[arg(long, value_hint = clap::ValueHint::FilePath)]
     pub profile: Option<PathBuf>,
     /// Platform: android, ios, macos, linux, windows.
     #[arg(long)]
