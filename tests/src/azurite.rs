@@ -2,10 +2,8 @@
 //! `tests/setup.sh` into `.deps/azurite` from the lockfile in `tests/azurite/`, started on a
 //! free loopback port per test with its own folder, telemetry off.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 /// Azurite's well-known development account.
 pub const ACCOUNT: &str = "devstoreaccount1";
@@ -17,7 +15,6 @@ pub const KEY: &str =
 pub struct Azurite {
     /// `http://127.0.0.1:<port>/devstoreaccount1`.
     pub endpoint: String,
-    addr: SocketAddr,
     child: Child,
     _dir: tempfile::TempDir,
 }
@@ -44,13 +41,15 @@ impl Azurite {
             "{} is missing: run tests/setup.sh (tests/run does) to install azurite",
             bin.display()
         );
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("free port");
+        let addr = crate::emulator::free_addr();
         let dir = tempfile::tempdir().expect("tmp");
         let child = Command::new(&bin)
-            .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
+            .args([
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                &addr.port().to_string(),
+            ])
             .arg("--location")
             .arg(dir.path())
             .args(["--silent", "--disableTelemetry", "--skipApiVersionCheck"])
@@ -58,19 +57,12 @@ impl Azurite {
             .stderr(Stdio::null())
             .spawn()
             .expect("start azurite-blob");
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
         let az = Azurite {
             endpoint: format!("http://{addr}/{ACCOUNT}"),
-            addr,
             child,
             _dir: dir,
         };
-        let mut waited = 0;
-        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            std::thread::sleep(Duration::from_millis(100));
-            waited += 1;
-            assert!(waited < 300, "azurite did not start");
-        }
+        crate::emulator::wait_listening(addr, "azurite");
         az.create_container(container);
         az
     }
@@ -112,25 +104,12 @@ impl Azurite {
 
     /// Freezes the emulator (SIGSTOP): connections are accepted but nothing answers.
     pub fn pause(&self) {
-        self.signal("-STOP");
+        crate::emulator::signal(self.child.id(), "-STOP", "azurite");
     }
 
     /// Thaws it (SIGCONT).
     pub fn resume(&self) {
-        self.signal("-CONT");
-    }
-
-    fn signal(&self, sig: &str) {
-        let status = Command::new("sh")
-            .args(["-c", &format!("kill {sig} {}", self.child.id())])
-            .status()
-            .expect("kill");
-        assert!(status.success(), "kill {sig} azurite");
-    }
-
-    /// The address it listens on.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
+        crate::emulator::signal(self.child.id(), "-CONT", "azurite");
     }
 
     /// A storage config for `container` on this emulator.

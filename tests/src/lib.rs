@@ -102,5 +102,6 @@ pub fn pte_fixtures() -> Vec<Fixture> {
 pub mod app;
 pub mod azurite;
 pub mod duckdb;
+mod emulator;
 pub mod moto;
 pub mod proxy;

@@ -7,10 +7,8 @@
 //! decides conditional writes atomically, so the tests serve moto's app on one thread
 //! ([`SERVE`]), which makes every request atomic, as S3's conditional writes are.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 /// A running emulator, stopped on drop.
 pub struct Moto {
@@ -48,27 +46,18 @@ impl Moto {
             "{} is missing: run tests/setup.sh (tests/run does) to install moto[server]",
             bin.display()
         );
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("free port");
+        let addr = crate::emulator::free_addr();
         let child = Command::new(&bin)
-            .args(["-c", SERVE, "127.0.0.1", &port.to_string()])
+            .args(["-c", SERVE, "127.0.0.1", &addr.port().to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start moto_server");
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
         let moto = Moto {
             endpoint: format!("http://{addr}"),
             child,
         };
-        let mut waited = 0;
-        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            std::thread::sleep(Duration::from_millis(100));
-            waited += 1;
-            assert!(waited < 300, "moto_server did not start");
-        }
+        crate::emulator::wait_listening(addr, "moto_server");
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .build()
@@ -85,21 +74,12 @@ impl Moto {
     /// Freezes the emulator (SIGSTOP): connections are accepted by the kernel but nothing
     /// answers, as with a store that hangs. Its data stays.
     pub fn pause(&self) {
-        self.signal("-STOP");
+        crate::emulator::signal(self.child.id(), "-STOP", "moto");
     }
 
     /// Thaws it (SIGCONT).
     pub fn resume(&self) {
-        self.signal("-CONT");
-    }
-
-    fn signal(&self, sig: &str) {
-        // The shell's own `kill`: no procps needed.
-        let status = Command::new("sh")
-            .args(["-c", &format!("kill {sig} {}", self.child.id())])
-            .status()
-            .expect("kill");
-        assert!(status.success(), "kill {sig} moto");
+        crate::emulator::signal(self.child.id(), "-CONT", "moto");
     }
 
     /// A storage config for `bucket` on this emulator.

@@ -44,49 +44,47 @@ pub(crate) fn profile_path() -> Option<PathBuf> {
 }
 
 impl Remote {
-    /// Server URL and CA after applying the profile (for calls that need no token).
-    pub fn server_and_ca(&self) -> anyhow::Result<(String, Option<PathBuf>)> {
-        let profile = match profile_path() {
+    /// The profile file's settings (empty when there is none).
+    fn profile() -> anyhow::Result<Profile> {
+        match profile_path() {
             Some(p) if p.is_file() => {
                 let text = std::fs::read_to_string(&p)
                     .with_context(|| format!("cannot read profile {}", p.display()))?;
                 toml::from_str::<Profile>(&text)
-                    .with_context(|| format!("profile {} is invalid", p.display()))?
+                    .with_context(|| format!("profile {} is invalid", p.display()))
             }
-            _ => Profile::default(),
-        };
-        let server = self
-            .server
-            .clone()
-            .or(profile.server)
-            .unwrap_or_else(|| "http://127.0.0.1:8080".to_string());
-        Ok((server, self.ca.clone().or(profile.ca)))
+            _ => Ok(Profile::default()),
+        }
+    }
+
+    /// Server URL and CA after applying the profile (for calls that need no token).
+    pub fn server_and_ca(&self) -> anyhow::Result<(String, Option<PathBuf>)> {
+        let (server, _, ca) = self.with_profile(Self::profile()?);
+        Ok((server, ca))
     }
 
     /// Server URL, token and CA after applying the profile.
     pub fn resolve(&self) -> anyhow::Result<(String, String, Option<PathBuf>)> {
-        let profile = match profile_path() {
-            Some(p) if p.is_file() => {
-                let text = std::fs::read_to_string(&p)
-                    .with_context(|| format!("cannot read profile {}", p.display()))?;
-                toml::from_str::<Profile>(&text)
-                    .with_context(|| format!("profile {} is invalid", p.display()))?
-            }
-            _ => Profile::default(),
-        };
+        let (server, token, ca) = self.with_profile(Self::profile()?);
+        let token = token.ok_or_else(|| anyhow::Error::new(NoToken))?;
+        Ok((server, token, ca))
+    }
+
+    /// Flags over the profile over the default server.
+    fn with_profile(&self, profile: Profile) -> (String, Option<String>, Option<PathBuf>) {
         let server = self
             .server
             .clone()
             .or(profile.server)
             .unwrap_or_else(|| "http://127.0.0.1:8080".to_string());
-        let token = self
-            .token
-            .clone()
-            .or(profile.token)
-            .ok_or_else(|| anyhow::Error::new(NoToken))?;
-        Ok((server, token, self.ca.clone().or(profile.ca)))
+        (
+            server,
+            self.token.clone().or(profile.token),
+            self.ca.clone().or(profile.ca),
+        )
     }
 }
+
 pub(crate) fn admin_call(
     remote: &Remote,
     method: &str,
