@@ -8,8 +8,9 @@
 //! ```
 //!
 //! With `--json` it prints one JSON object: `release`, `variant`, `delegate`, `path`,
-//! `attempts` (each `{variant, delegate, error_code}`), `registered_backends`, `source` and,
-//! with `--input`, `max_abs_diff` of `forward` against the sidecar's output.
+//! `attempts` (each `{variant, delegate, error_code}`), `registered_backends`, `source`,
+//! `method`, its `signature` (inputs and outputs with element types and shapes) and, with
+//! `--input`, `max_abs_diff` of the method's outputs against the sidecar's.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -60,7 +61,11 @@ struct Args {
     /// Backends to claim beyond those the runtime registered (comma-separated).
     #[arg(long, value_delimiter = ',')]
     claim_backends: Vec<String>,
-    /// A sidecar JSON (`input`, `output`, `atol`) to run `forward` on.
+    /// The method to load and run (`forward` unless given).
+    #[arg(long, default_value = "forward")]
+    method: String,
+    /// A sidecar JSON (`input`, `output`, `atol`; for another method than `forward`, its own
+    /// under `methods.NAME`) to run the method on.
     #[arg(long)]
     input: Option<PathBuf>,
     /// Print one JSON object instead of steps.
@@ -108,6 +113,7 @@ fn run(args: &Args) -> Result<(), (String, String)> {
         .app_version(args.app_version.clone())
         .runtime(Arc::new(ExecuTorchRuntime::new()))
         .progress(progress)
+        .method(args.method.clone())
         .build()
         .map_err(|e| fail(e.code(), e.to_string()))?;
     let registered = client.registered_backends();
@@ -134,7 +140,15 @@ fn run(args: &Args) -> Result<(), (String, String)> {
     if let Some(path) = &args.input {
         let bytes = std::fs::read(path)
             .map_err(|e| fail("config_invalid", format!("{}: {e}", path.display())))?;
-        let g: Golden = serde_json::from_slice(&bytes)
+        let mut side: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|e| fail("config_invalid", format!("{}: {e}", path.display())))?;
+        // Another method's inputs and outputs sit under `methods.NAME`; the tolerance is the
+        // file's.
+        if let Some(m) = side.pointer(&format!("/methods/{}", args.method)).cloned() {
+            side["input"] = m["input"].clone();
+            side["output"] = m["output"].clone();
+        }
+        let g: Golden = serde_json::from_value(side)
             .map_err(|e| fail("config_invalid", format!("{}: {e}", path.display())))?;
         let out = loaded
             .run(&g.input)
@@ -150,7 +164,7 @@ fn run(args: &Args) -> Result<(), (String, String)> {
         let attempts: Vec<serde_json::Value> = loaded
             .attempts
             .iter()
-            .map(|a| serde_json::json!({"variant": a.variant, "delegate": a.delegate, "error_code": a.error_code, "message": a.message}))
+            .map(|a| serde_json::json!({"variant": a.variant, "delegate": a.delegate, "stage": a.stage, "error_code": a.error_code, "message": a.message}))
             .collect();
         let mut out = serde_json::json!({
             "release": loaded.release,
@@ -160,6 +174,9 @@ fn run(args: &Args) -> Result<(), (String, String)> {
             "source": source,
             "attempts": attempts,
             "registered_backends": registered,
+            "method": args.method,
+            "signature": loaded.signature(&args.method).ok(),
+            "report": loaded.report,
         });
         if let Some(d) = diff {
             out["max_abs_diff"] = serde_json::json!(d);
@@ -168,8 +185,12 @@ fn run(args: &Args) -> Result<(), (String, String)> {
     } else {
         for a in &loaded.attempts {
             eprintln!(
-                "  tried {} ({}): {} — {}",
-                a.variant, a.delegate, a.error_code, a.message
+                "  tried {} ({}): {} at {} — {}",
+                a.variant,
+                a.delegate,
+                a.error_code,
+                a.stage.as_str(),
+                a.message
             );
         }
         println!(

@@ -83,6 +83,11 @@ typedef enum ferry_model_field {
    * `downloaded`, `cached` or `last_known_good:<code>`.
    */
   FERRY_FIELD_SOURCE = 4,
+  /**
+   * The load report as JSON (`variant`, `delegate`, `source`, `method`, `attempts` with
+   * their `stage`, `registered_backends`, `delegated`, `portable_kernels`, `duration_ms`).
+   */
+  FERRY_FIELD_REPORT = 5,
 } ferry_model_field;
 
 /**

@@ -4,18 +4,57 @@
 use ferry_shared::errors::ErrorCode;
 use std::path::PathBuf;
 
+/// The step of a load at which a candidate failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// Asking the server which variants fit (only for the last-known-good path).
+    Resolve,
+    /// Fetching the bytes (network, disk).
+    Download,
+    /// The bytes did not match the signed size or digest.
+    Verify,
+    /// The runtime could not open the program.
+    LoadProgram,
+    /// The runtime could not initialise the method (a delegate it lacks, say).
+    LoadMethod,
+    /// The golden check's output differed from the signed expected output.
+    Golden,
+    /// Running the method (for the golden check) failed.
+    Execute,
+}
+
+impl Stage {
+    /// The stage's name as it appears in reports (`load_method`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Resolve => "resolve",
+            Stage::Download => "download",
+            Stage::Verify => "verify",
+            Stage::LoadProgram => "load_program",
+            Stage::LoadMethod => "load_method",
+            Stage::Golden => "golden",
+            Stage::Execute => "execute",
+        }
+    }
+}
+
 /// One failed candidate, as reported in [`ClientError::AllCandidatesFailed`] and in
 /// [`crate::LoadedModel::attempts`].
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Attempt {
     /// Variant id.
     pub variant: String,
     /// Its delegate.
     pub delegate: String,
+    /// The step that failed.
+    pub stage: Stage,
     /// Stable error code of the failure.
     pub error_code: String,
     /// What happened.
     pub message: String,
+    /// Time spent on this candidate, in milliseconds.
+    pub duration_ms: f64,
 }
 
 /// Everything that can go wrong.

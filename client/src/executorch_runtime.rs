@@ -13,11 +13,12 @@ use std::ffi::{c_char, c_long};
 use executorch::evalue::{EValue, IntoEValue as _};
 use executorch::module::{LoadMode, Module, ModuleBuilder};
 use executorch::program::ProgramVerification;
+use executorch::scalar::{bf16, f16};
 use executorch::tensor::{ScalarType, TensorPtr, TensorPtrBuilder, View};
 use ferry_shared::manifest::TensorValue;
 
 use crate::cache::VerifiedBlob;
-use crate::runtime::{Program, Runtime, RuntimeError};
+use crate::runtime::{MethodSignature, Program, Runtime, RuntimeError, TensorSpec};
 
 /// The ExecuTorch version of the linked runtime.
 pub const RUNTIME_VERSION: &str = "1.5.1";
@@ -85,59 +86,226 @@ struct EtProgram {
     module: Module<'static>,
 }
 
-fn input_tensor(t: &TensorValue) -> Result<TensorPtr<'static, View<f32>>, RuntimeError> {
-    if t.dtype != "float32" {
-        return Err(RuntimeError::execute(format!(
-            "input dtype {} is not supported by this runtime binding (float32 only)",
-            t.dtype
-        )));
+/// An input tensor of one of the element types the binding passes to ExecuTorch.
+enum Input {
+    F32(TensorPtr<'static, View<f32>>),
+    F64(TensorPtr<'static, View<f64>>),
+    F16(TensorPtr<'static, View<f16>>),
+    Bf16(TensorPtr<'static, View<bf16>>),
+    I8(TensorPtr<'static, View<i8>>),
+    I16(TensorPtr<'static, View<i16>>),
+    I32(TensorPtr<'static, View<i32>>),
+    I64(TensorPtr<'static, View<i64>>),
+    U8(TensorPtr<'static, View<u8>>),
+    Bool(TensorPtr<'static, View<bool>>),
+}
+
+impl Input {
+    fn evalue(&self) -> EValue<'_> {
+        match self {
+            Input::F32(t) => t.into_evalue(),
+            Input::F64(t) => t.into_evalue(),
+            Input::F16(t) => t.into_evalue(),
+            Input::Bf16(t) => t.into_evalue(),
+            Input::I8(t) => t.into_evalue(),
+            Input::I16(t) => t.into_evalue(),
+            Input::I32(t) => t.into_evalue(),
+            Input::I64(t) => t.into_evalue(),
+            Input::U8(t) => t.into_evalue(),
+            Input::Bool(t) => t.into_evalue(),
+        }
     }
-    let n: u64 = t.shape.iter().product();
-    if n != t.data.len() as u64 {
-        return Err(RuntimeError::execute("input shape does not match its data"));
-    }
-    let data: Vec<f32> = t.data.iter().map(|v| *v as f32).collect();
-    let sizes: Vec<i32> = t
-        .shape
-        .iter()
-        .map(|d| i32::try_from(*d).map_err(|_| RuntimeError::execute("input dimension too large")))
-        .collect::<Result<_, _>>()?;
-    // SAFETY: the sizes multiply to exactly `data.len()` (checked above).
-    let builder = unsafe { TensorPtrBuilder::<View<f32>>::from_vec(data).sizes(sizes) };
+}
+
+/// A tensor of `data` with dimensions `sizes` (whose product the caller checked).
+fn typed<S: executorch::tensor::Scalar>(
+    data: Vec<S>,
+    sizes: Vec<i32>,
+) -> Result<TensorPtr<'static, View<S>>, RuntimeError> {
+    // SAFETY: the sizes multiply to exactly `data.len()` (checked by `input_tensor`).
+    let builder = unsafe { TensorPtrBuilder::<View<S>>::from_vec(data).sizes(sizes) };
     builder
         .build()
         .map_err(|e| RuntimeError::execute(et_error("input tensor", e)))
 }
 
-fn output_value(v: &EValue<'_>) -> Result<TensorValue, RuntimeError> {
-    let t = v.as_tensor();
-    let shape: Vec<u64> = t.sizes().iter().map(|d| *d as u64).collect();
-    let n = t.numel();
-    let data: Vec<f64> = match t.scalar_type() {
-        ScalarType::Float => {
-            let typed = t.into_typed::<f32>();
-            let ptr = typed.as_data_ptr();
-            if ptr.is_null() {
-                return Err(RuntimeError::execute("output tensor has no data"));
+/// Converts each value to an integer type, refusing fractions and values out of its range.
+fn integers<T: TryFrom<i64>>(index: usize, t: &TensorValue) -> Result<Vec<T>, RuntimeError> {
+    t.data
+        .iter()
+        .map(|v| {
+            let whole = v.fract() == 0.0 && v.is_finite() && v.abs() <= 9.007_199_254_740_992e15;
+            whole
+                .then(|| T::try_from(*v as i64).ok())
+                .flatten()
+                .ok_or_else(|| {
+                    RuntimeError::execute(format!("input {index}: {v} is not a valid {}", t.dtype))
+                })
+        })
+        .collect()
+}
+
+/// Builds input `index` from its value, checking it against the method's declared input.
+fn input_tensor(
+    index: usize,
+    t: &TensorValue,
+    declared: Option<&TensorSpec>,
+) -> Result<Input, RuntimeError> {
+    if let Some(d) = declared
+        && d.dtype != t.dtype
+    {
+        return Err(RuntimeError::execute(format!(
+            "input {index} is {} but the method takes {}",
+            t.dtype, d.dtype
+        )));
+    }
+    let n = t
+        .shape
+        .iter()
+        .try_fold(1u64, |acc, d| acc.checked_mul(*d))
+        .ok_or_else(|| RuntimeError::execute(format!("input {index}: shape too large")))?;
+    if n != t.data.len() as u64 {
+        return Err(RuntimeError::execute(format!(
+            "input {index}: shape {:?} holds {n} elements, the data has {}",
+            t.shape,
+            t.data.len()
+        )));
+    }
+    let sizes: Vec<i32> = t
+        .shape
+        .iter()
+        .map(|d| {
+            i32::try_from(*d)
+                .map_err(|_| RuntimeError::execute(format!("input {index}: dimension too large")))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(match t.dtype.as_str() {
+        "float32" => Input::F32(typed(t.data.iter().map(|v| *v as f32).collect(), sizes)?),
+        "float64" => Input::F64(typed(t.data.clone(), sizes)?),
+        "float16" => Input::F16(typed(
+            t.data.iter().map(|v| f16::from_f64(*v)).collect(),
+            sizes,
+        )?),
+        "bfloat16" => Input::Bf16(typed(
+            t.data.iter().map(|v| bf16::from_f64(*v)).collect(),
+            sizes,
+        )?),
+        "int8" => Input::I8(typed(integers(index, t)?, sizes)?),
+        "int16" => Input::I16(typed(integers(index, t)?, sizes)?),
+        "int32" => Input::I32(typed(integers(index, t)?, sizes)?),
+        "int64" => Input::I64(typed(integers(index, t)?, sizes)?),
+        "uint8" => Input::U8(typed(integers(index, t)?, sizes)?),
+        "bool" => {
+            let flags: Vec<u8> = integers(index, t)?;
+            if flags.iter().any(|b| *b > 1) {
+                return Err(RuntimeError::execute(format!(
+                    "input {index}: a bool tensor holds only 0 and 1"
+                )));
             }
-            // SAFETY: a CPU float tensor holds `numel` contiguous f32 values at its data pointer,
-            // valid while the method's outputs are alive (we copy before returning).
-            unsafe { std::slice::from_raw_parts(ptr, n) }
-                .iter()
-                .map(|x| *x as f64)
-                .collect()
+            Input::Bool(typed(flags.into_iter().map(|b| b == 1).collect(), sizes)?)
         }
         other => {
             return Err(RuntimeError::execute(format!(
-                "output dtype {other:?} is not supported by this runtime binding (float32 only)"
+                "input {index}: dtype {other:?} is not one this binding passes (float32, \
+                 float64, float16, bfloat16, int8, int16, int32, int64, uint8, bool)"
+            )));
+        }
+    })
+}
+
+/// PyTorch's name (without `torch.`) of an ExecuTorch element type, for the types the binding
+/// reads and writes.
+fn dtype_name(t: ScalarType) -> Option<&'static str> {
+    Some(match t {
+        ScalarType::Float => "float32",
+        ScalarType::Double => "float64",
+        ScalarType::Half => "float16",
+        ScalarType::BFloat16 => "bfloat16",
+        ScalarType::Char => "int8",
+        ScalarType::Short => "int16",
+        ScalarType::Int => "int32",
+        ScalarType::Long => "int64",
+        ScalarType::Byte => "uint8",
+        ScalarType::Bool => "bool",
+        _ => return None,
+    })
+}
+
+/// The elements of a CPU tensor whose element type is `S` (the caller matched its scalar
+/// type), as `f64`.
+fn elements<S: Copy>(
+    t: &executorch::tensor::TensorAny<'_>,
+    to_f64: impl Fn(S) -> f64,
+) -> Result<Vec<f64>, RuntimeError> {
+    let n = t.numel();
+    let ptr = t.as_data_ptr_raw().cast::<S>();
+    if ptr.is_null() {
+        return Err(RuntimeError::execute("output tensor has no data"));
+    }
+    // SAFETY: a CPU tensor of `S` holds `numel` contiguous values at its data pointer, valid
+    // while the method's outputs are alive (copied here before returning).
+    Ok(unsafe { std::slice::from_raw_parts(ptr, n) }
+        .iter()
+        .map(|x| to_f64(*x))
+        .collect())
+}
+
+fn output_value(index: usize, v: &EValue<'_>) -> Result<TensorValue, RuntimeError> {
+    let t: executorch::tensor::TensorAny<'_> = v.try_into().map_err(|_| {
+        RuntimeError::execute(format!(
+            "output {index} is a {:?}, not a tensor (this binding reads tensors)",
+            v.tag()
+        ))
+    })?;
+    let shape: Vec<u64> = t.sizes().iter().map(|d| (*d).max(0) as u64).collect();
+    let kind = t.scalar_type();
+    let dtype = dtype_name(kind).ok_or_else(|| {
+        RuntimeError::execute(format!(
+            "output {index}: element type {kind:?} is not one this binding reads"
+        ))
+    })?;
+    let data = match kind {
+        ScalarType::Float => elements::<f32>(&t, f64::from)?,
+        ScalarType::Double => elements::<f64>(&t, |x| x)?,
+        ScalarType::Half => elements::<f16>(&t, f16::to_f64)?,
+        ScalarType::BFloat16 => elements::<bf16>(&t, bf16::to_f64)?,
+        ScalarType::Char => elements::<i8>(&t, f64::from)?,
+        ScalarType::Short => elements::<i16>(&t, f64::from)?,
+        ScalarType::Int => elements::<i32>(&t, f64::from)?,
+        ScalarType::Long => elements::<i64>(&t, |x| x as f64)?,
+        ScalarType::Byte => elements::<u8>(&t, f64::from)?,
+        // Read as bytes: any non-zero byte is true.
+        ScalarType::Bool => elements::<u8>(&t, |x| if x != 0 { 1.0 } else { 0.0 })?,
+        _ => {
+            return Err(RuntimeError::execute(format!(
+                "output {index}: element type {kind:?} is not one this binding reads"
             )));
         }
     };
     Ok(TensorValue {
-        dtype: "float32".into(),
+        dtype: dtype.into(),
         shape,
         data,
     })
+}
+
+/// One declared input or output of a method's metadata.
+fn spec_of(
+    info: Result<executorch::program::TensorInfo<'_>, executorch::Error>,
+    tag: Option<executorch::evalue::Tag>,
+) -> TensorSpec {
+    match info {
+        Ok(info) => TensorSpec {
+            dtype: dtype_name(info.scalar_type())
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("{:?}", info.scalar_type())),
+            shape: info.sizes().iter().map(|d| (*d).max(0) as u64).collect(),
+        },
+        Err(_) => TensorSpec {
+            dtype: tag.map_or_else(|| "unknown".into(), |t| format!("{t:?}").to_lowercase()),
+            shape: Vec::new(),
+        },
+    }
 }
 
 impl Program for EtProgram {
@@ -161,18 +329,48 @@ impl Program for EtProgram {
             .map_err(|e| RuntimeError::load(et_error(&format!("load_method({method}) failed"), e)))
     }
 
+    fn signature(&mut self, method: &str) -> Result<MethodSignature, RuntimeError> {
+        let meta = self
+            .module
+            .method_meta(method)
+            .map_err(|e| RuntimeError::load(et_error(&format!("method {method}"), e)))?;
+        Ok(MethodSignature {
+            inputs: (0..meta.num_inputs())
+                .map(|i| spec_of(meta.input_tensor_meta(i), meta.input_tag(i).ok()))
+                .collect(),
+            outputs: (0..meta.num_outputs())
+                .map(|i| spec_of(meta.output_tensor_meta(i), meta.output_tag(i).ok()))
+                .collect(),
+        })
+    }
+
     fn run(
         &mut self,
         method: &str,
         inputs: &[TensorValue],
     ) -> Result<Vec<TensorValue>, RuntimeError> {
-        let tensors: Vec<TensorPtr<'static, View<f32>>> =
-            inputs.iter().map(input_tensor).collect::<Result<_, _>>()?;
-        let values: Vec<EValue<'_>> = tensors.iter().map(|t| t.into_evalue()).collect();
+        let declared = self.signature(method)?;
+        if declared.inputs.len() != inputs.len() {
+            return Err(RuntimeError::execute(format!(
+                "{method} takes {} inputs, {} were given",
+                declared.inputs.len(),
+                inputs.len()
+            )));
+        }
+        let tensors: Vec<Input> = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, t)| input_tensor(i, t, declared.inputs.get(i)))
+            .collect::<Result<_, _>>()?;
+        let values: Vec<EValue<'_>> = tensors.iter().map(Input::evalue).collect();
         let outputs = self
             .module
             .execute(method, &values)
             .map_err(|e| RuntimeError::execute(et_error(&format!("{method} failed"), e)))?;
-        outputs.iter().map(output_value).collect()
+        outputs
+            .iter()
+            .enumerate()
+            .map(|(i, v)| output_value(i, v))
+            .collect()
     }
 }

@@ -62,6 +62,7 @@ pub struct FerryModel {
     delegate: CString,
     path: CString,
     source: CString,
+    report: CString,
 }
 
 thread_local! {
@@ -305,6 +306,7 @@ pub unsafe extern "C" fn ferry_load(
                     delegate: cstring(&m.delegate),
                     path: cstring(&m.path.to_string_lossy()),
                     source: cstring(&source),
+                    report: cstring(&serde_json::to_string(&m.report).unwrap_or_default()),
                     model: m,
                 };
                 // SAFETY: `out` is non-NULL and valid per the contract.
@@ -330,6 +332,9 @@ pub enum FerryModelField {
     FerryFieldPath = 3,
     /// `downloaded`, `cached` or `last_known_good:<code>`.
     FerryFieldSource = 4,
+    /// The load report as JSON (`variant`, `delegate`, `source`, `method`, `attempts` with
+    /// their `stage`, `registered_backends`, `delegated`, `portable_kernels`, `duration_ms`).
+    FerryFieldReport = 5,
 }
 
 /// A field of a loaded model, valid until `ferry_model_free`; NULL for a NULL handle.
@@ -352,6 +357,7 @@ pub unsafe extern "C" fn ferry_model_info(
         FerryModelField::FerryFieldDelegate => m.delegate.as_ptr(),
         FerryModelField::FerryFieldPath => m.path.as_ptr(),
         FerryModelField::FerryFieldSource => m.source.as_ptr(),
+        FerryModelField::FerryFieldReport => m.report.as_ptr(),
     }
 }
 

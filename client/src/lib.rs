@@ -41,12 +41,14 @@ use semver::Version;
 pub use crate::builder::ClientBuilder;
 pub use crate::cache::{Cache, ModelEntry, VerifiedBlob};
 pub use crate::download::{DownloadLimits, ProgressFn};
-pub use crate::error::{Attempt, ClientError};
-pub use crate::runtime::{Program, Runtime, RuntimeError, max_abs_diff};
+pub use crate::error::{Attempt, ClientError, Stage};
+pub use crate::runtime::{
+    MethodSignature, Program, Runtime, RuntimeError, TensorSpec, max_abs_diff,
+};
 pub use crate::telemetry::SendReport;
 use crate::types::InUse;
 pub use crate::types::{
-    CachedModel, Clock, DeviceInfo, LoadedModel, Prefetched, Source, SystemClock,
+    CachedModel, Clock, DeviceInfo, LoadReport, LoadedModel, Prefetched, Source, SystemClock,
 };
 pub use crate::verify::{Plan, PlannedVariant};
 use ferry_shared::telemetry::TelemetryEvent;

@@ -2,7 +2,7 @@
 //! runtime's open and method load, the golden check; telemetry for every step; the last known
 //! good variant when the server cannot be used.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use ferry_shared::Sha256Digest;
@@ -11,14 +11,41 @@ use ferry_shared::manifest::Variant;
 use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
 
 use crate::cache::{ModelEntry, VerifiedBlob};
-use crate::error::{Attempt, ClientError};
+use crate::error::{Attempt, ClientError, Stage};
 use crate::runtime::{Program, max_abs_diff};
-use crate::types::{CachedModel, DeviceInfo, InUseGuard, LoadedModel, Prefetched, Source};
+use crate::types::{
+    CachedModel, DeviceInfo, InUseGuard, LoadReport, LoadedModel, Prefetched, Source,
+};
 use crate::verify::{PlannedVariant, verify_release};
 use crate::{Client, download};
 
-/// A failed load: stable code and message.
-type LoadFailure = (String, String);
+/// A failed load: the stage, a stable code and the message.
+type LoadFailure = (Stage, String, String);
+
+/// Delegate calls per backend and kernel calls per operator of `method` in the verified program
+/// at `path`, read from its flatbuffer (only the program part, not the segments). `None` when
+/// it cannot be read (the runtime loaded it, so that would be an inspector limitation).
+fn delegation(
+    path: &std::path::Path,
+    method: &str,
+) -> Option<(BTreeMap<String, u64>, BTreeMap<String, u64>)> {
+    use std::io::Read as _;
+    let limits = ferry_shared::pte::PteLimits::default();
+    let mut file = std::fs::File::open(path).ok()?;
+    let size = file.metadata().ok()?.len();
+    let mut head = vec![0u8; size.min(64) as usize];
+    file.read_exact(&mut head).ok()?;
+    let need = ferry_shared::pte::required_prefix(&head, &limits).ok()?;
+    let mut prefix = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(need.min(size))
+        .read_to_end(&mut prefix)
+        .ok()?;
+    let report = ferry_shared::pte::inspect_prefix(&prefix, size, &limits).ok()?;
+    let m = report.method(method)?;
+    Some((m.delegate_calls.clone(), m.kernel_calls.clone()))
+}
 
 /// `events` with the receipt of the resolve answer they are about (what makes the server count
 /// them).
@@ -105,10 +132,10 @@ impl Client {
         let mut program = self
             .runtime
             .open(blob)
-            .map_err(|e| (e.code.to_string(), e.message))?;
+            .map_err(|e| (Stage::LoadProgram, e.code.to_string(), e.message))?;
         let needed = program
             .method_backends(&self.method)
-            .map_err(|e| (e.code.to_string(), e.message))?;
+            .map_err(|e| (Stage::LoadMethod, e.code.to_string(), e.message))?;
         let missing: Vec<String> = needed
             .into_iter()
             .filter(|b| !registered.contains(b))
@@ -124,23 +151,25 @@ impl Client {
                     missing.join(", ")
                 )
             };
-            return Err((e.code.to_string(), msg));
+            return Err((Stage::LoadMethod, e.code.to_string(), msg));
         }
         let mut diff = None;
         if let Some(g) = &v.golden {
             let out = program
                 .run(&self.method, &g.input)
-                .map_err(|e| (e.code.to_string(), e.message))?;
+                .map_err(|e| (Stage::Execute, e.code.to_string(), e.message))?;
             match max_abs_diff(&out, &g.output) {
                 Some(d) if d <= g.atol => diff = Some(d),
                 Some(d) => {
                     return Err((
+                        Stage::Golden,
                         ErrorCode::GoldenMismatch.as_str().into(),
                         format!("golden check: max |diff| {d:e} exceeds atol {:e}", g.atol),
                     ));
                 }
                 None => {
                     return Err((
+                        Stage::Golden,
                         ErrorCode::GoldenMismatch.as_str().into(),
                         "golden check: output shapes differ".into(),
                     ));
@@ -208,17 +237,22 @@ impl Client {
         let release = plan.manifest.version.to_string();
         let mut attempts = Vec::new();
         let mut events = Vec::new();
+        let load_started = Instant::now();
         for (i, c) in plan.candidates.iter().enumerate() {
             let v = &c.variant;
-            let fail = |code: &str,
+            let candidate_started = Instant::now();
+            let fail = |stage: Stage,
+                        code: &str,
                         message: String,
                         events: &mut Vec<TelemetryEvent>,
                         attempts: &mut Vec<Attempt>| {
                 attempts.push(Attempt {
                     variant: v.id.to_string(),
                     delegate: v.delegate.to_string(),
+                    stage,
                     error_code: code.to_string(),
                     message,
+                    duration_ms: candidate_started.elapsed().as_secs_f64() * 1000.0,
                 });
                 if let Some(next) = plan.candidates.get(i + 1) {
                     events.push(TelemetryEvent {
@@ -243,7 +277,13 @@ impl Client {
                             .push(&stamped(events, plan.receipt.as_deref()));
                         return Err(e);
                     }
-                    fail(e.code(), e.to_string(), &mut events, &mut attempts);
+                    let stage = match e {
+                        ClientError::HashMismatch { .. } | ClientError::SizeMismatch { .. } => {
+                            Stage::Verify
+                        }
+                        _ => Stage::Download,
+                    };
+                    fail(stage, e.code(), e.to_string(), &mut events, &mut attempts);
                     continue;
                 }
             };
@@ -280,32 +320,42 @@ impl Client {
                             .unwrap_or_default();
                         cache.evict(&in_use)?;
                     }
+                    let source = if downloaded {
+                        Source::Downloaded
+                    } else {
+                        Source::Cached
+                    };
+                    let report = self.report(
+                        model,
+                        Some((&release, v, &blob)),
+                        &source,
+                        &attempts,
+                        load_started,
+                    );
                     return Ok(LoadedModel {
                         model: model.to_string(),
                         release,
                         variant: v.id.to_string(),
                         delegate: v.delegate.to_string(),
                         path: blob.path().to_path_buf(),
-                        source: if downloaded {
-                            Source::Downloaded
-                        } else {
-                            Source::Cached
-                        },
+                        source,
+                        report,
                         attempts,
                         golden_max_abs_diff: golden,
                         method: self.method.clone(),
                         program,
+                        other_methods: Vec::new(),
                         _guard: guard,
                     });
                 }
-                Err((code, message)) => {
+                Err((stage, code, message)) => {
                     events.push(TelemetryEvent {
                         outcome: Outcome::Failed,
                         error_code: Some(code.clone()),
                         load_ms: Some(started.elapsed().as_secs_f64() * 1000.0),
                         ..self.event(EventKind::Load, &release, model, Some(v), device)
                     });
-                    fail(&code, message, &mut events, &mut attempts);
+                    fail(stage, &code, message, &mut events, &mut attempts);
                 }
             }
         }
@@ -394,32 +444,87 @@ impl Client {
                 ),
             });
         };
+        let started = Instant::now();
         let (program, golden) =
             self.open_and_check(&blob, &variant)
-                .map_err(|(code, message)| ClientError::AllCandidatesFailed {
+                .map_err(|(stage, code, message)| ClientError::AllCandidatesFailed {
                     attempts: vec![Attempt {
                         variant: variant.id.to_string(),
                         delegate: variant.delegate.to_string(),
+                        stage,
                         error_code: code,
                         message,
+                        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
                     }],
                 })?;
+        // Why the server was not used, as the report's first step.
+        let resolve = Attempt {
+            variant: String::new(),
+            delegate: String::new(),
+            stage: Stage::Resolve,
+            error_code: cause.code().to_string(),
+            message: cause.to_string(),
+            duration_ms: 0.0,
+        };
+        let lkg = Source::LastKnownGood {
+            code: cause.code().to_string(),
+            reason: cause.to_string(),
+        };
+        let entry_release = entry.release.clone();
         Ok(LoadedModel {
             model: model.to_string(),
             release: entry.release,
             variant: entry.variant,
             delegate: entry.delegate,
             path: blob.path().to_path_buf(),
-            source: Source::LastKnownGood {
-                code: cause.code().to_string(),
-                reason: cause.to_string(),
-            },
+            report: self.report(
+                model,
+                Some((&entry_release, &variant, &blob)),
+                &lkg,
+                std::slice::from_ref(&resolve),
+                started,
+            ),
+            source: lkg,
             attempts: Vec::new(),
             golden_max_abs_diff: golden,
             method: self.method.clone(),
             program,
+            other_methods: Vec::new(),
             _guard: InUseGuard::new(&self.in_use, variant.sha256),
         })
+    }
+
+    /// The load report of a finished load: `chosen` is the release, variant and verified file
+    /// that loaded.
+    fn report(
+        &self,
+        model: &str,
+        chosen: Option<(&str, &Variant, &VerifiedBlob)>,
+        source: &Source,
+        attempts: &[Attempt],
+        started: Instant,
+    ) -> LoadReport {
+        let (delegated, portable_kernels) = chosen
+            .and_then(|(_, _, blob)| delegation(blob.path(), &self.method))
+            .unwrap_or_default();
+        LoadReport {
+            model: model.to_string(),
+            release: chosen.map(|(r, _, _)| r.to_string()),
+            variant: chosen.map(|(_, v, _)| v.id.to_string()),
+            delegate: chosen.map(|(_, v, _)| v.delegate.to_string()),
+            source: match source {
+                Source::Downloaded => "downloaded",
+                Source::Cached => "cached",
+                Source::LastKnownGood { .. } => "last_known_good",
+            }
+            .into(),
+            method: self.method.clone(),
+            attempts: attempts.to_vec(),
+            registered_backends: self.runtime.registered_backends(),
+            delegated,
+            portable_kernels,
+            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        }
     }
 
     /// Resolves and downloads (without loading) the best candidate whose backends the runtime

@@ -48,10 +48,37 @@ pub trait Runtime: Send + Sync {
     fn open(&self, blob: &VerifiedBlob) -> Result<Box<dyn Program>, RuntimeError>;
 }
 
+/// One input or output of a method, as the program's metadata declares it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TensorSpec {
+    /// Element type as [`TensorValue::dtype`] names it (`float32`, `int64`, `bool`, ...); for
+    /// a value that is not a tensor, its kind (`int`, `double`, ...).
+    pub dtype: String,
+    /// Dimensions (a dynamic dimension at its upper bound); empty for a value that is not a
+    /// tensor.
+    pub shape: Vec<u64>,
+}
+
+/// A method's inputs and outputs, from the program's metadata.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MethodSignature {
+    /// Inputs in call order.
+    pub inputs: Vec<TensorSpec>,
+    /// Outputs in return order.
+    pub outputs: Vec<TensorSpec>,
+}
+
 /// An opened program.
 pub trait Program: Send {
     /// Backend ids method `method` calls, from the program's metadata.
     fn method_backends(&mut self, method: &str) -> Result<Vec<String>, RuntimeError>;
+    /// The inputs and outputs method `method` declares. Runtimes that cannot read method
+    /// metadata say so with an error (the default).
+    fn signature(&mut self, method: &str) -> Result<MethodSignature, RuntimeError> {
+        Err(RuntimeError::load(format!(
+            "this runtime cannot read the signature of {method}"
+        )))
+    }
     /// Loads (initialises) a method; delegates are initialised here.
     fn load_method(&mut self, method: &str) -> Result<(), RuntimeError>;
     /// Runs a loaded method.
@@ -62,14 +89,15 @@ pub trait Program: Send {
     ) -> Result<Vec<TensorValue>, RuntimeError>;
 }
 
-/// Largest absolute difference between two tensor lists, or `None` when shapes differ.
+/// Largest absolute difference between two tensor lists, or `None` when their counts, element
+/// types or shapes differ.
 pub fn max_abs_diff(a: &[TensorValue], b: &[TensorValue]) -> Option<f64> {
     if a.len() != b.len() {
         return None;
     }
     let mut max = 0.0f64;
     for (x, y) in a.iter().zip(b) {
-        if x.shape != y.shape || x.data.len() != y.data.len() {
+        if x.dtype != y.dtype || x.shape != y.shape || x.data.len() != y.data.len() {
             return None;
         }
         for (p, q) in x.data.iter().zip(&y.data) {

@@ -10,7 +10,7 @@ use ferry_shared::manifest::{Platform, TensorValue};
 use time::OffsetDateTime;
 
 use crate::error::Attempt;
-use crate::runtime::{Program, RuntimeError};
+use crate::runtime::{MethodSignature, Program, RuntimeError};
 
 /// Where time comes from (injectable so tests can play an expired decision).
 pub trait Clock: Send + Sync {
@@ -65,6 +65,39 @@ pub enum Source {
     },
 }
 
+/// One load, start to end: what was chosen, what was tried before it and why each failed (with
+/// the stage), what the runtime registers, and how the chosen program splits between delegates
+/// and portable kernels.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LoadReport {
+    /// Model name.
+    pub model: String,
+    /// The release that loaded.
+    pub release: Option<String>,
+    /// The variant that loaded.
+    pub variant: Option<String>,
+    /// Its delegate, as the signed manifest says.
+    pub delegate: Option<String>,
+    /// `downloaded`, `cached` or `last_known_good`.
+    pub source: String,
+    /// The method loaded.
+    pub method: String,
+    /// Each candidate tried before the one that loaded, in order, with the stage that failed,
+    /// its error code, message and time; for `last_known_good`, first the resolve failure
+    /// that made the client fall back to the cache.
+    pub attempts: Vec<Attempt>,
+    /// Backends the runtime registers.
+    pub registered_backends: Vec<String>,
+    /// Calls of the loaded method into each delegate (backend id to count), from the verified
+    /// program.
+    pub delegated: BTreeMap<String, u64>,
+    /// Operators the loaded method runs on portable or optimized kernels, not a delegate
+    /// (operator to call count): what stayed on the CPU outside the delegate.
+    pub portable_kernels: BTreeMap<String, u64>,
+    /// Time from the start of the load to the end, in milliseconds.
+    pub duration_ms: f64,
+}
+
 /// A model loaded into the runtime.
 pub struct LoadedModel {
     /// Model name.
@@ -81,11 +114,15 @@ pub struct LoadedModel {
     pub source: Source,
     /// Candidates tried before this one, and why each failed.
     pub attempts: Vec<Attempt>,
+    /// Everything about this load in one value, to show or log (and to send anywhere as JSON).
+    pub report: LoadReport,
     /// Largest difference of the golden check, when the manifest had one.
     pub golden_max_abs_diff: Option<f64>,
     /// The method that was loaded.
     pub method: String,
     pub(crate) program: Box<dyn Program>,
+    /// Methods loaded by [`LoadedModel::run_method`] besides `method`.
+    pub(crate) other_methods: Vec<String>,
     pub(crate) _guard: InUseGuard,
 }
 
@@ -104,10 +141,32 @@ impl std::fmt::Debug for LoadedModel {
 }
 
 impl LoadedModel {
-    /// Runs the loaded method.
+    /// Runs the loaded method (the client's [`method`](crate::ClientBuilder::method),
+    /// `forward` by default).
     pub fn run(&mut self, inputs: &[TensorValue]) -> Result<Vec<TensorValue>, RuntimeError> {
         let method = self.method.clone();
         self.program.run(&method, inputs)
+    }
+
+    /// Runs another method of the same program by name, loading it first when it is not
+    /// loaded yet (a method whose delegate the runtime lacks fails here, with the runtime's
+    /// error). Inputs are checked against the method's declared types and counts.
+    pub fn run_method(
+        &mut self,
+        method: &str,
+        inputs: &[TensorValue],
+    ) -> Result<Vec<TensorValue>, RuntimeError> {
+        if method != self.method && !self.other_methods.iter().any(|m| m == method) {
+            self.program.load_method(method)?;
+            self.other_methods.push(method.to_string());
+        }
+        self.program.run(method, inputs)
+    }
+
+    /// The inputs and outputs `method` declares in the program's metadata (element types and
+    /// shapes), so an app can build its tensors without hard-coding them.
+    pub fn signature(&mut self, method: &str) -> Result<MethodSignature, RuntimeError> {
+        self.program.signature(method)
     }
 }
 

@@ -81,6 +81,7 @@ int main(int argc, char **argv) {
   printf("variant=%s release=%s delegate=%s source=%s max_abs_diff=%g\n",
          ferry_model_info(model, FERRY_FIELD_VARIANT), ferry_model_info(model, FERRY_FIELD_RELEASE),
          ferry_model_info(model, FERRY_FIELD_DELEGATE), ferry_model_info(model, FERRY_FIELD_SOURCE), max_diff);
+  printf("report=%s\n", ferry_model_info(model, FERRY_FIELD_REPORT));
   ferry_model_free(model);
   ferry_client_free(client);
   free(out);

@@ -150,4 +150,13 @@ fn a_c_program_loads_a_model_end_to_end() {
     );
     assert!(stdout.contains("variant=xnnpack-fp32"), "{stdout}");
     assert!(stdout.contains("source=downloaded"), "{stdout}");
+    // The load report, as JSON through the same ABI.
+    let report_line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("report="))
+        .expect("a report line");
+    let report: serde_json::Value = serde_json::from_str(report_line).expect("report JSON");
+    assert_eq!(report["variant"], "xnnpack-fp32");
+    assert_eq!(report["registered_backends"][0], "XnnpackBackend");
+    assert_eq!(report["delegated"]["XnnpackBackend"], 1);
 }

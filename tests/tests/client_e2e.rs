@@ -119,6 +119,50 @@ fn claimed_delegates_fail_on_the_real_runtime_and_xnnpack_runs() {
         loaded.attempts[0]
     );
     assert!(loaded.attempts[1].message.contains("needs VulkanBackend"));
+
+    // The load report says the same in one value: the stage, the missing backend, what the
+    // runtime registers, and what the chosen program delegates.
+    let r = &loaded.report;
+    assert_eq!(
+        (
+            r.variant.as_deref(),
+            r.delegate.as_deref(),
+            r.source.as_str()
+        ),
+        (Some("xnnpack-fp32"), Some("xnnpack"), "downloaded")
+    );
+    assert_eq!(r.registered_backends, ["XnnpackBackend"]);
+    let stages: Vec<(&str, &str)> = r
+        .attempts
+        .iter()
+        .map(|a| (a.variant.as_str(), a.stage.as_str()))
+        .collect();
+    assert_eq!(
+        stages,
+        [
+            ("coreml-fp32", "load_method"),
+            ("vulkan-fp32", "load_method")
+        ]
+    );
+    assert!(r.attempts[0].message.contains("needs CoreMLBackend"));
+    assert!(r.attempts.iter().all(|a| a.duration_ms > 0.0));
+    // Delegation from the verified program agrees with the exporter's own account.
+    let truth: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(ferry_tests::fixtures_dir().join("pte/mlp-v1-xnnpack.json"))
+            .expect("sidecar"),
+    )
+    .expect("json");
+    let method = &truth["expected"]["methods"][0];
+    assert_eq!(
+        serde_json::to_value(&r.delegated).expect("json"),
+        method["delegate_calls"]
+    );
+    assert_eq!(
+        serde_json::to_value(&r.portable_kernels).expect("json"),
+        method["kernel_calls"]
+    );
+    let json = serde_json::to_value(r).expect("the report serialises");
+    assert_eq!(json["attempts"][1]["stage"], "load_method");
     // The demo manifest carries a golden check; it ran.
     assert!(loaded.golden_max_abs_diff.is_some_and(|d| d < 1e-5));
 
@@ -425,6 +469,19 @@ fn server_down_serves_the_last_known_good() {
         Source::LastKnownGood { code, .. } => assert_eq!(code, "network"),
         other => panic!("unexpected source {other:?}"),
     }
+    // The report starts with why the server was not used.
+    let r = &offline.report;
+    assert_eq!(
+        (r.source.as_str(), r.variant.as_deref()),
+        ("last_known_good", Some("xnnpack-fp32"))
+    );
+    assert_eq!(
+        (
+            r.attempts[0].stage.as_str(),
+            r.attempts[0].error_code.as_str()
+        ),
+        ("resolve", "network")
+    );
     let g = sidecar("mlp-v1-xnnpack.json");
     let out = offline.run(&g.input).expect("forward");
     assert!(max_abs_diff(&out, &g.output).is_some_and(|d| d <= g.atol));

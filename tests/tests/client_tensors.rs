@@ -1,0 +1,237 @@
+//! Tensors of every element type ExecuTorch programs use, several inputs and outputs, and
+//! methods by name, through the real client and the real ExecuTorch runtime, against the
+//! outputs of the exporter's eager PyTorch model (the fixtures' sidecars).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use ferry_client::executorch_runtime::ExecuTorchRuntime;
+use ferry_client::{Client, ClientBuilder, DeviceInfo, LoadedModel, max_abs_diff};
+use ferry_server::release::sign::VariantsFile;
+use ferry_shared::manifest::{Delegate, Platform, TensorValue};
+use ferry_tests::app::{TestApp, variant};
+
+/// The fixture's sidecar: `input`, `output`, `atol` and, for other methods, `methods.NAME`.
+fn sidecar(name: &str) -> serde_json::Value {
+    let path = ferry_tests::fixtures_dir()
+        .join("pte")
+        .join(format!("{name}.json"));
+    serde_json::from_slice(&std::fs::read(path).expect("sidecar")).expect("json")
+}
+
+fn tensors(v: &serde_json::Value) -> Vec<TensorValue> {
+    serde_json::from_value(v.clone()).expect("tensors")
+}
+
+fn client(app: &TestApp, cache: &Path, method: &str) -> Client {
+    ClientBuilder::new(app.url(), app.trust())
+        .cache_dir(cache)
+        .app_version(semver::Version::new(1, 0, 0))
+        .runtime(Arc::new(ExecuTorchRuntime::new()))
+        .method(method)
+        .build()
+        .expect("client")
+}
+
+fn device() -> DeviceInfo {
+    DeviceInfo {
+        install_id: "tensor-device".into(),
+        platform: Platform::Linux,
+        os_version: String::new(),
+        device_model: String::new(),
+        soc: String::new(),
+        ram_mb: 4096,
+        claimed_backends: Vec::new(),
+    }
+}
+
+/// Publishes fixture `file` as the only (portable) variant of `model` 1.0.0.
+fn publish(app: &TestApp, model: &str, file: &str, delegate: Delegate) {
+    let spec = VariantsFile {
+        model: model.parse().expect("model"),
+        version: semver::Version::new(1, 0, 0),
+        notes: String::new(),
+        variants: vec![variant("only", file, delegate, ">=1.0.0", "*")],
+    };
+    app.publish(&spec);
+}
+
+fn load(app: &TestApp, cache: &Path, model: &str, method: &str) -> LoadedModel {
+    client(app, cache, method)
+        .load(model, &device())
+        .unwrap_or_else(|e| panic!("{model} loads: {e}"))
+}
+
+/// Each output has the sidecar's element type and shape, and its values are within `atol`.
+fn assert_matches(got: &[TensorValue], want: &[TensorValue], atol: f64) {
+    let kinds = |ts: &[TensorValue]| -> Vec<(String, Vec<u64>)> {
+        ts.iter()
+            .map(|t| (t.dtype.clone(), t.shape.clone()))
+            .collect()
+    };
+    assert_eq!(kinds(got), kinds(want));
+    let diff = max_abs_diff(got, want).expect("same types and shapes");
+    assert!(diff <= atol, "max |diff| {diff} > {atol}");
+}
+
+#[test]
+fn integer_inputs_and_outputs_of_three_types_match_the_exporter() {
+    let app = TestApp::start();
+    publish(
+        &app,
+        "typed-io",
+        "typed-io-portable.pte",
+        Delegate::Portable,
+    );
+    let cache = tempfile::tempdir().expect("tmp");
+    let mut loaded = load(&app, cache.path(), "typed-io", "forward");
+    let side = sidecar("typed-io-portable");
+    let input = tensors(&side["input"]);
+    let want = tensors(&side["output"]);
+    // The exporter's own types: int64 ids and int8 flags in; float32, int64, bool out.
+    let dtypes = |ts: &[TensorValue]| ts.iter().map(|t| t.dtype.clone()).collect::<Vec<_>>();
+    assert_eq!(dtypes(&input), ["int64", "int8"]);
+    assert_eq!(dtypes(&want), ["float32", "int64", "bool"]);
+
+    let got = loaded.run(&input).expect("forward runs");
+    assert_matches(&got, &want, side["atol"].as_f64().expect("atol"));
+
+    // The signature comes from the program's metadata and agrees with the exporter.
+    let sig = loaded.signature("forward").expect("signature");
+    let specs = |ts: &[ferry_client::TensorSpec]| -> Vec<(String, Vec<u64>)> {
+        ts.iter()
+            .map(|t| (t.dtype.clone(), t.shape.clone()))
+            .collect()
+    };
+    let shapes = |ts: &[TensorValue]| -> Vec<(String, Vec<u64>)> {
+        ts.iter()
+            .map(|t| (t.dtype.clone(), t.shape.clone()))
+            .collect()
+    };
+    assert_eq!(specs(&sig.inputs), shapes(&input));
+    assert_eq!(specs(&sig.outputs), shapes(&want));
+}
+
+#[test]
+fn inputs_of_the_wrong_type_count_or_value_are_refused_with_the_reason() {
+    let app = TestApp::start();
+    publish(
+        &app,
+        "typed-io",
+        "typed-io-portable.pte",
+        Delegate::Portable,
+    );
+    let cache = tempfile::tempdir().expect("tmp");
+    let mut loaded = load(&app, cache.path(), "typed-io", "forward");
+    let good = tensors(&sidecar("typed-io-portable")["input"]);
+
+    let mut as_float = good.clone();
+    as_float[0].dtype = "float32".into();
+    let e = loaded.run(&as_float).expect_err("float ids");
+    assert!(
+        e.message
+            .contains("input 0 is float32 but the method takes int64"),
+        "{e}"
+    );
+
+    let e = loaded.run(&good[..1]).expect_err("one input");
+    assert!(e.message.contains("takes 2 inputs, 1 were given"), "{e}");
+
+    let mut fraction = good.clone();
+    fraction[0].data[0] = 2.5;
+    let e = loaded.run(&fraction).expect_err("fraction");
+    assert!(e.message.contains("2.5 is not a valid int64"), "{e}");
+
+    let mut out_of_range = good.clone();
+    out_of_range[1].data[0] = 300.0;
+    let e = loaded.run(&out_of_range).expect_err("300 as int8");
+    assert!(e.message.contains("300 is not a valid int8"), "{e}");
+
+    let mut short = good.clone();
+    short[0].data.pop();
+    let e = loaded.run(&short).expect_err("short data");
+    assert!(
+        e.message.contains("holds 6 elements, the data has 5"),
+        "{e}"
+    );
+
+    // After all that the method still runs.
+    loaded.run(&good).expect("still runs");
+}
+
+#[test]
+fn half_precision_and_byte_tensors_match_the_exporter() {
+    let app = TestApp::start();
+    publish(&app, "half-io", "half-io-portable.pte", Delegate::Portable);
+    let cache = tempfile::tempdir().expect("tmp");
+    let mut loaded = load(&app, cache.path(), "half-io", "forward");
+    let side = sidecar("half-io-portable");
+    let input = tensors(&side["input"]);
+    let want = tensors(&side["output"]);
+    let dtypes = |ts: &[TensorValue]| ts.iter().map(|t| t.dtype.clone()).collect::<Vec<_>>();
+    assert_eq!(dtypes(&input), ["float16", "bfloat16", "uint8"]);
+    assert_eq!(dtypes(&want), ["float16", "bfloat16", "int32"]);
+    let got = loaded.run(&input).expect("forward runs");
+    assert_matches(&got, &want, side["atol"].as_f64().expect("atol"));
+}
+
+#[test]
+fn a_second_method_runs_by_name_and_a_client_can_load_it_first() {
+    let app = TestApp::start();
+    publish(&app, "two-methods", "two-methods.pte", Delegate::Xnnpack);
+    let side = sidecar("two-methods");
+    let atol = side["atol"].as_f64().expect("atol");
+    let encode_in = tensors(&side["methods"]["encode"]["input"]);
+    let encode_out = tensors(&side["methods"]["encode"]["output"]);
+
+    let cache = tempfile::tempdir().expect("tmp");
+    let mut loaded = load(&app, cache.path(), "two-methods", "forward");
+    let forward = loaded.run(&tensors(&side["input"])).expect("forward runs");
+    assert_matches(&forward, &tensors(&side["output"]), atol);
+    let encoded = loaded
+        .run_method("encode", &encode_in)
+        .expect("encode runs");
+    assert_matches(&encoded, &encode_out, atol);
+    // The two methods differ: encode's output is not forward's for the same input.
+    let forward_on_encode_input = loaded.run(&encode_in).expect("forward");
+    assert_ne!(
+        max_abs_diff(&forward_on_encode_input, &encode_out),
+        Some(0.0)
+    );
+    let e = loaded
+        .run_method("nosuch", &encode_in)
+        .expect_err("no such method");
+    assert!(e.message.contains("nosuch"), "{e}");
+
+    // A client configured for `encode` loads that method and runs it with `run`.
+    let cache = tempfile::tempdir().expect("tmp");
+    let mut loaded = load(&app, cache.path(), "two-methods", "encode");
+    assert_eq!(loaded.method, "encode");
+    assert_matches(&loaded.run(&encode_in).expect("encode"), &encode_out, atol);
+}
+
+#[test]
+fn the_load_report_lists_the_operators_left_on_portable_kernels() {
+    let app = TestApp::start();
+    publish(&app, "partial", "partial-xnnpack.pte", Delegate::Xnnpack);
+    let cache = tempfile::tempdir().expect("tmp");
+    let loaded = load(&app, cache.path(), "partial", "forward");
+    let truth = &sidecar("partial-xnnpack")["expected"]["methods"][0];
+    // The exporter's own account: two XNNPACK calls, cumsum on portable kernels.
+    assert_eq!(truth["kernel_calls"]["aten::cumsum.out"], 1);
+    let r = &loaded.report;
+    assert_eq!(
+        serde_json::to_value(&r.portable_kernels).expect("json"),
+        truth["kernel_calls"]
+    );
+    assert_eq!(
+        serde_json::to_value(&r.delegated).expect("json"),
+        truth["delegate_calls"]
+    );
+    assert_eq!(
+        (r.method.as_str(), r.source.as_str()),
+        ("forward", "downloaded")
+    );
+    assert!(r.attempts.is_empty());
+    assert!(r.duration_ms > 0.0);
+}
