@@ -8,7 +8,8 @@
 //! ```
 //!
 //! With `--json` it prints one JSON object: `release`, `variant`, `delegate`, `path`,
-//! `attempts` (each `{variant, delegate, error_code}`), `registered_backends`, `source`,
+//! `attempts` (each `{variant, delegate, stage, error_code, message}`), `registered_backends`,
+//! `source`, `report` (the load report, see `docs/client.md`),
 //! `method`, its `signature` (inputs and outputs with element types and shapes) and, with
 //! `--input`, `max_abs_diff` of the method's outputs against the sidecar's.
 

@@ -84,8 +84,9 @@ typedef enum ferry_model_field {
    */
   FERRY_FIELD_SOURCE = 4,
   /**
-   * The load report as JSON (`variant`, `delegate`, `source`, `method`, `attempts` with
-   * their `stage`, `registered_backends`, `delegated`, `portable_kernels`, `duration_ms`).
+   * The load report as JSON (`model`, `release`, `variant`, `delegate`, `source`,
+   * `method`, `attempts` with their `stage`, `registered_backends`, `delegated`,
+   * `portable_kernels`, `duration_ms`; see docs/client.md).
    */
   FERRY_FIELD_REPORT = 5,
 } ferry_model_field;

@@ -182,6 +182,16 @@ pub enum ClientError {
         /// What was tried.
         attempts: Vec<Attempt>,
     },
+    /// The download policy refused a download and nothing usable is cached.
+    #[error("{model}: not downloading {variant} now: {reason}")]
+    DownloadDeferred {
+        /// The model.
+        model: String,
+        /// The variant that would have been downloaded.
+        variant: String,
+        /// Which condition refused.
+        reason: String,
+    },
     /// Offline and nothing usable is cached.
     #[error("{reason}; and no verified copy of {model} is cached")]
     NothingCached {
@@ -222,6 +232,7 @@ impl ClientError {
             ClientError::CacheIo { .. } => ErrorCode::CacheIo.as_str(),
             ClientError::AllCandidatesFailed { .. } => ErrorCode::AllCandidatesFailed.as_str(),
             ClientError::NothingCached { .. } => ErrorCode::OfflineNoCache.as_str(),
+            ClientError::DownloadDeferred { .. } => ErrorCode::DownloadDeferred.as_str(),
         }
     }
 

@@ -129,12 +129,19 @@ fn typed<S: executorch::tensor::Scalar>(
         .map_err(|e| RuntimeError::execute(et_error("input tensor", e)))
 }
 
-/// Converts each value to an integer type, refusing fractions and values out of its range.
+/// 2^53: integers at or beyond it are not all representable in an `f64`.
+const EXACT_F64_INTEGERS: f64 = 9_007_199_254_740_992.0;
+
+/// The most dimensions an input may have.
+const MAX_DIMS: usize = 16;
+
+/// Converts each value to an integer type, refusing fractions, values out of its range and
+/// values whose `f64` may already have been rounded (|v| >= 2^53).
 fn integers<T: TryFrom<i64>>(index: usize, t: &TensorValue) -> Result<Vec<T>, RuntimeError> {
     t.data
         .iter()
         .map(|v| {
-            let whole = v.fract() == 0.0 && v.is_finite() && v.abs() <= 9.007_199_254_740_992e15;
+            let whole = v.fract() == 0.0 && v.is_finite() && v.abs() < EXACT_F64_INTEGERS;
             whole
                 .then(|| T::try_from(*v as i64).ok())
                 .flatten()
@@ -159,11 +166,25 @@ fn input_tensor(
             t.dtype, d.dtype
         )));
     }
-    let n = t
+    if t.shape.len() > MAX_DIMS {
+        return Err(RuntimeError::execute(format!(
+            "input {index}: {} dimensions; at most {MAX_DIMS}",
+            t.shape.len()
+        )));
+    }
+    // The runtime computes strides in 32 bits: the product of the non-zero dimensions must fit
+    // even when a zero dimension makes the element count 0.
+    let too_large = || RuntimeError::execute(format!("input {index}: shape too large"));
+    let strides = t
         .shape
         .iter()
+        .filter(|d| **d != 0)
         .try_fold(1u64, |acc, d| acc.checked_mul(*d))
-        .ok_or_else(|| RuntimeError::execute(format!("input {index}: shape too large")))?;
+        .ok_or_else(too_large)?;
+    if strides > i32::MAX as u64 {
+        return Err(too_large());
+    }
+    let n: u64 = if t.shape.contains(&0) { 0 } else { strides };
     if n != t.data.len() as u64 {
         return Err(RuntimeError::execute(format!(
             "input {index}: shape {:?} holds {n} elements, the data has {}",
@@ -179,15 +200,43 @@ fn input_tensor(
                 .map_err(|_| RuntimeError::execute(format!("input {index}: dimension too large")))
         })
         .collect::<Result<_, _>>()?;
+    // A finite value that becomes infinite in a narrower float type is refused, not sent.
+    let narrowed = |wide: f64, narrow: f64| -> Result<(), RuntimeError> {
+        if wide.is_finite() && !narrow.is_finite() {
+            return Err(RuntimeError::execute(format!(
+                "input {index}: {wide} is out of the range of {}",
+                t.dtype
+            )));
+        }
+        Ok(())
+    };
     Ok(match t.dtype.as_str() {
-        "float32" => Input::F32(typed(t.data.iter().map(|v| *v as f32).collect(), sizes)?),
+        "float32" => Input::F32(typed(
+            t.data
+                .iter()
+                .map(|v| narrowed(*v, f64::from(*v as f32)).map(|()| *v as f32))
+                .collect::<Result<_, _>>()?,
+            sizes,
+        )?),
         "float64" => Input::F64(typed(t.data.clone(), sizes)?),
         "float16" => Input::F16(typed(
-            t.data.iter().map(|v| f16::from_f64(*v)).collect(),
+            t.data
+                .iter()
+                .map(|v| {
+                    let h = f16::from_f64(*v);
+                    narrowed(*v, h.to_f64()).map(|()| h)
+                })
+                .collect::<Result<_, _>>()?,
             sizes,
         )?),
         "bfloat16" => Input::Bf16(typed(
-            t.data.iter().map(|v| bf16::from_f64(*v)).collect(),
+            t.data
+                .iter()
+                .map(|v| {
+                    let h = bf16::from_f64(*v);
+                    narrowed(*v, h.to_f64()).map(|()| h)
+                })
+                .collect::<Result<_, _>>()?,
             sizes,
         )?),
         "int8" => Input::I8(typed(integers(index, t)?, sizes)?),
@@ -238,6 +287,9 @@ fn elements<S: Copy>(
     to_f64: impl Fn(S) -> f64,
 ) -> Result<Vec<f64>, RuntimeError> {
     let n = t.numel();
+    if n == 0 {
+        return Ok(Vec::new());
+    }
     let ptr = t.as_data_ptr_raw().cast::<S>();
     if ptr.is_null() {
         return Err(RuntimeError::execute("output tensor has no data"));
@@ -258,6 +310,24 @@ fn output_value(index: usize, v: &EValue<'_>) -> Result<TensorValue, RuntimeErro
         ))
     })?;
     let shape: Vec<u64> = t.sizes().iter().map(|d| (*d).max(0) as u64).collect();
+    if !t.device().is_cpu() {
+        return Err(RuntimeError::execute(format!(
+            "output {index} is not in CPU memory"
+        )));
+    }
+    // Elements are read in memory order: only the default (row-major) dim order gives them
+    // in the order of the shape.
+    if t.dim_order()
+        .iter()
+        .enumerate()
+        .any(|(i, d)| usize::from(*d) != i)
+    {
+        return Err(RuntimeError::execute(format!(
+            "output {index} has dim order {:?}, not row-major; this binding reads row-major \
+             outputs",
+            t.dim_order()
+        )));
+    }
     let kind = t.scalar_type();
     let dtype = dtype_name(kind).ok_or_else(|| {
         RuntimeError::execute(format!(
@@ -272,7 +342,16 @@ fn output_value(index: usize, v: &EValue<'_>) -> Result<TensorValue, RuntimeErro
         ScalarType::Char => elements::<i8>(&t, f64::from)?,
         ScalarType::Short => elements::<i16>(&t, f64::from)?,
         ScalarType::Int => elements::<i32>(&t, f64::from)?,
-        ScalarType::Long => elements::<i64>(&t, |x| x as f64)?,
+        ScalarType::Long => {
+            let wide = elements::<i64>(&t, |x| x as f64)?;
+            if let Some(v) = wide.iter().find(|v| v.abs() >= EXACT_F64_INTEGERS) {
+                return Err(RuntimeError::execute(format!(
+                    "output {index}: the int64 value near {v} cannot be returned exactly (beyond \
+                     2^53)"
+                )));
+            }
+            wide
+        }
         ScalarType::Byte => elements::<u8>(&t, f64::from)?,
         // Read as bytes: any non-zero byte is true.
         ScalarType::Bool => elements::<u8>(&t, |x| if x != 0 { 1.0 } else { 0.0 })?,
@@ -349,7 +428,9 @@ impl Program for EtProgram {
         method: &str,
         inputs: &[TensorValue],
     ) -> Result<Vec<TensorValue>, RuntimeError> {
-        let declared = self.signature(method)?;
+        let declared = self
+            .signature(method)
+            .map_err(|e| RuntimeError::execute(e.message))?;
         if declared.inputs.len() != inputs.len() {
             return Err(RuntimeError::execute(format!(
                 "{method} takes {} inputs, {} were given",

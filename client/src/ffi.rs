@@ -89,7 +89,8 @@ fn status_of(e: &ClientError) -> FerryStatus {
         ClientError::Config(_) => FerryStatus::FerryErrConfig,
         ClientError::Network { .. }
         | ClientError::Server { .. }
-        | ClientError::NothingCached { .. } => FerryStatus::FerryErrUnavailable,
+        | ClientError::NothingCached { .. }
+        | ClientError::DownloadDeferred { .. } => FerryStatus::FerryErrUnavailable,
         ClientError::Rejected { .. } | ClientError::BadResponse { .. } => {
             FerryStatus::FerryErrRejected
         }
@@ -332,8 +333,9 @@ pub enum FerryModelField {
     FerryFieldPath = 3,
     /// `downloaded`, `cached` or `last_known_good:<code>`.
     FerryFieldSource = 4,
-    /// The load report as JSON (`variant`, `delegate`, `source`, `method`, `attempts` with
-    /// their `stage`, `registered_backends`, `delegated`, `portable_kernels`, `duration_ms`).
+    /// The load report as JSON (`model`, `release`, `variant`, `delegate`, `source`,
+    /// `method`, `attempts` with their `stage`, `registered_backends`, `delegated`,
+    /// `portable_kernels`, `duration_ms`; see docs/client.md).
     FerryFieldReport = 5,
 }
 
@@ -437,6 +439,16 @@ pub unsafe extern "C" fn ferry_model_run_f32(
                 "the method returned no output",
             );
         };
+        if first.dtype != "float32" {
+            return fail(
+                FerryStatus::FerryErrRun,
+                ErrorCode::RuntimeExecuteFailed.as_str(),
+                &format!(
+                    "the first output is {}; ferry_model_run_f32 returns float32 outputs only",
+                    first.dtype
+                ),
+            );
+        }
         // SAFETY: `output_len` is valid per the contract.
         unsafe { *output_len = first.data.len() };
         if first.data.len() > output_capacity || (output.is_null() && !first.data.is_empty()) {

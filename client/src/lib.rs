@@ -27,6 +27,7 @@ pub mod executorch_runtime;
 #[cfg(feature = "ffi")]
 pub mod ffi;
 mod load;
+pub mod policy;
 mod resolve;
 pub mod runtime;
 pub mod telemetry;
@@ -42,6 +43,7 @@ pub use crate::builder::ClientBuilder;
 pub use crate::cache::{Cache, ModelEntry, VerifiedBlob};
 pub use crate::download::{DownloadLimits, ProgressFn};
 pub use crate::error::{Attempt, ClientError, Stage};
+pub use crate::policy::{Conditions, DownloadPlan, DownloadPolicy, LoadMode, LoadOptions};
 pub use crate::runtime::{
     MethodSignature, Program, Runtime, RuntimeError, TensorSpec, max_abs_diff,
 };

@@ -3,6 +3,7 @@
 //! good variant when the server cannot be used.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Instant;
 
 use ferry_shared::Sha256Digest;
@@ -12,6 +13,7 @@ use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
 
 use crate::cache::{ModelEntry, VerifiedBlob};
 use crate::error::{Attempt, ClientError, Stage};
+use crate::policy::{DownloadPlan, LoadMode, LoadOptions};
 use crate::runtime::{Program, max_abs_diff};
 use crate::types::{
     CachedModel, DeviceInfo, InUseGuard, LoadReport, LoadedModel, Prefetched, Source,
@@ -22,9 +24,12 @@ use crate::{Client, download};
 /// A failed load: the stage, a stable code and the message.
 type LoadFailure = (Stage, String, String);
 
+/// The largest program part (everything before the segments) [`delegation`] reads.
+const MAX_PROGRAM_READ: u64 = 16 << 20;
+
 /// Delegate calls per backend and kernel calls per operator of `method` in the verified program
-/// at `path`, read from its flatbuffer (only the program part, not the segments). `None` when
-/// it cannot be read (the runtime loaded it, so that would be an inspector limitation).
+/// at `path`, read from its flatbuffer (only the program part, not the segments, and at most
+/// [`MAX_PROGRAM_READ`] bytes). `None` when it cannot be read.
 fn delegation(
     path: &std::path::Path,
     method: &str,
@@ -35,16 +40,26 @@ fn delegation(
     let size = file.metadata().ok()?.len();
     let mut head = vec![0u8; size.min(64) as usize];
     file.read_exact(&mut head).ok()?;
-    let need = ferry_shared::pte::required_prefix(&head, &limits).ok()?;
+    let need = ferry_shared::pte::required_prefix(&head, &limits)
+        .ok()?
+        .min(size);
+    if need > MAX_PROGRAM_READ {
+        return None;
+    }
     let mut prefix = Vec::new();
     std::fs::File::open(path)
         .ok()?
-        .take(need.min(size))
+        .take(need)
         .read_to_end(&mut prefix)
         .ok()?;
     let report = ferry_shared::pte::inspect_prefix(&prefix, size, &limits).ok()?;
     let m = report.method(method)?;
     Some((m.delegate_calls.clone(), m.kernel_calls.clone()))
+}
+
+/// The length of a partial download (0 when there is none).
+fn part_len(part: &std::path::Path) -> u64 {
+    std::fs::metadata(part).map(|m| m.len()).unwrap_or(0)
 }
 
 /// `events` with the receipt of the resolve answer they are about (what makes the server count
@@ -58,8 +73,14 @@ fn stamped(mut events: Vec<TelemetryEvent>, receipt: Option<&str>) -> Vec<Teleme
 
 impl Client {
     /// Makes sure the variant's verified bytes are in the cache; returns them and whether
-    /// they were downloaded now.
-    fn ensure_blob(&self, c: &PlannedVariant) -> Result<(VerifiedBlob, bool), ClientError> {
+    /// they were downloaded now. A download `opts` does not allow is refused before any byte
+    /// is fetched (`DownloadDeferred`).
+    fn ensure_blob(
+        &self,
+        model: &str,
+        c: &PlannedVariant,
+        opts: &LoadOptions,
+    ) -> Result<(VerifiedBlob, bool), ClientError> {
         let v = &c.variant;
         {
             let mut cache = self.cache();
@@ -69,6 +90,14 @@ impl Client {
             }
         }
         let part = self.cache().part_path(&v.sha256);
+        let to_fetch = v.size.saturating_sub(part_len(&part));
+        if let Some(reason) = opts.policy.refusal(to_fetch, &opts.conditions) {
+            return Err(ClientError::DownloadDeferred {
+                model: model.to_string(),
+                variant: v.id.to_string(),
+                reason,
+            });
+        }
         let result = download::fetch(
             &self.agent,
             &self.url_for(&c.url),
@@ -154,7 +183,9 @@ impl Client {
             return Err((Stage::LoadMethod, e.code.to_string(), msg));
         }
         let mut diff = None;
-        if let Some(g) = &v.golden {
+        // The signed golden holds inputs and outputs of `forward`: other methods are not
+        // checked against it.
+        if let Some(g) = v.golden.as_ref().filter(|_| self.method == "forward") {
             let out = program
                 .run(&self.method, &g.input)
                 .map_err(|e| (Stage::Execute, e.code.to_string(), e.message))?;
@@ -171,7 +202,9 @@ impl Client {
                     return Err((
                         Stage::Golden,
                         ErrorCode::GoldenMismatch.as_str().into(),
-                        "golden check: output shapes differ".into(),
+                        "golden check: the outputs differ from the expected ones in count, \
+                         element type or shape"
+                            .into(),
                     ));
                 }
             }
@@ -183,7 +216,52 @@ impl Client {
     /// through the candidates; serves the last known good cached variant when the server
     /// cannot be used.
     pub fn load(&self, model: &str, device: &DeviceInfo) -> Result<LoadedModel, ClientError> {
-        let result = self.load_inner(model, device);
+        self.load_opts(model, device, &LoadOptions::default())
+    }
+
+    /// [`Client::load`] with a load mode, a download policy and the device's conditions. With
+    /// [`LoadMode::CachedThenUpdate`] and a cached copy, the copy is loaded now and a
+    /// background thread resolves and downloads the latest under the same policy (its result
+    /// becomes the last known good that the next load finds once it has loaded and passed its
+    /// golden check; failures there are not reported, the next load tries again).
+    pub fn load_with(
+        self: &Arc<Self>,
+        model: &str,
+        device: &DeviceInfo,
+        opts: &LoadOptions,
+    ) -> Result<LoadedModel, ClientError> {
+        let loaded = self.load_opts(model, device, opts)?;
+        if opts.mode == LoadMode::CachedThenUpdate && loaded.source == Source::Cached {
+            let (client, model, device, opts) =
+                (self.clone(), model.to_string(), device.clone(), *opts);
+            // A full load in the background: the update becomes the last known good only after
+            // it verified, loaded and passed its golden check, so the next load picks it up.
+            let latest = LoadOptions {
+                mode: LoadMode::Latest,
+                ..opts
+            };
+            let _ = std::thread::Builder::new()
+                .name("ferry-update".into())
+                .spawn(move || drop(client.load_opts(&model, &device, &latest)));
+        }
+        Ok(loaded)
+    }
+
+    fn load_opts(
+        &self,
+        model: &str,
+        device: &DeviceInfo,
+        opts: &LoadOptions,
+    ) -> Result<LoadedModel, ClientError> {
+        let result = match opts.mode {
+            LoadMode::Latest => self.load_inner(model, device, opts),
+            LoadMode::CachedOrDownload | LoadMode::CachedThenUpdate => {
+                match self.load_cached(model, Source::Cached, None, Instant::now()) {
+                    Ok(Ok(loaded)) => Ok(loaded),
+                    _ => self.load_inner(model, device, opts),
+                }
+            }
+        };
         if self.autosend {
             self.send_in_background();
         }
@@ -213,7 +291,13 @@ impl Client {
         }
     }
 
-    fn load_inner(&self, model: &str, device: &DeviceInfo) -> Result<LoadedModel, ClientError> {
+    fn load_inner(
+        &self,
+        model: &str,
+        device: &DeviceInfo,
+        opts: &LoadOptions,
+    ) -> Result<LoadedModel, ClientError> {
+        let load_started = Instant::now();
         let plan = match self.resolve(model, device) {
             Ok(p) => p,
             Err(e) => {
@@ -231,13 +315,13 @@ impl Client {
                     };
                     let _ = self.telemetry.push(&[ev]);
                 }
-                return self.load_last_good(model, e);
+                return self.load_last_good(model, e, load_started);
             }
         };
         let release = plan.manifest.version.to_string();
         let mut attempts = Vec::new();
         let mut events = Vec::new();
-        let load_started = Instant::now();
+        let mut deferred = None;
         for (i, c) in plan.candidates.iter().enumerate() {
             let v = &c.variant;
             let candidate_started = Instant::now();
@@ -263,8 +347,22 @@ impl Client {
                     });
                 }
             };
-            let (blob, downloaded) = match self.ensure_blob(c) {
+            let (blob, downloaded) = match self.ensure_blob(model, c, opts) {
                 Ok(x) => x,
+                Err(e @ ClientError::DownloadDeferred { .. }) => {
+                    // Not the variant's failure: no telemetry; a cached candidate after it or
+                    // the last known good may still load.
+                    attempts.push(Attempt {
+                        variant: v.id.to_string(),
+                        delegate: v.delegate.to_string(),
+                        stage: Stage::Download,
+                        error_code: e.code().to_string(),
+                        message: e.to_string(),
+                        duration_ms: candidate_started.elapsed().as_secs_f64() * 1000.0,
+                    });
+                    deferred.get_or_insert(e);
+                    continue;
+                }
                 Err(e) => {
                     events.push(TelemetryEvent {
                         outcome: Outcome::Failed,
@@ -362,6 +460,10 @@ impl Client {
         let _ = self
             .telemetry
             .push(&stamped(events, plan.receipt.as_deref()));
+        if let Some(e) = deferred {
+            // A download was not allowed: what is cached serves, or the deferral is the error.
+            return self.load_last_good(model, e, load_started);
+        }
         Err(ClientError::AllCandidatesFailed { attempts })
     }
 
@@ -419,30 +521,70 @@ impl Client {
         }))
     }
 
-    /// Loads the last known good variant after the server could not be used (`cause`).
-    fn load_last_good(&self, model: &str, cause: ClientError) -> Result<LoadedModel, ClientError> {
-        let Some(LastGood {
-            entry,
-            variant,
-            blob,
-        }) = self.last_good(model)?
-        else {
-            return Err(if cause.is_unavailable() {
+    /// Loads the last known good variant after the server could not be used or a download
+    /// was not allowed (`cause`).
+    fn load_last_good(
+        &self,
+        model: &str,
+        cause: ClientError,
+        load_started: Instant,
+    ) -> Result<LoadedModel, ClientError> {
+        // Why the server's answer was not used, as the report's first step.
+        let first = Attempt {
+            variant: String::new(),
+            delegate: String::new(),
+            stage: if matches!(cause, ClientError::DownloadDeferred { .. }) {
+                Stage::Download
+            } else {
+                Stage::Resolve
+            },
+            error_code: cause.code().to_string(),
+            message: cause.to_string(),
+            duration_ms: load_started.elapsed().as_secs_f64() * 1000.0,
+        };
+        let source = Source::LastKnownGood {
+            code: cause.code().to_string(),
+            reason: cause.to_string(),
+        };
+        match self.load_cached(model, source, Some(first), load_started)? {
+            Ok(loaded) => Ok(loaded),
+            Err(CacheMiss::Empty) => Err(if cause.is_unavailable() {
                 ClientError::NothingCached {
                     model: model.to_string(),
                     reason: cause.to_string(),
                 }
             } else {
                 cause
-            });
-        };
-        let Some(blob) = blob else {
-            return Err(ClientError::NothingCached {
+            }),
+            Err(CacheMiss::Corrupt) => Err(ClientError::NothingCached {
                 model: model.to_string(),
                 reason: format!(
                     "{cause} (the cached copy failed its integrity check and was removed)"
                 ),
-            });
+            }),
+        }
+    }
+
+    /// Loads the model's last known good cached variant after checking it
+    /// ([`Client::last_good`]), reporting it as `source` with `first` as the report's first
+    /// attempt. `Ok(Err(_))`: nothing usable is cached.
+    fn load_cached(
+        &self,
+        model: &str,
+        source: Source,
+        first: Option<Attempt>,
+        load_started: Instant,
+    ) -> Result<Result<LoadedModel, CacheMiss>, ClientError> {
+        let Some(LastGood {
+            entry,
+            variant,
+            blob,
+        }) = self.last_good(model)?
+        else {
+            return Ok(Err(CacheMiss::Empty));
+        };
+        let Some(blob) = blob else {
+            return Ok(Err(CacheMiss::Corrupt));
         };
         let started = Instant::now();
         let (program, golden) =
@@ -457,41 +599,29 @@ impl Client {
                         duration_ms: started.elapsed().as_secs_f64() * 1000.0,
                     }],
                 })?;
-        // Why the server was not used, as the report's first step.
-        let resolve = Attempt {
-            variant: String::new(),
-            delegate: String::new(),
-            stage: Stage::Resolve,
-            error_code: cause.code().to_string(),
-            message: cause.to_string(),
-            duration_ms: 0.0,
-        };
-        let lkg = Source::LastKnownGood {
-            code: cause.code().to_string(),
-            reason: cause.to_string(),
-        };
         let entry_release = entry.release.clone();
-        Ok(LoadedModel {
+        let report = self.report(
+            model,
+            Some((&entry_release, &variant, &blob)),
+            &source,
+            first.as_slice(),
+            load_started,
+        );
+        Ok(Ok(LoadedModel {
             model: model.to_string(),
             release: entry.release,
             variant: entry.variant,
             delegate: entry.delegate,
             path: blob.path().to_path_buf(),
-            report: self.report(
-                model,
-                Some((&entry_release, &variant, &blob)),
-                &lkg,
-                std::slice::from_ref(&resolve),
-                started,
-            ),
-            source: lkg,
+            report,
+            source,
             attempts: Vec::new(),
             golden_max_abs_diff: golden,
             method: self.method.clone(),
             program,
             other_methods: Vec::new(),
             _guard: InUseGuard::new(&self.in_use, variant.sha256),
-        })
+        }))
     }
 
     /// The load report of a finished load: `chosen` is the release, variant and verified file
@@ -506,7 +636,7 @@ impl Client {
     ) -> LoadReport {
         let (delegated, portable_kernels) = chosen
             .and_then(|(_, _, blob)| delegation(blob.path(), &self.method))
-            .unwrap_or_default();
+            .unzip();
         LoadReport {
             model: model.to_string(),
             release: chosen.map(|(r, _, _)| r.to_string()),
@@ -530,10 +660,60 @@ impl Client {
     /// Resolves and downloads (without loading) the best candidate whose backends the runtime
     /// registered, falling back to the last candidate (XNNPACK).
     pub fn prefetch(&self, model: &str, device: &DeviceInfo) -> Result<Prefetched, ClientError> {
+        self.prefetch_with(model, device, &LoadOptions::default())
+    }
+
+    /// [`Client::prefetch`] under a download policy: a download the policy does not allow
+    /// now fails with `download_deferred` before any byte is fetched.
+    pub fn prefetch_with(
+        &self,
+        model: &str,
+        device: &DeviceInfo,
+        opts: &LoadOptions,
+    ) -> Result<Prefetched, ClientError> {
         let plan = self.resolve(model, device)?;
+        let c = self.prefetch_candidate(&plan)?;
+        let (blob, _) = self.ensure_blob(model, c, opts)?;
+        Ok(Prefetched {
+            release: plan.manifest.version.to_string(),
+            variant: c.variant.id.to_string(),
+            path: blob.path().to_path_buf(),
+        })
+    }
+
+    /// What [`Client::prefetch`] would download, known before any byte is fetched: the
+    /// release, variant, signed size and the bytes still to fetch (0 when cached).
+    pub fn plan_download(
+        &self,
+        model: &str,
+        device: &DeviceInfo,
+    ) -> Result<DownloadPlan, ClientError> {
+        let plan = self.resolve(model, device)?;
+        let c = self.prefetch_candidate(&plan)?;
+        let v = &c.variant;
+        let cached = self.cache().blob_path(&v.sha256);
+        let to_download = if std::fs::metadata(&cached).is_ok_and(|m| m.len() == v.size) {
+            0
+        } else {
+            v.size
+                .saturating_sub(part_len(&self.cache().part_path(&v.sha256)))
+        };
+        Ok(DownloadPlan {
+            release: plan.manifest.version.to_string(),
+            variant: v.id.to_string(),
+            delegate: v.delegate.to_string(),
+            size: v.size,
+            to_download,
+        })
+    }
+
+    /// The best candidate whose backends the runtime registers, else the last (XNNPACK).
+    fn prefetch_candidate<'p>(
+        &self,
+        plan: &'p crate::verify::Plan,
+    ) -> Result<&'p PlannedVariant, ClientError> {
         let registered = self.runtime.registered_backends();
-        let c = plan
-            .candidates
+        plan.candidates
             .iter()
             .find(|c| {
                 c.variant
@@ -542,13 +722,7 @@ impl Client {
                     .all(|b| registered.iter().any(|r| r == b.as_str()))
             })
             .or(plan.candidates.last())
-            .ok_or_else(|| ClientError::DecisionMismatch("no candidate".into()))?;
-        let (blob, _) = self.ensure_blob(c)?;
-        Ok(Prefetched {
-            release: plan.manifest.version.to_string(),
-            variant: c.variant.id.to_string(),
-            path: blob.path().to_path_buf(),
-        })
+            .ok_or_else(|| ClientError::DecisionMismatch("no candidate".into()))
     }
 
     /// The model's last known good variant on disk (usable offline), after re-checking the
@@ -565,6 +739,14 @@ impl Client {
             sha256: entry.sha256,
         })
     }
+}
+
+/// Why [`Client::load_cached`] found nothing to load.
+enum CacheMiss {
+    /// No last known good entry.
+    Empty,
+    /// The entry's file failed its integrity check and was removed.
+    Corrupt,
 }
 
 /// A cached entry checked by [`Client::last_good`].

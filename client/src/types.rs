@@ -89,12 +89,14 @@ pub struct LoadReport {
     /// Backends the runtime registers.
     pub registered_backends: Vec<String>,
     /// Calls of the loaded method into each delegate (backend id to count), from the verified
-    /// program.
-    pub delegated: BTreeMap<String, u64>,
+    /// program; `None` when its program table could not be read (over 16 MiB before the
+    /// segments, or a layout the inspector does not know).
+    pub delegated: Option<BTreeMap<String, u64>>,
     /// Operators the loaded method runs on portable or optimized kernels, not a delegate
-    /// (operator to call count): what stayed on the CPU outside the delegate.
-    pub portable_kernels: BTreeMap<String, u64>,
-    /// Time from the start of the load to the end, in milliseconds.
+    /// (operator to call count): what stayed on the CPU outside the delegate. `None` as for
+    /// `delegated`.
+    pub portable_kernels: Option<BTreeMap<String, u64>>,
+    /// Time from the start of the load (before resolving) to the end, in milliseconds.
     pub duration_ms: f64,
 }
 

@@ -223,6 +223,8 @@ catalogue! {
     AllCandidatesFailed = "all_candidates_failed",
     /// The server cannot be used and no verified copy is cached. (client, C ABI)
     OfflineNoCache = "offline_no_cache",
+    /// The download policy did not allow a download now (metered network, not charging, or over the byte budget) and no verified copy is cached. (client, C ABI)
+    DownloadDeferred = "download_deferred",
     /// The runtime refused to load the program (a missing delegate, operator or memory). (client)
     RuntimeLoadFailed = "runtime_load_failed",
     /// Running the loaded method failed. (client, C ABI)

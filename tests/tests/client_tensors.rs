@@ -92,6 +92,8 @@ fn integer_inputs_and_outputs_of_three_types_match_the_exporter() {
     let dtypes = |ts: &[TensorValue]| ts.iter().map(|t| t.dtype.clone()).collect::<Vec<_>>();
     assert_eq!(dtypes(&input), ["int64", "int8"]);
     assert_eq!(dtypes(&want), ["float32", "int64", "bool"]);
+    // The best classes are not all zero: a zeroed or misread int64 output cannot match.
+    assert!(want[1].data.iter().any(|v| *v != 0.0), "{:?}", want[1]);
 
     let got = loaded.run(&input).expect("forward runs");
     assert_matches(&got, &want, side["atol"].as_f64().expect("atol"));
@@ -151,9 +153,32 @@ fn inputs_of_the_wrong_type_count_or_value_are_refused_with_the_reason() {
     short[0].data.pop();
     let e = loaded.run(&short).expect_err("short data");
     assert!(
-        e.message.contains("holds 6 elements, the data has 5"),
+        e.message.contains("holds 12 elements, the data has 11"),
         "{e}"
     );
+
+    let mut nan = good.clone();
+    nan[0].data[0] = f64::NAN;
+    let e = loaded.run(&nan).expect_err("NaN id");
+    assert!(e.message.contains("NaN is not a valid int64"), "{e}");
+
+    // 2^53 + 1 cannot be told apart from 2^53 as an f64: both are refused.
+    let mut huge = good.clone();
+    huge[0].data[0] = 9_007_199_254_740_992.0;
+    let e = loaded.run(&huge).expect_err("2^53");
+    assert!(e.message.contains("is not a valid int64"), "{e}");
+
+    // Shapes the runtime's 32-bit strides cannot hold are refused, even with no elements.
+    let mut empty_but_wide = good.clone();
+    empty_but_wide[0].shape = vec![0, 65_536, 65_536];
+    empty_but_wide[0].data.clear();
+    let e = loaded.run(&empty_but_wide).expect_err("wide");
+    assert!(e.message.contains("shape too large"), "{e}");
+    let mut deep = good.clone();
+    deep[0].shape = vec![1; 17];
+    deep[0].data = vec![1.0];
+    let e = loaded.run(&deep).expect_err("17 dimensions");
+    assert!(e.message.contains("at most 16"), "{e}");
 
     // After all that the method still runs.
     loaded.run(&good).expect("still runs");
@@ -173,6 +198,12 @@ fn half_precision_and_byte_tensors_match_the_exporter() {
     assert_eq!(dtypes(&want), ["float16", "bfloat16", "int32"]);
     let got = loaded.run(&input).expect("forward runs");
     assert_matches(&got, &want, side["atol"].as_f64().expect("atol"));
+
+    // A finite value beyond float16's range is refused, not sent as infinity.
+    let mut overflow = input.clone();
+    overflow[0].data[0] = 70_000.0;
+    let e = loaded.run(&overflow).expect_err("70000 as float16");
+    assert!(e.message.contains("out of the range of float16"), "{e}");
 }
 
 #[test]
@@ -194,10 +225,8 @@ fn a_second_method_runs_by_name_and_a_client_can_load_it_first() {
     assert_matches(&encoded, &encode_out, atol);
     // The two methods differ: encode's output is not forward's for the same input.
     let forward_on_encode_input = loaded.run(&encode_in).expect("forward");
-    assert_ne!(
-        max_abs_diff(&forward_on_encode_input, &encode_out),
-        Some(0.0)
-    );
+    let apart = max_abs_diff(&forward_on_encode_input, &encode_out);
+    assert!(apart.is_none_or(|d| d > 1e-3), "{apart:?}");
     let e = loaded
         .run_method("nosuch", &encode_in)
         .expect_err("no such method");
@@ -232,6 +261,5 @@ fn the_load_report_lists_the_operators_left_on_portable_kernels() {
         (r.method.as_str(), r.source.as_str()),
         ("forward", "downloaded")
     );
-    assert!(r.attempts.is_empty());
     assert!(r.duration_ms > 0.0);
 }

@@ -124,6 +124,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::CacheIo
         | C::AllCandidatesFailed
         | C::OfflineNoCache
+        | C::DownloadDeferred
         | C::RuntimeLoadFailed
         | C::RuntimeExecuteFailed
         | C::GoldenMismatch => StatusCode::INTERNAL_SERVER_ERROR,

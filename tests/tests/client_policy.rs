@@ -1,0 +1,240 @@
+//! Download policy and load modes through the real client, server and ExecuTorch runtime: a
+//! metered network or an unplugged device defers a download and the cached copy serves; a
+//! byte budget refuses before any byte is fetched; the cached copy can load without asking the
+//! server, and the latest can arrive in the background for the next load.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferry_client::executorch_runtime::ExecuTorchRuntime;
+use ferry_client::{
+    Client, ClientBuilder, Conditions, DeviceInfo, DownloadPolicy, LoadMode, LoadOptions, Source,
+};
+use ferry_shared::manifest::Platform;
+use ferry_tests::app::{TestApp, mlp_v1, mlp_v2};
+
+fn client(app: &TestApp, cache: &Path) -> Arc<Client> {
+    Arc::new(
+        ClientBuilder::new(app.url(), app.trust())
+            .cache_dir(cache)
+            .app_version(semver::Version::new(2, 0, 0))
+            .runtime(Arc::new(ExecuTorchRuntime::new()))
+            .build()
+            .expect("client"),
+    )
+}
+
+fn device() -> DeviceInfo {
+    DeviceInfo {
+        install_id: "policy-device".into(),
+        platform: Platform::Linux,
+        os_version: String::new(),
+        device_model: String::new(),
+        soc: String::new(),
+        ram_mb: 8192,
+        claimed_backends: Vec::new(),
+    }
+}
+
+/// The server's count of blob bytes it served (`/metrics`).
+fn blob_bytes_served(app: &TestApp) -> f64 {
+    let text = ureq::get(format!("{}/metrics", app.url()))
+        .call()
+        .expect("metrics")
+        .body_mut()
+        .read_to_string()
+        .expect("text");
+    text.lines()
+        .find(|l| l.starts_with("ferry_blob_bytes_served"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no ferry_blob_bytes_served in\n{text}"))
+}
+
+/// Files in the cache's blob folder (complete and partial).
+fn blob_files(cache: &Path) -> Vec<String> {
+    let dir = cache.join("blobs/sha256");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// A server with `mlp` 1.0.0 shipped, and a client that has loaded it once (cached).
+fn with_v1_cached() -> (TestApp, tempfile::TempDir, Arc<Client>) {
+    let app = TestApp::start();
+    app.publish(&mlp_v1()); // the first release is the baseline
+    let cache = tempfile::tempdir().expect("tmp");
+    let c = client(&app, cache.path());
+    let first = c.load("mlp", &device()).expect("first load");
+    assert_eq!(first.release, "1.0.0");
+    drop(first);
+    (app, cache, c)
+}
+
+#[test]
+fn a_metered_network_defers_the_download_and_serves_the_cached_copy() {
+    let (app, cache, c) = with_v1_cached();
+    app.publish(&mlp_v2());
+    app.ship("2.0.0");
+    let files_before = blob_files(cache.path());
+    let served_before = blob_bytes_served(&app);
+
+    let metered = LoadOptions {
+        policy: DownloadPolicy {
+            require_unmetered: true,
+            ..DownloadPolicy::default()
+        },
+        conditions: Conditions {
+            unmetered: false,
+            charging: true,
+        },
+        ..LoadOptions::default()
+    };
+    let loaded = c
+        .load_with("mlp", &device(), &metered)
+        .expect("served from cache");
+    assert_eq!(loaded.release, "1.0.0");
+    match &loaded.source {
+        Source::LastKnownGood { code, reason } => {
+            assert_eq!(code, "download_deferred");
+            assert!(reason.contains("metered"), "{reason}");
+        }
+        other => panic!("unexpected source {other:?}"),
+    }
+    assert_eq!(loaded.report.attempts[0].stage.as_str(), "download");
+    drop(loaded);
+    // Nothing of 2.0.0 was fetched: no new file in the cache, no byte served.
+    assert_eq!(blob_files(cache.path()), files_before);
+    assert_eq!(blob_bytes_served(&app), served_before);
+
+    // Not charging, when the policy asks for it: the same.
+    let unplugged = LoadOptions {
+        policy: DownloadPolicy {
+            require_charging: true,
+            ..DownloadPolicy::default()
+        },
+        conditions: Conditions {
+            unmetered: true,
+            charging: false,
+        },
+        ..LoadOptions::default()
+    };
+    let loaded = c.load_with("mlp", &device(), &unplugged).expect("cache");
+    assert_eq!(loaded.release, "1.0.0");
+    drop(loaded);
+
+    // On Wi-Fi the new release downloads.
+    let wifi = LoadOptions {
+        conditions: Conditions::default(),
+        ..metered
+    };
+    let loaded = c.load_with("mlp", &device(), &wifi).expect("downloads");
+    assert_eq!(
+        (loaded.release.as_str(), loaded.source.clone()),
+        ("2.0.0", Source::Downloaded)
+    );
+}
+
+#[test]
+fn a_byte_budget_smaller_than_the_variant_refuses_before_any_byte_is_fetched() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1()); // the first release is the baseline
+    let cache = tempfile::tempdir().expect("tmp");
+    let c = client(&app, cache.path());
+
+    // The size is known before the download starts.
+    let plan = c.plan_download("mlp", &device()).expect("plan");
+    // The best variant the runtime can run (XNNPACK int8 here, the smallest of them).
+    assert_eq!(
+        (plan.variant.as_str(), plan.delegate.as_str()),
+        ("xnnpack-int8", "xnnpack")
+    );
+    assert!(plan.size > 1000, "{plan:?}");
+    assert_eq!(plan.to_download, plan.size);
+
+    let tight = LoadOptions {
+        policy: DownloadPolicy {
+            max_download_bytes: Some(plan.size - 1),
+            ..DownloadPolicy::default()
+        },
+        ..LoadOptions::default()
+    };
+    let e = c
+        .load_with("mlp", &device(), &tight)
+        .expect_err("over budget");
+    assert_eq!(e.code(), "download_deferred", "{e}");
+    assert!(e.to_string().contains("over the budget"), "{e}");
+    let e = c
+        .prefetch_with("mlp", &device(), &tight)
+        .expect_err("over budget");
+    assert_eq!(e.code(), "download_deferred");
+    assert!(blob_files(cache.path()).is_empty());
+    assert_eq!(blob_bytes_served(&app), 0.0);
+
+    // A budget of exactly the size is enough; afterwards nothing is left to download.
+    let enough = LoadOptions {
+        policy: DownloadPolicy {
+            max_download_bytes: Some(plan.size),
+            ..DownloadPolicy::default()
+        },
+        ..LoadOptions::default()
+    };
+    c.prefetch_with("mlp", &device(), &enough)
+        .expect("prefetches");
+    assert_eq!(blob_bytes_served(&app), plan.size as f64);
+    let plan = c.plan_download("mlp", &device()).expect("plan");
+    assert_eq!(plan.to_download, 0);
+}
+
+#[test]
+fn cached_or_download_loads_the_cached_copy_without_the_server() {
+    let (app, _cache, c) = with_v1_cached();
+    let cached_first = LoadOptions {
+        mode: LoadMode::CachedOrDownload,
+        ..LoadOptions::default()
+    };
+    drop(app); // the server is gone
+    let loaded = c
+        .load_with("mlp", &device(), &cached_first)
+        .expect("cached");
+    assert_eq!(
+        (loaded.release.as_str(), loaded.source.clone()),
+        ("1.0.0", Source::Cached)
+    );
+    assert!(loaded.report.attempts.is_empty());
+}
+
+#[test]
+fn cached_then_update_serves_the_cache_now_and_the_latest_next_time() {
+    let (app, _cache, c) = with_v1_cached();
+    app.publish(&mlp_v2());
+    app.ship("2.0.0");
+    let opts = LoadOptions {
+        mode: LoadMode::CachedThenUpdate,
+        ..LoadOptions::default()
+    };
+    let now = c.load_with("mlp", &device(), &opts).expect("cached now");
+    assert_eq!(
+        (now.release.as_str(), now.source.clone()),
+        ("1.0.0", Source::Cached)
+    );
+    // The update arrives in the background and becomes the last known good once it loaded.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.cached("mlp").is_none_or(|m| m.release != "2.0.0") {
+        assert!(Instant::now() < deadline, "no background update");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(now);
+    let next = c.load_with("mlp", &device(), &opts).expect("next");
+    assert_eq!(
+        (next.release.as_str(), next.source.clone()),
+        ("2.0.0", Source::Cached)
+    );
+}
