@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what ferry's tests need, idempotently, from package registries only:
-# a C/C++ compiler, strace (counts the store's fsyncs), rustfmt and clippy, and (through
+# a C/C++ compiler, strace (counts the store's fsyncs), a JDK and JNA (the Java binding's
+# test), rustfmt and clippy, and (through
 # scripts/setup-executorch.sh) clang, libclang and the ExecuTorch 1.5.1 runtime libraries
 # from the PyPI wheel, moto (an S3 emulator), DuckDB (reads the Parquet telemetry) and kubernetes-validate from PyPI,
 # and Azurite (an Azure Blob Storage emulator) from npm.
@@ -12,6 +13,9 @@ need_apt=()
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
 command -v strace >/dev/null 2>&1 || need_apt+=(strace)
+# The Java binding's test: a JDK and JNA (Debian packages).
+command -v javac >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
+[ -f /usr/share/java/jna.jar ] || need_apt+=(libjna-java)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
