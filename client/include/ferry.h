@@ -140,6 +140,23 @@ enum ferry_status ferry_load(struct ferry_client *client,
                              struct ferry_model **out);
 
 /**
+ * [`ferry_load`] with load options as JSON (NULL for the defaults): `mode` (`latest`,
+ * `cached_or_download`, `cached_then_update`), `require_unmetered`, `require_charging`,
+ * `max_download_bytes`, and the device's conditions now, `unmetered` and `charging` (omitted:
+ * unknown, which does not satisfy a policy that requires them). A download the policy does
+ * not allow fails with `download_deferred` (`FERRY_ERR_UNAVAILABLE`) when nothing is cached.
+ *
+ * # Safety
+ * `client` is a live handle; strings are valid (`options_json` may be NULL); `out` is a valid
+ * pointer.
+ */
+enum ferry_status ferry_load_with(struct ferry_client *client,
+                                  const char *model,
+                                  const char *device_json,
+                                  const char *options_json,
+                                  struct ferry_model **out);
+
+/**
  * A field of a loaded model, valid until `ferry_model_free`; NULL for a NULL handle.
  *
  * # Safety

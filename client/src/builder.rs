@@ -203,6 +203,7 @@ impl ClientBuilder {
             progress: self.progress,
             method: self.method,
             in_use: Arc::new(Mutex::new(BTreeMap::new())),
+            updating: Mutex::new(Default::default()),
         })
     }
 }

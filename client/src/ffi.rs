@@ -51,7 +51,7 @@ pub enum FerryStatus {
 
 /// Opaque client handle.
 pub struct FerryClient {
-    client: Client,
+    client: Arc<Client>,
 }
 
 /// Opaque loaded-model handle.
@@ -210,7 +210,11 @@ pub unsafe extern "C" fn ferry_client_new(
         {
             Ok(client) => {
                 // SAFETY: `out` is non-NULL and valid per the contract.
-                unsafe { *out = Box::into_raw(Box::new(FerryClient { client })) };
+                unsafe {
+                    *out = Box::into_raw(Box::new(FerryClient {
+                        client: Arc::new(client),
+                    }))
+                };
                 FerryStatus::FerryOk
             }
             Err(e) => fail(status_of(&e), e.code(), &e.to_string()),
@@ -259,6 +263,72 @@ pub unsafe extern "C" fn ferry_load(
     device_json: *const c_char,
     out: *mut *mut FerryModel,
 ) -> FerryStatus {
+    // SAFETY: forwarded caller guarantees; no options.
+    unsafe { ferry_load_with(client, model, device_json, std::ptr::null(), out) }
+}
+
+/// Load options as JSON; every field optional.
+#[derive(serde::Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct OptionsJson {
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    require_unmetered: bool,
+    #[serde(default)]
+    require_charging: bool,
+    #[serde(default)]
+    max_download_bytes: Option<u64>,
+    #[serde(default)]
+    unmetered: Option<bool>,
+    #[serde(default)]
+    charging: Option<bool>,
+}
+
+impl OptionsJson {
+    fn into_options(self) -> Result<crate::LoadOptions, String> {
+        let mode = match self.mode.as_deref() {
+            None | Some("latest") => crate::LoadMode::Latest,
+            Some("cached_or_download") => crate::LoadMode::CachedOrDownload,
+            Some("cached_then_update") => crate::LoadMode::CachedThenUpdate,
+            Some(other) => {
+                return Err(format!(
+                    "mode {other:?}: expected latest, cached_or_download or cached_then_update"
+                ));
+            }
+        };
+        Ok(crate::LoadOptions {
+            mode,
+            policy: crate::DownloadPolicy {
+                require_unmetered: self.require_unmetered,
+                require_charging: self.require_charging,
+                max_download_bytes: self.max_download_bytes,
+            },
+            conditions: crate::Conditions {
+                unmetered: self.unmetered,
+                charging: self.charging,
+            },
+        })
+    }
+}
+
+/// [`ferry_load`] with load options as JSON (NULL for the defaults): `mode` (`latest`,
+/// `cached_or_download`, `cached_then_update`), `require_unmetered`, `require_charging`,
+/// `max_download_bytes`, and the device's conditions now, `unmetered` and `charging` (omitted:
+/// unknown, which does not satisfy a policy that requires them). A download the policy does
+/// not allow fails with `download_deferred` (`FERRY_ERR_UNAVAILABLE`) when nothing is cached.
+///
+/// # Safety
+/// `client` is a live handle; strings are valid (`options_json` may be NULL); `out` is a valid
+/// pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferry_load_with(
+    client: *mut FerryClient,
+    model: *const c_char,
+    device_json: *const c_char,
+    options_json: *const c_char,
+    out: *mut *mut FerryModel,
+) -> FerryStatus {
     guard(|| {
         if client.is_null() || out.is_null() {
             return fail(
@@ -273,6 +343,35 @@ pub unsafe extern "C" fn ferry_load(
                 (Ok(m), Ok(d)) => (m, d),
                 (Err(s), _) | (_, Err(s)) => return s,
             };
+        let options = if options_json.is_null() {
+            OptionsJson::default()
+        } else {
+            // SAFETY: non-NULL and valid per the contract.
+            let text = match unsafe { arg(options_json, "options_json") } {
+                Ok(t) => t,
+                Err(s) => return s,
+            };
+            match serde_json::from_str(text) {
+                Ok(o) => o,
+                Err(e) => {
+                    return fail(
+                        FerryStatus::FerryErrInvalidArgument,
+                        ErrorCode::InvalidArgument.as_str(),
+                        &format!("options_json: {e}"),
+                    );
+                }
+            }
+        };
+        let options = match options.into_options() {
+            Ok(o) => o,
+            Err(e) => {
+                return fail(
+                    FerryStatus::FerryErrInvalidArgument,
+                    ErrorCode::InvalidArgument.as_str(),
+                    &format!("options_json: {e}"),
+                );
+            }
+        };
         let d: DeviceJson = match serde_json::from_str(device_json) {
             Ok(d) => d,
             Err(e) => {
@@ -294,7 +393,7 @@ pub unsafe extern "C" fn ferry_load(
         };
         // SAFETY: `client` is a live handle per the contract.
         let c = unsafe { &*client };
-        match c.client.load(model, &device) {
+        match c.client.load_with(model, &device, &options) {
             Ok(m) => {
                 let source = match &m.source {
                     crate::Source::Downloaded => "downloaded".to_string(),

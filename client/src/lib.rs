@@ -72,6 +72,8 @@ pub struct Client {
     autosend: bool,
     sending: Arc<std::sync::atomic::AtomicBool>,
     in_use: InUse,
+    /// Models a background update is running for ([`LoadMode::CachedThenUpdate`]).
+    updating: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Client {

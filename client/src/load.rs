@@ -74,12 +74,14 @@ fn stamped(mut events: Vec<TelemetryEvent>, receipt: Option<&str>) -> Vec<Teleme
 impl Client {
     /// Makes sure the variant's verified bytes are in the cache; returns them and whether
     /// they were downloaded now. A download `opts` does not allow is refused before any byte
-    /// is fetched (`DownloadDeferred`).
+    /// is fetched (`DownloadDeferred`); `spent` counts the bytes this load fetched so far (for
+    /// the byte budget) and grows by what this call fetches.
     fn ensure_blob(
         &self,
         model: &str,
         c: &PlannedVariant,
         opts: &LoadOptions,
+        spent: &mut u64,
     ) -> Result<(VerifiedBlob, bool), ClientError> {
         let v = &c.variant;
         {
@@ -90,8 +92,9 @@ impl Client {
             }
         }
         let part = self.cache().part_path(&v.sha256);
-        let to_fetch = v.size.saturating_sub(part_len(&part));
-        if let Some(reason) = opts.policy.refusal(to_fetch, &opts.conditions) {
+        let had = part_len(&part);
+        let to_fetch = v.size.saturating_sub(had);
+        if let Some(reason) = opts.policy.refusal(to_fetch, *spent, &opts.conditions) {
             return Err(ClientError::DownloadDeferred {
                 model: model.to_string(),
                 variant: v.id.to_string(),
@@ -107,12 +110,14 @@ impl Client {
             self.progress.as_ref(),
         );
         if let Err(e) = result {
+            *spent += part_len(&part).saturating_sub(had);
             if matches!(e, ClientError::DiskFull { .. }) {
                 // Free what the failed download took; the cache stays as it was.
                 let _ = std::fs::remove_file(&part);
             }
             return Err(e);
         }
+        *spent += to_fetch;
         let blob = self.cache().commit_part(&v.sha256, v.size)?;
         Ok((blob, true))
     }
@@ -217,48 +222,93 @@ impl Client {
     /// cannot be used.
     pub fn load(&self, model: &str, device: &DeviceInfo) -> Result<LoadedModel, ClientError> {
         self.load_opts(model, device, &LoadOptions::default())
+            .map(|(loaded, _)| loaded)
     }
 
     /// [`Client::load`] with a load mode, a download policy and the device's conditions. With
     /// [`LoadMode::CachedThenUpdate`] and a cached copy, the copy is loaded now and a
-    /// background thread resolves and downloads the latest under the same policy (its result
-    /// becomes the last known good that the next load finds once it has loaded and passed its
-    /// golden check; failures there are not reported, the next load tries again).
+    /// background thread (one per model at a time) downloads the latest under the same
+    /// policy; when that is a different variant, it loads it once (verify, load, golden) so
+    /// that it becomes the last known good the next load finds. The update's outcome is not
+    /// returned; its downloads and loads are reported in telemetry like any other.
     pub fn load_with(
         self: &Arc<Self>,
         model: &str,
         device: &DeviceInfo,
         opts: &LoadOptions,
     ) -> Result<LoadedModel, ClientError> {
-        let loaded = self.load_opts(model, device, opts)?;
-        if opts.mode == LoadMode::CachedThenUpdate && loaded.source == Source::Cached {
-            let (client, model, device, opts) =
-                (self.clone(), model.to_string(), device.clone(), *opts);
-            // A full load in the background: the update becomes the last known good only after
-            // it verified, loaded and passed its golden check, so the next load picks it up.
-            let latest = LoadOptions {
-                mode: LoadMode::Latest,
-                ..opts
-            };
-            let _ = std::thread::Builder::new()
-                .name("ferry-update".into())
-                .spawn(move || drop(client.load_opts(&model, &device, &latest)));
+        let (loaded, from_cache) = self.load_opts(model, device, opts)?;
+        if opts.mode == LoadMode::CachedThenUpdate && from_cache {
+            self.update_in_background(model, device, opts);
         }
         Ok(loaded)
     }
 
+    /// Fetches and adopts the latest variant of `model` on a background thread, unless one is
+    /// already doing so for this model.
+    fn update_in_background(
+        self: &Arc<Self>,
+        model: &str,
+        device: &DeviceInfo,
+        opts: &LoadOptions,
+    ) {
+        {
+            let mut updating = match self.updating.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            if !updating.insert(model.to_string()) {
+                return;
+            }
+        }
+        let (client, model, device, opts) =
+            (self.clone(), model.to_string(), device.clone(), *opts);
+        let task_client = client.clone();
+        let task_model = model.clone();
+        let spawned = std::thread::Builder::new()
+            .name("ferry-update".into())
+            .spawn(move || {
+                let (client, model) = (task_client, task_model);
+                if let Ok(got) = client.prefetch_with(&model, &device, &opts) {
+                    let current = client.cached(&model);
+                    let same = current
+                        .is_some_and(|c| c.release == got.release && c.variant == got.variant);
+                    if !same {
+                        let latest = LoadOptions {
+                            mode: LoadMode::Latest,
+                            ..opts
+                        };
+                        drop(client.load_opts(&model, &device, &latest));
+                    }
+                }
+                client.done_updating(&model);
+            });
+        if spawned.is_err() {
+            client.done_updating(&model);
+        }
+    }
+
+    fn done_updating(&self, model: &str) {
+        let mut updating = match self.updating.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        updating.remove(model);
+    }
+
+    /// A load; `true` with it when it came from the cache without asking the server.
     fn load_opts(
         &self,
         model: &str,
         device: &DeviceInfo,
         opts: &LoadOptions,
-    ) -> Result<LoadedModel, ClientError> {
+    ) -> Result<(LoadedModel, bool), ClientError> {
         let result = match opts.mode {
-            LoadMode::Latest => self.load_inner(model, device, opts),
+            LoadMode::Latest => self.load_inner(model, device, opts).map(|l| (l, false)),
             LoadMode::CachedOrDownload | LoadMode::CachedThenUpdate => {
                 match self.load_cached(model, Source::Cached, None, Instant::now()) {
-                    Ok(Ok(loaded)) => Ok(loaded),
-                    _ => self.load_inner(model, device, opts),
+                    Ok(Ok(loaded)) => Ok((loaded, true)),
+                    _ => self.load_inner(model, device, opts).map(|l| (l, false)),
                 }
             }
         };
@@ -322,6 +372,7 @@ impl Client {
         let mut attempts = Vec::new();
         let mut events = Vec::new();
         let mut deferred = None;
+        let mut spent = 0u64;
         for (i, c) in plan.candidates.iter().enumerate() {
             let v = &c.variant;
             let candidate_started = Instant::now();
@@ -347,7 +398,7 @@ impl Client {
                     });
                 }
             };
-            let (blob, downloaded) = match self.ensure_blob(model, c, opts) {
+            let (blob, downloaded) = match self.ensure_blob(model, c, opts, &mut spent) {
                 Ok(x) => x,
                 Err(e @ ClientError::DownloadDeferred { .. }) => {
                     // Not the variant's failure: no telemetry; a cached candidate after it or
@@ -673,7 +724,7 @@ impl Client {
     ) -> Result<Prefetched, ClientError> {
         let plan = self.resolve(model, device)?;
         let c = self.prefetch_candidate(&plan)?;
-        let (blob, _) = self.ensure_blob(model, c, opts)?;
+        let (blob, _) = self.ensure_blob(model, c, opts, &mut 0)?;
         Ok(Prefetched {
             release: plan.manifest.version.to_string(),
             variant: c.variant.id.to_string(),
@@ -682,7 +733,10 @@ impl Client {
     }
 
     /// What [`Client::prefetch`] would download, known before any byte is fetched: the
-    /// release, variant, signed size and the bytes still to fetch (0 when cached).
+    /// release, variant, signed size and the bytes still to fetch (0 when a file of the signed
+    /// size is cached; its digest is checked when it is used). A load tries the same variant
+    /// first unless the device claims backends the runtime lacks (then the server may offer a
+    /// variant for those first, which the load tries and falls back from).
     pub fn plan_download(
         &self,
         model: &str,

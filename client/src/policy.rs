@@ -19,26 +19,19 @@ pub enum LoadMode {
     CachedThenUpdate,
 }
 
-/// The device's state as the app knows it. Both default to `true` (no restriction known).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The device's state as the app knows it. `None` (the default) is unknown: a policy that
+/// requires a condition refuses while it is unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Conditions {
-    /// The network is not metered (Wi-Fi, Ethernet).
-    pub unmetered: bool,
-    /// The device is charging.
-    pub charging: bool,
+    /// Whether the network is unmetered (Wi-Fi, Ethernet).
+    pub unmetered: Option<bool>,
+    /// Whether the device is charging.
+    pub charging: Option<bool>,
 }
 
-impl Default for Conditions {
-    fn default() -> Self {
-        Self {
-            unmetered: true,
-            charging: true,
-        }
-    }
-}
-
-/// When a download may start. Checked before any byte is fetched; a refused download is not a
-/// failure of the variant (no fallback telemetry): the load uses what is cached, or fails with
+/// When a download may start. Checked before each download starts, never during one (a
+/// download that started on Wi-Fi finishes on cellular); a refused download is not a failure
+/// of the variant (no fallback telemetry): the load uses what is cached, or fails with
 /// `download_deferred`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DownloadPolicy {
@@ -46,27 +39,45 @@ pub struct DownloadPolicy {
     pub require_unmetered: bool,
     /// Download only while charging.
     pub require_charging: bool,
-    /// The most bytes one download may fetch (the variant's signed size).
+    /// The most bytes one load (or prefetch) may fetch over all its downloads: the bytes
+    /// still missing of each file (its signed size less a partial download kept from before).
     pub max_download_bytes: Option<u64>,
 }
 
 impl DownloadPolicy {
-    /// Why a download of `bytes` may not start under `conditions`, or `None` when it may.
-    pub fn refusal(&self, bytes: u64, conditions: &Conditions) -> Option<String> {
-        if self.require_unmetered && !conditions.unmetered {
-            return Some(
-                "the network is metered and the policy downloads only on unmetered networks".into(),
-            );
+    /// Why a download of `bytes` may not start under `conditions` when `spent` bytes were
+    /// already fetched by the same load, or `None` when it may.
+    pub fn refusal(&self, bytes: u64, spent: u64, conditions: &Conditions) -> Option<String> {
+        if self.require_unmetered && conditions.unmetered != Some(true) {
+            return Some(match conditions.unmetered {
+                Some(false) => {
+                    "the network is metered and the policy downloads only on unmetered networks"
+                        .into()
+                }
+                _ => "the policy downloads only on unmetered networks and the app did not say \
+                      the network is one"
+                    .into(),
+            });
         }
-        if self.require_charging && !conditions.charging {
-            return Some(
-                "the device is not charging and the policy downloads only while charging".into(),
-            );
+        if self.require_charging && conditions.charging != Some(true) {
+            return Some(match conditions.charging {
+                Some(false) => {
+                    "the device is not charging and the policy downloads only while charging".into()
+                }
+                _ => "the policy downloads only while charging and the app did not say the \
+                      device is"
+                    .into(),
+            });
         }
         match self.max_download_bytes {
-            Some(max) if bytes > max => Some(format!(
-                "the download is {bytes} bytes, over the budget of {max} bytes"
-            )),
+            Some(max) if bytes.saturating_add(spent) > max => Some(if spent == 0 {
+                format!("the download is {bytes} bytes, over the budget of {max} bytes")
+            } else {
+                format!(
+                    "the download is {bytes} bytes and this load fetched {spent} already, over \
+                     the budget of {max} bytes"
+                )
+            }),
             _ => None,
         }
     }
@@ -110,28 +121,44 @@ mod tests {
             require_charging: true,
             max_download_bytes: Some(100),
         };
-        let ok = Conditions::default();
-        assert_eq!(p.refusal(100, &ok), None);
+        let ok = Conditions {
+            unmetered: Some(true),
+            charging: Some(true),
+        };
+        assert_eq!(p.refusal(100, 0, &ok), None);
         assert!(
-            p.refusal(101, &ok)
+            p.refusal(101, 0, &ok)
                 .is_some_and(|r| r.contains("over the budget"))
         );
+        assert!(
+            p.refusal(60, 41, &ok)
+                .is_some_and(|r| r.contains("fetched 41 already"))
+        );
         let metered = Conditions {
-            unmetered: false,
+            unmetered: Some(false),
             ..ok
         };
         assert!(
-            p.refusal(1, &metered)
-                .is_some_and(|r| r.contains("metered"))
+            p.refusal(1, 0, &metered)
+                .is_some_and(|r| r.contains("is metered"))
         );
         let unplugged = Conditions {
-            charging: false,
+            charging: Some(false),
             ..ok
         };
         assert!(
-            p.refusal(1, &unplugged)
-                .is_some_and(|r| r.contains("charging"))
+            p.refusal(1, 0, &unplugged)
+                .is_some_and(|r| r.contains("not charging"))
         );
-        assert_eq!(DownloadPolicy::default().refusal(u64::MAX, &metered), None);
+        // Unknown conditions do not satisfy a policy that requires them.
+        let unknown = Conditions::default();
+        assert!(
+            p.refusal(1, 0, &unknown)
+                .is_some_and(|r| r.contains("did not say"))
+        );
+        assert_eq!(
+            DownloadPolicy::default().refusal(u64::MAX, 0, &unknown),
+            None
+        );
     }
 }

@@ -92,8 +92,8 @@ fn a_metered_network_defers_the_download_and_serves_the_cached_copy() {
             ..DownloadPolicy::default()
         },
         conditions: Conditions {
-            unmetered: false,
-            charging: true,
+            unmetered: Some(false),
+            charging: Some(true),
         },
         ..LoadOptions::default()
     };
@@ -121,8 +121,8 @@ fn a_metered_network_defers_the_download_and_serves_the_cached_copy() {
             ..DownloadPolicy::default()
         },
         conditions: Conditions {
-            unmetered: true,
-            charging: false,
+            unmetered: Some(true),
+            charging: Some(false),
         },
         ..LoadOptions::default()
     };
@@ -130,9 +130,22 @@ fn a_metered_network_defers_the_download_and_serves_the_cached_copy() {
     assert_eq!(loaded.release, "1.0.0");
     drop(loaded);
 
+    // Conditions the app did not report do not satisfy the policy either.
+    let unknown = LoadOptions {
+        conditions: Conditions::default(),
+        ..metered
+    };
+    let loaded = c.load_with("mlp", &device(), &unknown).expect("cache");
+    assert_eq!(loaded.release, "1.0.0");
+    drop(loaded);
+    assert_eq!(blob_bytes_served(&app), served_before);
+
     // On Wi-Fi the new release downloads.
     let wifi = LoadOptions {
-        conditions: Conditions::default(),
+        conditions: Conditions {
+            unmetered: Some(true),
+            charging: None,
+        },
         ..metered
     };
     let loaded = c.load_with("mlp", &device(), &wifi).expect("downloads");

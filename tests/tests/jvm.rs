@@ -127,6 +127,11 @@ fn a_java_program_loads_a_model_through_the_binding() {
     let report: serde_json::Value = serde_json::from_str(report_line).expect("report JSON");
     assert_eq!(report["registered_backends"][0], "XnnpackBackend");
     // Errors cross as exceptions with the stable code.
+    assert!(stdout.contains("wrong shape: shape holds"), "{stdout}");
+    assert!(
+        stdout.contains("over budget: code=download_deferred"),
+        "{stdout}"
+    );
     // (FERRY_ERR_REJECTED is 9.)
     assert!(
         stdout.contains("missing model: status=9 code=model_not_found"),

@@ -31,29 +31,50 @@ public final class LoadModel {
         float[] expected = floats(Path.of(args[5]));
         double atol = Double.parseDouble(args[6]);
         String device = "{\"install_id\":\"jvm-test\",\"platform\":\"android\",\"ram_mb\":8192}";
+        int exit;
+        // A byte budget of 1 on an empty cache: refused before anything is fetched.
+        try (FerryClient tight = new FerryClient(args[0], trust, args[2] + "-budget", "1.0.0")) {
+            tight.load("demo-mlp", device, "{\"max_download_bytes\":1}").close();
+            System.out.println("a load over the byte budget did not fail");
+            System.exit(1);
+        } catch (FerryException e) {
+            System.out.println("over budget: code=" + e.code());
+        }
         try (FerryClient client = new FerryClient(args[0], trust, args[2], "1.0.0");
                 FerryModel model = client.load("demo-mlp", device)) {
             float[] out = model.run(input, shape);
-            double max = 0;
-            if (out.length != expected.length) {
-                System.out.println("length " + out.length + " != " + expected.length);
-                System.exit(1);
+            float[] again = model.run(input, shape);
+            if (out.length != expected.length || !java.util.Arrays.equals(out, again)) {
+                System.out.println("length " + out.length + " != " + expected.length
+                        + " or a second run differs");
+                exit = 1;
+            } else {
+                double max = 0;
+                for (int i = 0; i < out.length; i++) {
+                    max = Math.max(max, Math.abs((double) out[i] - expected[i]));
+                }
+                System.out.println("variant=" + model.variant() + " release=" + model.release()
+                        + " delegate=" + model.delegate() + " source=" + model.source()
+                        + " max_abs_diff=" + max);
+                System.out.println("report=" + model.reportJson());
+                exit = max <= atol ? 0 : 1;
             }
-            for (int i = 0; i < out.length; i++) {
-                max = Math.max(max, Math.abs((double) out[i] - expected[i]));
+            try {
+                model.run(input, new long[] {1, input.length + 1});
+                System.out.println("a wrong shape was not refused");
+                exit = 1;
+            } catch (IllegalArgumentException e) {
+                System.out.println("wrong shape: " + e.getMessage());
             }
-            System.out.println("variant=" + model.variant() + " release=" + model.release()
-                    + " delegate=" + model.delegate() + " source=" + model.source()
-                    + " max_abs_diff=" + max);
-            System.out.println("report=" + model.reportJson());
             try {
                 client.load("no-such-model", device);
                 System.out.println("loading a missing model did not fail");
-                System.exit(1);
+                exit = 1;
             } catch (FerryException e) {
                 System.out.println("missing model: status=" + e.status() + " code=" + e.code());
             }
-            System.exit(max <= atol ? 0 : 1);
         }
+        // Both handles are closed (freed) here, before the exit.
+        System.exit(exit);
     }
 }

@@ -1,9 +1,12 @@
 package dev.ferry;
 
+import com.sun.jna.IntegerType;
 import com.sun.jna.Library;
+import com.sun.jna.Memory;
 import com.sun.jna.Native;
 import com.sun.jna.Pointer;
 import com.sun.jna.ptr.PointerByReference;
+import java.util.Map;
 
 /**
  * Java access to ferry's client through its C ABI ({@code client/include/ferry.h}), loaded with
@@ -13,7 +16,34 @@ import com.sun.jna.ptr.PointerByReference;
 public final class Ferry {
     private Ferry() {}
 
-    /** The C functions, one for one. Sizes ({@code size_t}) are {@code long} on 64-bit targets. */
+    /** A C {@code size_t}: 4 or 8 bytes as the platform has it. */
+    public static final class SizeT extends IntegerType {
+        private static final long serialVersionUID = 1L;
+
+        /** Zero. */
+        public SizeT() {
+            this(0);
+        }
+
+        /** {@code value} as a {@code size_t}. */
+        public SizeT(long value) {
+            super(Native.SIZE_T_SIZE, value, true);
+        }
+    }
+
+    /** Room for one {@code size_t} written by the library. */
+    static Memory sizeOut() {
+        Memory m = new Memory(Native.SIZE_T_SIZE);
+        m.clear();
+        return m;
+    }
+
+    /** The {@code size_t} in {@code m}. */
+    static long sizeIn(Memory m) {
+        return Native.SIZE_T_SIZE == 8 ? m.getLong(0) : (m.getInt(0) & 0xffffffffL);
+    }
+
+    /** The C functions, one for one. */
     interface Native64 extends Library {
         int ferry_client_new(String server, String trustJson, String cacheDir, String appVersion,
                 PointerByReference out);
@@ -22,10 +52,13 @@ public final class Ferry {
 
         int ferry_load(Pointer client, String model, String deviceJson, PointerByReference out);
 
+        int ferry_load_with(Pointer client, String model, String deviceJson, String optionsJson,
+                PointerByReference out);
+
         String ferry_model_info(Pointer model, int field);
 
-        int ferry_model_run_f32(Pointer model, float[] input, long[] shape, long ndim,
-                float[] output, long outputCapacity, long[] outputLen);
+        int ferry_model_run_f32(Pointer model, float[] input, long[] shape, SizeT ndim,
+                float[] output, SizeT outputCapacity, Pointer outputLen);
 
         void ferry_model_free(Pointer model);
 
@@ -34,7 +67,9 @@ public final class Ferry {
         String ferry_last_error_message();
     }
 
-    static final Native64 LIB = Native.load("ferry_client_ffi", Native64.class);
+    /** Strings cross as UTF-8 whatever the JVM's default charset (paths, messages). */
+    static final Native64 LIB = Native.load("ferry_client_ffi", Native64.class,
+            Map.of(Library.OPTION_STRING_ENCODING, "UTF-8"));
 
     /** {@code FERRY_OK}. */
     static final int OK = 0;

@@ -5,7 +5,8 @@ import com.sun.jna.ptr.PointerByReference;
 
 /**
  * A ferry client: resolves, downloads, verifies, caches and loads models. Close it when done
- * (models it loaded stay valid until they are closed themselves).
+ * (models it loaded stay valid until they are closed themselves). Calls are serialised on the
+ * object.
  */
 public final class FerryClient implements AutoCloseable {
     private Pointer handle;
@@ -25,17 +26,28 @@ public final class FerryClient implements AutoCloseable {
      * ({@code {"install_id", "platform", "os_version", "device_model", "soc", "ram_mb",
      * "claimed_backends"}}), falling back through the candidates.
      */
-    public FerryModel load(String model, String deviceJson) {
+    public synchronized FerryModel load(String model, String deviceJson) {
+        return load(model, deviceJson, null);
+    }
+
+    /**
+     * {@link #load(String, String)} with load options as JSON ({@code null} for the defaults):
+     * {@code mode} ({@code latest}, {@code cached_or_download}, {@code cached_then_update}),
+     * {@code require_unmetered}, {@code require_charging}, {@code max_download_bytes}, and the
+     * device's {@code unmetered} and {@code charging} now. A download the policy does not allow
+     * throws {@code download_deferred} when nothing is cached.
+     */
+    public synchronized FerryModel load(String model, String deviceJson, String optionsJson) {
         if (handle == null) {
             throw new IllegalStateException("the client is closed");
         }
         PointerByReference out = new PointerByReference();
-        Ferry.check(Ferry.LIB.ferry_load(handle, model, deviceJson, out));
+        Ferry.check(Ferry.LIB.ferry_load_with(handle, model, deviceJson, optionsJson, out));
         return new FerryModel(out.getValue());
     }
 
     @Override
-    public void close() {
+    public synchronized void close() {
         if (handle != null) {
             Ferry.LIB.ferry_client_free(handle);
             handle = null;
