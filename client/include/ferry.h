@@ -10,6 +10,56 @@
 #include <stdlib.h>
 
 /**
+ * `float32` ([`FerryTensor::dtype`]).
+ */
+#define FERRY_DTYPE_FLOAT32 0
+
+/**
+ * `float64`.
+ */
+#define FERRY_DTYPE_FLOAT64 1
+
+/**
+ * `float16` (IEEE half, raw 16-bit values).
+ */
+#define FERRY_DTYPE_FLOAT16 2
+
+/**
+ * `bfloat16` (raw 16-bit values).
+ */
+#define FERRY_DTYPE_BFLOAT16 3
+
+/**
+ * `int8`.
+ */
+#define FERRY_DTYPE_INT8 4
+
+/**
+ * `int16`.
+ */
+#define FERRY_DTYPE_INT16 5
+
+/**
+ * `int32`.
+ */
+#define FERRY_DTYPE_INT32 6
+
+/**
+ * `int64`.
+ */
+#define FERRY_DTYPE_INT64 7
+
+/**
+ * `uint8`.
+ */
+#define FERRY_DTYPE_UINT8 8
+
+/**
+ * `bool` (one byte, 0 or 1).
+ */
+#define FERRY_DTYPE_BOOL 9
+
+/**
  * Result of every `ferry_*` call.
  */
 typedef enum ferry_status {
@@ -101,6 +151,38 @@ typedef struct ferry_client ferry_client;
  */
 typedef struct ferry_model ferry_model;
 
+/**
+ * Opaque outputs of [`ferry_model_run`].
+ */
+typedef struct ferry_outputs ferry_outputs;
+
+/**
+ * A tensor crossing the C ABI: element type (`FERRY_DTYPE_*`), `ndim` dimensions at `shape`,
+ * and `nbytes` bytes of row-major elements in the platform's byte order at `data`.
+ */
+typedef struct ferry_tensor {
+  /**
+   * A `FERRY_DTYPE_*` code.
+   */
+  uint32_t dtype;
+  /**
+   * The dimensions.
+   */
+  const int64_t *shape;
+  /**
+   * How many dimensions (at most 16).
+   */
+  uintptr_t ndim;
+  /**
+   * The elements.
+   */
+  const void *data;
+  /**
+   * Their size in bytes: the product of the dimensions times the element size.
+   */
+  uintptr_t nbytes;
+} ferry_tensor;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -181,6 +263,48 @@ enum ferry_status ferry_model_run_f32(struct ferry_model *model,
                                       float *output,
                                       uintptr_t output_capacity,
                                       uintptr_t *output_len);
+
+/**
+ * Runs `method` (NULL: the loaded one) on `n_inputs` tensors of any `FERRY_DTYPE_*`; on
+ * success `*out` owns the outputs, read with [`ferry_outputs_len`] and [`ferry_outputs_get`]
+ * and freed with [`ferry_outputs_free`]. Inputs are checked against the method's metadata
+ * (count, element type, shape); another method is loaded on its first run.
+ *
+ * # Safety
+ * `model` is a live handle; `method` is NULL or a valid string; `inputs` holds `n_inputs`
+ * tensors whose pointers follow [`FerryTensor`]'s contract; `out` is a valid pointer.
+ */
+enum ferry_status ferry_model_run(struct ferry_model *model,
+                                  const char *method,
+                                  const struct ferry_tensor *inputs,
+                                  uintptr_t n_inputs,
+                                  struct ferry_outputs **out);
+
+/**
+ * How many outputs `outputs` holds (0 for NULL).
+ *
+ * # Safety
+ * `outputs` is NULL or a live handle from [`ferry_model_run`].
+ */
+uintptr_t ferry_outputs_len(const struct ferry_outputs *outputs);
+
+/**
+ * Output `index` into `*tensor`; its pointers stay valid until [`ferry_outputs_free`].
+ *
+ * # Safety
+ * `outputs` is a live handle from [`ferry_model_run`]; `tensor` is a valid pointer.
+ */
+enum ferry_status ferry_outputs_get(const struct ferry_outputs *outputs,
+                                    uintptr_t index,
+                                    struct ferry_tensor *tensor);
+
+/**
+ * Frees outputs (NULL is ignored).
+ *
+ * # Safety
+ * `outputs` is NULL or a handle from [`ferry_model_run`], not used afterwards.
+ */
+void ferry_outputs_free(struct ferry_outputs *outputs);
 
 /**
  * Frees a loaded model (NULL is ignored).

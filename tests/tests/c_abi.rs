@@ -42,6 +42,14 @@ fn generated_header() -> String {
         .export
         .rename
         .insert("FerryModelField".into(), "ferry_model_field".into());
+    config
+        .export
+        .rename
+        .insert("FerryTensor".into(), "ferry_tensor".into());
+    config
+        .export
+        .rename
+        .insert("FerryOutputs".into(), "ferry_outputs".into());
     let mut out = Vec::new();
     cbindgen::Builder::new()
         .with_config(config)
@@ -159,4 +167,119 @@ fn a_c_program_loads_a_model_end_to_end() {
     assert_eq!(report["variant"], "xnnpack-fp32");
     assert_eq!(report["registered_backends"][0], "XnnpackBackend");
     assert_eq!(report["delegated"]["XnnpackBackend"], 1);
+}
+
+#[test]
+fn a_c_program_runs_integer_inputs_and_several_outputs() {
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "-q", "-p", "ferry-client-ffi"])
+        .current_dir(root())
+        .status()
+        .expect("cargo build");
+    assert!(status.success());
+    let target = std::env::current_exe()
+        .expect("exe")
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf();
+    let work = tempfile::tempdir().expect("tmp");
+    let exe = work.path().join("typed_io");
+    let out = Command::new("cc")
+        .arg(root().join("tests/c/typed_io.c"))
+        .arg("-I")
+        .arg(root().join("client/include"))
+        .arg("-L")
+        .arg(&target)
+        .arg("-lferry_client_ffi")
+        .arg(format!("-Wl,-rpath,{}", target.display()))
+        .arg("-Wall")
+        .arg("-Werror")
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let app = TestApp::start();
+    app.publish(&ferry_server::release::sign::VariantsFile {
+        model: "typed-io".parse().expect("model"),
+        version: semver::Version::new(1, 0, 0),
+        notes: String::new(),
+        variants: vec![ferry_tests::app::variant(
+            "only",
+            "typed-io-portable.pte",
+            ferry_shared::manifest::Delegate::Portable,
+            ">=1.0.0",
+            "*",
+        )],
+    });
+    let side: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(root().join("tests/fixtures/pte/typed-io-portable.json")).expect("sidecar"),
+    )
+    .expect("json");
+    let input: Vec<ferry_shared::manifest::TensorValue> =
+        serde_json::from_value(side["input"].clone()).expect("inputs");
+    let want: Vec<ferry_shared::manifest::TensorValue> =
+        serde_json::from_value(side["output"].clone()).expect("outputs");
+    let ids: Vec<u8> = input[0]
+        .data
+        .iter()
+        .flat_map(|v| (*v as i64).to_ne_bytes())
+        .collect();
+    let flags: Vec<u8> = input[1].data.iter().map(|v| *v as i8 as u8).collect();
+    std::fs::write(work.path().join("ids.bin"), ids).expect("write");
+    std::fs::write(work.path().join("flags.bin"), flags).expect("write");
+    let run = Command::new(&exe)
+        .arg(app.url())
+        .arg(app.dir.path().join("keys/trust.json"))
+        .arg(work.path().join("cache"))
+        .arg(work.path().join("ids.bin"))
+        .arg(work.path().join("flags.bin"))
+        .arg(input[0].shape[0].to_string())
+        .arg(input[0].shape[1].to_string())
+        .output()
+        .expect("run C program");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(
+        stdout.contains("refused: input 1: int8 of shape [2, 6] is 12 bytes, nbytes says 11"),
+        "{stdout}"
+    );
+    // Each output as the C program printed it: dtype code, shape, values.
+    let codes = ["float32", "int64", "bool"];
+    let outs: Vec<&str> = stdout.lines().filter(|l| l.starts_with("out ")).collect();
+    assert_eq!(outs.len(), want.len(), "{stdout}");
+    let atol = side["atol"].as_f64().expect("atol");
+    for (i, (line, w)) in outs.iter().zip(&want).enumerate() {
+        assert_eq!(w.dtype, codes[i]);
+        let code = [0u32, 7, 9][i];
+        assert!(line.contains(&format!("dtype={code} ")), "{line}");
+        let shape = w
+            .shape
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        assert!(line.contains(&format!("shape={shape} ")), "{line}");
+        let got: Vec<f64> = line
+            .split("values=")
+            .nth(1)
+            .expect("values")
+            .split_whitespace()
+            .map(|v| v.parse().expect("number"))
+            .collect();
+        assert_eq!(got.len(), w.data.len(), "{line}");
+        for (g, e) in got.iter().zip(&w.data) {
+            assert!((g - e).abs() <= atol, "output {i}: {g} vs {e}");
+        }
+    }
 }
