@@ -152,13 +152,17 @@ typedef struct ferry_client ferry_client;
 typedef struct ferry_model ferry_model;
 
 /**
- * Opaque outputs of [`ferry_model_run`].
+ * Opaque outputs of [`ferry_model_run`]: per tensor its dtype code, shape, byte count and the
+ * bytes in 8-byte words (so that a C caller may read them as any element type).
  */
 typedef struct ferry_outputs ferry_outputs;
 
 /**
- * A tensor crossing the C ABI: element type (`FERRY_DTYPE_*`), `ndim` dimensions at `shape`,
- * and `nbytes` bytes of row-major elements in the platform's byte order at `data`.
+ * A tensor crossing the C ABI: element type (`FERRY_DTYPE_*`), `ndim` dimensions at `shape`
+ * (an `int64_t` array), and `nbytes` bytes of row-major elements in the platform's byte order
+ * at `data` (any alignment). `shape` may be NULL when `ndim` is 0 and `data` when `nbytes` is
+ * 0. At most 16 dimensions and 2^28 elements; `int64` values must be below 2^53 in magnitude.
+ * Outputs come back with `data` aligned to 8 bytes (NULL when empty).
  */
 typedef struct ferry_tensor {
   /**
@@ -267,12 +271,14 @@ enum ferry_status ferry_model_run_f32(struct ferry_model *model,
 /**
  * Runs `method` (NULL: the loaded one) on `n_inputs` tensors of any `FERRY_DTYPE_*`; on
  * success `*out` owns the outputs, read with [`ferry_outputs_len`] and [`ferry_outputs_get`]
- * and freed with [`ferry_outputs_free`]. Inputs are checked against the method's metadata
- * (count, element type, shape); another method is loaded on its first run.
+ * and freed with [`ferry_outputs_free`]. The count and element types are checked against the
+ * method's metadata before any input is read, at most 1 GiB of inputs in all, then each
+ * shape; another method is loaded on its first run. One call per model handle at a time.
  *
  * # Safety
- * `model` is a live handle; `method` is NULL or a valid string; `inputs` holds `n_inputs`
- * tensors whose pointers follow [`FerryTensor`]'s contract; `out` is a valid pointer.
+ * `model` is a live handle not used by another thread meanwhile; `method` is NULL or a valid
+ * string; `inputs` holds `n_inputs` tensors following the `ferry_tensor` contract; `out` is a
+ * valid pointer.
  */
 enum ferry_status ferry_model_run(struct ferry_model *model,
                                   const char *method,
@@ -289,7 +295,8 @@ enum ferry_status ferry_model_run(struct ferry_model *model,
 uintptr_t ferry_outputs_len(const struct ferry_outputs *outputs);
 
 /**
- * Output `index` into `*tensor`; its pointers stay valid until [`ferry_outputs_free`].
+ * Output `index` into `*tensor`; its pointers stay valid until [`ferry_outputs_free`]
+ * (`data` aligned to 8 bytes; NULL pointers for an empty shape or no data).
  *
  * # Safety
  * `outputs` is a live handle from [`ferry_model_run`]; `tensor` is a valid pointer.

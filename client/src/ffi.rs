@@ -600,8 +600,11 @@ const DTYPES: [(&str, usize); 10] = [
     ("bool", 1),
 ];
 
-/// A tensor crossing the C ABI: element type (`FERRY_DTYPE_*`), `ndim` dimensions at `shape`,
-/// and `nbytes` bytes of row-major elements in the platform's byte order at `data`.
+/// A tensor crossing the C ABI: element type (`FERRY_DTYPE_*`), `ndim` dimensions at `shape`
+/// (an `int64_t` array), and `nbytes` bytes of row-major elements in the platform's byte order
+/// at `data` (any alignment). `shape` may be NULL when `ndim` is 0 and `data` when `nbytes` is
+/// 0. At most 16 dimensions and 2^28 elements; `int64` values must be below 2^53 in magnitude.
+/// Outputs come back with `data` aligned to 8 bytes (NULL when empty).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct FerryTensor {
@@ -617,10 +620,26 @@ pub struct FerryTensor {
     pub nbytes: usize,
 }
 
-/// Opaque outputs of [`ferry_model_run`].
+/// Opaque outputs of [`ferry_model_run`]: per tensor its dtype code, shape, byte count and the
+/// bytes in 8-byte words (so that a C caller may read them as any element type).
 pub struct FerryOutputs {
-    tensors: Vec<(u32, Vec<i64>, Vec<u8>)>,
+    tensors: Vec<(u32, Vec<i64>, usize, Vec<u64>)>,
 }
+
+/// `bytes` in 8-byte-aligned storage.
+fn aligned(bytes: &[u8]) -> Vec<u64> {
+    bytes
+        .chunks(8)
+        .map(|c| {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            u64::from_ne_bytes(w)
+        })
+        .collect()
+}
+
+/// The most bytes all inputs of one [`ferry_model_run`] may hold together.
+const MAX_INPUT_BYTES: usize = 1 << 30;
 
 /// Reads one C tensor into a [`TensorValue`], checking every size against the others.
 ///
@@ -699,13 +718,26 @@ unsafe fn tensor_in(index: usize, t: &FerryTensor) -> Result<TensorValue, String
     })
 }
 
+/// `v` as an integer of `T`, refusing fractions and values out of `T`'s range.
+fn exact<T: TryFrom<i64>>(v: f64, dtype: &str) -> Result<T, String> {
+    if v.fract() != 0.0 || !v.is_finite() || v.abs() >= 9_007_199_254_740_992.0 {
+        return Err(format!("output value {v} is not a valid {dtype}"));
+    }
+    T::try_from(v as i64).map_err(|_| format!("output value {v} is out of the range of {dtype}"))
+}
+
 /// A [`TensorValue`] as the C ABI's element type code, dimensions and bytes.
 fn tensor_out(t: &TensorValue) -> Result<(u32, Vec<i64>, Vec<u8>), String> {
     let code = DTYPES
         .iter()
         .position(|(name, _)| *name == t.dtype)
         .ok_or_else(|| format!("output dtype {} has no C code", t.dtype))? as u32;
-    let shape = t.shape.iter().map(|d| *d as i64).collect();
+    let shape = t
+        .shape
+        .iter()
+        .map(|d| i64::try_from(*d).map_err(|_| "output dimension too large".to_string()))
+        .collect::<Result<_, _>>()?;
+    let name = t.dtype.as_str();
     let mut bytes = Vec::with_capacity(t.data.len() * DTYPES[code as usize].1);
     for v in &t.data {
         match code {
@@ -721,11 +753,12 @@ fn tensor_out(t: &TensorValue) -> Result<(u32, Vec<i64>, Vec<u8>), String> {
                     .to_bits()
                     .to_ne_bytes(),
             ),
-            FERRY_DTYPE_INT8 => bytes.push(*v as i8 as u8),
-            FERRY_DTYPE_INT16 => bytes.extend_from_slice(&(*v as i16).to_ne_bytes()),
-            FERRY_DTYPE_INT32 => bytes.extend_from_slice(&(*v as i32).to_ne_bytes()),
-            FERRY_DTYPE_INT64 => bytes.extend_from_slice(&(*v as i64).to_ne_bytes()),
-            _ => bytes.push(*v as u8),
+            FERRY_DTYPE_INT8 => bytes.extend_from_slice(&exact::<i8>(*v, name)?.to_ne_bytes()),
+            FERRY_DTYPE_INT16 => bytes.extend_from_slice(&exact::<i16>(*v, name)?.to_ne_bytes()),
+            FERRY_DTYPE_INT32 => bytes.extend_from_slice(&exact::<i32>(*v, name)?.to_ne_bytes()),
+            FERRY_DTYPE_INT64 => bytes.extend_from_slice(&exact::<i64>(*v, name)?.to_ne_bytes()),
+            FERRY_DTYPE_UINT8 => bytes.push(exact::<u8>(*v, name)?),
+            _ => bytes.push(u8::from(*v != 0.0)),
         }
     }
     Ok((code, shape, bytes))
@@ -733,12 +766,14 @@ fn tensor_out(t: &TensorValue) -> Result<(u32, Vec<i64>, Vec<u8>), String> {
 
 /// Runs `method` (NULL: the loaded one) on `n_inputs` tensors of any `FERRY_DTYPE_*`; on
 /// success `*out` owns the outputs, read with [`ferry_outputs_len`] and [`ferry_outputs_get`]
-/// and freed with [`ferry_outputs_free`]. Inputs are checked against the method's metadata
-/// (count, element type, shape); another method is loaded on its first run.
+/// and freed with [`ferry_outputs_free`]. The count and element types are checked against the
+/// method's metadata before any input is read, at most 1 GiB of inputs in all, then each
+/// shape; another method is loaded on its first run. One call per model handle at a time.
 ///
 /// # Safety
-/// `model` is a live handle; `method` is NULL or a valid string; `inputs` holds `n_inputs`
-/// tensors whose pointers follow [`FerryTensor`]'s contract; `out` is a valid pointer.
+/// `model` is a live handle not used by another thread meanwhile; `method` is NULL or a valid
+/// string; `inputs` holds `n_inputs` tensors following the `ferry_tensor` contract; `out` is a
+/// valid pointer.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferry_model_run(
     model: *mut FerryModel,
@@ -777,6 +812,47 @@ pub unsafe extern "C" fn ferry_model_run(
             // SAFETY: `inputs` holds `n_inputs` tensors per the contract.
             unsafe { std::slice::from_raw_parts(inputs, n_inputs) }
         };
+        // SAFETY: live handle per the contract (one call at a time).
+        let m = unsafe { &mut *model };
+        let method_name = method.map_or_else(|| m.model.method.clone(), str::to_string);
+        // The method's declared inputs first: nothing is read or expanded for a call that
+        // cannot be right.
+        let declared = match m.model.signature(&method_name) {
+            Ok(sig) => sig,
+            Err(e) => return fail(FerryStatus::FerryErrRun, e.code.as_str(), &e.message),
+        };
+        if declared.inputs.len() != given.len() {
+            return fail(
+                FerryStatus::FerryErrInvalidArgument,
+                ErrorCode::InvalidArgument.as_str(),
+                &format!(
+                    "{method_name} takes {} inputs, {} were given",
+                    declared.inputs.len(),
+                    given.len()
+                ),
+            );
+        }
+        let mut total = 0usize;
+        for (i, (t, d)) in given.iter().zip(&declared.inputs).enumerate() {
+            let name = DTYPES
+                .get(t.dtype as usize)
+                .map_or("an unknown type", |x| x.0);
+            if name != d.dtype {
+                return fail(
+                    FerryStatus::FerryErrInvalidArgument,
+                    ErrorCode::InvalidArgument.as_str(),
+                    &format!("input {i} is {name} but {method_name} takes {}", d.dtype),
+                );
+            }
+            total = total.saturating_add(t.nbytes);
+        }
+        if total > MAX_INPUT_BYTES {
+            return fail(
+                FerryStatus::FerryErrInvalidArgument,
+                ErrorCode::InvalidArgument.as_str(),
+                &format!("the inputs are {total} bytes; at most {MAX_INPUT_BYTES}"),
+            );
+        }
         let mut values = Vec::with_capacity(given.len());
         for (i, t) in given.iter().enumerate() {
             // SAFETY: each tensor follows the contract.
@@ -791,8 +867,6 @@ pub unsafe extern "C" fn ferry_model_run(
                 }
             }
         }
-        // SAFETY: live handle per the contract.
-        let m = unsafe { &mut *model };
         let result = match method {
             Some(name) => m.model.run_method(name, &values),
             None => m.model.run(&values),
@@ -804,7 +878,9 @@ pub unsafe extern "C" fn ferry_model_run(
         let mut tensors = Vec::with_capacity(outs.len());
         for t in &outs {
             match tensor_out(t) {
-                Ok(x) => tensors.push(x),
+                Ok((code, shape, bytes)) => {
+                    tensors.push((code, shape, bytes.len(), aligned(&bytes)))
+                }
                 Err(e) => {
                     return fail(
                         FerryStatus::FerryErrRun,
@@ -833,7 +909,8 @@ pub unsafe extern "C" fn ferry_outputs_len(outputs: *const FerryOutputs) -> usiz
     unsafe { &*outputs }.tensors.len()
 }
 
-/// Output `index` into `*tensor`; its pointers stay valid until [`ferry_outputs_free`].
+/// Output `index` into `*tensor`; its pointers stay valid until [`ferry_outputs_free`]
+/// (`data` aligned to 8 bytes; NULL pointers for an empty shape or no data).
 ///
 /// # Safety
 /// `outputs` is a live handle from [`ferry_model_run`]; `tensor` is a valid pointer.
@@ -853,7 +930,7 @@ pub unsafe extern "C" fn ferry_outputs_get(
         }
         // SAFETY: live handle per the contract.
         let o = unsafe { &*outputs };
-        let Some((dtype, shape, bytes)) = o.tensors.get(index) else {
+        let Some((dtype, shape, nbytes, words)) = o.tensors.get(index) else {
             return fail(
                 FerryStatus::FerryErrInvalidArgument,
                 ErrorCode::InvalidArgument.as_str(),
@@ -862,10 +939,18 @@ pub unsafe extern "C" fn ferry_outputs_get(
         };
         let t = FerryTensor {
             dtype: *dtype,
-            shape: shape.as_ptr(),
+            shape: if shape.is_empty() {
+                std::ptr::null()
+            } else {
+                shape.as_ptr()
+            },
             ndim: shape.len(),
-            data: bytes.as_ptr().cast(),
-            nbytes: bytes.len(),
+            data: if *nbytes == 0 {
+                std::ptr::null()
+            } else {
+                words.as_ptr().cast()
+            },
+            nbytes: *nbytes,
         };
         // SAFETY: `tensor` is valid per the contract.
         unsafe { *tensor = t };
@@ -907,4 +992,54 @@ pub extern "C" fn ferry_last_error_code() -> *const c_char {
 #[unsafe(no_mangle)]
 pub extern "C" fn ferry_last_error_message() -> *const c_char {
     LAST_MESSAGE.with(|m| m.borrow().as_ptr())
+}
+
+#[cfg(test)]
+mod typed_tests {
+    use super::*;
+
+    #[test]
+    fn every_dtype_round_trips_through_the_c_layout() {
+        for (code, (name, size)) in DTYPES.iter().enumerate() {
+            let values: Vec<f64> = match *name {
+                "bool" => vec![0.0, 1.0, 1.0],
+                "uint8" => vec![0.0, 200.0, 255.0],
+                "int8" => vec![-128.0, -1.0, 127.0],
+                "float16" | "bfloat16" => vec![-2.5, 0.0, 1.5],
+                _ => vec![-3.0, 0.5_f64.floor(), 7.0],
+            };
+            let t = TensorValue {
+                dtype: name.to_string(),
+                shape: vec![1, 3],
+                data: values.clone(),
+            };
+            let (c, shape, bytes) = tensor_out(&t).expect("out");
+            assert_eq!((c as usize, bytes.len()), (code, 3 * size), "{name}");
+            let words = aligned(&bytes);
+            let back = FerryTensor {
+                dtype: c,
+                shape: shape.as_ptr(),
+                ndim: shape.len(),
+                data: words.as_ptr().cast(),
+                nbytes: bytes.len(),
+            };
+            // SAFETY: the pointers are to live local buffers of the sizes given.
+            let read = unsafe { tensor_in(0, &back) }.expect("in");
+            assert_eq!(read, t, "{name}");
+        }
+    }
+
+    #[test]
+    fn outputs_that_do_not_fit_their_c_type_are_refused() {
+        let t = |dtype: &str, v: f64| TensorValue {
+            dtype: dtype.into(),
+            shape: vec![1],
+            data: vec![v],
+        };
+        assert!(tensor_out(&t("int8", 300.0)).is_err());
+        assert!(tensor_out(&t("uint8", -1.0)).is_err());
+        assert!(tensor_out(&t("int32", 0.5)).is_err());
+        assert!(tensor_out(&t("int64", 9_007_199_254_740_992.0)).is_err());
+        assert!(tensor_out(&t("complex", 1.0)).is_err());
+    }
 }

@@ -59,7 +59,12 @@ int main(int argc, char **argv) {
   }
   printf("refused: %s\n", ferry_last_error_message());
 
-  if (ferry_model_run(model, "forward", inputs, 2, &outs) != FERRY_OK) return fail("run");
+  /* The method by name and the loaded one (NULL) give the same outputs. */
+  ferry_outputs *named = NULL;
+  if (ferry_model_run(model, "forward", inputs, 2, &named) != FERRY_OK) return fail("run forward");
+  if (ferry_model_run(model, NULL, inputs, 2, &outs) != FERRY_OK) return fail("run");
+  if (ferry_outputs_len(named) != ferry_outputs_len(outs)) return 1;
+  ferry_outputs_free(named);
   size_t n = ferry_outputs_len(outs);
   for (size_t i = 0; i < n; i++) {
     ferry_tensor t;
@@ -67,14 +72,21 @@ int main(int argc, char **argv) {
     printf("out %zu dtype=%u shape=", i, t.dtype);
     for (size_t d = 0; d < t.ndim; d++) printf(d ? ",%lld" : "%lld", (long long)t.shape[d]);
     printf(" values=");
-    const unsigned char *p = t.data;
     size_t count = 1;
     for (size_t d = 0; d < t.ndim; d++) count *= (size_t)t.shape[d];
+    size_t size = t.dtype == FERRY_DTYPE_FLOAT32 ? 4 : t.dtype == FERRY_DTYPE_INT64 ? 8 : 1;
+    if (t.nbytes != count * size) {
+      fprintf(stderr, "output %zu: %zu bytes for %zu elements\n", i, t.nbytes, count);
+      return 1;
+    }
     for (size_t k = 0; k < count; k++) {
       double v;
-      if (t.dtype == FERRY_DTYPE_FLOAT32) v = ((const float *)t.data)[k];
-      else if (t.dtype == FERRY_DTYPE_INT64) v = (double)((const int64_t *)t.data)[k];
-      else v = p[k];
+      switch (t.dtype) {
+        case FERRY_DTYPE_FLOAT32: v = ((const float *)t.data)[k]; break;
+        case FERRY_DTYPE_INT64: v = (double)((const int64_t *)t.data)[k]; break;
+        case FERRY_DTYPE_BOOL: v = ((const unsigned char *)t.data)[k]; break;
+        default: fprintf(stderr, "output %zu: unexpected dtype %u\n", i, t.dtype); return 1;
+      }
       printf(k ? " %.9g" : "%.9g", v);
     }
     printf("\n");
