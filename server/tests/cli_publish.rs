@@ -176,6 +176,61 @@ fn sign_refuses_a_delegate_that_is_not_in_the_bytes() {
     assert!(!tmp.path().join("release.json").exists());
 }
 
+#[test]
+fn sign_refuses_a_program_whose_weights_are_in_a_separate_data_file() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    run_ok(
+        ferry()
+            .args(["keys", "generate", "--out"])
+            .arg(tmp.path().join("keys")),
+    );
+    let variants = write_variants(tmp.path(), "mlp-v1-vulkan.pte");
+    std::fs::copy(
+        fixtures().join("mlp-external-portable.pte"),
+        tmp.path().join("mlp-external-portable.pte"),
+    )
+    .expect("copy");
+    let toml = std::fs::read_to_string(&variants).expect("read");
+    let toml = format!(
+        "{toml}\n[[variant]]\nid = \"portable-external\"\nfile = \"mlp-external-portable.pte\"\n\
+         delegate = \"portable\"\nquant = \"fp32\"\nruntime = \">=1.5.0\"\napp = \"*\"\n"
+    );
+    std::fs::write(&variants, toml).expect("write");
+    let out = ferry()
+        .arg("sign")
+        .arg(&variants)
+        .arg("--key")
+        .arg(tmp.path().join("keys/release.key"))
+        .arg("-o")
+        .arg(tmp.path().join("release.json"))
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("keeps 4 tensor(s) of method forward in a separate data file (.ptd)"),
+        "{err}"
+    );
+    assert!(err.contains("fc1.weight"), "{err}");
+    assert!(!tmp.path().join("release.json").exists());
+    // `ferry inspect` reads the same program and names the tensors.
+    let out = ferry()
+        .arg("inspect")
+        .arg(tmp.path().join("mlp-external-portable.pte"))
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("4 tensors in a separate data file (.ptd)"),
+        "{text}"
+    );
+}
+
 /// Every file under `dir`.
 fn files_in(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();

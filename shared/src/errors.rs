@@ -99,6 +99,8 @@ catalogue! {
     NotAPte = "not_a_pte",
     /// The variant declares a delegate that its program never calls (the partitioner declined the graph). (server, CLI)
     DelegateMismatch = "delegate_mismatch",
+    /// The variant's program keeps tensors in a separate data file (.ptd) that the release does not deliver. (server, CLI)
+    DataFilesMissing = "data_files_missing",
     /// The program's schema version is newer than any runtime ferry knows. (server)
     PteSchemaUnsupported = "pte_schema_unsupported",
     /// The release names another model than the URL. (server)

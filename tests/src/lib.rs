@@ -68,6 +68,10 @@ pub struct Sidecar {
     pub atol: f64,
     /// Exporter ground truth.
     pub expected: Expected,
+    /// Per method, the tensors whose data the exporter put in a separate `.ptd` file (only
+    /// for fixtures exported with external constants).
+    #[serde(default)]
+    pub external_tensors: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// One committed `.pte` fixture with its sidecar.

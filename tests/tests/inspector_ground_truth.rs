@@ -76,3 +76,37 @@ fn declared_delegates_are_in_the_bytes() {
         }
     }
 }
+
+#[test]
+fn a_program_with_its_weights_in_a_ptd_is_inspected_and_names_them() {
+    let fixtures = pte_fixtures();
+    let f = fixtures
+        .iter()
+        .find(|f| f.sidecar.name == "mlp-external-portable")
+        .expect("the external-weights fixture");
+    let bytes = std::fs::read(&f.pte).expect("read");
+    // The exporter leaves one empty segment and no extended header in such a program.
+    let report = pte::inspect(&bytes).expect("a valid program with external weights");
+    let want = &f.sidecar.external_tensors;
+    assert_eq!(want["forward"].len(), 4, "{want:?}");
+    for m in &report.methods {
+        assert_eq!(&m.external_tensors, &want[&m.name], "{}", m.name);
+    }
+    assert!(
+        report
+            .to_text()
+            .contains("4 tensors in a separate data file (.ptd)")
+    );
+    // Programs with weights inside list none.
+    for other in fixtures
+        .iter()
+        .filter(|f| f.sidecar.external_tensors.is_empty())
+    {
+        let r = pte::inspect(&std::fs::read(&other.pte).expect("read")).expect("inspects");
+        assert!(
+            r.methods.iter().all(|m| m.external_tensors.is_empty()),
+            "{}",
+            other.sidecar.name
+        );
+    }
+}

@@ -110,6 +110,33 @@ fn each_refusal_has_its_code() {
     );
     assert_not_published(&app, "1.0.0");
 
+    // A portable variant whose program keeps its weights in a .ptd the release does not carry.
+    let ext = std::fs::read(ferry_tests::fixtures_dir().join("pte/mlp-external-portable.pte"))
+        .expect("fixture");
+    assert_eq!(app.put_blob(&ext), 201);
+    let mut needs_data = m.clone();
+    let portable = needs_data
+        .variants
+        .iter()
+        .position(|v| v.id.as_str() == "portable-fp32")
+        .expect("portable");
+    needs_data.variants[portable].sha256 = Sha256Digest::of(&ext);
+    needs_data.variants[portable].size = ext.len() as u64;
+    let (status, body) = app.post_release("mlp", &sign_manifest(&needs_data, &key));
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (422, Some("data_files_missing")),
+        "{body}"
+    );
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("keeps 4 tensor(s) of method forward in a separate data file"),
+        "{body}"
+    );
+    assert_not_published(&app, "1.0.0");
+
     // A variant that hides one of the backends its program calls.
     let mut hidden = m.clone();
     hidden.variants[xnn]

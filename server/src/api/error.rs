@@ -85,6 +85,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         C::HashMismatch
         | C::NotAPte
         | C::DelegateMismatch
+        | C::DataFilesMissing
         | C::PteSchemaUnsupported
         | C::BlobMissing
         | C::BlobSizeMismatch

@@ -116,6 +116,19 @@ pub enum PublishError {
     /// The declared delegate is not in the bytes.
     #[error("{0}")]
     DelegateMismatch(String),
+    /// The program needs a data file the release does not carry.
+    #[error(
+        "variant {variant}: its program keeps {tensors} tensor(s) of method {method} in a separate \
+         data file (.ptd), which releases do not carry yet: no device could load it"
+    )]
+    DataFilesMissing {
+        /// Variant id.
+        variant: String,
+        /// Method.
+        method: String,
+        /// How many tensors.
+        tensors: usize,
+    },
     /// The program's schema is newer than this server knows.
     #[error(
         "variant {variant} has program schema version {version}, newer than this server understands ({known})"
@@ -154,6 +167,7 @@ impl PublishError {
             PublishError::BlobSizeMismatch { .. } => ErrorCode::BlobSizeMismatch,
             PublishError::NotAPte { .. } => ErrorCode::NotAPte,
             PublishError::DelegateMismatch(_) => ErrorCode::DelegateMismatch,
+            PublishError::DataFilesMissing { .. } => ErrorCode::DataFilesMissing,
             PublishError::SchemaUnsupported { .. } => ErrorCode::PteSchemaUnsupported,
             PublishError::Store(e) => e.code(),
             PublishError::Internal(_) => ErrorCode::Internal,
@@ -350,6 +364,18 @@ fn check_delegation(
         report,
     ) {
         return Err(PublishError::DelegateMismatch(why));
+    }
+    if variant.extra_files.is_empty()
+        && let Some(m) = report
+            .methods
+            .iter()
+            .find(|m| !m.external_tensors.is_empty())
+    {
+        return Err(PublishError::DataFilesMissing {
+            variant: variant.id.to_string(),
+            method: m.name.clone(),
+            tensors: m.external_tensors.len(),
+        });
     }
     if report.schema_version > pte::KNOWN_SCHEMA_VERSION {
         return Err(PublishError::SchemaUnsupported {

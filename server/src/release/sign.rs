@@ -128,6 +128,36 @@ pub fn build_manifest(
         if let Some(why) = pte::delegation_mismatch(v.id.as_str(), v.delegate, &backends, &report) {
             bail!("{why}");
         }
+        // A program whose weights live in a separate data file (.ptd) cannot load without
+        // it, and releases do not carry data files yet: refuse rather than publish a variant
+        // no device can load.
+        if let Some(m) = report
+            .methods
+            .iter()
+            .find(|m| !m.external_tensors.is_empty())
+        {
+            let shown: Vec<&str> = m
+                .external_tensors
+                .iter()
+                .take(5)
+                .map(String::as_str)
+                .collect();
+            bail!(
+                "variant {}: {} keeps {} tensor(s) of method {} in a separate data file (.ptd): \
+                 {}{}; ferry does not deliver data files with a variant yet, so no device could \
+                 load it: export it without external_constants",
+                v.id,
+                path.display(),
+                m.external_tensors.len(),
+                m.name,
+                shown.join(", "),
+                if m.external_tensors.len() > shown.len() {
+                    ", ..."
+                } else {
+                    ""
+                }
+            );
+        }
         let golden = match &v.golden {
             Some(g) => {
                 let gp = base.join(g);

@@ -279,7 +279,9 @@ pub fn inspect_prefix(
         }
         None => Vec::new(),
     };
-    if !segments.is_empty() {
+    // Empty segments need no data in the file: a program exported with its constants in a
+    // separate data file lists one empty segment and has no extended header.
+    if segments.iter().any(|s| s.size > 0) {
         let base = header.map_or(0, |h| h.segment_base_offset);
         if base == 0 {
             return Err(PteError::BadHeader(

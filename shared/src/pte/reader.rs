@@ -36,7 +36,37 @@ impl Reader<'_> {
             .string(0, max_string, &mut self.budget)?
             .unwrap_or("")
             .to_string();
-        let values = plan.vector(2, 4, &mut self.budget)?.map_or(0, |v| v.len);
+        // Values: their count, and the names of tensors whose data lives outside the file
+        // (EValue union type 5 = Tensor; Tensor field 9 = extra_tensor_info, whose field 2 is
+        // the location, 1 = EXTERNAL, and field 1 the fully qualified name).
+        let mut external_tensors = Vec::new();
+        let values = match plan.vector(2, 4, &mut self.budget)? {
+            Some(vals) => {
+                // Each value read is charged to the work budget.
+                for i in 0..vals.len {
+                    let v = vals.table(i, &mut self.budget)?;
+                    if v.u8(0, 0)? != 5 {
+                        continue;
+                    }
+                    let Some(t) = v.table(1, &mut self.budget)? else {
+                        continue;
+                    };
+                    let Some(extra) = t.table(9, &mut self.budget)? else {
+                        continue;
+                    };
+                    if extra.u8(2, 0)? == 1 {
+                        let fqn = extra
+                            .string(1, max_string, &mut self.budget)?
+                            .unwrap_or("")
+                            .to_string();
+                        external_tensors.push(fqn);
+                    }
+                }
+                vals.len
+            }
+            None => 0,
+        };
+        external_tensors.sort();
         let inputs = plan.vector(3, 4, &mut self.budget)?.map_or(0, |v| v.len);
         let outputs = plan.vector(4, 4, &mut self.budget)?.map_or(0, |v| v.len);
 
@@ -202,6 +232,7 @@ impl Reader<'_> {
             other_instructions,
             delegate_data_bytes,
             summary,
+            external_tensors,
         })
     }
 }

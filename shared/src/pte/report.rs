@@ -84,6 +84,10 @@ pub struct MethodReport {
     pub delegate_data_bytes: u64,
     /// A one-line delegation summary for people.
     pub summary: String,
+    /// Fully qualified names of the tensors whose data is not in the file but in a separate
+    /// data file (`.ptd`) the runtime must be given, sorted.
+    #[serde(default)]
+    pub external_tensors: Vec<String>,
 }
 
 impl MethodReport {
@@ -200,6 +204,14 @@ impl PteReport {
             }
             for (op, n) in &m.kernel_calls {
                 let _ = writeln!(s, "  kernel   {op:<40} x{n}");
+            }
+            if !m.external_tensors.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "  {} in a separate data file (.ptd): {}",
+                    plural(m.external_tensors.len() as u64, "tensor"),
+                    m.external_tensors.join(", ")
+                );
             }
         }
         s
