@@ -229,6 +229,23 @@ fn sign_refuses_a_program_whose_weights_are_in_a_separate_data_file() {
         text.contains("4 tensors in a separate data file (.ptd)"),
         "{text}"
     );
+    // And the data file itself: the same four names, with their types and shapes.
+    let out = ferry()
+        .arg("inspect")
+        .arg(fixtures().join("mlp-external-portable.ptd"))
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("4 tensor(s)"), "{text}");
+    for key in ["fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight"] {
+        assert!(text.contains(key), "{text}");
+    }
+    assert!(text.contains("float32   [32, 16]"), "{text}");
 }
 
 /// Every file under `dir`.

@@ -97,6 +97,10 @@ fn a_program_with_its_weights_in_a_ptd_is_inspected_and_names_them() {
             .to_text()
             .contains("4 tensors in a separate data file (.ptd)")
     );
+    // The data file the exporter wrote provides exactly those names.
+    let ptd = std::fs::read(f.pte.with_extension("ptd")).expect("the .ptd");
+    let data = pte::inspect_ptd(&ptd).expect("a valid .ptd");
+    assert_eq!(data.keys(), want["forward"]);
     // Programs with weights inside list none.
     for other in fixtures
         .iter()

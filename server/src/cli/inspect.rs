@@ -1,4 +1,4 @@
-//! `ferry inspect FILE.pte`.
+//! `ferry inspect FILE.pte` (or a `.ptd` data file).
 
 use std::io::Write as _;
 use std::path::Path;
@@ -23,6 +23,9 @@ pub(crate) fn inspect(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
         );
     }
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    if pte::is_ptd(&bytes) {
+        return inspect_ptd(file, &bytes, json);
+    }
     let report = pte::inspect(&bytes).map_err(|e| {
         anyhow::anyhow!("{} is not a valid .pte ({}): {e}", file.display(), e.code())
     })?;
@@ -32,6 +35,37 @@ pub(crate) fn inspect(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
         writeln!(out)?;
     } else {
         write!(out, "{}", report.to_text())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ferry inspect FILE.ptd`: the named tensors of a FlatTensor data file.
+fn inspect_ptd(file: &Path, bytes: &[u8], json: bool) -> anyhow::Result<ExitCode> {
+    let report = pte::inspect_ptd(bytes).map_err(|e| {
+        anyhow::anyhow!("{} is not a valid .ptd ({}): {e}", file.display(), e.code())
+    })?;
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        writeln!(
+            out,
+            "data file (.ptd), FlatTensor version {}: {} tensor(s), {} bytes of data",
+            report.version,
+            report.tensors.len(),
+            report.data_bytes
+        )?;
+        for t in &report.tensors {
+            writeln!(
+                out,
+                "  {:<40} {:<9} {:?}  {} bytes",
+                t.key,
+                pte::scalar_type_name(t.scalar_type),
+                t.sizes,
+                t.bytes
+            )?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

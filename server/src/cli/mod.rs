@@ -225,10 +225,11 @@ pub enum Command {
         #[command(flatten)]
         remote: Remote,
     },
-    /// Show what a `.pte` program really contains: methods, delegate calls per backend and
-    /// the kernel calls left on portable kernels.
+    /// Show what a `.pte` program really contains: methods, delegate calls per backend, the
+    /// kernel calls left on portable kernels and tensors kept in a `.ptd`; or the named
+    /// tensors of a `.ptd` data file.
     Inspect {
-        /// The `.pte` file.
+        /// The `.pte` (or `.ptd`) file.
         file: PathBuf,
     },
 }

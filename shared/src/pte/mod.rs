@@ -17,9 +17,11 @@
 //! FlatBuffers part only, not the (possibly huge) segments.
 
 mod fb;
+mod ptd;
 mod reader;
 mod report;
 
+pub use ptd::{PTD_IDENTIFIER, PtdReport, PtdTensor, inspect_ptd, is_ptd, scalar_type_name};
 pub use report::*;
 
 use crate::errors::ErrorCode;

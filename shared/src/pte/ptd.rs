@@ -1,0 +1,225 @@
+//! The `.ptd` reader: ExecuTorch's FlatTensor data files, which hold a program's weights
+//! outside the `.pte` (programs exported with `external_constants=True`).
+//!
+//! A `.ptd` is a FlatBuffers `FlatTensor` (file identifier `FT01`) with a header at byte 8:
+//! magic `FH01`, u32 header length, u64 flatbuffer offset, u64 flatbuffer size, u64 segment
+//! base offset, u64 segment data size. `FlatTensor` fields by id: 0 version, 1 segments
+//! (`DataSegment`: 0 offset, 1 size), 2 named_data (`NamedData`: 0 key, 1 segment_index,
+//! 2 tensor_layout; `TensorLayout`: 0 scalar_type, 1 sizes, 2 dim_order).
+
+use serde::{Deserialize, Serialize};
+
+use super::fb::{Budget, Buf};
+use super::{PteError, PteLimits};
+
+/// The file identifier of a FlatTensor file.
+pub const PTD_IDENTIFIER: &[u8; 4] = b"FT01";
+
+/// One named tensor in a `.ptd`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PtdTensor {
+    /// The name programs look it up by (`fc1.weight`).
+    pub key: String,
+    /// ExecuTorch's scalar type code.
+    pub scalar_type: i8,
+    /// Dimensions.
+    pub sizes: Vec<i32>,
+    /// Bytes of its data segment.
+    pub bytes: u64,
+}
+
+/// What a `.ptd` holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PtdReport {
+    /// The FlatTensor schema version.
+    pub version: u32,
+    /// Its named tensors, sorted by key.
+    pub tensors: Vec<PtdTensor>,
+    /// Total bytes of the data segments.
+    pub data_bytes: u64,
+}
+
+impl PtdReport {
+    /// The keys, sorted.
+    pub fn keys(&self) -> Vec<&str> {
+        self.tensors.iter().map(|t| t.key.as_str()).collect()
+    }
+}
+
+/// Whether `bytes` look like a FlatTensor file (its identifier).
+pub fn is_ptd(bytes: &[u8]) -> bool {
+    bytes.get(4..8) == Some(PTD_IDENTIFIER.as_slice())
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(x)
+}
+
+/// Reads a whole `.ptd`: every named tensor and that each data segment lies inside the file.
+pub fn inspect_ptd(bytes: &[u8]) -> Result<PtdReport, PteError> {
+    let limits = PteLimits::default();
+    if bytes.len() < 48 {
+        return Err(PteError::Truncated(format!(
+            "{} bytes; a .ptd header needs 48",
+            bytes.len()
+        )));
+    }
+    if !is_ptd(bytes) {
+        return Err(PteError::NotAProgram {
+            found: bytes[4..8].escape_ascii().to_string(),
+        });
+    }
+    if &bytes[8..12] != b"FH01" {
+        return Err(PteError::BadHeader("no FH01 header at byte 8".into()));
+    }
+    let (fb_offset, fb_size) = (u64_at(bytes, 16), u64_at(bytes, 24));
+    let (base, data_size) = (u64_at(bytes, 32), u64_at(bytes, 40));
+    let size = bytes.len() as u64;
+    let fb_end = fb_offset
+        .checked_add(fb_size)
+        .filter(|e| *e <= size)
+        .ok_or_else(|| {
+            PteError::Truncated(format!("the flatbuffer ends past the file's {size} bytes"))
+        })?;
+    if fb_end > limits.max_program_size {
+        return Err(PteError::LimitExceeded {
+            what: "program size",
+            limit: limits.max_program_size,
+        });
+    }
+    if base.checked_add(data_size).is_none_or(|e| e > size) {
+        return Err(PteError::Truncated(format!(
+            "the data ends past the file's {size} bytes"
+        )));
+    }
+    let buf = Buf {
+        data: &bytes[..fb_end as usize],
+    };
+    let mut budget = Budget::new(limits.max_work, limits.max_string_bytes);
+    let root = buf.root(&mut budget)?;
+    let version = root.u32(0, 0)?;
+    let mut segments = Vec::new();
+    if let Some(v) = root.vector(1, 4, &mut budget)? {
+        if v.len > limits.max_entries {
+            return Err(PteError::LimitExceeded {
+                what: "segments or named data entries",
+                limit: limits.max_entries as u64,
+            });
+        }
+        for i in 0..v.len {
+            let t = v.table(i, &mut budget)?;
+            let (offset, len) = (t.u64(0, 0)?, t.u64(1, 0)?);
+            if offset.checked_add(len).is_none_or(|e| e > data_size) {
+                return Err(PteError::Truncated(format!(
+                    "data segment {i} ends past the data's {data_size} bytes"
+                )));
+            }
+            segments.push(len);
+        }
+    }
+    let mut tensors = Vec::new();
+    if let Some(v) = root.vector(2, 4, &mut budget)? {
+        if v.len > limits.max_entries {
+            return Err(PteError::LimitExceeded {
+                what: "segments or named data entries",
+                limit: limits.max_entries as u64,
+            });
+        }
+        for i in 0..v.len {
+            let t = v.table(i, &mut budget)?;
+            let key = t
+                .string(0, limits.max_string, &mut budget)?
+                .unwrap_or("")
+                .to_string();
+            let index = t.u32(1, 0)? as usize;
+            let bytes = *segments.get(index).ok_or_else(|| {
+                PteError::BadHeader(format!(
+                    "{key:?} names data segment {index}, which is missing"
+                ))
+            })?;
+            let (scalar_type, sizes) = match t.table(2, &mut budget)? {
+                Some(layout) => {
+                    let sizes = match layout.vector(1, 4, &mut budget)? {
+                        Some(s) => s
+                            .raw()?
+                            .chunks_exact(4)
+                            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                            .collect(),
+                        None => Vec::new(),
+                    };
+                    (layout.u8(0, 0)? as i8, sizes)
+                }
+                None => (0, Vec::new()),
+            };
+            tensors.push(PtdTensor {
+                key,
+                scalar_type,
+                sizes,
+                bytes,
+            });
+        }
+    }
+    tensors.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(PtdReport {
+        version,
+        tensors,
+        data_bytes: data_size,
+    })
+}
+
+/// PyTorch's name of an ExecuTorch scalar type code, for the common ones.
+pub fn scalar_type_name(code: i8) -> &'static str {
+    match code {
+        0 => "uint8",
+        1 => "int8",
+        2 => "int16",
+        3 => "int32",
+        4 => "int64",
+        5 => "float16",
+        6 => "float32",
+        7 => "float64",
+        11 => "bool",
+        15 => "bfloat16",
+        _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FIXTURE: &[u8] = include_bytes!("../../../tests/fixtures/pte/mlp-external-portable.ptd");
+
+    #[test]
+    fn the_exporters_data_file_lists_its_tensors() {
+        let r = inspect_ptd(FIXTURE).expect("valid");
+        assert_eq!(
+            r.keys(),
+            ["fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight"]
+        );
+        let w = &r.tensors[1];
+        assert_eq!(
+            (w.sizes.as_slice(), scalar_type_name(w.scalar_type)),
+            (&[32, 16][..], "float32")
+        );
+        assert!(w.bytes >= 32 * 16 * 4, "{w:?}");
+    }
+
+    #[test]
+    fn truncated_and_flipped_files_are_errors_not_panics() {
+        for len in 0..FIXTURE.len() {
+            let _ = inspect_ptd(&FIXTURE[..len]);
+        }
+        let mut copy = FIXTURE.to_vec();
+        for i in 0..copy.len() {
+            for bit in [0x01u8, 0x80] {
+                copy[i] ^= bit;
+                let _ = inspect_ptd(&copy);
+                copy[i] ^= bit;
+            }
+        }
+        assert!(inspect_ptd(b"not a data file at all, just some words to read").is_err());
+    }
+}
