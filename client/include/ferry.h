@@ -243,12 +243,14 @@ enum ferry_status ferry_load_with(struct ferry_client *client,
                                   struct ferry_model **out);
 
 /**
- * A field of a loaded model, valid until `ferry_model_free`; NULL for a NULL handle.
+ * A field of a loaded model (a `ferry_model_field` value), valid until `ferry_model_free`;
+ * NULL for a NULL handle or a value that names no field (the field is taken as an integer,
+ * so a value from a newer header is answered with NULL rather than undefined behaviour).
  *
  * # Safety
  * `model` is NULL or a live handle.
  */
-const char *ferry_model_info(const struct ferry_model *model, enum ferry_model_field field);
+const char *ferry_model_info(const struct ferry_model *model, uint32_t field);
 
 /**
  * Runs the loaded method on one float32 input of shape `shape[0..ndim]`, writing the first

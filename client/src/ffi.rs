@@ -438,27 +438,34 @@ pub enum FerryModelField {
     FerryFieldReport = 5,
 }
 
-/// A field of a loaded model, valid until `ferry_model_free`; NULL for a NULL handle.
+/// A field of a loaded model (a `ferry_model_field` value), valid until `ferry_model_free`;
+/// NULL for a NULL handle or a value that names no field (the field is taken as an integer,
+/// so a value from a newer header is answered with NULL rather than undefined behaviour).
 ///
 /// # Safety
 /// `model` is NULL or a live handle.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ferry_model_info(
-    model: *const FerryModel,
-    field: FerryModelField,
-) -> *const c_char {
+pub unsafe extern "C" fn ferry_model_info(model: *const FerryModel, field: u32) -> *const c_char {
     if model.is_null() {
         return std::ptr::null();
     }
     // SAFETY: live handle per the contract.
     let m = unsafe { &*model };
-    match field {
-        FerryModelField::FerryFieldVariant => m.variant.as_ptr(),
-        FerryModelField::FerryFieldRelease => m.release.as_ptr(),
-        FerryModelField::FerryFieldDelegate => m.delegate.as_ptr(),
-        FerryModelField::FerryFieldPath => m.path.as_ptr(),
-        FerryModelField::FerryFieldSource => m.source.as_ptr(),
-        FerryModelField::FerryFieldReport => m.report.as_ptr(),
+    let f = |x: FerryModelField| field == x as u32;
+    if f(FerryModelField::FerryFieldVariant) {
+        m.variant.as_ptr()
+    } else if f(FerryModelField::FerryFieldRelease) {
+        m.release.as_ptr()
+    } else if f(FerryModelField::FerryFieldDelegate) {
+        m.delegate.as_ptr()
+    } else if f(FerryModelField::FerryFieldPath) {
+        m.path.as_ptr()
+    } else if f(FerryModelField::FerryFieldSource) {
+        m.source.as_ptr()
+    } else if f(FerryModelField::FerryFieldReport) {
+        m.report.as_ptr()
+    } else {
+        std::ptr::null()
     }
 }
 

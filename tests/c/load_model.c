@@ -82,6 +82,10 @@ int main(int argc, char **argv) {
          ferry_model_info(model, FERRY_FIELD_VARIANT), ferry_model_info(model, FERRY_FIELD_RELEASE),
          ferry_model_info(model, FERRY_FIELD_DELEGATE), ferry_model_info(model, FERRY_FIELD_SOURCE), max_diff);
   printf("report=%s\n", ferry_model_info(model, FERRY_FIELD_REPORT));
+  if (ferry_model_info(model, 999) != NULL) {
+    fprintf(stderr, "an unknown field was answered\n");
+    return 1;
+  }
   ferry_model_free(model);
   ferry_client_free(client);
   free(out);

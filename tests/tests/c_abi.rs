@@ -25,6 +25,8 @@ fn generated_header() -> String {
         ..Default::default()
     };
     config.enumeration.rename_variants = cbindgen::RenameRule::ScreamingSnakeCase;
+    // Taken as an integer by ferry_model_info, so listed explicitly.
+    config.export.include.push("FerryModelField".into());
     config.enumeration.prefix_with_name = false;
     config
         .export
