@@ -84,6 +84,15 @@ fn fail(status: FerryStatus, code: &str, message: &str) -> FerryStatus {
     status
 }
 
+/// A refused argument: `FERRY_ERR_INVALID_ARGUMENT` with `invalid_argument` and `message`.
+fn invalid(message: &str) -> FerryStatus {
+    fail(
+        FerryStatus::FerryErrInvalidArgument,
+        ErrorCode::InvalidArgument.as_str(),
+        message,
+    )
+}
+
 fn status_of(e: &ClientError) -> FerryStatus {
     match e {
         ClientError::Config(_) => FerryStatus::FerryErrConfig,
@@ -130,20 +139,12 @@ fn guard(f: impl FnOnce() -> FerryStatus) -> FerryStatus {
 /// `p` is NULL or a valid NUL-terminated string.
 unsafe fn arg<'a>(p: *const c_char, name: &str) -> Result<&'a str, FerryStatus> {
     if p.is_null() {
-        return Err(fail(
-            FerryStatus::FerryErrInvalidArgument,
-            ErrorCode::InvalidArgument.as_str(),
-            &format!("{name} is NULL"),
-        ));
+        return Err(invalid(&format!("{name} is NULL")));
     }
     // SAFETY: the caller promises a valid NUL-terminated string.
-    unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| {
-        fail(
-            FerryStatus::FerryErrInvalidArgument,
-            ErrorCode::InvalidArgument.as_str(),
-            &format!("{name} is not UTF-8"),
-        )
-    })
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .map_err(|_| invalid(&format!("{name} is not UTF-8")))
 }
 
 /// Creates a client. `trust_json` is the content of a server's `keys/trust.json`.
@@ -161,11 +162,7 @@ pub unsafe extern "C" fn ferry_client_new(
 ) -> FerryStatus {
     guard(|| {
         if out.is_null() {
-            return fail(
-                FerryStatus::FerryErrInvalidArgument,
-                ErrorCode::InvalidArgument.as_str(),
-                "out is NULL",
-            );
+            return invalid("out is NULL");
         }
         // SAFETY: forwarded caller guarantees.
         let parsed = unsafe {
@@ -331,11 +328,7 @@ pub unsafe extern "C" fn ferry_load_with(
 ) -> FerryStatus {
     guard(|| {
         if client.is_null() || out.is_null() {
-            return fail(
-                FerryStatus::FerryErrInvalidArgument,
-                ErrorCode::InvalidArgument.as_str(),
-                "client or out is NULL",
-            );
+            return invalid("client or out is NULL");
         }
         // SAFETY: forwarded caller guarantees.
         let (model, device_json) =
@@ -354,32 +347,20 @@ pub unsafe extern "C" fn ferry_load_with(
             match serde_json::from_str(text) {
                 Ok(o) => o,
                 Err(e) => {
-                    return fail(
-                        FerryStatus::FerryErrInvalidArgument,
-                        ErrorCode::InvalidArgument.as_str(),
-                        &format!("options_json: {e}"),
-                    );
+                    return invalid(&format!("options_json: {e}"));
                 }
             }
         };
         let options = match options.into_options() {
             Ok(o) => o,
             Err(e) => {
-                return fail(
-                    FerryStatus::FerryErrInvalidArgument,
-                    ErrorCode::InvalidArgument.as_str(),
-                    &format!("options_json: {e}"),
-                );
+                return invalid(&format!("options_json: {e}"));
             }
         };
         let d: DeviceJson = match serde_json::from_str(device_json) {
             Ok(d) => d,
             Err(e) => {
-                return fail(
-                    FerryStatus::FerryErrInvalidArgument,
-                    ErrorCode::InvalidArgument.as_str(),
-                    &format!("device_json: {e}"),
-                );
+                return invalid(&format!("device_json: {e}"));
             }
         };
         let device = DeviceInfo {
@@ -495,11 +476,7 @@ pub unsafe extern "C" fn ferry_model_run_f32(
             || ndim == 0
             || ndim > 16
         {
-            return fail(
-                FerryStatus::FerryErrInvalidArgument,
-                ErrorCode::InvalidArgument.as_str(),
-                "NULL argument or bad ndim",
-            );
+            return invalid("NULL argument or bad ndim");
         }
         // SAFETY: `shape` holds `ndim` values per the contract.
         let dims = unsafe { std::slice::from_raw_parts(shape, ndim) };
@@ -507,20 +484,12 @@ pub unsafe extern "C" fn ferry_model_run_f32(
         let mut shape_u = Vec::with_capacity(ndim);
         for d in dims {
             let Ok(d) = u64::try_from(*d) else {
-                return fail(
-                    FerryStatus::FerryErrInvalidArgument,
-                    ErrorCode::InvalidArgument.as_str(),
-                    "negative dimension",
-                );
+                return invalid("negative dimension");
             };
             n = match n.checked_mul(d) {
                 Some(x) if x <= (1 << 28) => x,
                 _ => {
-                    return fail(
-                        FerryStatus::FerryErrInvalidArgument,
-                        ErrorCode::InvalidArgument.as_str(),
-                        "input too large",
-                    );
+                    return invalid("input too large");
                 }
             };
             shape_u.push(d);
@@ -791,18 +760,10 @@ pub unsafe extern "C" fn ferry_model_run(
 ) -> FerryStatus {
     guard(|| {
         if model.is_null() || out.is_null() || (n_inputs > 0 && inputs.is_null()) {
-            return fail(
-                FerryStatus::FerryErrInvalidArgument,
-                ErrorCode::InvalidArgument.as_str(),
-                "model, out or inputs is NULL",
-            );
+            return invalid("model, out or inputs is NULL");
         }
         if n_inputs > 1024 {
-            return fail(
-                FerryStatus::FerryErrInvalidArgument,
-                ErrorCode::InvalidArgument.as_str(),
-                "more than 1024 inputs",
-            );
+            return invalid("more than 1024 inputs");
         }
         let method = if method.is_null() {
             None
@@ -829,15 +790,11 @@ pub unsafe extern "C" fn ferry_model_run(
             Err(e) => return fail(FerryStatus::FerryErrRun, e.code.as_str(), &e.message),
         };
         if declared.inputs.len() != given.len() {
-            return fail(
-                FerryStatus::FerryErrInvalidArgument,
-                ErrorCode::InvalidArgument.as_str(),
-                &format!(
-                    "{method_name} takes {} inputs, {} were given",
-                    declared.inputs.len(),
-                    given.len()
-                ),
-            );
+            return invalid(&format!(
+                "{method_name} takes {} inputs, {} were given",
+                declared.inputs.len(),
+                given.len()
+            ));
         }
         let mut total = 0usize;
         for (i, (t, d)) in given.iter().zip(&declared.inputs).enumerate() {
@@ -845,20 +802,17 @@ pub unsafe extern "C" fn ferry_model_run(
                 .get(t.dtype as usize)
                 .map_or("an unknown type", |x| x.0);
             if name != d.dtype {
-                return fail(
-                    FerryStatus::FerryErrInvalidArgument,
-                    ErrorCode::InvalidArgument.as_str(),
-                    &format!("input {i} is {name} but {method_name} takes {}", d.dtype),
-                );
+                return invalid(&format!(
+                    "input {i} is {name} but {method_name} takes {}",
+                    d.dtype
+                ));
             }
             total = total.saturating_add(t.nbytes);
         }
         if total > MAX_INPUT_BYTES {
-            return fail(
-                FerryStatus::FerryErrInvalidArgument,
-                ErrorCode::InvalidArgument.as_str(),
-                &format!("the inputs are {total} bytes; at most {MAX_INPUT_BYTES}"),
-            );
+            return invalid(&format!(
+                "the inputs are {total} bytes; at most {MAX_INPUT_BYTES}"
+            ));
         }
         let mut values = Vec::with_capacity(given.len());
         for (i, t) in given.iter().enumerate() {
@@ -866,11 +820,7 @@ pub unsafe extern "C" fn ferry_model_run(
             match unsafe { tensor_in(i, t) } {
                 Ok(v) => values.push(v),
                 Err(e) => {
-                    return fail(
-                        FerryStatus::FerryErrInvalidArgument,
-                        ErrorCode::InvalidArgument.as_str(),
-                        &e,
-                    );
+                    return invalid(&e);
                 }
             }
         }
@@ -929,20 +879,12 @@ pub unsafe extern "C" fn ferry_outputs_get(
 ) -> FerryStatus {
     guard(|| {
         if outputs.is_null() || tensor.is_null() {
-            return fail(
-                FerryStatus::FerryErrInvalidArgument,
-                ErrorCode::InvalidArgument.as_str(),
-                "outputs or tensor is NULL",
-            );
+            return invalid("outputs or tensor is NULL");
         }
         // SAFETY: live handle per the contract.
         let o = unsafe { &*outputs };
         let Some((dtype, shape, nbytes, words)) = o.tensors.get(index) else {
-            return fail(
-                FerryStatus::FerryErrInvalidArgument,
-                ErrorCode::InvalidArgument.as_str(),
-                &format!("output {index} of {}", o.tensors.len()),
-            );
+            return invalid(&format!("output {index} of {}", o.tensors.len()));
         };
         let t = FerryTensor {
             dtype: *dtype,

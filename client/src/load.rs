@@ -46,12 +46,10 @@ fn delegation(
     if need > MAX_PROGRAM_READ {
         return None;
     }
+    use std::io::Seek as _;
+    file.rewind().ok()?;
     let mut prefix = Vec::new();
-    std::fs::File::open(path)
-        .ok()?
-        .take(need)
-        .read_to_end(&mut prefix)
-        .ok()?;
+    file.take(need).read_to_end(&mut prefix).ok()?;
     let report = ferry_shared::pte::inspect_prefix(&prefix, size, &limits).ok()?;
     let m = report.method(method)?;
     Some((m.delegate_calls.clone(), m.kernel_calls.clone()))

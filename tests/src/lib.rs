@@ -103,6 +103,57 @@ pub fn pte_fixtures() -> Vec<Fixture> {
     out
 }
 
+/// Builds the C library of the client (`libferry_client_ffi`; `cargo test` builds rlibs, not
+/// another package's cdylib) and returns the folder it is in (the profile folder of the running
+/// test binary).
+pub fn ffi_library_dir() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let status = std::process::Command::new(env!("CARGO"))
+        .args(["build", "-q", "-p", "ferry-client-ffi"])
+        .current_dir(&root)
+        .status()
+        .expect("cargo build");
+    assert!(status.success(), "building ferry-client-ffi failed");
+    let dir = std::env::current_exe()
+        .expect("exe")
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf();
+    assert!(
+        dir.join("libferry_client_ffi.so").is_file(),
+        "no libferry_client_ffi.so in {}",
+        dir.display()
+    );
+    dir
+}
+
+/// Compiles the C program `source` against `client/include/ferry.h` and the library in
+/// `lib_dir` (found at run time through an rpath) with `-Wall -Werror`, into `exe`.
+pub fn compile_c(source: &Path, exe: &Path, lib_dir: &Path) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = std::process::Command::new("cc")
+        .arg(source)
+        .arg("-I")
+        .arg(root.join("client/include"))
+        .arg("-L")
+        .arg(lib_dir)
+        .arg("-lferry_client_ffi")
+        .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+        .arg("-lm")
+        .arg("-Wall")
+        .arg("-Werror")
+        .arg("-o")
+        .arg(exe)
+        .output()
+        .expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 pub mod app;
 pub mod azurite;
 pub mod duckdb;

@@ -86,47 +86,11 @@ fn write_f32(path: &Path, values: &[f64]) {
 
 #[test]
 fn a_c_program_loads_a_model_end_to_end() {
-    // Build the C library (cargo test builds rlibs, not the cdylib of another package).
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "-q", "-p", "ferry-client-ffi"])
-        .current_dir(root())
-        .status()
-        .expect("cargo build");
-    assert!(status.success());
-    let target = std::env::current_exe()
-        .expect("exe")
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .to_path_buf();
-    assert!(
-        target.join("libferry_client_ffi.so").is_file(),
-        "{}",
-        target.display()
-    );
+    let target = ferry_tests::ffi_library_dir();
 
     let work = tempfile::tempdir().expect("tmp");
     let exe = work.path().join("load_model");
-    let out = Command::new("cc")
-        .arg(root().join("tests/c/load_model.c"))
-        .arg("-I")
-        .arg(root().join("client/include"))
-        .arg("-L")
-        .arg(&target)
-        .arg("-lferry_client_ffi")
-        .arg(format!("-Wl,-rpath,{}", target.display()))
-        .arg("-lm")
-        .arg("-Wall")
-        .arg("-Werror")
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ferry_tests::compile_c(&root().join("tests/c/load_model.c"), &exe, &target);
 
     let app = TestApp::start_with(Options {
         demo: true,
@@ -173,39 +137,10 @@ fn a_c_program_loads_a_model_end_to_end() {
 
 #[test]
 fn a_c_program_runs_integer_inputs_and_several_outputs() {
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "-q", "-p", "ferry-client-ffi"])
-        .current_dir(root())
-        .status()
-        .expect("cargo build");
-    assert!(status.success());
-    let target = std::env::current_exe()
-        .expect("exe")
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .to_path_buf();
+    let target = ferry_tests::ffi_library_dir();
     let work = tempfile::tempdir().expect("tmp");
     let exe = work.path().join("typed_io");
-    let out = Command::new("cc")
-        .arg(root().join("tests/c/typed_io.c"))
-        .arg("-I")
-        .arg(root().join("client/include"))
-        .arg("-L")
-        .arg(&target)
-        .arg("-lferry_client_ffi")
-        .arg(format!("-Wl,-rpath,{}", target.display()))
-        .arg("-Wall")
-        .arg("-Werror")
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ferry_tests::compile_c(&root().join("tests/c/typed_io.c"), &exe, &target);
 
     let app = TestApp::start();
     app.publish(&ferry_server::release::sign::VariantsFile {

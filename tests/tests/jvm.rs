@@ -41,19 +41,7 @@ fn a_java_program_loads_a_model_through_the_binding() {
         "{JNA} is missing: run tests/setup.sh (Debian libjna-java)"
     );
     // The C library the binding loads.
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "-q", "-p", "ferry-client-ffi"])
-        .current_dir(root())
-        .status()
-        .expect("cargo build");
-    assert!(status.success());
-    let target = std::env::current_exe()
-        .expect("exe")
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .to_path_buf();
-    assert!(target.join("libferry_client_ffi.so").is_file());
+    let target = ferry_tests::ffi_library_dir();
 
     let work = tempfile::tempdir().expect("tmp");
     let classes = work.path().join("classes");
