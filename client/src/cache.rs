@@ -44,8 +44,18 @@ pub struct ModelEntry {
     pub sha256: Sha256Digest,
     /// Blob size.
     pub size: u64,
+    /// Digests of the variant's data files (`.ptd`), kept with the program.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub data: Vec<Sha256Digest>,
     /// The signed release envelope, re-verified before any offline use.
     pub release_envelope: Envelope,
+}
+
+impl ModelEntry {
+    /// Whether the entry needs the blob `d` (its program or one of its data files).
+    pub fn uses(&self, d: &Sha256Digest) -> bool {
+        self.sha256 == *d || self.data.contains(d)
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,12 +91,14 @@ struct Index {
 
 /// A cached blob whose bytes matched a signed digest and size when the cache handed it out.
 /// Only the cache makes one (after hashing the file, or after a download that hashed every
-/// byte), so a [`Runtime`](crate::Runtime) given a `VerifiedBlob` is given checked bytes.
+/// byte), so a [`Runtime`](crate::Runtime) given a `VerifiedBlob` is given checked bytes. A
+/// program's blob carries its data files (`.ptd`), verified the same way, when it has any.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifiedBlob {
     path: PathBuf,
     sha256: Sha256Digest,
     size: u64,
+    data: Vec<VerifiedBlob>,
 }
 
 impl VerifiedBlob {
@@ -103,6 +115,18 @@ impl VerifiedBlob {
     /// The size the file had.
     pub fn size(&self) -> u64 {
         self.size
+    }
+
+    /// The program's data files (`.ptd`), in the signed manifest's order; empty for a program
+    /// that keeps all its tensors inside.
+    pub fn data_files(&self) -> &[VerifiedBlob] {
+        &self.data
+    }
+
+    /// This program with its verified data files.
+    pub(crate) fn with_data(mut self, data: Vec<VerifiedBlob>) -> Self {
+        self.data = data;
+        self
     }
 }
 
@@ -180,9 +204,11 @@ impl Cache {
         let before = index.blobs.len() + index.models.len();
         index.blobs.retain(|hex, _| blobs.join(hex).is_file());
         let present: BTreeSet<String> = index.blobs.keys().cloned().collect();
-        index
-            .models
-            .retain(|_, m| present.contains(&m.sha256.to_hex()));
+        index.models.retain(|_, m| {
+            std::iter::once(&m.sha256)
+                .chain(&m.data)
+                .all(|d| present.contains(&d.to_hex()))
+        });
         rec.dropped_entries = before - index.blobs.len() - index.models.len();
         let cache = Cache {
             root: root.to_path_buf(),
@@ -237,11 +263,12 @@ impl Cache {
                 path,
                 sha256: *d,
                 size,
+                data: Vec::new(),
             }));
         }
         let _ = std::fs::remove_file(&path);
         self.index.blobs.remove(&d.to_hex());
-        self.index.models.retain(|_, m| m.sha256 != *d);
+        self.index.models.retain(|_, m| !m.uses(d));
         self.save()?;
         Ok(None)
     }
@@ -262,6 +289,7 @@ impl Cache {
             path: dest,
             sha256: *d,
             size,
+            data: Vec::new(),
         })
     }
 
@@ -451,8 +479,9 @@ impl Cache {
             .index
             .models
             .values()
-            .map(|m| m.sha256.to_hex())
-            .chain(in_use.iter().map(Sha256Digest::to_hex))
+            .flat_map(|m| std::iter::once(&m.sha256).chain(&m.data))
+            .chain(in_use)
+            .map(Sha256Digest::to_hex)
             .collect();
         let plan = eviction_plan(
             self.index

@@ -30,7 +30,8 @@ use sha2::{Digest as _, Sha256};
 
 use crate::error::ClientError;
 
-/// Download progress: variant id, bytes on disk, total.
+/// Download progress: the variant id, the bytes of its files on disk and their total (the
+/// program and its data files together, so one bar covers the whole download).
 pub type ProgressFn = Arc<dyn Fn(&str, u64, u64) + Send + Sync>;
 
 /// Retry and size limits for downloads.
@@ -279,19 +280,41 @@ fn truncate(part: &Path) -> Result<(), ClientError> {
     }
 }
 
-/// Downloads `variant`'s blob from `url` into `part` until the file is complete and its
+/// One file to download, as the signed manifest describes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wanted<'a> {
+    /// How errors and progress name it: the variant id, or for a data file
+    /// `<variant> data file <name>`.
+    pub id: &'a str,
+    /// Its signed digest.
+    pub sha256: Sha256Digest,
+    /// Its signed size.
+    pub size: u64,
+}
+
+impl<'a> From<&'a Variant> for Wanted<'a> {
+    fn from(v: &'a Variant) -> Self {
+        Self {
+            id: v.id.as_str(),
+            sha256: v.sha256,
+            size: v.size,
+        }
+    }
+}
+
+/// Downloads the `wanted` blob from `url` into `part` until the file is complete and its
 /// SHA-256 equals the signed digest. On success `part` holds exactly the signed bytes (synced
 /// to disk); the caller moves it into the cache.
 pub fn fetch(
     agent: &ureq::Agent,
     url: &str,
     part: &Path,
-    variant: &Variant,
+    wanted: Wanted<'_>,
     limits: &DownloadLimits,
     progress: Option<&ProgressFn>,
 ) -> Result<(), ClientError> {
-    let size = variant.size;
-    let id = variant.id.as_str();
+    let size = wanted.size;
+    let id = wanted.id;
     if size > limits.max_bytes {
         return Err(ClientError::TooLarge {
             variant: id.to_string(),
@@ -322,14 +345,14 @@ pub fn fetch(
         }
         if have == size {
             let digest = Sha256Digest::from_bytes(hash_prefix(part, size)?.finalize().into());
-            if digest == variant.sha256 {
+            if digest == wanted.sha256 {
                 return Ok(());
             }
             truncate(part)?;
             if restarted_after_mismatch {
                 return Err(ClientError::HashMismatch {
                     variant: id.to_string(),
-                    expected: variant.sha256.to_hex(),
+                    expected: wanted.sha256.to_hex(),
                     actual: digest.to_hex(),
                 });
             }
@@ -448,7 +471,7 @@ pub fn fetch(
         }
         file.sync_all().map_err(|e| ClientError::io(part, e))?;
         let digest = Sha256Digest::from_bytes(hasher.finalize().into());
-        if digest == variant.sha256 {
+        if digest == wanted.sha256 {
             let _ = std::fs::remove_file(etag_path(part));
             return Ok(());
         }
@@ -456,7 +479,7 @@ pub fn fetch(
         if !append || restarted_after_mismatch {
             return Err(ClientError::HashMismatch {
                 variant: id.to_string(),
-                expected: variant.sha256.to_hex(),
+                expected: wanted.sha256.to_hex(),
                 actual: digest.to_hex(),
             });
         }

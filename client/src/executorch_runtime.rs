@@ -72,7 +72,11 @@ impl Runtime for ExecuTorchRuntime {
     }
 
     fn open(&self, blob: &VerifiedBlob) -> Result<Box<dyn Program>, RuntimeError> {
+        // Data files (.ptd) were verified with the program; the runtime finds the tensors the
+        // program keeps outside in them by name.
+        let data: Vec<&std::path::Path> = blob.data_files().iter().map(|d| d.path()).collect();
         let mut module: Module<'static> = ModuleBuilder::new(blob.path())
+            .data_files(&data)
             .load_mode(LoadMode::File)
             .build();
         module

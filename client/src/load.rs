@@ -70,10 +70,12 @@ fn stamped(mut events: Vec<TelemetryEvent>, receipt: Option<&str>) -> Vec<Teleme
 }
 
 impl Client {
-    /// Makes sure the variant's verified bytes are in the cache; returns them and whether
-    /// they were downloaded now. A download `opts` does not allow is refused before any byte
-    /// is fetched (`DownloadDeferred`); `spent` counts the bytes this load fetched so far (for
-    /// the byte budget) and grows by what this call fetches.
+    /// Makes sure the variant's verified files (its program and data files) are all in the
+    /// cache; returns the program with its data files and whether anything was downloaded now.
+    /// A download `opts` does not allow is refused before any byte is fetched
+    /// (`DownloadDeferred`); `spent` counts the bytes this load fetched so far (for the byte
+    /// budget) and grows by what this call fetches. Each file is kept once by its digest, so
+    /// a data file another variant or model already brought is not fetched again.
     fn ensure_blob(
         &self,
         model: &str,
@@ -82,42 +84,112 @@ impl Client {
         spent: &mut u64,
     ) -> Result<(VerifiedBlob, bool), ClientError> {
         let v = &c.variant;
+        let data_ids: Vec<String> = v
+            .extra_files
+            .iter()
+            .map(|f| format!("{} data file {}", v.id, f.name))
+            .collect();
+        let mut wanted = vec![download::Wanted::from(v)];
+        for (f, id) in v.extra_files.iter().zip(&data_ids) {
+            wanted.push(download::Wanted {
+                id,
+                sha256: f.sha256,
+                size: f.size,
+            });
+        }
+        let total: u64 = wanted.iter().map(|w| w.size).sum();
+        // What is cached and verified, and what still has to come.
+        let mut have: Vec<Option<VerifiedBlob>> = Vec::with_capacity(wanted.len());
         {
             let mut cache = self.cache();
-            if let Some(blob) = cache.verified_blob(&v.sha256, v.size)? {
-                cache.mark_used(&v.sha256, v.size)?;
-                return Ok((blob, false));
+            for w in &wanted {
+                let blob = cache.verified_blob(&w.sha256, w.size)?;
+                if blob.is_some() {
+                    cache.mark_used(&w.sha256, w.size)?;
+                }
+                have.push(blob);
             }
         }
-        let part = self.cache().part_path(&v.sha256);
-        let had = part_len(&part);
-        let to_fetch = v.size.saturating_sub(had);
-        if let Some(reason) = opts.policy.refusal(to_fetch, *spent, &opts.conditions) {
+        let mut to_fetch = 0u64;
+        for (w, h) in wanted.iter().zip(&have) {
+            if h.is_none() {
+                to_fetch += w
+                    .size
+                    .saturating_sub(part_len(&self.cache().part_path(&w.sha256)));
+            }
+        }
+        if to_fetch > 0
+            && let Some(reason) = opts.policy.refusal(to_fetch, *spent, &opts.conditions)
+        {
             return Err(ClientError::DownloadDeferred {
                 model: model.to_string(),
                 variant: v.id.to_string(),
                 reason,
             });
         }
-        let result = download::fetch(
-            &self.agent,
-            &self.url_for(&c.url),
-            &part,
-            v,
-            &self.limits,
-            self.progress.as_ref(),
-        );
-        if let Err(e) = result {
-            *spent += part_len(&part).saturating_sub(had);
-            if matches!(e, ClientError::DiskFull { .. }) {
-                // Free what the failed download took; the cache stays as it was.
-                let _ = std::fs::remove_file(&part);
+        let mut downloaded = false;
+        // Bytes of the variant's files already complete, for one progress count over all.
+        let mut done: u64 = wanted
+            .iter()
+            .zip(&have)
+            .filter(|(_, h)| h.is_some())
+            .map(|(w, _)| w.size)
+            .sum();
+        let mut blobs = Vec::with_capacity(wanted.len());
+        for (w, h) in wanted.iter().zip(have) {
+            if let Some(blob) = h {
+                blobs.push(blob);
+                continue;
             }
-            return Err(e);
+            let part = self.cache().part_path(&w.sha256);
+            let had = part_len(&part);
+            let url = if w.sha256 == v.sha256 {
+                self.url_for(&c.url)
+            } else {
+                self.data_url(&c.url, &v.sha256, &w.sha256)
+            };
+            let progress: Option<crate::download::ProgressFn> = self.progress.as_ref().map(|p| {
+                let (p, id, offset) = (p.clone(), v.id.to_string(), done);
+                let f: crate::download::ProgressFn =
+                    Arc::new(move |_: &str, n: u64, _: u64| p(&id, offset + n, total));
+                f
+            });
+            let result = download::fetch(
+                &self.agent,
+                &url,
+                &part,
+                *w,
+                &self.limits,
+                progress.as_ref(),
+            );
+            if let Err(e) = result {
+                *spent += part_len(&part).saturating_sub(had);
+                if matches!(e, ClientError::DiskFull { .. }) {
+                    // Free what the failed download took; the cache stays as it was.
+                    let _ = std::fs::remove_file(&part);
+                }
+                return Err(e);
+            }
+            *spent += w.size.saturating_sub(had);
+            done += w.size;
+            downloaded = true;
+            blobs.push(self.cache().commit_part(&w.sha256, w.size)?);
         }
-        *spent += to_fetch;
-        let blob = self.cache().commit_part(&v.sha256, v.size)?;
-        Ok((blob, true))
+        let mut blobs = blobs.into_iter();
+        let program = blobs
+            .next()
+            .ok_or_else(|| ClientError::DecisionMismatch("no program".into()))?;
+        Ok((program.with_data(blobs.collect()), downloaded))
+    }
+
+    /// Where a data file of the variant whose program is at `program_url` is: the same place
+    /// with the data file's digest in place of the program's (blob addresses end in the
+    /// digest), else the server's blob endpoint.
+    fn data_url(&self, program_url: &str, program: &Sha256Digest, data: &Sha256Digest) -> String {
+        match program_url.strip_suffix(program.to_hex().as_str()) {
+            Some(base) => self.url_for(&format!("{base}{}", data.to_hex())),
+            None => self.url_for(&format!("/v1/blobs/sha256/{}", data.to_hex())),
+        }
     }
 
     fn event(
@@ -454,9 +526,10 @@ impl Client {
                         delegate: v.delegate.to_string(),
                         sha256: v.sha256,
                         size: v.size,
+                        data: v.extra_files.iter().map(|f| f.sha256).collect(),
                         release_envelope: plan.release_envelope.clone(),
                     };
-                    let guard = InUseGuard::new(&self.in_use, v.sha256);
+                    let guard = InUseGuard::new(&self.in_use, &blob);
                     {
                         let mut cache = self.cache();
                         cache.set_last_good(model, entry)?;
@@ -562,7 +635,23 @@ impl Client {
                     "the cached entry is not a variant of its signed release".into(),
                 )
             })?;
-        let blob = self.cache().verified_blob(&variant.sha256, variant.size)?;
+        // The program and every data file, verified; any that fails makes the entry unusable.
+        let blob = {
+            let mut cache = self.cache();
+            match cache.verified_blob(&variant.sha256, variant.size)? {
+                Some(program) => {
+                    let mut data = Vec::with_capacity(variant.extra_files.len());
+                    for f in &variant.extra_files {
+                        match cache.verified_blob(&f.sha256, f.size)? {
+                            Some(d) => data.push(d),
+                            None => break,
+                        }
+                    }
+                    (data.len() == variant.extra_files.len()).then(|| program.with_data(data))
+                }
+                None => None,
+            }
+        };
         Ok(Some(LastGood {
             entry,
             variant,
@@ -669,7 +758,7 @@ impl Client {
             method: self.method.clone(),
             program,
             other_methods: Vec::new(),
-            _guard: InUseGuard::new(&self.in_use, variant.sha256),
+            _guard: InUseGuard::new(&self.in_use, &blob),
         }))
     }
 
@@ -743,18 +832,21 @@ impl Client {
         let plan = self.resolve(model, device)?;
         let c = self.prefetch_candidate(&plan)?;
         let v = &c.variant;
-        let cached = self.cache().blob_path(&v.sha256);
-        let to_download = if std::fs::metadata(&cached).is_ok_and(|m| m.len() == v.size) {
-            0
-        } else {
-            v.size
-                .saturating_sub(part_len(&self.cache().part_path(&v.sha256)))
-        };
+        let files = std::iter::once((v.sha256, v.size))
+            .chain(v.extra_files.iter().map(|f| (f.sha256, f.size)));
+        let (mut size, mut to_download) = (0u64, 0u64);
+        for (d, n) in files {
+            size += n;
+            let cached = self.cache().blob_path(&d);
+            if !std::fs::metadata(&cached).is_ok_and(|m| m.len() == n) {
+                to_download += n.saturating_sub(part_len(&self.cache().part_path(&d)));
+            }
+        }
         Ok(DownloadPlan {
             release: plan.manifest.version.to_string(),
             variant: v.id.to_string(),
             delegate: v.delegate.to_string(),
-            size: v.size,
+            size,
             to_download,
         })
     }

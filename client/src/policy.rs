@@ -103,10 +103,10 @@ pub struct DownloadPlan {
     pub variant: String,
     /// Its delegate.
     pub delegate: String,
-    /// Its signed size in bytes.
+    /// Its signed size in bytes: the program and its data files (`.ptd`) together.
     pub size: u64,
-    /// Bytes still to fetch: 0 when the verified file is cached, less than `size` when a
-    /// partial download can be resumed.
+    /// Bytes still to fetch: 0 when every file is cached, less than `size` when some are
+    /// cached (a data file another variant shares, say) or a partial download can be resumed.
     pub to_download: u64,
 }
 

@@ -44,7 +44,8 @@ pub trait Runtime: Send + Sync {
     fn version(&self) -> semver::Version;
     /// Backend ids this runtime really registered.
     fn registered_backends(&self) -> Vec<String>;
-    /// Opens a program whose bytes the cache verified (does not load methods yet).
+    /// Opens a program whose bytes the cache verified (does not load methods yet), with the
+    /// data files (`.ptd`) it keeps tensors in, verified with it ([`VerifiedBlob::data_files`]).
     fn open(&self, blob: &VerifiedBlob) -> Result<Box<dyn Program>, RuntimeError>;
 }
 

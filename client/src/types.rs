@@ -192,29 +192,37 @@ pub(crate) type InUse = Arc<Mutex<BTreeMap<Sha256Digest, usize>>>;
 
 pub(crate) struct InUseGuard {
     set: InUse,
-    digest: Sha256Digest,
+    digests: Vec<Sha256Digest>,
 }
 
 impl InUseGuard {
-    pub(crate) fn new(set: &InUse, digest: Sha256Digest) -> Self {
+    /// Marks the program's blob and its data files' blobs in use until the guard drops.
+    pub(crate) fn new(set: &InUse, blob: &crate::cache::VerifiedBlob) -> Self {
+        let digests: Vec<Sha256Digest> = std::iter::once(*blob.sha256())
+            .chain(blob.data_files().iter().map(|d| *d.sha256()))
+            .collect();
         if let Ok(mut g) = set.lock() {
-            *g.entry(digest).or_default() += 1;
+            for d in &digests {
+                *g.entry(*d).or_default() += 1;
+            }
         }
         Self {
             set: set.clone(),
-            digest,
+            digests,
         }
     }
 }
 
 impl Drop for InUseGuard {
     fn drop(&mut self) {
-        if let Ok(mut g) = self.set.lock()
-            && let Some(n) = g.get_mut(&self.digest)
-        {
-            *n -= 1;
-            if *n == 0 {
-                g.remove(&self.digest);
+        if let Ok(mut g) = self.set.lock() {
+            for d in &self.digests {
+                if let Some(n) = g.get_mut(d) {
+                    *n -= 1;
+                    if *n == 0 {
+                        g.remove(d);
+                    }
+                }
             }
         }
     }

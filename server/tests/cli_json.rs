@@ -3,39 +3,9 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use common::{TOKEN, ferry, run_ok, serve};
-
-const BASE: &str = "https://ferry.invalid/schemas/";
-
-fn schemas_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../schemas")
-}
-
-/// A validator for `reference` (a schema file, optionally with `#/$defs/NAME`), with every
-/// committed schema registered for `$ref`s.
-fn validator(reference: &str) -> jsonschema::Validator {
-    let mut registry = jsonschema::Registry::new();
-    for e in std::fs::read_dir(schemas_dir()).expect("schemas").flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.ends_with(".schema.json") {
-            let v: serde_json::Value =
-                serde_json::from_slice(&std::fs::read(e.path()).expect("read")).expect("json");
-            registry = registry.add(format!("{BASE}{name}"), v).expect("uri");
-        }
-    }
-    let registry = registry.prepare().expect("registry");
-    let wrapper = serde_json::json!({
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": format!("{BASE}cli-check.json"),
-        "$ref": reference,
-    });
-    jsonschema::options()
-        .with_registry(&registry)
-        .build(&wrapper)
-        .unwrap_or_else(|e| panic!("{reference}: {e}"))
-}
+use common::{TOKEN, ferry, run_ok, serve, validator};
 
 /// Runs `ferry --json ARGS`, asserting success, and checks its output against `reference`.
 fn json_of(args: &[&str], reference: &str) -> serde_json::Value {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 mod common;
 
-use common::{TOKEN, ferry, fixtures, run_ok, serve};
+use common::{TOKEN, assert_valid, ferry, fixtures, run_ok, serve};
 
 fn write_variants(dir: &Path, vulkan_file: &str) -> PathBuf {
     for f in [
@@ -177,75 +177,143 @@ fn sign_refuses_a_delegate_that_is_not_in_the_bytes() {
 }
 
 #[test]
-fn sign_refuses_a_program_whose_weights_are_in_a_separate_data_file() {
+fn sign_checks_a_programs_data_files_and_publish_uploads_them() {
     let tmp = tempfile::tempdir().expect("tmp");
+    let data = tmp.path().join("data");
+    let files = tmp.path().join("files");
+    std::fs::create_dir_all(&files).expect("mkdir");
     run_ok(
         ferry()
             .args(["keys", "generate", "--out"])
-            .arg(tmp.path().join("keys")),
+            .arg(data.join("keys")),
     );
-    let variants = write_variants(tmp.path(), "mlp-v1-vulkan.pte");
-    std::fs::copy(
-        fixtures().join("mlp-external-portable.pte"),
-        tmp.path().join("mlp-external-portable.pte"),
-    )
-    .expect("copy");
-    let toml = std::fs::read_to_string(&variants).expect("read");
-    let toml = format!(
-        "{toml}\n[[variant]]\nid = \"portable-external\"\nfile = \"mlp-external-portable.pte\"\n\
-         delegate = \"portable\"\nquant = \"fp32\"\nruntime = \">=1.5.0\"\napp = \"*\"\n"
-    );
-    std::fs::write(&variants, toml).expect("write");
-    let out = ferry()
-        .arg("sign")
-        .arg(&variants)
-        .arg("--key")
-        .arg(tmp.path().join("keys/release.key"))
-        .arg("-o")
-        .arg(tmp.path().join("release.json"))
-        .output()
-        .expect("run");
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    for f in [
+        "mlp-external-portable.pte",
+        "mlp-external-portable.ptd",
+        "mlp-external-portable.json",
+    ] {
+        std::fs::copy(fixtures().join(f), files.join(f)).expect("copy fixture");
+    }
+    // A data file whose tensor is named differently: a valid .ptd that lacks fc1.weight.
+    let ptd = std::fs::read(fixtures().join("mlp-external-portable.ptd")).expect("ptd");
+    let at = ptd
+        .windows(10)
+        .position(|w| w == b"fc1.weight")
+        .expect("the key is in the file");
+    let mut other = ptd.clone();
+    other[at + 2] = b'9';
+    std::fs::write(files.join("other.ptd"), &other).expect("write");
+
+    let variants = files.join("VARIANTS.toml");
+    let release = tmp.path().join("release.json");
+    let sign_with = |data_line: &str| {
+        std::fs::write(
+            &variants,
+            format!(
+                "model = \"ext-mlp\"\nversion = \"1.0.0\"\n\n[[variant]]\nid = \"portable-fp32\"\n\
+                 file = \"mlp-external-portable.pte\"\ndelegate = \"portable\"\nquant = \"fp32\"\n\
+                 runtime = \">=1.5.0\"\napp = \"*\"\ngolden = \"mlp-external-portable.json\"\n\
+                 {data_line}\n"
+            ),
+        )
+        .expect("write toml");
+        ferry()
+            .arg("sign")
+            .arg(&variants)
+            .arg("--key")
+            .arg(data.join("keys/release.key"))
+            .arg("-o")
+            .arg(&release)
+            .arg("--json")
+            .output()
+            .expect("run")
+    };
+    let refused = |data_line: &str| -> String {
+        let out = sign_with(data_line);
+        assert!(!out.status.success(), "{data_line}");
+        assert!(!release.exists(), "nothing is written when sign refuses");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+
+    // Without its data file: refused, naming the tensors and the fix.
+    let err = refused("");
     assert!(
-        err.contains("keeps 4 tensor(s) of method forward in a separate data file (.ptd)"),
+        err.contains("keeps 4 tensor(s) in a separate data file (.ptd): fc1.bias, fc1.weight"),
         "{err}"
     );
-    assert!(err.contains("fc1.weight"), "{err}");
-    assert!(!tmp.path().join("release.json").exists());
-    // `ferry inspect` reads the same program and names the tensors.
-    let out = ferry()
-        .arg("inspect")
-        .arg(tmp.path().join("mlp-external-portable.pte"))
-        .output()
-        .expect("run");
+    assert!(err.contains("data = [\"NAME.ptd\"]"), "{err}");
+    // A data file that is not a .ptd (the program itself).
+    let err = refused("data = [\"mlp-external-portable.pte\"]");
+    assert!(err.contains("is not a valid .ptd"), "{err}");
+    // A .ptd that does not hold every tensor the program needs.
+    let err = refused("data = [\"other.ptd\"]");
+    assert!(
+        err.contains("its data files do not provide 1 tensor(s)") && err.contains("fc1.weight"),
+        "{err}"
+    );
+    // A data file that is missing.
+    let err = refused("data = [\"nosuch.ptd\"]");
+    assert!(err.contains("cannot read data file"), "{err}");
+
+    // With it: signed, and the manifest names the data file.
+    let out = sign_with("data = [\"mlp-external-portable.ptd\"]");
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains("4 tensors in a separate data file (.ptd)"),
-        "{text}"
+    let signed: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_valid(&signed, "cli.schema.json#/$defs/sign");
+    let entry = &signed["variants"][0]["data"][0];
+    assert_eq!(entry["name"], "mlp-external-portable.ptd", "{signed}");
+    assert_eq!(entry["size"], ptd.len() as u64, "{signed}");
+
+    // Published through the CLI: the data file is uploaded with the program, once.
+    let server = serve(&data);
+    let out = run_ok(
+        ferry()
+            .arg("publish")
+            .arg(&release)
+            .arg("--files")
+            .arg(&files)
+            .args(["--server", &server.url, "--token", TOKEN, "--json"]),
     );
-    // And the data file itself: the same four names, with their types and shapes.
-    let out = ferry()
-        .arg("inspect")
-        .arg(fixtures().join("mlp-external-portable.ptd"))
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let published: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_valid(&published, "cli.schema.json#/$defs/publish");
+    assert_eq!(published["state"], "published", "{published}");
+    let blobs = published["blobs"].as_array().expect("blobs");
+    assert_eq!(blobs.len(), 2, "{published}");
+    let data_blob = blobs
+        .iter()
+        .find(|b| b["data_file"] == "mlp-external-portable.ptd")
+        .expect("the data file was handled");
+    assert_eq!(data_blob["uploaded"], true, "{published}");
+    assert_eq!(data_blob["variant"], "portable-fp32", "{published}");
+    let stored = data
+        .join("store/blobs/sha256")
+        .join(ferry_shared::Sha256Digest::of(&ptd).to_hex());
+    assert_eq!(std::fs::read(&stored).ok().as_deref(), Some(&ptd[..]));
+
+    // `ferry inspect` names the tensors the program needs and the ones the data file holds.
+    let out = run_ok(
+        ferry()
+            .arg("inspect")
+            .arg(files.join("mlp-external-portable.pte")),
     );
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("4 tensor(s)"), "{text}");
+    assert!(
+        out.contains("4 tensors in a separate data file (.ptd)"),
+        "{out}"
+    );
+    let out = run_ok(
+        ferry()
+            .arg("inspect")
+            .arg(files.join("mlp-external-portable.ptd")),
+    );
+    assert!(out.contains("4 tensor(s)"), "{out}");
     for key in ["fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight"] {
-        assert!(text.contains(key), "{text}");
+        assert!(out.contains(key), "{out}");
     }
-    assert!(text.contains("float32   [32, 16]"), "{text}");
+    assert!(out.contains("float32   [32, 16]"), "{out}");
 }
 
 /// Every file under `dir`.

@@ -238,9 +238,16 @@ impl TestApp {
     pub fn publish(&self, spec: &VariantsFile) -> (ReleaseManifest, Envelope) {
         let (manifest, envelope) = signed_release(spec, &self.release_key());
         for v in &manifest.variants {
-            let bytes = fixture_bytes_by_digest(&v.sha256);
-            let status = self.put_blob(&bytes);
-            assert!(status == 201 || status == 200, "upload {}: {status}", v.id);
+            let digests = std::iter::once(&v.sha256).chain(v.extra_files.iter().map(|f| &f.sha256));
+            for d in digests {
+                let bytes = fixture_bytes_by_digest(d);
+                let status = self.put_blob(&bytes);
+                assert!(
+                    status == 201 || status == 200,
+                    "upload {} {d}: {status}",
+                    v.id
+                );
+            }
         }
         let (status, body) = self.post_release(manifest.model.as_str(), &envelope);
         assert_eq!(status, 201, "publish: {body}");
@@ -334,10 +341,16 @@ pub fn payload(env: &Envelope) -> Vec<u8> {
         .expect("base64")
 }
 
-/// The bytes of the committed fixture with this digest.
+/// The bytes of the committed fixture (a `.pte` or a `.ptd`) with this digest.
 pub fn fixture_bytes_by_digest(d: &ferry_shared::Sha256Digest) -> Vec<u8> {
-    for f in crate::pte_fixtures() {
-        let b = std::fs::read(&f.pte).expect("read");
+    let dir = fixtures_dir().join("pte");
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if !path.extension().is_some_and(|e| e == "pte" || e == "ptd") {
+            continue;
+        }
+        let b = std::fs::read(&path).expect("read");
         if &ferry_shared::Sha256Digest::of(&b) == d {
             return b;
         }
@@ -364,6 +377,7 @@ pub fn variant(id: &str, file: &str, delegate: Delegate, runtime: &str, app: &st
         socs: Vec::new(),
         deny_socs: Vec::new(),
         golden: None,
+        data: Vec::new(),
     }
 }
 

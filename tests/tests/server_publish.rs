@@ -132,10 +132,39 @@ fn each_refusal_has_its_code() {
         body["message"]
             .as_str()
             .unwrap_or_default()
-            .contains("keeps 4 tensor(s) of method forward in a separate data file"),
+            .contains("keeps 4 tensor(s) in a separate data file (.ptd)"),
         "{body}"
     );
     assert_not_published(&app, "1.0.0");
+    // With a data file that lacks one of the tensors (a valid .ptd, one key renamed), and with
+    // a "data file" that is a program: both refused after reading only their headers.
+    let ptd = std::fs::read(ferry_tests::fixtures_dir().join("pte/mlp-external-portable.ptd"))
+        .expect("fixture");
+    let at = ptd
+        .windows(10)
+        .position(|w| w == b"fc2.weight")
+        .expect("key");
+    let mut other = ptd.clone();
+    other[at + 2] = b'7';
+    for (file, code, says) in [
+        (&other, "data_files_missing", "(fc2.weight)"),
+        (&ext, "not_a_pte", "data file weights.ptd"),
+    ] {
+        assert!(matches!(app.put_blob(file), 200 | 201));
+        let mut with_data = needs_data.clone();
+        with_data.variants[portable].extra_files = vec![ferry_shared::manifest::ExtraFile {
+            name: "weights.ptd".into(),
+            sha256: Sha256Digest::of(file),
+            size: file.len() as u64,
+        }];
+        let (status, body) = app.post_release("mlp", &sign_manifest(&with_data, &key));
+        assert_eq!((status, body["code"].as_str()), (422, Some(code)), "{body}");
+        assert!(
+            body["message"].as_str().unwrap_or_default().contains(says),
+            "{body}"
+        );
+        assert_not_published(&app, "1.0.0");
+    }
 
     // A variant that hides one of the backends its program calls.
     let mut hidden = m.clone();

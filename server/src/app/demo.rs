@@ -61,6 +61,7 @@ fn spec() -> anyhow::Result<VariantsFile> {
             socs: Vec::new(),
             deny_socs: Vec::new(),
             golden: Some("mlp-v1-xnnpack.json".into()),
+            data: Vec::new(),
         })
     };
     Ok(VariantsFile {

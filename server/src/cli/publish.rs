@@ -92,12 +92,21 @@ pub(crate) fn publish_cmd(
     // Already published: its blobs are still checked (and a torn one uploaded again).
     let identical = checked["state"] == "identical";
     // Find each blob in the folder by size, then hash.
-    let mut wanted: Vec<(Sha256Digest, u64, String)> = manifest
-        .variants
-        .iter()
-        .map(|v| (v.sha256, v.size, v.id.to_string()))
-        .collect();
-    wanted.dedup_by_key(|w| w.0);
+    // Programs and their data files; a file several variants share is uploaded once.
+    // Each: digest, size, the variant, the data file's name (none for the program).
+    let mut wanted: Vec<(Sha256Digest, u64, String, Option<String>)> = Vec::new();
+    for v in &manifest.variants {
+        let files = std::iter::once((v.sha256, v.size, v.id.to_string(), None)).chain(
+            v.extra_files
+                .iter()
+                .map(|f| (f.sha256, f.size, v.id.to_string(), Some(f.name.clone()))),
+        );
+        for w in files {
+            if !wanted.iter().any(|x| x.0 == w.0) {
+                wanted.push(w);
+            }
+        }
+    }
     let mut found: Vec<(Sha256Digest, PathBuf)> = Vec::new();
     for entry in
         std::fs::read_dir(files).with_context(|| format!("cannot list {}", files.display()))?
@@ -114,7 +123,19 @@ pub(crate) fn publish_cmd(
             found.push((digest, path));
         }
     }
-    for (digest, size, id) in &wanted {
+    for (digest, size, variant, data_file) in &wanted {
+        // How the file is named in messages: the variant, or its data file.
+        let id = &match data_file {
+            Some(name) => format!("{variant} (data file {name})"),
+            None => variant.clone(),
+        };
+        let entry = |uploaded: bool| {
+            let mut e = serde_json::json!({"variant": variant, "sha256": digest, "size": size, "uploaded": uploaded});
+            if let Some(name) = data_file {
+                e["data_file"] = serde_json::json!(name);
+            }
+            e
+        };
         let Some((_, path)) = found.iter().find(|(d, _)| d == digest) else {
             bail!(
                 "variant {id}: no file in {} has sha256 {digest}",
@@ -136,7 +157,7 @@ pub(crate) fn publish_cmd(
                 "{id}: blob {} already on the server",
                 digest.to_hex()
             ));
-            blobs.push(serde_json::json!({"variant": id, "sha256": digest, "size": size, "uploaded": false}));
+            blobs.push(entry(false));
             continue;
         }
         if head.status() == 200 {
@@ -157,7 +178,7 @@ pub(crate) fn publish_cmd(
             )
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
-        bar.set_message(id.clone());
+        bar.set_message(id.to_string());
         let file = std::fs::File::open(path)?;
         let mut reader = Progress {
             inner: file,
@@ -176,9 +197,7 @@ pub(crate) fn publish_cmd(
             return Err(http_error(&format!("upload of {}", path.display()), resp));
         }
         say(format!("{id}: uploaded {} ({size} bytes)", path.display()));
-        blobs.push(
-            serde_json::json!({"variant": id, "sha256": digest, "size": size, "uploaded": true}),
-        );
+        blobs.push(entry(true));
     }
     let (model, version) = (manifest.model.to_string(), manifest.version.to_string());
     if identical {

@@ -55,6 +55,12 @@ pub(crate) fn sign_cmd(
                 "sha256": v.sha256,
                 "file": f.path.display().to_string(),
                 "backends": v.backends,
+                "data": v.extra_files.iter().zip(&f.data).map(|(e, d)| serde_json::json!({
+                    "name": e.name,
+                    "size": e.size,
+                    "sha256": e.sha256,
+                    "file": d.path.display().to_string(),
+                })).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -79,6 +85,16 @@ pub(crate) fn sign_cmd(
                 .collect::<Vec<_>>()
                 .join(", ")
         );
+        for (e, d) in v.extra_files.iter().zip(&f.data) {
+            println!(
+                "  {:<16} {:<9} {:>10} bytes  {}  (data file {})",
+                "",
+                "",
+                e.size,
+                d.path.display(),
+                e.name
+            );
+        }
     }
     println!("wrote {}", output.display());
     Ok(ExitCode::SUCCESS)

@@ -116,18 +116,31 @@ pub enum PublishError {
     /// The declared delegate is not in the bytes.
     #[error("{0}")]
     DelegateMismatch(String),
-    /// The program needs a data file the release does not carry.
+    /// The program needs tensors that the variant's data files do not provide.
     #[error(
-        "variant {variant}: its program keeps {tensors} tensor(s) of method {method} in a separate \
-         data file (.ptd), which releases do not carry yet: no device could load it"
+        "variant {variant}: its program keeps {} tensor(s) in a separate data file (.ptd) that \
+         the variant's data files do not provide ({}{}): no device could load it",
+        missing.len(),
+        missing.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
+        if missing.len() > 5 { ", ..." } else { "" }
     )]
     DataFilesMissing {
         /// Variant id.
         variant: String,
-        /// Method.
-        method: String,
-        /// How many tensors.
-        tensors: usize,
+        /// The tensors no data file provides.
+        missing: Vec<String>,
+    },
+    /// A variant's data file is not a FlatTensor `.ptd`.
+    #[error("variant {variant}: data file {name} ({digest}) is not a valid .ptd: {why}")]
+    NotAPtd {
+        /// Variant id.
+        variant: String,
+        /// The data file's name.
+        name: String,
+        /// The blob.
+        digest: Sha256Digest,
+        /// The inspector's reason.
+        why: String,
     },
     /// The program's schema is newer than this server knows.
     #[error(
@@ -168,6 +181,7 @@ impl PublishError {
             PublishError::NotAPte { .. } => ErrorCode::NotAPte,
             PublishError::DelegateMismatch(_) => ErrorCode::DelegateMismatch,
             PublishError::DataFilesMissing { .. } => ErrorCode::DataFilesMissing,
+            PublishError::NotAPtd { .. } => ErrorCode::NotAPte,
             PublishError::SchemaUnsupported { .. } => ErrorCode::PteSchemaUnsupported,
             PublishError::Store(e) => e.code(),
             PublishError::Internal(_) => ErrorCode::Internal,
@@ -352,6 +366,27 @@ async fn inspect_blob(
     })
 }
 
+/// Reads the header and named tensors of a data file in the store (not its data segments).
+async fn inspect_data_blob(
+    store: &Store,
+    variant: &str,
+    file: &ferry_shared::manifest::ExtraFile,
+) -> Result<pte::PtdReport, PublishError> {
+    let key = StorageKey::blob(&file.sha256);
+    let refuse = |why: String| PublishError::NotAPtd {
+        variant: variant.to_string(),
+        name: file.name.clone(),
+        digest: file.sha256,
+        why,
+    };
+    let head = store.get_range(&key, 0..file.size.min(48)).await?;
+    let need = pte::ptd_required_prefix(&head)
+        .map_err(|e| refuse(format!("({}) {e}", e.code())))?
+        .min(file.size);
+    let prefix = store.get_range(&key, 0..need).await?;
+    pte::inspect_ptd_prefix(&prefix, file.size).map_err(|e| refuse(format!("({}) {e}", e.code())))
+}
+
 /// Checks that what the variant declares is what its bytes contain.
 fn check_delegation(
     variant: &ferry_shared::manifest::Variant,
@@ -364,18 +399,6 @@ fn check_delegation(
         report,
     ) {
         return Err(PublishError::DelegateMismatch(why));
-    }
-    if variant.extra_files.is_empty()
-        && let Some(m) = report
-            .methods
-            .iter()
-            .find(|m| !m.external_tensors.is_empty())
-    {
-        return Err(PublishError::DataFilesMissing {
-            variant: variant.id.to_string(),
-            method: m.name.clone(),
-            tensors: m.external_tensors.len(),
-        });
     }
     if report.schema_version > pte::KNOWN_SCHEMA_VERSION {
         return Err(PublishError::SchemaUnsupported {
@@ -477,6 +500,17 @@ pub async fn publish_release(
                 }
                 Err(e) => return Err(e.into()),
             }
+        }
+        let mut data = Vec::new();
+        for f in &v.extra_files {
+            data.push(inspect_data_blob(store, v.id.as_str(), f).await?);
+        }
+        let missing = pte::missing_external_tensors(&report, &data);
+        if !missing.is_empty() {
+            return Err(PublishError::DataFilesMissing {
+                variant: v.id.to_string(),
+                missing,
+            });
         }
         reports.insert(v.id.to_string(), report);
     }

@@ -17,17 +17,20 @@
 //! min_ram_mb = 1024               # optional
 //! socs = ["SM8550"]               # optional allow list
 //! golden = "mlp-v1-xnnpack.json"  # optional: {"input": [...], "output": [...], "atol": 1e-5}
+//! data = ["weights.ptd"]          # optional: data files (.ptd) the program loads with
 //! ```
 //!
 //! Every file is inspected while signing: a file that is not a `.pte`, or whose delegation
-//! does not match its declared delegate, is refused before anything is signed.
+//! does not match its declared delegate, is refused before anything is signed; so is a data
+//! file that is not a `.ptd`, and a program that keeps tensors outside the file (exported
+//! with `external_constants=True`) whose data files do not provide every one of them.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 use ferry_shared::dsse::Envelope;
 use ferry_shared::manifest::{
-    Delegate, DeviceConstraints, Golden, ManifestLimits, Platform, RELEASE_PAYLOAD_TYPE,
+    Delegate, DeviceConstraints, ExtraFile, Golden, ManifestLimits, Platform, RELEASE_PAYLOAD_TYPE,
     ReleaseManifest, Variant,
 };
 use ferry_shared::{BackendId, ModelName, Sha256Digest, VariantId, pte};
@@ -84,6 +87,10 @@ pub struct VariantSpec {
     pub deny_socs: Vec<String>,
     /// Golden check file (JSON with `input`, `output`, `atol`).
     pub golden: Option<PathBuf>,
+    /// Data files (`.ptd`) the program is loaded with, relative to the VARIANTS.toml; the
+    /// runtime finds tensors in them by name, so their order does not matter.
+    #[serde(default)]
+    pub data: Vec<PathBuf>,
 }
 
 /// A file the manifest refers to, for `ferry publish`.
@@ -95,10 +102,12 @@ pub struct SignedFile {
     pub sha256: Sha256Digest,
     /// Its size.
     pub size: u64,
+    /// For a program: its data files, in the manifest's order.
+    pub data: Vec<SignedFile>,
 }
 
 /// Builds (but does not sign) the manifest. `read` loads a file named in the spec, relative
-/// to `base`; `now` stamps `created`.
+/// to `base`; `now` stamps `created`. The files come back one per variant, in order.
 pub fn build_manifest(
     spec: &VariantsFile,
     base: &Path,
@@ -128,36 +137,7 @@ pub fn build_manifest(
         if let Some(why) = pte::delegation_mismatch(v.id.as_str(), v.delegate, &backends, &report) {
             bail!("{why}");
         }
-        // A program whose weights live in a separate data file (.ptd) cannot load without
-        // it, and releases do not carry data files yet: refuse rather than publish a variant
-        // no device can load.
-        if let Some(m) = report
-            .methods
-            .iter()
-            .find(|m| !m.external_tensors.is_empty())
-        {
-            let shown: Vec<&str> = m
-                .external_tensors
-                .iter()
-                .take(5)
-                .map(String::as_str)
-                .collect();
-            bail!(
-                "variant {}: {} keeps {} tensor(s) of method {} in a separate data file (.ptd): \
-                 {}{}; ferry does not deliver data files with a variant yet, so no device could \
-                 load it: export it without external_constants",
-                v.id,
-                path.display(),
-                m.external_tensors.len(),
-                m.name,
-                shown.join(", "),
-                if m.external_tensors.len() > shown.len() {
-                    ", ..."
-                } else {
-                    ""
-                }
-            );
-        }
+        let (extra_files, extra_signed) = data_files(v, base, read, &report)?;
         let golden = match &v.golden {
             Some(g) => {
                 let gp = base.join(g);
@@ -176,6 +156,7 @@ pub fn build_manifest(
             path: path.clone(),
             sha256,
             size: bytes.len() as u64,
+            data: extra_signed,
         });
         variants.push(Variant {
             id: v.id.clone(),
@@ -184,7 +165,7 @@ pub fn build_manifest(
             quant: v.quant.clone(),
             sha256,
             size: bytes.len() as u64,
-            extra_files: Vec::new(),
+            extra_files,
             runtime: v.runtime.clone(),
             app: v.app.clone(),
             constraints: DeviceConstraints {
@@ -206,6 +187,89 @@ pub fn build_manifest(
     };
     manifest.validate(&ManifestLimits::default())?;
     Ok((manifest, files))
+}
+
+/// Reads, inspects and describes a variant's data files; refuses a file that is not a `.ptd`,
+/// two files with one name, and a program with tensors outside the file that none of its data
+/// files provides.
+fn data_files(
+    v: &VariantSpec,
+    base: &Path,
+    read: &dyn Fn(&Path) -> anyhow::Result<Vec<u8>>,
+    report: &pte::PteReport,
+) -> anyhow::Result<(Vec<ExtraFile>, Vec<SignedFile>)> {
+    let mut extra = Vec::new();
+    let mut signed = Vec::new();
+    let mut reports = Vec::new();
+    for d in &v.data {
+        let path = base.join(d);
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .with_context(|| {
+                format!(
+                    "variant {}: data file {} has no usable file name",
+                    v.id,
+                    path.display()
+                )
+            })?
+            .to_string();
+        if extra.iter().any(|e: &ExtraFile| e.name == name) {
+            bail!(
+                "variant {}: two data files are named {name}; each data file of a variant needs \
+                 its own name",
+                v.id
+            );
+        }
+        let bytes = read(&path).with_context(|| {
+            format!("variant {}: cannot read data file {}", v.id, path.display())
+        })?;
+        let ptd = pte::inspect_ptd(&bytes).map_err(|e| {
+            anyhow::anyhow!(
+                "variant {}: data file {} is not a valid .ptd ({}): {e}",
+                v.id,
+                path.display(),
+                e.code()
+            )
+        })?;
+        reports.push(ptd);
+        let sha256 = Sha256Digest::of(&bytes);
+        let size = bytes.len() as u64;
+        extra.push(ExtraFile { name, sha256, size });
+        signed.push(SignedFile {
+            path,
+            sha256,
+            size,
+            data: Vec::new(),
+        });
+    }
+    let missing = pte::missing_external_tensors(report, &reports);
+    if !missing.is_empty() {
+        let shown: Vec<&str> = missing.iter().take(5).map(String::as_str).collect();
+        let more = if missing.len() > shown.len() {
+            ", ..."
+        } else {
+            ""
+        };
+        if v.data.is_empty() {
+            bail!(
+                "variant {}: {} keeps {} tensor(s) in a separate data file (.ptd): {}{more}; \
+                 list the data file with data = [\"NAME.ptd\"] in the variant",
+                v.id,
+                base.join(&v.file).display(),
+                missing.len(),
+                shown.join(", ")
+            );
+        }
+        bail!(
+            "variant {}: its data files do not provide {} tensor(s) that {} needs: {}{more}",
+            v.id,
+            missing.len(),
+            base.join(&v.file).display(),
+            shown.join(", ")
+        );
+    }
+    Ok((extra, signed))
 }
 
 /// Parses a golden file: any JSON object with `input`, `output` and `atol` (fixture sidecars

@@ -145,3 +145,41 @@ pub fn serve_with(data: &Path, config: Option<&Path>) -> Server {
     std::thread::spawn(move || for _ in lines {});
     Server { child, url }
 }
+
+const SCHEMA_BASE: &str = "https://ferry.invalid/schemas/";
+
+/// A validator for `reference` (a schema file under `schemas/`, optionally with
+/// `#/$defs/NAME`), with every committed schema registered for `$ref`s.
+pub fn validator(reference: &str) -> jsonschema::Validator {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../schemas");
+    let mut registry = jsonschema::Registry::new();
+    for e in std::fs::read_dir(dir).expect("schemas").flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".schema.json") {
+            let v: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(e.path()).expect("read")).expect("json");
+            registry = registry
+                .add(format!("{SCHEMA_BASE}{name}"), v)
+                .expect("uri");
+        }
+    }
+    let registry = registry.prepare().expect("registry");
+    let wrapper = serde_json::json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": format!("{SCHEMA_BASE}cli-check.json"),
+        "$ref": reference,
+    });
+    jsonschema::options()
+        .with_registry(&registry)
+        .build(&wrapper)
+        .unwrap_or_else(|e| panic!("{reference}: {e}"))
+}
+
+/// Panics with every error when `v` does not validate against `reference`.
+pub fn assert_valid(v: &serde_json::Value, reference: &str) {
+    let errors: Vec<String> = validator(reference)
+        .iter_errors(v)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{reference}: {errors:?}\n{v}");
+}

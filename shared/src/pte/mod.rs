@@ -21,7 +21,10 @@ mod ptd;
 mod reader;
 mod report;
 
-pub use ptd::{PTD_IDENTIFIER, PtdReport, PtdTensor, inspect_ptd, is_ptd, scalar_type_name};
+pub use ptd::{
+    PTD_IDENTIFIER, PtdReport, PtdTensor, inspect_ptd, inspect_ptd_prefix, is_ptd,
+    missing_external_tensors, ptd_required_prefix, scalar_type_name,
+};
 pub use report::*;
 
 use crate::errors::ErrorCode;

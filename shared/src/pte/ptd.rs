@@ -59,35 +59,77 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 
 /// Reads a whole `.ptd`: every named tensor and that each data segment lies inside the file.
 pub fn inspect_ptd(bytes: &[u8]) -> Result<PtdReport, PteError> {
-    let limits = PteLimits::default();
-    if bytes.len() < 48 {
+    inspect_ptd_prefix(bytes, bytes.len() as u64)
+}
+
+/// Checks the 48-byte header at the start of a `.ptd` and returns how many leading bytes
+/// [`inspect_ptd_prefix`] needs (the end of the flatbuffer), so that a file in an object store
+/// is read without its data segments.
+pub fn ptd_required_prefix(head: &[u8]) -> Result<u64, PteError> {
+    let h = ptd_header(head)?;
+    Ok(h.fb_end)
+}
+
+/// Where the parts of a `.ptd` are, from its header.
+struct PtdHeader {
+    fb_end: u64,
+    base: u64,
+    data_size: u64,
+}
+
+fn ptd_header(head: &[u8]) -> Result<PtdHeader, PteError> {
+    if head.len() < 48 {
         return Err(PteError::Truncated(format!(
             "{} bytes; a .ptd header needs 48",
-            bytes.len()
+            head.len()
         )));
     }
-    if !is_ptd(bytes) {
+    if !is_ptd(head) {
         return Err(PteError::NotAProgram {
-            found: bytes[4..8].escape_ascii().to_string(),
+            found: head[4..8].escape_ascii().to_string(),
         });
     }
-    if &bytes[8..12] != b"FH01" {
+    if &head[8..12] != b"FH01" {
         return Err(PteError::BadHeader("no FH01 header at byte 8".into()));
     }
-    let (fb_offset, fb_size) = (u64_at(bytes, 16), u64_at(bytes, 24));
-    let (base, data_size) = (u64_at(bytes, 32), u64_at(bytes, 40));
-    let size = bytes.len() as u64;
+    let (fb_offset, fb_size) = (u64_at(head, 16), u64_at(head, 24));
+    let (base, data_size) = (u64_at(head, 32), u64_at(head, 40));
     let fb_end = fb_offset
         .checked_add(fb_size)
-        .filter(|e| *e <= size)
-        .ok_or_else(|| {
-            PteError::Truncated(format!("the flatbuffer ends past the file's {size} bytes"))
-        })?;
-    if fb_end > limits.max_program_size {
+        .ok_or_else(|| PteError::BadHeader("the flatbuffer's offset and size overflow".into()))?;
+    if fb_end > PteLimits::default().max_program_size {
         return Err(PteError::LimitExceeded {
             what: "program size",
-            limit: limits.max_program_size,
+            limit: PteLimits::default().max_program_size,
         });
+    }
+    Ok(PtdHeader {
+        fb_end,
+        base,
+        data_size,
+    })
+}
+
+/// Reads a `.ptd` of `size` bytes from its first bytes (at least
+/// [`ptd_required_prefix`] of them): every named tensor, and that each data segment lies inside
+/// the file.
+pub fn inspect_ptd_prefix(prefix: &[u8], size: u64) -> Result<PtdReport, PteError> {
+    let limits = PteLimits::default();
+    let PtdHeader {
+        fb_end,
+        base,
+        data_size,
+    } = ptd_header(prefix)?;
+    if fb_end > size {
+        return Err(PteError::Truncated(format!(
+            "the flatbuffer ends past the file's {size} bytes"
+        )));
+    }
+    if (prefix.len() as u64) < fb_end {
+        return Err(PteError::Truncated(format!(
+            "{} bytes read; the flatbuffer ends at {fb_end}",
+            prefix.len()
+        )));
     }
     if base.checked_add(data_size).is_none_or(|e| e > size) {
         return Err(PteError::Truncated(format!(
@@ -95,7 +137,7 @@ pub fn inspect_ptd(bytes: &[u8]) -> Result<PtdReport, PteError> {
         )));
     }
     let buf = Buf {
-        data: &bytes[..fb_end as usize],
+        data: &prefix[..fb_end as usize],
     };
     let mut budget = Budget::new(limits.max_work, limits.max_string_bytes);
     let root = buf.root(&mut budget)?;
@@ -169,6 +211,22 @@ pub fn inspect_ptd(bytes: &[u8]) -> Result<PtdReport, PteError> {
     })
 }
 
+/// The tensors `program`'s methods keep outside the file that none of `data` provides, sorted
+/// and without repeats (empty: every external tensor has its data).
+pub fn missing_external_tensors(program: &super::PteReport, data: &[PtdReport]) -> Vec<String> {
+    let provided: std::collections::BTreeSet<&str> = data
+        .iter()
+        .flat_map(|d| d.tensors.iter().map(|t| t.key.as_str()))
+        .collect();
+    let missing: std::collections::BTreeSet<&str> = program
+        .methods
+        .iter()
+        .flat_map(|m| m.external_tensors.iter().map(String::as_str))
+        .filter(|k| !provided.contains(k))
+        .collect();
+    missing.into_iter().map(str::to_string).collect()
+}
+
 /// PyTorch's name of an ExecuTorch scalar type code, for the common ones.
 pub fn scalar_type_name(code: i8) -> &'static str {
     match code {
@@ -205,6 +263,40 @@ mod tests {
             (&[32, 16][..], "float32")
         );
         assert!(w.bytes >= 32 * 16 * 4, "{w:?}");
+    }
+
+    #[test]
+    fn the_header_names_the_prefix_that_is_enough_to_read_it() {
+        let need = ptd_required_prefix(FIXTURE).expect("header") as usize;
+        assert!(need < FIXTURE.len(), "the data segments come after {need}");
+        let size = FIXTURE.len() as u64;
+        assert_eq!(
+            inspect_ptd_prefix(&FIXTURE[..need], size).expect("enough"),
+            inspect_ptd(FIXTURE).expect("whole")
+        );
+        assert!(matches!(
+            inspect_ptd_prefix(&FIXTURE[..need - 1], size),
+            Err(PteError::Truncated(_))
+        ));
+        // A file cut short in the store: the prefix is fine, the data is not all there.
+        assert!(matches!(
+            inspect_ptd_prefix(&FIXTURE[..need], size - 1),
+            Err(PteError::Truncated(_))
+        ));
+    }
+
+    #[test]
+    fn the_fixtures_data_file_provides_every_external_tensor_of_its_program() {
+        let program = crate::pte::inspect(include_bytes!(
+            "../../../tests/fixtures/pte/mlp-external-portable.pte"
+        ))
+        .expect("program");
+        let data = inspect_ptd(FIXTURE).expect("data");
+        assert!(missing_external_tensors(&program, std::slice::from_ref(&data)).is_empty());
+        assert_eq!(
+            missing_external_tensors(&program, &[]),
+            ["fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight"]
+        );
     }
 
     #[test]
