@@ -22,7 +22,7 @@ use crate::verify::{PlannedVariant, verify_release};
 use crate::{Client, download};
 
 /// A failed load: the stage, a stable code and the message.
-type LoadFailure = (Stage, String, String);
+pub(crate) type LoadFailure = (Stage, String, String);
 
 /// The largest program part (everything before the segments) [`delegation`] reads.
 const MAX_PROGRAM_READ: u64 = 16 << 20;
@@ -53,6 +53,40 @@ fn delegation(
     let report = ferry_shared::pte::inspect_prefix(&prefix, size, &limits).ok()?;
     let m = report.method(method)?;
     Some((m.delegate_calls.clone(), m.kernel_calls.clone()))
+}
+
+/// Runs `method` on the golden's inputs for it and compares with its expected outputs within
+/// `atol`: the largest difference, `None` when the golden has nothing for the method.
+pub(crate) fn check_golden(
+    program: &mut dyn Program,
+    method: &str,
+    golden: &ferry_shared::manifest::Golden,
+) -> Result<Option<f64>, LoadFailure> {
+    let Some((input, output)) = golden.for_method(method) else {
+        return Ok(None);
+    };
+    let out = program
+        .run(method, input)
+        .map_err(|e| (Stage::Execute, e.code.to_string(), e.message))?;
+    match max_abs_diff(&out, output) {
+        Some(d) if d <= golden.atol => Ok(Some(d)),
+        Some(d) => Err((
+            Stage::Golden,
+            ErrorCode::GoldenMismatch.as_str().into(),
+            format!(
+                "golden check of {method}: max |diff| {d:e} exceeds atol {:e}",
+                golden.atol
+            ),
+        )),
+        None => Err((
+            Stage::Golden,
+            ErrorCode::GoldenMismatch.as_str().into(),
+            format!(
+                "golden check of {method}: the outputs differ from the expected ones in count, \
+                 element type or shape"
+            ),
+        )),
+    }
 }
 
 /// The length of a partial download (0 when there is none).
@@ -257,33 +291,10 @@ impl Client {
             };
             return Err((Stage::LoadMethod, e.code.to_string(), msg));
         }
-        let mut diff = None;
-        // The signed golden holds inputs and outputs of `forward`: other methods are not
-        // checked against it.
-        if let Some(g) = v.golden.as_ref().filter(|_| self.method == "forward") {
-            let out = program
-                .run(&self.method, &g.input)
-                .map_err(|e| (Stage::Execute, e.code.to_string(), e.message))?;
-            match max_abs_diff(&out, &g.output) {
-                Some(d) if d <= g.atol => diff = Some(d),
-                Some(d) => {
-                    return Err((
-                        Stage::Golden,
-                        ErrorCode::GoldenMismatch.as_str().into(),
-                        format!("golden check: max |diff| {d:e} exceeds atol {:e}", g.atol),
-                    ));
-                }
-                None => {
-                    return Err((
-                        Stage::Golden,
-                        ErrorCode::GoldenMismatch.as_str().into(),
-                        "golden check: the outputs differ from the expected ones in count, \
-                         element type or shape"
-                            .into(),
-                    ));
-                }
-            }
-        }
+        let diff = match &v.golden {
+            Some(g) => check_golden(program.as_mut(), &self.method, g)?,
+            None => None,
+        };
         Ok((program, diff))
     }
 
@@ -562,6 +573,7 @@ impl Client {
                         report,
                         attempts,
                         golden_max_abs_diff: golden,
+                        golden: v.golden.clone(),
                         method: self.method.clone(),
                         program,
                         other_methods: Vec::new(),
@@ -755,6 +767,7 @@ impl Client {
             source,
             attempts: Vec::new(),
             golden_max_abs_diff: golden,
+            golden: variant.golden.clone(),
             method: self.method.clone(),
             program,
             other_methods: Vec::new(),

@@ -125,6 +125,8 @@ pub struct LoadedModel {
     pub(crate) program: Box<dyn Program>,
     /// Methods loaded by [`LoadedModel::run_method`] besides `method`.
     pub(crate) other_methods: Vec<String>,
+    /// The variant's signed golden, for methods loaded later.
+    pub(crate) golden: Option<ferry_shared::manifest::Golden>,
     pub(crate) _guard: InUseGuard,
 }
 
@@ -152,7 +154,9 @@ impl LoadedModel {
 
     /// Runs another method of the same program by name, loading it first when it is not
     /// loaded yet (a method whose delegate the runtime lacks fails here, with the runtime's
-    /// error). Inputs are checked against the method's declared types and counts.
+    /// error). When the signed manifest has a golden for the method, it runs once after the
+    /// load, and a mismatch is an error (`golden_mismatch`) until a later call passes it.
+    /// Inputs are checked against the method's declared types and counts.
     pub fn run_method(
         &mut self,
         method: &str,
@@ -160,6 +164,15 @@ impl LoadedModel {
     ) -> Result<Vec<TensorValue>, RuntimeError> {
         if method != self.method && !self.other_methods.iter().any(|m| m == method) {
             self.program.load_method(method)?;
+            if let Some(g) = &self.golden {
+                crate::load::check_golden(self.program.as_mut(), method, g).map_err(
+                    |(_, code, message)| RuntimeError {
+                        code: ferry_shared::errors::ErrorCode::parse(&code)
+                            .unwrap_or(ferry_shared::errors::ErrorCode::GoldenMismatch),
+                        message,
+                    },
+                )?;
+            }
             self.other_methods.push(method.to_string());
         }
         self.program.run(method, inputs)

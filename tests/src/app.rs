@@ -569,12 +569,17 @@ impl TestApp {
     /// Makes `version` of `mlp` the baseline through a full rollout (start at 100%, complete),
     /// as an operator ships a release that publishing alone does not.
     pub fn ship(&self, version: &str) {
+        self.ship_model("mlp", version);
+    }
+
+    /// [`TestApp::ship`] for any model.
+    pub fn ship_model(&self, model: &str, version: &str) {
         for body in [
             serde_json::json!({"action": "start", "release": version, "percent": "100"}),
             serde_json::json!({"action": "complete"}),
         ] {
             let (s, b) = self.post_raw(
-                "/v1/admin/models/mlp/rollout",
+                &format!("/v1/admin/models/{model}/rollout"),
                 &serde_json::to_vec(&body).expect("json"),
                 Some(ADMIN_TOKEN),
             );

@@ -240,6 +240,79 @@ fn a_second_method_runs_by_name_and_a_client_can_load_it_first() {
 }
 
 #[test]
+fn each_methods_signed_golden_is_checked_when_that_method_is_loaded() {
+    let app = TestApp::start();
+    // Signed with the exporter's sidecar as golden: forward's input and output, and encode's
+    // under `methods`.
+    let mut v = variant("only", "two-methods.pte", Delegate::Xnnpack, ">=1.0.0", "*");
+    v.golden = Some("two-methods.json".into());
+    let spec = VariantsFile {
+        model: "two-methods".parse().expect("model"),
+        version: semver::Version::new(1, 0, 0),
+        notes: String::new(),
+        variants: vec![v],
+    };
+    let (manifest, _) = app.publish(&spec);
+    let golden = manifest.variants[0].golden.clone().expect("golden");
+    assert_eq!(golden.methods.keys().collect::<Vec<_>>(), ["encode"]);
+    let side = sidecar("two-methods");
+    let encode_in = tensors(&side["methods"]["encode"]["input"]);
+
+    // Both goldens pass: loading forward checks forward's; encode's runs on its first load.
+    let cache = tempfile::tempdir().expect("tmp");
+    let mut loaded = load(&app, cache.path(), "two-methods", "forward");
+    assert!(loaded.golden_max_abs_diff.is_some());
+    loaded
+        .run_method("encode", &encode_in)
+        .expect("encode passes its golden");
+    let cache = tempfile::tempdir().expect("tmp");
+    let loaded = load(&app, cache.path(), "two-methods", "encode");
+    assert!(
+        loaded.golden_max_abs_diff.is_some(),
+        "a client loading encode checks encode's golden"
+    );
+
+    // Release 2.0.0 (the same program) with encode's expected output moved past atol.
+    let mut bad = manifest.clone();
+    bad.version = semver::Version::new(2, 0, 0);
+    let g = bad.variants[0].golden.as_mut().expect("golden");
+    let out = &mut g.methods.get_mut("encode").expect("encode").output[0];
+    out.data[0] += 1.0;
+    let (status, body) = app.post_release(
+        "two-methods",
+        &ferry_tests::app::sign_manifest(&bad, &app.release_key()),
+    );
+    assert_eq!(status, 201, "{body}");
+    app.ship_model("two-methods", "2.0.0");
+    // Forward's golden still passes, so a forward client loads 2.0.0 ...
+    let cache = tempfile::tempdir().expect("tmp");
+    let mut loaded = load(&app, cache.path(), "two-methods", "forward");
+    assert_eq!(loaded.release, "2.0.0");
+    // ... and encode is refused on its first load, with the reason, and again on the next call.
+    for _ in 0..2 {
+        let e = loaded
+            .run_method("encode", &encode_in)
+            .expect_err("encode's golden fails");
+        assert_eq!(e.code.as_str(), "golden_mismatch", "{e}");
+        assert!(e.message.contains("golden check of encode"), "{e}");
+    }
+    // A client loading encode first refuses 2.0.0 at the golden stage.
+    let cache = tempfile::tempdir().expect("tmp");
+    let e = client(&app, cache.path(), "encode")
+        .load("two-methods", &device())
+        .expect_err("encode's golden fails at load");
+    let ferry_client::ClientError::AllCandidatesFailed { attempts } = &e else {
+        panic!("{e}");
+    };
+    assert_eq!(
+        attempts[0].stage,
+        ferry_client::Stage::Golden,
+        "{attempts:?}"
+    );
+    assert_eq!(attempts[0].error_code, "golden_mismatch", "{attempts:?}");
+}
+
+#[test]
 fn the_load_report_lists_the_operators_left_on_portable_kernels() {
     let app = TestApp::start();
     publish(&app, "partial", "partial-xnnpack.pte", Delegate::Xnnpack);

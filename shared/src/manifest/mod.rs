@@ -9,7 +9,7 @@
 //! additionally refuses unknown fields (see [`ReleaseManifest::from_json_strict`]).
 
 use crate::errors::ErrorCode;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use semver::{Version, VersionReq};
 use serde::{Deserialize, Serialize};
@@ -58,8 +58,33 @@ pub struct Golden {
     pub input: Vec<TensorValue>,
     /// The expected outputs.
     pub output: Vec<TensorValue>,
-    /// Largest allowed absolute difference per element.
+    /// Largest allowed absolute difference per element (for every method).
     pub atol: f64,
+    /// Inputs and expected outputs of other methods, by name (never `forward`, whose are
+    /// `input` and `output`); each is checked when the method is first loaded.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub methods: BTreeMap<String, MethodGolden>,
+}
+
+/// The golden input and expected output of one method other than `forward`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MethodGolden {
+    /// The method's inputs.
+    pub input: Vec<TensorValue>,
+    /// Its expected outputs.
+    pub output: Vec<TensorValue>,
+}
+
+impl Golden {
+    /// The inputs and expected outputs for `method`, if the golden has them.
+    pub fn for_method(&self, method: &str) -> Option<(&[TensorValue], &[TensorValue])> {
+        if method == "forward" {
+            return Some((&self.input, &self.output));
+        }
+        self.methods
+            .get(method)
+            .map(|m| (m.input.as_slice(), m.output.as_slice()))
+    }
 }
 
 /// A file that a variant needs besides its `.pte` (an external weights `.ptd`, say).
@@ -156,8 +181,11 @@ pub struct ManifestLimits {
     pub max_socs: usize,
     /// Longest short string (quant label, SoC, OS version, file name; default 128 bytes).
     pub max_short_string: usize,
-    /// Most golden tensor elements per variant, inputs and outputs together (default 65,536).
+    /// Most golden tensor elements per variant, inputs and outputs of every method together
+    /// (default 65,536).
     pub max_golden_elements: usize,
+    /// Most methods besides `forward` with a golden, per variant (default 16).
+    pub max_golden_methods: usize,
     /// Largest blob (default 4 GiB).
     pub max_blob_size: u64,
 }
@@ -172,6 +200,7 @@ impl Default for ManifestLimits {
             max_socs: 512,
             max_short_string: 128,
             max_golden_elements: 65_536,
+            max_golden_methods: 16,
             max_blob_size: 4 << 30,
         }
     }
@@ -370,8 +399,28 @@ impl ReleaseManifest {
                 }
             }
             if let Some(g) = &v.golden {
+                if g.methods.len() > limits.max_golden_methods {
+                    return bad(format!(
+                        "{ctx}: goldens for {} methods; at most {} are allowed",
+                        g.methods.len(),
+                        limits.max_golden_methods
+                    ));
+                }
+                for name in g.methods.keys() {
+                    short(&ctx, "golden method name", name, limits)?;
+                    if name.is_empty() || name == "forward" {
+                        return bad(format!(
+                            "{ctx}: golden methods must name a method other than forward \
+                             (forward's golden is input and output), not {name:?}"
+                        ));
+                    }
+                }
                 let mut elements = 0usize;
-                for t in g.input.iter().chain(&g.output) {
+                let others = g
+                    .methods
+                    .values()
+                    .flat_map(|m| m.input.iter().chain(&m.output));
+                for t in g.input.iter().chain(&g.output).chain(others) {
                     short(&ctx, "golden dtype", &t.dtype, limits)?;
                     let n = t
                         .shape
@@ -486,6 +535,62 @@ pub(crate) mod tests {
         let again = ReleaseManifest::from_json_strict(&m.to_json()).expect("round trip");
         assert_eq!(m, again);
         assert_eq!(m.variants[1].constraints.min_ram_mb, Some(512));
+    }
+
+    #[test]
+    fn goldens_of_other_methods_are_checked_like_forwards() {
+        let t = |n: usize| TensorValue {
+            dtype: "float32".into(),
+            shape: vec![n as u64],
+            data: vec![0.0; n],
+        };
+        let with = |methods: Vec<(&str, usize)>| {
+            let mut m = sample();
+            m.variants[0].golden = Some(Golden {
+                input: vec![t(4)],
+                output: vec![t(4)],
+                atol: 1e-5,
+                methods: methods
+                    .into_iter()
+                    .map(|(name, n)| {
+                        (
+                            name.to_string(),
+                            MethodGolden {
+                                input: vec![t(n)],
+                                output: vec![t(n)],
+                            },
+                        )
+                    })
+                    .collect(),
+            });
+            m
+        };
+        let limits = ManifestLimits::default();
+        let ok = with(vec![("encode", 4)]);
+        ok.validate(&limits).expect("a second method's golden");
+        let again = ReleaseManifest::from_json_strict(&ok.to_json()).expect("round trip");
+        assert_eq!(
+            again.variants[0]
+                .golden
+                .as_ref()
+                .and_then(|g| g.for_method("encode")),
+            Some((&[t(4)][..], &[t(4)][..]))
+        );
+        let err = |m: ReleaseManifest| m.validate(&limits).expect_err("refused").to_string();
+        assert!(err(with(vec![("forward", 4)])).contains("other than forward"));
+        assert!(err(with(vec![("", 4)])).contains("other than forward"));
+        let many: Vec<(String, usize)> = (0..17).map(|i| (format!("m{i}"), 1)).collect();
+        let many = with(many.iter().map(|(n, k)| (n.as_str(), *k)).collect());
+        assert!(err(many).contains("at most 16"));
+        // Their elements count toward the variant's limit.
+        let big = with(vec![("encode", limits.max_golden_elements / 2)]);
+        assert!(err(big).contains("elements"));
+        // A method golden whose shape does not match its data.
+        let mut odd = with(vec![("encode", 4)]);
+        if let Some(g) = odd.variants[0].golden.as_mut() {
+            g.methods.get_mut("encode").expect("encode").input[0].shape = vec![5];
+        }
+        assert!(err(odd).contains("has 4 elements"));
     }
 
     #[test]
