@@ -257,6 +257,7 @@ impl Client {
                 .unwrap_or_default(),
             to_variant: None,
             receipt: None,
+            stage: None,
         }
     }
 
@@ -442,6 +443,7 @@ impl Client {
                     let ev = TelemetryEvent {
                         outcome: Outcome::Failed,
                         error_code: Some(e.code().to_string()),
+                        stage: Some(Stage::Resolve.as_str().to_string()),
                         ..self.event(EventKind::Verify, "", model, None, device)
                     };
                     let _ = self.telemetry.push(&[ev]);
@@ -475,6 +477,7 @@ impl Client {
                         error_code: Some(code.to_string()),
                         outcome: Outcome::Failed,
                         to_variant: Some(next.variant.id.to_string()),
+                        stage: Some(stage.as_str().to_string()),
                         ..self.event(EventKind::Fallback, &release, model, Some(v), device)
                     });
                 }
@@ -496,9 +499,16 @@ impl Client {
                     continue;
                 }
                 Err(e) => {
+                    let stage = match e {
+                        ClientError::HashMismatch { .. } | ClientError::SizeMismatch { .. } => {
+                            Stage::Verify
+                        }
+                        _ => Stage::Download,
+                    };
                     events.push(TelemetryEvent {
                         outcome: Outcome::Failed,
                         error_code: Some(e.code().to_string()),
+                        stage: Some(stage.as_str().to_string()),
                         ..self.event(EventKind::Download, &release, model, Some(v), device)
                     });
                     if matches!(e, ClientError::DiskFull { .. }) {
@@ -507,12 +517,6 @@ impl Client {
                             .push(&stamped(events, plan.receipt.as_deref()));
                         return Err(e);
                     }
-                    let stage = match e {
-                        ClientError::HashMismatch { .. } | ClientError::SizeMismatch { .. } => {
-                            Stage::Verify
-                        }
-                        _ => Stage::Download,
-                    };
                     fail(stage, e.code(), e.to_string(), &mut events, &mut attempts);
                     continue;
                 }
@@ -584,6 +588,7 @@ impl Client {
                     events.push(TelemetryEvent {
                         outcome: Outcome::Failed,
                         error_code: Some(code.clone()),
+                        stage: Some(stage.as_str().to_string()),
                         load_ms: Some(started.elapsed().as_secs_f64() * 1000.0),
                         ..self.event(EventKind::Load, &release, model, Some(v), device)
                     });

@@ -159,6 +159,7 @@ mod tests {
     fn event(i: usize) -> TelemetryEvent {
         TelemetryEvent {
             receipt: None,
+            stage: None,
             kind: EventKind::Load,
             model: "m".into(),
             release: "1.0.0".into(),

@@ -74,6 +74,10 @@ pub struct TelemetryEvent {
     /// only events with a valid receipt count toward halts, ramps, deny entries and health.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt: Option<String>,
+    /// For a failure, the stage it happened at, as the client's load report names it:
+    /// `resolve`, `download`, `verify`, `load_program`, `load_method`, `golden` or `execute`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
 }
 
 /// The body of `POST /v1/telemetry`.

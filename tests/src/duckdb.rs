@@ -41,7 +41,7 @@ pub fn query(sql: &str) -> Vec<serde_json::Value> {
 /// the Hive partition column `date`.
 pub fn events_table(root: &Path) -> String {
     format!(
-        "read_parquet('{}/telemetry/events/*/*.parquet', hive_partitioning = true)",
+        "read_parquet('{}/telemetry/events/*/*.parquet', hive_partitioning = true, union_by_name = true)",
         root.display()
     )
 }

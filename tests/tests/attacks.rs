@@ -101,6 +101,14 @@ fn events_about_unpublished_models_releases_or_variants_are_refused() {
         (fallback, "has no variant \"no-such-variant\""),
         (
             {
+                let mut e = event("mlp", "1.0.0", "xnnpack-fp32", "d1", "SM8550");
+                e["stage"] = "Load Method; DROP TABLE".into();
+                e
+            },
+            "stage must be 1 to 32 lowercase letters",
+        ),
+        (
+            {
                 let mut e = event("mlp", "", "random-variant", "d1", "SM8550");
                 e["kind"] = "verify".into();
                 e

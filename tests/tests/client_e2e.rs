@@ -197,6 +197,12 @@ fn claimed_delegates_fail_on_the_real_runtime_and_xnnpack_runs() {
     assert!(events.iter().any(|e| e.kind == EventKind::Load
         && e.outcome == Outcome::Failed
         && e.error_code.as_deref() == Some("runtime_load_failed")));
+    // Each failure says at which stage it happened (a missing delegate: loading the method),
+    // as the load report does; the successful load names none.
+    for e in events.iter().filter(|e| e.outcome == Outcome::Failed) {
+        assert_eq!(e.stage.as_deref(), Some("load_method"), "{e:?}");
+    }
+    assert_eq!(ok.stage, None);
     // Sending delivers the queue to the server, which aggregates it into fleet health.
     let report = c.send_telemetry();
     assert_eq!((report.sent, report.queued), (events.len(), 0));

@@ -34,6 +34,7 @@ fn event(i: usize) -> TelemetryEvent {
         at: "2026-01-01T00:00:00Z".into(),
         to_variant: None,
         receipt: None,
+        stage: None,
     }
 }
 

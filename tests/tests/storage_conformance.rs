@@ -190,6 +190,7 @@ fn event(i: usize, soc: &str) -> TelemetryEvent {
         at: "2026-12-01T00:00:00Z".into(),
         to_variant: None,
         receipt: None,
+        stage: None,
     }
 }
 

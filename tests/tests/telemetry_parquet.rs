@@ -92,6 +92,12 @@ fn every_accepted_event_is_in_parquet_and_the_documented_queries_run() {
             });
             if !ok {
                 e["error_code"] = "load_failed".into();
+                e["stage"] = if n.is_multiple_of(2) {
+                    "load_method"
+                } else {
+                    "golden"
+                }
+                .into();
             }
             if kind == "fallback" {
                 e["to_variant"] = "portable-fp32".into();
@@ -179,6 +185,18 @@ fn every_accepted_event_is_in_parquet_and_the_documented_queries_run() {
             assert_eq!(r["load_ms"].as_f64(), Some(5.0 + (n % 40) as f64 * 1.5));
         }
         assert_eq!(r["error_code"].is_null(), !n.is_multiple_of(11), "{r}");
+        match r["stage"].as_str() {
+            None => assert!(!n.is_multiple_of(11), "{r}"),
+            Some(stage) => assert_eq!(
+                stage,
+                if n.is_multiple_of(2) {
+                    "load_method"
+                } else {
+                    "golden"
+                },
+                "{r}"
+            ),
+        }
         assert!(
             r["received_at"]
                 .as_str()
@@ -196,6 +214,7 @@ fn every_accepted_event_is_in_parquet_and_the_documented_queries_run() {
     assert_eq!(
         queries.keys().map(String::as_str).collect::<Vec<_>>(),
         [
+            "failures_by_stage",
             "fallback_by_soc",
             "load_p95_by_device",
             "per_day",
@@ -239,6 +258,28 @@ fn every_accepted_event_is_in_parquet_and_the_documented_queries_run() {
         assert_eq!(r["p50_ms"].as_f64(), Some(q(0.5)), "{r}");
         assert_eq!(r["p95_ms"].as_f64(), Some(q(0.95)), "{r}");
     }
+
+    let stages = duckdb::query(&queries["failures_by_stage"]);
+    let failed: Vec<usize> = (0..600usize).filter(|n| n.is_multiple_of(11)).collect();
+    let even = failed.iter().filter(|n| n.is_multiple_of(2)).count() as u64;
+    let mut got: Vec<(String, u64)> = stages
+        .iter()
+        .map(|r| {
+            (
+                r["stage"].as_str().expect("stage").to_string(),
+                r["events"].as_u64().expect("events"),
+            )
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("golden".to_string(), failed.len() as u64 - even),
+            ("load_method".to_string(), even)
+        ],
+        "{stages:?}"
+    );
 
     let errors = duckdb::query(&queries["top_errors"]);
     assert_eq!(errors.len(), 1, "{errors:?}");

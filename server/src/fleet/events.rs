@@ -89,6 +89,7 @@ pub fn schema() -> Arc<Schema> {
         text("app_version"),
         text("runtime_version"),
         Field::new("at", ts, true),
+        maybe_text("stage"),
     ]))
 }
 
@@ -136,6 +137,7 @@ pub fn encode(events: &[RawEvent], node: &str) -> Result<Vec<u8>, parquet::error
     let mut app_version = strings();
     let mut runtime_version = strings();
     let mut at = TimestampMicrosecondBuilder::with_capacity(n).with_timezone("UTC");
+    let mut stage = strings();
     for r in events {
         let e = &r.event;
         received.append_value(micros(r.received_at));
@@ -162,6 +164,7 @@ pub fn encode(events: &[RawEvent], node: &str) -> Result<Vec<u8>, parquet::error
                 .ok()
                 .map(micros),
         );
+        stage.append_option(e.stage.as_deref());
     }
     let columns: Vec<ArrayRef> = vec![
         Arc::new(received.finish()),
@@ -184,6 +187,7 @@ pub fn encode(events: &[RawEvent], node: &str) -> Result<Vec<u8>, parquet::error
         Arc::new(app_version.finish()),
         Arc::new(runtime_version.finish()),
         Arc::new(at.finish()),
+        Arc::new(stage.finish()),
     ];
     let batch = RecordBatch::try_new(schema(), columns)?;
     let props = WriterProperties::builder()
@@ -236,6 +240,7 @@ mod tests {
             at: "2026-12-01T10:00:00Z".into(),
             to_variant: None,
             receipt: None,
+            stage: None,
         }
     }
 

@@ -149,6 +149,17 @@ pub fn validate(
     if e.error_code.as_ref().is_some_and(|c| c.len() > MAX_FIELD) {
         return Err(invalid("error_code is too long".into()));
     }
+    // Stages are short snake_case names; newer clients may add stages, so any such name is
+    // kept, but nothing else.
+    if let Some(stage) = &e.stage
+        && (stage.is_empty()
+            || stage.len() > 32
+            || !stage.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+    {
+        return Err(invalid(
+            "stage must be 1 to 32 lowercase letters or underscores".into(),
+        ));
+    }
     let at = OffsetDateTime::parse(&e.at, &time::format_description::well_known::Rfc3339)
         .map_err(|err| invalid(format!("at: {err}")))?;
     if at > now + time::Duration::hours(1) || at < now - time::Duration::days(cfg.max_age_days) {

@@ -138,6 +138,7 @@ mod tests {
             at: "2026-12-03T00:00:00Z".into(),
             to_variant: Some("xnnpack-fp32".into()),
             receipt,
+            stage: None,
         }
     }
 
