@@ -6,7 +6,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ferry_tests::app::{Options, TestApp};
+use ferry_client::max_abs_diff;
+use ferry_server::release::sign::VariantsFile;
+use ferry_shared::manifest::{Delegate, TensorValue};
+use ferry_tests::app::{Options, TestApp, variant};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -26,27 +29,16 @@ fn java_sources(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn floats(values: &[f64]) -> String {
-    values
-        .iter()
-        .map(|v| format!("{}", *v as f32))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-#[test]
-fn a_java_program_loads_a_model_through_the_binding() {
+/// Compiles the binding and the test programs with `javac -Xlint:all -Werror` into
+/// `work/classes`.
+fn compile(work: &Path) -> PathBuf {
     assert!(
         Path::new(JNA).is_file(),
         "{JNA} is missing: run tests/setup.sh (Debian libjna-java)"
     );
-    // The C library the binding loads.
-    let target = ferry_tests::ffi_library_dir();
-
-    let work = tempfile::tempdir().expect("tmp");
-    let classes = work.path().join("classes");
+    let classes = work.join("classes");
     let mut sources = java_sources(&root().join("client/jvm/src/dev/ferry"));
-    sources.push(root().join("client/jvm/test/LoadModel.java"));
+    sources.extend(java_sources(&root().join("client/jvm/test")));
     let javac = Command::new("javac")
         .arg("-Xlint:all")
         .arg("-Werror")
@@ -62,6 +54,24 @@ fn a_java_program_loads_a_model_through_the_binding() {
         "javac failed: {}",
         String::from_utf8_lossy(&javac.stderr)
     );
+    classes
+}
+
+fn floats(values: &[f64]) -> String {
+    values
+        .iter()
+        .map(|v| format!("{}", *v as f32))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn a_java_program_loads_a_model_through_the_binding() {
+    // The C library the binding loads.
+    let target = ferry_tests::ffi_library_dir();
+
+    let work = tempfile::tempdir().expect("tmp");
+    let classes = compile(work.path());
 
     let app = TestApp::start_with(Options {
         demo: true,
@@ -125,4 +135,112 @@ fn a_java_program_loads_a_model_through_the_binding() {
         stdout.contains("missing model: status=9 code=model_not_found"),
         "{stdout}"
     );
+}
+
+/// One tensor per line for `TypedModel`: element type, shape, values.
+fn tensor_lines(ts: &[TensorValue]) -> String {
+    ts.iter()
+        .map(|t| {
+            let shape = if t.shape.is_empty() {
+                "-".to_string()
+            } else {
+                t.shape
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            let values: Vec<String> = t.data.iter().map(|v| format!("{v:?}")).collect();
+            format!("{} {shape} {}\n", t.dtype, values.join(" "))
+        })
+        .collect()
+}
+
+/// The `out DTYPE SHAPE VALUES...` lines `TypedModel` printed.
+fn printed_outputs(stdout: &str) -> Vec<TensorValue> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("out "))
+        .map(|l| {
+            let mut parts = l.split_whitespace();
+            let dtype = parts.next().expect("dtype").to_string();
+            let shape = match parts.next().expect("shape") {
+                "-" => Vec::new(),
+                s => s.split(',').map(|d| d.parse().expect("dim")).collect(),
+            };
+            let data = parts.map(|v| v.parse().expect("value")).collect();
+            TensorValue { dtype, shape, data }
+        })
+        .collect()
+}
+
+#[test]
+fn java_runs_tensors_of_every_element_type_through_the_binding() {
+    let target = ferry_tests::ffi_library_dir();
+    let work = tempfile::tempdir().expect("tmp");
+    let classes = compile(work.path());
+    let app = TestApp::start();
+    for (model, file) in [
+        ("typed-io", "typed-io-portable"),
+        ("half-io", "half-io-portable"),
+    ] {
+        app.publish(&VariantsFile {
+            model: model.parse().expect("model"),
+            version: semver::Version::new(1, 0, 0),
+            notes: String::new(),
+            variants: vec![variant(
+                "only",
+                &format!("{file}.pte"),
+                Delegate::Portable,
+                ">=1.0.0",
+                "*",
+            )],
+        });
+        let side: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(root().join(format!("tests/fixtures/pte/{file}.json")))
+                .expect("sidecar"),
+        )
+        .expect("json");
+        let input: Vec<TensorValue> = serde_json::from_value(side["input"].clone()).expect("in");
+        let want: Vec<TensorValue> = serde_json::from_value(side["output"].clone()).expect("out");
+        let inputs = work.path().join(format!("{model}.txt"));
+        std::fs::write(&inputs, tensor_lines(&input)).expect("write");
+        let run = Command::new("java")
+            .arg("-cp")
+            .arg(format!("{}:{JNA}", classes.display()))
+            .arg(format!("-Djna.library.path={}", target.display()))
+            .arg("TypedModel")
+            .arg(app.url())
+            .arg(app.dir.path().join("keys/trust.json"))
+            .arg(work.path().join(format!("cache-{model}")))
+            .arg(model)
+            .arg("forward")
+            .arg(&inputs)
+            .output()
+            .expect("run java");
+        let stdout = String::from_utf8_lossy(&run.stdout);
+        assert!(
+            run.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let got = printed_outputs(&stdout);
+        let kinds = |ts: &[TensorValue]| -> Vec<(String, Vec<u64>)> {
+            ts.iter()
+                .map(|t| (t.dtype.clone(), t.shape.clone()))
+                .collect()
+        };
+        // The exporter's element types and shapes, and its values within atol.
+        assert_eq!(kinds(&got), kinds(&want), "{stdout}");
+        let diff = max_abs_diff(&got, &want).expect("same types and shapes");
+        let atol = side["atol"].as_f64().expect("atol");
+        assert!(
+            diff <= atol,
+            "{model}: max |diff| {diff} > {atol}\n{stdout}"
+        );
+        assert!(
+            stdout.contains("refused: code=invalid_argument"),
+            "{stdout}"
+        );
+    }
 }

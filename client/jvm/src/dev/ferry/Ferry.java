@@ -5,6 +5,7 @@ import com.sun.jna.Library;
 import com.sun.jna.Memory;
 import com.sun.jna.Native;
 import com.sun.jna.Pointer;
+import com.sun.jna.Structure;
 import com.sun.jna.ptr.PointerByReference;
 import java.util.Map;
 
@@ -43,6 +44,21 @@ public final class Ferry {
         return Native.SIZE_T_SIZE == 8 ? m.getLong(0) : (m.getInt(0) & 0xffffffffL);
     }
 
+    /** {@code struct ferry_tensor}: element type, shape, row-major bytes. */
+    @Structure.FieldOrder({"dtype", "shape", "ndim", "data", "nbytes"})
+    public static class CTensor extends Structure {
+        /** A {@code FERRY_DTYPE_*} code. */
+        public int dtype;
+        /** {@code ndim} int64 dimensions. */
+        public Pointer shape;
+        /** How many dimensions. */
+        public SizeT ndim = new SizeT();
+        /** The elements. */
+        public Pointer data;
+        /** Their size in bytes. */
+        public SizeT nbytes = new SizeT();
+    }
+
     /** The C functions, one for one. */
     interface Native64 extends Library {
         int ferry_client_new(String server, String trustJson, String cacheDir, String appVersion,
@@ -59,6 +75,15 @@ public final class Ferry {
 
         int ferry_model_run_f32(Pointer model, float[] input, long[] shape, SizeT ndim,
                 float[] output, SizeT outputCapacity, Pointer outputLen);
+
+        int ferry_model_run(Pointer model, String method, CTensor inputs, SizeT nInputs,
+                PointerByReference out);
+
+        SizeT ferry_outputs_len(Pointer outputs);
+
+        int ferry_outputs_get(Pointer outputs, SizeT index, CTensor tensor);
+
+        void ferry_outputs_free(Pointer outputs);
 
         void ferry_model_free(Pointer model);
 

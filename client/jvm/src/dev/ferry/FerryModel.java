@@ -2,6 +2,8 @@ package dev.ferry;
 
 import com.sun.jna.Memory;
 import com.sun.jna.Pointer;
+import com.sun.jna.ptr.PointerByReference;
+import java.nio.ByteBuffer;
 
 /**
  * A model loaded into the ExecuTorch runtime. Close it to free the runtime's memory. Calls are
@@ -78,6 +80,65 @@ public final class FerryModel implements AutoCloseable {
         Ferry.check(status);
         int got = (int) Ferry.sizeIn(len);
         return got == out.length ? out : java.util.Arrays.copyOf(out, got);
+    }
+
+    /**
+     * Runs {@code method} (null: the loaded one; another is loaded on first use) on tensors of
+     * any element type and returns every output. The method's input count and element types are
+     * checked before anything runs; a refusal is a {@link FerryException} with the reason.
+     */
+    public synchronized Tensor[] run(String method, Tensor... inputs) {
+        Pointer model = live();
+        // Native copies of the shapes and elements, referenced until the call returns.
+        Memory[] keep = new Memory[inputs.length * 2];
+        Ferry.CTensor first = null;
+        if (inputs.length > 0) {
+            Ferry.CTensor[] c = (Ferry.CTensor[]) new Ferry.CTensor().toArray(inputs.length);
+            for (int i = 0; i < inputs.length; i++) {
+                Tensor t = inputs[i];
+                long[] shape = t.shape();
+                c[i].dtype = t.dtype().code;
+                c[i].ndim = new Ferry.SizeT(shape.length);
+                if (shape.length > 0) {
+                    keep[2 * i] = new Memory(8L * shape.length);
+                    keep[2 * i].write(0, shape, 0, shape.length);
+                    c[i].shape = keep[2 * i];
+                }
+                ByteBuffer raw = t.raw();
+                int n = raw.remaining();
+                c[i].nbytes = new Ferry.SizeT(n);
+                if (n > 0) {
+                    byte[] bytes = new byte[n];
+                    raw.get(bytes);
+                    keep[2 * i + 1] = new Memory(n);
+                    keep[2 * i + 1].write(0, bytes, 0, n);
+                    c[i].data = keep[2 * i + 1];
+                }
+                c[i].write();
+            }
+            first = c[0];
+        }
+        PointerByReference out = new PointerByReference();
+        Ferry.check(Ferry.LIB.ferry_model_run(model, method, first,
+                new Ferry.SizeT(inputs.length), out));
+        java.lang.ref.Reference.reachabilityFence(keep);
+        Pointer outputs = out.getValue();
+        try {
+            int count = Ferry.LIB.ferry_outputs_len(outputs).intValue();
+            Tensor[] result = new Tensor[count];
+            for (int i = 0; i < count; i++) {
+                Ferry.CTensor t = new Ferry.CTensor();
+                Ferry.check(Ferry.LIB.ferry_outputs_get(outputs, new Ferry.SizeT(i), t));
+                int ndim = t.ndim.intValue();
+                long[] shape = ndim == 0 ? new long[0] : t.shape.getLongArray(0, ndim);
+                int nbytes = Math.toIntExact(t.nbytes.longValue());
+                byte[] bytes = nbytes == 0 ? new byte[0] : t.data.getByteArray(0, nbytes);
+                result[i] = new Tensor(Tensor.DType.of(t.dtype), shape, ByteBuffer.wrap(bytes));
+            }
+            return result;
+        } finally {
+            Ferry.LIB.ferry_outputs_free(outputs);
+        }
     }
 
     @Override
