@@ -254,6 +254,67 @@ fn sign_checks_a_programs_data_files_and_publish_uploads_them() {
     // A data file that is missing.
     let err = refused("data = [\"nosuch.ptd\"]");
     assert!(err.contains("cannot read data file"), "{err}");
+    // The same tensors from two files: the runtime would refuse the repeated names.
+    std::fs::write(files.join("copy.ptd"), &ptd).expect("write");
+    let err = refused("data = [\"mlp-external-portable.ptd\", \"copy.ptd\"]");
+    assert!(
+        err.contains("fc1.bias is in both mlp-external-portable.ptd and copy.ptd"),
+        "{err}"
+    );
+    // A tensor with another element type than the program declares (float32 -> int32).
+    let int32 = (0..ptd.len())
+        .map(|i| {
+            let mut b = ptd.clone();
+            b[i] = 3;
+            b
+        })
+        .find(|b| {
+            ferry_shared::pte::inspect_ptd(b).is_ok_and(|r| {
+                r.tensors
+                    .iter()
+                    .any(|t| t.key == "fc2.bias" && t.scalar_type == 3 && t.sizes == [8])
+            })
+        })
+        .expect("a byte that makes fc2.bias int32");
+    std::fs::write(files.join("int32.ptd"), &int32).expect("write");
+    let err = refused("data = [\"int32.ptd\"]");
+    assert!(
+        err.contains("fc2.bias: the program declares float32 [8], int32.ptd holds int32 [8]"),
+        "{err}"
+    );
+    // The data file given as the program.
+    let out = {
+        let v = std::fs::read_to_string(&variants).expect("toml");
+        std::fs::write(
+            &variants,
+            v.replace(
+                "file = \"mlp-external-portable.pte\"",
+                "file = \"mlp-external-portable.ptd\"",
+            ),
+        )
+        .expect("write");
+        ferry()
+            .arg("sign")
+            .arg(&variants)
+            .arg("--key")
+            .arg(data.join("keys/release.key"))
+            .arg("-o")
+            .arg(&release)
+            .output()
+            .expect("run")
+    };
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("is a data file (.ptd), not a program"),
+        "{err}"
+    );
+    // A program given as a data file says so.
+    let err = refused("data = [\"mlp-external-portable.pte\"]");
+    assert!(
+        err.contains("expected \"FT01\" (a .ptd data file) (this is a program, .pte)"),
+        "{err}"
+    );
 
     // With it: signed, and the manifest names the data file.
     let out = sign_with("data = [\"mlp-external-portable.ptd\"]");

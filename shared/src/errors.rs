@@ -99,8 +99,10 @@ catalogue! {
     NotAPte = "not_a_pte",
     /// The variant declares a delegate that its program never calls (the partitioner declined the graph). (server, CLI)
     DelegateMismatch = "delegate_mismatch",
-    /// The variant's program keeps tensors in a separate data file (.ptd) that the release does not deliver. (server, CLI)
+    /// The variant's program keeps tensors in a separate data file (.ptd) that none of its data files provides. (server, CLI)
     DataFilesMissing = "data_files_missing",
+    /// A variant's data files give a tensor twice, or with another element type or shape than the program declares. (server, CLI)
+    DataFilesMismatch = "data_files_mismatch",
     /// The program's schema version is newer than any runtime ferry knows. (server)
     PteSchemaUnsupported = "pte_schema_unsupported",
     /// The release names another model than the URL. (server)

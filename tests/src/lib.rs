@@ -160,3 +160,32 @@ pub mod duckdb;
 mod emulator;
 pub mod moto;
 pub mod proxy;
+
+/// The committed `.ptd` fixture with the element type of tensor `key` changed to
+/// `scalar_type` (found by trying each byte, and checked with the reader), for tests of data
+/// files that do not fit their program.
+pub fn ptd_with_scalar_type(key: &str, scalar_type: i8) -> Vec<u8> {
+    let ptd = std::fs::read(fixtures_dir().join("pte/mlp-external-portable.ptd")).expect("ptd");
+    let want = ferry_shared::pte::inspect_ptd(&ptd).expect("fixture");
+    for i in 0..ptd.len() {
+        let mut b = ptd.clone();
+        b[i] = scalar_type as u8;
+        let Ok(r) = ferry_shared::pte::inspect_ptd(&b) else {
+            continue;
+        };
+        let same_but = r.tensors.iter().zip(&want.tensors).all(|(got, was)| {
+            if got.key == key {
+                got.scalar_type == scalar_type && got.sizes == was.sizes
+            } else {
+                got == was
+            }
+        });
+        if same_but
+            && r.tensors.len() == want.tensors.len()
+            && r.tensors.iter().any(|t| t.key == key)
+        {
+            return b;
+        }
+    }
+    panic!("no single byte of the fixture gives {key} scalar type {scalar_type}")
+}

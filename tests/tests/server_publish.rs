@@ -146,9 +146,15 @@ fn each_refusal_has_its_code() {
         .expect("key");
     let mut other = ptd.clone();
     other[at + 2] = b'7';
+    let int32_bias = ferry_tests::ptd_with_scalar_type("fc2.bias", 3);
     for (file, code, says) in [
         (&other, "data_files_missing", "(fc2.weight)"),
         (&ext, "not_a_pte", "data file weights.ptd"),
+        (
+            &int32_bias,
+            "data_files_mismatch",
+            "fc2.bias: the program declares float32 [8], weights.ptd holds int32 [8]",
+        ),
     ] {
         assert!(matches!(app.put_blob(file), 200 | 201));
         let mut with_data = needs_data.clone();
@@ -158,6 +164,36 @@ fn each_refusal_has_its_code() {
             size: file.len() as u64,
         }];
         let (status, body) = app.post_release("mlp", &sign_manifest(&with_data, &key));
+        assert_eq!((status, body["code"].as_str()), (422, Some(code)), "{body}");
+        assert!(
+            body["message"].as_str().unwrap_or_default().contains(says),
+            "{body}"
+        );
+        assert_not_published(&app, "1.0.0");
+    }
+    // The same data file twice under two names (the runtime refuses repeated tensor names),
+    // and two extra files with one name.
+    assert!(matches!(app.put_blob(&ptd), 200 | 201));
+    let entry = |name: &str| ferry_shared::manifest::ExtraFile {
+        name: name.into(),
+        sha256: Sha256Digest::of(&ptd),
+        size: ptd.len() as u64,
+    };
+    for (names, code, says) in [
+        (
+            ["a.ptd", "b.ptd"],
+            "data_files_mismatch",
+            "fc1.bias is in both a.ptd and b.ptd",
+        ),
+        (
+            ["a.ptd", "a.ptd"],
+            "manifest_invalid",
+            "two extra files are named \"a.ptd\"",
+        ),
+    ] {
+        let mut twice = needs_data.clone();
+        twice.variants[portable].extra_files = names.iter().map(|n| entry(n)).collect();
+        let (status, body) = app.post_release("mlp", &sign_manifest(&twice, &key));
         assert_eq!((status, body["code"].as_str()), (422, Some(code)), "{body}");
         assert!(
             body["message"].as_str().unwrap_or_default().contains(says),

@@ -86,6 +86,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::NotAPte
         | C::DelegateMismatch
         | C::DataFilesMissing
+        | C::DataFilesMismatch
         | C::PteSchemaUnsupported
         | C::BlobMissing
         | C::BlobSizeMismatch

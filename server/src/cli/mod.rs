@@ -152,7 +152,8 @@ pub enum Command {
     Publish {
         /// The signed release (from `ferry sign`).
         release: PathBuf,
-        /// Folder holding the release's `.pte` files.
+        /// Folder holding the release's `.pte` programs and `.ptd` data files (found by digest,
+        /// so their names do not matter).
         #[arg(long, value_hint = clap::ValueHint::DirPath)]
         files: PathBuf,
         /// Where and who (a token with the `publish` scope).

@@ -123,6 +123,22 @@ pub(crate) fn publish_cmd(
             found.push((digest, path));
         }
     }
+    // Every file must be here before anything is uploaded.
+    let absent: Vec<String> = wanted
+        .iter()
+        .filter(|w| !found.iter().any(|(d, _)| *d == w.0))
+        .map(|(digest, _, variant, data_file)| match data_file {
+            Some(name) => format!("variant {variant} data file {name} (sha256 {digest})"),
+            None => format!("variant {variant} (sha256 {digest})"),
+        })
+        .collect();
+    if !absent.is_empty() {
+        bail!(
+            "no file in {} has the bytes of: {}; nothing was uploaded",
+            files.display(),
+            absent.join(", ")
+        );
+    }
     for (digest, size, variant, data_file) in &wanted {
         // How the file is named in messages: the variant, or its data file.
         let id = &match data_file {

@@ -75,8 +75,8 @@ pub(crate) fn sign_cmd(
     for (v, f) in manifest.variants.iter().zip(&files) {
         println!(
             "  {:<16} {:<9} {:>10} bytes  {}  [{}]",
-            v.id,
-            v.delegate,
+            v.id.as_str(),
+            v.delegate.to_string(),
             v.size,
             f.path.display(),
             v.backends

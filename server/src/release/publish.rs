@@ -130,6 +130,19 @@ pub enum PublishError {
         /// The tensors no data file provides.
         missing: Vec<String>,
     },
+    /// The variant's data files repeat a tensor, or hold one with another element type or
+    /// shape than the program declares.
+    #[error(
+        "variant {variant}: its data files do not fit its program ({} problem(s)): {}",
+        problems.len(),
+        problems.first().map(String::as_str).unwrap_or("")
+    )]
+    DataFilesMismatch {
+        /// Variant id.
+        variant: String,
+        /// What is wrong, for people.
+        problems: Vec<String>,
+    },
     /// A variant's data file is not a FlatTensor `.ptd`.
     #[error("variant {variant}: data file {name} ({digest}) is not a valid .ptd: {why}")]
     NotAPtd {
@@ -181,6 +194,7 @@ impl PublishError {
             PublishError::NotAPte { .. } => ErrorCode::NotAPte,
             PublishError::DelegateMismatch(_) => ErrorCode::DelegateMismatch,
             PublishError::DataFilesMissing { .. } => ErrorCode::DataFilesMissing,
+            PublishError::DataFilesMismatch { .. } => ErrorCode::DataFilesMismatch,
             PublishError::NotAPtd { .. } => ErrorCode::NotAPte,
             PublishError::SchemaUnsupported { .. } => ErrorCode::PteSchemaUnsupported,
             PublishError::Store(e) => e.code(),
@@ -503,13 +517,23 @@ pub async fn publish_release(
         }
         let mut data = Vec::new();
         for f in &v.extra_files {
-            data.push(inspect_data_blob(store, v.id.as_str(), f).await?);
+            data.push((
+                f.name.as_str(),
+                inspect_data_blob(store, v.id.as_str(), f).await?,
+            ));
         }
-        let missing = pte::missing_external_tensors(&report, &data);
-        if !missing.is_empty() {
+        let named: Vec<(&str, &pte::PtdReport)> = data.iter().map(|(n, r)| (*n, r)).collect();
+        let problems = pte::check_data_files(&report, &named);
+        if !problems.missing.is_empty() {
             return Err(PublishError::DataFilesMissing {
                 variant: v.id.to_string(),
-                missing,
+                missing: problems.missing,
+            });
+        }
+        if !problems.conflicts.is_empty() {
+            return Err(PublishError::DataFilesMismatch {
+                variant: v.id.to_string(),
+                problems: problems.conflicts,
             });
         }
         reports.insert(v.id.to_string(), report);

@@ -120,6 +120,14 @@ pub fn build_manifest(
         let path = base.join(&v.file);
         let bytes = read(&path)
             .with_context(|| format!("variant {}: cannot read {}", v.id, path.display()))?;
+        if pte::is_ptd(&bytes) {
+            bail!(
+                "variant {}: {} is a data file (.ptd), not a program: give the program as file \
+                 and list the data file with data = [\"NAME.ptd\"]",
+                v.id,
+                path.display()
+            );
+        }
         let report = pte::inspect(&bytes).map_err(|e| {
             anyhow::anyhow!(
                 "variant {}: {} is not a valid .pte ({}): {e}",
@@ -232,7 +240,7 @@ fn data_files(
                 e.code()
             )
         })?;
-        reports.push(ptd);
+        reports.push((name.clone(), ptd));
         let sha256 = Sha256Digest::of(&bytes);
         let size = bytes.len() as u64;
         extra.push(ExtraFile { name, sha256, size });
@@ -243,7 +251,23 @@ fn data_files(
             data: Vec::new(),
         });
     }
-    let missing = pte::missing_external_tensors(report, &reports);
+    let named: Vec<(&str, &pte::PtdReport)> =
+        reports.iter().map(|(n, r)| (n.as_str(), r)).collect();
+    let problems = pte::check_data_files(report, &named);
+    if let Some(first) = problems.conflicts.first() {
+        bail!(
+            "variant {}: its data files do not fit {} ({} problem(s)): {first}{}",
+            v.id,
+            base.join(&v.file).display(),
+            problems.conflicts.len(),
+            if problems.conflicts.len() > 1 {
+                "; ..."
+            } else {
+                ""
+            }
+        );
+    }
+    let missing = problems.missing;
     if !missing.is_empty() {
         let shown: Vec<&str> = missing.iter().take(5).map(String::as_str).collect();
         let more = if missing.len() > shown.len() {

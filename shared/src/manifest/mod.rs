@@ -366,9 +366,16 @@ impl ReleaseManifest {
             if v.extra_files.len() > limits.max_extra_files {
                 return bad(format!("{ctx}: too many extra files"));
             }
+            let mut names = BTreeSet::new();
             for f in &v.extra_files {
                 short(&ctx, "extra file name", &f.name, limits)?;
-                if f.name.contains(['/', '\\', '\0']) || f.name.starts_with('.') {
+                if !names.insert(f.name.as_str()) {
+                    return bad(format!("{ctx}: two extra files are named {:?}", f.name));
+                }
+                if f.name.is_empty()
+                    || f.name.contains(['/', '\\', '\0'])
+                    || f.name.starts_with('.')
+                {
                     return bad(format!(
                         "{ctx}: extra file name {:?} is not a plain name",
                         f.name

@@ -22,8 +22,8 @@ mod reader;
 mod report;
 
 pub use ptd::{
-    PTD_IDENTIFIER, PtdReport, PtdTensor, inspect_ptd, inspect_ptd_prefix, is_ptd,
-    missing_external_tensors, ptd_required_prefix, scalar_type_name,
+    DataFileProblems, PTD_IDENTIFIER, PtdReport, PtdTensor, check_data_files, inspect_ptd,
+    inspect_ptd_prefix, is_ptd, missing_external_tensors, ptd_required_prefix, scalar_type_name,
 };
 pub use report::*;
 
@@ -85,7 +85,7 @@ impl Default for PteLimits {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PteError {
     /// Shorter than the smallest possible program, or shorter than its header says.
-    #[error("truncated .pte: {0}")]
+    #[error("truncated file: {0}")]
     Truncated(String),
     /// The FlatBuffers file identifier is not `ET12`.
     #[error("not an ExecuTorch program: file identifier is {found:?}, expected \"ET12\"")]

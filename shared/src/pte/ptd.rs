@@ -22,6 +22,9 @@ pub struct PtdTensor {
     pub key: String,
     /// ExecuTorch's scalar type code.
     pub scalar_type: i8,
+    /// The element type's name (`float32`, `int8`, ...; `other` for rarer ones).
+    #[serde(default)]
+    pub dtype: String,
     /// Dimensions.
     pub sizes: Vec<i32>,
     /// Bytes of its data segment.
@@ -85,9 +88,15 @@ fn ptd_header(head: &[u8]) -> Result<PtdHeader, PteError> {
         )));
     }
     if !is_ptd(head) {
-        return Err(PteError::NotAProgram {
-            found: head[4..8].escape_ascii().to_string(),
-        });
+        let found = head[4..8].escape_ascii().to_string();
+        let hint = if &head[4..8] == b"ET12" {
+            " (this is a program, .pte)"
+        } else {
+            ""
+        };
+        return Err(PteError::BadHeader(format!(
+            "file identifier is {found:?}, expected \"FT01\" (a .ptd data file){hint}"
+        )));
     }
     if &head[8..12] != b"FH01" {
         return Err(PteError::BadHeader("no FH01 header at byte 8".into()));
@@ -198,6 +207,7 @@ pub fn inspect_ptd_prefix(prefix: &[u8], size: u64) -> Result<PtdReport, PteErro
             tensors.push(PtdTensor {
                 key,
                 scalar_type,
+                dtype: scalar_type_name(scalar_type).to_string(),
                 sizes,
                 bytes,
             });
@@ -225,6 +235,72 @@ pub fn missing_external_tensors(program: &super::PteReport, data: &[PtdReport]) 
         .filter(|k| !provided.contains(k))
         .collect();
     missing.into_iter().map(str::to_string).collect()
+}
+
+/// What a program's data files lack or get wrong (see [`check_data_files`]).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct DataFileProblems {
+    /// Tensors the program reads from outside that no data file provides, sorted.
+    pub missing: Vec<String>,
+    /// Each tensor two data files both provide (ExecuTorch refuses to load a program whose
+    /// data maps repeat a name) and each tensor whose element type or dimensions differ from
+    /// what the program declares, described for people.
+    pub conflicts: Vec<String>,
+}
+
+impl DataFileProblems {
+    /// Nothing lacking, nothing wrong.
+    pub fn is_empty(&self) -> bool {
+        self.missing.is_empty() && self.conflicts.is_empty()
+    }
+}
+
+/// Checks `data` (each data file's name and report) against what `program` reads from outside:
+/// every external tensor provided, by exactly one file, with the element type and dimensions
+/// the program declares.
+pub fn check_data_files(
+    program: &super::PteReport,
+    data: &[(&str, &PtdReport)],
+) -> DataFileProblems {
+    let mut problems = DataFileProblems {
+        missing: missing_external_tensors(
+            program,
+            &data.iter().map(|(_, r)| (*r).clone()).collect::<Vec<_>>(),
+        ),
+        conflicts: Vec::new(),
+    };
+    let mut seen: std::collections::BTreeMap<&str, (&str, &PtdTensor)> = Default::default();
+    for (file, report) in data {
+        for t in &report.tensors {
+            if let Some((first, _)) = seen.get(t.key.as_str()) {
+                problems.conflicts.push(format!(
+                    "{} is in both {first} and {file} (the runtime refuses a name given twice)",
+                    t.key
+                ));
+            } else {
+                seen.insert(t.key.as_str(), (file, t));
+            }
+        }
+    }
+    let mut checked = std::collections::BTreeSet::new();
+    for layout in program.methods.iter().flat_map(|m| &m.external_layouts) {
+        if !checked.insert(layout.name.as_str()) {
+            continue;
+        }
+        if let Some((file, t)) = seen.get(layout.name.as_str())
+            && (t.scalar_type != layout.scalar_type || t.sizes != layout.sizes)
+        {
+            problems.conflicts.push(format!(
+                "{}: the program declares {} {:?}, {file} holds {} {:?}",
+                layout.name,
+                scalar_type_name(layout.scalar_type),
+                layout.sizes,
+                scalar_type_name(t.scalar_type),
+                t.sizes
+            ));
+        }
+    }
+    problems
 }
 
 /// PyTorch's name of an ExecuTorch scalar type code, for the common ones.

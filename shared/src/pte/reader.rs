@@ -40,6 +40,7 @@ impl Reader<'_> {
         // (EValue union type 5 = Tensor; Tensor field 9 = extra_tensor_info, whose field 2 is
         // the location, 1 = EXTERNAL, and field 1 the fully qualified name).
         let mut external_tensors = Vec::new();
+        let mut external_layouts = Vec::new();
         let values = match plan.vector(2, 4, &mut self.budget)? {
             Some(vals) => {
                 // Each value read is charged to the work budget.
@@ -59,6 +60,20 @@ impl Reader<'_> {
                             .string(1, max_string, &mut self.budget)?
                             .unwrap_or("")
                             .to_string();
+                        // Tensor field 0 is the scalar type, field 2 the sizes.
+                        let sizes = match t.vector(2, 4, &mut self.budget)? {
+                            Some(v) => v
+                                .raw()?
+                                .chunks_exact(4)
+                                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                                .collect(),
+                            None => Vec::new(),
+                        };
+                        external_layouts.push(ExternalTensor {
+                            name: fqn.clone(),
+                            scalar_type: t.u8(0, 0)? as i8,
+                            sizes,
+                        });
                         external_tensors.push(fqn);
                     }
                 }
@@ -67,6 +82,7 @@ impl Reader<'_> {
             None => 0,
         };
         external_tensors.sort();
+        external_layouts.sort_by(|a: &ExternalTensor, b: &ExternalTensor| a.name.cmp(&b.name));
         let inputs = plan.vector(3, 4, &mut self.budget)?.map_or(0, |v| v.len);
         let outputs = plan.vector(4, 4, &mut self.budget)?.map_or(0, |v| v.len);
 
@@ -233,6 +249,7 @@ impl Reader<'_> {
             delegate_data_bytes,
             summary,
             external_tensors,
+            external_layouts,
         })
     }
 }

@@ -88,6 +88,21 @@ pub struct MethodReport {
     /// data file (`.ptd`) the runtime must be given, sorted.
     #[serde(default)]
     pub external_tensors: Vec<String>,
+    /// The same tensors with the element type and dimensions the program declares for them,
+    /// sorted by name (what their data in a `.ptd` must match).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub external_layouts: Vec<ExternalTensor>,
+}
+
+/// A tensor a method reads from a data file, as the program declares it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExternalTensor {
+    /// Its fully qualified name (the key in the `.ptd`).
+    pub name: String,
+    /// ExecuTorch's scalar type code.
+    pub scalar_type: i8,
+    /// Its dimensions.
+    pub sizes: Vec<i32>,
 }
 
 impl MethodReport {
