@@ -4,7 +4,8 @@
 # test), rustfmt and clippy, and (through
 # scripts/setup-executorch.sh) clang, libclang and the ExecuTorch 1.5.1 runtime libraries
 # from the PyPI wheel, moto (an S3 emulator), DuckDB (reads the Parquet telemetry) and kubernetes-validate from PyPI,
-# and Azurite (an Azure Blob Storage emulator) from npm.
+# Azurite (an Azure Blob Storage emulator) from npm, and for the dashboard Debian's Chromium
+# and TypeScript, uPlot and playwright-core from npm.
 # Safe to run again: each step checks first and does nothing when already done.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,6 +17,8 @@ command -v strace >/dev/null 2>&1 || need_apt+=(strace)
 # The Java binding's test: a JDK and JNA (Debian packages).
 command -v javac >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
 [ -f /usr/share/java/jna.jar ] || need_apt+=(libjna-java)
+# The dashboard's browser tests: Debian's Chromium, driven by playwright-core (npm, below).
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
@@ -45,5 +48,14 @@ if [ ! -x "$az/node_modules/.bin/azurite-blob" ] || ! cmp -s "$root/tests/azurit
   mkdir -p "$az"
   cp "$root/tests/azurite/package.json" "$root/tests/azurite/package-lock.json" "$az/"
   (cd "$az" && npm ci --silent --no-audit --no-fund >/dev/null)
+fi
+# The dashboard's build and browser tests (TypeScript, uPlot, playwright-core from npm), at the
+# versions ui/package-lock.json pins.
+ui="$root/.deps/ui"
+if [ ! -x "$ui/node_modules/.bin/tsc" ] || ! cmp -s "$root/ui/package-lock.json" "$ui/package-lock.json"; then
+  command -v npm >/dev/null 2>&1 || { echo "tests/setup.sh: please install Node.js and npm" >&2; exit 1; }
+  mkdir -p "$ui"
+  cp "$root/ui/package.json" "$root/ui/package-lock.json" "$ui/"
+  (cd "$ui" && npm ci --silent --no-audit --no-fund >/dev/null)
 fi
 echo "test dependencies ready"

@@ -295,6 +295,87 @@ pub async fn get_health(
     Ok(HttpResponse::Ok().json(h))
 }
 
+/// Most points `GET .../health/series` answers.
+const MAX_SERIES_POINTS: i64 = 1440;
+
+/// `GET /v1/admin/models/{model}/health/series?since=6h&step_secs=60`: per step, each
+/// release's loads, load failures and fallbacks (telemetry with valid receipts, every
+/// replica's buckets), for charts of the staged and baseline rates over time. `since`
+/// defaults to 6 hours back; `step_secs` to the smallest step that keeps the answer within
+/// 1,440 points (at least 60).
+pub async fn get_health_series(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    model: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let model = read_view(&req, &state, &model).await?;
+    let now = OffsetDateTime::now_utc().unix_timestamp();
+    let since = health_since(&req, &state, &model)?
+        .unwrap_or(now - 6 * 3600)
+        .min(now);
+    let pairs = web::Query::<Vec<(String, String)>>::from_query(req.query_string())
+        .map(web::Query::into_inner)
+        .unwrap_or_default();
+    let span = (now - since).max(60);
+    let least = (span + MAX_SERIES_POINTS - 1) / MAX_SERIES_POINTS;
+    let step = match pairs.iter().find(|(k, _)| k == "step_secs") {
+        None => least.max(60),
+        Some((_, raw)) => {
+            let step: i64 = raw.parse().ok().filter(|s| *s >= 60).ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::RequestInvalid,
+                    "step_secs must be a whole number of seconds, at least 60",
+                )
+            })?;
+            if step < least {
+                return Err(ApiError::new(
+                    ErrorCode::RequestInvalid,
+                    format!(
+                        "step_secs {step} gives more than {MAX_SERIES_POINTS} points since then; \
+                         use at least {least}"
+                    ),
+                ));
+            }
+            step
+        }
+    };
+    let points: Vec<serde_json::Value> = state
+        .telemetry
+        .series(model.as_str(), since, step)
+        .into_iter()
+        .map(|(at, rollup)| {
+            let releases: serde_json::Map<String, serde_json::Value> = rollup
+                .models
+                .get(model.as_str())
+                .into_iter()
+                .flat_map(|r| r.keys())
+                .map(|release| {
+                    let (loads, load_failures, fallbacks) =
+                        rollup.release_totals(model.as_str(), release);
+                    (
+                        release.clone(),
+                        serde_json::json!({"loads": loads, "load_failures": load_failures, "fallbacks": fallbacks}),
+                    )
+                })
+                .collect();
+            let stamp = OffsetDateTime::from_unix_timestamp(at)
+                .ok()
+                .and_then(|t| {
+                    t.format(&time::format_description::well_known::Rfc3339)
+                        .ok()
+                });
+            serde_json::json!({"at": stamp, "at_unix": at, "releases": releases})
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "model": model,
+        "since_unix": since,
+        "step_secs": step,
+        "rollout": state.rollouts().get(&model),
+        "points": points,
+    })))
+}
+
 /// The `since` query parameter of the health view, as unix seconds: a duration back from now
 /// (`90s`, `30m`, `1h`, `7d`), an RFC 3339 time, or `step` (when the current rollout step, or
 /// the current rollout revision, began). `None`: no window (everything).

@@ -12,9 +12,10 @@
 //! | `GET /v1/admin/models[/{model}[/releases/{version}]]` | `read` | [`admin`] |
 //! | `POST /v1/telemetry` | device | [`fleet`] |
 //! | `GET, POST /v1/admin/models/{model}/rollout` | `read` / `rollout` | [`fleet`] |
-//! | `GET /v1/admin/models/{model}/health` | `read` | [`fleet`] |
+//! | `GET /v1/admin/models/{model}/health[/series]` | `read` | [`fleet`] |
 //! | `GET, POST /v1/admin/models/{model}/deny` | `read` / `rollout` | [`fleet`] |
 //! | `GET /healthz`, `/readyz`, `/metrics` | ops | [`ops`] |
+//! | `GET /ui`, `/ui/{file}` | operators' browsers (static; the page asks for a token) | [`ui`] |
 //!
 //! Every failure is an [`error::ApiError`] rendered as `{code, message, request_id}`.
 
@@ -27,3 +28,4 @@ pub mod error;
 pub mod extract;
 pub mod fleet;
 pub mod ops;
+pub mod ui;

@@ -21,6 +21,9 @@ use crate::app::AppState;
 /// Registers every route on an actix `ServiceConfig`.
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(resource("/healthz").route(web::get().to(healthz)))
+        .service(resource("/ui").route(web::get().to(crate::api::ui::index)))
+        .service(resource("/ui/").route(web::get().to(crate::api::ui::index)))
+        .service(resource("/ui/{file}").route(web::get().to(crate::api::ui::file)))
         .service(resource("/readyz").route(web::get().to(readyz)))
         .service(resource("/metrics").route(web::get().to(metrics)))
         .service(resource("/v1/keys").route(web::get().to(keys)))
@@ -54,6 +57,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(
             resource("/v1/admin/models/{model}/health")
                 .route(web::get().to(crate::api::fleet::get_health)),
+        )
+        .service(
+            resource("/v1/admin/models/{model}/health/series")
+                .route(web::get().to(crate::api::fleet::get_health_series)),
         )
         .service(
             resource("/v1/admin/models/{model}/deny")

@@ -74,7 +74,7 @@ pub(crate) fn serve(flags: Flags, demo: bool, json: bool) -> anyhow::Result<Exit
         say(
             json,
             &format!(
-                "listening on {scheme}://{addr} (data in {})",
+                "listening on {scheme}://{addr} (data in {}); dashboard: {scheme}://{addr}/ui",
                 state.config.data.display()
             ),
         );

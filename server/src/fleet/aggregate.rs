@@ -470,6 +470,37 @@ impl Telemetry {
         (out, from)
     }
 
+    /// The fleet's counts for `model` per `step` seconds from `since` (unix seconds), oldest
+    /// first: each bucket counts in the step its start falls in (a bucket compacted to an hour
+    /// or a day counts whole in the step of its start). Buckets that start before `since` are
+    /// left out.
+    pub fn series(&self, model: &str, since: i64, step: i64) -> BTreeMap<i64, Rollup> {
+        let step = step.max(60);
+        let written = lock(&self.written);
+        let view = self.view();
+        let mut out: BTreeMap<i64, Rollup> = BTreeMap::new();
+        let mut add = |start: i64, r: &Rollup| {
+            if start >= since {
+                let at = since + (start - since) / step * step;
+                out.entry(at).or_default().merge_model(r, model);
+            }
+        };
+        for (_, start, r) in &view.buckets {
+            add(*start, r);
+        }
+        for (_, start, w) in written.iter() {
+            add(*start, w);
+        }
+        drop(written);
+        for (start, p) in lock(&self.pending).iter() {
+            add(*start, p);
+        }
+        for (start, c) in lock(&self.cohorts).iter() {
+            add(*start, c);
+        }
+        out
+    }
+
     /// Takes the buffered raw events for a flush: all of them when `force` (a graceful stop) or
     /// when the buffer is full or its oldest event has waited `raw_roll_secs`; none otherwise.
     pub fn take_raw(

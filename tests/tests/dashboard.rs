@@ -1,0 +1,400 @@
+//! The dashboard (`/ui`) in a real browser: headless Chromium (Debian's) driven by
+//! playwright-core (`tests/ui/dashboard.cjs`) against a real server with real fixtures and
+//! telemetry. Signed out the page shows only the sign-in form and the admin API gives it
+//! nothing; signed in it lists the models, shows a release's delegation report, moves a
+//! rollout from 5% to 20% (and resolve answers follow), shows a halt triggered by telemetry
+//! with its reason, charts the rates with the gates, overrides a deny entry, and explains what
+//! a device would get. Each step leaves a screenshot in `target/dashboard-screenshots/`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ferry_tests::app::{ADMIN_TOKEN, Options, READ_TOKEN, TestApp, mlp_v1, mlp_v2};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn shots() -> PathBuf {
+    root().join("target/dashboard-screenshots")
+}
+
+/// Runs one phase of the browser script; returns the JSON lines it printed.
+fn browse(phase: &str, app: &TestApp) -> Vec<serde_json::Value> {
+    let modules = root().join(".deps/ui/node_modules");
+    assert!(
+        modules.join("playwright-core").is_dir() && Path::new("/usr/bin/chromium").exists(),
+        "run tests/setup.sh: it installs Debian's chromium and the npm packages of ui/"
+    );
+    let out = Command::new("node")
+        .arg(root().join("tests/ui/dashboard.cjs"))
+        .arg(phase)
+        .arg(app.url())
+        .arg(ADMIN_TOKEN)
+        .arg(shots())
+        .env("FERRY_UI_MODULES", &modules)
+        .output()
+        .expect("run node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "browser phase {phase} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+fn step<'a>(lines: &'a [serde_json::Value], name: &str) -> &'a serde_json::Value {
+    lines
+        .iter()
+        .find(|l| l["step"] == name)
+        .unwrap_or_else(|| panic!("no step {name} in {lines:?}"))
+}
+
+fn dev(install: &str, soc: &str) -> serde_json::Value {
+    serde_json::json!({
+        "model": "mlp", "install_id": install, "app_version": "2.0.0", "runtime_version": "1.5.1",
+        "backends": ["XnnpackBackend", "VulkanBackend"], "platform": "android", "os_version": "14",
+        "device_model": "Pixel 8", "soc": soc, "ram_mb": 8192
+    })
+}
+
+/// Share of `n` install ids that resolve to release 2.0.0.
+fn staged_share(app: &TestApp, n: usize) -> f64 {
+    let mut staged = 0;
+    for i in 0..n {
+        let (status, body) = app.resolve(&dev(&format!("ui-dev-{i}"), "SM8550"), false);
+        assert_eq!(status, 200, "{body}");
+        let (d, _) = app.verify_response(&body);
+        if d.release.to_string() == "2.0.0" {
+            staged += 1;
+        }
+    }
+    staged as f64 / n as f64
+}
+
+fn event(kind: &str, outcome: &str, variant: &str, install: &str, soc: &str) -> serde_json::Value {
+    let mut e = serde_json::json!({
+        "kind": kind, "model": "mlp", "release": "2.0.0", "variant": variant,
+        "delegate": if variant.starts_with("vulkan") { "vulkan" } else { "xnnpack" },
+        "outcome": outcome, "install_id": install, "platform": "android", "soc": soc,
+        "device_model": "Pixel 8", "os_version": "14", "app_version": "2.0.0",
+        "runtime_version": "1.5.1", "load_ms": 14.0,
+        "at": time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339).expect("time"),
+    });
+    if outcome == "failed" {
+        e["error_code"] = "runtime_load_failed".into();
+        e["stage"] = "load_method".into();
+    }
+    if kind == "fallback" {
+        e["to_variant"] = "xnnpack-fp32".into();
+    }
+    e
+}
+
+#[test]
+fn an_operator_runs_a_rollout_from_the_dashboard() {
+    let app = TestApp::start_with(Options {
+        demo: false,
+        tweak: Some(Box::new(|c| {
+            c.telemetry.deny_min_samples = 30;
+            c.telemetry.flush_secs = 1;
+            c.telemetry.raw_roll_secs = 1;
+            c.telemetry.evaluate_ms = 0;
+        })),
+    });
+    let _ = std::fs::remove_dir_all(shots());
+    std::fs::create_dir_all(shots()).expect("screenshot folder");
+    app.publish(&mlp_v1());
+    // Release notes are the publisher's text: the page must show them as text.
+    let mut v2 = mlp_v2();
+    v2.notes = "<img src=x onerror=alert(1)> new weights".into();
+    app.publish(&v2);
+    let (s, plan) = app.post_raw(
+        "/v1/admin/models/mlp/rollout",
+        &serde_json::to_vec(&serde_json::json!({"action": "start", "release": "2.0.0",
+            "percent": "5", "max_failure_rate": 0.5, "max_fallback_rate": 0.2,
+            "min_samples": 60}))
+        .expect("json"),
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(s, 200, "{plan}");
+    let before = staged_share(&app, 2000);
+    assert!((0.03..0.07).contains(&before), "{before}");
+
+    let lines = browse("rollout", &app);
+    // Signed out: the page asked the admin API nothing; a wrong token got nothing.
+    assert_eq!(step(&lines, "signed_out")["admin_requests"], 0);
+    let wrong = step(&lines, "wrong_token");
+    assert!(
+        wrong["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("unauthorized"),
+        "{wrong}"
+    );
+    assert_eq!(wrong["tables"], 0);
+    assert!(
+        wrong["admin"]
+            .as_array()
+            .expect("admin")
+            .iter()
+            .all(|r| r["status"] == 401),
+        "{wrong}"
+    );
+    // The models table.
+    let models = step(&lines, "models")["rows"]
+        .as_array()
+        .expect("rows")
+        .clone();
+    assert_eq!(models.len(), 1, "{models:?}");
+    assert_eq!(models[0][0], "mlp");
+    assert_eq!(models[0][1], "1.0.0");
+    assert_eq!(models[0][2], "2.0.0 at 5%");
+    // The release page: notes as text, and each variant's delegation report as the inspector
+    // recorded it at publish.
+    let release = step(&lines, "release");
+    assert_eq!(
+        release["notes"], "<img src=x onerror=alert(1)> new weights",
+        "{release}"
+    );
+    let (s, stored) = app.get_json("/v1/admin/models/mlp/releases/2.0.0", Some(READ_TOKEN));
+    assert_eq!(s, 200);
+    let report = release["report"].as_array().expect("report");
+    assert_eq!(
+        report.len(),
+        stored["variants"].as_array().expect("variants").len()
+    );
+    for section in report {
+        let id = section["variant"].as_str().expect("id");
+        let m = &stored["inspection"][id]["methods"][0];
+        let row = &section["rows"][0];
+        assert_eq!(row[0], m["name"], "{section}");
+        assert_eq!(row[1], m["summary"], "{section}");
+        let portable: Vec<String> = m["kernel_calls"]
+            .as_object()
+            .expect("kernel calls")
+            .iter()
+            .map(|(op, n)| format!("{op} ×{n}"))
+            .collect();
+        let want = if portable.is_empty() {
+            "none".to_string()
+        } else {
+            portable.join(", ")
+        };
+        assert_eq!(row[3], want.as_str(), "{section}");
+    }
+    // The rollout moved from 5% to 20% through the page, after a preview of the share.
+    let rollout = step(&lines, "rollout");
+    assert!(
+        rollout["before"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("at 5%"),
+        "{rollout}"
+    );
+    assert!(
+        rollout["share"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("15% of install ids change release"),
+        "{rollout}"
+    );
+    let (s, r) = app.get_json("/v1/admin/models/mlp/rollout", Some(READ_TOKEN));
+    assert_eq!(s, 200);
+    assert_eq!(r["current"]["basis_points"], 2000, "{r}");
+    assert_eq!(r["current"]["reason"], "dashboard test: widen to 20%");
+    let after = staged_share(&app, 2000);
+    assert!((0.17..0.23).contains(&after), "{before} -> {after}");
+
+    // Staged devices report Vulkan failing on one SoC: the rollout halts, that SoC is denied.
+    let mut events = Vec::new();
+    for i in 0..90 {
+        let id = format!("ui-staged-{i}");
+        if i % 2 == 0 {
+            events.push(event("load", "failed", "vulkan-fp32", &id, "SM8350"));
+            events.push(event("fallback", "failed", "vulkan-fp32", &id, "SM8350"));
+        } else {
+            events.push(event("load", "ok", "vulkan-fp32", &id, "SM8550"));
+        }
+    }
+    let events = app.with_receipts(&events);
+    let (s, body) = app.post_raw(
+        "/v1/telemetry",
+        &serde_json::to_vec(&serde_json::json!({ "events": events })).expect("json"),
+        None,
+    );
+    assert_eq!(s, 200, "{body}");
+    app.settle();
+    let (_, r) = app.get_json("/v1/admin/models/mlp/rollout", Some(READ_TOKEN));
+    assert_eq!(r["current"]["state"], "halted", "{r}");
+    let reason = r["current"]["reason"].as_str().expect("reason").to_string();
+
+    let mut screenshots: Vec<String> = lines
+        .iter()
+        .filter(|l| l["step"] == "screenshot")
+        .map(|l| l["file"].as_str().expect("file").to_string())
+        .collect();
+    let lines = browse("halted", &app);
+    screenshots.extend(
+        lines
+            .iter()
+            .filter(|l| l["step"] == "screenshot")
+            .map(|l| l["file"].as_str().expect("file").to_string()),
+    );
+    let halted = step(&lines, "halted");
+    assert_eq!(halted["reason"], format!("Halted: {reason}"), "{halted}");
+    assert_eq!(halted["models"][0][5], "halted", "{halted}");
+    let health = step(&lines, "health");
+    assert_eq!(
+        health["titles"],
+        serde_json::json!(["Load failure rate", "Fallback rate"])
+    );
+    for legend in ["staged 2.0.0", "baseline 1.0.0", "halt threshold"] {
+        assert!(
+            health["legends"]
+                .as_array()
+                .expect("legends")
+                .iter()
+                .any(|l| l == legend),
+            "{legend}: {health}"
+        );
+    }
+    let heat = health["heat"].as_array().expect("heat");
+    let sm8350 = heat.iter().find(|r| r[0] == "SM8350").expect("SM8350 row");
+    // Every load on SM8350 fell back; none on SM8550.
+    assert_eq!(sm8350, &serde_json::json!(["SM8350", "100%"]), "{heat:?}");
+    assert!(
+        heat.iter()
+            .any(|r| r == &serde_json::json!(["SM8550", "0%"])),
+        "{heat:?}"
+    );
+    let deny = health["deny"].as_array().expect("deny");
+    assert!(
+        deny.iter().any(|r| r[2] == "soc SM8350"),
+        "the learned deny entry is listed: {deny:?}"
+    );
+    // The page's override reached the server.
+    let override_row = step(&lines, "deny_override");
+    assert!(
+        override_row["row"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("allow"),
+        "{override_row}"
+    );
+    let (_, d) = app.get_json("/v1/admin/models/mlp/deny", Some(READ_TOKEN));
+    assert!(
+        d["entries"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .any(|e| e["state"] == "allow" && e["value"] == "SM8350"),
+        "{d}"
+    );
+    // Explain gives what the resolve API answers for the same profile.
+    let explain = step(&lines, "explain");
+    let mut profile = dev("explain-device-1", "SM8550");
+    profile["device_model"] = "Pixel 8".into();
+    let (s, body) = app.resolve(&profile, true);
+    assert_eq!(s, 200, "{body}");
+    let chosen = body["explain"]
+        .as_array()
+        .expect("explain")
+        .iter()
+        .filter(|e| e.get("rank").is_some())
+        .min_by_key(|e| e["rank"].as_u64())
+        .expect("a chosen variant")
+        .clone();
+    let said = explain["chosen"].as_str().expect("chosen");
+    assert!(
+        said.starts_with(&format!(
+            "Gets {} {}",
+            chosen["release"].as_str().expect("release"),
+            chosen["variant"].as_str().expect("variant")
+        )),
+        "{said} vs {chosen}"
+    );
+    assert_eq!(step(&lines, "signed_out_again")["stored"], 0);
+    // Every step left a screenshot: a PNG in the test output.
+    assert_eq!(screenshots.len(), 9, "{screenshots:?}");
+    for f in &screenshots {
+        let png = std::fs::read(f).expect("screenshot");
+        assert!(png.starts_with(b"\x89PNG") && png.len() > 1000, "{f}");
+    }
+}
+
+#[test]
+fn the_dashboards_files_are_served_with_a_strict_policy_and_hold_no_data() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    for (path, kind) in [
+        ("/ui", "text/html"),
+        ("/ui/", "text/html"),
+        ("/ui/app.js", "text/javascript"),
+        ("/ui/app.css", "text/css"),
+        ("/ui/uPlot.iife.min.js", "text/javascript"),
+        ("/ui/uPlot.min.css", "text/css"),
+    ] {
+        let mut resp = ureq::get(app.at(path)).call().expect("get");
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert!(header("content-type").starts_with(kind), "{path}");
+        let csp = header("content-security-policy");
+        assert!(
+            csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"),
+            "{path}: {csp}"
+        );
+        assert_eq!(header("x-content-type-options"), "nosniff");
+        let body = resp.body_mut().read_to_string().expect("body");
+        // Static files: no model, release or token in them.
+        assert!(!body.contains("mlp-v1"), "{path}");
+        assert!(!body.contains(ADMIN_TOKEN), "{path}");
+    }
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    for path in ["/ui/nosuch.js", "/ui/..%2Fsrc%2Fmain.rs", "/ui/%00"] {
+        let resp = agent.get(app.at(path)).call().expect("get");
+        assert_eq!(resp.status().as_u16(), 404, "{path}");
+    }
+    // The series the charts read: a token is needed, and its parameters are checked.
+    let series = |query: &str, token: Option<&str>| {
+        app.get_json(&format!("/v1/admin/models/mlp/health/series{query}"), token)
+    };
+    assert_eq!(series("", None).0, 401);
+    let (s, body) = series("", Some(READ_TOKEN));
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(body["step_secs"], 60, "6 hours fit in 1,440 minutes");
+    assert!(body["points"].as_array().is_some(), "{body}");
+    for (query, says) in [
+        ("?step_secs=10", "at least 60"),
+        ("?step_secs=sixty", "at least 60"),
+        ("?since=30d&step_secs=60", "more than 1440 points"),
+        ("?since=yesterday", "since \"yesterday\""),
+    ] {
+        let (s, body) = series(query, Some(READ_TOKEN));
+        assert_eq!(
+            (s, body["code"].as_str()),
+            (400, Some("request_invalid")),
+            "{query}: {body}"
+        );
+        assert!(
+            body["message"].as_str().unwrap_or_default().contains(says),
+            "{query}: {body}"
+        );
+    }
+    let (s, body) = series("?since=30d", Some(READ_TOKEN));
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(body["step_secs"], 1800, "30 days in at most 1,440 steps");
+    assert_eq!(series("x", Some(READ_TOKEN)).0, 404);
+}

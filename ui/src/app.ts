@@ -1,0 +1,718 @@
+// ferry's operator dashboard. Plain TypeScript compiled by tsc (ui/build.sh) into
+// server/ui/app.js, served at /ui with everything it needs (no CDN). Every request to the
+// admin API carries the token the operator typed, kept in sessionStorage only (gone when the
+// tab closes). All text from the server goes into the page as text, never as HTML.
+
+declare const uPlot: any;
+
+type Json = any;
+
+const TOKEN_KEY = "ferry.token";
+
+/** Where the page renders. */
+function main(): HTMLElement {
+  return document.getElementById("main") as HTMLElement;
+}
+
+/** An element with attributes and children (strings become text nodes). */
+function el(
+  tag: string,
+  attrs: Record<string, string> = {},
+  ...children: (Node | string | null | undefined)[]
+): HTMLElement {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    e.setAttribute(k, v);
+  }
+  for (const c of children) {
+    if (c === null || c === undefined) {
+      continue;
+    }
+    e.append(typeof c === "string" ? document.createTextNode(c) : c);
+  }
+  return e;
+}
+
+/** A table with a header row and body rows. */
+function table(id: string, head: string[], rows: (Node | string)[][]): HTMLElement {
+  return el(
+    "table",
+    { id },
+    el("thead", {}, el("tr", {}, ...head.map((h) => el("th", {}, h)))),
+    el("tbody", {}, ...rows.map((r) => el("tr", {}, ...r.map((c) => el("td", {}, c))))),
+  );
+}
+
+function token(): string | null {
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+/** A failed API call, with the server's error code and message. */
+class ApiFailure extends Error {
+  constructor(
+    public status: number,
+    public code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Calls the admin API with the session's token; a 401 signs out. */
+async function api(path: string, init: RequestInit = {}): Promise<Json> {
+  const t = token();
+  if (!t) {
+    throw new ApiFailure(401, "unauthorized", "not signed in");
+  }
+  const headers = new Headers(init.headers);
+  headers.set("authorization", `Bearer ${t}`);
+  if (init.body) {
+    headers.set("content-type", "application/json");
+  }
+  const resp = await fetch(path, { ...init, headers });
+  const text = await resp.text();
+  let body: Json = null;
+  try {
+    body = text ? JSON.parse(text) : null;
+  } catch {
+    body = { code: "not_json", message: text.slice(0, 200) };
+  }
+  if (resp.status === 401) {
+    // The token is no good: forget it; the caller shows the sign-in form with the reason.
+    sessionStorage.removeItem(TOKEN_KEY);
+    throw new ApiFailure(401, "unauthorized", "the server refused the token; sign in again");
+  }
+  if (!resp.ok) {
+    throw new ApiFailure(resp.status, body?.code ?? "error", body?.message ?? resp.statusText);
+  }
+  return body;
+}
+
+function post(path: string, body: Json): Promise<Json> {
+  return api(path, { method: "POST", body: JSON.stringify(body) });
+}
+
+function signOut(): void {
+  sessionStorage.removeItem(TOKEN_KEY);
+  (document.getElementById("nav") as HTMLElement).hidden = true;
+  location.hash = "#/signin";
+  render();
+}
+
+/** A percentage with at most two decimals. */
+function pct(rate: number | null | undefined): string {
+  if (rate === null || rate === undefined || Number.isNaN(rate)) {
+    return "–";
+  }
+  return `${(Math.round(rate * 10000) / 100).toString()}%`;
+}
+
+/** Milliseconds rounded for people. */
+function ms(v: number | null | undefined): string {
+  if (v === null || v === undefined) {
+    return "–";
+  }
+  return v >= 100 ? `${Math.round(v)} ms` : `${v.toFixed(1)} ms`;
+}
+
+function bytes(n: number): string {
+  if (n >= 1 << 20) {
+    return `${(n / (1 << 20)).toFixed(1)} MiB`;
+  }
+  if (n >= 1 << 10) {
+    return `${(n / (1 << 10)).toFixed(1)} KiB`;
+  }
+  return `${n} B`;
+}
+
+function link(href: string, text: string, id?: string): HTMLElement {
+  return el("a", id ? { href, id } : { href }, text);
+}
+
+function errorBox(e: unknown): HTMLElement {
+  const msg = e instanceof ApiFailure ? `${e.code}: ${e.message}` : String(e);
+  return el("p", { class: "error", role: "alert" }, msg);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sign in
+
+function signInView(reason?: unknown): void {
+  const input = el("input", {
+    id: "token",
+    type: "password",
+    autocomplete: "off",
+    placeholder: "admin token",
+  }) as HTMLInputElement;
+  const status = el("p", { id: "signin-status" });
+  const form = el(
+    "form",
+    { id: "signin" },
+    el("h2", {}, "Sign in"),
+    el("p", {}, "An admin token with the read scope (rollout changes need the rollout scope). It is kept for this browser tab only."),
+    input,
+    el("button", { type: "submit" }, "Sign in"),
+    status,
+  );
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+    try {
+      await api("/v1/admin/models");
+      location.hash = "#/models";
+    } catch (e) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      status.replaceChildren(errorBox(e));
+    }
+  });
+  if (reason !== undefined) {
+    status.replaceChildren(errorBox(reason));
+  }
+  main().replaceChildren(form);
+  input.focus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Models
+
+function badge(m: Json): HTMLElement {
+  if (m.rollout_state === "halted") {
+    return el("span", { class: "badge bad" }, "halted");
+  }
+  if (m.deny_entries > 0) {
+    return el("span", { class: "badge warn" }, `${m.deny_entries} denied`);
+  }
+  if (m.rollout_state === "paused") {
+    return el("span", { class: "badge warn" }, "paused");
+  }
+  return el("span", { class: "badge ok" }, "ok");
+}
+
+async function modelsView(): Promise<void> {
+  const body = await api("/v1/admin/models");
+  const rows = (body.models as Json[]).map((m) => [
+    link(`#/model/${encodeURIComponent(m.model)}`, m.model),
+    m.baseline ?? "–",
+    m.staged ? `${m.staged} at ${m.percent}%` : "–",
+    m.rollout_state ?? "–",
+    m.ramp_step === null || m.ramp_step === undefined ? "–" : String(m.ramp_step),
+    badge(m),
+  ]);
+  main().replaceChildren(
+    el("h2", {}, "Models"),
+    rows.length
+      ? table("models", ["model", "baseline", "staged", "rollout", "ramp step", "health"], rows)
+      : el("p", {}, "No model is published yet."),
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
+// One model: releases, rollout controls, history
+
+function rolloutSummary(r: Json): HTMLElement {
+  const cur = r.current;
+  if (!cur) {
+    return el("p", { id: "rollout-state" }, "No rollout plan yet.");
+  }
+  const parts: (Node | string)[] = [
+    el("strong", {}, cur.state),
+    ` — baseline ${cur.baseline ?? "none"}`,
+  ];
+  if (cur.staged) {
+    parts.push(`, staged ${cur.staged} at ${r.percent}%`);
+  }
+  if (r.ramp) {
+    parts.push(`, ramp step ${r.ramp.step ?? "?"}`);
+  }
+  const box = el("div", { id: "rollout-state" }, el("p", {}, ...parts));
+  if (cur.state === "halted") {
+    box.append(el("p", { class: "error", id: "halt-reason" }, `Halted: ${cur.reason ?? ""}`));
+  }
+  const t = cur.thresholds ?? {};
+  box.append(
+    el(
+      "p",
+      { class: "muted" },
+      `gates: failure ≤ ${pct(t.max_failure_rate)}, fallback ≤ ${pct(t.max_fallback_rate)}, min samples ${t.min_samples ?? "–"}`,
+    ),
+  );
+  return box;
+}
+
+function rolloutControls(name: string, releases: Json[], onDone: () => void): HTMLElement {
+  const action = el(
+    "select",
+    { id: "rollout-action" },
+    ...["start", "set", "pause", "resume", "rollback", "complete"].map((a) =>
+      el("option", { value: a }, a),
+    ),
+  ) as HTMLSelectElement;
+  const release = el(
+    "select",
+    { id: "rollout-release" },
+    ...releases.map((r) => el("option", { value: r.version }, r.version)),
+  ) as HTMLSelectElement;
+  const percent = el("input", {
+    id: "rollout-percent",
+    type: "text",
+    inputmode: "decimal",
+    placeholder: "percent",
+    size: "6",
+  }) as HTMLInputElement;
+  const reason = el("input", { id: "rollout-reason", type: "text", placeholder: "reason" }) as HTMLInputElement;
+  const preview = el("div", { id: "rollout-preview" });
+  const body = (): Json => {
+    const b: Json = { action: action.value };
+    if (action.value === "start") {
+      b.release = release.value;
+    }
+    if ((action.value === "start" || action.value === "set") && percent.value.trim()) {
+      b.percent = percent.value.trim();
+    }
+    if (reason.value.trim()) {
+      b.reason = reason.value.trim();
+    }
+    return b;
+  };
+  const path = `/v1/admin/models/${encodeURIComponent(name)}/rollout`;
+  const previewButton = el("button", { id: "rollout-preview-button", type: "button" }, "Preview");
+  previewButton.addEventListener("click", async () => {
+    const b = body();
+    try {
+      const p = await post(`${path}?dry_run=true`, b);
+      const confirm = el("button", { id: "rollout-confirm", type: "button" }, "Confirm");
+      confirm.addEventListener("click", async () => {
+        try {
+          await post(path, b);
+          onDone();
+        } catch (e) {
+          preview.replaceChildren(errorBox(e));
+        }
+      });
+      preview.replaceChildren(
+        el(
+          "p",
+          { id: "rollout-share" },
+          `${b.action}: ${pct(p.preview.share_changing)} of install ids change release`,
+        ),
+        el("ul", {}, ...(p.preview.moves as string[]).map((m) => el("li", {}, m))),
+        confirm,
+        el("button", { type: "button", id: "rollout-cancel" }, "Cancel"),
+      );
+      (preview.querySelector("#rollout-cancel") as HTMLElement).addEventListener("click", () =>
+        preview.replaceChildren(),
+      );
+    } catch (e) {
+      preview.replaceChildren(errorBox(e));
+    }
+  });
+  return el(
+    "fieldset",
+    { id: "rollout-controls" },
+    el("legend", {}, "Change the rollout"),
+    action,
+    release,
+    percent,
+    reason,
+    previewButton,
+    preview,
+  );
+}
+
+async function modelView(name: string): Promise<void> {
+  const enc = encodeURIComponent(name);
+  const [model, rollout] = await Promise.all([
+    api(`/v1/admin/models/${enc}`),
+    api(`/v1/admin/models/${enc}/rollout`),
+  ]);
+  const releases = model.releases as Json[];
+  const rows = releases.map((r) => [
+    link(`#/model/${enc}/release/${encodeURIComponent(r.version)}`, r.version),
+    r.state,
+    (r.variants as Json[]).map((v) => `${v.id} (${v.delegate})`).join(", "),
+    r.notes ?? "",
+  ]);
+  const history = (rollout.history as Json[]).map((h) => [
+    String(h.revision),
+    h.action,
+    h.actor,
+    h.at,
+    h.staged ? `${h.staged} ${(h.basis_points / 100).toString()}%` : `${h.baseline ?? ""}`,
+    h.reason ?? "",
+  ]);
+  main().replaceChildren(
+    el("h2", {}, name),
+    el("p", {}, link(`#/health/${enc}`, "Fleet health", "health-link")),
+    el("h3", {}, "Rollout"),
+    rolloutSummary(rollout),
+    rolloutControls(name, releases, () => render()),
+    el("h3", {}, "Releases"),
+    table("releases", ["release", "state", "variants", "notes"], rows),
+    el("h3", {}, "History"),
+    table("history", ["revision", "action", "who", "when", "release", "why"], history.reverse()),
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
+// One release: variants and the delegation report
+
+async function releaseView(name: string, version: string): Promise<void> {
+  const r = await api(
+    `/v1/admin/models/${encodeURIComponent(name)}/releases/${encodeURIComponent(version)}`,
+  );
+  const inspection: Json = r.inspection ?? {};
+  const variants = r.variants as Json[];
+  const sections: HTMLElement[] = [];
+  for (const v of variants) {
+    const ins = inspection[v.id];
+    const methods = (ins?.methods ?? []) as Json[];
+    const methodRows = methods.map((m) => {
+      const portable = Object.entries(m.kernel_calls ?? {}).map(([op, n]) => `${op} ×${n}`);
+      const delegated = Object.entries(m.delegate_calls ?? {}).map(([b, n]) => `${b} ×${n}`);
+      return [
+        m.name,
+        m.summary ?? "",
+        delegated.join(", ") || "none",
+        portable.length ? portable.join(", ") : "none",
+      ];
+    });
+    sections.push(
+      el(
+        "section",
+        { class: "variant", "data-variant": v.id },
+        el("h3", {}, `${v.id} — ${v.delegate}, ${v.quant}, ${bytes(v.size)}`),
+        el(
+          "p",
+          { class: "muted" },
+          `runtime ${v.runtime ?? "*"}, app ${v.app ?? "*"}, backends ${(v.backends ?? []).join(", ") || "none"}`,
+        ),
+        methodRows.length
+          ? table(`delegation-${v.id}`, ["method", "summary", "delegated", "on portable kernels"], methodRows)
+          : el("p", {}, "No inspection recorded for this variant."),
+      ),
+    );
+  }
+  main().replaceChildren(
+    el("h2", {}, `${name} ${version}`),
+    el("p", {}, link(`#/model/${encodeURIComponent(name)}`, `back to ${name}`)),
+    el("p", { id: "release-notes" }, r.notes ?? ""),
+    ...sections,
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Health: rates over time with the gates, breakdowns, errors, the deny list
+
+function rate(n: number, d: number): number | null {
+  return d > 0 ? n / d : null;
+}
+
+function chart(target: HTMLElement, title: string, xs: number[], series: { label: string; values: (number | null)[]; dash?: boolean }[]): void {
+  const colors = ["#c0392b", "#2471a3", "#7f8c8d", "#7f8c8d"];
+  const opts = {
+    title,
+    width: Math.min(900, Math.max(400, target.clientWidth || 800)),
+    height: 240,
+    scales: { x: { time: true }, y: { range: [0, null] } },
+    series: [
+      {},
+      ...series.map((s, i) => ({
+        label: s.label,
+        stroke: colors[i % colors.length],
+        dash: s.dash ? [6, 4] : undefined,
+        spanGaps: true,
+        value: (_u: unknown, v: number | null) => (v === null ? "–" : pct(v)),
+      })),
+    ],
+    axes: [{}, { values: (_u: unknown, vals: number[]) => vals.map((v) => pct(v)) }],
+  };
+  new uPlot(opts, [xs, ...series.map((s) => s.values)], target);
+}
+
+async function healthView(name: string): Promise<void> {
+  const enc = encodeURIComponent(name);
+  const [h, series] = await Promise.all([
+    api(`/v1/admin/models/${enc}/health`),
+    api(`/v1/admin/models/${enc}/health/series?since=6h`),
+  ]);
+  const plan = h.rollout;
+  const t = plan?.thresholds ?? {};
+  const staged: string | null = plan?.staged ?? null;
+  const baseline: string | null = plan?.baseline ?? null;
+  const xs = (series.points as Json[]).map((p) => p.at_unix);
+  const of = (release: string | null, field: "load_failures" | "fallbacks") =>
+    (series.points as Json[]).map((p) => {
+      const c = release ? p.releases[release] : undefined;
+      return c ? rate(c[field], c.loads) : null;
+    });
+  const flat = (v: number | undefined) => xs.map(() => (v === undefined ? null : v));
+  const charts = el("div", { id: "charts" });
+  const parts: HTMLElement[] = [
+    el("h2", {}, `${name}: fleet health`),
+    el("p", {}, link(`#/model/${enc}`, `back to ${name}`)),
+    el(
+      "p",
+      { id: "health-summary" },
+      `baseline ${baseline ?? "–"}${staged ? `, staged ${staged}` : ""}; state ${plan?.state ?? "–"}; cohort devices: ${Object.entries(h.cohort_sizes ?? {})
+        .map(([k, v]) => `${k} ${v}`)
+        .join(", ") || "none yet"}`,
+    ),
+  ];
+  if (plan?.state === "halted") {
+    parts.push(el("p", { class: "error", id: "halt-reason" }, `Halted: ${plan.reason ?? ""}`));
+  }
+  parts.push(charts);
+  // Per release and variant.
+  const rows: (Node | string)[][] = [];
+  const heat = new Map<string, Map<string, number | null>>();
+  const variantNames: string[] = [];
+  for (const r of h.releases as Json[]) {
+    for (const v of r.variants as Json[]) {
+      rows.push([
+        r.release,
+        v.variant,
+        v.delegate,
+        String(v.loads),
+        pct(v.failure_rate),
+        pct(v.fallback_rate),
+        ms(v.load_ms?.p50),
+        ms(v.load_ms?.p95),
+        (v.top_error_codes as Json[]).map((c) => `${c.code} ×${c.count}`).join(", "),
+      ]);
+      const col = `${r.release} ${v.variant}`;
+      variantNames.push(col);
+      for (const [soc, c] of Object.entries(v.by_soc ?? {}) as [string, Json][]) {
+        if (!heat.has(soc)) {
+          heat.set(soc, new Map());
+        }
+        heat.get(soc)!.set(col, rate(c.fallbacks, c.loads));
+      }
+    }
+  }
+  parts.push(
+    el("h3", {}, "By variant"),
+    rows.length
+      ? table("health-variants", ["release", "variant", "delegate", "loads", "failures", "fallbacks", "p50", "p95", "top errors"], rows)
+      : el("p", { id: "health-empty" }, "No telemetry with receipts yet."),
+  );
+  // Heat map: SoC x variant, fallbacks per load attempt (what the deny list learns from).
+  if (heat.size) {
+    const head = el("tr", {}, el("th", {}, "SoC"), ...variantNames.map((n) => el("th", {}, n)));
+    const body = [...heat.entries()].map(([soc, cells]) =>
+      el(
+        "tr",
+        {},
+        el("th", {}, soc),
+        ...variantNames.map((n) => {
+          const r = cells.get(n);
+          const td = el("td", { class: "heat" }, r === undefined || r === null ? "" : pct(r));
+          if (r !== undefined && r !== null) {
+            td.style.background = `rgba(192, 57, 43, ${Math.min(1, r * 2).toFixed(2)})`;
+          }
+          return td;
+        }),
+      ),
+    );
+    parts.push(
+      el("h3", {}, "Fallback rate by SoC"),
+      el("table", { id: "heatmap" }, el("thead", {}, head), el("tbody", {}, ...body)),
+    );
+  }
+  // By device model, all variants together.
+  const byModel = new Map<string, { loads: number; failures: number; fallbacks: number }>();
+  for (const r of h.releases as Json[]) {
+    for (const v of r.variants as Json[]) {
+      for (const [dm, c] of Object.entries(v.by_device_model ?? {}) as [string, Json][]) {
+        const e = byModel.get(dm) ?? { loads: 0, failures: 0, fallbacks: 0 };
+        e.loads += c.loads;
+        e.failures += c.load_failures;
+        e.fallbacks += c.fallbacks;
+        byModel.set(dm, e);
+      }
+    }
+  }
+  if (byModel.size) {
+    parts.push(
+      el("h3", {}, "By device model"),
+      table(
+        "by-device-model",
+        ["device model", "loads", "failure rate", "fallback rate"],
+        [...byModel.entries()].map(([dm, e]) => [
+          dm,
+          String(e.loads),
+          pct(rate(e.failures, e.loads)),
+          pct(rate(e.fallbacks, e.loads)),
+        ]),
+      ),
+    );
+  }
+  // Deny list with override and clear.
+  const deny = h.deny as Json[];
+  const denyRows = deny.map((d) => {
+    const act = (action: string) => {
+      const b = el("button", { type: "button", class: `deny-${action}` }, action);
+      b.addEventListener("click", async () => {
+        try {
+          await post(`/v1/admin/models/${enc}/deny`, {
+            action,
+            release: d.release,
+            variant: d.variant,
+            class: d.class,
+            value: d.value,
+          });
+          render();
+        } catch (e) {
+          b.replaceWith(errorBox(e));
+        }
+      });
+      return b;
+    };
+    return [
+      d.release,
+      d.variant,
+      `${d.class} ${d.value}`,
+      pct(d.fallback_rate),
+      String(d.samples),
+      d.state,
+      el("span", {}, act("override"), act("clear")),
+    ];
+  });
+  parts.push(
+    el("h3", {}, "Deny list"),
+    denyRows.length
+      ? table("deny", ["release", "variant", "devices", "fallback rate", "samples", "state", ""], denyRows)
+      : el("p", {}, "Nothing is denied."),
+  );
+  main().replaceChildren(...parts);
+  if (xs.length) {
+    chart(charts, "Load failure rate", xs, [
+      { label: `staged ${staged ?? "–"}`, values: of(staged, "load_failures") },
+      { label: `baseline ${baseline ?? "–"}`, values: of(baseline, "load_failures") },
+      { label: "halt threshold", values: flat(t.max_failure_rate), dash: true },
+    ]);
+    chart(charts, "Fallback rate", xs, [
+      { label: `staged ${staged ?? "–"}`, values: of(staged, "fallbacks") },
+      { label: `baseline ${baseline ?? "–"}`, values: of(baseline, "fallbacks") },
+      { label: "halt threshold", values: flat(t.max_fallback_rate), dash: true },
+    ]);
+  } else {
+    charts.append(el("p", { class: "muted" }, "No telemetry in the last 6 hours."));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Explain: what a device would get, and why
+
+function explainView(): void {
+  const field = (id: string, label: string, value = "") =>
+    el("label", {}, label, el("input", { id, value, type: "text" }));
+  const out = el("div", { id: "explain-result" });
+  const form = el(
+    "form",
+    { id: "explain" },
+    el("h2", {}, "Explain a resolve"),
+    field("ex-model", "model"),
+    field("ex-platform", "platform", "android"),
+    field("ex-os", "OS version", "14"),
+    field("ex-soc", "SoC"),
+    field("ex-device", "device model"),
+    field("ex-ram", "RAM (MiB)", "8192"),
+    field("ex-app", "app version", "1.0.0"),
+    field("ex-runtime", "runtime version", "1.5.1"),
+    field("ex-backends", "backends (comma-separated)", "XnnpackBackend"),
+    field("ex-install", "install id", "dashboard-explain"),
+    el("button", { type: "submit" }, "Explain"),
+    out,
+  );
+  const value = (id: string) => (document.getElementById(id) as HTMLInputElement).value.trim();
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const device = {
+      model: value("ex-model"),
+      install_id: value("ex-install"),
+      app_version: value("ex-app"),
+      runtime_version: value("ex-runtime"),
+      backends: value("ex-backends")
+        .split(",")
+        .map((s) => s.trim())
+        .filter((s) => s),
+      platform: value("ex-platform"),
+      os_version: value("ex-os"),
+      device_model: value("ex-device"),
+      soc: value("ex-soc"),
+      ram_mb: Number(value("ex-ram")) || 0,
+    };
+    try {
+      const r = await post("/v1/resolve?explain=true", device);
+      const entries = (r.explain ?? []) as Json[];
+      const chosen = entries
+        .filter((e) => e.rank !== undefined)
+        .sort((a, b) => a.rank - b.rank);
+      out.replaceChildren(
+        el(
+          "p",
+          { id: "explain-chosen" },
+          chosen.length
+            ? `Gets ${chosen[0].release} ${chosen[0].variant} (${chosen[0].delegate})${chosen.length > 1 ? `, then ${chosen.slice(1).map((c) => c.variant).join(", ")}` : ""}`
+            : "Gets nothing",
+        ),
+        table(
+          "explain-table",
+          ["release", "variant", "delegate", "rank", "why"],
+          entries.map((e) => [
+            e.release,
+            e.variant,
+            e.delegate,
+            e.rank === undefined ? "–" : String(e.rank),
+            (e.reasons as string[]).join("; "),
+          ]),
+        ),
+      );
+    } catch (e) {
+      out.replaceChildren(errorBox(e));
+    }
+  });
+  main().replaceChildren(form);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Routing
+
+async function render(): Promise<void> {
+  const nav = document.getElementById("nav") as HTMLElement;
+  if (!token()) {
+    nav.hidden = true;
+    signInView();
+    return;
+  }
+  nav.hidden = false;
+  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  try {
+    if (parts[0] === "model" && parts[1] && parts[2] === "release" && parts[3]) {
+      await releaseView(parts[1], parts[3]);
+    } else if (parts[0] === "model" && parts[1]) {
+      await modelView(parts[1]);
+    } else if (parts[0] === "health" && parts[1]) {
+      await healthView(parts[1]);
+    } else if (parts[0] === "explain") {
+      explainView();
+    } else {
+      await modelsView();
+    }
+  } catch (e) {
+    if (e instanceof ApiFailure && e.status === 401) {
+      nav.hidden = true;
+      signInView(e);
+    } else {
+      main().replaceChildren(errorBox(e));
+    }
+  }
+}
+
+window.addEventListener("hashchange", () => {
+  void render();
+});
+window.addEventListener("DOMContentLoaded", () => {
+  (document.getElementById("signout") as HTMLElement).addEventListener("click", signOut);
+  void render();
+});
