@@ -560,3 +560,81 @@ fn publish_checks_the_signer_the_token_and_the_version_before_uploading() {
         "{err}"
     );
 }
+
+#[test]
+fn keys_push_makes_a_rotated_release_key_trusted_without_a_restart() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let data = tmp.path().join("data");
+    run_ok(
+        ferry()
+            .args(["keys", "generate", "--out"])
+            .arg(data.join("keys")),
+    );
+    let server = serve(&data);
+    // On the offline machine (here: a copy of the key folder), the release key is rotated.
+    let offline = tmp.path().join("offline");
+    run_ok(
+        std::process::Command::new("cp")
+            .arg("-r")
+            .arg(data.join("keys"))
+            .arg(&offline),
+    );
+    run_ok(
+        ferry()
+            .args(["keys", "rotate", "release", "--keys"])
+            .arg(&offline),
+    );
+    let push = |extra: &[&str]| {
+        let mut c = ferry();
+        c.args(["keys", "push", "--keys"])
+            .arg(&offline)
+            .args(["--server", &server.url, "--token", TOKEN])
+            .args(extra);
+        c
+    };
+    let out = run_ok(&mut push(&[]));
+    assert!(out.contains("sent keyring version(s) 2"), "{out}");
+    assert!(out.contains("the server now trusts version 2"), "{out}");
+    let again = run_ok(&mut push(&["--json"]));
+    let v: serde_json::Value = serde_json::from_str(&again).expect("json");
+    assert_valid(&v, "cli.schema.json#/$defs/keys_push");
+    assert_eq!(v["sent"], serde_json::json!([]), "{v}");
+    assert_eq!(v["version"], 2, "{v}");
+    // The new release key signs, the running server accepts.
+    let new_key = offline.join("release.key");
+    let files = tmp.path().join("files");
+    std::fs::create_dir_all(&files).expect("mkdir");
+    let variants = write_variants(&files, "mlp-v1-vulkan.pte");
+    let release = tmp.path().join("release.json");
+    run_ok(
+        ferry()
+            .arg("sign")
+            .arg(&variants)
+            .arg("--key")
+            .arg(&new_key)
+            .arg("-o")
+            .arg(&release),
+    );
+    let out = run_ok(
+        ferry()
+            .arg("publish")
+            .arg(&release)
+            .arg("--files")
+            .arg(&files)
+            .args(["--server", &server.url, "--token", TOKEN, "--quiet"]),
+    );
+    assert!(out.contains("published cli-mlp 1.0.0"), "{out}");
+    // A wrong folder says what is wrong.
+    let out = ferry()
+        .args(["keys", "push", "--keys"])
+        .arg(tmp.path().join("nowhere"))
+        .args(["--server", &server.url, "--token", TOKEN])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("holds no keyring"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

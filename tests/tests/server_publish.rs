@@ -293,7 +293,7 @@ fn a_catalog_refresh_reuses_what_it_holds_and_reads_only_new_releases() {
         .build()
         .expect("runtime");
     let (first, _) = rt
-        .block_on(Catalog::load(&state.store, &state.release_ring))
+        .block_on(Catalog::load(&state.store, &state.keys().release_ring))
         .expect("load");
     let v1: semver::Version = "1.0.0".parse().expect("v");
     let model: ferry_shared::ModelName = "mlp".parse().expect("model");
@@ -304,7 +304,7 @@ fn a_catalog_refresh_reuses_what_it_holds_and_reads_only_new_releases() {
     std::fs::write(&path, b"not an envelope").expect("write");
     app.publish(&ferry_tests::app::mlp_v2());
     let (second, skipped) = rt
-        .block_on(Catalog::refresh(&state.store, &state.release_ring, &first))
+        .block_on(Catalog::refresh(&state.store, &state.keys().release_ring, &first))
         .expect("refresh");
     assert!(skipped.is_empty(), "{skipped:?}");
     let again = second.release(&model, &v1).expect("still there");
@@ -320,7 +320,7 @@ fn a_catalog_refresh_reuses_what_it_holds_and_reads_only_new_releases() {
     );
     // A full load does read it, and refuses the damaged file.
     let (_, skipped) = rt
-        .block_on(Catalog::load(&state.store, &state.release_ring))
+        .block_on(Catalog::load(&state.store, &state.keys().release_ring))
         .expect("load");
     assert_eq!(skipped.len(), 1, "{skipped:?}");
     std::fs::write(&path, original).expect("restore");

@@ -28,6 +28,19 @@ pub(crate) async fn post_release(
         state.config.limits.max_json_bytes,
     )
     .await?;
+    // Signed by a key this replica does not know: another replica may have taken a newer
+    // keyring that trusts it; adopt what the store holds before judging the signature.
+    if let Ok(env) = serde_json::from_slice::<ferry_shared::dsse::Envelope>(&body) {
+        let ring = state.keys().release_ring.clone();
+        let known = env.signatures.iter().any(|s| {
+            s.keyid
+                .parse::<ferry_shared::KeyId>()
+                .is_ok_and(|id| ring.get(&id).is_some())
+        });
+        if !known {
+            crate::app::keyring::refresh(&state).await;
+        }
+    }
     let catalog = state.catalog();
     let check = web::Query::<Vec<(String, String)>>::from_query(req.query_string())
         .map(web::Query::into_inner)
@@ -54,8 +67,14 @@ pub(crate) async fn post_release(
         goes_live: state.config.publish_goes_live,
         actor: &caller.name,
     };
-    let outcome =
-        publish_release(&state.store, &state.release_ring, &model, &body, lifecycle).await;
+    let outcome = publish_release(
+        &state.store,
+        &state.keys().release_ring,
+        &model,
+        &body,
+        lifecycle,
+    )
+    .await;
     let label = match &outcome {
         Ok(_) => "ok",
         Err(e) => e.code().as_str(),
@@ -68,7 +87,8 @@ pub(crate) async fn post_release(
     // A model new to this replica's catalog (its first release, or the first one loadable
     // after a key rotation) gets its revocation list in force before its first resolve.
     if state.revocations().get(&model).is_none() {
-        match crate::fleet::revocation::load(&state.store, &state.release_ring, &model).await {
+        match crate::fleet::revocation::load(&state.store, &state.keys().release_ring, &model).await
+        {
             Ok(Some((list, env, signed))) => state.set_revocations(list, signed.then_some(env)),
             Ok(None) => {}
             Err(e) => tracing::warn!(%model, "revocation list not loaded: {e}"),
@@ -93,7 +113,7 @@ async fn check_release(
     caller: &str,
 ) -> Result<HttpResponse, ApiError> {
     let (envelope, manifest) =
-        crate::release::publish::verify_release(&state.release_ring, model, body)?;
+        crate::release::publish::verify_release(&state.keys().release_ring, model, body)?;
     let differs = || {
         ApiError::new(
             ErrorCode::ReleaseExists,
@@ -123,7 +143,7 @@ async fn check_release(
                 Some(Some(stored))
                     if ferry_shared::manifest::verify_release_envelope(
                         &stored,
-                        &state.release_ring,
+                        &state.keys().release_ring,
                     )
                     .is_err() =>
                 {
@@ -370,7 +390,8 @@ pub(crate) async fn post_revocations(
         ));
     }
     let list =
-        crate::fleet::revocation::submit(&state.store, &state.release_ring, &model, &env).await?;
+        crate::fleet::revocation::submit(&state.store, &state.keys().release_ring, &model, &env)
+            .await?;
     tracing::warn!(
         caller = caller.name,
         %model,
@@ -385,4 +406,56 @@ pub(crate) async fn post_revocations(
     });
     state.set_revocations(list, Some(env));
     Ok(HttpResponse::Created().json(view))
+}
+
+/// `POST /v1/admin/keyring` (scope `publish`): the next keyring version, signed offline by
+/// the root keys (`ferry keys rotate` writes it, `ferry keys push` sends it). It is checked
+/// like devices check it, must keep this server's online key, and is stored for every replica
+/// with an audit record; 201 when it came into force now, 200 when it already was.
+pub async fn post_keyring(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let caller = authorize(&req, &state.config.tokens, Scope::Publish)?;
+    let body = read_body(payload, &state.config.limits, 256 * 1024).await?;
+    let (version, new) = crate::app::keyring::submit(&state, &body, &caller.name).await?;
+    let view = keyring_view(&state).await?;
+    let status = if new {
+        actix_web::http::StatusCode::CREATED
+    } else {
+        actix_web::http::StatusCode::OK
+    };
+    let mut v = view;
+    v["adopted"] = serde_json::json!(version);
+    v["new"] = serde_json::json!(new);
+    Ok(HttpResponse::build(status).json(v))
+}
+
+/// `GET /v1/admin/keyring` (scope `read`): the keyring version in force on this replica, its
+/// release and online keys, and the audit records of versions taken through the API.
+pub async fn get_keyring(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&req, &state.config.tokens, Scope::Read)?;
+    Ok(HttpResponse::Ok().json(keyring_view(&state).await?))
+}
+
+async fn keyring_view(state: &AppState) -> Result<serde_json::Value, ApiError> {
+    let view = state.keys();
+    let keys: Vec<serde_json::Value> = view
+        .state
+        .keys()
+        .iter()
+        .map(|k| serde_json::json!({"role": k.key.role, "keyid": k.key.keyid, "expires_at": k.expires_at.and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())}))
+        .collect();
+    let history = crate::app::keyring::audit(&state.store)
+        .await
+        .map_err(|e| ApiError::new(ErrorCode::StorageUnavailable, e.to_string()))?;
+    Ok(serde_json::json!({
+        "version": view.version,
+        "keys": keys,
+        "history": history,
+    }))
 }

@@ -24,8 +24,8 @@ pub(crate) async fn keys(state: web::Data<AppState>) -> HttpResponse {
 
 pub(crate) async fn keyring(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok().json(ferry_shared::keyring::KeyringResponse {
-        version: state.keyring_version,
-        keyrings: state.keyring_chain.clone(),
+        version: state.keys().version,
+        keyrings: state.keys().chain.clone(),
     })
 }
 
@@ -214,7 +214,7 @@ pub(crate) async fn resolve_inner(
         release_sha256: release.envelope_sha256,
         issued_at: now,
         expires_at: now + time::Duration::seconds(state.config.decision_ttl_secs as i64),
-        keyring_version: state.keyring_version,
+        keyring_version: state.keys().version,
         revocations_version,
         sequence,
         candidates: selection
@@ -363,7 +363,7 @@ pub(crate) async fn release_by_digest(
         // Another replica may have published it since this one last read the catalog.
         match crate::storage::catalog::Catalog::refresh(
             &state.store,
-            &state.release_ring,
+            &state.keys().release_ring,
             &state.catalog(),
         )
         .await

@@ -103,12 +103,12 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         C::StorageUnavailable | C::OnlineKeyExpired => StatusCode::SERVICE_UNAVAILABLE,
         // The server never answers with these (they are the client's, the C ABI's or the
         // trust file's); were one to reach here it would be a bug, hence 500.
+        // A keyring pushed to `POST /v1/admin/keyring`.
+        C::KeyringInvalid => StatusCode::UNPROCESSABLE_ENTITY,
+        C::KeyringSkipped | C::KeyringRollback => StatusCode::CONFLICT,
         C::Internal
         | C::TrustInvalid
-        | C::KeyringInvalid
         | C::ReleaseRevoked
-        | C::KeyringSkipped
-        | C::KeyringRollback
         | C::ConfigInvalid
         | C::InvalidArgument
         | C::BufferTooSmall

@@ -10,6 +10,7 @@
 //! | `POST /v1/admin/models/{model}/releases` | `publish` | [`admin`] |
 //! | `GET`, `POST /v1/admin/models/{model}/revocations` | `read`, `publish` | [`admin`] |
 //! | `GET /v1/admin/models[/{model}[/releases/{version}]]` | `read` | [`admin`] |
+//! | `GET`, `POST /v1/admin/keyring` | `read`, `publish` | [`admin`] (newer keyrings without a restart) |
 //! | `POST /v1/telemetry` | device | [`fleet`] |
 //! | `GET, POST /v1/admin/models/{model}/rollout` | `read` / `rollout` | [`fleet`] |
 //! | `GET /v1/admin/models/{model}/health[/series]` | `read` | [`fleet`] |

@@ -26,7 +26,7 @@ pub(crate) async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, A
             Some(ErrorCode::StorageUnavailable)
         }
     };
-    let expires = state.online_expires_at;
+    let expires = state.keys().online_expires_at;
     if let Some(at) = expires
         && at <= time::OffsetDateTime::now_utc()
     {
@@ -39,7 +39,7 @@ pub(crate) async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, A
         "status": if store.is_some() { "degraded" } else { "ready" },
         "store": store.map_or("ok", ErrorCode::as_str),
         "releases": state.catalog().release_count(),
-        "keyring_version": state.keyring_version,
+        "keyring_version": state.keys().version,
     });
     if let Some(at) = expires {
         body["online_key_expires_at"] = at

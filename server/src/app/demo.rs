@@ -153,20 +153,27 @@ pub async fn publish_demo(state: &AppState) -> anyhow::Result<String> {
         goes_live: state.config.publish_goes_live,
         actor: "demo",
     };
-    let (release, plan) =
-        match publish_release(&state.store, &state.release_ring, &model, &body, lifecycle).await {
-            Ok(done) => done,
-            // Stored, but not in the catalog: signed by a release key rotated out since.
-            Err(crate::release::publish::PublishError::Exists { .. }) => {
-                return Ok(format!(
-                    "demo: warning: {DEMO_MODEL} {DEMO_VERSION} is stored but no current release \
+    let (release, plan) = match publish_release(
+        &state.store,
+        &state.keys().release_ring,
+        &model,
+        &body,
+        lifecycle,
+    )
+    .await
+    {
+        Ok(done) => done,
+        // Stored, but not in the catalog: signed by a release key rotated out since.
+        Err(crate::release::publish::PublishError::Exists { .. }) => {
+            return Ok(format!(
+                "demo: warning: {DEMO_MODEL} {DEMO_VERSION} is stored but no current release \
                      key signed it (the release key was rotated), so it is not served; publish \
                      a new version signed with {}",
-                    state.config.keys_dir().join("release.key").display()
-                ));
-            }
-            Err(e) => return Err(anyhow::anyhow!("demo publish: {e}")),
-        };
+                state.config.keys_dir().join("release.key").display()
+            ));
+        }
+        Err(e) => return Err(anyhow::anyhow!("demo publish: {e}")),
+    };
     state.add_release(release);
     if let Some(p) = plan {
         state.set_rollout(&model, p);

@@ -230,7 +230,8 @@ pub fn key_paths(dir: &Path) -> KeyPaths {
     }
 }
 
-fn keyring_file(dir: &Path, version: u64) -> PathBuf {
+/// Where keyring version `version` is kept in a key folder's `keyring/`.
+pub fn keyring_file(dir: &Path, version: u64) -> PathBuf {
     dir.join(format!("{version:08}.json"))
 }
 

@@ -5,11 +5,12 @@
 pub mod config;
 pub mod connections;
 pub mod demo;
+pub mod keyring;
 pub mod keys;
 pub mod metrics;
 pub mod router;
 pub mod sealed;
 pub mod startup;
-mod state;
+pub(crate) mod state;
 
 pub use state::AppState;

@@ -37,6 +37,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         )
         .service(resource("/v1/admin/blobs/sha256/{hex}").route(web::put().to(put_blob_handler)))
         .service(resource("/v1/admin/models").route(web::get().to(list_models)))
+        .service(
+            resource("/v1/admin/keyring")
+                .route(web::get().to(crate::api::admin::get_keyring))
+                .route(web::post().to(crate::api::admin::post_keyring)),
+        )
         .service(resource("/v1/admin/models/{model}").route(web::get().to(get_model)))
         .service(resource("/v1/admin/models/{model}/releases").route(web::post().to(post_release)))
         .service(

@@ -45,7 +45,38 @@ pub async fn build_state(
         KeySource::Development => keys::ensure_dev_keys(&keys_dir)?,
         KeySource::Provisioned => Vec::new(),
     };
-    let server_keys = keys::load_server_keys(&keys_dir)?;
+    let mut server_keys = keys::load_server_keys(&keys_dir)?;
+    let store = crate::storage::open(
+        &config.storage,
+        &config.data,
+        Duration::from_secs(config.limits.store_timeout_secs),
+    )?;
+    // Keyring versions taken through the API (`ferry keys push`) are in the shared store: a
+    // replica that starts adopts them before it loads the releases they trust.
+    if server_keys.state.is_rooted() {
+        let view = crate::app::keyring::KeyView::new(
+            server_keys.state.clone(),
+            server_keys.chain.clone(),
+            &server_keys.online.pair.id(),
+        );
+        match crate::app::keyring::adopt_stored(&store, &view, &server_keys.online.pair.id()).await
+        {
+            Ok(Some(next)) => {
+                notes.push(format!(
+                    "keyring versions {}..={} from the store",
+                    view.version + 1,
+                    next.version
+                ));
+                server_keys.state = next.state;
+                server_keys.chain = next.chain;
+            }
+            Ok(None) => {}
+            Err(e) => notes.push(format!(
+                "warning: keyring versions in the store not read ({e}); serving with version {}",
+                view.version
+            )),
+        }
+    }
     let ring = server_keys.state.ring_at(time::OffsetDateTime::now_utc());
     if server_keys.state.is_rooted() {
         notes.push(format!("keyring version {}", server_keys.state.version()));
@@ -72,11 +103,6 @@ pub async fn build_state(
             keys_dir.display()
         ));
     }
-    let store = crate::storage::open(
-        &config.storage,
-        &config.data,
-        Duration::from_secs(config.limits.store_timeout_secs),
-    )?;
     if matches!(config.storage, crate::app::config::StorageConfig::Local) {
         let removed = crate::storage::sweep_staging(
             &config.data.join("store"),
@@ -195,7 +221,7 @@ fn on_connect(
 pub const EXPIRY_WARNING: time::Duration = time::Duration::days(7);
 
 fn warn_expiry(state: &AppState) {
-    let Some(at) = state.online_expires_at else {
+    let Some(at) = state.keys().online_expires_at else {
         return;
     };
     let left = at - time::OffsetDateTime::now_utc();
@@ -228,7 +254,8 @@ pub fn spawn_refresh(state: Arc<AppState>) {
                 warn_expiry(&state);
             }
             ticks += 1;
-            match Catalog::refresh(&state.store, &state.release_ring, &state.catalog()).await {
+            match Catalog::refresh(&state.store, &state.keys().release_ring, &state.catalog()).await
+            {
                 Ok((c, _)) => {
                     let models = c.models().map(|(m, _)| m.clone()).collect();
                     state.replace_catalog(c);

@@ -7,11 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use ferry_shared::ModelName;
-use ferry_shared::dsse::{Envelope, KeyPair, KeyRing};
+use ferry_shared::dsse::{Envelope, KeyPair};
 use ferry_shared::revocation::RevocationList;
 use ferry_shared::rollout::RolloutPlan;
 use ferry_shared::trust::TrustFile;
-use time::OffsetDateTime;
 
 use crate::app::config::Config;
 use crate::app::metrics::Metrics;
@@ -47,18 +46,13 @@ pub struct AppState {
     pub config: Config,
     /// The object store.
     pub store: Store,
-    /// Keys trusted to sign releases.
-    pub release_ring: KeyRing,
     /// Signs decisions.
     pub online: KeyPair,
     /// Published at `GET /v1/keys`.
     pub trust: TrustFile,
-    /// Every keyring version, oldest first (published at `GET /v1/keyring`).
-    pub keyring_chain: Vec<ferry_shared::dsse::Envelope>,
-    /// The keyring version in force (named in every decision; 0 for a fixed trust file).
-    pub keyring_version: u64,
-    /// When the online key expires, if its keyring gives it an expiry.
-    pub online_expires_at: Option<OffsetDateTime>,
+    /// The keyring in force: release keys, the chain, the version (replaced when a newer
+    /// version is adopted; see [`crate::app::keyring`]).
+    keys: crate::app::keyring::SharedView,
     /// The catalog (replaced wholesale on change).
     pub catalog: RwLock<Arc<Catalog>>,
     /// Metrics registry.
@@ -97,6 +91,25 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// The keyring in force.
+    pub fn keys(&self) -> Arc<crate::app::keyring::KeyView> {
+        match self.keys.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// Puts a newer keyring in force.
+    pub fn set_keys(&self, view: crate::app::keyring::KeyView) {
+        let mut g = match self.keys.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if view.version > g.version {
+            *g = Arc::new(view);
+        }
+    }
+
     /// Builds the state.
     pub fn new(
         config: Config,
@@ -105,8 +118,7 @@ impl AppState {
         catalog: Catalog,
     ) -> Self {
         let online = keys.online.pair;
-        let online_expires_at = keys.state.expiry_of(&online.id());
-        let release_ring = keys.state.ring_at(OffsetDateTime::now_utc());
+        let view = crate::app::keyring::KeyView::new(keys.state, keys.chain, &online.id());
         let receipts = crate::fleet::receipt::ReceiptKey::derive(&online);
         let mut prefix = [0u8; 4];
         let _ = getrandom::fill(&mut prefix);
@@ -121,12 +133,9 @@ impl AppState {
         Self {
             config,
             store,
-            release_ring,
             online,
             trust: keys.trust,
-            keyring_version: keys.state.version(),
-            online_expires_at,
-            keyring_chain: keys.chain,
+            keys: std::sync::RwLock::new(Arc::new(view)),
             catalog: RwLock::new(Arc::new(catalog)),
             metrics: Metrics::default(),
             rollouts: RwLock::new(Arc::new(BTreeMap::new())),

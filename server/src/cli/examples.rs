@@ -33,6 +33,10 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
         "ferry keys rotate online --keys keys --expires-in-days 365\nferry keys rotate release --keys keys",
     ),
     (
+        "keys push",
+        "ferry keys rotate release --keys keys\nferry keys push --keys keys --server https://ferry.example.com",
+    ),
+    (
         "keys token",
         "ferry keys token --name ci --scopes publish\nferry keys token --name oncall --scopes rollout,read",
     ),

@@ -1,4 +1,4 @@
-//! `ferry keys generate`, `ferry keys rotate` and `ferry keys token`.
+//! `ferry keys generate`, `ferry keys rotate`, `ferry keys push` and `ferry keys token`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -40,6 +40,19 @@ pub enum KeysCommand {
         /// afterwards, so rotate again before then).
         #[arg(long)]
         expires_in_days: Option<u32>,
+    },
+    /// Send the keyring versions in a key folder that a running server does not hold yet
+    /// (after `ferry keys rotate release`): it checks each like devices do, stores it for
+    /// every replica with an audit record and trusts the new keys without a restart. (A
+    /// keyring that replaces the online key still needs the new online.key and a restart.)
+    Push {
+        /// The key folder made by `ferry keys generate` (its keyring/ is read; no private key
+        /// is sent).
+        #[arg(long, value_hint = clap::ValueHint::DirPath)]
+        keys: PathBuf,
+        /// Where and who (a token with the `publish` scope).
+        #[command(flatten)]
+        remote: crate::cli::remote::Remote,
     },
     /// Create an admin token: prints the secret once and the hash for the config file.
     Token {
@@ -186,5 +199,67 @@ pub(crate) fn keys_token(name: &str, scopes: &str, json: bool) -> anyhow::Result
             .collect::<Vec<_>>()
             .join(", ")
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ferry keys push`: sends, oldest first, each keyring version in `dir/keyring/` newer than
+/// the one the server holds.
+pub(crate) fn keys_push(
+    dir: &Path,
+    remote: &crate::cli::remote::Remote,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let chain = keys::read_chain(&keys::key_paths(dir).keyring)?;
+    if chain.is_empty() {
+        bail!(
+            "{} holds no keyring: give the folder `ferry keys generate` made",
+            keys::key_paths(dir).keyring.display()
+        );
+    }
+    let held = crate::cli::remote::admin_call(remote, "GET", "/v1/admin/keyring", None)?;
+    let server_version = held["version"].as_u64().unwrap_or(0);
+    let mut sent = Vec::new();
+    let mut last = held;
+    for env in &chain {
+        let Some(v) = ferry_shared::keyring::Keyring::peek_version(env) else {
+            bail!("a keyring in {} has no version", dir.display());
+        };
+        if v <= server_version {
+            continue;
+        }
+        last = crate::cli::remote::admin_call(
+            remote,
+            "POST",
+            "/v1/admin/keyring",
+            Some(serde_json::to_value(env)?),
+        )?;
+        sent.push(v);
+    }
+    let version = last["version"].as_u64().unwrap_or(server_version);
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"sent": sent, "version": version, "keys": last["keys"]})
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    if sent.is_empty() {
+        println!("the server already holds keyring version {version}; nothing to send");
+    } else {
+        println!(
+            "sent keyring version(s) {}; the server now trusts version {version}:",
+            sent.iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    for k in last["keys"].as_array().into_iter().flatten() {
+        println!(
+            "  {:<8} {}",
+            k["role"].as_str().unwrap_or(""),
+            k["keyid"].as_str().unwrap_or("")
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

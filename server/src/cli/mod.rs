@@ -282,6 +282,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 expires_in_days,
             } => keys_rotate(role, &keys, expires_in_days, json),
             KeysCommand::Token { name, scopes } => keys_token(&name, &scopes, json),
+            KeysCommand::Push { keys, remote } => keys::keys_push(&keys, &remote, json),
         },
         Command::Sign {
             variants,

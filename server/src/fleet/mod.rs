@@ -42,7 +42,7 @@ pub async fn load_state(
             state.set_deny(m, revision, entries);
         }
         if let Some((list, env, signed)) =
-            revocation::load(&state.store, &state.release_ring, m).await?
+            revocation::load(&state.store, &state.keys().release_ring, m).await?
         {
             state.set_revocations(list, signed.then_some(env));
         }

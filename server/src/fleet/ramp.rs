@@ -172,7 +172,7 @@ async fn refresh_catalog_if_changed(state: &AppState) {
     }
     match crate::storage::catalog::Catalog::refresh(
         &state.store,
-        &state.release_ring,
+        &state.keys().release_ring,
         &state.catalog(),
     )
     .await
@@ -188,6 +188,8 @@ async fn refresh_catalog_if_changed(state: &AppState) {
 /// One pass: re-reads every model's plan (so a change made through another replica is in force
 /// here within one pass), then acts on every ramping rollout.
 pub async fn tick(state: &AppState) {
+    // A keyring version another replica took (`ferry keys push`) comes into force here too.
+    crate::app::keyring::refresh(state).await;
     refresh_catalog_if_changed(state).await;
     let models: Vec<ModelName> = state.catalog().models().map(|(m, _)| m.clone()).collect();
     match rollout::load_all(&state.store, models.iter()).await {

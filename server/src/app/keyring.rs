@@ -1,0 +1,312 @@
+//! New keyring versions without a restart: `POST /v1/admin/keyring` (`ferry keys push`) takes
+//! the next keyring version, signed offline by the root keys, checks that it follows the one in
+//! force (root signatures, version N+1, and it still lists this server's online key), writes it
+//! to the shared store (`keys/keyring/<version>.json`) with an audit record
+//! (`keys/audit/<version>.json`: who, when, which keys came and went) and puts it in force.
+//! Every replica adopts the versions it finds in the store when it starts, on its periodic
+//! refresh, and before refusing a release signed by a key it does not know yet; devices walk
+//! to it from the `keyring_version` their next answer names (`GET /v1/keyring`).
+
+use std::sync::Arc;
+
+use ferry_shared::KeyId;
+use ferry_shared::dsse::{Envelope, KeyRing};
+use ferry_shared::errors::ErrorCode;
+use ferry_shared::keyring::{Keyring, TrustState};
+use futures_util::TryStreamExt as _;
+use object_store::path::Path as StorePath;
+use object_store::{ObjectStore as _, ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
+use time::OffsetDateTime;
+
+use crate::api::error::ApiError;
+use crate::app::state::AppState;
+use crate::storage::Store;
+
+/// The keys a server works with at one time: what the newest keyring it adopted says.
+#[derive(Debug, Clone)]
+pub struct KeyView {
+    /// The trust walked through every keyring so far.
+    pub state: TrustState,
+    /// Keys trusted to sign releases (and this server's online key), as of adoption.
+    pub release_ring: KeyRing,
+    /// Every keyring version, oldest first (published at `GET /v1/keyring`).
+    pub chain: Vec<Envelope>,
+    /// The keyring version in force (named in every decision; 0 for a fixed trust file).
+    pub version: u64,
+    /// When the online key expires, if its keyring gives it an expiry.
+    pub online_expires_at: Option<OffsetDateTime>,
+}
+
+impl KeyView {
+    /// The view of `state` and its `chain` for the server whose online key is `online`.
+    pub fn new(state: TrustState, chain: Vec<Envelope>, online: &KeyId) -> Self {
+        Self {
+            release_ring: state.ring_at(OffsetDateTime::now_utc()),
+            version: state.version(),
+            online_expires_at: state.expiry_of(online),
+            state,
+            chain,
+        }
+    }
+
+    /// This view advanced by `env` (the next version): checked like devices check it, and it
+    /// must still list `online` as an online key that has not expired (a keyring that retires
+    /// this server's key needs the new online key and a restart).
+    pub fn advanced(&self, env: &Envelope, online: &KeyId) -> Result<KeyView, String> {
+        let mut state = self.state.clone();
+        state.advance(env).map_err(|e| e.to_string())?;
+        let now = OffsetDateTime::now_utc();
+        let listed = state
+            .keys()
+            .iter()
+            .any(|k| k.key.keyid == *online && k.key.role == ferry_shared::dsse::KeyRole::Online);
+        if !listed || state.ring_at(now).get(online).is_none() {
+            return Err(format!(
+                "keyring version {} does not list this server's online key {} as a current \
+                 online key: put the new online.key and keyring/ on every server and restart \
+                 them instead",
+                state.version(),
+                online.short()
+            ));
+        }
+        let mut chain = self.chain.clone();
+        chain.push(env.clone());
+        Ok(KeyView::new(state, chain, online))
+    }
+}
+
+/// Where keyring version `version` is kept in the store.
+pub fn stored_key(version: u64) -> StorePath {
+    StorePath::from(format!("keys/keyring/{version:020}.json"))
+}
+
+fn audit_key(version: u64) -> StorePath {
+    StorePath::from(format!("keys/audit/{version:020}.json"))
+}
+
+/// The keyring versions in the store newer than `after`, oldest first.
+pub async fn stored_after(store: &Store, after: u64) -> anyhow::Result<Vec<(u64, Envelope)>> {
+    let metas: Vec<_> = store
+        .list(Some(&StorePath::from("keys/keyring")))
+        .try_collect()
+        .await?;
+    let mut versions: Vec<(u64, StorePath)> = metas
+        .into_iter()
+        .filter_map(|m| {
+            let n = m
+                .location
+                .filename()?
+                .strip_suffix(".json")?
+                .parse::<u64>()
+                .ok()?;
+            Some((n, m.location))
+        })
+        .filter(|(n, _)| *n > after)
+        .collect();
+    versions.sort_by_key(|(n, _)| *n);
+    let mut out = Vec::with_capacity(versions.len());
+    for (n, key) in versions {
+        let bytes = store.get(&key).await?.bytes().await?;
+        let env: Envelope = serde_json::from_slice(&bytes)
+            .map_err(|e| anyhow::anyhow!("{key} is not a keyring envelope: {e}"))?;
+        out.push((n, env));
+    }
+    Ok(out)
+}
+
+/// `view` advanced over the versions in the store that follow it, up to the first that does
+/// not verify (which is reported and left out). `None` when the store holds nothing newer.
+pub async fn adopt_stored(
+    store: &Store,
+    view: &KeyView,
+    online: &KeyId,
+) -> anyhow::Result<Option<KeyView>> {
+    let mut next = view.clone();
+    for (n, env) in stored_after(store, view.version).await? {
+        match next.advanced(&env, online) {
+            Ok(v) => next = v,
+            Err(why) => {
+                tracing::warn!("keyring version {n} in the store is not adopted: {why}");
+                break;
+            }
+        }
+    }
+    Ok((next.version != view.version).then_some(next))
+}
+
+/// Puts `next` in force and reads the catalog again under it, as a restart would: releases a
+/// newly trusted key signed are served, and those only a retired key signed are not.
+async fn put_in_force(state: &AppState, next: KeyView) {
+    let ring = next.release_ring.clone();
+    state.set_keys(next);
+    match crate::storage::catalog::Catalog::load(&state.store, &ring).await {
+        Ok((catalog, skipped)) => {
+            for s in skipped {
+                tracing::warn!("skipped {}: {}", s.key, s.why);
+            }
+            let models = catalog.models().map(|(m, _)| m.clone()).collect();
+            state.replace_catalog(catalog);
+            if let Err(e) = crate::fleet::load_state(state, models).await {
+                tracing::warn!("rollout state refresh failed: {e}");
+            }
+        }
+        Err(e) => tracing::warn!("catalog reload under the new keyring failed: {e}"),
+    }
+}
+
+/// Adopts what the store holds beyond this replica's keyring; true when a newer version came
+/// into force.
+pub async fn refresh(state: &AppState) -> bool {
+    let view = state.keys();
+    match adopt_stored(&state.store, &view, &state.online.id()).await {
+        Ok(Some(next)) => {
+            tracing::info!(
+                version = next.version,
+                "keyring version {} from the store is in force",
+                next.version
+            );
+            put_in_force(state, next).await;
+            true
+        }
+        Ok(None) => false,
+        Err(e) => {
+            tracing::warn!("keyring refresh failed: {e}");
+            false
+        }
+    }
+}
+
+/// The key ids and roles of a keyring's keys, for the audit record.
+fn key_list(state: &TrustState) -> Vec<String> {
+    state
+        .keys()
+        .iter()
+        .map(|k| format!("{} {}", k.key.role, k.key.keyid))
+        .collect()
+}
+
+/// Takes the next keyring version from an operator (`actor`): verifies it, stores it with its
+/// audit record and puts it in force. Sending the version in force again is a no-op; another
+/// envelope for a version that exists is a conflict. Returns the version and whether it is new.
+pub async fn submit(state: &AppState, body: &[u8], actor: &str) -> Result<(u64, bool), ApiError> {
+    let invalid = |why: String| ApiError::new(ErrorCode::KeyringInvalid, why);
+    let env: Envelope = serde_json::from_slice(body)
+        .map_err(|e| invalid(format!("not a keyring envelope: {e}")))?;
+    let claimed = Keyring::peek_version(&env)
+        .ok_or_else(|| invalid("the envelope holds no keyring version".into()))?;
+    // Another replica may have stored newer versions: catch up first.
+    refresh(state).await;
+    let view = state.keys();
+    if claimed <= view.version {
+        let held = view
+            .chain
+            .iter()
+            .find(|e| Keyring::peek_version(e) == Some(claimed));
+        return match held {
+            Some(h) if h == &env => Ok((claimed, false)),
+            _ => Err(ApiError::new(
+                ErrorCode::KeyringRollback,
+                format!(
+                    "keyring version {claimed} is already in force with other contents (this \
+                     server holds version {})",
+                    view.version
+                ),
+            )),
+        };
+    }
+    if claimed != view.version + 1 {
+        return Err(ApiError::new(
+            ErrorCode::KeyringSkipped,
+            format!(
+                "this server holds keyring version {}; send version {} first",
+                view.version,
+                view.version + 1
+            ),
+        ));
+    }
+    let next = view.advanced(&env, &state.online.id()).map_err(invalid)?;
+    let bytes = serde_json::to_vec_pretty(&env).map_err(ApiError::internal)?;
+    let created = PutOptions {
+        mode: PutMode::Create,
+        ..PutOptions::default()
+    };
+    match state
+        .store
+        .put_opts(&stored_key(claimed), PutPayload::from(bytes), created)
+        .await
+    {
+        Ok(_) => {}
+        Err(object_store::Error::AlreadyExists { .. }) => {
+            // Another replica stored this version meanwhile: in force if it is this one.
+            refresh(state).await;
+            let now = state.keys();
+            let same = now
+                .chain
+                .iter()
+                .any(|e| Keyring::peek_version(e) == Some(claimed) && e == &env);
+            return if same {
+                Ok((claimed, false))
+            } else {
+                Err(ApiError::new(
+                    ErrorCode::KeyringRollback,
+                    format!("keyring version {claimed} was stored with other contents meanwhile"),
+                ))
+            };
+        }
+        Err(e) => return Err(ApiError::from(crate::storage::StoreError::from(e))),
+    }
+    let before = key_list(&view.state);
+    let after = key_list(&next.state);
+    let record = serde_json::json!({
+        "version": claimed,
+        "actor": actor,
+        "at": crate::fleet::now_text(),
+        "added": after.iter().filter(|k| !before.contains(k)).collect::<Vec<_>>(),
+        "removed": before.iter().filter(|k| !after.contains(k)).collect::<Vec<_>>(),
+    });
+    let audit = serde_json::to_vec_pretty(&record).map_err(ApiError::internal)?;
+    if let Err(e) = state
+        .store
+        .put(&audit_key(claimed), PutPayload::from(audit))
+        .await
+    {
+        tracing::warn!("keyring version {claimed} is stored but its audit record is not: {e}");
+    }
+    // A local copy too, so that this replica starts with it even while the store is away.
+    let local = crate::app::keys::keyring_file(
+        &crate::app::keys::key_paths(&state.config.keys_dir()).keyring,
+        claimed,
+    );
+    if let Ok(b) = serde_json::to_vec_pretty(&env)
+        && let Err(e) = ferry_fs::write(&local, &b, ferry_fs::Mode::Public)
+    {
+        tracing::warn!(
+            "cannot keep keyring version {claimed} in {}: {e}",
+            local.display()
+        );
+    }
+    tracing::info!(actor, version = claimed, added = ?record["added"], removed = ?record["removed"], "keyring version {claimed} is in force");
+    put_in_force(state, next).await;
+    Ok((claimed, true))
+}
+
+/// The audit records of keyring versions taken through the API, oldest first.
+pub async fn audit(store: &Store) -> anyhow::Result<Vec<serde_json::Value>> {
+    let metas: Vec<_> = store
+        .list(Some(&StorePath::from("keys/audit")))
+        .try_collect()
+        .await?;
+    let mut keys: Vec<StorePath> = metas.into_iter().map(|m| m.location).collect();
+    keys.sort();
+    let mut out = Vec::new();
+    for k in keys {
+        let bytes = store.get(&k).await?.bytes().await?;
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+/// Shared handle for the view (kept by [`AppState`]).
+pub type SharedView = std::sync::RwLock<Arc<KeyView>>;
