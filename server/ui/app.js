@@ -4,9 +4,19 @@
 // admin API carries the token the operator typed, kept in sessionStorage only (gone when the
 // tab closes). All text from the server goes into the page as text, never as HTML.
 const TOKEN_KEY = "ferry.token";
-/** Where the page renders. */
+/** The view being built: rendered into a detached box that replaces the page only if no
+ * newer navigation started meanwhile (a slow answer never overwrites a newer view). */
+let target = document.createElement("div");
+let renderGen = 0;
+/** Charts on the page, resized with the window. */
+let charts = [];
+/** Where the current view renders (capture it before any await). */
 function main() {
-    return document.getElementById("main");
+    return target;
+}
+/** The width charts get for the window's width. */
+function chartWidth() {
+    return Math.min(900, Math.max(300, window.innerWidth - 60));
 }
 /** An element with attributes and children (strings become text nodes). */
 function el(tag, attrs = {}, ...children) {
@@ -73,8 +83,24 @@ function post(path, body) {
 function signOut() {
     sessionStorage.removeItem(TOKEN_KEY);
     document.getElementById("nav").hidden = true;
-    location.hash = "#/signin";
-    render();
+    if (location.hash === "#/signin") {
+        void render();
+    }
+    else {
+        location.hash = "#/signin";
+    }
+}
+/** An RFC 3339 time for people: date and time to the second, UTC. */
+function when(t) {
+    if (!t) {
+        return "–";
+    }
+    const m = /^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})/.exec(t);
+    return m ? `${m[1]} ${m[2]} UTC` : t;
+}
+/** Whether a halted plan was rolled back by an operator (not halted by telemetry). */
+function rolledBack(action, state) {
+    return state === "halted" && action === "rollback";
 }
 /** A percentage with at most two decimals. */
 function pct(rate) {
@@ -122,7 +148,14 @@ function signInView(reason) {
         sessionStorage.setItem(TOKEN_KEY, input.value.trim());
         try {
             await api("/v1/admin/models");
-            location.hash = "#/models";
+            // Back to where the operator was going (a bookmark or a deep link), else the models.
+            const wanted = location.hash && location.hash !== "#/signin" ? location.hash : "#/models";
+            if (location.hash === wanted) {
+                void render();
+            }
+            else {
+                location.hash = wanted;
+            }
         }
         catch (e) {
             sessionStorage.removeItem(TOKEN_KEY);
@@ -133,33 +166,40 @@ function signInView(reason) {
         status.replaceChildren(errorBox(reason));
     }
     main().replaceChildren(form);
-    input.focus();
 }
 // ---------------------------------------------------------------------------------------------
 // Models
 function badge(m) {
-    if (m.rollout_state === "halted") {
-        return el("span", { class: "badge bad" }, "halted");
+    const badges = [];
+    if (rolledBack(m.rollout_action, m.rollout_state)) {
+        badges.push(el("span", { class: "badge warn" }, "rolled back"));
+    }
+    else if (m.rollout_state === "halted") {
+        badges.push(el("span", { class: "badge bad" }, "halted"));
+    }
+    else if (m.rollout_state === "paused") {
+        badges.push(el("span", { class: "badge warn" }, "paused"));
     }
     if (m.deny_entries > 0) {
-        return el("span", { class: "badge warn" }, `${m.deny_entries} denied`);
+        badges.push(el("span", { class: "badge warn" }, `${m.deny_entries} deny entries`));
     }
-    if (m.rollout_state === "paused") {
-        return el("span", { class: "badge warn" }, "paused");
+    if (!badges.length) {
+        badges.push(el("span", { class: "badge ok" }, "ok"));
     }
-    return el("span", { class: "badge ok" }, "ok");
+    return el("span", {}, ...badges);
 }
 async function modelsView() {
+    const root = main();
     const body = await api("/v1/admin/models");
     const rows = body.models.map((m) => [
         link(`#/model/${encodeURIComponent(m.model)}`, m.model),
         m.baseline ?? "–",
         m.staged ? `${m.staged} at ${m.percent}%` : "–",
-        m.rollout_state ?? "–",
-        m.ramp_step === null || m.ramp_step === undefined ? "–" : String(m.ramp_step),
+        rolledBack(m.rollout_action, m.rollout_state) ? "rolled back" : m.rollout_state ?? "–",
+        m.ramp_step === null || m.ramp_step === undefined ? "–" : String(m.ramp_step + 1),
         badge(m),
     ]);
-    main().replaceChildren(el("h2", {}, "Models"), rows.length
+    root.replaceChildren(el("h2", {}, "Models"), rows.length
         ? table("models", ["model", "baseline", "staged", "rollout", "ramp step", "health"], rows)
         : el("p", {}, "No model is published yet."));
 }
@@ -170,18 +210,25 @@ function rolloutSummary(r) {
     if (!cur) {
         return el("p", { id: "rollout-state" }, "No rollout plan yet.");
     }
+    const back = rolledBack(cur.action, cur.state);
     const parts = [
-        el("strong", {}, cur.state),
+        el("strong", {}, back ? "rolled back" : cur.state),
         ` — baseline ${cur.baseline ?? "none"}`,
     ];
     if (cur.staged) {
-        parts.push(`, staged ${cur.staged} at ${r.percent}%`);
+        parts.push(back ? `, ${cur.staged} withdrawn` : `, staged ${cur.staged} at ${r.percent}%`);
     }
     if (r.ramp) {
-        parts.push(`, ramp step ${r.ramp.step ?? "?"}`);
+        parts.push(`, ramp step ${r.ramp.step} of ${(r.ramp.steps ?? []).length}`);
+        if (typeof r.ramp.now === "string") {
+            parts.push(` (${r.ramp.now})`);
+        }
     }
     const box = el("div", { id: "rollout-state" }, el("p", {}, ...parts));
-    if (cur.state === "halted") {
+    if (back) {
+        box.append(el("p", { class: "muted", id: "rollback-reason" }, `Rolled back by ${cur.actor} at ${when(cur.at)}: ${cur.reason ?? ""}. Resume would stage it again.`));
+    }
+    else if (cur.state === "halted") {
         box.append(el("p", { class: "error", id: "halt-reason" }, `Halted: ${cur.reason ?? ""}`));
     }
     const t = cur.thresholds ?? {};
@@ -200,6 +247,23 @@ function rolloutControls(name, releases, onDone) {
     });
     const reason = el("input", { id: "rollout-reason", type: "text", placeholder: "reason" });
     const preview = el("div", { id: "rollout-preview" });
+    const fit = () => {
+        release.hidden = action.value !== "start";
+        percent.hidden = action.value !== "start" && action.value !== "set";
+        preview.replaceChildren();
+    };
+    action.addEventListener("change", fit);
+    fit();
+    const describe = (b) => {
+        switch (b.action) {
+            case "start":
+                return `start ${b.release}${b.percent ? ` at ${b.percent}%` : ""}`;
+            case "set":
+                return `set to ${b.percent ?? "?"}%`;
+            default:
+                return b.action;
+        }
+    };
     const body = () => {
         const b = { action: action.value };
         if (action.value === "start") {
@@ -217,10 +281,17 @@ function rolloutControls(name, releases, onDone) {
     const previewButton = el("button", { id: "rollout-preview-button", type: "button" }, "Preview");
     previewButton.addEventListener("click", async () => {
         const b = body();
+        preview.replaceChildren(el("p", { class: "muted" }, "Previewing…"));
         try {
             const p = await post(`${path}?dry_run=true`, b);
             const confirm = el("button", { id: "rollout-confirm", type: "button" }, "Confirm");
             confirm.addEventListener("click", async () => {
+                // Only what was previewed is applied: a form changed since asks for a new preview.
+                if (JSON.stringify(body()) !== JSON.stringify(b)) {
+                    preview.replaceChildren(el("p", { class: "error", role: "alert" }, "The form changed since the preview: preview again."));
+                    return;
+                }
+                confirm.disabled = true;
                 try {
                     await post(path, b);
                     onDone();
@@ -229,7 +300,7 @@ function rolloutControls(name, releases, onDone) {
                     preview.replaceChildren(errorBox(e));
                 }
             });
-            preview.replaceChildren(el("p", { id: "rollout-share" }, `${b.action}: ${pct(p.preview.share_changing)} of install ids change release`), el("ul", {}, ...p.preview.moves.map((m) => el("li", {}, m))), confirm, el("button", { type: "button", id: "rollout-cancel" }, "Cancel"));
+            preview.replaceChildren(el("p", { id: "rollout-share" }, `${describe(b)}: ${pct(p.preview.share_changing)} of install ids change release`), el("ul", {}, ...p.preview.moves.map((m) => el("li", {}, m))), confirm, el("button", { type: "button", id: "rollout-cancel" }, "Cancel"));
             preview.querySelector("#rollout-cancel").addEventListener("click", () => preview.replaceChildren());
         }
         catch (e) {
@@ -239,6 +310,7 @@ function rolloutControls(name, releases, onDone) {
     return el("fieldset", { id: "rollout-controls" }, el("legend", {}, "Change the rollout"), action, release, percent, reason, previewButton, preview);
 }
 async function modelView(name) {
+    const root = main();
     const enc = encodeURIComponent(name);
     const [model, rollout] = await Promise.all([
         api(`/v1/admin/models/${enc}`),
@@ -255,15 +327,39 @@ async function modelView(name) {
         String(h.revision),
         h.action,
         h.actor,
-        h.at,
+        when(h.at),
         h.staged ? `${h.staged} ${(h.basis_points / 100).toString()}%` : `${h.baseline ?? ""}`,
         h.reason ?? "",
     ]);
-    main().replaceChildren(el("h2", {}, name), el("p", {}, link(`#/health/${enc}`, "Fleet health", "health-link")), el("h3", {}, "Rollout"), rolloutSummary(rollout), rolloutControls(name, releases, () => render()), el("h3", {}, "Releases"), table("releases", ["release", "state", "variants", "notes"], rows), el("h3", {}, "History"), table("history", ["revision", "action", "who", "when", "release", "why"], history.reverse()));
+    root.replaceChildren(el("h2", {}, name), el("p", {}, link(`#/health/${enc}`, "Fleet health", "health-link")), el("h3", {}, "Rollout"), rolloutSummary(rollout), rolloutControls(name, releases, () => render()), el("h3", {}, "Releases"), table("releases", ["release", "state", "variants", "notes"], rows), el("h3", {}, "History"), table("history", ["revision", "action", "who", "when", "release", "why"], history.reverse()));
 }
 // ---------------------------------------------------------------------------------------------
 // One release: variants and the delegation report
+/** A variant's device constraints, for people. */
+function constraints(c) {
+    if (!c) {
+        return "";
+    }
+    const parts = [];
+    if (c.platforms?.length) {
+        parts.push(`platforms ${c.platforms.join(", ")}`);
+    }
+    if (c.min_os_version) {
+        parts.push(`OS ≥ ${c.min_os_version}`);
+    }
+    if (c.min_ram_mb) {
+        parts.push(`RAM ≥ ${c.min_ram_mb} MiB`);
+    }
+    if (c.soc_allow?.length) {
+        parts.push(`SoCs ${c.soc_allow.join(", ")}`);
+    }
+    if (c.soc_deny?.length) {
+        parts.push(`not on ${c.soc_deny.join(", ")}`);
+    }
+    return parts.length ? `; ${parts.join("; ")}` : "";
+}
 async function releaseView(name, version) {
+    const root = main();
     const r = await api(`/v1/admin/models/${encodeURIComponent(name)}/releases/${encodeURIComponent(version)}`);
     const inspection = r.inspection ?? {};
     const variants = r.variants;
@@ -281,39 +377,44 @@ async function releaseView(name, version) {
                 portable.length ? portable.join(", ") : "none",
             ];
         });
-        sections.push(el("section", { class: "variant", "data-variant": v.id }, el("h3", {}, `${v.id} — ${v.delegate}, ${v.quant}, ${bytes(v.size)}`), el("p", { class: "muted" }, `runtime ${v.runtime ?? "*"}, app ${v.app ?? "*"}, backends ${(v.backends ?? []).join(", ") || "none"}`), methodRows.length
+        sections.push(el("section", { class: "variant", "data-variant": v.id }, el("h3", {}, `${v.id} — ${v.delegate}, ${v.quant}, ${bytes(v.size)}`), el("p", { class: "muted" }, `runtime ${v.runtime ?? "*"}, app ${v.app ?? "*"}, backends ${(v.backends ?? []).join(", ") || "none"}${constraints(v.constraints)}`), methodRows.length
             ? table(`delegation-${v.id}`, ["method", "summary", "delegated", "on portable kernels"], methodRows)
             : el("p", {}, "No inspection recorded for this variant.")));
     }
-    main().replaceChildren(el("h2", {}, `${name} ${version}`), el("p", {}, link(`#/model/${encodeURIComponent(name)}`, `back to ${name}`)), el("p", { id: "release-notes" }, r.notes ?? ""), ...sections);
+    root.replaceChildren(el("h2", {}, `${name} ${version}`), el("p", {}, link(`#/model/${encodeURIComponent(name)}`, `back to ${name}`)), el("p", { id: "release-notes" }, r.notes ?? ""), ...sections);
 }
 // ---------------------------------------------------------------------------------------------
 // Health: rates over time with the gates, breakdowns, errors, the deny list
 function rate(n, d) {
     return d > 0 ? n / d : null;
 }
-function chart(target, title, xs, series) {
-    const colors = ["#c0392b", "#2471a3", "#7f8c8d", "#7f8c8d"];
+function chart(target, title, range, xs, series) {
+    const colors = ["#c0392b", "#2471a3", "#27ae60", "#8e44ad", "#d35400", "#7f8c8d"];
     const opts = {
         title,
-        width: Math.min(900, Math.max(400, target.clientWidth || 800)),
+        width: chartWidth(),
         height: 240,
-        scales: { x: { time: true }, y: { range: [0, null] } },
+        scales: {
+            x: { time: true, range: () => range },
+            y: { range: (_u, _min, max) => [0, Math.max(max ?? 0, 0.01) * 1.1] },
+        },
         series: [
             {},
             ...series.map((s, i) => ({
                 label: s.label,
-                stroke: colors[i % colors.length],
+                stroke: s.dash ? "#7f8c8d" : colors[i % colors.length],
                 dash: s.dash ? [6, 4] : undefined,
+                points: { show: true },
                 spanGaps: true,
                 value: (_u, v) => (v === null ? "–" : pct(v)),
             })),
         ],
         axes: [{}, { values: (_u, vals) => vals.map((v) => pct(v)) }],
     };
-    new uPlot(opts, [xs, ...series.map((s) => s.values)], target);
+    charts.push(new uPlot(opts, [xs, ...series.map((s) => s.values)], target));
 }
 async function healthView(name) {
+    const root = main();
     const enc = encodeURIComponent(name);
     const [h, series] = await Promise.all([
         api(`/v1/admin/models/${enc}/health`),
@@ -323,13 +424,24 @@ async function healthView(name) {
     const t = plan?.thresholds ?? {};
     const staged = plan?.staged ?? null;
     const baseline = plan?.baseline ?? null;
-    const xs = series.points.map((p) => p.at_unix);
-    const of = (release, field) => series.points.map((p) => {
-        const c = release ? p.releases[release] : undefined;
+    const points = series.points;
+    // The window asked for, so an hour of data is drawn as an hour of the last six.
+    const range = [series.since_unix, series.now_unix + series.step_secs];
+    // The window's edges as x values too, so the gates are lines across the whole window.
+    const inner = points.map((p) => p.at_unix);
+    const left = Math.min(range[0], inner[0] ?? range[0]);
+    const right = Math.max(range[1], inner[inner.length - 1] ?? range[1]);
+    const xs = [left, ...inner.filter((x) => x > left && x < right), right];
+    const at = new Map(points.map((p) => [p.at_unix, p]));
+    const of = (release, field) => xs.map((x) => {
+        const c = at.get(x)?.releases[release];
         return c ? rate(c[field], c.loads) : null;
     });
     const flat = (v) => xs.map(() => (v === undefined ? null : v));
-    const charts = el("div", { id: "charts" });
+    // Every release that reported in the window, named by its role in the plan in force.
+    const releases = [...new Set(points.flatMap((p) => Object.keys(p.releases)))].sort();
+    const role = (r) => r === staged ? `${r} (staged)` : r === baseline ? `${r} (baseline)` : r;
+    const chartBox = el("div", { id: "charts" });
     const parts = [
         el("h2", {}, `${name}: fleet health`),
         el("p", {}, link(`#/model/${enc}`, `back to ${name}`)),
@@ -340,7 +452,7 @@ async function healthView(name) {
     if (plan?.state === "halted") {
         parts.push(el("p", { class: "error", id: "halt-reason" }, `Halted: ${plan.reason ?? ""}`));
     }
-    parts.push(charts);
+    parts.push(chartBox);
     // Per release and variant.
     const rows = [];
     const heat = new Map();
@@ -440,21 +552,20 @@ async function healthView(name) {
     parts.push(el("h3", {}, "Deny list"), denyRows.length
         ? table("deny", ["release", "variant", "devices", "fallback rate", "samples", "state", ""], denyRows)
         : el("p", {}, "Nothing is denied."));
-    main().replaceChildren(...parts);
-    if (xs.length) {
-        chart(charts, "Load failure rate", xs, [
-            { label: `staged ${staged ?? "–"}`, values: of(staged, "load_failures") },
-            { label: `baseline ${baseline ?? "–"}`, values: of(baseline, "load_failures") },
-            { label: "halt threshold", values: flat(t.max_failure_rate), dash: true },
-        ]);
-        chart(charts, "Fallback rate", xs, [
-            { label: `staged ${staged ?? "–"}`, values: of(staged, "fallbacks") },
-            { label: `baseline ${baseline ?? "–"}`, values: of(baseline, "fallbacks") },
-            { label: "halt threshold", values: flat(t.max_fallback_rate), dash: true },
-        ]);
+    root.replaceChildren(...parts);
+    if (releases.length) {
+        for (const [title, field, gate] of [
+            ["Load failure rate", "load_failures", t.max_failure_rate],
+            ["Fallback rate", "fallbacks", t.max_fallback_rate],
+        ]) {
+            chart(chartBox, title, [left, right], xs, [
+                ...releases.map((r) => ({ label: role(r), values: of(r, field) })),
+                { label: "halt threshold", values: flat(gate), dash: true },
+            ]);
+        }
     }
     else {
-        charts.append(el("p", { class: "muted" }, "No telemetry in the last 6 hours."));
+        chartBox.append(el("p", { class: "muted", id: "no-telemetry" }, "No telemetry in the last 6 hours."));
     }
 }
 // ---------------------------------------------------------------------------------------------
@@ -463,9 +574,14 @@ function explainView() {
     const field = (id, label, value = "") => el("label", {}, label, el("input", { id, value, type: "text" }));
     const out = el("div", { id: "explain-result" });
     const form = el("form", { id: "explain" }, el("h2", {}, "Explain a resolve"), field("ex-model", "model"), field("ex-platform", "platform", "android"), field("ex-os", "OS version", "14"), field("ex-soc", "SoC"), field("ex-device", "device model"), field("ex-ram", "RAM (MiB)", "8192"), field("ex-app", "app version", "1.0.0"), field("ex-runtime", "runtime version", "1.5.1"), field("ex-backends", "backends (comma-separated)", "XnnpackBackend"), field("ex-install", "install id", "dashboard-explain"), el("button", { type: "submit" }, "Explain"), out);
-    const value = (id) => document.getElementById(id).value.trim();
+    const value = (id) => form.querySelector(`#${id}`).value.trim();
     form.addEventListener("submit", async (ev) => {
         ev.preventDefault();
+        const ram = Number(value("ex-ram"));
+        if (!Number.isInteger(ram) || ram < 0) {
+            out.replaceChildren(el("p", { class: "error", role: "alert" }, "RAM must be a whole number of MiB."));
+            return;
+        }
         const device = {
             model: value("ex-model"),
             install_id: value("ex-install"),
@@ -479,7 +595,7 @@ function explainView() {
             os_version: value("ex-os"),
             device_model: value("ex-device"),
             soc: value("ex-soc"),
-            ram_mb: Number(value("ex-ram")) || 0,
+            ram_mb: ram,
         };
         try {
             const r = await post("/v1/resolve?explain=true", device);
@@ -505,24 +621,57 @@ function explainView() {
 }
 // ---------------------------------------------------------------------------------------------
 // Routing
+/** Model names and versions as the server spells them; anything else is not fetched. */
+const NAME = /^[A-Za-z0-9._+-]{1,128}$/;
 async function render() {
+    const gen = ++renderGen;
+    const box = document.createElement("div");
+    target = box;
     const nav = document.getElementById("nav");
+    const show = () => {
+        if (gen === renderGen) {
+            // Charts of views no longer shown are released; this view's stay for resizing.
+            const keep = charts.filter((c) => box.contains(c.root));
+            for (const c of charts) {
+                if (!keep.includes(c)) {
+                    c.destroy();
+                }
+            }
+            charts = keep;
+            document.getElementById("main").replaceChildren(box);
+            box.querySelector("#token")?.focus();
+        }
+    };
     if (!token()) {
         nav.hidden = true;
         signInView();
+        show();
         return;
     }
     nav.hidden = false;
-    const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
     try {
+        let parts;
+        try {
+            parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+        }
+        catch {
+            throw new Error("this address is not one the dashboard knows");
+        }
+        const named = (i) => {
+            const v = parts[i];
+            if (!v || v === "." || v === ".." || !NAME.test(v)) {
+                throw new Error(`${JSON.stringify(v ?? "")} is not a model name or version`);
+            }
+            return v;
+        };
         if (parts[0] === "model" && parts[1] && parts[2] === "release" && parts[3]) {
-            await releaseView(parts[1], parts[3]);
+            await releaseView(named(1), named(3));
         }
         else if (parts[0] === "model" && parts[1]) {
-            await modelView(parts[1]);
+            await modelView(named(1));
         }
         else if (parts[0] === "health" && parts[1]) {
-            await healthView(parts[1]);
+            await healthView(named(1));
         }
         else if (parts[0] === "explain") {
             explainView();
@@ -537,12 +686,18 @@ async function render() {
             signInView(e);
         }
         else {
-            main().replaceChildren(errorBox(e));
+            box.replaceChildren(errorBox(e));
         }
     }
+    show();
 }
 window.addEventListener("hashchange", () => {
     void render();
+});
+window.addEventListener("resize", () => {
+    for (const c of charts) {
+        c.setSize({ width: chartWidth(), height: 240 });
+    }
 });
 window.addEventListener("DOMContentLoaded", () => {
     document.getElementById("signout").addEventListener("click", signOut);

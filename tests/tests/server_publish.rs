@@ -304,7 +304,11 @@ fn a_catalog_refresh_reuses_what_it_holds_and_reads_only_new_releases() {
     std::fs::write(&path, b"not an envelope").expect("write");
     app.publish(&ferry_tests::app::mlp_v2());
     let (second, skipped) = rt
-        .block_on(Catalog::refresh(&state.store, &state.keys().release_ring, &first))
+        .block_on(Catalog::refresh(
+            &state.store,
+            &state.keys().release_ring,
+            &first,
+        ))
         .expect("refresh");
     assert!(skipped.is_empty(), "{skipped:?}");
     let again = second.release(&model, &v1).expect("still there");

@@ -110,14 +110,25 @@ async function main() {
       await page.waitForSelector("#rollout-share");
       const share = await page.textContent("#rollout-share");
       await shot("rollout-preview");
+      // The form changed after the preview: Confirm applies nothing and asks for a new one.
+      await page.fill("#rollout-percent", "90");
+      await page.click("#rollout-confirm");
+      await page.waitForSelector("#rollout-preview .error");
+      const stale = await page.textContent("#rollout-preview");
+      await page.fill("#rollout-percent", "20");
+      await page.click("#rollout-preview-button");
+      await page.waitForSelector("#rollout-confirm");
       await page.click("#rollout-confirm");
       await page.waitForFunction(() =>
         document.querySelector("#rollout-state")?.textContent.includes("at 20%"),
       );
-      out({ step: "rollout", before, share, after: await page.textContent("#rollout-state") });
+      out({ step: "rollout", before, share, stale, after: await page.textContent("#rollout-state") });
       await shot("rollout-20");
     } else if (phase === "halted") {
-      await signIn(token);
+      // Signing in from a bookmarked address lands there.
+      await page.goto(`${base}/ui#/models`);
+      await page.fill("#token", token);
+      await page.click("#signin button[type=submit]");
       await page.waitForSelector("#models");
       const models = await page.$$eval("#models tbody tr", (rows) =>
         rows.map((r) => Array.from(r.querySelectorAll("td")).map((td) => td.textContent.trim())),

@@ -9,9 +9,21 @@ type Json = any;
 
 const TOKEN_KEY = "ferry.token";
 
-/** Where the page renders. */
+/** The view being built: rendered into a detached box that replaces the page only if no
+ * newer navigation started meanwhile (a slow answer never overwrites a newer view). */
+let target: HTMLElement = document.createElement("div");
+let renderGen = 0;
+/** Charts on the page, resized with the window. */
+let charts: any[] = [];
+
+/** Where the current view renders (capture it before any await). */
 function main(): HTMLElement {
-  return document.getElementById("main") as HTMLElement;
+  return target;
+}
+
+/** The width charts get for the window's width. */
+function chartWidth(): number {
+  return Math.min(900, Math.max(300, window.innerWidth - 60));
 }
 
 /** An element with attributes and children (strings become text nodes). */
@@ -95,8 +107,25 @@ function post(path: string, body: Json): Promise<Json> {
 function signOut(): void {
   sessionStorage.removeItem(TOKEN_KEY);
   (document.getElementById("nav") as HTMLElement).hidden = true;
-  location.hash = "#/signin";
-  render();
+  if (location.hash === "#/signin") {
+    void render();
+  } else {
+    location.hash = "#/signin";
+  }
+}
+
+/** An RFC 3339 time for people: date and time to the second, UTC. */
+function when(t: string | null | undefined): string {
+  if (!t) {
+    return "–";
+  }
+  const m = /^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})/.exec(t);
+  return m ? `${m[1]} ${m[2]} UTC` : t;
+}
+
+/** Whether a halted plan was rolled back by an operator (not halted by telemetry). */
+function rolledBack(action: string | null | undefined, state: string | null | undefined): boolean {
+  return state === "halted" && action === "rollback";
 }
 
 /** A percentage with at most two decimals. */
@@ -159,7 +188,13 @@ function signInView(reason?: unknown): void {
     sessionStorage.setItem(TOKEN_KEY, input.value.trim());
     try {
       await api("/v1/admin/models");
-      location.hash = "#/models";
+      // Back to where the operator was going (a bookmark or a deep link), else the models.
+      const wanted = location.hash && location.hash !== "#/signin" ? location.hash : "#/models";
+      if (location.hash === wanted) {
+        void render();
+      } else {
+        location.hash = wanted;
+      }
     } catch (e) {
       sessionStorage.removeItem(TOKEN_KEY);
       status.replaceChildren(errorBox(e));
@@ -169,36 +204,41 @@ function signInView(reason?: unknown): void {
     status.replaceChildren(errorBox(reason));
   }
   main().replaceChildren(form);
-  input.focus();
 }
 
 // ---------------------------------------------------------------------------------------------
 // Models
 
 function badge(m: Json): HTMLElement {
-  if (m.rollout_state === "halted") {
-    return el("span", { class: "badge bad" }, "halted");
+  const badges: HTMLElement[] = [];
+  if (rolledBack(m.rollout_action, m.rollout_state)) {
+    badges.push(el("span", { class: "badge warn" }, "rolled back"));
+  } else if (m.rollout_state === "halted") {
+    badges.push(el("span", { class: "badge bad" }, "halted"));
+  } else if (m.rollout_state === "paused") {
+    badges.push(el("span", { class: "badge warn" }, "paused"));
   }
   if (m.deny_entries > 0) {
-    return el("span", { class: "badge warn" }, `${m.deny_entries} denied`);
+    badges.push(el("span", { class: "badge warn" }, `${m.deny_entries} deny entries`));
   }
-  if (m.rollout_state === "paused") {
-    return el("span", { class: "badge warn" }, "paused");
+  if (!badges.length) {
+    badges.push(el("span", { class: "badge ok" }, "ok"));
   }
-  return el("span", { class: "badge ok" }, "ok");
+  return el("span", {}, ...badges);
 }
 
 async function modelsView(): Promise<void> {
+  const root = main();
   const body = await api("/v1/admin/models");
   const rows = (body.models as Json[]).map((m) => [
     link(`#/model/${encodeURIComponent(m.model)}`, m.model),
     m.baseline ?? "–",
     m.staged ? `${m.staged} at ${m.percent}%` : "–",
-    m.rollout_state ?? "–",
-    m.ramp_step === null || m.ramp_step === undefined ? "–" : String(m.ramp_step),
+    rolledBack(m.rollout_action, m.rollout_state) ? "rolled back" : m.rollout_state ?? "–",
+    m.ramp_step === null || m.ramp_step === undefined ? "–" : String(m.ramp_step + 1),
     badge(m),
   ]);
-  main().replaceChildren(
+  root.replaceChildren(
     el("h2", {}, "Models"),
     rows.length
       ? table("models", ["model", "baseline", "staged", "rollout", "ramp step", "health"], rows)
@@ -214,18 +254,30 @@ function rolloutSummary(r: Json): HTMLElement {
   if (!cur) {
     return el("p", { id: "rollout-state" }, "No rollout plan yet.");
   }
+  const back = rolledBack(cur.action, cur.state);
   const parts: (Node | string)[] = [
-    el("strong", {}, cur.state),
+    el("strong", {}, back ? "rolled back" : cur.state),
     ` — baseline ${cur.baseline ?? "none"}`,
   ];
   if (cur.staged) {
-    parts.push(`, staged ${cur.staged} at ${r.percent}%`);
+    parts.push(back ? `, ${cur.staged} withdrawn` : `, staged ${cur.staged} at ${r.percent}%`);
   }
   if (r.ramp) {
-    parts.push(`, ramp step ${r.ramp.step ?? "?"}`);
+    parts.push(`, ramp step ${r.ramp.step} of ${(r.ramp.steps ?? []).length}`);
+    if (typeof r.ramp.now === "string") {
+      parts.push(` (${r.ramp.now})`);
+    }
   }
   const box = el("div", { id: "rollout-state" }, el("p", {}, ...parts));
-  if (cur.state === "halted") {
+  if (back) {
+    box.append(
+      el(
+        "p",
+        { class: "muted", id: "rollback-reason" },
+        `Rolled back by ${cur.actor} at ${when(cur.at)}: ${cur.reason ?? ""}. Resume would stage it again.`,
+      ),
+    );
+  } else if (cur.state === "halted") {
     box.append(el("p", { class: "error", id: "halt-reason" }, `Halted: ${cur.reason ?? ""}`));
   }
   const t = cur.thresholds ?? {};
@@ -261,6 +313,23 @@ function rolloutControls(name: string, releases: Json[], onDone: () => void): HT
   }) as HTMLInputElement;
   const reason = el("input", { id: "rollout-reason", type: "text", placeholder: "reason" }) as HTMLInputElement;
   const preview = el("div", { id: "rollout-preview" });
+  const fit = () => {
+    release.hidden = action.value !== "start";
+    percent.hidden = action.value !== "start" && action.value !== "set";
+    preview.replaceChildren();
+  };
+  action.addEventListener("change", fit);
+  fit();
+  const describe = (b: Json): string => {
+    switch (b.action) {
+      case "start":
+        return `start ${b.release}${b.percent ? ` at ${b.percent}%` : ""}`;
+      case "set":
+        return `set to ${b.percent ?? "?"}%`;
+      default:
+        return b.action;
+    }
+  };
   const body = (): Json => {
     const b: Json = { action: action.value };
     if (action.value === "start") {
@@ -278,10 +347,19 @@ function rolloutControls(name: string, releases: Json[], onDone: () => void): HT
   const previewButton = el("button", { id: "rollout-preview-button", type: "button" }, "Preview");
   previewButton.addEventListener("click", async () => {
     const b = body();
+    preview.replaceChildren(el("p", { class: "muted" }, "Previewing…"));
     try {
       const p = await post(`${path}?dry_run=true`, b);
-      const confirm = el("button", { id: "rollout-confirm", type: "button" }, "Confirm");
+      const confirm = el("button", { id: "rollout-confirm", type: "button" }, "Confirm") as HTMLButtonElement;
       confirm.addEventListener("click", async () => {
+        // Only what was previewed is applied: a form changed since asks for a new preview.
+        if (JSON.stringify(body()) !== JSON.stringify(b)) {
+          preview.replaceChildren(
+            el("p", { class: "error", role: "alert" }, "The form changed since the preview: preview again."),
+          );
+          return;
+        }
+        confirm.disabled = true;
         try {
           await post(path, b);
           onDone();
@@ -293,7 +371,7 @@ function rolloutControls(name: string, releases: Json[], onDone: () => void): HT
         el(
           "p",
           { id: "rollout-share" },
-          `${b.action}: ${pct(p.preview.share_changing)} of install ids change release`,
+          `${describe(b)}: ${pct(p.preview.share_changing)} of install ids change release`,
         ),
         el("ul", {}, ...(p.preview.moves as string[]).map((m) => el("li", {}, m))),
         confirm,
@@ -320,6 +398,7 @@ function rolloutControls(name: string, releases: Json[], onDone: () => void): HT
 }
 
 async function modelView(name: string): Promise<void> {
+  const root = main();
   const enc = encodeURIComponent(name);
   const [model, rollout] = await Promise.all([
     api(`/v1/admin/models/${enc}`),
@@ -336,11 +415,11 @@ async function modelView(name: string): Promise<void> {
     String(h.revision),
     h.action,
     h.actor,
-    h.at,
+    when(h.at),
     h.staged ? `${h.staged} ${(h.basis_points / 100).toString()}%` : `${h.baseline ?? ""}`,
     h.reason ?? "",
   ]);
-  main().replaceChildren(
+  root.replaceChildren(
     el("h2", {}, name),
     el("p", {}, link(`#/health/${enc}`, "Fleet health", "health-link")),
     el("h3", {}, "Rollout"),
@@ -356,7 +435,32 @@ async function modelView(name: string): Promise<void> {
 // ---------------------------------------------------------------------------------------------
 // One release: variants and the delegation report
 
+/** A variant's device constraints, for people. */
+function constraints(c: Json): string {
+  if (!c) {
+    return "";
+  }
+  const parts: string[] = [];
+  if (c.platforms?.length) {
+    parts.push(`platforms ${c.platforms.join(", ")}`);
+  }
+  if (c.min_os_version) {
+    parts.push(`OS ≥ ${c.min_os_version}`);
+  }
+  if (c.min_ram_mb) {
+    parts.push(`RAM ≥ ${c.min_ram_mb} MiB`);
+  }
+  if (c.soc_allow?.length) {
+    parts.push(`SoCs ${c.soc_allow.join(", ")}`);
+  }
+  if (c.soc_deny?.length) {
+    parts.push(`not on ${c.soc_deny.join(", ")}`);
+  }
+  return parts.length ? `; ${parts.join("; ")}` : "";
+}
+
 async function releaseView(name: string, version: string): Promise<void> {
+  const root = main();
   const r = await api(
     `/v1/admin/models/${encodeURIComponent(name)}/releases/${encodeURIComponent(version)}`,
   );
@@ -384,7 +488,7 @@ async function releaseView(name: string, version: string): Promise<void> {
         el(
           "p",
           { class: "muted" },
-          `runtime ${v.runtime ?? "*"}, app ${v.app ?? "*"}, backends ${(v.backends ?? []).join(", ") || "none"}`,
+          `runtime ${v.runtime ?? "*"}, app ${v.app ?? "*"}, backends ${(v.backends ?? []).join(", ") || "none"}${constraints(v.constraints)}`,
         ),
         methodRows.length
           ? table(`delegation-${v.id}`, ["method", "summary", "delegated", "on portable kernels"], methodRows)
@@ -392,7 +496,7 @@ async function releaseView(name: string, version: string): Promise<void> {
       ),
     );
   }
-  main().replaceChildren(
+  root.replaceChildren(
     el("h2", {}, `${name} ${version}`),
     el("p", {}, link(`#/model/${encodeURIComponent(name)}`, `back to ${name}`)),
     el("p", { id: "release-notes" }, r.notes ?? ""),
@@ -407,29 +511,40 @@ function rate(n: number, d: number): number | null {
   return d > 0 ? n / d : null;
 }
 
-function chart(target: HTMLElement, title: string, xs: number[], series: { label: string; values: (number | null)[]; dash?: boolean }[]): void {
-  const colors = ["#c0392b", "#2471a3", "#7f8c8d", "#7f8c8d"];
+function chart(
+  target: HTMLElement,
+  title: string,
+  range: [number, number],
+  xs: number[],
+  series: { label: string; values: (number | null)[]; dash?: boolean }[],
+): void {
+  const colors = ["#c0392b", "#2471a3", "#27ae60", "#8e44ad", "#d35400", "#7f8c8d"];
   const opts = {
     title,
-    width: Math.min(900, Math.max(400, target.clientWidth || 800)),
+    width: chartWidth(),
     height: 240,
-    scales: { x: { time: true }, y: { range: [0, null] } },
+    scales: {
+      x: { time: true, range: () => range },
+      y: { range: (_u: unknown, _min: number, max: number) => [0, Math.max(max ?? 0, 0.01) * 1.1] },
+    },
     series: [
       {},
       ...series.map((s, i) => ({
         label: s.label,
-        stroke: colors[i % colors.length],
+        stroke: s.dash ? "#7f8c8d" : colors[i % colors.length],
         dash: s.dash ? [6, 4] : undefined,
+        points: { show: true },
         spanGaps: true,
         value: (_u: unknown, v: number | null) => (v === null ? "–" : pct(v)),
       })),
     ],
     axes: [{}, { values: (_u: unknown, vals: number[]) => vals.map((v) => pct(v)) }],
   };
-  new uPlot(opts, [xs, ...series.map((s) => s.values)], target);
+  charts.push(new uPlot(opts, [xs, ...series.map((s) => s.values)], target));
 }
 
 async function healthView(name: string): Promise<void> {
+  const root = main();
   const enc = encodeURIComponent(name);
   const [h, series] = await Promise.all([
     api(`/v1/admin/models/${enc}/health`),
@@ -439,14 +554,26 @@ async function healthView(name: string): Promise<void> {
   const t = plan?.thresholds ?? {};
   const staged: string | null = plan?.staged ?? null;
   const baseline: string | null = plan?.baseline ?? null;
-  const xs = (series.points as Json[]).map((p) => p.at_unix);
-  const of = (release: string | null, field: "load_failures" | "fallbacks") =>
-    (series.points as Json[]).map((p) => {
-      const c = release ? p.releases[release] : undefined;
+  const points = series.points as Json[];
+  // The window asked for, so an hour of data is drawn as an hour of the last six.
+  const range: [number, number] = [series.since_unix, series.now_unix + series.step_secs];
+  // The window's edges as x values too, so the gates are lines across the whole window.
+  const inner = points.map((p) => p.at_unix as number);
+  const left = Math.min(range[0], inner[0] ?? range[0]);
+  const right = Math.max(range[1], inner[inner.length - 1] ?? range[1]);
+  const xs = [left, ...inner.filter((x) => x > left && x < right), right];
+  const at = new Map(points.map((p) => [p.at_unix as number, p]));
+  const of = (release: string, field: "load_failures" | "fallbacks") =>
+    xs.map((x) => {
+      const c = at.get(x)?.releases[release];
       return c ? rate(c[field], c.loads) : null;
     });
   const flat = (v: number | undefined) => xs.map(() => (v === undefined ? null : v));
-  const charts = el("div", { id: "charts" });
+  // Every release that reported in the window, named by its role in the plan in force.
+  const releases = [...new Set(points.flatMap((p) => Object.keys(p.releases)))].sort();
+  const role = (r: string) =>
+    r === staged ? `${r} (staged)` : r === baseline ? `${r} (baseline)` : r;
+  const chartBox = el("div", { id: "charts" });
   const parts: HTMLElement[] = [
     el("h2", {}, `${name}: fleet health`),
     el("p", {}, link(`#/model/${enc}`, `back to ${name}`)),
@@ -461,7 +588,7 @@ async function healthView(name: string): Promise<void> {
   if (plan?.state === "halted") {
     parts.push(el("p", { class: "error", id: "halt-reason" }, `Halted: ${plan.reason ?? ""}`));
   }
-  parts.push(charts);
+  parts.push(chartBox);
   // Per release and variant.
   const rows: (Node | string)[][] = [];
   const heat = new Map<string, Map<string, number | null>>();
@@ -583,20 +710,19 @@ async function healthView(name: string): Promise<void> {
       ? table("deny", ["release", "variant", "devices", "fallback rate", "samples", "state", ""], denyRows)
       : el("p", {}, "Nothing is denied."),
   );
-  main().replaceChildren(...parts);
-  if (xs.length) {
-    chart(charts, "Load failure rate", xs, [
-      { label: `staged ${staged ?? "–"}`, values: of(staged, "load_failures") },
-      { label: `baseline ${baseline ?? "–"}`, values: of(baseline, "load_failures") },
-      { label: "halt threshold", values: flat(t.max_failure_rate), dash: true },
-    ]);
-    chart(charts, "Fallback rate", xs, [
-      { label: `staged ${staged ?? "–"}`, values: of(staged, "fallbacks") },
-      { label: `baseline ${baseline ?? "–"}`, values: of(baseline, "fallbacks") },
-      { label: "halt threshold", values: flat(t.max_fallback_rate), dash: true },
-    ]);
+  root.replaceChildren(...parts);
+  if (releases.length) {
+    for (const [title, field, gate] of [
+      ["Load failure rate", "load_failures", t.max_failure_rate],
+      ["Fallback rate", "fallbacks", t.max_fallback_rate],
+    ] as [string, "load_failures" | "fallbacks", number | undefined][]) {
+      chart(chartBox, title, [left, right], xs, [
+        ...releases.map((r) => ({ label: role(r), values: of(r, field) })),
+        { label: "halt threshold", values: flat(gate), dash: true },
+      ]);
+    }
   } else {
-    charts.append(el("p", { class: "muted" }, "No telemetry in the last 6 hours."));
+    chartBox.append(el("p", { class: "muted", id: "no-telemetry" }, "No telemetry in the last 6 hours."));
   }
 }
 
@@ -624,9 +750,14 @@ function explainView(): void {
     el("button", { type: "submit" }, "Explain"),
     out,
   );
-  const value = (id: string) => (document.getElementById(id) as HTMLInputElement).value.trim();
+  const value = (id: string) => (form.querySelector(`#${id}`) as HTMLInputElement).value.trim();
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
+    const ram = Number(value("ex-ram"));
+    if (!Number.isInteger(ram) || ram < 0) {
+      out.replaceChildren(el("p", { class: "error", role: "alert" }, "RAM must be a whole number of MiB."));
+      return;
+    }
     const device = {
       model: value("ex-model"),
       install_id: value("ex-install"),
@@ -640,7 +771,7 @@ function explainView(): void {
       os_version: value("ex-os"),
       device_model: value("ex-device"),
       soc: value("ex-soc"),
-      ram_mb: Number(value("ex-ram")) || 0,
+      ram_mb: ram,
     };
     try {
       const r = await post("/v1/resolve?explain=true", device);
@@ -678,22 +809,55 @@ function explainView(): void {
 // ---------------------------------------------------------------------------------------------
 // Routing
 
+/** Model names and versions as the server spells them; anything else is not fetched. */
+const NAME = /^[A-Za-z0-9._+-]{1,128}$/;
+
 async function render(): Promise<void> {
+  const gen = ++renderGen;
+  const box = document.createElement("div");
+  target = box;
   const nav = document.getElementById("nav") as HTMLElement;
+  const show = () => {
+    if (gen === renderGen) {
+      // Charts of views no longer shown are released; this view's stay for resizing.
+      const keep = charts.filter((c) => box.contains(c.root));
+      for (const c of charts) {
+        if (!keep.includes(c)) {
+          c.destroy();
+        }
+      }
+      charts = keep;
+      (document.getElementById("main") as HTMLElement).replaceChildren(box);
+      (box.querySelector("#token") as HTMLElement | null)?.focus();
+    }
+  };
   if (!token()) {
     nav.hidden = true;
     signInView();
+    show();
     return;
   }
   nav.hidden = false;
-  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
   try {
+    let parts: string[];
+    try {
+      parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+    } catch {
+      throw new Error("this address is not one the dashboard knows");
+    }
+    const named = (i: number) => {
+      const v = parts[i];
+      if (!v || v === "." || v === ".." || !NAME.test(v)) {
+        throw new Error(`${JSON.stringify(v ?? "")} is not a model name or version`);
+      }
+      return v;
+    };
     if (parts[0] === "model" && parts[1] && parts[2] === "release" && parts[3]) {
-      await releaseView(parts[1], parts[3]);
+      await releaseView(named(1), named(3));
     } else if (parts[0] === "model" && parts[1]) {
-      await modelView(parts[1]);
+      await modelView(named(1));
     } else if (parts[0] === "health" && parts[1]) {
-      await healthView(parts[1]);
+      await healthView(named(1));
     } else if (parts[0] === "explain") {
       explainView();
     } else {
@@ -704,13 +868,19 @@ async function render(): Promise<void> {
       nav.hidden = true;
       signInView(e);
     } else {
-      main().replaceChildren(errorBox(e));
+      box.replaceChildren(errorBox(e));
     }
   }
+  show();
 }
 
 window.addEventListener("hashchange", () => {
   void render();
+});
+window.addEventListener("resize", () => {
+  for (const c of charts) {
+    c.setSize({ width: chartWidth(), height: 240 });
+  }
 });
 window.addEventListener("DOMContentLoaded", () => {
   (document.getElementById("signout") as HTMLElement).addEventListener("click", signOut);

@@ -208,6 +208,7 @@ pub(crate) async fn list_models(
                     .filter(|p| p.staged.is_some())
                     .map(|p| format_percent(p.basis_points)),
                 "rollout_state": plan.map(|p| p.state),
+                "rollout_action": plan.map(|p| p.action.clone()),
                 "ramp_step": plan.and_then(|p| p.ramp.as_ref()).map(|r| r.step),
                 "deny_entries": deny.get(m).map_or(0, |d| d.entries.len()),
             })

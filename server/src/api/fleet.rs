@@ -318,9 +318,20 @@ pub async fn get_health_series(
         .unwrap_or_default();
     let span = (now - since).max(60);
     let least = (span + MAX_SERIES_POINTS - 1) / MAX_SERIES_POINTS;
-    let step = match pairs.iter().find(|(k, _)| k == "step_secs") {
-        None => least.max(60),
-        Some((_, raw)) => {
+    let given: Vec<&String> = pairs
+        .iter()
+        .filter(|(k, _)| k == "step_secs")
+        .map(|(_, v)| v)
+        .collect();
+    let step = match given.as_slice() {
+        [] => least.max(60),
+        [_, _, ..] => {
+            return Err(ApiError::new(
+                ErrorCode::RequestInvalid,
+                "step_secs is given more than once",
+            ));
+        }
+        [raw] => {
             let step: i64 = raw.parse().ok().filter(|s| *s >= 60).ok_or_else(|| {
                 ApiError::new(
                     ErrorCode::RequestInvalid,
@@ -343,6 +354,8 @@ pub async fn get_health_series(
         .telemetry
         .series(model.as_str(), since, step)
         .into_iter()
+        // Steps where other models reported but this one did not hold nothing to draw.
+        .filter(|(_, rollup)| rollup.models.contains_key(model.as_str()))
         .map(|(at, rollup)| {
             let releases: serde_json::Map<String, serde_json::Value> = rollup
                 .models
@@ -370,6 +383,7 @@ pub async fn get_health_series(
     Ok(HttpResponse::Ok().json(serde_json::json!({
         "model": model,
         "since_unix": since,
+        "now_unix": now,
         "step_secs": step,
         "rollout": state.rollouts().get(&model),
         "points": points,

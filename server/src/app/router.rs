@@ -21,9 +21,21 @@ use crate::app::AppState;
 /// Registers every route on an actix `ServiceConfig`.
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(resource("/healthz").route(web::get().to(healthz)))
-        .service(resource("/ui").route(web::get().to(crate::api::ui::index)))
-        .service(resource("/ui/").route(web::get().to(crate::api::ui::index)))
-        .service(resource("/ui/{file}").route(web::get().to(crate::api::ui::file)))
+        .service(
+            resource("/ui")
+                .route(web::get().to(crate::api::ui::index))
+                .route(web::head().to(crate::api::ui::index)),
+        )
+        .service(
+            resource("/ui/")
+                .route(web::get().to(crate::api::ui::index))
+                .route(web::head().to(crate::api::ui::index)),
+        )
+        .service(
+            resource("/ui/{file}")
+                .route(web::get().to(crate::api::ui::file))
+                .route(web::head().to(crate::api::ui::file)),
+        )
         .service(resource("/readyz").route(web::get().to(readyz)))
         .service(resource("/metrics").route(web::get().to(metrics)))
         .service(resource("/v1/keys").route(web::get().to(keys)))

@@ -470,10 +470,10 @@ impl Telemetry {
         (out, from)
     }
 
-    /// The fleet's counts for `model` per `step` seconds from `since` (unix seconds), oldest
-    /// first: each bucket counts in the step its start falls in (a bucket compacted to an hour
-    /// or a day counts whole in the step of its start). Buckets that start before `since` are
-    /// left out.
+    /// The fleet's counts for `model` per `step` seconds (steps aligned to multiples of `step`
+    /// since the epoch, each keyed by its start), oldest first: each bucket counts in the step
+    /// its start falls in (a bucket compacted to an hour or a day counts whole in the step of
+    /// its start). Buckets that start before `since` are left out.
     pub fn series(&self, model: &str, since: i64, step: i64) -> BTreeMap<i64, Rollup> {
         let step = step.max(60);
         let written = lock(&self.written);
@@ -481,7 +481,7 @@ impl Telemetry {
         let mut out: BTreeMap<i64, Rollup> = BTreeMap::new();
         let mut add = |start: i64, r: &Rollup| {
             if start >= since {
-                let at = since + (start - since) / step * step;
+                let at = start.div_euclid(step) * step;
                 out.entry(at).or_default().merge_model(r, model);
             }
         };
