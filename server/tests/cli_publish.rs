@@ -624,6 +624,21 @@ fn keys_push_makes_a_rotated_release_key_trusted_without_a_restart() {
             .args(["--server", &server.url, "--token", TOKEN, "--quiet"]),
     );
     assert!(out.contains("published cli-mlp 1.0.0"), "{out}");
+    // Another key folder (another `keys generate`) is refused, not skipped.
+    let other = tmp.path().join("other");
+    run_ok(ferry().args(["keys", "generate", "--out"]).arg(&other));
+    let out = ferry()
+        .args(["keys", "push", "--keys"])
+        .arg(&other)
+        .args(["--server", &server.url, "--token", TOKEN])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("keyring_rollback") && err.contains("not the one that made the keyrings"),
+        "{err}"
+    );
     // A wrong folder says what is wrong.
     let out = ferry()
         .args(["keys", "push", "--keys"])

@@ -148,7 +148,12 @@ fn a_new_release_key_is_trusted_by_every_replica_without_a_restart() {
     assert_eq!((status, b["version"].as_u64()), (201, Some(2)), "{b}");
     let (status, b) = post(&urls[1], "/v1/admin/keyring", &v2);
     assert_eq!((status, b["new"].as_bool()), (200, Some(false)), "{b}");
+    assert!(
+        b.get("history").is_none(),
+        "the audit needs the read scope: {b}"
+    );
     // The audit record: who, which key came and which went.
+    let b = get(&urls[1], "/v1/admin/keyring");
     let history = &b["history"][0];
     assert_eq!(history["version"], 2, "{b}");
     assert_eq!(history["actor"], "env:FERRY_ADMIN_TOKEN", "{b}");
@@ -182,6 +187,9 @@ fn a_new_release_key_is_trusted_by_every_replica_without_a_restart() {
         });
         assert_eq!(get(url, "/v1/admin/keyring")["version"], 2);
     }
+    // Each keeps the version it adopted in its own key folder, so a restart walks no gap.
+    let local_v2 = app.dir.path().join("keys/keyring/00000002.json");
+    assert_eq!(std::fs::read(&local_v2).ok(), Some(v2.clone()));
     // A release signed by the retired key is refused now.
     let mut older = mlp_v1();
     older.version = "1.2.0".parse().expect("version");
@@ -197,14 +205,19 @@ fn a_new_release_key_is_trusted_by_every_replica_without_a_restart() {
         "{b}"
     );
 
-    // A replica that starts now, with only version 1 in its own folder, adopts version 2 from
-    // the store before it loads the releases.
+    // A replica provisioned before the push (only version 1 in its own folder) starts now:
+    // it adopts version 2 from the store before it loads the releases, and keeps a copy.
+    std::fs::remove_file(&local_v2).expect("provision as before the push");
     let late = app.replica_with(Some(storage.clone()), Box::new(fast));
-    assert!(
-        !late_has_local_v2(&app),
-        "the test's premise: the data folder the late replica copies holds only version 1"
-    );
+    std::fs::write(&local_v2, &v2).expect("restore");
     assert_eq!(get(&late.url(), "/v1/keyring")["version"], 2);
+    assert!(
+        late.state
+            .config
+            .keys_dir()
+            .join("keyring/00000002.json")
+            .exists()
+    );
     let model = get(&late.url(), "/v1/admin/models/mlp");
     let versions: Vec<&str> = model["releases"]
         .as_array()
@@ -237,10 +250,55 @@ fn a_new_release_key_is_trusted_by_every_replica_without_a_restart() {
         .expect("loads the release the new key signed");
     assert_eq!(m.release, "1.1.0");
     assert_eq!(c.keyring_version(), 2);
+
+    // A file that is not a keyring where version 3 goes blocks only that version, with a
+    // message that says what to do; once it is removed the push works.
+    keys::rotate(offline.path(), RotateRole::Release, None).expect("rotate again");
+    let v3 = std::fs::read(offline.path().join("keyring/00000003.json")).expect("v3");
+    store_put(&storage, 3, Some(b"junk"));
+    let (status, b) = post(&urls[0], "/v1/admin/keyring", &v3);
+    assert_eq!(
+        (status, b["code"].as_str()),
+        (422, Some("keyring_invalid")),
+        "{b}"
+    );
+    assert!(
+        b["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("remove it and push again"),
+        "{b}"
+    );
+    assert_eq!(get(&urls[0], "/v1/keyring")["version"], 2);
+    store_put(&storage, 3, None);
+    let (status, b) = post(&urls[0], "/v1/admin/keyring", &v3);
+    assert_eq!((status, b["version"].as_u64()), (201, Some(3)), "{b}");
 }
 
-/// Whether the first server's own key folder holds keyring version 2 (it must not: only the
-/// replica that took the push keeps a local copy).
-fn late_has_local_v2(app: &TestApp) -> bool {
-    app.dir.path().join("keys/keyring/00000002.json").exists()
+/// Puts `bytes` where keyring version `version` goes in the store, or deletes it (`None`).
+fn store_put(
+    storage: &ferry_server::app::config::StorageConfig,
+    version: u64,
+    bytes: Option<&'static [u8]>,
+) {
+    let store =
+        ferry_server::storage::open(storage, Path::new("/nonexistent"), Duration::from_secs(10))
+            .expect("store");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        use object_store::ObjectStoreExt as _;
+        let key = ferry_server::app::keyring::stored_key(version);
+        match bytes {
+            Some(b) => {
+                store
+                    .put(&key, object_store::PutPayload::from_static(b))
+                    .await
+                    .expect("put");
+            }
+            None => store.delete(&key).await.expect("delete"),
+        }
+    });
 }

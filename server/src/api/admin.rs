@@ -421,13 +421,16 @@ pub async fn post_keyring(
     let caller = authorize(&req, &state.config.tokens, Scope::Publish)?;
     let body = read_body(payload, &state.config.limits, 256 * 1024).await?;
     let (version, new) = crate::app::keyring::submit(&state, &body, &caller.name).await?;
-    let view = keyring_view(&state).await?;
     let status = if new {
         actix_web::http::StatusCode::CREATED
     } else {
         actix_web::http::StatusCode::OK
     };
-    let mut v = view;
+    // The keys, not the history: reading the audit records needs the read scope.
+    let mut v = keyring_view(&state).await?;
+    if let Some(o) = v.as_object_mut() {
+        o.remove("history");
+    }
     v["adopted"] = serde_json::json!(version);
     v["new"] = serde_json::json!(new);
     Ok(HttpResponse::build(status).json(v))
@@ -451,7 +454,7 @@ async fn keyring_view(state: &AppState) -> Result<serde_json::Value, ApiError> {
         .iter()
         .map(|k| serde_json::json!({"role": k.key.role, "keyid": k.key.keyid, "expires_at": k.expires_at.and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())}))
         .collect();
-    let history = crate::app::keyring::audit(&state.store)
+    let history = crate::app::keyring::audit(&state.store, view.version)
         .await
         .map_err(|e| ApiError::new(ErrorCode::StorageUnavailable, e.to_string()))?;
     Ok(serde_json::json!({

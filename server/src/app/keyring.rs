@@ -107,9 +107,18 @@ pub async fn stored_after(store: &Store, after: u64) -> anyhow::Result<Vec<(u64,
     let mut out = Vec::with_capacity(versions.len());
     for (n, key) in versions {
         let bytes = store.get(&key).await?.bytes().await?;
-        let env: Envelope = serde_json::from_slice(&bytes)
-            .map_err(|e| anyhow::anyhow!("{key} is not a keyring envelope: {e}"))?;
-        out.push((n, env));
+        match serde_json::from_slice::<Envelope>(&bytes) {
+            Ok(env) => out.push((n, env)),
+            Err(e) => {
+                // The versions before it still count; this one and later ones wait until it
+                // is replaced.
+                tracing::warn!(
+                    "{key} is not a keyring envelope ({e}): versions from {n} on are not \
+                     adopted; remove it and push that version again"
+                );
+                break;
+            }
+        }
     }
     Ok(out)
 }
@@ -137,8 +146,10 @@ pub async fn adopt_stored(
 /// Puts `next` in force and reads the catalog again under it, as a restart would: releases a
 /// newly trusted key signed are served, and those only a retired key signed are not.
 async fn put_in_force(state: &AppState, next: KeyView) {
-    let ring = next.release_ring.clone();
+    keep_local(&state.config.keys_dir(), &next.chain);
     state.set_keys(next);
+    // The view in force now: a newer one may have won meanwhile.
+    let ring = state.keys().release_ring.clone();
     match crate::storage::catalog::Catalog::load(&state.store, &ring).await {
         Ok((catalog, skipped)) => {
             for s in skipped {
@@ -151,6 +162,29 @@ async fn put_in_force(state: &AppState, next: KeyView) {
             }
         }
         Err(e) => tracing::warn!("catalog reload under the new keyring failed: {e}"),
+    }
+}
+
+/// Writes each version of `chain` that the key folder `keys_dir` lacks into its `keyring/`, so
+/// that a restart walks the same chain without gaps even while the store is away.
+pub fn keep_local(keys_dir: &std::path::Path, chain: &[Envelope]) {
+    let dir = crate::app::keys::key_paths(keys_dir).keyring;
+    for env in chain {
+        let Some(v) = Keyring::peek_version(env) else {
+            continue;
+        };
+        let path = crate::app::keys::keyring_file(&dir, v);
+        if path.exists() {
+            continue;
+        }
+        let written = serde_json::to_vec_pretty(env)
+            .map_err(|e| e.to_string())
+            .and_then(|b| {
+                ferry_fs::write(&path, &b, ferry_fs::Mode::Public).map_err(|e| e.to_string())
+            });
+        if let Err(e) = written {
+            tracing::warn!("cannot keep keyring version {v} in {}: {e}", path.display());
+        }
     }
 }
 
@@ -207,8 +241,9 @@ pub async fn submit(state: &AppState, body: &[u8], actor: &str) -> Result<(u64, 
             _ => Err(ApiError::new(
                 ErrorCode::KeyringRollback,
                 format!(
-                    "keyring version {claimed} is already in force with other contents (this \
-                     server holds version {})",
+                    "this server trusts keyring version {} and its version {claimed} differs \
+                     from the one sent: this key folder is not the one that made the keyrings \
+                     in force (an older copy, or another `ferry keys generate`)",
                     view.version
                 ),
             )),
@@ -244,54 +279,71 @@ pub async fn submit(state: &AppState, body: &[u8], actor: &str) -> Result<(u64, 
                 .chain
                 .iter()
                 .any(|e| Keyring::peek_version(e) == Some(claimed) && e == &env);
-            return if same {
-                Ok((claimed, false))
-            } else {
-                Err(ApiError::new(
+            if same {
+                return Ok((claimed, false));
+            }
+            // Stored by another push that won, or a file that does not verify.
+            return Err(if now.version >= claimed {
+                ApiError::new(
                     ErrorCode::KeyringRollback,
-                    format!("keyring version {claimed} was stored with other contents meanwhile"),
-                ))
-            };
+                    format!(
+                        "keyring version {claimed} was stored with other contents meanwhile \
+                         (another push won); this server trusts version {}",
+                        now.version
+                    ),
+                )
+            } else {
+                ApiError::new(
+                    ErrorCode::KeyringInvalid,
+                    format!(
+                        "the store holds a keyring version {claimed} that does not verify \
+                         ({}); remove it and push again",
+                        stored_key(claimed)
+                    ),
+                )
+            });
         }
         Err(e) => return Err(ApiError::from(crate::storage::StoreError::from(e))),
     }
     let before = key_list(&view.state);
     let after = key_list(&next.state);
+    let roots = |s: &TrustState| -> Vec<String> {
+        s.root()
+            .map(|r| r.keys.iter().map(|k| format!("root {}", k.keyid)).collect())
+            .unwrap_or_default()
+    };
+    let (old_roots, new_roots) = (roots(&view.state), roots(&next.state));
+    let mut added: Vec<&String> = after.iter().filter(|k| !before.contains(k)).collect();
+    let mut removed: Vec<&String> = before.iter().filter(|k| !after.contains(k)).collect();
+    added.extend(new_roots.iter().filter(|k| !old_roots.contains(k)));
+    removed.extend(old_roots.iter().filter(|k| !new_roots.contains(k)));
     let record = serde_json::json!({
         "version": claimed,
         "actor": actor,
         "at": crate::fleet::now_text(),
-        "added": after.iter().filter(|k| !before.contains(k)).collect::<Vec<_>>(),
-        "removed": before.iter().filter(|k| !after.contains(k)).collect::<Vec<_>>(),
+        "added": added,
+        "removed": removed,
     });
     let audit = serde_json::to_vec_pretty(&record).map_err(ApiError::internal)?;
+    let create = PutOptions {
+        mode: PutMode::Create,
+        ..PutOptions::default()
+    };
     if let Err(e) = state
         .store
-        .put(&audit_key(claimed), PutPayload::from(audit))
+        .put_opts(&audit_key(claimed), PutPayload::from(audit), create)
         .await
     {
         tracing::warn!("keyring version {claimed} is stored but its audit record is not: {e}");
-    }
-    // A local copy too, so that this replica starts with it even while the store is away.
-    let local = crate::app::keys::keyring_file(
-        &crate::app::keys::key_paths(&state.config.keys_dir()).keyring,
-        claimed,
-    );
-    if let Ok(b) = serde_json::to_vec_pretty(&env)
-        && let Err(e) = ferry_fs::write(&local, &b, ferry_fs::Mode::Public)
-    {
-        tracing::warn!(
-            "cannot keep keyring version {claimed} in {}: {e}",
-            local.display()
-        );
     }
     tracing::info!(actor, version = claimed, added = ?record["added"], removed = ?record["removed"], "keyring version {claimed} is in force");
     put_in_force(state, next).await;
     Ok((claimed, true))
 }
 
-/// The audit records of keyring versions taken through the API, oldest first.
-pub async fn audit(store: &Store) -> anyhow::Result<Vec<serde_json::Value>> {
+/// The audit records of keyring versions taken through the API, oldest first, for versions up
+/// to `in_force` (a record for a version that is not in force is not shown).
+pub async fn audit(store: &Store, in_force: u64) -> anyhow::Result<Vec<serde_json::Value>> {
     let metas: Vec<_> = store
         .list(Some(&StorePath::from("keys/audit")))
         .try_collect()
@@ -301,7 +353,9 @@ pub async fn audit(store: &Store) -> anyhow::Result<Vec<serde_json::Value>> {
     let mut out = Vec::new();
     for k in keys {
         let bytes = store.get(&k).await?.bytes().await?;
-        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) {
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes)
+            && v["version"].as_u64().is_some_and(|n| n <= in_force)
+        {
             out.push(v);
         }
     }

@@ -62,11 +62,16 @@ pub async fn build_state(
         match crate::app::keyring::adopt_stored(&store, &view, &server_keys.online.pair.id()).await
         {
             Ok(Some(next)) => {
-                notes.push(format!(
-                    "keyring versions {}..={} from the store",
-                    view.version + 1,
-                    next.version
-                ));
+                notes.push(if next.version == view.version + 1 {
+                    format!("keyring version {} from the store", next.version)
+                } else {
+                    format!(
+                        "keyring versions {} to {} from the store",
+                        view.version + 1,
+                        next.version
+                    )
+                });
+                crate::app::keyring::keep_local(&keys_dir, &next.chain);
                 server_keys.state = next.state;
                 server_keys.chain = next.chain;
             }

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::bail;
+use anyhow::{Context as _, bail};
 use clap::Subcommand;
 
 use crate::app::keys;
@@ -147,16 +147,17 @@ pub(crate) fn keys_rotate(
             dir.display()
         ),
         keys::RotateRole::Release => println!(
-            "next: copy {0}/keyring/ to each server's <data>/keys/ and restart it; sign new \
-             releases with {0}/release.key. Releases signed by the retired key are refused \
+            "next: ferry keys push --keys {0} --server URL (every replica trusts the new key \
+             within ramp_check_secs, no restart; or copy {0}/keyring/ to each server's \
+             <data>/keys/ and restart it); sign new releases with {0}/release.key. Releases signed by the retired key are refused \
              from now on: sign and publish them again under a new version, then sign each \
              model's revocation list again (ferry release revoke MODEL --resign --key \
              {0}/release.key)",
             dir.display()
         ),
         keys::RotateRole::Root => println!(
-            "next: copy {0}/keyring/ and the new {0}/trust.json to each server's <data>/keys/ \
-             and restart it; apps pinned to the old trust.json follow the rotation, new app \
+            "next: ferry keys push --keys {0} --server URL (no restart), and put the new \
+             {0}/trust.json in each server's <data>/keys/ for its next start; apps pinned to the old trust.json follow the rotation, new app \
              builds pin the new one; keep {0}/root.key offline",
             dir.display()
         ),
@@ -216,26 +217,27 @@ pub(crate) fn keys_push(
             keys::key_paths(dir).keyring.display()
         );
     }
-    let held = crate::cli::remote::admin_call(remote, "GET", "/v1/admin/keyring", None)?;
-    let server_version = held["version"].as_u64().unwrap_or(0);
+    // Every version, oldest first: the server answers 200 for one it holds (the same bytes),
+    // 201 for one it takes now, and refuses one that differs from what it holds, so a key
+    // folder that is not the one in force is caught, never skipped silently.
     let mut sent = Vec::new();
-    let mut last = held;
+    let mut last = serde_json::Value::Null;
     for env in &chain {
         let Some(v) = ferry_shared::keyring::Keyring::peek_version(env) else {
             bail!("a keyring in {} has no version", dir.display());
         };
-        if v <= server_version {
-            continue;
-        }
         last = crate::cli::remote::admin_call(
             remote,
             "POST",
             "/v1/admin/keyring",
             Some(serde_json::to_value(env)?),
-        )?;
-        sent.push(v);
+        )
+        .with_context(|| format!("keyring version {v} from {}", dir.display()))?;
+        if last["new"] == true {
+            sent.push(v);
+        }
     }
-    let version = last["version"].as_u64().unwrap_or(server_version);
+    let version = last["version"].as_u64().unwrap_or(0);
     if json {
         println!(
             "{}",
