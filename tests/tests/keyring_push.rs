@@ -229,6 +229,10 @@ fn a_new_release_key_is_trusted_by_every_replica_without_a_restart() {
 
     // Shipped, a device pinned to the first trust.json walks to version 2 and loads 1.1.0.
     app.ship("1.1.0");
+    // The late replica learns of the shipped plan on its next tick (ramp_check_secs).
+    until("the late replica serves 1.1.0 as the baseline", || {
+        get(&late.url(), "/v1/admin/models")["models"][0]["baseline"] == "1.1.0"
+    });
     let cache = tempfile::tempdir().expect("tmp");
     let c = ClientBuilder::new(late.url(), app.trust())
         .cache_dir(cache.path())
