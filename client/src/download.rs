@@ -388,6 +388,32 @@ pub fn fetch(
             .get("content-range")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        // A server whose file has another length than the signed size holds other bytes: no
+        // retry or resume can fix that, so it is a size mismatch at once (not after retries).
+        let identity = resp
+            .headers()
+            .get("content-encoding")
+            .and_then(|v| v.to_str().ok())
+            .is_none_or(|e| e.eq_ignore_ascii_case("identity"));
+        let full_length = match status {
+            200 if identity => resp
+                .headers()
+                .get("content-length")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok()),
+            206 => content_range
+                .as_deref()
+                .and_then(parse_content_range)
+                .map(|(_, _, total)| total),
+            _ => None,
+        };
+        if let Some(n) = full_length.filter(|n| *n != size) {
+            truncate(part)?;
+            return Err(ClientError::SizeMismatch {
+                variant: id.to_string(),
+                message: format!("{url} holds {n} bytes; the signed manifest says {size}"),
+            });
+        }
         let reply = classify(status, content_range.as_deref(), have, size);
         let append = match reply {
             Reply::Append => true,

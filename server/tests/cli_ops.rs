@@ -186,3 +186,38 @@ fn models_health_windows_and_completions() {
     let help = run_ok(ferry().args(["rollout", "pin", "--help"]));
     assert!(help.contains("Examples:\n  ferry rollout pin "), "{help}");
 }
+
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    // The reader goes away before the command writes (as `ferry ... | head -1` does once it
+    // has its line): no panic, no backtrace, killed by SIGPIPE like other tools.
+    let mut child = common::ferry()
+        .arg("inspect")
+        .arg(common::fixtures().join("partial-xnnpack.pte"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("panicked") && !err.contains("Broken pipe"),
+        "{err}"
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt as _;
+        assert!(
+            out.status.success() || out.status.signal() == Some(libc_sigpipe()),
+            "{:?}: {err}",
+            out.status
+        );
+    }
+}
+
+/// SIGPIPE's number on Linux and the BSDs.
+#[cfg(unix)]
+fn libc_sigpipe() -> i32 {
+    13
+}

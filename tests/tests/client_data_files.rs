@@ -223,3 +223,32 @@ fn a_data_file_that_does_not_match_its_digest_keeps_the_program_from_loading() {
     );
     assert!(c.cached("ext").is_none());
 }
+
+#[test]
+fn a_data_file_cut_short_in_the_store_is_a_size_mismatch_at_once() {
+    let app = TestApp::start();
+    let (manifest, _) = app.publish(&spec("ext"));
+    let digest = manifest.variants[0].extra_files[0].sha256;
+    let stored = app.store_dir().join("blobs/sha256").join(digest.to_hex());
+    let bytes = std::fs::read(&stored).expect("stored data file");
+    std::fs::write(&stored, &bytes[..bytes.len() - 100]).expect("truncate");
+
+    let cache = tempfile::tempdir().expect("tmp");
+    let c = client(&app, cache.path());
+    let err = c.load("ext", &device()).expect_err("must not load");
+    let ClientError::AllCandidatesFailed { attempts } = &err else {
+        panic!("{err}");
+    };
+    // Settled by the server's first answer (its length), not a network error after retries.
+    assert_eq!(attempts[0].stage, Stage::Verify, "{attempts:?}");
+    assert_eq!(attempts[0].error_code, "size_mismatch", "{attempts:?}");
+    assert!(
+        attempts[0].message.contains(&format!(
+            "holds {} bytes; the signed manifest says {}",
+            bytes.len() - 100,
+            bytes.len()
+        )),
+        "{attempts:?}"
+    );
+    assert!(c.cached("ext").is_none());
+}

@@ -242,6 +242,9 @@ pub fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
+    if !matches!(cli.command, Command::Serve { .. }) {
+        quiet_on_closed_pipe();
+    }
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -254,6 +257,22 @@ pub fn main() -> ExitCode {
         }
     }
 }
+
+/// A command whose output goes into a pipe that closes early (`ferry releases | head -1`) ends
+/// quietly, as other command-line tools do, instead of panicking on the failed write: the
+/// default action of SIGPIPE is restored (Rust ignores it). Not for `serve`, whose sockets
+/// report closed peers as errors.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn quiet_on_closed_pipe() {
+    // SAFETY: restoring a signal's default disposition before any thread writes is sound.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+#[cfg(not(unix))]
+fn quiet_on_closed_pipe() {}
 
 /// Runs one parsed command.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
