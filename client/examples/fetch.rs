@@ -8,6 +8,7 @@
 //! ```
 //!
 //! With `--json` it prints one JSON object: `release`, `variant`, `delegate`, `path`,
+//! `data_files` (the verified `.ptd` files it was loaded with),
 //! `attempts` (each `{variant, delegate, stage, error_code, message}`), `registered_backends`,
 //! `source`, `report` (the load report, see `docs/client.md`),
 //! `method`, its `signature` (inputs and outputs with element types and shapes) and, with
@@ -172,6 +173,7 @@ fn run(args: &Args) -> Result<(), (String, String)> {
             "variant": loaded.variant,
             "delegate": loaded.delegate,
             "path": loaded.path,
+            "data_files": loaded.data_files,
             "source": source,
             "attempts": attempts,
             "registered_backends": registered,

@@ -573,6 +573,11 @@ impl Client {
                         variant: v.id.to_string(),
                         delegate: v.delegate.to_string(),
                         path: blob.path().to_path_buf(),
+                        data_files: blob
+                            .data_files()
+                            .iter()
+                            .map(|d| d.path().to_path_buf())
+                            .collect(),
                         source,
                         report,
                         attempts,
@@ -768,6 +773,11 @@ impl Client {
             variant: entry.variant,
             delegate: entry.delegate,
             path: blob.path().to_path_buf(),
+            data_files: blob
+                .data_files()
+                .iter()
+                .map(|d| d.path().to_path_buf())
+                .collect(),
             report,
             source,
             attempts: Vec::new(),

@@ -112,6 +112,8 @@ pub struct LoadedModel {
     pub delegate: String,
     /// The verified file on disk.
     pub path: PathBuf,
+    /// The verified data files (`.ptd`) it was loaded with, in the manifest's order.
+    pub data_files: Vec<PathBuf>,
     /// Where it came from.
     pub source: Source,
     /// Candidates tried before this one, and why each failed.

@@ -126,10 +126,17 @@ fn a_program_with_its_weights_in_a_ptd_is_published_fetched_and_matches_the_expo
         diff <= side["atol"].as_f64().expect("atol"),
         "max |diff| {diff}"
     );
-    // Both files are in the cache under their digests.
+    // Both files are in the cache under their digests, and the app is told where.
     for d in [Sha256Digest::of(&program), Sha256Digest::of(&data)] {
         assert!(cache.path().join("blobs/sha256").join(d.to_hex()).is_file());
     }
+    assert_eq!(
+        loaded.data_files,
+        [cache
+            .path()
+            .join("blobs/sha256")
+            .join(Sha256Digest::of(&data).to_hex())]
+    );
     drop(loaded);
 
     // Offline: the last known good comes back with its data file.
