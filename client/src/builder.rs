@@ -35,7 +35,11 @@ pub struct ClientBuilder {
     max_telemetry_events: usize,
     root_certs: Vec<Vec<u8>>,
     autosend: bool,
+    sdk: String,
 }
+
+/// The SDK this crate names itself as in the `Ferry-Sdk` header when used from Rust.
+pub const RUST_SDK: &str = concat!("ferry-client-rust/", env!("CARGO_PKG_VERSION"));
 
 impl ClientBuilder {
     /// A builder for `server` (base URL) trusting `trust` (the `trust.json` made by
@@ -59,7 +63,20 @@ impl ClientBuilder {
             max_telemetry_events: telemetry::DEFAULT_MAX_EVENTS,
             root_certs: Vec::new(),
             autosend: false,
+            sdk: RUST_SDK.to_string(),
         }
+    }
+
+    /// The `NAME/VERSION` this client sends in the `Ferry-Sdk` header (default
+    /// [`RUST_SDK`]; the C ABI sends `ferry-client-c/VERSION`). Bindings built on this crate
+    /// name themselves so operators see them apart in `ferry fleet clients`; a value the
+    /// header rule refuses (`[a-z0-9._-]{1,40}/[A-Za-z0-9.+-]{1,24}`) keeps the default.
+    pub fn sdk(mut self, name_version: impl Into<String>) -> Self {
+        let v = name_version.into();
+        if ferry_shared::protocol::Sdk::from_header(Some(v.as_bytes())).is_some() {
+            self.sdk = v;
+        }
+        self
     }
 
     /// The cache folder (required).
@@ -164,7 +181,8 @@ impl ClientBuilder {
             .http_status_as_error(false)
             .timeout_connect(Some(self.connect_timeout))
             .timeout_recv_response(Some(self.response_timeout))
-            .user_agent(concat!("ferry-client/", env!("CARGO_PKG_VERSION")));
+            .user_agent(concat!("ferry-client/", env!("CARGO_PKG_VERSION")))
+            .middleware(protocol_headers(&self.sdk));
         if !self.root_certs.is_empty() {
             let certs = self
                 .root_certs
@@ -205,5 +223,21 @@ impl ClientBuilder {
             in_use: Arc::new(Mutex::new(BTreeMap::new())),
             updating: Mutex::new(Default::default()),
         })
+    }
+}
+
+/// A middleware that adds `Ferry-Protocol` and `Ferry-Sdk` to every request the client makes
+/// (resolve, manifests, keyrings, blobs, telemetry), so servers and mirrors can tell which
+/// clients are in the field (`docs/protocol.md`).
+fn protocol_headers(sdk: &str) -> impl ureq::middleware::Middleware {
+    use ureq::http::HeaderValue;
+    let protocol = HeaderValue::from(ferry_shared::protocol::PROTOCOL);
+    // Checked by [`ClientBuilder::sdk`]: ASCII without control characters.
+    let sdk = HeaderValue::from_str(sdk).unwrap_or(HeaderValue::from_static(RUST_SDK));
+    move |mut req: ureq::http::Request<ureq::SendBody>, next: ureq::middleware::MiddlewareNext| {
+        let headers = req.headers_mut();
+        headers.insert(ferry_shared::protocol::PROTOCOL_HEADER, protocol.clone());
+        headers.insert(ferry_shared::protocol::SDK_HEADER, sdk.clone());
+        next.handle(req)
     }
 }

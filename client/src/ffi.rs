@@ -203,6 +203,7 @@ pub unsafe extern "C" fn ferry_client_new(
             .cache_dir(cache_dir)
             .app_version(version)
             .runtime(Arc::new(ExecuTorchRuntime::new()))
+            .sdk(concat!("ferry-client-c/", env!("CARGO_PKG_VERSION")))
             .build()
         {
             Ok(client) => {

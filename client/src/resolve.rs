@@ -30,7 +30,7 @@ impl Client {
                 .iter()
                 .filter_map(|b| BackendId::new(b.as_str()).ok())
                 .collect(),
-            platform: device.platform,
+            platform: device.platform.clone(),
             os_version: device.os_version.clone(),
             device_model: device.device_model.clone(),
             soc: device.soc.clone(),
@@ -245,9 +245,9 @@ impl Client {
             code: e.code(),
             message: e.to_string(),
         })?;
-        let named = serde_json::from_slice::<ferry_shared::resolve::Decision>(decision.value())
+        let named = ferry_shared::resolve::Decision::from_json(decision.value())
             .map_err(|e| ClientError::Verify {
-                code: ferry_shared::errors::ErrorCode::DecisionInvalid,
+                code: e.code(),
                 message: e.to_string(),
             })?
             .release_sha256;

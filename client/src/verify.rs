@@ -93,7 +93,10 @@ pub fn verify_release(
     let v = verify_release_envelope(env, trust).map_err(dsse_error)?;
     v.try_map(|bytes| ReleaseManifest::from_json(&bytes))
         .map_err(|e| ClientError::Verify {
-            code: ErrorCode::ManifestInvalid,
+            code: match e.code() {
+                ErrorCode::FormatUnsupported => ErrorCode::FormatUnsupported,
+                _ => ErrorCode::ManifestInvalid,
+            },
             message: e.to_string(),
         })
 }
@@ -127,9 +130,9 @@ pub fn verify_response(
         &DsseLimits::default(),
     )
     .map_err(dsse_error)?
-    .try_map(|bytes| serde_json::from_slice::<Decision>(&bytes))
+    .try_map(|bytes| Decision::from_json(&bytes))
     .map_err(|e| ClientError::Verify {
-        code: ErrorCode::DecisionInvalid,
+        code: e.code(),
         message: e.to_string(),
     })?;
     let untimely = |message: String| ClientError::Verify {
@@ -365,6 +368,7 @@ mod tests {
 
     fn signed(key: &KeyPair, version: u64, releases: &[&str]) -> Envelope {
         let list = RevocationList {
+            format: 1,
             model: "mlp".parse().expect("model"),
             version,
             revoked: releases

@@ -143,6 +143,8 @@ catalogue! {
     ManifestUnknownField = "manifest_unknown_field",
     /// A manifest breaks a rule (duplicate variant ids, bad ranges, names). (server, client, CLI)
     ManifestInvalid = "manifest_invalid",
+    /// A signed payload (decision, release manifest, keyring, revocation list) is in a newer format than this client reads: it keeps its last known good model; update the app. (client, C ABI)
+    FormatUnsupported = "format_unsupported",
     /// The `.pte` file ends early. (server, CLI)
     PteTruncated = "pte_truncated",
     /// The file is not an ExecuTorch program (wrong identifier). (server, CLI)

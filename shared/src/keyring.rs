@@ -67,6 +67,12 @@ pub struct KeyringKey {
 /// The keyring document (the payload of a keyring envelope).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Keyring {
+    /// The payload's format (absent: 1; see [`crate::protocol::FORMAT`]).
+    #[serde(
+        default = "crate::protocol::format_one",
+        skip_serializing_if = "crate::protocol::is_format_one"
+    )]
+    pub format: u32,
     /// 1, 2, ...: each version is signed by the root set of the one before (version 1 by the
     /// pinned root).
     pub version: u64,
@@ -107,6 +113,9 @@ pub enum KeyringError {
         /// What is wrong.
         why: String,
     },
+    /// The keyring is in a format this build cannot read.
+    #[error(transparent)]
+    Format(#[from] crate::protocol::FormatError),
     /// A version was skipped.
     #[error("keyring version {got} follows version {held}: version {} is missing", held + 1)]
     Skipped {
@@ -137,6 +146,7 @@ impl KeyringError {
             KeyringError::Signature { source, .. } => source.code(),
             KeyringError::Invalid { .. } | KeyringError::NoRoot => ErrorCode::KeyringInvalid,
             KeyringError::Skipped { .. } => ErrorCode::KeyringSkipped,
+            KeyringError::Format(_) => ErrorCode::FormatUnsupported,
             KeyringError::Rollback { .. } => ErrorCode::KeyringRollback,
         }
     }
@@ -145,6 +155,7 @@ impl KeyringError {
 impl Keyring {
     /// Parses a keyring payload and checks its rules (not its signatures).
     pub fn from_json(bytes: &[u8]) -> Result<Self, KeyringError> {
+        crate::protocol::check_format("keyring", bytes)?;
         let k: Keyring = serde_json::from_slice(bytes).map_err(|e| KeyringError::Invalid {
             version: 0,
             why: e.to_string(),
@@ -427,6 +438,7 @@ mod tests {
 
     fn keyring(version: u64, root: RootSet, release: &KeyPair, online: &KeyPair) -> Keyring {
         Keyring {
+            format: 1,
             version,
             created: OffsetDateTime::UNIX_EPOCH,
             root,

@@ -6,6 +6,7 @@
 //! - [`manifest`]: the release manifest that ops sign and devices verify;
 //! - [`dsse`]: DSSE envelopes with ed25519, key rings with roles, and [`dsse::Verified`];
 //! - [`pte`]: the `.pte` inspector that reads what a program really delegates;
+//! - [`protocol`]: protocol v1's version numbers, headers and tolerant-reader helpers;
 //! - [`resolve`]: the device-facing resolve request and signed decision;
 //! - [`revocation`]: release-key-signed lists of revoked releases;
 //! - [`select`]: the pure variant-selection function;
@@ -20,6 +21,7 @@ pub mod errors;
 pub mod keyring;
 pub mod manifest;
 pub mod names;
+pub mod protocol;
 pub mod pte;
 pub mod resolve;
 pub mod revocation;

@@ -32,8 +32,11 @@ pub const MAX_DEVICE_STRING: usize = 128;
 pub const MAX_DEVICE_BACKENDS: usize = 32;
 
 /// A device's capabilities, as posted to `POST /v1/resolve`.
+///
+/// Read tolerantly (protocol v1): fields this build does not know are ignored (the server
+/// counts them by name, see [`crate::protocol::unknown_fields`]), an unknown platform or backend id is kept as
+/// sent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ResolveRequest {
     /// The model wanted.
     pub model: ModelName,
@@ -97,6 +100,21 @@ impl ResolveRequest {
         Ok(())
     }
 }
+
+/// The fields of a v1 resolve request this build knows, in the order [`ResolveRequest`]
+/// declares them.
+pub const REQUEST_FIELDS: [&str; 10] = [
+    "model",
+    "install_id",
+    "app_version",
+    "runtime_version",
+    "backends",
+    "platform",
+    "os_version",
+    "device_model",
+    "soc",
+    "ram_mb",
+];
 
 impl ResolveRequest {
     /// SHA-256 over every field selection uses (all but the install id, which only places the
@@ -183,6 +201,12 @@ pub const SEQUENCE_BASE: u64 = 1 << 50;
 /// The signed answer to a resolve request (the DSSE payload).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Decision {
+    /// The payload's format (absent: 1; see [`crate::protocol::FORMAT`]).
+    #[serde(
+        default = "crate::protocol::format_one",
+        skip_serializing_if = "crate::protocol::is_format_one"
+    )]
+    pub format: u32,
     /// The model.
     pub model: ModelName,
     /// The release version chosen.
@@ -222,6 +246,37 @@ pub struct Decision {
     pub sequence: u64,
     /// Variants to try, best first; the XNNPACK fallback last where one is compatible.
     pub candidates: Vec<Candidate>,
+}
+
+impl Decision {
+    /// Parses a decision payload: its `format` first (a newer one is a
+    /// [`crate::protocol::FormatError`], whatever else changed), then the fields. Unknown
+    /// fields are ignored.
+    pub fn from_json(bytes: &[u8]) -> Result<Decision, DecisionError> {
+        crate::protocol::check_format("decision", bytes)?;
+        serde_json::from_slice(bytes).map_err(|e| DecisionError::Malformed(e.to_string()))
+    }
+}
+
+/// Why a decision payload could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecisionError {
+    /// In a format this build cannot read.
+    #[error(transparent)]
+    Format(#[from] crate::protocol::FormatError),
+    /// Not a decision.
+    #[error("malformed decision: {0}")]
+    Malformed(String),
+}
+
+impl DecisionError {
+    /// Stable machine-readable code.
+    pub fn code(&self) -> crate::errors::ErrorCode {
+        match self {
+            DecisionError::Format(_) => crate::errors::ErrorCode::FormatUnsupported,
+            DecisionError::Malformed(_) => crate::errors::ErrorCode::DecisionInvalid,
+        }
+    }
 }
 
 /// Why one variant was chosen or excluded, for `?explain=true`.

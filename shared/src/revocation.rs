@@ -27,9 +27,8 @@ pub const MAX_REVOKED: usize = 1000;
 /// Longest reason, in bytes.
 pub const MAX_REASON: usize = 500;
 
-/// One revoked release.
+/// One revoked release. Unknown fields are ignored (protocol v1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Revoked {
     /// The release version.
     pub release: Version,
@@ -40,10 +39,16 @@ pub struct Revoked {
     pub at: OffsetDateTime,
 }
 
-/// A model's revocation list (the payload of a revocation envelope).
+/// A model's revocation list (the payload of a revocation envelope). Unknown fields are
+/// ignored (protocol v1); a newer `format` is refused with `format_unsupported`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RevocationList {
+    /// The payload's format (absent: 1; see [`crate::protocol::FORMAT`]).
+    #[serde(
+        default = "crate::protocol::format_one",
+        skip_serializing_if = "crate::protocol::is_format_one"
+    )]
+    pub format: u32,
     /// The model.
     pub model: ModelName,
     /// 1, 2, ...: each version keeps every entry of the one before.
@@ -61,6 +66,9 @@ pub enum RevocationError {
     /// The list is malformed or breaks a rule.
     #[error("revocation list is invalid: {0}")]
     Invalid(String),
+    /// The list is in a format this build cannot read.
+    #[error(transparent)]
+    Format(#[from] crate::protocol::FormatError),
     /// The list does not follow the one held (not the next version, or an entry dropped).
     #[error("revocation list version {got} does not follow version {held}: {why}")]
     NotSuccessor {
@@ -78,6 +86,7 @@ impl RevocationError {
     pub fn code(&self) -> ErrorCode {
         match self {
             RevocationError::Signature(e) => e.code(),
+            RevocationError::Format(_) => ErrorCode::FormatUnsupported,
             RevocationError::Invalid(_) | RevocationError::NotSuccessor { .. } => {
                 ErrorCode::RevocationsInvalid
             }
@@ -88,6 +97,7 @@ impl RevocationError {
 impl RevocationList {
     /// Parses a payload and checks its rules (not its signature).
     pub fn from_json(bytes: &[u8]) -> Result<Self, RevocationError> {
+        crate::protocol::check_format("revocation list", bytes)?;
         let list: RevocationList =
             serde_json::from_slice(bytes).map_err(|e| RevocationError::Invalid(e.to_string()))?;
         if list.version == 0 {
@@ -186,6 +196,7 @@ mod tests {
 
     fn list(version: u64, releases: &[&str]) -> RevocationList {
         RevocationList {
+            format: 1,
             model: "mlp".parse().expect("name"),
             version,
             revoked: releases
@@ -245,7 +256,6 @@ mod tests {
             br#"{"model":"mlp","version":1,"revoked":[]}"#.to_vec(),
             br#"{"model":"mlp","version":1,"revoked":[{"release":"1.0.0","reason":"","at":"2026-01-01T00:00:00Z"},{"release":"1.0.0","reason":"","at":"2026-01-01T00:00:00Z"}]}"#.to_vec(),
             br#"{"model":"../x","version":1,"revoked":[{"release":"1.0.0","reason":"","at":"2026-01-01T00:00:00Z"}]}"#.to_vec(),
-            br#"{"model":"mlp","version":1,"revoked":[{"release":"1.0.0","reason":"","at":"2026-01-01T00:00:00Z"}],"extra":1}"#.to_vec(),
             format!(
                 r#"{{"model":"mlp","version":1,"revoked":[{{"release":"1.0.0","reason":"{}","at":"2026-01-01T00:00:00Z"}}]}}"#,
                 "x".repeat(MAX_REASON + 1)
@@ -254,5 +264,15 @@ mod tests {
         ] {
             assert!(RevocationList::from_json(&bad).is_err(), "{}", String::from_utf8_lossy(&bad));
         }
+    }
+
+    #[test]
+    fn a_newer_writer_s_fields_are_ignored_and_a_newer_format_refused() {
+        let newer = br#"{"model":"mlp","version":1,"revoked":[{"release":"1.0.0","reason":"","at":"2026-01-01T00:00:00Z","by":"ops"}],"signed_by_team":"ml"}"#;
+        let list = RevocationList::from_json(newer).expect("extra fields are ignored");
+        assert_eq!(list.revoked.len(), 1);
+        let future = br#"{"format":2,"model":"mlp","entries":[]}"#;
+        let e = RevocationList::from_json(future).expect_err("format 2");
+        assert_eq!(e.code(), ErrorCode::FormatUnsupported);
     }
 }

@@ -40,9 +40,9 @@ impl Default for Preference {
 
 impl Preference {
     /// Rank of `d` on `platform`: lower is better; unlisted delegates rank after listed ones.
-    pub fn position(&self, platform: crate::manifest::Platform, d: Delegate) -> usize {
-        let order = self.per_platform.get(&platform).unwrap_or(&self.default);
-        order.iter().position(|x| *x == d).unwrap_or(order.len())
+    pub fn position(&self, platform: &crate::manifest::Platform, d: &Delegate) -> usize {
+        let order = self.per_platform.get(platform).unwrap_or(&self.default);
+        order.iter().position(|x| x == d).unwrap_or(order.len())
     }
 }
 
@@ -185,7 +185,7 @@ pub fn rank<'a>(
             }
         }
     }
-    let group = |d: Delegate| match d {
+    let group = |d: &Delegate| match d {
         Delegate::Xnnpack => 1,
         Delegate::Portable => 2,
         _ => 0,
@@ -198,8 +198,8 @@ pub fn rank<'a>(
         .collect();
     chosen.sort_by_key(|(i, v)| {
         (
-            group(v.delegate),
-            pref.position(device.platform, v.delegate),
+            group(&v.delegate),
+            pref.position(&device.platform, &v.delegate),
             *i,
         )
     });
@@ -209,7 +209,7 @@ pub fn rank<'a>(
         .zip(reasons)
         .map(|(v, why)| {
             let rank = chosen.iter().position(|(_, c)| c.id == v.id);
-            let reasons = match (rank, v.delegate) {
+            let reasons = match (rank, &v.delegate) {
                 (Some(_), Delegate::Xnnpack) => {
                     vec!["XNNPACK: the tested CPU fallback".to_string()]
                 }
@@ -219,7 +219,7 @@ pub fn rank<'a>(
             Explanation {
                 release: manifest.version.clone(),
                 variant: v.id.clone(),
-                delegate: v.delegate,
+                delegate: v.delegate.clone(),
                 rank,
                 reasons,
             }

@@ -86,3 +86,122 @@ pub struct TelemetryBatch {
     /// The events.
     pub events: Vec<TelemetryEvent>,
 }
+
+/// The fields of a v1 telemetry event this build knows.
+pub const EVENT_FIELDS: [&str; 19] = [
+    "kind",
+    "model",
+    "release",
+    "variant",
+    "delegate",
+    "outcome",
+    "error_code",
+    "load_ms",
+    "install_id",
+    "platform",
+    "soc",
+    "device_model",
+    "os_version",
+    "app_version",
+    "runtime_version",
+    "at",
+    "to_variant",
+    "receipt",
+    "stage",
+];
+
+/// The event kinds this build knows, as they appear on the wire.
+pub const EVENT_KINDS: [&str; 4] = ["download", "verify", "load", "fallback"];
+
+/// What a cheap look at one event's JSON text shows before it is parsed: the fields this build
+/// does not know, and whether its `kind` is one a newer client added (protocol v1: such events
+/// are ignored, not refused, so the client does not send them again).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct EventPeek {
+    /// Unknown top-level fields (at most [`crate::protocol::MAX_UNKNOWN_FIELDS`]).
+    pub unknown_fields: Vec<String>,
+    /// The event's `kind` is a well-formed name (1–32 of `[a-z_]`) this build does not know.
+    pub unknown_kind: bool,
+}
+
+/// Looks at one event's JSON text (see [`EventPeek`]); an event that is not a JSON object
+/// gives an empty peek (the full parse then refuses it).
+pub fn peek_event(raw: &str) -> EventPeek {
+    let Ok(map) =
+        serde_json::from_str::<std::collections::BTreeMap<&str, &serde_json::value::RawValue>>(raw)
+    else {
+        return EventPeek::default();
+    };
+    let unknown_kind = map.get("kind").is_some_and(|k| {
+        let text = k.get();
+        let name = text.strip_prefix('"').and_then(|t| t.strip_suffix('"'));
+        name.is_some_and(|n| {
+            !n.is_empty()
+                && n.len() <= 32
+                && n.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+                && !EVENT_KINDS.contains(&n)
+        })
+    });
+    EventPeek {
+        unknown_fields: map
+            .keys()
+            .filter(|k| !EVENT_FIELDS.contains(k))
+            .take(crate::protocol::MAX_UNKNOWN_FIELDS)
+            .map(|k| k.to_string())
+            .collect(),
+        unknown_kind,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_newer_kind_and_newer_fields_are_seen_before_parsing() {
+        let p = peek_event(r#"{"kind":"inference","p95_ms":3.5,"model":"m"}"#);
+        assert!(p.unknown_kind);
+        assert_eq!(p.unknown_fields, vec!["p95_ms"]);
+        let p = peek_event(r#"{"kind":"load","model":"m"}"#);
+        assert_eq!(p, EventPeek::default());
+        assert!(!peek_event(r#"{"kind":"Not A Kind"}"#).unknown_kind);
+        assert!(!peek_event(r#"{"kind":7}"#).unknown_kind);
+        assert_eq!(peek_event("[]"), EventPeek::default());
+    }
+
+    #[test]
+    fn the_known_fields_are_the_struct_fields() {
+        let e = TelemetryEvent {
+            kind: EventKind::Fallback,
+            model: "m".into(),
+            release: "1.0.0".into(),
+            variant: "v".into(),
+            delegate: "vulkan".into(),
+            outcome: Outcome::Failed,
+            error_code: Some("x".into()),
+            load_ms: Some(1.0),
+            install_id: "i".into(),
+            platform: "android".into(),
+            soc: "s".into(),
+            device_model: "d".into(),
+            os_version: "14".into(),
+            app_version: "1.0.0".into(),
+            runtime_version: "1.5.1".into(),
+            at: "2026-12-01T00:00:00Z".into(),
+            to_variant: Some("w".into()),
+            receipt: Some("r".into()),
+            stage: Some("load_method".into()),
+        };
+        let v = serde_json::to_value(&e).expect("json");
+        let mut keys: Vec<&str> = v
+            .as_object()
+            .expect("object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        let mut known = EVENT_FIELDS.to_vec();
+        known.sort_unstable();
+        assert_eq!(keys, known);
+    }
+}

@@ -42,6 +42,7 @@ fn device() -> DeviceInfo {
 
 fn list(version: u64, releases: &[&str]) -> RevocationList {
     RevocationList {
+        format: 1,
         model: "mlp".parse().expect("model"),
         version,
         revoked: releases

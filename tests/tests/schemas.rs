@@ -263,9 +263,8 @@ fn schemas_reject_what_the_server_rejects() {
     assert_eq!(status, 200, "{body}");
     for (field, value) in [
         ("model", serde_json::json!("../x")),
-        ("platform", serde_json::json!("amiga")),
+        ("platform", serde_json::json!("Amiga OS")),
         ("app_version", serde_json::json!("1.0")),
-        ("extra", serde_json::json!(1)),
         ("ram_mb", serde_json::json!(-1)),
     ] {
         let mut bad = good.clone();

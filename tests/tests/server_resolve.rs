@@ -10,8 +10,8 @@ fn candidates(app: &TestApp, body: &serde_json::Value) -> (String, Vec<String>) 
             .variant(&c.variant)
             .expect("candidate is in the signed manifest");
         assert_eq!(
-            (v.sha256, v.size, v.delegate),
-            (c.sha256, c.size, c.delegate)
+            (v.sha256, v.size, &v.delegate),
+            (c.sha256, c.size, &c.delegate)
         );
         assert_eq!(c.url, format!("/v1/blobs/sha256/{}", c.sha256.to_hex()));
     }

@@ -3,9 +3,10 @@
 use actix_web::http::header;
 use actix_web::{HttpResponse, web};
 use ferry_shared::errors::ErrorCode;
+use ferry_shared::protocol::{PROTOCOL_HEADER, Protocol, SDK_HEADER, Sdk};
 use ferry_shared::resolve::{
-    Candidate, Cohort, CohortRule, DECISION_PAYLOAD_TYPE, Decision, ReleaseRef, ResolveRequest,
-    ResolveResponse,
+    Candidate, Cohort, CohortRule, DECISION_PAYLOAD_TYPE, Decision, REQUEST_FIELDS, ReleaseRef,
+    ResolveRequest, ResolveResponse,
 };
 use ferry_shared::select;
 use ferry_shared::select::Preference;
@@ -36,11 +37,17 @@ pub(crate) struct ResolveQuery {
 }
 
 pub(crate) async fn resolve(
+    req: actix_web::HttpRequest,
     state: web::Data<AppState>,
     query: Result<web::Query<ResolveQuery>, actix_web::Error>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let outcome = resolve_inner(&state, query, payload).await;
+    let h = req.headers();
+    let client = crate::fleet::clients::key(
+        Protocol::from_header(h.get(PROTOCOL_HEADER).map(|v| v.as_bytes())),
+        Sdk::from_header(h.get(SDK_HEADER).map(|v| v.as_bytes())).as_ref(),
+    );
+    let outcome = resolve_inner(&state, query, payload, &client).await;
     let label = match &outcome {
         Ok(_) => "ok",
         Err(e) => e.code.as_str(),
@@ -72,6 +79,7 @@ pub(crate) async fn resolve_inner(
     state: &AppState,
     query: Result<web::Query<ResolveQuery>, actix_web::Error>,
     payload: web::Payload,
+    client: &str,
 ) -> Result<HttpResponse, ApiError> {
     let explain = query
         .map_err(|e| ApiError::new(ErrorCode::RequestInvalid, format!("bad query string: {e}")))?
@@ -84,6 +92,11 @@ pub(crate) async fn resolve_inner(
     .await?;
     let device: ResolveRequest =
         serde_json::from_slice(&body).map_err(|e| resolve_error(&body, e))?;
+    // Protocol v1: fields a newer client added are ignored, and counted by name.
+    let unknown = ferry_shared::protocol::unknown_fields(&body, &REQUEST_FIELDS);
+    if !unknown.is_empty() {
+        state.metrics.protocol.unknown_fields("resolve", &unknown);
+    }
     device
         .validate()
         .map_err(|m| ApiError::new(ErrorCode::RequestInvalid, m))?;
@@ -95,6 +108,9 @@ pub(crate) async fn resolve_inner(
             format!("no release of {} is published", device.model),
         ));
     }
+    state
+        .telemetry
+        .record_client(device.model.as_str(), client, &device.install_id);
     let now = OffsetDateTime::now_utc();
     let revocations_all = state.revocations();
     let revocations = revocations_all.get(&device.model);
@@ -202,6 +218,7 @@ pub(crate) async fn resolve_inner(
     };
     let base = state.config.public_url.clone().unwrap_or_default();
     let decision = Decision {
+        format: 1,
         model: device.model.clone(),
         release: selection.manifest.version.clone(),
         cohort,
@@ -222,7 +239,7 @@ pub(crate) async fn resolve_inner(
             .iter()
             .map(|v| Candidate {
                 variant: v.id.clone(),
-                delegate: v.delegate,
+                delegate: v.delegate.clone(),
                 backends: v.backends.clone(),
                 sha256: v.sha256,
                 size: v.size,

@@ -93,6 +93,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::ManifestMalformed
         | C::ManifestUnknownField
         | C::ManifestInvalid
+        | C::FormatUnsupported
         | C::RevocationsInvalid
         | C::PteTruncated
         | C::PteNotAProgram

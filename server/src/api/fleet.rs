@@ -199,6 +199,12 @@ pub async fn post_telemetry(
     state
         .metrics
         .telemetry(report.accepted as u64, report.rejected.len() as u64);
+    if !report.unknown_fields.is_empty() {
+        state
+            .metrics
+            .protocol
+            .unknown_fields("telemetry", &report.unknown_fields);
+    }
     for m in &report.counted_models {
         if let Ok(model) = m.parse::<ModelName>()
             && state.telemetry.due(model.as_str(), &cfg)
@@ -214,6 +220,7 @@ pub async fn post_telemetry(
         "accepted": report.accepted,
         "unverified": report.unverified,
         "rejected": report.rejected,
+        "ignored": report.ignored,
     })))
 }
 
@@ -276,7 +283,7 @@ pub async fn get_health(
             let signed = release.as_ref().and_then(|rel| {
                 rel.manifest
                     .variant_named(v["variant"].as_str().unwrap_or(""))
-                    .map(|x| x.delegate)
+                    .map(|x| x.delegate.clone())
             });
             if let Some(delegate) = signed {
                 v["delegate"] = serde_json::json!(delegate);

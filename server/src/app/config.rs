@@ -40,6 +40,11 @@ pub struct Config {
     /// How often each replica checks its ramping rollouts, in seconds (`ramp_check_secs`,
     /// default 10).
     pub ramp_check_secs: u64,
+    /// The day after which this server may stop answering protocol v1
+    /// (`protocol_v1_sunset = "YYYY-MM-DD"`; unset: no retirement planned). While set, every
+    /// device answer carries `Ferry-Protocol-Sunset` and `Sunset` so clients can tell their
+    /// app (`docs/protocol.md`).
+    pub protocol_v1_sunset: Option<time::Date>,
     /// Log format.
     pub log_json: bool,
     /// Telemetry ingestion limits and thresholds.
@@ -181,6 +186,7 @@ struct FileConfig {
     #[serde(default)]
     publish_goes_live: bool,
     ramp_check_secs: Option<u64>,
+    protocol_v1_sunset: Option<String>,
     log_format: Option<String>,
     #[serde(default)]
     telemetry: crate::fleet::ingest::TelemetryConfig,
@@ -293,6 +299,17 @@ impl Config {
         if !(1..=3600).contains(&ramp_check_secs) {
             bail!("ramp_check_secs must be between 1 and 3600");
         }
+        let protocol_v1_sunset = match &file.protocol_v1_sunset {
+            None => None,
+            Some(s) => Some(
+                time::Date::parse(s, &time::format_description::well_known::Iso8601::DATE)
+                    .map_err(|e| {
+                        anyhow::anyhow!(
+                            "protocol_v1_sunset {s:?} must be a date like 2029-06-30: {e}"
+                        )
+                    })?,
+            ),
+        };
         let t = &file.telemetry;
         for (name, value, range) in [
             ("flush_secs", t.flush_secs, 1..=3600),
@@ -451,6 +468,7 @@ impl Config {
             decision_ttl_secs,
             publish_goes_live: file.publish_goes_live,
             ramp_check_secs,
+            protocol_v1_sunset,
             log_json,
             telemetry: file.telemetry,
             storage,

@@ -314,6 +314,7 @@ pub fn generate_keyset_sealed(dir: &Path, passphrase: Option<&str>) -> anyhow::R
         p.trust.display()
     ));
     let keyring = Keyring {
+        format: 1,
         version: 1,
         created: OffsetDateTime::now_utc(),
         root: RootSet {
@@ -546,6 +547,7 @@ pub fn rotate(
     let fresh = generate(key_role)?;
     let now = OffsetDateTime::now_utc();
     let mut next = Keyring {
+        format: 1,
         version: state.version() + 1,
         created: now,
         root: root_set.clone(),

@@ -79,6 +79,8 @@ pub struct Metrics {
     no_variant: Family<ModelLabels, Counter>,
     cpu_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
     store_up: Gauge,
+    /// Protocol versions and SDKs on the device endpoints, and unknown fields.
+    pub protocol: crate::app::protocol_metrics::ProtocolMetrics,
 }
 
 /// Fleet-wide figures of one model for [`Metrics::model_state`].
@@ -239,7 +241,9 @@ impl Default for Metrics {
             "The running server's version (always 1)",
             build,
         );
+        let protocol = crate::app::protocol_metrics::ProtocolMetrics::register(&mut registry);
         Self {
+            protocol,
             registry,
             requests,
             durations,

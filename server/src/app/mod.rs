@@ -8,6 +8,7 @@ pub mod demo;
 pub mod keyring;
 pub mod keys;
 pub mod metrics;
+pub mod protocol_metrics;
 pub mod router;
 pub mod sealed;
 pub mod startup;

@@ -17,6 +17,7 @@ use crate::api::device::{keyring, keys, release_by_digest, resolve};
 use crate::api::error::{ApiError, REQUEST_ID};
 use crate::api::ops::{healthz, metrics, readyz};
 use crate::app::AppState;
+use ferry_shared::protocol::{PROTOCOL, PROTOCOL_HEADER, Protocol, SDK_HEADER, Sdk};
 
 /// Registers every route on an actix `ServiceConfig`.
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -135,6 +136,34 @@ fn trace_id(headers: &actix_web::http::header::HeaderMap) -> Option<String> {
     Some(parts[1].to_ascii_lowercase())
 }
 
+/// The device endpoint a path belongs to (for the protocol counters), if any.
+fn device_endpoint(path: &str) -> Option<&'static str> {
+    match path {
+        "/v1/resolve" => Some("resolve"),
+        "/v1/telemetry" => Some("telemetry"),
+        "/v1/keys" => Some("keys"),
+        "/v1/keyring" => Some("keyring"),
+        _ if path.starts_with("/v1/blobs/") => Some("blobs"),
+        _ if path.starts_with("/v1/releases/") => Some("releases"),
+        _ => None,
+    }
+}
+
+/// The `Ferry-Protocol-Sunset` and `Sunset` (RFC 8594, an HTTP date) values for `day`: the
+/// end of that day, UTC.
+pub fn sunset_headers(day: time::Date) -> Option<(HeaderValue, HeaderValue)> {
+    let next = day.next_day()?;
+    let http = time::format_description::parse_borrowed::<1>(
+        "[weekday repr:short], [day] [month repr:short] [year] 00:00:00 GMT",
+    )
+    .ok()?;
+    let iso = time::format_description::parse_borrowed::<1>("[year]-[month]-[day]").ok()?;
+    Some((
+        HeaderValue::from_str(&day.format(&iso).ok()?).ok()?,
+        HeaderValue::from_str(&next.format(&http).ok()?).ok()?,
+    ))
+}
+
 /// Builds the actix `App` for `state`, with middleware.
 pub fn app(
     state: Arc<AppState>,
@@ -148,12 +177,25 @@ pub fn app(
     >,
 > {
     let data = web::Data::from(state.clone());
+    let sunset = state.config.protocol_v1_sunset.and_then(sunset_headers);
     actix_web::App::new()
         .app_data(data)
         .configure(routes)
         .default_service(web::to(not_found))
         .wrap_fn(move |req, srv| {
             let state = state.clone();
+            let sunset = sunset.clone();
+            // Which protocol and SDK call the device endpoints (protocol v1: counted, never
+            // refused; a newer protocol is answered in v1).
+            let device = device_endpoint(req.path());
+            if let Some(endpoint) = device {
+                let h = req.headers();
+                state.metrics.protocol.client(
+                    endpoint,
+                    Protocol::from_header(h.get(PROTOCOL_HEADER).map(HeaderValue::as_bytes)),
+                    Sdk::from_header(h.get(SDK_HEADER).map(HeaderValue::as_bytes)).as_ref(),
+                );
+            }
             // A caller's request id (a proxy's, a client's) is kept, so logs line up across
             // hops; otherwise one is made. A W3C `traceparent` adds its trace id to the log.
             let id = incoming_request_id(req.headers()).unwrap_or_else(|| state.next_request_id());
@@ -183,6 +225,20 @@ pub fn app(
                 if let Ok(v) = HeaderValue::from_str(&id) {
                     res.headers_mut()
                         .insert(header::HeaderName::from_static("x-request-id"), v);
+                }
+                // Every answer says which protocol it speaks; device answers also say when
+                // v1 is being retired.
+                res.headers_mut().insert(
+                    header::HeaderName::from_static("ferry-protocol"),
+                    HeaderValue::from(PROTOCOL),
+                );
+                if let (Some(_), Some((day, http))) = (device, sunset) {
+                    res.headers_mut().insert(
+                        header::HeaderName::from_static("ferry-protocol-sunset"),
+                        day,
+                    );
+                    res.headers_mut()
+                        .insert(header::HeaderName::from_static("sunset"), http);
                 }
                 let route = res
                     .request()

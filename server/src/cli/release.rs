@@ -140,6 +140,7 @@ fn revoke(
         None => {}
     }
     let next = RevocationList {
+        format: 1,
         model: model_name,
         version: held_version + 1,
         revoked,

@@ -126,6 +126,11 @@ pub struct IngestReport {
     pub unverified: usize,
     /// Events refused, with reasons.
     pub rejected: Vec<EventError>,
+    /// Events of a kind a newer client added: neither kept nor refused (protocol v1).
+    pub ignored: usize,
+    /// Fields this server does not know, seen in the batch's events (for the metrics).
+    #[serde(skip)]
+    pub unknown_fields: Vec<String>,
     /// The models whose aggregates changed (to evaluate).
     #[serde(skip)]
     pub counted_models: std::collections::BTreeSet<String>,
@@ -183,6 +188,14 @@ impl Telemetry {
         let mut report = IngestReport::default();
         let mut good = Vec::new();
         for (i, v) in events.iter().enumerate() {
+            let peek = ferry_shared::telemetry::peek_event(v);
+            if report.unknown_fields.len() < 256 {
+                report.unknown_fields.extend(peek.unknown_fields);
+            }
+            if peek.unknown_kind {
+                report.ignored += 1;
+                continue;
+            }
             match validate(v, now, cfg).and_then(|e| {
                 known(&e).map_err(|m| (ErrorCode::EventInvalid, m))?;
                 Ok(e)
@@ -331,6 +344,19 @@ impl Telemetry {
         lock(&self.cohorts).entry(minute).or_default().note_cohort(
             model,
             cohort,
+            hash_id(install_id),
+        );
+    }
+
+    /// Notes that `install_id` resolved `model` with the protocol and SDK `key` (see
+    /// [`crate::fleet::clients`]).
+    pub fn record_client(&self, model: &str, key: &str, install_id: &str) {
+        let minute = self.minute_of(OffsetDateTime::now_utc());
+        let mut cohorts = lock(&self.cohorts);
+        crate::fleet::clients::note(
+            cohorts.entry(minute).or_default(),
+            model,
+            key,
             hash_id(install_id),
         );
     }

@@ -181,7 +181,7 @@ pub async fn flush_rollups(state: &AppState) {
     let now = OffsetDateTime::now_utc().unix_timestamp();
     let mut unwritten = Vec::new();
     for (start, rollup) in state.telemetry.take_pending() {
-        if rollup.models.is_empty() && rollup.cohorts.is_empty() {
+        if rollup.models.is_empty() && rollup.cohorts.is_empty() && rollup.clients.is_empty() {
             continue;
         }
         let key = BucketKey {

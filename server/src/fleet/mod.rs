@@ -6,6 +6,7 @@
 
 pub mod aggregate;
 pub mod buckets;
+pub mod clients;
 pub mod deny;
 pub mod evaluate;
 pub mod events;

@@ -77,6 +77,16 @@ pub async fn submit(
     env: &Envelope,
 ) -> Result<RevocationList, SubmitError> {
     let list = verify_revocations(env, ring)?.into_inner();
+    // An admin input stays strict: a field this server does not know would be dropped.
+    let payload = ferry_shared::dsse::decode_payload(env, &Default::default())
+        .map_err(RevocationError::from)?;
+    if let Some(field) = ferry_shared::protocol::unknown_field_path(&payload, &list) {
+        return Err(RevocationError::Invalid(format!(
+            "unknown field {field}: this server does not know it (sign with the `ferry` of this \
+             server's version, or upgrade the server)"
+        ))
+        .into());
+    }
     if list.model != *model {
         return Err(RevocationError::Invalid(format!(
             "the list is for {}, not {model}",

@@ -331,6 +331,10 @@ pub struct Rollup {
     pub models: BTreeMap<String, BTreeMap<String, BTreeMap<String, VariantCounts>>>,
     /// model → cohort (`staged`, `baseline`) → distinct devices served it.
     pub cohorts: BTreeMap<String, BTreeMap<String, Devices>>,
+    /// model → `PROTOCOL SDK` (see [`crate::fleet::clients`]) → distinct devices that
+    /// resolved with it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub clients: BTreeMap<String, BTreeMap<String, Devices>>,
 }
 
 impl Rollup {
@@ -374,14 +378,10 @@ impl Rollup {
             }
         }
         for (m, cohorts) in &o.cohorts {
-            for (c, d) in cohorts {
-                self.cohorts
-                    .entry(m.clone())
-                    .or_default()
-                    .entry(c.clone())
-                    .or_default()
-                    .merge(d);
-            }
+            merge_devices(&mut self.cohorts, m, cohorts);
+        }
+        for (m, clients) in &o.clients {
+            merge_devices(&mut self.clients, m, clients);
         }
     }
 
@@ -395,14 +395,10 @@ impl Rollup {
             }
         }
         if let Some(cohorts) = o.cohorts.get(model) {
-            for (c, d) in cohorts {
-                self.cohorts
-                    .entry(model.to_string())
-                    .or_default()
-                    .entry(c.clone())
-                    .or_default()
-                    .merge(d);
-            }
+            merge_devices(&mut self.cohorts, model, cohorts);
+        }
+        if let Some(clients) = o.clients.get(model) {
+            merge_devices(&mut self.clients, model, clients);
         }
     }
 
@@ -491,7 +487,20 @@ impl Rollup {
         serde_json::json!({
             "releases": list.into_iter().map(|(_, r, v)| serde_json::json!({"release": r, "variants": v})).collect::<Vec<_>>(),
             "cohort_sizes": cohorts,
+            "clients": crate::fleet::clients::view(self.clients.get(model)),
         })
+    }
+}
+
+/// Adds the device sets `from` of `model` into `into`.
+fn merge_devices(
+    into: &mut BTreeMap<String, BTreeMap<String, Devices>>,
+    model: &str,
+    from: &BTreeMap<String, Devices>,
+) {
+    let to = into.entry(model.to_string()).or_default();
+    for (k, d) in from {
+        to.entry(k.clone()).or_default().merge(d);
     }
 }
 

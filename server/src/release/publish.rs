@@ -408,7 +408,7 @@ fn check_delegation(
 ) -> Result<(), PublishError> {
     if let Some(why) = pte::delegation_mismatch(
         variant.id.as_str(),
-        variant.delegate,
+        &variant.delegate,
         &variant.backends,
         report,
     ) {

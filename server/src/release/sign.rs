@@ -142,7 +142,8 @@ pub fn build_manifest(
             .map(BackendId::new)
             .collect::<Result<_, _>>()
             .with_context(|| format!("variant {}: odd backend id in {}", v.id, path.display()))?;
-        if let Some(why) = pte::delegation_mismatch(v.id.as_str(), v.delegate, &backends, &report) {
+        if let Some(why) = pte::delegation_mismatch(v.id.as_str(), &v.delegate, &backends, &report)
+        {
             bail!("{why}");
         }
         let (extra_files, extra_signed) = data_files(v, base, read, &report)?;
@@ -168,7 +169,7 @@ pub fn build_manifest(
         });
         variants.push(Variant {
             id: v.id.clone(),
-            delegate: v.delegate,
+            delegate: v.delegate.clone(),
             backends,
             quant: v.quant.clone(),
             sha256,
@@ -187,6 +188,7 @@ pub fn build_manifest(
         });
     }
     let manifest = ReleaseManifest {
+        format: 1,
         model: spec.model.clone(),
         version: spec.version.clone(),
         notes: spec.notes.clone(),

@@ -152,6 +152,12 @@ pub struct Variant {
 /// A signed-to-be description of one release of one model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReleaseManifest {
+    /// The payload's format (absent: 1; see [`crate::protocol::FORMAT`]).
+    #[serde(
+        default = "crate::protocol::format_one",
+        skip_serializing_if = "crate::protocol::is_format_one"
+    )]
+    pub format: u32,
     /// The model.
     pub model: ModelName,
     /// The release version (immutable once published).
@@ -224,6 +230,9 @@ pub enum ManifestError {
     /// A structural rule or limit was broken.
     #[error("invalid release manifest: {0}")]
     Invalid(String),
+    /// The manifest is in a format this build cannot read.
+    #[error(transparent)]
+    Format(#[from] crate::protocol::FormatError),
 }
 
 impl ManifestError {
@@ -234,6 +243,7 @@ impl ManifestError {
             ManifestError::UnknownField { .. } => ErrorCode::ManifestUnknownField,
             ManifestError::Name(_) => ErrorCode::ManifestInvalid,
             ManifestError::Invalid(_) => ErrorCode::ManifestInvalid,
+            ManifestError::Format(_) => ErrorCode::FormatUnsupported,
         }
     }
 }
@@ -269,6 +279,7 @@ impl ReleaseManifest {
 
     /// Parses JSON leniently (unknown fields are ignored), then validates with default limits.
     pub fn from_json(bytes: &[u8]) -> Result<Self, ManifestError> {
+        crate::protocol::check_format("release manifest", bytes)?;
         let m: ReleaseManifest =
             serde_json::from_slice(bytes).map_err(|e| ManifestError::Malformed(e.to_string()))?;
         m.validate(&ManifestLimits::default())?;
@@ -278,11 +289,7 @@ impl ReleaseManifest {
     /// Parses JSON and refuses any field the schema does not define (what publishing uses).
     pub fn from_json_strict(bytes: &[u8]) -> Result<Self, ManifestError> {
         let m = Self::from_json(bytes)?;
-        let original: serde_json::Value =
-            serde_json::from_slice(bytes).map_err(|e| ManifestError::Malformed(e.to_string()))?;
-        let canonical =
-            serde_json::to_value(&m).map_err(|e| ManifestError::Malformed(e.to_string()))?;
-        if let Some(field) = first_unknown_field(&original, &canonical, String::new()) {
+        if let Some(field) = crate::protocol::unknown_field_path(bytes, &m) {
             return Err(ManifestError::UnknownField { field });
         }
         Ok(m)
@@ -475,44 +482,6 @@ fn short(ctx: &str, what: &str, s: &str, limits: &ManifestLimits) -> Result<(), 
 }
 
 /// Finds a key present in `original` but absent from `canonical` (the re-serialised value).
-fn first_unknown_field(
-    original: &serde_json::Value,
-    canonical: &serde_json::Value,
-    path: String,
-) -> Option<String> {
-    use serde_json::Value;
-    match (original, canonical) {
-        (Value::Object(a), Value::Object(b)) => a.iter().find_map(|(k, v)| {
-            let p = if path.is_empty() {
-                k.clone()
-            } else {
-                format!("{path}.{k}")
-            };
-            match b.get(k) {
-                None if v.is_null() => None,
-                // Fields skipped because they hold their default are known, not unknown.
-                None if is_empty_default(v) => None,
-                None => Some(p),
-                Some(w) => first_unknown_field(v, w, p),
-            }
-        }),
-        (Value::Array(a), Value::Array(b)) => a
-            .iter()
-            .zip(b)
-            .enumerate()
-            .find_map(|(i, (v, w))| first_unknown_field(v, w, format!("{path}[{i}]"))),
-        _ => None,
-    }
-}
-
-fn is_empty_default(v: &serde_json::Value) -> bool {
-    match v {
-        serde_json::Value::Array(a) => a.is_empty(),
-        serde_json::Value::Object(o) => o.is_empty(),
-        _ => false,
-    }
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -684,10 +653,16 @@ pub(crate) mod tests {
     fn delegates_map_to_backends() {
         for d in Delegate::ALL {
             if let Some(id) = d.backend_id() {
-                assert_eq!(Delegate::from_backend_id(id), Some(d));
+                assert_eq!(Delegate::from_backend_id(id), Some(d.clone()));
             }
             assert_eq!(d.as_str().parse::<Delegate>(), Ok(d));
         }
-        assert!("cuda".parse::<Delegate>().is_err());
+        // Any well-formed backend id is a delegate (protocol v1: the set is open).
+        assert_eq!(
+            "CudaBackend".parse::<Delegate>().map(|d| d.is_known()),
+            Ok(false)
+        );
+        assert!("cu da".parse::<Delegate>().is_err());
+        assert!("cuda".parse::<Delegate>().is_err(), "a misspelt known name");
     }
 }

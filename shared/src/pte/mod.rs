@@ -402,7 +402,7 @@ mod tests;
 /// Vulkan at all). Returns why not, for people, or `None` when it matches.
 pub fn delegation_mismatch(
     variant: &str,
-    delegate: crate::manifest::Delegate,
+    delegate: &crate::manifest::Delegate,
     declared: &[crate::names::BackendId],
     report: &PteReport,
 ) -> Option<String> {

@@ -28,15 +28,6 @@ const ANY_OS: &str = "9999";
 /// The RAM of a probe no RAM minimum excludes.
 const ANY_RAM: u64 = 1 << 30;
 
-const PLATFORMS: [Platform; 6] = [
-    Platform::Android,
-    Platform::Ios,
-    Platform::Linux,
-    Platform::Macos,
-    Platform::Windows,
-    Platform::Other,
-];
-
 /// One class of devices, described by a representative device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceClass {
@@ -134,9 +125,9 @@ pub fn classes(model: &ModelName, releases: &[&ReleaseManifest]) -> Vec<DeviceCl
     let mut platforms: BTreeSet<Platform> = BTreeSet::new();
     for v in variants() {
         if v.constraints.platforms.is_empty() {
-            platforms.extend(PLATFORMS);
+            platforms.extend(Platform::KNOWN);
         } else {
-            platforms.extend(v.constraints.platforms.iter().copied());
+            platforms.extend(v.constraints.platforms.iter().cloned());
         }
     }
     let mut backend_sets: BTreeSet<Vec<BackendId>> = BTreeSet::new();
@@ -195,7 +186,7 @@ pub fn classes(model: &ModelName, releases: &[&ReleaseManifest]) -> Vec<DeviceCl
                                     app_version: app.clone(),
                                     runtime_version: rt.clone(),
                                     backends: b.clone(),
-                                    platform: *p,
+                                    platform: p.clone(),
                                     os_version: o.clone(),
                                     device_model: String::new(),
                                     soc: s.clone(),

@@ -647,7 +647,7 @@ mod tests {
                 .filter(|(_, on)| **on)
                 .map(|(n, _)| BackendId::new(*n).expect("id"))
                 .collect(),
-            platform: platforms[*p],
+            platform: platforms[*p].clone(),
             os_version: "14".into(),
             device_model: String::new(),
             soc: String::new(),

@@ -1,0 +1,248 @@
+//! Protocol v1 against a real server: tolerant readers on the device path, the version on the
+//! wire, and the counters that tell an operator what newer clients send.
+
+use ferry_tests::app::{Options, TestApp, device, mlp_v1};
+
+/// POSTs `body` to `path` with extra headers; returns status, headers and body.
+fn post(
+    app: &TestApp,
+    path: &str,
+    body: &serde_json::Value,
+    headers: &[(&str, &str)],
+) -> (u16, ureq::http::HeaderMap, serde_json::Value) {
+    let mut req = app
+        .agent
+        .post(app.at(path))
+        .header("content-type", "application/json");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let mut resp = req
+        .send(&serde_json::to_vec(body).expect("json")[..])
+        .expect("request");
+    let status = resp.status().as_u16();
+    let h = resp.headers().clone();
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    (
+        status,
+        h,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+fn metrics(app: &TestApp) -> String {
+    let mut r = app.agent.get(app.at("/metrics")).call().expect("metrics");
+    r.body_mut().read_to_string().expect("text")
+}
+
+fn candidates(app: &TestApp, body: &serde_json::Value) -> Vec<String> {
+    let (decision, _) = app.verify_response(body);
+    decision
+        .candidates
+        .iter()
+        .map(|c| c.variant.to_string())
+        .collect()
+}
+
+#[test]
+fn a_newer_client_s_request_is_answered_in_v1() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    let good = device("linux", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096);
+
+    // Unknown fields, as a newer client adds them: 200, and counted by name.
+    let mut newer = good.clone();
+    newer["gpu_driver"] = "Adreno 740 v615".into();
+    newer["operators_digest"] = "ab".repeat(32).into();
+    let (status, h, body) = post(
+        &app,
+        "/v1/resolve",
+        &newer,
+        &[
+            ("Ferry-Protocol", "2"),
+            ("Ferry-Sdk", "ferry-client-swift/3.1.0"),
+        ],
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        h.get("ferry-protocol").map(|v| v.as_bytes()),
+        Some(&b"1"[..])
+    );
+    // The answer is a v1 answer a v1 client verifies.
+    assert_eq!(
+        candidates(&app, &body),
+        vec!["xnnpack-int8", "xnnpack-fp32"]
+    );
+
+    let m = metrics(&app);
+    assert!(
+        m.contains(
+            r#"ferry_protocol_unknown_fields_total{endpoint="resolve",field="gpu_driver"} 1"#
+        ),
+        "{m}"
+    );
+    assert!(
+        m.contains(r#"ferry_device_requests_total{endpoint="resolve",protocol="2",sdk="ferry-client-swift/3.1.0"} 1"#),
+        "{m}"
+    );
+
+    // A client from before v1 (no headers) is counted as legacy and answered as before.
+    let (status, h, _) = post(&app, "/v1/resolve", &good, &[]);
+    assert_eq!(status, 200);
+    assert_eq!(
+        h.get("ferry-protocol").map(|v| v.as_bytes()),
+        Some(&b"1"[..])
+    );
+    assert!(metrics(&app).contains(
+        r#"ferry_device_requests_total{endpoint="resolve",protocol="legacy",sdk="unknown"} 1"#
+    ));
+
+    // A header that is not a number is answered too.
+    let (status, _, _) = post(&app, "/v1/resolve", &good, &[("Ferry-Protocol", "two")]);
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn unknown_platforms_and_backends_never_fail_a_request() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    // A platform this server does not know matches only variants without a platform
+    // restriction: Vulkan (any platform) yes, Core ML (ios and macos only) no.
+    let harmony = device(
+        "harmonyos",
+        &["XnnpackBackend", "VulkanBackend", "CoreMLBackend"],
+        "1.5.1",
+        "1.0.0",
+        8192,
+    );
+    let (status, body) = app.resolve(&harmony, true);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        candidates(&app, &body),
+        vec!["vulkan-fp32", "xnnpack-int8", "xnnpack-fp32"]
+    );
+    let coreml = body["explain"]
+        .as_array()
+        .expect("explain")
+        .iter()
+        .find(|e| e["variant"] == "coreml-fp32")
+        .expect("coreml explained");
+    let why = coreml["reasons"][0].as_str().unwrap_or("");
+    assert!(why.contains("harmonyos"), "{coreml}");
+
+    // Backends a newer runtime registers (OpenVINO, Samsung's ENN) are kept and ignored.
+    let newer = device(
+        "android",
+        &["XnnpackBackend", "OpenvinoBackend", "EnnBackend"],
+        "1.5.1",
+        "1.0.0",
+        8192,
+    );
+    let (status, body) = app.resolve(&newer, false);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        candidates(&app, &body),
+        vec!["xnnpack-int8", "xnnpack-fp32"]
+    );
+
+    // Still limited: a platform that is not a platform name is refused with a clear error.
+    let mut bad = harmony.clone();
+    bad["platform"] = "Harmony OS\n".into();
+    let (status, body) = app.resolve(&bad, false);
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("request_malformed"))
+    );
+    assert!(
+        body["message"].as_str().unwrap_or("").contains("platform"),
+        "{body}"
+    );
+}
+
+#[test]
+fn telemetry_from_a_newer_client_is_counted_not_refused() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    let event = |kind: &str| {
+        serde_json::json!({
+            "kind": kind, "model": "mlp", "release": "1.0.0", "variant": "xnnpack-fp32",
+            "delegate": "xnnpack", "outcome": "ok", "install_id": "i-1", "platform": "linux",
+            "soc": "", "device_model": "", "os_version": "", "app_version": "1.0.0",
+            "runtime_version": "1.5.1",
+            "at": time::OffsetDateTime::now_utc()
+                .format(&time::format_description::well_known::Rfc3339)
+                .expect("time"),
+        })
+    };
+    let mut with_field = event("load");
+    with_field["thermal"] = "fair".into();
+    let mut inference = event("inference");
+    inference["p95_ms"] = 12.5.into();
+    let batch = serde_json::json!({ "events": [with_field, inference, {"kind": "load"}] });
+    let (status, h, body) = post(
+        &app,
+        "/v1/telemetry",
+        &batch,
+        &[
+            ("Ferry-Protocol", "1"),
+            ("Ferry-Sdk", "ferry-client-rust/0.9.0"),
+        ],
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        h.get("ferry-protocol").map(|v| v.as_bytes()),
+        Some(&b"1"[..])
+    );
+    // The load event with a new field is accepted; the event of a new kind is ignored (the
+    // client must not send it again); a malformed event is still refused.
+    assert_eq!(body["accepted"], 1, "{body}");
+    assert_eq!(body["ignored"], 1, "{body}");
+    assert_eq!(body["rejected"][0]["index"], 2, "{body}");
+    let m = metrics(&app);
+    for field in ["thermal", "p95_ms"] {
+        assert!(
+            m.contains(&format!(
+                r#"ferry_protocol_unknown_fields_total{{endpoint="telemetry",field="{field}"}} 1"#
+            )),
+            "{field}: {m}"
+        );
+    }
+}
+
+#[test]
+fn a_planned_retirement_is_announced_on_every_device_answer() {
+    let app = TestApp::start_with(Options {
+        tweak: Some(Box::new(|c| {
+            c.protocol_v1_sunset =
+                Some(time::Date::from_calendar_date(2029, time::Month::June, 30).expect("date"));
+        })),
+        ..Default::default()
+    });
+    app.publish(&mlp_v1());
+    let good = device("linux", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096);
+    let (status, h, _) = post(&app, "/v1/resolve", &good, &[]);
+    assert_eq!(status, 200);
+    assert_eq!(
+        h.get("ferry-protocol-sunset").map(|v| v.as_bytes()),
+        Some(&b"2029-06-30"[..])
+    );
+    assert_eq!(
+        h.get("sunset").map(|v| v.as_bytes()),
+        Some(&b"Sun, 01 Jul 2029 00:00:00 GMT"[..])
+    );
+    // Errors on the device path carry it too; admin answers do not.
+    let mut r = app
+        .agent
+        .get(app.at("/v1/blobs/sha256/zz"))
+        .call()
+        .expect("get");
+    assert_eq!(r.status().as_u16(), 400);
+    assert!(r.headers().contains_key("ferry-protocol-sunset"));
+    let _ = r.body_mut().read_to_string();
+    let r = app
+        .agent
+        .get(app.at("/v1/admin/models"))
+        .call()
+        .expect("get");
+    assert!(!r.headers().contains_key("ferry-protocol-sunset"));
+}
