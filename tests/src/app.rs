@@ -41,6 +41,9 @@ pub struct Options {
     pub demo: bool,
     /// Change the config before start.
     pub tweak: Option<ConfigTweak>,
+    /// Take the server's keys from this folder (its `online.key`, `trust.json` and
+    /// `keyring/`, as an operator copies them) instead of generating new ones.
+    pub keys: Option<PathBuf>,
 }
 
 /// The configuration of a test server on `data`, listening on `listen`, with the admin and
@@ -76,7 +79,19 @@ impl TestApp {
         if let Some(f) = opts.tweak {
             f(&mut config);
         }
-        if !opts.demo {
+        if let Some(from) = &opts.keys {
+            let to = config.keys_dir();
+            std::fs::create_dir_all(to.join("keyring")).expect("keys dir");
+            for f in ["online.key", "trust.json"] {
+                std::fs::copy(from.join(f), to.join(f)).expect("copy key");
+            }
+            for e in std::fs::read_dir(from.join("keyring"))
+                .expect("keyring")
+                .flatten()
+            {
+                std::fs::copy(e.path(), to.join("keyring").join(e.file_name())).expect("copy");
+            }
+        } else if !opts.demo {
             // What an operator does: keys made by `ferry keys generate`, copied to the server.
             keys::generate_keyset(&config.keys_dir()).expect("keys");
         }

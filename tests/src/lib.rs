@@ -160,6 +160,8 @@ pub mod duckdb;
 mod emulator;
 pub mod moto;
 pub mod proxy;
+pub mod schemas;
+pub mod vectors;
 
 /// The committed `.ptd` fixture with the element type of tensor `key` changed to
 /// `scalar_type` (found by trying each byte, and checked with the reader), for tests of data

@@ -257,6 +257,7 @@ fn random_methods_do_not_grow_the_metrics() {
 fn one_address_cannot_hold_every_connection() {
     let app = TestApp::start_with(Options {
         demo: false,
+        keys: None,
         tweak: Some(Box::new(|c| c.limits.max_connections_per_address = 8)),
     });
     // Eight idle connections are allowed; each further one is shut down as it is accepted, long
@@ -302,6 +303,7 @@ fn one_address_cannot_hold_every_connection() {
 fn uploads_are_capped_in_number_and_time() {
     let app = TestApp::start_with(Options {
         demo: false,
+        keys: None,
         tweak: Some(Box::new(|c| {
             c.limits.max_concurrent_uploads = 2;
             c.limits.upload_timeout_secs = 10;
@@ -356,6 +358,7 @@ fn uploads_are_capped_in_number_and_time() {
 fn endless_answers_are_cut_off_and_nothing_is_loaded_or_cached() {
     let app = TestApp::start_with(Options {
         demo: true,
+        keys: None,
         tweak: None,
     });
     let proxy = FaultProxy::start(app.server.addr);
@@ -446,6 +449,7 @@ fn denied(app: &TestApp) -> Vec<String> {
 fn a_learned_deny_never_takes_the_xnnpack_floor_and_can_require_several_networks() {
     let quick = |networks: u64| Options {
         demo: false,
+        keys: None,
         tweak: Some(Box::new(move |c| {
             c.telemetry.deny_min_samples = 50;
             c.telemetry.evaluate_ms = 0;

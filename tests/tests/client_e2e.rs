@@ -18,6 +18,7 @@ use ferry_tests::proxy::{Fault, FaultProxy};
 fn demo() -> TestApp {
     TestApp::start_with(Options {
         demo: true,
+        keys: None,
         tweak: None,
     })
 }

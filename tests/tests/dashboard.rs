@@ -99,6 +99,7 @@ fn event(kind: &str, outcome: &str, variant: &str, install: &str, soc: &str) -> 
 fn an_operator_runs_a_rollout_from_the_dashboard() {
     let app = TestApp::start_with(Options {
         demo: false,
+        keys: None,
         tweak: Some(Box::new(|c| {
             c.telemetry.deny_min_samples = 30;
             c.telemetry.flush_secs = 1;

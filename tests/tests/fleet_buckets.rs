@@ -103,6 +103,7 @@ fn fast(c: &mut ferry_server::app::config::Config) {
 fn windows_compaction_and_retention_keep_every_total() {
     let app = TestApp::start_with(Options {
         demo: false,
+        keys: None,
         tweak: Some(Box::new(fast)),
     });
     app.publish(&mlp_v1());

@@ -102,6 +102,7 @@ fn three(storage: Option<StorageConfig>) -> (TestApp, Vec<RunningServer>) {
     let s = storage.clone();
     let app = TestApp::start_with(Options {
         demo: false,
+        keys: None,
         tweak: Some(Box::new(move |c| {
             fast(c);
             if let Some(s) = s {
@@ -224,6 +225,7 @@ fn halt_written_once(storage: Option<StorageConfig>) {
     let s = storage.clone();
     let app = TestApp::start_with(Options {
         demo: false,
+        keys: None,
         tweak: Some(Box::new(move |c| {
             fast(c);
             if let Some(s) = s {
@@ -291,6 +293,7 @@ fn halt_written_once(storage: Option<StorageConfig>) {
 fn a_damaged_rollup_in_the_store_is_skipped_and_the_server_keeps_going() {
     let app = TestApp::start_with(Options {
         demo: false,
+        keys: None,
         tweak: Some(Box::new(fast)),
     });
     app.publish(&mlp_v1());
@@ -353,6 +356,7 @@ fn a_damaged_rollup_in_the_store_is_skipped_and_the_server_keeps_going() {
 fn restarts_of_one_replica_keep_every_run_s_counts() {
     let app = TestApp::start_with(Options {
         demo: false,
+        keys: None,
         tweak: Some(Box::new(fast)),
     });
     app.publish(&mlp_v1());

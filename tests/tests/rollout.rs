@@ -243,6 +243,7 @@ fn send(app: &TestApp, events: &[serde_json::Value]) -> serde_json::Value {
 fn a_telemetry_flood_denies_one_soc_and_halts_the_staged_release() {
     let app = TestApp::start_with(Options {
         demo: false,
+        keys: None,
         tweak: Some(Box::new(|c| {
             c.telemetry.deny_min_samples = 50;
             c.telemetry.flush_secs = 1;
@@ -556,6 +557,7 @@ fn forged_telemetry_without_a_receipt_changes_no_decision() {
     // and phone model denied every such device its Vulkan variant and halted the rollout.
     let app = TestApp::start_with(Options {
         demo: false,
+        keys: None,
         tweak: Some(Box::new(|c| {
             c.telemetry.deny_min_samples = 50;
             c.telemetry.evaluate_ms = 0;

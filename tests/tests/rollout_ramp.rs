@@ -9,6 +9,7 @@ use ferry_tests::app::{ADMIN_TOKEN, Options, READ_TOKEN, TestApp, mlp_v1, mlp_v2
 fn quick() -> Options {
     Options {
         demo: false,
+        keys: None,
         tweak: Some(Box::new(|c| {
             c.ramp_check_secs = 1;
             c.telemetry.evaluate_ms = 0;

@@ -11,6 +11,7 @@ fn on_s3(moto: &Moto, bucket: &str) -> TestApp {
     let storage = moto.storage(bucket);
     TestApp::start_with(Options {
         demo: false,
+        keys: None,
         tweak: Some(Box::new(move |c| c.storage = storage)),
     })
 }

@@ -183,6 +183,7 @@ fn hostile_admin_requests() {
     // A chunked (no length) upload over the limit is cut off mid-stream.
     let small = TestApp::start_with(ferry_tests::app::Options {
         demo: false,
+        keys: None,
         tweak: Some(Box::new(|c| c.limits.max_blob_bytes = 10_000)),
     });
     let data = vec![1u8; 50_000];
@@ -315,6 +316,7 @@ fn bodies_trickled_byte_by_byte_are_cut_off_and_resolve_keeps_answering() {
     use std::io::{Read as _, Write as _};
     let app = TestApp::start_with(ferry_tests::app::Options {
         demo: false,
+        keys: None,
         tweak: Some(Box::new(|c| c.limits.body_timeout_secs = 1)),
     });
     app.publish(&mlp_v1());
@@ -368,6 +370,7 @@ fn a_blob_upload_that_stops_sending_is_cut_off() {
     use std::io::{Read as _, Write as _};
     let app = TestApp::start_with(ferry_tests::app::Options {
         demo: false,
+        keys: None,
         tweak: Some(Box::new(|c| c.limits.body_timeout_secs = 1)),
     });
     let before = app.stored_files();

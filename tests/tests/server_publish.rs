@@ -334,6 +334,7 @@ fn a_catalog_refresh_reuses_what_it_holds_and_reads_only_new_releases() {
 fn blob_uploads_are_checked_and_leave_nothing_on_failure() {
     let app = TestApp::start_with(ferry_tests::app::Options {
         demo: false,
+        keys: None,
         tweak: Some(Box::new(|c| c.limits.max_blob_bytes = 64 * 1024)),
     });
     let bytes =

@@ -217,6 +217,7 @@ fn decisions_expire_and_sequences_follow_the_model_state() {
 fn demo_model_resolves() {
     let app = TestApp::start_with(ferry_tests::app::Options {
         demo: true,
+        keys: None,
         tweak: None,
     });
     let mut dev = device(

@@ -18,6 +18,7 @@ fn serves_https_with_a_configured_certificate() {
     let (c, k) = (cert_path.clone(), key_path.clone());
     let mut app = TestApp::start_with(Options {
         demo: false,
+        keys: None,
         tweak: Some(Box::new(move |cfg| {
             cfg.tls = Some(TlsConfig { cert: c, key: k })
         })),

@@ -93,6 +93,7 @@ fn outage(storage: ferry_server::app::config::StorageConfig, pause: &dyn Fn(), r
     let s = storage.clone();
     let app = TestApp::start_with(Options {
         demo: false,
+        keys: None,
         tweak: Some(Box::new(move |c| {
             c.storage = s;
             c.limits.store_timeout_secs = 1;

@@ -35,9 +35,7 @@ pub fn note(rollup: &mut Rollup, model: &str, key: &str, device: u64) {
     } else {
         "other other"
     };
-    keys.entry(key.to_string())
-        .or_default()
-        .insert(&device);
+    keys.entry(key.to_string()).or_default().insert(&device);
 }
 
 /// The rows of the view: protocol, SDK name and version, distinct devices and their share of

@@ -292,7 +292,10 @@ mod tests {
         assert_eq!(d.hardware_class(), HardwareClass::Accelerator);
         assert!(HardwareClass::Gpu < HardwareClass::Accelerator);
         assert!(HardwareClass::Accelerator < HardwareClass::Cpu);
-        assert_eq!(serde_json::to_string(&d).expect("ok"), "\"OpenvinoBackend\"");
+        assert_eq!(
+            serde_json::to_string(&d).expect("ok"),
+            "\"OpenvinoBackend\""
+        );
     }
 
     #[test]

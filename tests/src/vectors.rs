@@ -1,0 +1,528 @@
+//! Protocol v1 conformance vectors (`schemas/vectors/v1/`): how they are made.
+//!
+//! Every vector is bytes as they cross the wire (request bodies, resolve answers, signed
+//! envelopes, telemetry batches), signed where signed by the fixed test keys committed in
+//! `schemas/vectors/v1/keys/` for this purpose only, and listed in `index.json` with the outcome
+//! it must have for the client and the server. Vectors named `*-future*` and `*-format-2*` come
+//! "from the future": fields, values, headers and formats a newer peer sends, which v1 code
+//! must read (or, for a newer format, refuse with `format_unsupported`).
+//!
+//! [`generate`] is deterministic: `tests/tests/vectors.rs` checks that it writes exactly the
+//! committed files, so a change to a v1 message fails the tests until the vectors are
+//! regenerated on purpose (`cargo run -p ferry-tests --bin vectors`), with the reason in the
+//! commit.
+
+use std::path::{Path, PathBuf};
+
+use ferry_server::app::keys::{self, RoleKey};
+use ferry_server::release::sign::{VariantsFile, build_manifest, sign};
+use ferry_shared::dsse::{Envelope, KeyPair};
+use ferry_shared::manifest::{Delegate, ReleaseManifest};
+use ferry_shared::resolve::{
+    Candidate, Cohort, DECISION_PAYLOAD_TYPE, Decision, ReleaseRef, ResolveRequest, SEQUENCE_BASE,
+};
+use serde_json::{Value, json};
+
+use crate::app::variant;
+use crate::fixtures_dir;
+
+/// The folder of the v1 vectors.
+pub fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../schemas/vectors/v1")
+}
+
+/// The instant the recorded answers are judged at (a client's clock in the tests).
+pub const NOW: &str = "2026-12-01T00:10:00Z";
+
+/// When the recorded decisions were issued.
+const ISSUED: &str = "2026-12-01T00:00:00Z";
+
+/// The placeholder a telemetry vector's events carry in `at`: the tests put the current time
+/// in its place (a server refuses events more than 30 days old).
+pub const AT_PLACEHOLDER: &str = "2026-12-01T00:00:00Z";
+
+/// The fixed test keys.
+pub struct Keys {
+    /// Signs keyrings.
+    pub root: RoleKey,
+    /// Signs releases and revocation lists.
+    pub release: RoleKey,
+    /// Signs decisions (and derives the receipt key).
+    pub online: RoleKey,
+}
+
+/// Loads the committed test keys.
+pub fn keys() -> anyhow::Result<Keys> {
+    let d = dir().join("keys");
+    Ok(Keys {
+        root: keys::load(&d.join("root.key"))?,
+        release: keys::load(&d.join("release.key"))?,
+        online: keys::load(&d.join("online.key"))?,
+    })
+}
+
+fn time(s: &str) -> time::OffsetDateTime {
+    time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+}
+
+/// JSON text of `v`, compact, as the wire carries it.
+fn bytes(v: &impl serde::Serialize) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap_or_default()
+}
+
+/// An envelope over `payload` (any JSON, so future payloads can be written) signed by `key`.
+fn signed(key: &KeyPair, payload_type: &str, payload: &Value) -> Envelope {
+    key.sign(payload_type, &bytes(payload))
+}
+
+/// The release every vector is about: `vec` 1.0.0 with XNNPACK, Vulkan (2 GiB of RAM) and
+/// portable variants from the fixture programs, as `ferry sign` makes it.
+fn release_spec() -> VariantsFile {
+    let mut vulkan = variant(
+        "vulkan-fp32",
+        "mlp-v1-vulkan.pte",
+        Delegate::Vulkan,
+        ">=1.0.0",
+        "*",
+    );
+    vulkan.min_ram_mb = Some(2048);
+    VariantsFile {
+        model: "vec".parse().expect("name"),
+        version: "1.0.0".parse().expect("version"),
+        notes: "protocol v1 vectors".into(),
+        variants: vec![
+            variant(
+                "xnnpack-fp32",
+                "mlp-v1-xnnpack.pte",
+                Delegate::Xnnpack,
+                ">=1.0.0",
+                "*",
+            ),
+            vulkan,
+            variant(
+                "portable-fp32",
+                "mlp-v1-portable.pte",
+                Delegate::Portable,
+                ">=1.0.0",
+                "*",
+            ),
+        ],
+    }
+}
+
+/// The request bodies: v1 (as today's client sends it) and from the future.
+fn requests() -> (Value, Value) {
+    let v1 = json!({
+        "model": "vec",
+        "install_id": "vector-install-1",
+        "app_version": "1.0.0",
+        "runtime_version": "1.5.1",
+        "backends": ["XnnpackBackend"],
+        "platform": "linux",
+        "os_version": "6.1",
+        "device_model": "vector-board",
+        "soc": "RK3588",
+        "ram_mb": 4096
+    });
+    let future = json!({
+        "model": "vec",
+        "install_id": "vector-install-2",
+        "app_version": "1.0.0",
+        "runtime_version": "1.5.1",
+        "backends": ["XnnpackBackend", "VulkanBackend", "OpenvinoBackend"],
+        "platform": "harmonyos",
+        "os_version": "5.0",
+        "device_model": "vector-phone",
+        "soc": "Kirin9000",
+        "ram_mb": 8192,
+        "gpu_driver": "Maleoon 910 r1p0",
+        "operators_digest": "ab".repeat(32),
+        "nonce": "AAECAwQFBgcICQoLDA0ODw"
+    });
+    (v1, future)
+}
+
+/// The decision a v1 server signs for `request` choosing `candidates` of the release.
+fn decision(
+    request: &Value,
+    manifest: &ReleaseManifest,
+    release_sha256: ferry_shared::Sha256Digest,
+    candidates: &[&str],
+) -> Decision {
+    let req: ResolveRequest = serde_json::from_value(request.clone()).expect("request");
+    let issued = time(ISSUED);
+    Decision {
+        format: 1,
+        model: req.model.clone(),
+        release: manifest.version.clone(),
+        cohort: Cohort::Baseline,
+        request: req.selection_digest(),
+        cohort_rule: None,
+        pinned: None,
+        release_sha256,
+        issued_at: issued,
+        expires_at: issued + time::Duration::hours(1),
+        keyring_version: 1,
+        revocations_version: 0,
+        // A model with one release published, which went live (rollout revision 1): what a
+        // server answers.
+        sequence: SEQUENCE_BASE + 2,
+        candidates: candidates
+            .iter()
+            .map(|id| {
+                let v = manifest.variant_named(id).expect("variant");
+                Candidate {
+                    variant: v.id.clone(),
+                    delegate: v.delegate.clone(),
+                    backends: v.backends.clone(),
+                    sha256: v.sha256,
+                    size: v.size,
+                    url: format!("/v1/blobs/sha256/{}", v.sha256.to_hex()),
+                }
+            })
+            .collect(),
+    }
+}
+
+/// A resolve answer: the decision envelope and the release reference.
+fn answer(env: &Envelope, release_sha256: ferry_shared::Sha256Digest, size: u64) -> Value {
+    json!({
+        "decision": env,
+        "release_ref": ReleaseRef {
+            sha256: release_sha256,
+            size,
+            url: format!("/v1/releases/sha256/{}", release_sha256.to_hex()),
+        },
+    })
+}
+
+/// A telemetry event about the vector release.
+fn event(kind: &str, variant: &str, install: &str) -> Value {
+    json!({
+        "kind": kind, "model": "vec", "release": "1.0.0", "variant": variant,
+        "delegate": if variant.starts_with("vulkan") { "vulkan" } else { "xnnpack" },
+        "outcome": "ok", "install_id": install, "platform": "linux", "soc": "RK3588",
+        "device_model": "vector-board", "os_version": "6.1", "app_version": "1.0.0",
+        "runtime_version": "1.5.1", "at": AT_PLACEHOLDER,
+    })
+}
+
+/// Every vector file (name, bytes), `index.json` last.
+pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+    let k = keys()?;
+    let mut out: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut index: Vec<Value> = Vec::new();
+    let mut add = |name: &str, data: Vec<u8>, entry: Value| {
+        let mut entry = entry;
+        entry["file"] = name.into();
+        index.push(entry);
+        out.push((name.to_string(), data));
+    };
+
+    // Release manifests.
+    let read = |p: &Path| -> anyhow::Result<Vec<u8>> { Ok(std::fs::read(p)?) };
+    let (manifest, _) = build_manifest(
+        &release_spec(),
+        &fixtures_dir().join("pte"),
+        &read,
+        time(ISSUED),
+    )?;
+    let release_env = sign(&manifest, &k.release)?;
+    let release_bytes = bytes(&release_env);
+    let release_sha = ferry_shared::Sha256Digest::of(&release_bytes);
+    let all = ["xnnpack-fp32", "vulkan-fp32", "portable-fp32"];
+    add(
+        "release-v1.json",
+        release_bytes.clone(),
+        json!({"kind": "release", "schema": "release-manifest.schema.json",
+               "expect": {"client": "ok", "variants": all, "publish": 201},
+               "about": "a release manifest as `ferry sign` writes it today"}),
+    );
+    let mut future = serde_json::to_value(&manifest)?;
+    future["version"] = "1.1.0".into();
+    future["license"] = "Apache-2.0".into();
+    future["variants"][0]["accelerator_hint"] = "big-cores".into();
+    future["variants"][0]["constraints"]["min_gpu_driver"] = "615".into();
+    let mut openvino = future["variants"][0].clone();
+    openvino["id"] = "openvino-fp32".into();
+    openvino["delegate"] = "OpenvinoBackend".into();
+    openvino["backends"] = json!(["OpenvinoBackend"]);
+    future["variants"]
+        .as_array_mut()
+        .expect("variants")
+        .insert(0, openvino);
+    add(
+        "release-future.json",
+        bytes(&signed(
+            &k.release.pair,
+            ferry_shared::manifest::RELEASE_PAYLOAD_TYPE,
+            &future,
+        )),
+        json!({"kind": "release", "schema": "release-manifest.schema.json",
+               "expect": {"client": "ok",
+                          "variants": ["openvino-fp32", "xnnpack-fp32", "vulkan-fp32", "portable-fp32"],
+                          "publish": 422, "publish_code": "manifest_unknown_field"},
+               "about": "a newer signer's manifest: unknown fields at every level and a delegate outside the known set; devices read it, publishing to this server is refused (admin inputs stay strict)"}),
+    );
+    let mut format2 = serde_json::to_value(&manifest)?;
+    format2["format"] = 2.into();
+    format2["version"] = "1.2.0".into();
+    format2["variants"] = json!({"renamed": "in format 2"});
+    add(
+        "release-format-2.json",
+        bytes(&signed(
+            &k.release.pair,
+            ferry_shared::manifest::RELEASE_PAYLOAD_TYPE,
+            &format2,
+        )),
+        json!({"kind": "release", "schema": null,
+               "expect": {"client": "format_unsupported", "publish": 422, "publish_code": "format_unsupported"},
+               "about": "a manifest in a newer format: refused by its format number before anything else is read"}),
+    );
+
+    // Resolve requests.
+    let (v1, future_req) = requests();
+    add(
+        "request-v1.json",
+        bytes(&v1),
+        json!({"kind": "request", "schema": "resolve-request.schema.json",
+               "headers": {"Ferry-Protocol": "1", "Ferry-Sdk": "ferry-client-rust/0.1.0"},
+               "expect": {"status": 200, "release": "1.0.0", "candidates": ["xnnpack-fp32"],
+                          "decision": "answer-v1.json"},
+               "about": "a v1 client's request"}),
+    );
+    let mut legacy = v1.clone();
+    legacy["install_id"] = "vector-install-legacy".into();
+    add(
+        "request-legacy.json",
+        bytes(&legacy),
+        json!({"kind": "request", "schema": "resolve-request.schema.json", "headers": {},
+               "expect": {"status": 200, "release": "1.0.0", "candidates": ["xnnpack-fp32"]},
+               "about": "a client from before protocol v1: no Ferry-Protocol or Ferry-Sdk header"}),
+    );
+    add(
+        "request-future.json",
+        bytes(&future_req),
+        json!({"kind": "request", "schema": "resolve-request.schema.json",
+               "headers": {"Ferry-Protocol": "2", "Ferry-Sdk": "ferry-client-kotlin/4.0.0"},
+               "expect": {"status": 200, "release": "1.0.0",
+                          "candidates": ["vulkan-fp32", "xnnpack-fp32"],
+                          "unknown_fields": ["gpu_driver", "nonce", "operators_digest"]},
+               "about": "a newer client's request: protocol 2 header, unknown fields, a platform and a backend this server does not know; answered in v1"}),
+    );
+
+    // Resolve answers (the decision signed by the online key).
+    let size = release_bytes.len() as u64;
+    let online = &k.online.pair;
+    let d1 = decision(&v1, &manifest, release_sha, &["xnnpack-fp32"]);
+    let env = online.sign(DECISION_PAYLOAD_TYPE, &bytes(&d1));
+    add(
+        "answer-v1.json",
+        bytes(&answer(&env, release_sha, size)),
+        json!({"kind": "answer", "schema": "resolve-response.schema.json",
+               "payload_schema": "decision.schema.json", "request": "request-v1.json",
+               "release": "release-v1.json", "now": NOW,
+               "expect": {"client": "ok", "candidates": ["xnnpack-fp32"]},
+               "about": "a v1 server's answer to request-v1.json; today's server must sign the same decision (times aside)"}),
+    );
+    let df = decision(
+        &future_req,
+        &manifest,
+        release_sha,
+        &["vulkan-fp32", "xnnpack-fp32"],
+    );
+    let mut payload = serde_json::to_value(&df)?;
+    payload["time"] = ISSUED.into();
+    payload["hints"] = json!({"prefetch": true});
+    payload["candidates"][0]["priority"] = 1.into();
+    let env = signed(online, DECISION_PAYLOAD_TYPE, &payload);
+    let mut ans = answer(&env, release_sha, size);
+    ans["notices"] = json!([{"code": "sdk_outdated", "message": "update the SDK"}]);
+    add(
+        "answer-future.json",
+        bytes(&ans),
+        json!({"kind": "answer", "schema": "resolve-response.schema.json",
+               "payload_schema": "decision.schema.json", "request": "request-future.json",
+               "release": "release-v1.json", "now": NOW,
+               "expect": {"client": "ok", "candidates": ["vulkan-fp32", "xnnpack-fp32"]},
+               "about": "a newer server's answer: unknown fields in the answer, the decision and a candidate"}),
+    );
+    let mut payload = serde_json::to_value(&d1)?;
+    payload["format"] = 2.into();
+    payload["candidates"] = json!({"moved": true});
+    let env = signed(online, DECISION_PAYLOAD_TYPE, &payload);
+    add(
+        "answer-format-2.json",
+        bytes(&answer(&env, release_sha, size)),
+        json!({"kind": "answer", "schema": "resolve-response.schema.json", "payload_schema": null,
+               "request": "request-v1.json", "release": "release-v1.json", "now": NOW,
+               "expect": {"client": "format_unsupported"},
+               "about": "a decision in a newer format: the client refuses it by number and keeps its last known good model"}),
+    );
+    let mut expired = d1.clone();
+    expired.issued_at = time("2026-11-30T00:00:00Z");
+    expired.expires_at = time("2026-11-30T01:00:00Z");
+    let env = online.sign(DECISION_PAYLOAD_TYPE, &bytes(&expired));
+    add(
+        "answer-expired.json",
+        bytes(&answer(&env, release_sha, size)),
+        json!({"kind": "answer", "schema": "resolve-response.schema.json",
+               "payload_schema": "decision.schema.json", "request": "request-v1.json",
+               "release": "release-v1.json", "now": NOW,
+               "expect": {"client": "expired"},
+               "about": "a decision past its expiry (freeze protection)"}),
+    );
+    let env = online.sign(DECISION_PAYLOAD_TYPE, &bytes(&df));
+    add(
+        "answer-other-request.json",
+        bytes(&answer(&env, release_sha, size)),
+        json!({"kind": "answer", "schema": "resolve-response.schema.json",
+               "payload_schema": "decision.schema.json", "request": "request-v1.json",
+               "release": "release-v1.json", "now": NOW,
+               "expect": {"client": "decision_mismatch"},
+               "about": "a valid decision for another device's request"}),
+    );
+
+    // Keyrings.
+    let k1 = std::fs::read(dir().join("keys/keyring/00000001.json"))?;
+    let k1_env: Envelope = serde_json::from_slice(&k1)?;
+    let k1_payload: Value = serde_json::from_slice(&ferry_shared::dsse::decode_payload(
+        &k1_env,
+        &Default::default(),
+    )?)?;
+    add(
+        "keyring-1.json",
+        k1.clone(),
+        json!({"kind": "keyring", "schema": "keyring.schema.json", "chain": [],
+               "expect": {"client": "ok", "version": 1},
+               "about": "keyring version 1, signed by the pinned root key"}),
+    );
+    let mut k2 = k1_payload.clone();
+    k2["version"] = 2.into();
+    k2["created"] = ISSUED.into();
+    k2["transparency_log"] = "https://log.invalid/ferry".into();
+    k2["keys"][0]["hardware_backed"] = true.into();
+    add(
+        "keyring-2-future.json",
+        bytes(&signed(
+            &k.root.pair,
+            ferry_shared::keyring::KEYRING_PAYLOAD_TYPE,
+            &k2,
+        )),
+        json!({"kind": "keyring", "schema": "keyring.schema.json", "chain": ["keyring-1.json"],
+               "expect": {"client": "ok", "version": 2},
+               "about": "keyring version 2 from a newer server: unknown fields in the keyring and a key"}),
+    );
+    let mut k2f = k1_payload.clone();
+    k2f["version"] = 2.into();
+    k2f["format"] = 2.into();
+    add(
+        "keyring-2-format-2.json",
+        bytes(&signed(
+            &k.root.pair,
+            ferry_shared::keyring::KEYRING_PAYLOAD_TYPE,
+            &k2f,
+        )),
+        json!({"kind": "keyring", "schema": null, "chain": ["keyring-1.json"],
+               "expect": {"client": "format_unsupported"},
+               "about": "a keyring in a newer format"}),
+    );
+
+    // Revocation lists.
+    let rev = json!({"model": "vec", "version": 1,
+                     "revoked": [{"release": "1.0.0", "reason": "vector: bad build", "at": ISSUED}]});
+    let rev_type = ferry_shared::revocation::REVOCATIONS_PAYLOAD_TYPE;
+    add(
+        "revocations-v1.json",
+        bytes(&signed(&k.release.pair, rev_type, &rev)),
+        json!({"kind": "revocations", "schema": "revocations.schema.json",
+               "expect": {"client": "ok", "revoked": ["1.0.0"], "submit": 201},
+               "about": "a revocation list as `ferry release revoke` signs it"}),
+    );
+    let mut rev_future = rev.clone();
+    rev_future["issuer"] = "release-team".into();
+    rev_future["revoked"][0]["cve"] = "CVE-2026-0001".into();
+    add(
+        "revocations-future.json",
+        bytes(&signed(&k.release.pair, rev_type, &rev_future)),
+        json!({"kind": "revocations", "schema": "revocations.schema.json",
+               "expect": {"client": "ok", "revoked": ["1.0.0"], "submit": 422, "submit_code": "revocations_invalid"},
+               "about": "a newer signer's list: devices read it; this server refuses to store fields it would drop"}),
+    );
+    let mut rev2 = rev.clone();
+    rev2["format"] = 2.into();
+    add(
+        "revocations-format-2.json",
+        bytes(&signed(&k.release.pair, rev_type, &rev2)),
+        json!({"kind": "revocations", "schema": null,
+               "expect": {"client": "format_unsupported"},
+               "about": "a revocation list in a newer format"}),
+    );
+
+    // A telemetry receipt (a MAC under a key derived from the online key).
+    let receipt_key = ferry_server::fleet::receipt::ReceiptKey::derive(online);
+    let facts = json!({"install_id": "vector-install-1", "model": "vec", "release": "1.0.0",
+                       "platform": "linux", "soc": "RK3588", "device_model": "vector-board",
+                       "variants": ["xnnpack-fp32"]});
+    let receipt = receipt_key.issue(
+        &ferry_server::fleet::receipt::Facts {
+            install_id: "vector-install-1",
+            model: "vec",
+            release: "1.0.0",
+            platform: "linux",
+            soc: "RK3588",
+            device_model: "vector-board",
+        },
+        &["xnnpack-fp32"],
+    );
+    add(
+        "receipt-v1.json",
+        bytes(&json!({"facts": facts, "receipt": receipt})),
+        json!({"kind": "receipt", "schema": null,
+               "expect": {"server": "verifies"},
+               "about": "the receipt a v1 server issues for request-v1.json's answer; events that carry it count"}),
+    );
+
+    // Telemetry batches.
+    let mut load = event("load", "xnnpack-fp32", "vector-install-1");
+    load["load_ms"] = 12.5.into();
+    load["receipt"] = receipt.clone().into();
+    let mut fallback = event("fallback", "vulkan-fp32", "vector-install-1");
+    fallback["outcome"] = "failed".into();
+    fallback["to_variant"] = "xnnpack-fp32".into();
+    fallback["error_code"] = "runtime_load_failed".into();
+    fallback["stage"] = "load_method".into();
+    add(
+        "telemetry-v1.json",
+        bytes(&json!({"events": [load, fallback]})),
+        json!({"kind": "telemetry", "schema": "telemetry.schema.json",
+               "expect": {"status": 200, "accepted": 2, "ignored": 0, "rejected": []},
+               "about": "a v1 client's batch; `at` is a placeholder the tests replace with the current time"}),
+    );
+    let mut newer = event("load", "xnnpack-fp32", "vector-install-2");
+    newer["thermal"] = "fair".into();
+    newer["clock_offset_s"] = (-3600).into();
+    newer["stage"] = "warm_up".into();
+    let mut inference = event("inference", "xnnpack-fp32", "vector-install-2");
+    inference["method"] = "forward".into();
+    inference["p95_ms"] = 8.25.into();
+    add(
+        "telemetry-future.json",
+        bytes(&json!({"events": [newer, inference], "batch_id": "b-1"})),
+        json!({"kind": "telemetry", "schema": "telemetry.schema.json",
+               "expect": {"status": 200, "accepted": 1, "ignored": 1, "rejected": [],
+                          "unknown_fields": ["clock_offset_s", "method", "p95_ms", "thermal"]},
+               "about": "a newer client's batch: unknown fields and stage, and an event of a kind this server does not know"}),
+    );
+
+    let mut index_bytes = serde_json::to_vec_pretty(&json!({
+        "protocol": 1,
+        "about": "Protocol v1 conformance vectors; see docs/protocol.md. Regenerate only on purpose: cargo run -p ferry-tests --bin vectors",
+        "keys": "keys/ (trust.json is the pinned root; for these vectors only)",
+        "vectors": index,
+    }))?;
+    index_bytes.push(b'\n');
+    out.push(("index.json".into(), index_bytes));
+    Ok(out)
+}
