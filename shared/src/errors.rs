@@ -79,6 +79,8 @@ catalogue! {
     OnlineKeyExpired = "online_key_expired",
     /// A rollout or deny-list change lost the race to other writers too many times. (server)
     StateContended = "state_contended",
+    /// A rollout or deny-list change would rewrite a record a newer ferry server wrote, losing what this server does not know; it is refused. (server, CLI)
+    StoreRecordNewer = "store_record_newer",
     /// Too many telemetry requests from one address, or events from one install. (server, client)
     RateLimited = "rate_limited",
     /// No release of the model is published. (server, client)

@@ -72,6 +72,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::DenyNotFound => StatusCode::NOT_FOUND,
         C::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         C::StateContended
+        | C::StoreRecordNewer
         | C::ReleaseExists
         | C::RolloutInProgress
         | C::RolloutNotActive

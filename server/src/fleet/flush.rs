@@ -16,11 +16,24 @@ use crate::fleet::rollup::Rollup;
 /// Reads one JSON object of at most [`MAX_ROLLUP_BYTES`]: `None` when it does not exist. A
 /// damaged object must not take the replica down: the sketch and estimator parsers trust their
 /// input, so it is parsed and merge-checked behind a panic guard.
-async fn read_checked<T: serde::de::DeserializeOwned>(
+async fn read_checked<T: serde::de::DeserializeOwned + serde::Serialize>(
     state: &AppState,
     key: &object_store::path::Path,
     rollup_of: fn(&T) -> &Rollup,
 ) -> Result<Option<T>, String> {
+    Ok(read_whole(state, key, rollup_of, false)
+        .await?
+        .map(|(v, _)| v))
+}
+
+/// [`read_checked`], and with `whole`, also what writing the object back would lose (a field
+/// a newer ferry server added; see `docs/protocol.md`): compaction leaves such objects alone.
+async fn read_whole<T: serde::de::DeserializeOwned + serde::Serialize>(
+    state: &AppState,
+    key: &object_store::path::Path,
+    rollup_of: fn(&T) -> &Rollup,
+    whole: bool,
+) -> Result<Option<(T, Option<String>)>, String> {
     use object_store::ObjectStoreExt as _;
     let got = match state.store.get(key).await {
         Ok(r) => r,
@@ -40,7 +53,12 @@ async fn read_checked<T: serde::de::DeserializeOwned>(
     match std::panic::catch_unwind(|| {
         let v = serde_json::from_slice::<T>(&bytes).map_err(|e| e.to_string())?;
         probe_merge(rollup_of(&v));
-        Ok::<_, String>(v)
+        let lost = if whole {
+            ferry_shared::protocol::unknown_field_path(&bytes, &v)
+        } else {
+            None
+        };
+        Ok::<_, String>((v, lost))
     }) {
         Ok(Ok(v)) => Ok(Some(v)),
         Ok(Err(e)) => Err(format!("{key}: {e}")),
@@ -158,15 +176,26 @@ async fn read_bucket(
     state: &AppState,
     key: &BucketKey,
 ) -> Result<Option<(Arc<Rollup>, Vec<String>)>, String> {
+    Ok(read_bucket_whole(state, key, false)
+        .await?
+        .map(|(r, s, _)| (r, s)))
+}
+
+/// [`read_bucket`], and with `whole`, what writing its counts back would lose.
+async fn read_bucket_whole(
+    state: &AppState,
+    key: &BucketKey,
+    whole: bool,
+) -> Result<Option<(Arc<Rollup>, Vec<String>, Option<String>)>, String> {
     let path = key.path();
     if key.level == Level::Minute {
-        Ok(read_checked::<Rollup>(state, &path, |r| r)
+        Ok(read_whole::<Rollup>(state, &path, |r| r, whole)
             .await?
-            .map(|r| (Arc::new(r), Vec::new())))
+            .map(|(r, lost)| (Arc::new(r), Vec::new(), lost)))
     } else {
-        Ok(read_checked::<Part>(state, &path, |p| &p.rollup)
+        Ok(read_whole::<Part>(state, &path, |p| &p.rollup, whole)
             .await?
-            .map(|p| (Arc::new(p.rollup), p.sources)))
+            .map(|(p, lost)| (Arc::new(p.rollup), p.sources, lost)))
     }
 }
 
@@ -480,8 +509,18 @@ async fn compact(state: &AppState, listing: &buckets::Listing, now: i64) {
             rollup: Rollup::default(),
         };
         for s in &merge.sources {
-            match read_bucket(state, s).await {
-                Ok(Some((r, _))) => {
+            match read_bucket_whole(state, s, true).await {
+                Ok(Some((_, _, Some(lost)))) => {
+                    // Merging it would drop what a newer replica wrote: an upgraded one
+                    // compacts this bucket; its counts are still read for every view.
+                    tracing::warn!(
+                        "telemetry compaction leaves {} to an upgraded replica: it was written \
+                         by a newer ferry server ({lost})",
+                        merge.target.path()
+                    );
+                    continue 'merges;
+                }
+                Ok(Some((r, _, None))) => {
                     part.rollup.merge(&r);
                     part.sources.push(s.path().to_string());
                 }

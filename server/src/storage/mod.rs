@@ -46,6 +46,21 @@ pub enum StoreError {
     /// A value could not be encoded for storage.
     #[error("cannot encode a revision: {0}")]
     Encode(String),
+    /// The newest record of a log was written by a newer ferry server in a form this one
+    /// cannot write back without losing something (an unknown field, a newer `format`), so it
+    /// refuses to derive the next revision from it (protocol v1's rolling-upgrade rule).
+    #[error(
+        "{key} was written by a newer ferry server ({what}); this replica (ferry {}) would drop \
+         it if it made this change: make the change through an upgraded replica, or upgrade \
+         this one",
+        env!("CARGO_PKG_VERSION")
+    )]
+    NewerRecord {
+        /// The record.
+        key: String,
+        /// What this server does not know (`field rollout.gates.max_latency_ratio`, `format 2`).
+        what: String,
+    },
 }
 
 impl StoreError {
@@ -56,6 +71,7 @@ impl StoreError {
             StoreError::Unavailable(_) => ErrorCode::StorageUnavailable,
             StoreError::Contended { .. } => ErrorCode::StateContended,
             StoreError::Encode(_) => ErrorCode::Internal,
+            StoreError::NewerRecord { .. } => ErrorCode::StoreRecordNewer,
         }
     }
 }

@@ -8,6 +8,11 @@
 //! over the value's compact JSON with sorted keys. A revision whose digest does not match (a
 //! torn or damaged write that still parses) is reported and skipped like an unreadable one.
 //! Files written before checksums (the bare value) are still read.
+//!
+//! Rolling upgrades (protocol v1, `docs/protocol.md`): a revision written by a newer server is
+//! read for what this one knows, but [`append`] refuses to derive the next revision from one it
+//! cannot write back whole (a field it does not know, a `format` above [`STORE_FORMAT`]), with
+//! [`StoreError::NewerRecord`], rather than drop what the newer server wrote.
 
 use futures_util::TryStreamExt as _;
 use object_store::path::Path as StorePath;
@@ -16,6 +21,23 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::storage::{Store, StoreError};
+
+/// The newest stored-record `format` this server writes back (records without the field are
+/// format 1).
+pub const STORE_FORMAT: u64 = 1;
+
+/// What of the stored value `raw` (a revision's inner value) would be lost if it were read as
+/// `T` and written again, if anything: a newer `format`, or the first unknown field.
+fn lost_in_rewrite<T: Serialize + DeserializeOwned>(raw: &serde_json::Value) -> Option<String> {
+    if let Some(f) = raw.get("format").and_then(serde_json::Value::as_u64)
+        && f > STORE_FORMAT
+    {
+        return Some(format!("format {f}"));
+    }
+    let typed: T = serde_json::from_value(raw.clone()).ok()?;
+    let text = serde_json::to_vec(raw).ok()?;
+    ferry_shared::protocol::unknown_field_path(&text, &typed).map(|f| format!("field {f}"))
+}
 
 /// How many times a change is retried after losing a race.
 pub const MAX_RACE_RETRIES: usize = 64;
@@ -58,6 +80,11 @@ fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
 /// Parses stored bytes, checking the digest; a bare value (written before checksums) is
 /// accepted as it is.
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    decode_value(bytes).and_then(|v| serde_json::from_value(v).map_err(|e| e.to_string()))
+}
+
+/// The stored value of a revision (inside its checksum wrapper), checked.
+fn decode_value(bytes: &[u8]) -> Result<serde_json::Value, String> {
     let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
     let value = match v.as_object() {
         Some(o) if o.len() == 2 && o.contains_key("sha256") && o.contains_key("revision") => {
@@ -70,7 +97,7 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
         }
         _ => v,
     };
-    serde_json::from_value(value).map_err(|e| e.to_string())
+    Ok(value)
 }
 
 /// Reads and parses one revision; `None` (logged) when it is unreadable or damaged.
@@ -135,10 +162,32 @@ where
         let top = numbered.last().map_or(0, |(n, _)| *n);
         let mut current = None;
         for (n, k) in numbered.iter().rev() {
-            if let Some(v) = read_one::<T>(store, k).await? {
-                current = Some((*n, v));
-                break;
+            let bytes = store
+                .get(k)
+                .await
+                .map_err(StoreError::from)?
+                .bytes()
+                .await
+                .map_err(StoreError::from)?;
+            let Ok(raw) = decode_value(&bytes) else {
+                tracing::warn!("skipping unreadable revision {k}");
+                continue;
+            };
+            // Whole (its checksum holds) but not readable as `T`: a newer server's form.
+            let v =
+                serde_json::from_value::<T>(raw.clone()).map_err(|e| StoreError::NewerRecord {
+                    key: k.to_string(),
+                    what: format!("a form this server cannot read: {e}"),
+                })?;
+            if let Some(what) = lost_in_rewrite::<T>(&raw) {
+                return Err(StoreError::NewerRecord {
+                    key: k.to_string(),
+                    what,
+                }
+                .into());
             }
+            current = Some((*n, v));
+            break;
         }
         let revision = top + 1;
         let next = compute(current.as_ref(), revision)?;
@@ -194,5 +243,22 @@ mod tests {
         // Files from before checksums still read.
         let bare = serde_json::to_vec(&plan).expect("json");
         assert_eq!(decode::<Plan>(&bare).expect("bare"), plan);
+    }
+
+    #[test]
+    fn what_a_rewrite_would_lose_is_found() {
+        let today = serde_json::json!({"revision": 1, "rate": 0.5, "reason": "x"});
+        assert_eq!(lost_in_rewrite::<Plan>(&today), None);
+        let newer =
+            serde_json::json!({"revision": 1, "rate": 0.5, "reason": "x", "gates": {"max": 2}});
+        assert_eq!(
+            lost_in_rewrite::<Plan>(&newer).as_deref(),
+            Some("field gates")
+        );
+        let format2 = serde_json::json!({"revision": 1, "rate": 0.5, "reason": "x", "format": 2});
+        assert_eq!(
+            lost_in_rewrite::<Plan>(&format2).as_deref(),
+            Some("format 2")
+        );
     }
 }
