@@ -44,6 +44,9 @@ pub struct Options {
     /// Take the server's keys from this folder (its `online.key`, `trust.json` and
     /// `keyring/`, as an operator copies them) instead of generating new ones.
     pub keys: Option<PathBuf>,
+    /// Start on a copy of this local object store (a recorded store, as a replica of another
+    /// version left it) instead of an empty one.
+    pub store: Option<PathBuf>,
 }
 
 /// The configuration of a test server on `data`, listening on `listen`, with the admin and
@@ -78,6 +81,9 @@ impl TestApp {
         let mut config = test_config(dir.path(), "127.0.0.1:0");
         if let Some(f) = opts.tweak {
             f(&mut config);
+        }
+        if let Some(from) = &opts.store {
+            copy_tree(from, &config.store_dir()).expect("copy the store");
         }
         if let Some(from) = &opts.keys {
             let to = config.keys_dir();
@@ -655,4 +661,19 @@ impl TestApp {
             .collect();
         assert_eq!(got, want, "every write is in the history");
     }
+}
+
+/// Copies the folder `from` into `to` (created), files and subfolders.
+pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let target = to.join(e.file_name());
+        if e.file_type()?.is_dir() {
+            copy_tree(&e.path(), &target)?;
+        } else {
+            std::fs::copy(e.path(), target)?;
+        }
+    }
+    Ok(())
 }

@@ -161,6 +161,7 @@ mod emulator;
 pub mod moto;
 pub mod proxy;
 pub mod schemas;
+pub mod store_snapshot;
 pub mod vectors;
 
 /// The committed `.ptd` fixture with the element type of tensor `key` changed to

@@ -258,6 +258,7 @@ fn one_address_cannot_hold_every_connection() {
     let app = TestApp::start_with(Options {
         demo: false,
         keys: None,
+        store: None,
         tweak: Some(Box::new(|c| c.limits.max_connections_per_address = 8)),
     });
     // Eight idle connections are allowed; each further one is shut down as it is accepted, long
@@ -304,6 +305,7 @@ fn uploads_are_capped_in_number_and_time() {
     let app = TestApp::start_with(Options {
         demo: false,
         keys: None,
+        store: None,
         tweak: Some(Box::new(|c| {
             c.limits.max_concurrent_uploads = 2;
             c.limits.upload_timeout_secs = 10;
@@ -359,6 +361,7 @@ fn endless_answers_are_cut_off_and_nothing_is_loaded_or_cached() {
     let app = TestApp::start_with(Options {
         demo: true,
         keys: None,
+        store: None,
         tweak: None,
     });
     let proxy = FaultProxy::start(app.server.addr);
@@ -450,6 +453,7 @@ fn a_learned_deny_never_takes_the_xnnpack_floor_and_can_require_several_networks
     let quick = |networks: u64| Options {
         demo: false,
         keys: None,
+        store: None,
         tweak: Some(Box::new(move |c| {
             c.telemetry.deny_min_samples = 50;
             c.telemetry.evaluate_ms = 0;

@@ -95,6 +95,7 @@ fn a_c_program_loads_a_model_end_to_end() {
     let app = TestApp::start_with(Options {
         demo: true,
         keys: None,
+        store: None,
         tweak: None,
     });
     let side: ferry_shared::manifest::Golden = serde_json::from_slice(

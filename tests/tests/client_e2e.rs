@@ -19,6 +19,7 @@ fn demo() -> TestApp {
     TestApp::start_with(Options {
         demo: true,
         keys: None,
+        store: None,
         tweak: None,
     })
 }

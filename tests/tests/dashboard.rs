@@ -100,6 +100,7 @@ fn an_operator_runs_a_rollout_from_the_dashboard() {
     let app = TestApp::start_with(Options {
         demo: false,
         keys: None,
+        store: None,
         tweak: Some(Box::new(|c| {
             c.telemetry.deny_min_samples = 30;
             c.telemetry.flush_secs = 1;

@@ -104,6 +104,7 @@ fn windows_compaction_and_retention_keep_every_total() {
     let app = TestApp::start_with(Options {
         demo: false,
         keys: None,
+        store: None,
         tweak: Some(Box::new(fast)),
     });
     app.publish(&mlp_v1());

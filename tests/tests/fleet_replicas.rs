@@ -103,6 +103,7 @@ fn three(storage: Option<StorageConfig>) -> (TestApp, Vec<RunningServer>) {
     let app = TestApp::start_with(Options {
         demo: false,
         keys: None,
+        store: None,
         tweak: Some(Box::new(move |c| {
             fast(c);
             if let Some(s) = s {
@@ -226,6 +227,7 @@ fn halt_written_once(storage: Option<StorageConfig>) {
     let app = TestApp::start_with(Options {
         demo: false,
         keys: None,
+        store: None,
         tweak: Some(Box::new(move |c| {
             fast(c);
             if let Some(s) = s {
@@ -294,6 +296,7 @@ fn a_damaged_rollup_in_the_store_is_skipped_and_the_server_keeps_going() {
     let app = TestApp::start_with(Options {
         demo: false,
         keys: None,
+        store: None,
         tweak: Some(Box::new(fast)),
     });
     app.publish(&mlp_v1());
@@ -357,6 +360,7 @@ fn restarts_of_one_replica_keep_every_run_s_counts() {
     let app = TestApp::start_with(Options {
         demo: false,
         keys: None,
+        store: None,
         tweak: Some(Box::new(fast)),
     });
     app.publish(&mlp_v1());

@@ -76,6 +76,7 @@ fn a_java_program_loads_a_model_through_the_binding() {
     let app = TestApp::start_with(Options {
         demo: true,
         keys: None,
+        store: None,
         tweak: None,
     });
     let side: ferry_shared::manifest::Golden = serde_json::from_slice(

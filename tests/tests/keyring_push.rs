@@ -78,6 +78,7 @@ fn a_new_release_key_is_trusted_by_every_replica_without_a_restart() {
     let app = TestApp::start_with(Options {
         demo: false,
         keys: None,
+        store: None,
         tweak: Some(Box::new(move |c| {
             fast(c);
             c.storage = s;

@@ -244,6 +244,7 @@ fn a_telemetry_flood_denies_one_soc_and_halts_the_staged_release() {
     let app = TestApp::start_with(Options {
         demo: false,
         keys: None,
+        store: None,
         tweak: Some(Box::new(|c| {
             c.telemetry.deny_min_samples = 50;
             c.telemetry.flush_secs = 1;
@@ -558,6 +559,7 @@ fn forged_telemetry_without_a_receipt_changes_no_decision() {
     let app = TestApp::start_with(Options {
         demo: false,
         keys: None,
+        store: None,
         tweak: Some(Box::new(|c| {
             c.telemetry.deny_min_samples = 50;
             c.telemetry.evaluate_ms = 0;

@@ -10,6 +10,7 @@ fn quick() -> Options {
     Options {
         demo: false,
         keys: None,
+        store: None,
         tweak: Some(Box::new(|c| {
             c.ramp_check_secs = 1;
             c.telemetry.evaluate_ms = 0;

@@ -12,6 +12,7 @@ fn on_s3(moto: &Moto, bucket: &str) -> TestApp {
     TestApp::start_with(Options {
         demo: false,
         keys: None,
+        store: None,
         tweak: Some(Box::new(move |c| c.storage = storage)),
     })
 }

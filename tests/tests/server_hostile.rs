@@ -184,6 +184,7 @@ fn hostile_admin_requests() {
     let small = TestApp::start_with(ferry_tests::app::Options {
         demo: false,
         keys: None,
+        store: None,
         tweak: Some(Box::new(|c| c.limits.max_blob_bytes = 10_000)),
     });
     let data = vec![1u8; 50_000];
@@ -317,6 +318,7 @@ fn bodies_trickled_byte_by_byte_are_cut_off_and_resolve_keeps_answering() {
     let app = TestApp::start_with(ferry_tests::app::Options {
         demo: false,
         keys: None,
+        store: None,
         tweak: Some(Box::new(|c| c.limits.body_timeout_secs = 1)),
     });
     app.publish(&mlp_v1());
@@ -371,6 +373,7 @@ fn a_blob_upload_that_stops_sending_is_cut_off() {
     let app = TestApp::start_with(ferry_tests::app::Options {
         demo: false,
         keys: None,
+        store: None,
         tweak: Some(Box::new(|c| c.limits.body_timeout_secs = 1)),
     });
     let before = app.stored_files();

@@ -335,6 +335,7 @@ fn blob_uploads_are_checked_and_leave_nothing_on_failure() {
     let app = TestApp::start_with(ferry_tests::app::Options {
         demo: false,
         keys: None,
+        store: None,
         tweak: Some(Box::new(|c| c.limits.max_blob_bytes = 64 * 1024)),
     });
     let bytes =

@@ -218,6 +218,7 @@ fn demo_model_resolves() {
     let app = TestApp::start_with(ferry_tests::app::Options {
         demo: true,
         keys: None,
+        store: None,
         tweak: None,
     });
     let mut dev = device(

@@ -19,6 +19,7 @@ fn serves_https_with_a_configured_certificate() {
     let mut app = TestApp::start_with(Options {
         demo: false,
         keys: None,
+        store: None,
         tweak: Some(Box::new(move |cfg| {
             cfg.tls = Some(TlsConfig { cert: c, key: k })
         })),

@@ -94,6 +94,7 @@ fn outage(storage: ferry_server::app::config::StorageConfig, pause: &dyn Fn(), r
     let app = TestApp::start_with(Options {
         demo: false,
         keys: None,
+        store: None,
         tweak: Some(Box::new(move |c| {
             c.storage = s;
             c.limits.store_timeout_secs = 1;

@@ -54,6 +54,7 @@ fn every_accepted_event_is_in_parquet_and_the_documented_queries_run() {
     let app = TestApp::start_with(Options {
         demo: false,
         keys: None,
+        store: None,
         tweak: Some(Box::new(|c| {
             c.telemetry.flush_secs = 1;
             c.telemetry.raw_roll_secs = 1;
@@ -296,6 +297,7 @@ fn a_full_buffer_is_written_without_waiting_for_the_roll_timer() {
     let app = TestApp::start_with(Options {
         demo: false,
         keys: None,
+        store: None,
         tweak: Some(Box::new(|c| {
             c.telemetry.flush_secs = 3600;
             c.telemetry.raw_roll_secs = 3600;
