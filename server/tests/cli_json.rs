@@ -166,4 +166,10 @@ fn every_json_output_matches_its_schema() {
     .collect();
     let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
     json_of(&refs, "resolve-response.schema.json");
+    // The resolve above is counted among the model's clients (it sends no Ferry-Protocol).
+    let v = run(
+        &["fleet", "clients", "jsonout", "--since", "1h"],
+        "cli.schema.json#/$defs/fleet_clients",
+    );
+    assert!(v["devices"].as_u64().unwrap_or(0) >= 1, "{v}");
 }

@@ -483,6 +483,17 @@ async function healthView(name) {
     parts.push(el("h3", {}, "By variant"), rows.length
         ? table("health-variants", ["release", "variant", "delegate", "loads", "failures", "fallbacks", "p50", "p95", "top errors"], rows)
         : el("p", { id: "health-empty" }, "No telemetry with receipts yet."));
+    // Who is in the field: devices by protocol version and SDK (`ferry fleet clients`).
+    const clients = (h.clients?.by_client ?? []);
+    parts.push(el("h3", {}, "Clients"), clients.length
+        ? table("health-clients", ["protocol", "SDK", "version", "devices", "share"], clients.map((c) => [
+            c.protocol === "legacy" ? "legacy (before v1)" : String(c.protocol),
+            String(c.sdk),
+            String(c.sdk_version),
+            String(c.devices),
+            pct(c.share),
+        ]))
+        : el("p", { id: "clients-empty" }, "No device has resolved this model yet."));
     // Heat map: SoC x variant, fallbacks per load attempt (what the deny list learns from).
     if (heat.size) {
         const head = el("tr", {}, el("th", {}, "SoC"), ...variantNames.map((n) => el("th", {}, n)));

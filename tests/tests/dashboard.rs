@@ -288,6 +288,15 @@ fn an_operator_runs_a_rollout_from_the_dashboard() {
             .any(|r| r == &serde_json::json!(["SM8550", "0%"])),
         "{heat:?}"
     );
+    // The devices that resolved sent no Ferry-Protocol header (the test's plain requests): they
+    // are listed as clients from before protocol v1.
+    let clients = health["clients"].as_array().expect("clients");
+    assert!(
+        clients
+            .iter()
+            .any(|r| r[0] == "legacy (before v1)" && r[1] == "unknown" && r[4] == "100%"),
+        "{clients:?}"
+    );
     let deny = health["deny"].as_array().expect("deny");
     assert!(
         deny.iter().any(|r| r[2] == "soc SM8350"),

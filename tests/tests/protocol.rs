@@ -246,3 +246,49 @@ fn a_planned_retirement_is_announced_on_every_device_answer() {
         .expect("get");
     assert!(!r.headers().contains_key("ferry-protocol-sunset"));
 }
+
+#[test]
+fn the_fleet_view_shows_who_resolves_by_protocol_and_sdk() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    let sdks = [
+        ("1", "ferry-client-rust/0.2.0"),
+        ("1", "ferry-client-c/0.2.0"),
+        ("1", "ferry-client-rust/0.2.0"),
+    ];
+    for (i, (protocol, sdk)) in sdks.iter().enumerate() {
+        let mut dev = device("linux", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096);
+        dev["install_id"] = format!("census-{i}").into();
+        // The same device twice counts once.
+        for _ in 0..2 {
+            let (status, _, body) = post(
+                &app,
+                "/v1/resolve",
+                &dev,
+                &[("Ferry-Protocol", protocol), ("Ferry-Sdk", sdk)],
+            );
+            assert_eq!(status, 200, "{body}");
+        }
+    }
+    let mut dev = device("linux", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096);
+    dev["install_id"] = "census-old".into();
+    assert_eq!(post(&app, "/v1/resolve", &dev, &[]).0, 200);
+
+    let (status, h) = app.get_json(
+        "/v1/admin/models/mlp/health?since=1h",
+        Some(ferry_tests::app::READ_TOKEN),
+    );
+    assert_eq!(status, 200, "{h}");
+    let c = &h["clients"];
+    assert_eq!(c["devices"], 4, "{c}");
+    let rows = c["by_client"].as_array().expect("rows");
+    assert_eq!(rows[0]["sdk"], "ferry-client-rust", "{c}");
+    assert_eq!(rows[0]["sdk_version"], "0.2.0");
+    assert_eq!(rows[0]["devices"], 2);
+    assert_eq!(rows[0]["share"], 0.5);
+    assert!(
+        rows.iter()
+            .any(|r| r["protocol"] == "legacy" && r["sdk"] == "unknown" && r["devices"] == 1),
+        "{c}"
+    );
+}

@@ -151,7 +151,10 @@ async function main() {
       const deny = await page.$$eval("#deny tbody tr", (rows) =>
         rows.map((r) => Array.from(r.querySelectorAll("td")).map((td) => td.textContent)),
       );
-      out({ step: "health", titles, legends, heat, deny, halt: await page.textContent("#halt-reason") });
+      const clients = await page.$$eval("#health-clients tbody tr", (rows) =>
+        rows.map((r) => Array.from(r.querySelectorAll("td")).map((td) => td.textContent)),
+      );
+      out({ step: "health", titles, legends, heat, deny, clients, halt: await page.textContent("#halt-reason") });
       await shot("health");
       // Override the first deny entry from the page.
       if (deny.length) {

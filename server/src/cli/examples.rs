@@ -97,6 +97,11 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
         "health",
         "ferry health demo-mlp\nferry health demo-mlp --since 1h\nferry health demo-mlp --since step --json",
     ),
+    ("fleet", "ferry fleet clients demo-mlp --since 7d"),
+    (
+        "fleet clients",
+        "ferry fleet clients demo-mlp\nferry fleet clients demo-mlp --since 7d --json",
+    ),
     ("deny", "ferry deny list demo-mlp"),
     (
         "deny list",

@@ -14,25 +14,7 @@ pub(crate) fn health_cmd(
     json: bool,
     remote: &Remote,
 ) -> anyhow::Result<ExitCode> {
-    let query = since.map_or(String::new(), |s| {
-        format!(
-            "?since={}",
-            s.bytes()
-                .map(|b| match b {
-                    b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' => {
-                        (b as char).to_string()
-                    }
-                    _ => format!("%{b:02X}"),
-                })
-                .collect::<String>()
-        )
-    });
-    let v = admin_call(
-        remote,
-        "GET",
-        &format!("/v1/admin/models/{model}/health{query}"),
-        None,
-    )?;
+    let v = health_of(model, since, remote)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
@@ -98,6 +80,33 @@ pub(crate) fn health_cmd(
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The server's health view of `model`, for the window `since` (everything when `None`).
+pub(crate) fn health_of(
+    model: &str,
+    since: Option<&str>,
+    remote: &Remote,
+) -> anyhow::Result<serde_json::Value> {
+    let query = since.map_or(String::new(), |s| {
+        format!(
+            "?since={}",
+            s.bytes()
+                .map(|b| match b {
+                    b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' => {
+                        (b as char).to_string()
+                    }
+                    _ => format!("%{b:02X}"),
+                })
+                .collect::<String>()
+        )
+    });
+    admin_call(
+        remote,
+        "GET",
+        &format!("/v1/admin/models/{model}/health{query}"),
+        None,
+    )
 }
 
 /// A load time for people: one decimal, or `-` without samples.

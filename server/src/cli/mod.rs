@@ -2,6 +2,7 @@
 
 mod deny;
 mod examples;
+mod fleet;
 mod health;
 mod inspect;
 mod keys;
@@ -181,6 +182,12 @@ pub enum Command {
         #[command(flatten)]
         remote: Remote,
     },
+    /// Who is in the field: devices by protocol version and SDK.
+    Fleet {
+        /// What to show.
+        #[command(subcommand)]
+        command: fleet::FleetCommand,
+    },
     /// The deny list: list, add, override, clear.
     Deny {
         /// What to do.
@@ -333,6 +340,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             remote,
         } => health_cmd(&model, since.as_deref(), json, &remote),
         Command::Deny { command } => deny::deny_cmd(command, json),
+        Command::Fleet { command } => fleet::fleet_cmd(command, json),
         Command::Release { command } => release::release_cmd(command, json),
         Command::Releases { model, remote } => releases::releases_cmd(&model, json, &remote),
         Command::Models { remote } => models::models_cmd(json, &remote),
