@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex};
 use ferry_shared::keyring::TrustState;
 use semver::Version;
 
-pub use crate::builder::ClientBuilder;
+pub use crate::builder::{ClientBuilder, RUST_SDK};
 pub use crate::cache::{Cache, ModelEntry, VerifiedBlob};
 pub use crate::download::{DownloadLimits, ProgressFn};
 pub use crate::error::{Attempt, ClientError, Stage};

@@ -1,0 +1,92 @@
+//! The real client against protocol v1: it names its protocol and SDK on every request, and a
+//! signed answer in a newer format keeps its last known good model with a typed code.
+
+use std::sync::Arc;
+
+use ferry_client::executorch_runtime::ExecuTorchRuntime;
+use ferry_client::{ClientBuilder, DeviceInfo, Source};
+use ferry_shared::manifest::Platform;
+use ferry_shared::trust::TrustFile;
+use ferry_tests::app::{ADMIN_TOKEN, Options, TestApp};
+use ferry_tests::proxy::{Fault, FaultProxy};
+use ferry_tests::vectors;
+
+fn device() -> DeviceInfo {
+    DeviceInfo {
+        install_id: "protocol-device".into(),
+        platform: Platform::Linux,
+        os_version: "6.1".into(),
+        device_model: "vector-board".into(),
+        soc: "RK3588".into(),
+        ram_mb: 4096,
+        claimed_backends: Vec::new(),
+    }
+}
+
+#[test]
+fn a_newer_signed_format_keeps_the_last_known_good_model() {
+    // A server on the vector keys with the vector release.
+    let app = TestApp::start_with(Options {
+        keys: Some(vectors::dir().join("keys")),
+        ..Default::default()
+    });
+    for f in [
+        "mlp-v1-xnnpack.pte",
+        "mlp-v1-vulkan.pte",
+        "mlp-v1-portable.pte",
+    ] {
+        let bytes = std::fs::read(ferry_tests::fixtures_dir().join("pte").join(f)).expect("pte");
+        assert!(matches!(app.put_blob(&bytes), 200 | 201), "{f}");
+    }
+    let release = std::fs::read(vectors::dir().join("release-v1.json")).expect("release");
+    let (status, body) = app.post_raw("/v1/admin/models/vec/releases", &release, Some(ADMIN_TOKEN));
+    assert_eq!(status, 201, "{body}");
+    let proxy = FaultProxy::start(app.server.addr);
+    let cache = tempfile::tempdir().expect("cache");
+    let trust = TrustFile::from_json(
+        &std::fs::read(vectors::dir().join("keys/trust.json")).expect("trust"),
+    )
+    .expect("trust file");
+    let client = || {
+        ClientBuilder::new(proxy.url(), trust.clone())
+            .cache_dir(cache.path())
+            .app_version(semver::Version::new(1, 0, 0))
+            .runtime(Arc::new(ExecuTorchRuntime::new()))
+            .build()
+            .expect("client")
+    };
+
+    let first = client().load("vec", &device()).expect("first load");
+    assert_eq!(first.source, Source::Downloaded);
+    assert_eq!(first.variant, "xnnpack-fp32");
+
+    // Every request named the protocol and the SDK.
+    let mut r = app.agent.get(app.at("/metrics")).call().expect("metrics");
+    let metrics = r.body_mut().read_to_string().expect("text");
+    let sdk = ferry_client::RUST_SDK;
+    for endpoint in ["resolve", "blobs", "releases"] {
+        assert!(
+            metrics.contains(&format!(
+                "ferry_device_requests_total{{endpoint=\"{endpoint}\",protocol=\"1\",sdk=\"{sdk}\"}}"
+            )),
+            "{endpoint}: {metrics}"
+        );
+    }
+    assert!(!metrics.contains("protocol=\"legacy\""), "{metrics}");
+
+    // A newer server answers with a decision in format 2: the client cannot read it, says so
+    // with a typed code, and keeps loading what it verified before.
+    let future = std::fs::read(vectors::dir().join("answer-format-2.json")).expect("vector");
+    proxy.resolve_faults([Fault::Replace(future)]);
+    let second = client().load("vec", &device()).expect("last known good");
+    match &second.source {
+        Source::LastKnownGood { code, reason } => {
+            assert_eq!(code, "format_unsupported", "{reason}");
+            assert!(reason.contains("format 2"), "{reason}");
+        }
+        other => panic!("expected the last known good model, got {other:?}"),
+    }
+    assert_eq!(second.variant, "xnnpack-fp32");
+    assert_eq!(second.path, first.path);
+    assert_eq!(second.report.attempts[0].error_code, "format_unsupported");
+}
