@@ -222,6 +222,7 @@ impl ClientBuilder {
             method: self.method,
             in_use: Arc::new(Mutex::new(BTreeMap::new())),
             updating: Mutex::new(Default::default()),
+            sunset: Mutex::new(None),
         })
     }
 }

@@ -74,9 +74,31 @@ pub struct Client {
     in_use: InUse,
     /// Models a background update is running for ([`LoadMode::CachedThenUpdate`]).
     updating: Mutex<std::collections::BTreeSet<String>>,
+    /// The last `Ferry-Protocol-Sunset` the server sent (see [`Client::protocol_sunset`]).
+    sunset: Mutex<Option<String>>,
 }
 
 impl Client {
+    /// The day after which the server may stop answering this client's protocol (v1), as the
+    /// server announced it in its last resolve answer (`Ferry-Protocol-Sunset`, `YYYY-MM-DD`);
+    /// `None` while no retirement is planned. An app should surface it to its developers (a
+    /// log line, a crash-reporter breadcrumb): updating the app before that day keeps models
+    /// coming. Also in every [`LoadReport`] as `protocol_sunset`.
+    pub fn protocol_sunset(&self) -> Option<String> {
+        match self.sunset.lock() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    pub(crate) fn note_sunset(&self, value: Option<String>) {
+        let mut g = match self.sunset.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        *g = value;
+    }
+
     pub(crate) fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
         match self.cache.lock() {
             Ok(g) => g,

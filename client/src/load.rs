@@ -820,6 +820,7 @@ impl Client {
             delegated,
             portable_kernels,
             duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+            protocol_sunset: self.protocol_sunset(),
         }
     }
 

@@ -65,6 +65,17 @@ impl Client {
                     } else if status >= 500 {
                         return Err(ClientError::Server { url, status });
                     } else {
+                        // A planned retirement of this protocol, announced by the server.
+                        self.note_sunset(
+                            resp.headers()
+                                .get("ferry-protocol-sunset")
+                                .and_then(|v| v.to_str().ok())
+                                .filter(|v| {
+                                    v.len() == 10
+                                        && v.bytes().all(|b| b.is_ascii_digit() || b == b'-')
+                                })
+                                .map(str::to_string),
+                        );
                         let text = resp
                             .body_mut()
                             .with_config()

@@ -98,6 +98,10 @@ pub struct LoadReport {
     pub portable_kernels: Option<BTreeMap<String, u64>>,
     /// Time from the start of the load (before resolving) to the end, in milliseconds.
     pub duration_ms: f64,
+    /// The day after which the server may stop answering this client's protocol, when it
+    /// announced one (see [`crate::Client::protocol_sunset`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol_sunset: Option<String>,
 }
 
 /// A model loaded into the runtime.

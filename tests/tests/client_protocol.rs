@@ -90,3 +90,28 @@ fn a_newer_signed_format_keeps_the_last_known_good_model() {
     assert_eq!(second.path, first.path);
     assert_eq!(second.report.attempts[0].error_code, "format_unsupported");
 }
+
+#[test]
+fn the_client_tells_the_app_when_its_protocol_is_being_retired() {
+    let app = TestApp::start_with(Options {
+        demo: true,
+        tweak: Some(Box::new(|c| {
+            c.protocol_v1_sunset =
+                Some(time::Date::from_calendar_date(2029, time::Month::June, 30).expect("date"));
+        })),
+        ..Default::default()
+    });
+    let cache = tempfile::tempdir().expect("cache");
+    let client = ClientBuilder::new(app.url(), app.trust())
+        .cache_dir(cache.path())
+        .app_version(semver::Version::new(1, 0, 0))
+        .runtime(Arc::new(ExecuTorchRuntime::new()))
+        .build()
+        .expect("client");
+    assert_eq!(client.protocol_sunset(), None, "nothing announced yet");
+    let loaded = client.load("demo-mlp", &device()).expect("load");
+    assert_eq!(loaded.report.protocol_sunset.as_deref(), Some("2029-06-30"));
+    assert_eq!(client.protocol_sunset().as_deref(), Some("2029-06-30"));
+    let report = serde_json::to_value(&loaded.report).expect("json");
+    assert_eq!(report["protocol_sunset"], "2029-06-30");
+}
