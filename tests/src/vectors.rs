@@ -312,19 +312,27 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
                "about": "a newer client's request: protocol 2 header, unknown fields, a platform and a backend this server does not know; answered in v1"}),
     );
 
-    // Resolve answers (the decision signed by the online key).
+    // Resolve answers (the decision signed by the online key), each judged at NOW against a
+    // request vector and the v1 release.
     let size = release_bytes.len() as u64;
+    let answer_meta = |request: &str, payload_schema: bool, expect: Value, about: &str| {
+        json!({"kind": "answer", "schema": "resolve-response.schema.json",
+               "payload_schema": if payload_schema { json!("decision.schema.json") } else { Value::Null },
+               "request": request, "release": "release-v1.json", "now": NOW,
+               "expect": expect, "about": about})
+    };
     let online = &k.online.pair;
     let d1 = decision(&v1, &manifest, release_sha, &["xnnpack-fp32"]);
     let env = online.sign(DECISION_PAYLOAD_TYPE, &bytes(&d1));
     add(
         "answer-v1.json",
         bytes(&answer(&env, release_sha, size)),
-        json!({"kind": "answer", "schema": "resolve-response.schema.json",
-               "payload_schema": "decision.schema.json", "request": "request-v1.json",
-               "release": "release-v1.json", "now": NOW,
-               "expect": {"client": "ok", "candidates": ["xnnpack-fp32"]},
-               "about": "a v1 server's answer to request-v1.json; today's server must sign the same decision (times aside)"}),
+        answer_meta(
+            "request-v1.json",
+            true,
+            json!({"client": "ok", "candidates": ["xnnpack-fp32"]}),
+            "a v1 server's answer to request-v1.json; today's server must sign the same decision (times aside)",
+        ),
     );
     let df = decision(
         &future_req,
@@ -342,11 +350,12 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     add(
         "answer-future.json",
         bytes(&ans),
-        json!({"kind": "answer", "schema": "resolve-response.schema.json",
-               "payload_schema": "decision.schema.json", "request": "request-future.json",
-               "release": "release-v1.json", "now": NOW,
-               "expect": {"client": "ok", "candidates": ["vulkan-fp32", "xnnpack-fp32"]},
-               "about": "a newer server's answer: unknown fields in the answer, the decision and a candidate"}),
+        answer_meta(
+            "request-future.json",
+            true,
+            json!({"client": "ok", "candidates": ["vulkan-fp32", "xnnpack-fp32"]}),
+            "a newer server's answer: unknown fields in the answer, the decision and a candidate",
+        ),
     );
     let mut payload = serde_json::to_value(&d1)?;
     payload["format"] = 2.into();
@@ -355,10 +364,12 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     add(
         "answer-format-2.json",
         bytes(&answer(&env, release_sha, size)),
-        json!({"kind": "answer", "schema": "resolve-response.schema.json", "payload_schema": null,
-               "request": "request-v1.json", "release": "release-v1.json", "now": NOW,
-               "expect": {"client": "format_unsupported"},
-               "about": "a decision in a newer format: the client refuses it by number and keeps its last known good model"}),
+        answer_meta(
+            "request-v1.json",
+            false,
+            json!({"client": "format_unsupported"}),
+            "a decision in a newer format: the client refuses it by number and keeps its last known good model",
+        ),
     );
     let mut expired = d1.clone();
     expired.issued_at = time("2026-11-30T00:00:00Z");
@@ -367,21 +378,23 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     add(
         "answer-expired.json",
         bytes(&answer(&env, release_sha, size)),
-        json!({"kind": "answer", "schema": "resolve-response.schema.json",
-               "payload_schema": "decision.schema.json", "request": "request-v1.json",
-               "release": "release-v1.json", "now": NOW,
-               "expect": {"client": "expired"},
-               "about": "a decision past its expiry (freeze protection)"}),
+        answer_meta(
+            "request-v1.json",
+            true,
+            json!({"client": "expired"}),
+            "a decision past its expiry (freeze protection)",
+        ),
     );
     let env = online.sign(DECISION_PAYLOAD_TYPE, &bytes(&df));
     add(
         "answer-other-request.json",
         bytes(&answer(&env, release_sha, size)),
-        json!({"kind": "answer", "schema": "resolve-response.schema.json",
-               "payload_schema": "decision.schema.json", "request": "request-v1.json",
-               "release": "release-v1.json", "now": NOW,
-               "expect": {"client": "decision_mismatch"},
-               "about": "a valid decision for another device's request"}),
+        answer_meta(
+            "request-v1.json",
+            true,
+            json!({"client": "decision_mismatch"}),
+            "a valid decision for another device's request",
+        ),
     );
 
     // Keyrings.
@@ -525,4 +538,29 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     index_bytes.push(b'\n');
     out.push(("index.json".into(), index_bytes));
     Ok(out)
+}
+
+/// Uploads the fixture programs the vector release names to `app`.
+pub fn put_blobs(app: &crate::app::TestApp) {
+    for f in [
+        "mlp-v1-xnnpack.pte",
+        "mlp-v1-vulkan.pte",
+        "mlp-v1-portable.pte",
+    ] {
+        let bytes = std::fs::read(fixtures_dir().join("pte").join(f)).expect("pte");
+        assert!(matches!(app.put_blob(&bytes), 200 | 201), "{f}");
+    }
+}
+
+/// Publishes the v1 vector release (`release-v1.json`, `vec` 1.0.0) on `app`, a server started
+/// on the vector keys.
+pub fn publish(app: &crate::app::TestApp) {
+    put_blobs(app);
+    let release = std::fs::read(dir().join("release-v1.json")).expect("release");
+    let (status, body) = app.post_raw(
+        "/v1/admin/models/vec/releases",
+        &release,
+        Some(crate::app::ADMIN_TOKEN),
+    );
+    assert_eq!(status, 201, "{body}");
 }

@@ -7,7 +7,7 @@ use ferry_client::executorch_runtime::ExecuTorchRuntime;
 use ferry_client::{ClientBuilder, DeviceInfo, Source};
 use ferry_shared::manifest::Platform;
 use ferry_shared::trust::TrustFile;
-use ferry_tests::app::{ADMIN_TOKEN, Options, TestApp};
+use ferry_tests::app::{Options, TestApp};
 use ferry_tests::proxy::{Fault, FaultProxy};
 use ferry_tests::vectors;
 
@@ -30,17 +30,7 @@ fn a_newer_signed_format_keeps_the_last_known_good_model() {
         keys: Some(vectors::dir().join("keys")),
         ..Default::default()
     });
-    for f in [
-        "mlp-v1-xnnpack.pte",
-        "mlp-v1-vulkan.pte",
-        "mlp-v1-portable.pte",
-    ] {
-        let bytes = std::fs::read(ferry_tests::fixtures_dir().join("pte").join(f)).expect("pte");
-        assert!(matches!(app.put_blob(&bytes), 200 | 201), "{f}");
-    }
-    let release = std::fs::read(vectors::dir().join("release-v1.json")).expect("release");
-    let (status, body) = app.post_raw("/v1/admin/models/vec/releases", &release, Some(ADMIN_TOKEN));
-    assert_eq!(status, 201, "{body}");
+    vectors::publish(&app);
     let proxy = FaultProxy::start(app.server.addr);
     let cache = tempfile::tempdir().expect("cache");
     let trust = TrustFile::from_json(

@@ -37,6 +37,17 @@ fn loads_of(app: &TestApp, release: &str, variant: &str) -> u64 {
         .sum()
 }
 
+/// Resolves `request-v1.json`; the answer must be 200.
+fn resolve_v1(app: &TestApp) -> Value {
+    let (status, body) = app.post_raw(
+        "/v1/resolve",
+        &std::fs::read(vectors::dir().join("request-v1.json")).expect("request"),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
 fn rollout(app: &TestApp) -> Value {
     let (status, body) = app.get_json("/v1/admin/models/vec/rollout", Some(READ_TOKEN));
     assert_eq!(status, 200, "{body}");
@@ -84,12 +95,7 @@ fn a_store_written_by_a_protocol_v1_server_is_read() {
         expect::LOADS
     );
     // And it serves: a device gets a decision under keyring 2.
-    let (status, body) = app.post_raw(
-        "/v1/resolve",
-        &std::fs::read(vectors::dir().join("request-v1.json")).expect("request"),
-        None,
-    );
-    assert_eq!(status, 200, "{body}");
+    let body = resolve_v1(&app);
     let (decision, _) = app.verify_response(&body);
     assert_eq!(decision.keyring_version, 2);
     assert!([expect::BASELINE, expect::STAGED.0].contains(&decision.release.to_string().as_str()));
@@ -163,12 +169,7 @@ fn records_a_newer_server_wrote_are_read_and_never_rewritten() {
         loads_of(&app, expect::BASELINE, "xnnpack-fp32"),
         expect::LOADS
     );
-    let (status, body) = app.post_raw(
-        "/v1/resolve",
-        &std::fs::read(vectors::dir().join("request-v1.json")).expect("request"),
-        None,
-    );
-    assert_eq!(status, 200, "{body}");
+    resolve_v1(&app);
 
     // Never rewritten: a change derived from revision 3 would drop the gate.
     let (status, body) = app.post_raw(

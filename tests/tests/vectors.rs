@@ -243,14 +243,7 @@ fn the_server_answers_every_vector_as_recorded() {
         ..Default::default()
     });
     // The fixture programs the vector release names.
-    for f in [
-        "mlp-v1-xnnpack.pte",
-        "mlp-v1-vulkan.pte",
-        "mlp-v1-portable.pte",
-    ] {
-        let bytes = std::fs::read(ferry_tests::fixtures_dir().join("pte").join(f)).expect("pte");
-        assert!(matches!(app.put_blob(&bytes), 200 | 201), "{f}");
-    }
+    vectors::put_blobs(&app);
     for v in of_kind("release") {
         let name = v["file"].as_str().expect("file");
         let (status, body) = post(
