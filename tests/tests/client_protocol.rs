@@ -105,3 +105,41 @@ fn the_client_tells_the_app_when_its_protocol_is_being_retired() {
     let report = serde_json::to_value(&loaded.report).expect("json");
     assert_eq!(report["protocol_sunset"], "2029-06-30");
 }
+
+#[test]
+fn a_candidate_for_a_backend_the_runtime_lacks_falls_back_like_any_unregistered_backend() {
+    let app = TestApp::start();
+    let mut spec = ferry_tests::app::mlp_v1();
+    spec.variants.push(ferry_tests::app::variant(
+        "openvino-fp32",
+        "mlp-v1-openvino.pte",
+        "OpenvinoBackend".parse().expect("delegate"),
+        ">=1.0.0",
+        "*",
+    ));
+    app.publish(&spec);
+    let cache = tempfile::tempdir().expect("cache");
+    let client = ClientBuilder::new(app.url(), app.trust())
+        .cache_dir(cache.path())
+        .app_version(semver::Version::new(1, 0, 0))
+        .runtime(Arc::new(ExecuTorchRuntime::new()))
+        .build()
+        .expect("client");
+    // The app claims OpenVINO; the runtime it links registers XNNPACK only.
+    let mut dev = device();
+    dev.claimed_backends = vec!["OpenvinoBackend".into()];
+    let loaded = client.load("mlp", &dev).expect("load");
+    let first = &loaded.report.attempts[0];
+    assert_eq!(first.variant, "openvino-fp32");
+    assert_eq!(first.delegate, "OpenvinoBackend");
+    assert_eq!(first.stage.as_str(), "load_method");
+    assert!(
+        first
+            .message
+            .contains("needs OpenvinoBackend, which this runtime does not register"),
+        "{}",
+        first.message
+    );
+    assert_eq!(loaded.delegate, "xnnpack");
+    assert_eq!(loaded.report.registered_backends, ["XnnpackBackend"]);
+}

@@ -292,3 +292,88 @@ fn the_fleet_view_shows_who_resolves_by_protocol_and_sdk() {
         "{c}"
     );
 }
+
+#[test]
+fn a_variant_for_a_backend_outside_the_known_set_is_signed_published_and_ranked() {
+    let app = TestApp::start();
+    let openvino: ferry_shared::manifest::Delegate = "OpenvinoBackend".parse().expect("delegate");
+    assert!(!openvino.is_known());
+    let mut spec = mlp_v1();
+    spec.variants.push(ferry_tests::app::variant(
+        "openvino-fp32",
+        "mlp-v1-openvino.pte",
+        openvino.clone(),
+        ">=1.0.0",
+        "*",
+    ));
+    // Signed with ferry sign's checks (the program really calls OpenvinoBackend) and admitted.
+    let (manifest, _) = app.publish(&spec);
+    let v = manifest.variant_named("openvino-fp32").expect("variant");
+    assert_eq!(v.backends[0].as_str(), "OpenvinoBackend");
+
+    // Ranked after the known GPU delegate and before XNNPACK.
+    let both = device(
+        "android",
+        &["XnnpackBackend", "VulkanBackend", "OpenvinoBackend"],
+        "1.5.1",
+        "1.0.0",
+        8192,
+    );
+    let (status, body) = app.resolve(&both, false);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        candidates(&app, &body),
+        vec![
+            "vulkan-fp32",
+            "openvino-fp32",
+            "xnnpack-int8",
+            "xnnpack-fp32"
+        ]
+    );
+    let cpu = device(
+        "linux",
+        &["XnnpackBackend", "OpenvinoBackend"],
+        "1.5.1",
+        "1.0.0",
+        8192,
+    );
+    let (_, body) = app.resolve(&cpu, false);
+    assert_eq!(
+        candidates(&app, &body),
+        vec!["openvino-fp32", "xnnpack-int8", "xnnpack-fp32"]
+    );
+    // A device without the backend is not offered it, and explain says why.
+    let plain = device("linux", &["XnnpackBackend"], "1.5.1", "1.0.0", 8192);
+    let (_, body) = app.resolve(&plain, true);
+    let why = body["explain"]
+        .as_array()
+        .expect("explain")
+        .iter()
+        .find(|e| e["variant"] == "openvino-fp32")
+        .expect("explained")["reasons"][0]
+        .to_string();
+    assert!(why.contains("needs backend OpenvinoBackend"), "{why}");
+
+    // ferry sign still refuses a variant that claims the backend its program never calls.
+    let mut lie = mlp_v1();
+    lie.version = "1.0.1".parse().expect("version");
+    lie.variants.push(ferry_tests::app::variant(
+        "openvino-fp32",
+        "mlp-v1-xnnpack.pte",
+        openvino,
+        ">=1.0.0",
+        "*",
+    ));
+    let read = |p: &std::path::Path| -> anyhow::Result<Vec<u8>> { Ok(std::fs::read(p)?) };
+    let err = ferry_server::release::sign::build_manifest(
+        &lie,
+        &ferry_tests::fixtures_dir().join("pte"),
+        &read,
+        time::OffsetDateTime::now_utc(),
+    )
+    .expect_err("delegate not in the bytes");
+    assert!(
+        err.to_string().contains("never calls OpenvinoBackend"),
+        "{err:#}"
+    );
+}
