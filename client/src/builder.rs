@@ -202,7 +202,7 @@ impl ClientBuilder {
             // next resolve fetches the server's chain).
             let _ = trust.advance_all(cache.keyrings());
         }
-        Ok(Client {
+        let client = Client {
             server: self.server,
             trust: Mutex::new(trust),
             agent: cfg.build().new_agent(),
@@ -223,7 +223,11 @@ impl ClientBuilder {
             in_use: Arc::new(Mutex::new(BTreeMap::new())),
             updating: Mutex::new(Default::default()),
             sunset: Mutex::new(None),
-        })
+        };
+        // An app or runtime update since the cache was last used: mark what no longer fits.
+        // A cache that cannot record it now is checked again on every load anyway.
+        let _ = client.note_versions();
+        Ok(client)
     }
 }
 

@@ -49,6 +49,19 @@ pub struct ModelEntry {
     pub data: Vec<Sha256Digest>,
     /// The signed release envelope, re-verified before any offline use.
     pub release_envelope: Envelope,
+    /// Set when an app or runtime update left the entry outside its signed constraints: it is
+    /// not loaded, no longer protected from eviction, and reported once in telemetry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incompatible: Option<Incompatible>,
+}
+
+/// Why a cached entry no longer fits the app (see [`ModelEntry::incompatible`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Incompatible {
+    /// Each signed constraint that no longer holds, with both values.
+    pub why: String,
+    /// Whether telemetry reported it already.
+    pub reported: bool,
 }
 
 impl ModelEntry {
@@ -87,6 +100,9 @@ struct Index {
     /// The keyring version under which each kept revocation list was verified.
     #[serde(default)]
     revocation_keyrings: BTreeMap<String, u64>,
+    /// The app and runtime versions the entries were last checked against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    seen_versions: Option<(String, String)>,
 }
 
 /// A cached blob whose bytes matched a signed digest and size when the cache handed it out.
@@ -319,6 +335,68 @@ impl Cache {
         self.index.models.get(model)
     }
 
+    /// The app and runtime versions the entries were last checked against.
+    pub fn seen_versions(&self) -> Option<&(String, String)> {
+        self.index.seen_versions.as_ref()
+    }
+
+    /// Records the app and runtime versions the entries were checked against.
+    pub fn set_seen_versions(&mut self, seen: (String, String)) -> Result<(), ClientError> {
+        self.index.seen_versions = Some(seen);
+        self.save()
+    }
+
+    /// Marks `model`'s entry as no longer fitting the app (`why`), or as fitting (`None`). A
+    /// newly marked entry's files become the least recently used, so eviction takes them
+    /// first.
+    pub fn mark_incompatible(
+        &mut self,
+        model: &str,
+        why: Option<String>,
+    ) -> Result<(), ClientError> {
+        let Some(entry) = self.index.models.get_mut(model) else {
+            return Ok(());
+        };
+        let was = entry.incompatible.as_ref().map(|i| i.why.clone());
+        if was == why {
+            return Ok(());
+        }
+        entry.incompatible = why.map(|why| Incompatible {
+            why,
+            reported: false,
+        });
+        if entry.incompatible.is_some() {
+            let files: Vec<Sha256Digest> = std::iter::once(entry.sha256)
+                .chain(entry.data.iter().copied())
+                .collect();
+            for d in files {
+                if let Some(b) = self.index.blobs.get_mut(&d.to_hex()) {
+                    b.last_used = 0;
+                }
+            }
+        }
+        self.save()
+    }
+
+    /// Entries marked incompatible that telemetry has not reported yet; marks them reported.
+    pub fn take_unreported_incompatible(
+        &mut self,
+    ) -> Result<Vec<(String, ModelEntry)>, ClientError> {
+        let mut out = Vec::new();
+        for (model, entry) in &mut self.index.models {
+            if let Some(i) = &mut entry.incompatible
+                && !i.reported
+            {
+                i.reported = true;
+                out.push((model.clone(), entry.clone()));
+            }
+        }
+        if !out.is_empty() {
+            self.save()?;
+        }
+        Ok(out)
+    }
+
     /// Every model with a last known good variant.
     pub fn models(&self) -> impl Iterator<Item = (&String, &ModelEntry)> {
         self.index.models.iter()
@@ -475,10 +553,13 @@ impl Cache {
         &mut self,
         in_use: &BTreeSet<Sha256Digest>,
     ) -> Result<Vec<Sha256Digest>, ClientError> {
+        // A model's last known good files are kept, unless an app or runtime update left them
+        // outside their signed constraints.
         let protected: BTreeSet<String> = self
             .index
             .models
             .values()
+            .filter(|m| m.incompatible.is_none())
             .flat_map(|m| std::iter::once(&m.sha256).chain(&m.data))
             .chain(in_use)
             .map(Sha256Digest::to_hex)
@@ -566,6 +647,72 @@ mod tests {
         );
         let protect: BTreeSet<String> = ["a".to_string()].into();
         assert_eq!(eviction_plan(blobs.into_iter(), &protect, 15), ["b", "c"]);
+    }
+
+    #[test]
+    fn an_entry_an_update_left_incompatible_is_evicted_first_and_others_stay_protected() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let (mut cache, _) = Cache::open(dir.path(), 25).expect("open");
+        let mut blob = |bytes: &[u8]| {
+            let d = Sha256Digest::of(bytes);
+            std::fs::write(cache.part_path(&d), bytes).expect("part");
+            cache.commit_part(&d, bytes.len() as u64).expect("commit");
+            d
+        };
+        let (old, kept, other) = (blob(&[1; 10]), blob(&[2; 10]), blob(&[3; 10]));
+        let entry = |d: Sha256Digest| ModelEntry {
+            release: "1.0.0".into(),
+            variant: "v".into(),
+            delegate: "xnnpack".into(),
+            sha256: d,
+            size: 10,
+            data: Vec::new(),
+            release_envelope: Envelope {
+                payload_type: String::new(),
+                payload: String::new(),
+                signatures: Vec::new(),
+            },
+            incompatible: None,
+        };
+        cache
+            .set_last_good("old-app-only", entry(old))
+            .expect("entry");
+        cache.set_last_good("fits", entry(kept)).expect("entry");
+        // `other` is the least recently used before the update.
+        cache.mark_used(&other, 10).expect("touch");
+        cache.mark_used(&kept, 10).expect("touch");
+        cache
+            .mark_incompatible(
+                "old-app-only",
+                Some("needs app <2.0.0, app is 2.0.0".into()),
+            )
+            .expect("mark");
+        let removed = cache.evict(&BTreeSet::new()).expect("evict");
+        assert_eq!(removed, vec![old], "the incompatible entry goes first");
+        assert!(
+            cache.blob_path(&kept).exists(),
+            "a fitting entry stays protected"
+        );
+        // Marks are reported once.
+        let first = cache.take_unreported_incompatible().expect("take");
+        assert_eq!(first.len(), 1);
+        assert!(
+            cache
+                .take_unreported_incompatible()
+                .expect("take")
+                .is_empty()
+        );
+        // Fitting again (the app went back) clears the mark.
+        cache
+            .mark_incompatible("old-app-only", None)
+            .expect("clear");
+        assert!(
+            cache
+                .last_good("old-app-only")
+                .expect("entry")
+                .incompatible
+                .is_none()
+        );
     }
 
     #[test]

@@ -22,6 +22,9 @@ pub enum Stage {
     Golden,
     /// Running the method (for the golden check) failed.
     Execute,
+    /// A cached program's signed constraints no longer admit this device (an app or runtime
+    /// update, a changed device), so it was not used.
+    Cache,
 }
 
 impl Stage {
@@ -35,6 +38,7 @@ impl Stage {
             Stage::LoadMethod => "load_method",
             Stage::Golden => "golden",
             Stage::Execute => "execute",
+            Stage::Cache => "cache",
         }
     }
 }
@@ -192,6 +196,23 @@ pub enum ClientError {
         /// Which condition refused.
         reason: String,
     },
+    /// A verified copy of the model is cached, but what its release signed no longer admits
+    /// this device (an app or runtime update, a changed device), so it is not used.
+    #[error(
+        "{reason}; the cached {model} {release} ({variant}) was signed for other devices: {why}"
+    )]
+    CachedIncompatible {
+        /// The model.
+        model: String,
+        /// The cached release.
+        release: String,
+        /// The cached variant.
+        variant: String,
+        /// Each signed constraint that no longer holds, with both values.
+        why: String,
+        /// Why the server's answer was not used.
+        reason: String,
+    },
     /// Offline and nothing usable is cached.
     #[error("{reason}; and no verified copy of {model} is cached")]
     NothingCached {
@@ -232,6 +253,7 @@ impl ClientError {
             ClientError::CacheIo { .. } => ErrorCode::CacheIo.as_str(),
             ClientError::AllCandidatesFailed { .. } => ErrorCode::AllCandidatesFailed.as_str(),
             ClientError::NothingCached { .. } => ErrorCode::OfflineNoCache.as_str(),
+            ClientError::CachedIncompatible { .. } => ErrorCode::CachedIncompatible.as_str(),
             ClientError::DownloadDeferred { .. } => ErrorCode::DownloadDeferred.as_str(),
         }
     }

@@ -99,6 +99,7 @@ fn status_of(e: &ClientError) -> FerryStatus {
         ClientError::Network { .. }
         | ClientError::Server { .. }
         | ClientError::NothingCached { .. }
+        | ClientError::CachedIncompatible { .. }
         | ClientError::DownloadDeferred { .. } => FerryStatus::FerryErrUnavailable,
         ClientError::Rejected { .. } | ClientError::BadResponse { .. } => {
             FerryStatus::FerryErrRejected

@@ -20,6 +20,7 @@
 
 mod builder;
 pub mod cache;
+mod cached;
 pub mod download;
 pub mod error;
 #[cfg(feature = "executorch")]

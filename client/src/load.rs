@@ -12,13 +12,12 @@ use ferry_shared::manifest::Variant;
 use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
 
 use crate::cache::{ModelEntry, VerifiedBlob};
+use crate::cached::{CacheMiss, LastGood};
 use crate::error::{Attempt, ClientError, Stage};
 use crate::policy::{DownloadPlan, LoadMode, LoadOptions};
 use crate::runtime::{Program, max_abs_diff};
-use crate::types::{
-    CachedModel, DeviceInfo, InUseGuard, LoadReport, LoadedModel, Prefetched, Source,
-};
-use crate::verify::{PlannedVariant, verify_release};
+use crate::types::{DeviceInfo, InUseGuard, LoadReport, LoadedModel, Prefetched, Source};
+use crate::verify::PlannedVariant;
 use crate::{Client, download};
 
 /// A failed load: the stage, a stable code and the message.
@@ -226,7 +225,7 @@ impl Client {
         }
     }
 
-    fn event(
+    pub(crate) fn event(
         &self,
         kind: EventKind,
         release: &str,
@@ -385,10 +384,11 @@ impl Client {
         device: &DeviceInfo,
         opts: &LoadOptions,
     ) -> Result<(LoadedModel, bool), ClientError> {
+        self.report_incompatible(device);
         let result = match opts.mode {
             LoadMode::Latest => self.load_inner(model, device, opts).map(|l| (l, false)),
             LoadMode::CachedOrDownload | LoadMode::CachedThenUpdate => {
-                match self.load_cached(model, Source::Cached, None, Instant::now()) {
+                match self.load_cached(model, device, Source::Cached, None, Instant::now()) {
                     Ok(Ok(loaded)) => Ok((loaded, true)),
                     _ => self.load_inner(model, device, opts).map(|l| (l, false)),
                 }
@@ -448,7 +448,7 @@ impl Client {
                     };
                     let _ = self.telemetry.push(&[ev]);
                 }
-                return self.load_last_good(model, e, load_started);
+                return self.load_last_good(model, device, e, load_started);
             }
         };
         let release = plan.manifest.version.to_string();
@@ -543,6 +543,7 @@ impl Client {
                         size: v.size,
                         data: v.extra_files.iter().map(|f| f.sha256).collect(),
                         release_envelope: plan.release_envelope.clone(),
+                        incompatible: None,
                     };
                     let guard = InUseGuard::new(&self.in_use, &blob);
                     {
@@ -606,79 +607,9 @@ impl Client {
             .push(&stamped(events, plan.receipt.as_deref()));
         if let Some(e) = deferred {
             // A download was not allowed: what is cached serves, or the deferral is the error.
-            return self.load_last_good(model, e, load_started);
+            return self.load_last_good(model, device, e, load_started);
         }
         Err(ClientError::AllCandidatesFailed { attempts })
-    }
-
-    /// The model's last known good entry, checked against the release envelope stored with it:
-    /// the envelope against the trusted release keys, then the entry's model, release version,
-    /// variant id, delegate, digest and size against that signed manifest, then the bytes on
-    /// disk (`blob` is `None` when they failed and were removed). `Ok(None)`: nothing cached.
-    fn last_good(&self, model: &str) -> Result<Option<LastGood>, ClientError> {
-        let Some(entry) = self.cache().last_good(model).cloned() else {
-            return Ok(None);
-        };
-        let ring = self.trust().ring_at(self.clock.now());
-        let manifest = verify_release(&entry.release_envelope, &ring)?.into_inner();
-        // A release its publisher revoked is not loaded, not even offline.
-        let held = self
-            .cache()
-            .revocations(model)
-            .map(|(e, kv)| (e.clone(), kv));
-        if let Ok((list, _)) = crate::verify::effective_revocations(
-            model,
-            held.as_ref().map(|(e, kv)| (e, *kv)),
-            None,
-            0,
-            &ring,
-            0,
-        ) && let Some(e) = crate::verify::revoked(model, &entry.release, list.as_ref())
-        {
-            return Err(e);
-        }
-        if manifest.model.as_str() != model || manifest.version.to_string() != entry.release {
-            return Err(ClientError::DecisionMismatch(format!(
-                "the cached entry names {model} {}, its signed release is {} {}",
-                entry.release, manifest.model, manifest.version
-            )));
-        }
-        let variant = manifest
-            .variants
-            .into_iter()
-            .find(|v| {
-                v.id.as_str() == entry.variant
-                    && v.sha256 == entry.sha256
-                    && v.size == entry.size
-                    && v.delegate.to_string() == entry.delegate
-            })
-            .ok_or_else(|| {
-                ClientError::DecisionMismatch(
-                    "the cached entry is not a variant of its signed release".into(),
-                )
-            })?;
-        // The program and every data file, verified; any that fails makes the entry unusable.
-        let blob = {
-            let mut cache = self.cache();
-            match cache.verified_blob(&variant.sha256, variant.size)? {
-                Some(program) => {
-                    let mut data = Vec::with_capacity(variant.extra_files.len());
-                    for f in &variant.extra_files {
-                        match cache.verified_blob(&f.sha256, f.size)? {
-                            Some(d) => data.push(d),
-                            None => break,
-                        }
-                    }
-                    (data.len() == variant.extra_files.len()).then(|| program.with_data(data))
-                }
-                None => None,
-            }
-        };
-        Ok(Some(LastGood {
-            entry,
-            variant,
-            blob,
-        }))
     }
 
     /// Loads the last known good variant after the server could not be used or a download
@@ -686,6 +617,7 @@ impl Client {
     fn load_last_good(
         &self,
         model: &str,
+        device: &DeviceInfo,
         cause: ClientError,
         load_started: Instant,
     ) -> Result<LoadedModel, ClientError> {
@@ -706,8 +638,26 @@ impl Client {
             code: cause.code().to_string(),
             reason: cause.to_string(),
         };
-        match self.load_cached(model, source, Some(first), load_started)? {
+        match self.load_cached(model, device, source, Some(first), load_started)? {
             Ok(loaded) => Ok(loaded),
+            // The server said nothing fits this device, and the cached copy's own signed
+            // constraints agree: the app hears the server's answer, with its explanation.
+            Err(CacheMiss::Unfit { .. })
+                if cause.code() == ErrorCode::NoCompatibleVariant.as_str() =>
+            {
+                Err(cause)
+            }
+            Err(CacheMiss::Unfit {
+                release,
+                variant,
+                why,
+            }) => Err(ClientError::CachedIncompatible {
+                model: model.to_string(),
+                release,
+                variant,
+                why,
+                reason: cause.to_string(),
+            }),
             Err(CacheMiss::Empty) => Err(if cause.is_unavailable() {
                 ClientError::NothingCached {
                     model: model.to_string(),
@@ -725,27 +675,34 @@ impl Client {
         }
     }
 
-    /// Loads the model's last known good cached variant after checking it
-    /// ([`Client::last_good`]), reporting it as `source` with `first` as the report's first
-    /// attempt. `Ok(Err(_))`: nothing usable is cached.
+    /// Loads the model's last known good cached variant after checking it, and that its signed
+    /// constraints still admit `device` ([`Client::usable_last_good`]), reporting it as
+    /// `source` with `first` (and any cached entry passed over) as the report's first attempts.
+    /// `Ok(Err(_))`: nothing usable is cached.
     fn load_cached(
         &self,
         model: &str,
+        device: &DeviceInfo,
         source: Source,
         first: Option<Attempt>,
         load_started: Instant,
     ) -> Result<Result<LoadedModel, CacheMiss>, ClientError> {
-        let Some(LastGood {
-            entry,
-            variant,
-            blob,
-        }) = self.last_good(model)?
-        else {
-            return Ok(Err(CacheMiss::Empty));
+        let (
+            LastGood {
+                entry,
+                variant,
+                blob,
+                ..
+            },
+            skipped,
+        ) = match self.usable_last_good(model, device)? {
+            Ok(found) => found,
+            Err(miss) => return Ok(Err(miss)),
         };
         let Some(blob) = blob else {
             return Ok(Err(CacheMiss::Corrupt));
         };
+        let first: Vec<Attempt> = first.into_iter().chain(skipped).collect();
         let started = Instant::now();
         let (program, golden) =
             self.open_and_check(&blob, &variant)
@@ -897,34 +854,4 @@ impl Client {
             .or(plan.candidates.last())
             .ok_or_else(|| ClientError::DecisionMismatch("no candidate".into()))
     }
-
-    /// The model's last known good variant on disk (usable offline), after re-checking the
-    /// signature of its release, that the cached entry is a variant of that release, and its
-    /// bytes. `None` when nothing is cached or any check fails.
-    pub fn cached(&self, model: &str) -> Option<CachedModel> {
-        let LastGood { entry, blob, .. } = self.last_good(model).ok()??;
-        let blob = blob?;
-        Some(CachedModel {
-            release: entry.release,
-            variant: entry.variant,
-            delegate: entry.delegate,
-            path: blob.path().to_path_buf(),
-            sha256: entry.sha256,
-        })
-    }
-}
-
-/// Why [`Client::load_cached`] found nothing to load.
-enum CacheMiss {
-    /// No last known good entry.
-    Empty,
-    /// The entry's file failed its integrity check and was removed.
-    Corrupt,
-}
-
-/// A cached entry checked by [`Client::last_good`].
-struct LastGood {
-    entry: ModelEntry,
-    variant: Variant,
-    blob: Option<VerifiedBlob>,
 }

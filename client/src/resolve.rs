@@ -12,7 +12,11 @@ use crate::verify::{Plan, effective_revocations, revoked, verify_response};
 use crate::{Client, download};
 
 impl Client {
-    fn request(&self, model: &str, device: &DeviceInfo) -> Result<ResolveRequest, ClientError> {
+    pub(crate) fn request(
+        &self,
+        model: &str,
+        device: &DeviceInfo,
+    ) -> Result<ResolveRequest, ClientError> {
         let mut backends: Vec<String> = self.runtime.registered_backends();
         for b in &device.claimed_backends {
             if !backends.contains(b) {

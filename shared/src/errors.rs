@@ -147,6 +147,8 @@ catalogue! {
     ManifestInvalid = "manifest_invalid",
     /// A signed payload (decision, release manifest, keyring, revocation list) is in a newer format than this client reads: it keeps its last known good model; update the app. (client, C ABI)
     FormatUnsupported = "format_unsupported",
+    /// A cached model's signed constraints (app or runtime range, backends, platform, OS, RAM, SoC) no longer admit this device, so the client does not load it; the message names each constraint and both values. (client, C ABI)
+    CachedIncompatible = "cached_incompatible",
     /// The `.pte` file ends early. (server, CLI)
     PteTruncated = "pte_truncated",
     /// The file is not an ExecuTorch program (wrong identifier). (server, CLI)

@@ -128,6 +128,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::CacheIo
         | C::AllCandidatesFailed
         | C::OfflineNoCache
+        | C::CachedIncompatible
         | C::DownloadDeferred
         | C::RuntimeLoadFailed
         | C::RuntimeExecuteFailed
