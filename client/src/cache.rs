@@ -10,9 +10,14 @@
 //!
 //! Every file is written with [`write_durable`] (temporary file, fsync, rename, folder fsync),
 //! so a crash at any point leaves the old or the new version. On open, stray temporary files
-//! are removed, a corrupt index is set aside and rebuilt from the blobs on disk, and index
-//! entries whose blob vanished are dropped. Eviction ([`Cache::evict`]) is LRU under a byte
-//! budget and never removes a blob in use or a model's last known good variant.
+//! older than [`STALE_STAGING`] are removed, a corrupt index is set aside and rebuilt from the
+//! blobs on disk, and index entries whose blob vanished are dropped. Eviction
+//! ([`Cache::evict`]) is LRU under a byte budget and never removes a blob in use (in any
+//! process) or a model's last known good variant.
+//!
+//! Several processes may share one cache (see [`crate::locks`]): every change to the index is
+//! a read-modify-write under the exclusive lock on `<root>/.lock`, and a process re-reads the
+//! index whenever another one changed it, so no process's change is lost.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -22,6 +27,10 @@ use ferry_shared::dsse::Envelope;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ClientError;
+
+/// Staging files younger than this may belong to another process's write in flight and are
+/// left alone when a cache is opened.
+pub const STALE_STAGING: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Most signed release manifests kept in `<root>/releases/sha256/`.
 pub const MAX_RELEASES: usize = 64;
@@ -115,7 +124,24 @@ pub struct VerifiedBlob {
     sha256: Sha256Digest,
     size: u64,
     data: Vec<VerifiedBlob>,
+    /// A shared lock on the file while any copy of this value lives: no process evicts a blob
+    /// another one holds.
+    held: Held,
 }
+
+/// A shared lock on a blob file, shared by the clones of a [`VerifiedBlob`].
+#[derive(Debug, Clone, Default)]
+struct Held {
+    _lock: Option<std::sync::Arc<crate::locks::FileLock>>,
+}
+
+impl PartialEq for Held {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Held {}
 
 impl VerifiedBlob {
     /// The file in the cache.
@@ -152,6 +178,38 @@ pub struct Cache {
     root: PathBuf,
     budget: u64,
     index: Index,
+    /// The index file as this process last read or wrote it (size, modification time,
+    /// inode): when the file no longer matches, another process changed it.
+    stamp: Option<(u64, std::time::SystemTime, u64)>,
+}
+
+impl Index {
+    fn touch(&mut self, d: &Sha256Digest, size: u64) {
+        self.clock += 1;
+        let clock = self.clock;
+        let e = self.blobs.entry(d.to_hex()).or_default();
+        e.size = size;
+        e.last_used = clock;
+    }
+}
+
+/// The index file's identity now (see [`Cache::stamp`]).
+fn stamp_of(path: &Path) -> Option<(u64, std::time::SystemTime, u64)> {
+    let m = std::fs::metadata(path).ok()?;
+    #[cfg(unix)]
+    let ino = std::os::unix::fs::MetadataExt::ino(&m);
+    #[cfg(not(unix))]
+    let ino = 0;
+    Some((m.len(), m.modified().ok()?, ino))
+}
+
+/// Whether a staging file was left long enough ago that no live write can own it.
+fn stale(e: &std::fs::DirEntry) -> bool {
+    e.metadata()
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age >= STALE_STAGING)
 }
 
 /// What [`Cache::open`] had to repair.
@@ -174,6 +232,8 @@ impl Cache {
     pub fn open(root: &Path, budget: u64) -> Result<(Cache, Recovery), ClientError> {
         let blobs = root.join("blobs/sha256");
         std::fs::create_dir_all(&blobs).map_err(|e| ClientError::io(&blobs, e))?;
+        // Repairs happen under the index lock, so no other process writes the index meanwhile.
+        let _lock = crate::locks::exclusive(&root.join(".lock"))?;
         let mut rec = Recovery::default();
         for dir in [
             root.to_path_buf(),
@@ -184,8 +244,11 @@ impl Cache {
                 for e in rd.flatten() {
                     let name = e.file_name().to_string_lossy().into_owned();
                     // `.tmp-` is how clients before ferry-fs named their staging files.
-                    if ferry_fs::is_staging_name(&name)
+                    // Only old ones: a younger one may be another process's write in flight.
+                    if (ferry_fs::is_staging_name(&name)
                         || (name.starts_with('.') && name.contains(".tmp-"))
+                        || (name.ends_with(".part") && name.matches('.').count() > 1))
+                        && stale(&e)
                     {
                         let _ = std::fs::remove_file(e.path());
                         rec.removed_temp += 1;
@@ -226,10 +289,11 @@ impl Cache {
                 .all(|d| present.contains(&d.to_hex()))
         });
         rec.dropped_entries = before - index.blobs.len() - index.models.len();
-        let cache = Cache {
+        let mut cache = Cache {
             root: root.to_path_buf(),
             budget,
             index,
+            stamp: None,
         };
         cache.save()?;
         Ok((cache, rec))
@@ -240,17 +304,73 @@ impl Cache {
         &self.root
     }
 
-    fn save(&self) -> Result<(), ClientError> {
+    /// Writes the index (the caller holds the index lock).
+    fn save(&mut self) -> Result<(), ClientError> {
+        let path = self.root.join("index.json");
         let bytes = serde_json::to_vec_pretty(&self.index).map_err(|e| ClientError::CacheIo {
-            path: self.root.join("index.json"),
+            path: path.clone(),
             message: e.to_string(),
         })?;
-        write_durable(&self.root.join("index.json"), &bytes)
+        write_durable(&path, &bytes)?;
+        self.stamp = stamp_of(&path);
+        Ok(())
+    }
+
+    /// Reads the index again when another process changed it since this one last did (the
+    /// caller holds the index lock, shared or exclusive). An unreadable file keeps what this
+    /// process holds.
+    fn reload(&mut self) {
+        let path = self.root.join("index.json");
+        let now = stamp_of(&path);
+        if now.is_none() || now == self.stamp {
+            return;
+        }
+        if let Ok(bytes) = std::fs::read(&path)
+            && let Ok(index) = serde_json::from_slice::<Index>(&bytes)
+        {
+            self.index = index;
+            self.stamp = now;
+        }
+    }
+
+    /// Takes up what other processes changed in the index since this one last read it.
+    pub fn refresh(&mut self) -> Result<(), ClientError> {
+        if stamp_of(&self.root.join("index.json")) == self.stamp {
+            return Ok(());
+        }
+        let _lock = crate::locks::shared(&self.root.join(".lock"))?;
+        self.reload();
+        Ok(())
+    }
+
+    /// Changes the index as one read-modify-write under the exclusive index lock: the newest
+    /// index on disk (another process's changes included), `change`, then a durable write.
+    fn update<R>(&mut self, change: impl FnOnce(&mut Index) -> R) -> Result<R, ClientError> {
+        let _lock = crate::locks::exclusive(&self.root.join(".lock"))?;
+        self.reload();
+        let out = change(&mut self.index);
+        self.save()?;
+        Ok(out)
     }
 
     /// Where a verified blob lives.
     pub fn blob_path(&self, d: &Sha256Digest) -> PathBuf {
         self.root.join("blobs/sha256").join(d.to_hex())
+    }
+
+    /// The lock file that the process downloading blob `d` holds.
+    pub(crate) fn download_lock_path(&self, d: &Sha256Digest) -> PathBuf {
+        self.root
+            .join("blobs/sha256")
+            .join(format!("{}.lock", d.to_hex()))
+    }
+
+    /// Where this process downloads blob `d` when another process kept its download lock
+    /// longer than it would wait (a file of its own, so the two never write one file).
+    pub(crate) fn private_part_path(&self, d: &Sha256Digest) -> PathBuf {
+        self.root
+            .join("blobs/sha256")
+            .join(format!("{}.{}.part", d.to_hex(), std::process::id()))
     }
 
     /// Where a download in flight lives.
@@ -269,65 +389,69 @@ impl Cache {
         size: u64,
     ) -> Result<Option<VerifiedBlob>, ClientError> {
         let path = self.blob_path(d);
-        let meta = match std::fs::metadata(&path) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(ClientError::io(&path, e)),
+        // Held from before the check: another process cannot evict what is being checked.
+        let Some(lock) = crate::locks::shared_existing(&path)? else {
+            return Ok(None);
         };
-        if meta.len() == size && hash_file(&path)? == *d {
+        let len = lock
+            .file()
+            .metadata()
+            .map_err(|e| ClientError::io(&path, e))?
+            .len();
+        if len == size && hash_file(&path)? == *d {
             return Ok(Some(VerifiedBlob {
                 path,
                 sha256: *d,
                 size,
                 data: Vec::new(),
+                held: Held {
+                    _lock: Some(std::sync::Arc::new(lock)),
+                },
             }));
         }
+        drop(lock);
         let _ = std::fs::remove_file(&path);
-        self.index.blobs.remove(&d.to_hex());
-        self.index.models.retain(|_, m| !m.uses(d));
-        self.save()?;
+        self.update(|i| {
+            i.blobs.remove(&d.to_hex());
+            i.models.retain(|_, m| !m.uses(d));
+        })?;
         Ok(None)
     }
 
-    /// Moves a completed `.part`, whose bytes the download hashed against the signed digest and
-    /// size, into place and records it.
-    pub(crate) fn commit_part(
+    /// Moves `part`, a completed download whose bytes were hashed against the signed digest
+    /// and size, into place as the blob `d` and records it.
+    pub(crate) fn commit_file(
         &mut self,
+        part: &Path,
         d: &Sha256Digest,
         size: u64,
     ) -> Result<VerifiedBlob, ClientError> {
-        let part = self.part_path(d);
         let dest = self.blob_path(d);
-        ferry_fs::commit(&part, &dest).map_err(|e| ClientError::io(&dest, e))?;
-        self.touch(d, size);
-        self.save()?;
+        ferry_fs::commit(part, &dest).map_err(|e| ClientError::io(&dest, e))?;
+        let held = crate::locks::shared_existing(&dest)?;
+        self.update(|i| i.touch(d, size))?;
         Ok(VerifiedBlob {
             path: dest,
             sha256: *d,
             size,
             data: Vec::new(),
+            held: Held {
+                _lock: held.map(std::sync::Arc::new),
+            },
         })
-    }
-
-    fn touch(&mut self, d: &Sha256Digest, size: u64) {
-        self.index.clock += 1;
-        let clock = self.index.clock;
-        let e = self.index.blobs.entry(d.to_hex()).or_default();
-        e.size = size;
-        e.last_used = clock;
     }
 
     /// Marks a blob as just used (LRU).
     pub fn mark_used(&mut self, d: &Sha256Digest, size: u64) -> Result<(), ClientError> {
-        self.touch(d, size);
-        self.save()
+        self.update(|i| i.touch(d, size))
     }
 
     /// Records `entry` as `model`'s last known good variant.
     pub fn set_last_good(&mut self, model: &str, entry: ModelEntry) -> Result<(), ClientError> {
-        self.touch(&entry.sha256, entry.size);
-        self.index.models.insert(model.to_string(), entry);
-        self.save()
+        self.update(|i| {
+            i.touch(&entry.sha256, entry.size);
+            i.models.insert(model.to_string(), entry);
+        })
     }
 
     /// The last known good variant of `model`.
@@ -342,8 +466,7 @@ impl Cache {
 
     /// Records the app and runtime versions the entries were checked against.
     pub fn set_seen_versions(&mut self, seen: (String, String)) -> Result<(), ClientError> {
-        self.index.seen_versions = Some(seen);
-        self.save()
+        self.update(|i| i.seen_versions = Some(seen))
     }
 
     /// Marks `model`'s entry as no longer fitting the app (`why`), or as fitting (`None`). A
@@ -354,47 +477,56 @@ impl Cache {
         model: &str,
         why: Option<String>,
     ) -> Result<(), ClientError> {
-        let Some(entry) = self.index.models.get_mut(model) else {
-            return Ok(());
-        };
-        let was = entry.incompatible.as_ref().map(|i| i.why.clone());
-        if was == why {
-            return Ok(());
-        }
-        entry.incompatible = why.map(|why| Incompatible {
-            why,
-            reported: false,
-        });
-        if entry.incompatible.is_some() {
-            let files: Vec<Sha256Digest> = std::iter::once(entry.sha256)
-                .chain(entry.data.iter().copied())
-                .collect();
-            for d in files {
-                if let Some(b) = self.index.blobs.get_mut(&d.to_hex()) {
-                    b.last_used = 0;
+        self.update(|index| {
+            let Some(entry) = index.models.get_mut(model) else {
+                return;
+            };
+            let was = entry.incompatible.as_ref().map(|i| i.why.clone());
+            if was == why {
+                return;
+            }
+            entry.incompatible = why.map(|why| Incompatible {
+                why,
+                reported: false,
+            });
+            if entry.incompatible.is_some() {
+                let files: Vec<Sha256Digest> = std::iter::once(entry.sha256)
+                    .chain(entry.data.iter().copied())
+                    .collect();
+                for d in files {
+                    if let Some(b) = index.blobs.get_mut(&d.to_hex()) {
+                        b.last_used = 0;
+                    }
                 }
             }
-        }
-        self.save()
+        })
     }
 
     /// Entries marked incompatible that telemetry has not reported yet; marks them reported.
     pub fn take_unreported_incompatible(
         &mut self,
     ) -> Result<Vec<(String, ModelEntry)>, ClientError> {
-        let mut out = Vec::new();
-        for (model, entry) in &mut self.index.models {
-            if let Some(i) = &mut entry.incompatible
-                && !i.reported
-            {
-                i.reported = true;
-                out.push((model.clone(), entry.clone()));
+        let pending = self
+            .index
+            .models
+            .values()
+            .any(|e| e.incompatible.as_ref().is_some_and(|i| !i.reported));
+        if !pending {
+            return Ok(Vec::new());
+        }
+        // Taken under the lock, so one process reports each entry.
+        self.update(|index| {
+            let mut out = Vec::new();
+            for (model, entry) in &mut index.models {
+                if let Some(i) = &mut entry.incompatible
+                    && !i.reported
+                {
+                    i.reported = true;
+                    out.push((model.clone(), entry.clone()));
+                }
             }
-        }
-        if !out.is_empty() {
-            self.save()?;
-        }
-        Ok(out)
+            out
+        })
     }
 
     /// Every model with a last known good variant.
@@ -423,14 +555,20 @@ impl Cache {
         keyring: u64,
         seq: u64,
     ) -> Result<(), ClientError> {
-        if (keyring, seq) > self.last_sequence(model) {
-            self.index.sequences.insert(model.to_string(), seq);
-            self.index
-                .sequence_keyrings
-                .insert(model.to_string(), keyring);
-            self.save()?;
+        if (keyring, seq) <= self.last_sequence(model) {
+            return Ok(());
         }
-        Ok(())
+        // Kept the newest against what other processes recorded too.
+        self.update(|i| {
+            let held = (
+                i.sequence_keyrings.get(model).copied().unwrap_or(0),
+                i.sequences.get(model).copied().unwrap_or(0),
+            );
+            if (keyring, seq) > held {
+                i.sequences.insert(model.to_string(), seq);
+                i.sequence_keyrings.insert(model.to_string(), keyring);
+            }
+        })
     }
 
     /// The newest revocation list kept for `model`, with the keyring version it was verified
@@ -456,14 +594,13 @@ impl Cache {
         env: Envelope,
         keyring: u64,
     ) -> Result<(), ClientError> {
-        if self.index.revocations.get(model) != Some(&env) {
-            self.index.revocations.insert(model.to_string(), env);
-            self.index
-                .revocation_keyrings
-                .insert(model.to_string(), keyring);
-            self.save()?;
+        if self.index.revocations.get(model) == Some(&env) {
+            return Ok(());
         }
-        Ok(())
+        self.update(|i| {
+            i.revocations.insert(model.to_string(), env);
+            i.revocation_keyrings.insert(model.to_string(), keyring);
+        })
     }
 
     /// The signed release envelope kept under `digest` (the SHA-256 of its bytes as served),
@@ -536,8 +673,7 @@ impl Cache {
     /// Keeps `chain` (keyrings just accepted, oldest first) for the next start.
     pub fn record_keyrings(&mut self, chain: Vec<Envelope>) -> Result<(), ClientError> {
         if chain != self.index.keyrings {
-            self.index.keyrings = chain;
-            self.save()?;
+            self.update(|i| i.keyrings = chain)?;
         }
         Ok(())
     }
@@ -548,11 +684,14 @@ impl Cache {
     }
 
     /// Evicts least recently used blobs until the cache fits its budget, never touching
-    /// `in_use` or any model's last known good blob. Returns the digests removed.
+    /// `in_use`, a blob another process holds (a shared lock on the blob file: it has it
+    /// loaded), or any model's last known good blob. Returns the digests removed.
     pub fn evict(
         &mut self,
         in_use: &BTreeSet<Sha256Digest>,
     ) -> Result<Vec<Sha256Digest>, ClientError> {
+        let _lock = crate::locks::exclusive(&self.root.join(".lock"))?;
+        self.reload();
         // A model's last known good files are kept, unless an app or runtime update left them
         // outside their signed constraints.
         let protected: BTreeSet<String> = self
@@ -564,26 +703,39 @@ impl Cache {
             .chain(in_use)
             .map(Sha256Digest::to_hex)
             .collect();
-        let plan = eviction_plan(
-            self.index
-                .blobs
-                .iter()
-                .map(|(k, v)| (k.clone(), v.size, v.last_used)),
-            &protected,
-            self.budget,
-        );
+        let mut total: u64 = self.index.blobs.values().map(|b| b.size).sum();
+        let mut candidates: Vec<(String, u64, u64)> = self
+            .index
+            .blobs
+            .iter()
+            .filter(|(k, _)| !protected.contains(*k))
+            .map(|(k, v)| (k.clone(), v.size, v.last_used))
+            .collect();
+        candidates.sort_by_key(|c| c.2);
         let mut removed = Vec::new();
-        for hex in plan {
+        for (hex, size, _) in candidates {
+            if total <= self.budget {
+                break;
+            }
             let Ok(d) = Sha256Digest::from_hex(&hex) else {
                 continue;
             };
             let path = self.blob_path(&d);
-            match std::fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(ClientError::io(&path, e)),
+            match crate::locks::try_exclusive_existing(&path)? {
+                // Loaded by another process: it stays.
+                crate::locks::Exclusive::Held => continue,
+                crate::locks::Exclusive::Missing => {}
+                crate::locks::Exclusive::Locked(held) => {
+                    match std::fs::remove_file(&path) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(ClientError::io(&path, e)),
+                    }
+                    drop(held);
+                }
             }
             self.index.blobs.remove(&hex);
+            total = total.saturating_sub(size);
             removed.push(d);
         }
         if !removed.is_empty() {
@@ -656,7 +808,10 @@ mod tests {
         let mut blob = |bytes: &[u8]| {
             let d = Sha256Digest::of(bytes);
             std::fs::write(cache.part_path(&d), bytes).expect("part");
-            cache.commit_part(&d, bytes.len() as u64).expect("commit");
+            let part = cache.part_path(&d);
+            cache
+                .commit_file(&part, &d, bytes.len() as u64)
+                .expect("commit");
             d
         };
         let (old, kept, other) = (blob(&[1; 10]), blob(&[2; 10]), blob(&[3; 10]));
@@ -722,14 +877,32 @@ mod tests {
         let data = b"model bytes";
         let d = Sha256Digest::of(data);
         std::fs::write(cache.part_path(&d), data).expect("part");
-        cache.commit_part(&d, data.len() as u64).expect("commit");
+        let part = cache.part_path(&d);
+        cache
+            .commit_file(&part, &d, data.len() as u64)
+            .expect("commit");
         drop(cache);
         std::fs::write(dir.path().join("index.json"), b"{ half written").expect("corrupt");
-        std::fs::write(dir.path().join("blobs/sha256/.x.tmp-123"), b"junk").expect("stray");
-        std::fs::write(dir.path().join(".index.json.77.0.tmp"), b"junk").expect("stray");
+        let old = std::time::SystemTime::now() - 2 * STALE_STAGING;
+        for stray in ["blobs/sha256/.x.tmp-123", ".index.json.77.0.tmp"] {
+            let path = dir.path().join(stray);
+            std::fs::write(&path, b"junk").expect("stray");
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .and_then(|f| f.set_modified(old))
+                .expect("age it");
+        }
+        // A young staging file may be another process's write in flight: it stays.
+        let young = dir.path().join(".index.json.78.0.tmp");
+        std::fs::write(&young, b"in flight").expect("young");
         let (mut cache, rec) = Cache::open(dir.path(), 1 << 20).expect("reopen");
         assert!(rec.rebuilt_index);
         assert_eq!(rec.removed_temp, 2);
+        assert!(
+            young.exists(),
+            "another process's staging file is left alone"
+        );
         let blob = cache.verified_blob(&d, data.len() as u64).expect("check");
         assert_eq!(blob.as_ref().map(|b| b.sha256()), Some(&d), "blob survives");
         // A flipped byte on disk is caught and the blob removed.

@@ -50,6 +50,10 @@ pub struct DownloadLimits {
     pub body_time_per_mib: Duration,
     /// Least time allowed for any body (default 30 s).
     pub min_body_time: Duration,
+    /// Longest a process waits for another process of the app that is downloading the same
+    /// file into the shared cache (default 5 minutes); after that it downloads on its own,
+    /// into a file of its own.
+    pub shared_wait: Duration,
 }
 
 impl Default for DownloadLimits {
@@ -61,6 +65,7 @@ impl Default for DownloadLimits {
             backoff_cap: Duration::from_secs(5),
             body_time_per_mib: Duration::from_secs(10),
             min_body_time: Duration::from_secs(30),
+            shared_wait: Duration::from_secs(300),
         }
     }
 }

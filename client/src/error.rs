@@ -180,6 +180,18 @@ pub enum ClientError {
         /// The OS error.
         message: String,
     },
+    /// The cache folder is on a filesystem without working file locks, so processes sharing it
+    /// could not be kept from breaking each other's loads.
+    #[error(
+        "the cache at {path} cannot be locked ({message}): it is on a filesystem without file \
+         locks (some network and FUSE mounts); put the cache on local storage"
+    )]
+    CacheLockUnsupported {
+        /// The lock file.
+        path: PathBuf,
+        /// The OS error.
+        message: String,
+    },
     /// Every candidate failed.
     #[error("no candidate could be loaded: {}", summary(.attempts))]
     AllCandidatesFailed {
@@ -251,6 +263,7 @@ impl ClientError {
             ClientError::TooLarge { .. } => ErrorCode::TooLarge.as_str(),
             ClientError::DiskFull { .. } => ErrorCode::DiskFull.as_str(),
             ClientError::CacheIo { .. } => ErrorCode::CacheIo.as_str(),
+            ClientError::CacheLockUnsupported { .. } => ErrorCode::CacheLockUnsupported.as_str(),
             ClientError::AllCandidatesFailed { .. } => ErrorCode::AllCandidatesFailed.as_str(),
             ClientError::NothingCached { .. } => ErrorCode::OfflineNoCache.as_str(),
             ClientError::CachedIncompatible { .. } => ErrorCode::CachedIncompatible.as_str(),

@@ -114,7 +114,9 @@ fn status_of(e: &ClientError) -> FerryStatus {
         ClientError::TooLarge { .. } | ClientError::AllCandidatesFailed { .. } => {
             FerryStatus::FerryErrLoad
         }
-        ClientError::DiskFull { .. } | ClientError::CacheIo { .. } => FerryStatus::FerryErrStorage,
+        ClientError::DiskFull { .. }
+        | ClientError::CacheIo { .. }
+        | ClientError::CacheLockUnsupported { .. } => FerryStatus::FerryErrStorage,
     }
 }
 

@@ -28,6 +28,7 @@ pub mod executorch_runtime;
 #[cfg(feature = "ffi")]
 pub mod ffi;
 mod load;
+pub mod locks;
 pub mod policy;
 mod resolve;
 pub mod runtime;

@@ -174,7 +174,20 @@ impl Client {
                 blobs.push(blob);
                 continue;
             }
-            let part = self.cache().part_path(&w.sha256);
+            // One process of the app downloads a file into the shared cache; the others wait
+            // for it (bounded), then take the finished file or download on their own.
+            let lock_path = self.cache().download_lock_path(&w.sha256);
+            let lock = crate::locks::exclusive_within(&lock_path, self.limits.shared_wait)?;
+            if let Some(blob) = self.cache().verified_blob(&w.sha256, w.size)? {
+                done += w.size;
+                blobs.push(blob);
+                continue;
+            }
+            let part = if lock.is_some() {
+                self.cache().part_path(&w.sha256)
+            } else {
+                self.cache().private_part_path(&w.sha256)
+            };
             let had = part_len(&part);
             let url = if w.sha256 == v.sha256 {
                 self.url_for(&c.url)
@@ -206,7 +219,8 @@ impl Client {
             *spent += w.size.saturating_sub(had);
             done += w.size;
             downloaded = true;
-            blobs.push(self.cache().commit_part(&w.sha256, w.size)?);
+            blobs.push(self.cache().commit_file(&part, &w.sha256, w.size)?);
+            drop(lock);
         }
         let mut blobs = blobs.into_iter();
         let program = blobs

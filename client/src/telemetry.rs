@@ -5,6 +5,14 @@
 //! posts them in batches to `POST /v1/telemetry` and removes what the server accepted. Sending
 //! is separate from loading: a load only appends, so a slow or missing telemetry endpoint
 //! never blocks or fails it.
+//!
+//! Several processes of an app may share the queue. Every change to `queue.ndjson` is made
+//! under an exclusive OS lock on `telemetry/queue.lock`, so appends never interleave or get
+//! lost. A sender claims the queued events by renaming the file to
+//! `telemetry/sending-<pid>-<n>.ndjson` (under that lock) and holds a lock on the claimed file
+//! while it sends, so exactly one process sends a given event; what the server did not take
+//! goes back into the queue. A claim whose sender died (its lock is free) is taken back into
+//! the queue by the next sender, except the batches its progress file says were accepted.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -14,6 +22,7 @@ use ferry_shared::telemetry::{TelemetryBatch, TelemetryEvent};
 
 use crate::cache::write_durable;
 use crate::error::ClientError;
+use crate::locks;
 
 /// Default bound on queued events.
 pub const DEFAULT_MAX_EVENTS: usize = 1000;
@@ -37,6 +46,18 @@ pub struct SendReport {
     pub queued: usize,
 }
 
+/// The parseable event lines of the file at `path` (none when it is missing).
+fn lines_of(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .map(|s| {
+            s.lines()
+                .filter(|l| serde_json::from_str::<TelemetryEvent>(l).is_ok())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 impl TelemetryQueue {
     /// A queue in `dir`.
     pub fn new(dir: &Path, max_events: usize) -> Self {
@@ -47,15 +68,24 @@ impl TelemetryQueue {
         }
     }
 
+    fn dir(&self) -> PathBuf {
+        self.path
+            .parent()
+            .map_or_else(PathBuf::new, Path::to_path_buf)
+    }
+
+    /// The exclusive lock every change to the queue file is made under (this process's
+    /// threads and other processes alike).
+    fn locked(&self) -> Result<(std::sync::MutexGuard<'_, ()>, locks::FileLock), ClientError> {
+        let g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let dir = self.dir();
+        std::fs::create_dir_all(&dir).map_err(|e| ClientError::io(&dir, e))?;
+        let l = locks::exclusive(&dir.join("queue.lock"))?;
+        Ok((g, l))
+    }
+
     fn read_lines(&self) -> Vec<String> {
-        std::fs::read_to_string(&self.path)
-            .map(|s| {
-                s.lines()
-                    .filter(|l| serde_json::from_str::<TelemetryEvent>(l).is_ok())
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default()
+        lines_of(&self.path)
     }
 
     fn write_lines(&self, lines: &[String]) -> Result<(), ClientError> {
@@ -72,18 +102,21 @@ impl TelemetryQueue {
         if events.is_empty() {
             return Ok(());
         }
-        let _g = self.lock.lock();
-        if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| ClientError::io(dir, e))?;
-        }
+        let _held = self.locked()?;
         let existing = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
         // Cheap path: append; the bound is enforced when the file grows past it.
         let mut f = std::fs::OpenOptions::new()
             .create(true)
+            .read(true)
             .append(true)
             .open(&self.path)
             .map_err(|e| ClientError::io(&self.path, e))?;
         let mut text = String::new();
+        // A process killed mid-append left a line without its end: end it, so this append
+        // starts a line of its own (the torn one is skipped when read).
+        if existing > 0 && !ends_with_newline(&f, existing) {
+            text.push('\n');
+        }
         for e in events {
             if let Ok(line) = serde_json::to_string(e) {
                 text.push_str(&line);
@@ -104,30 +137,86 @@ impl TelemetryQueue {
         Ok(())
     }
 
-    /// The queued events, oldest first.
+    /// The queued events, oldest first (not those another process is sending right now).
     pub fn pending(&self) -> Vec<TelemetryEvent> {
-        let _g = self.lock.lock();
+        let _held = self.locked();
         self.read_lines()
             .iter()
             .filter_map(|l| serde_json::from_str(l).ok())
             .collect()
     }
 
+    /// Puts the lines of claims whose sender died back at the head of the queue (the caller
+    /// holds the queue lock), less the batches their progress files say were accepted.
+    fn adopt_orphans(&self) {
+        let Ok(rd) = std::fs::read_dir(self.dir()) else {
+            return;
+        };
+        let mut back = Vec::new();
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !(name.starts_with("sending-") && name.ends_with(".ndjson")) {
+                continue;
+            }
+            let path = e.path();
+            // Held: its sender is alive and sending it.
+            let Ok(locks::Exclusive::Locked(held)) = locks::try_exclusive_existing(&path) else {
+                continue;
+            };
+            let progress = path.with_extension("progress");
+            let sent: usize = std::fs::read_to_string(&progress)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(0);
+            back.extend(lines_of(&path).into_iter().skip(sent));
+            let _ = std::fs::remove_file(&progress);
+            let _ = std::fs::remove_file(&path);
+            drop(held);
+        }
+        if !back.is_empty() {
+            back.extend(self.read_lines());
+            let keep = back.len().saturating_sub(self.max_events);
+            let _ = self.write_lines(&back[keep..]);
+        }
+    }
+
     /// Sends queued events in batches. Stops at the first batch the server does not take
     /// (network error, 404 from a server without telemetry, 5xx) and keeps it queued.
     pub fn send(&self, agent: &ureq::Agent, server: &str) -> SendReport {
-        let _g = self.lock.lock();
-        let mut lines = self.read_lines();
         let mut report = SendReport::default();
-        while !lines.is_empty() {
-            let n = lines.len().min(BATCH);
-            let events: Vec<TelemetryEvent> = lines[..n]
+        // Claim what is queued now (under the queue lock), and hold the claim while sending.
+        let (claim, held, lines) = {
+            let Ok(_held) = self.locked() else {
+                return report;
+            };
+            self.adopt_orphans();
+            let lines = self.read_lines();
+            if lines.is_empty() {
+                return report;
+            }
+            static CLAIMS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = CLAIMS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let claim = self
+                .dir()
+                .join(format!("sending-{}-{n}.ndjson", std::process::id()));
+            if std::fs::rename(&self.path, &claim).is_err() {
+                return report;
+            }
+            let Ok(held) = locks::exclusive(&claim) else {
+                return report;
+            };
+            (claim, held, lines)
+        };
+        let progress = claim.with_extension("progress");
+        let mut sent = 0usize;
+        while sent < lines.len() {
+            let n = (lines.len() - sent).min(BATCH);
+            let events: Vec<TelemetryEvent> = lines[sent..sent + n]
                 .iter()
                 .filter_map(|l| serde_json::from_str(l).ok())
                 .collect();
-            let body = match serde_json::to_vec(&TelemetryBatch { events }) {
-                Ok(b) => b,
-                Err(_) => break,
+            let Ok(body) = serde_json::to_vec(&TelemetryBatch { events }) else {
+                break;
             };
             let status = agent
                 .post(format!("{server}/v1/telemetry"))
@@ -135,20 +224,37 @@ impl TelemetryQueue {
                 .send(&body[..])
                 .map(|r| r.status().as_u16());
             match status {
-                // Accepted, or refused as malformed (retrying cannot help): drop the batch.
+                // Accepted, or refused as malformed (retrying cannot help): done with it.
                 Ok(s) if (200..300).contains(&s) || s == 400 || s == 422 => {
-                    lines.drain(..n);
+                    sent += n;
                     report.sent += n;
-                    if self.write_lines(&lines).is_err() {
-                        break;
-                    }
+                    let _ = write_durable(&progress, sent.to_string().as_bytes());
                 }
                 _ => break,
             }
         }
-        report.queued = lines.len();
+        // What was not taken goes back to the head of the queue.
+        if let Ok(_q) = self.locked() {
+            let mut back: Vec<String> = lines[sent..].to_vec();
+            back.extend(self.read_lines());
+            let keep = back.len().saturating_sub(self.max_events);
+            if self.write_lines(&back[keep..]).is_ok() {
+                let _ = std::fs::remove_file(&progress);
+                let _ = std::fs::remove_file(&claim);
+            }
+            report.queued = back.len() - keep;
+        }
+        drop(held);
         report
     }
+}
+
+/// Whether the file `f` of length `len` ends with a newline.
+fn ends_with_newline(f: &std::fs::File, len: u64) -> bool {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let mut f = f;
+    let mut last = [0u8; 1];
+    f.seek(SeekFrom::Start(len - 1)).is_ok() && f.read_exact(&mut last).is_ok() && last[0] == b'\n'
 }
 
 #[cfg(test)]

@@ -212,6 +212,8 @@ pub(crate) type InUse = Arc<Mutex<BTreeMap<Sha256Digest, usize>>>;
 pub(crate) struct InUseGuard {
     set: InUse,
     digests: Vec<Sha256Digest>,
+    /// The files, with their shared locks: other processes do not evict them meanwhile.
+    _blob: crate::cache::VerifiedBlob,
 }
 
 impl InUseGuard {
@@ -228,6 +230,7 @@ impl InUseGuard {
         Self {
             set: set.clone(),
             digests,
+            _blob: blob.clone(),
         }
     }
 }

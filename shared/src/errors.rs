@@ -229,6 +229,8 @@ catalogue! {
     DiskFull = "disk_full",
     /// Another file-system error in the cache. (client)
     CacheIo = "cache_io",
+    /// The client's cache folder is on a filesystem without working file locks (some network and FUSE mounts), which the processes sharing it need. (client, C ABI)
+    CacheLockUnsupported = "cache_lock_unsupported",
     /// Every candidate failed to download, verify or load; `attempts` lists each. (client, C ABI)
     AllCandidatesFailed = "all_candidates_failed",
     /// The server cannot be used and no verified copy is cached. (client, C ABI)

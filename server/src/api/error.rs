@@ -126,6 +126,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::TooLarge
         | C::DiskFull
         | C::CacheIo
+        | C::CacheLockUnsupported
         | C::AllCandidatesFailed
         | C::OfflineNoCache
         | C::CachedIncompatible

@@ -1,0 +1,209 @@
+//! OS file locks for the cache that an app's processes share (a UI process and a background
+//! prefetch, a capture service and an analytics service): the index is changed under an
+//! exclusive lock on `<cache>/.lock`, a blob is downloaded by the holder of its
+//! `<hex>.lock`, a blob in use is held with a shared lock on the blob file itself (eviction
+//! takes it exclusively or skips it), and the telemetry queue is changed under
+//! `telemetry/queue.lock`.
+//!
+//! These are the kernel's advisory locks (`flock` on Linux and Apple platforms, `LockFileEx` on
+//! Windows) through `std::fs::File::lock`: a process that dies, even by SIGKILL, releases them,
+//! so nothing stays locked. A filesystem that cannot lock (some network and FUSE mounts) is
+//! reported as `cache_lock_unsupported`.
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::error::ClientError;
+
+/// A held lock; released when dropped (or when the process ends).
+#[derive(Debug)]
+pub struct FileLock {
+    file: File,
+}
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        let _ = self.file.unlock();
+    }
+}
+
+impl FileLock {
+    /// The locked file.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+}
+
+/// Whether an I/O error means the filesystem cannot lock at all.
+fn unsupported(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::Unsupported)
+        || matches!(
+            e.raw_os_error(),
+            Some(37 /* ENOLCK */) | Some(95 /* EOPNOTSUPP */)
+        )
+}
+
+/// The error for a lock that failed on `path`.
+pub(crate) fn lock_error(path: &Path, e: io::Error) -> ClientError {
+    if unsupported(&e) {
+        ClientError::CacheLockUnsupported {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        }
+    } else {
+        ClientError::io(path, e)
+    }
+}
+
+fn open(path: &Path) -> Result<File, ClientError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| ClientError::io(path, e))
+}
+
+/// Waits for an exclusive lock on `path` (created when missing).
+pub(crate) fn exclusive(path: &Path) -> Result<FileLock, ClientError> {
+    let file = open(path)?;
+    file.lock().map_err(|e| lock_error(path, e))?;
+    Ok(FileLock { file })
+}
+
+/// Waits for a shared lock on `path` (created when missing).
+pub(crate) fn shared(path: &Path) -> Result<FileLock, ClientError> {
+    let file = open(path)?;
+    file.lock_shared().map_err(|e| lock_error(path, e))?;
+    Ok(FileLock { file })
+}
+
+/// An exclusive lock on `path` if no one holds any lock on it now.
+pub(crate) fn try_exclusive(path: &Path) -> Result<Option<FileLock>, ClientError> {
+    let file = open(path)?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(FileLock { file })),
+        Err(TryLockError::WouldBlock) => Ok(None),
+        Err(TryLockError::Error(e)) => Err(lock_error(path, e)),
+    }
+}
+
+/// What [`try_exclusive_existing`] found.
+pub(crate) enum Exclusive {
+    /// The file does not exist.
+    Missing,
+    /// Another holder (this process or another) has a lock on it.
+    Held,
+    /// Locked exclusively.
+    Locked(FileLock),
+}
+
+/// An exclusive lock on the existing file `path` if no one holds any lock on it now (never
+/// creates it).
+pub(crate) fn try_exclusive_existing(path: &Path) -> Result<Exclusive, ClientError> {
+    let file = match OpenOptions::new().read(true).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Exclusive::Missing),
+        Err(e) => return Err(ClientError::io(path, e)),
+    };
+    match file.try_lock() {
+        Ok(()) => Ok(Exclusive::Locked(FileLock { file })),
+        Err(TryLockError::WouldBlock) => Ok(Exclusive::Held),
+        Err(TryLockError::Error(e)) => Err(lock_error(path, e)),
+    }
+}
+
+/// An exclusive lock on `path`, waiting at most `wait` (polling); `None` when another process
+/// kept it longer.
+pub(crate) fn exclusive_within(
+    path: &Path,
+    wait: Duration,
+) -> Result<Option<FileLock>, ClientError> {
+    let deadline = Instant::now() + wait;
+    let mut pause = Duration::from_millis(5);
+    loop {
+        if let Some(l) = try_exclusive(path)? {
+            return Ok(Some(l));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+        pause = (pause * 2).min(Duration::from_millis(200));
+    }
+}
+
+/// A shared lock on an existing file, taken on the file it names now; `None` when it does not
+/// exist (or was replaced or removed while the lock was taken).
+pub(crate) fn shared_existing(path: &Path) -> Result<Option<FileLock>, ClientError> {
+    let file = match OpenOptions::new().read(true).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(ClientError::io(path, e)),
+    };
+    file.lock_shared().map_err(|e| lock_error(path, e))?;
+    // Eviction may have removed the file between the open and the lock.
+    if !same_file(&file, path) {
+        return Ok(None);
+    }
+    Ok(Some(FileLock { file }))
+}
+
+/// Whether `path` still names the open `file`.
+#[cfg(unix)]
+fn same_file(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Whether `path` still names the open `file` (without inode numbers: it still exists).
+#[cfg(not(unix))]
+fn same_file(_file: &File, path: &Path) -> bool {
+    path.exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exclusive_excludes_and_shared_shares() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("x.lock");
+        let a = shared(&p).expect("shared");
+        let b = shared(&p).expect("another shared");
+        assert!(
+            try_exclusive(&p).expect("try").is_none(),
+            "shared locks block exclusive"
+        );
+        drop((a, b));
+        let held = try_exclusive(&p).expect("try").expect("free now");
+        assert!(
+            exclusive_within(&p, Duration::from_millis(50))
+                .expect("wait")
+                .is_none(),
+            "bounded wait gives up"
+        );
+        drop(held);
+        assert!(
+            exclusive_within(&p, Duration::from_millis(50))
+                .expect("wait")
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn a_shared_lock_on_a_removed_file_is_refused() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("blob");
+        assert!(shared_existing(&p).expect("none").is_none());
+        std::fs::write(&p, b"x").expect("write");
+        assert!(shared_existing(&p).expect("lock").is_some());
+    }
+}
