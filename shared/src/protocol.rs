@@ -60,12 +60,12 @@ impl Protocol {
         }
     }
 
-    /// A short label for metrics and the census: `legacy`, `1`, `2`, ... (versions above 99
-    /// are `newer`), `invalid`.
+    /// A short label for metrics and the census, from a small fixed set: `legacy`, `1` to
+    /// `9`, `newer` (10 and above), `invalid`.
     pub fn label(self) -> String {
         match self {
             Protocol::Legacy => "legacy".into(),
-            Protocol::V(n) if n <= 99 => n.to_string(),
+            Protocol::V(n) if n <= 9 => n.to_string(),
             Protocol::V(_) => "newer".into(),
             Protocol::Invalid => "invalid".into(),
         }
@@ -75,7 +75,8 @@ impl Protocol {
 /// A device SDK as named in [`SDK_HEADER`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Sdk {
-    /// `ferry-client-rust`, `ferry-client-jvm`, ... (`[a-z0-9._-]`, 1–40 characters).
+    /// `ferry-client-rust`, `ferry-client-jvm`, `AcmeKit`, ... (`[A-Za-z0-9._-]`, 1–40
+    /// characters).
     pub name: String,
     /// Its version (`[A-Za-z0-9.+-]`, 1–24 characters).
     pub version: String,
@@ -89,9 +90,9 @@ impl Sdk {
         let (name, version) = s.split_once('/')?;
         let name_ok = !name.is_empty()
             && name.len() <= MAX_SDK_NAME
-            && name.bytes().all(|b| {
-                b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
-            });
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
         let version_ok = !version.is_empty()
             && version.len() <= MAX_SDK_VERSION
             && version
@@ -244,7 +245,8 @@ mod tests {
             Protocol::from_header(Some(b"99999999999")),
             Protocol::Invalid
         );
-        assert_eq!(Protocol::V(100).label(), "newer");
+        assert_eq!(Protocol::V(10).label(), "newer");
+        assert_eq!(Protocol::V(9).label(), "9");
         assert_eq!(Protocol::Legacy.label(), "legacy");
     }
 
@@ -256,6 +258,7 @@ mod tests {
             ("ferry-client-rust", "0.1.0")
         );
         assert_eq!(s.header_value(), "ferry-client-rust/0.1.0");
+        assert!(Sdk::from_header(Some(b"AcmeKit/1.0")).is_some());
         for bad in [
             &b"noslash"[..],
             b"/1.0",

@@ -120,8 +120,10 @@ pub const EVENT_KINDS: [&str; 4] = ["download", "verify", "load", "fallback"];
 pub struct EventPeek {
     /// Unknown top-level fields (at most [`crate::protocol::MAX_UNKNOWN_FIELDS`]).
     pub unknown_fields: Vec<String>,
-    /// The event's `kind` is a well-formed name (1–32 of `[a-z_]`) this build does not know.
+    /// The event's `kind` is a well-formed name (1–32 of `[a-z0-9_]`) this build does not know.
     pub unknown_kind: bool,
+    /// The event's `kind` is text that is not a kind name at all (refused).
+    pub malformed_kind: bool,
 }
 
 /// Looks at one event's JSON text (see [`EventPeek`]); an event that is not a JSON object
@@ -132,16 +134,19 @@ pub fn peek_event(raw: &str) -> EventPeek {
     else {
         return EventPeek::default();
     };
-    let unknown_kind = map.get("kind").is_some_and(|k| {
-        let text = k.get();
-        let name = text.strip_prefix('"').and_then(|t| t.strip_suffix('"'));
-        name.is_some_and(|n| {
-            !n.is_empty()
-                && n.len() <= 32
-                && n.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
-                && !EVENT_KINDS.contains(&n)
-        })
-    });
+    let kind: Option<String> = map
+        .get("kind")
+        .and_then(|k| serde_json::from_str::<String>(k.get()).ok());
+    let well_formed = |n: &str| {
+        !n.is_empty()
+            && n.len() <= 32
+            && n.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    };
+    let unknown_kind = kind
+        .as_deref()
+        .is_some_and(|n| well_formed(n) && !EVENT_KINDS.contains(&n));
+    let malformed_kind = kind.as_deref().is_some_and(|n| !well_formed(n));
     EventPeek {
         unknown_fields: map
             .keys()
@@ -150,6 +155,7 @@ pub fn peek_event(raw: &str) -> EventPeek {
             .map(|k| k.to_string())
             .collect(),
         unknown_kind,
+        malformed_kind,
     }
 }
 
@@ -165,6 +171,9 @@ mod tests {
         let p = peek_event(r#"{"kind":"load","model":"m"}"#);
         assert_eq!(p, EventPeek::default());
         assert!(!peek_event(r#"{"kind":"Not A Kind"}"#).unknown_kind);
+        assert!(peek_event(r#"{"kind":"Not A Kind"}"#).malformed_kind);
+        assert!(peek_event(r#"{"kind":"inference2"}"#).unknown_kind);
+        assert!(!peek_event(r#"{"kind":"load"}"#).malformed_kind);
         assert!(!peek_event(r#"{"kind":7}"#).unknown_kind);
         assert_eq!(peek_event("[]"), EventPeek::default());
     }

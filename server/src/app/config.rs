@@ -186,7 +186,7 @@ struct FileConfig {
     #[serde(default)]
     publish_goes_live: bool,
     ramp_check_secs: Option<u64>,
-    protocol_v1_sunset: Option<String>,
+    protocol_v1_sunset: Option<toml::Value>,
     log_format: Option<String>,
     #[serde(default)]
     telemetry: crate::fleet::ingest::TelemetryConfig,
@@ -299,17 +299,11 @@ impl Config {
         if !(1..=3600).contains(&ramp_check_secs) {
             bail!("ramp_check_secs must be between 1 and 3600");
         }
-        let protocol_v1_sunset = match &file.protocol_v1_sunset {
-            None => None,
-            Some(s) => Some(
-                time::Date::parse(s, &time::format_description::well_known::Iso8601::DATE)
-                    .map_err(|e| {
-                        anyhow::anyhow!(
-                            "protocol_v1_sunset {s:?} must be a date like 2029-06-30: {e}"
-                        )
-                    })?,
-            ),
-        };
+        let protocol_v1_sunset = file
+            .protocol_v1_sunset
+            .as_ref()
+            .map(sunset_date)
+            .transpose()?;
         let t = &file.telemetry;
         for (name, value, range) in [
             ("flush_secs", t.flush_secs, 1..=3600),
@@ -492,9 +486,56 @@ pub fn process_env(key: &str) -> Option<String> {
     std::env::var(key).ok().filter(|v| !v.is_empty())
 }
 
+/// `protocol_v1_sunset`: a date, written `2029-06-30` or as a TOML date (no time of day).
+fn sunset_date(v: &toml::Value) -> anyhow::Result<time::Date> {
+    let text = match v {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Datetime(d) if d.time.is_none() && d.offset.is_none() => d.to_string(),
+        other => bail!("protocol_v1_sunset must be a date like 2029-06-30, not {other}"),
+    };
+    let well_formed = text.len() == 10
+        && text.bytes().enumerate().all(|(i, b)| {
+            if i == 4 || i == 7 {
+                b == b'-'
+            } else {
+                b.is_ascii_digit()
+            }
+        });
+    let parsed = well_formed
+        .then(|| {
+            time::Date::parse(&text, &time::format_description::well_known::Iso8601::DATE).ok()
+        })
+        .flatten();
+    parsed.ok_or_else(|| {
+        anyhow::anyhow!(
+            "protocol_v1_sunset {text:?} must be a date like 2029-06-30 (year, month, day)"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sunset_is_a_plain_date() {
+        let v = |t: &str| -> toml::Value {
+            toml::from_str::<toml::Table>(&format!("d = {t}")).expect("toml")["d"].clone()
+        };
+        for good in [r#""2029-06-30""#, "2029-06-30"] {
+            assert_eq!(sunset_date(&v(good)).expect(good).to_string(), "2029-06-30");
+        }
+        for bad in [
+            r#""2029-13-01""#,
+            r#""2029-06-30T00:00:00Z""#,
+            "2029-06-30T10:00:00Z",
+            r#""30.06.2029""#,
+            "20290630",
+        ] {
+            let e = sunset_date(&v(bad)).expect_err(bad).to_string();
+            assert!(e.contains("like 2029-06-30"), "{bad}: {e}");
+        }
+    }
 
     fn no_env(_: &str) -> Option<String> {
         None

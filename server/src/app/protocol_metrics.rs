@@ -14,8 +14,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-/// Most distinct values one request-derived label keeps.
-pub const MAX_VALUES: usize = 64;
+/// Most distinct values one request-derived label keeps (per endpoint for field names).
+pub const MAX_VALUES: usize = 32;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ClientLabels {
@@ -52,7 +52,9 @@ pub struct ProtocolMetrics {
     clients: Family<ClientLabels, Counter>,
     unknown: Family<FieldLabels, Counter>,
     sdks: Bounded,
-    fields: Bounded,
+    /// Field names, per endpoint: junk in one endpoint's requests cannot crowd out another's.
+    resolve_fields: Bounded,
+    telemetry_fields: Bounded,
 }
 
 impl ProtocolMetrics {
@@ -74,7 +76,8 @@ impl ProtocolMetrics {
             clients,
             unknown,
             sdks: Bounded::default(),
-            fields: Bounded::default(),
+            resolve_fields: Bounded::default(),
+            telemetry_fields: Bounded::default(),
         }
     }
 
@@ -100,8 +103,13 @@ impl ProtocolMetrics {
             let plain = !f.is_empty()
                 && f.len() <= 40
                 && f.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            let kept = if endpoint == "telemetry" {
+                &self.telemetry_fields
+            } else {
+                &self.resolve_fields
+            };
             let field = if plain {
-                self.fields.label(f)
+                kept.label(f)
             } else {
                 "other".to_string()
             };

@@ -40,6 +40,7 @@ pub async fn build_state(
     // Both ring (ours, ureq) and aws-lc-rs (the S3 client) are linked: pick one for the process
     // so that no TLS builder has to guess. A second call is a harmless no-op.
     let _ = rustls::crypto::ring::default_provider().install_default();
+    warn_sunset(config.protocol_v1_sunset);
     let keys_dir = config.keys_dir();
     let mut notes = match source {
         KeySource::Development => keys::ensure_dev_keys(&keys_dir)?,
@@ -224,6 +225,25 @@ fn on_connect(
 
 /// How long before the online key's expiry the server starts warning.
 pub const EXPIRY_WARNING: time::Duration = time::Duration::days(7);
+
+/// Says at start when the announced retirement of protocol v1 is already past or near.
+pub fn warn_sunset(day: Option<time::Date>) {
+    let Some(day) = day else {
+        return;
+    };
+    let today = time::OffsetDateTime::now_utc().date();
+    if day < today {
+        tracing::warn!(
+            "protocol_v1_sunset {day} is past: devices are told v1 may no longer be answered; \
+             remove it unless that is meant"
+        );
+    } else if day - today < time::Duration::days(180) {
+        tracing::warn!(
+            "protocol_v1_sunset {day} is less than six months away: apps get less time to update \
+             than docs/protocol.md asks (a year)"
+        );
+    }
+}
 
 fn warn_expiry(state: &AppState) {
     let Some(at) = state.keys().online_expires_at else {

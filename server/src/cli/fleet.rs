@@ -43,6 +43,10 @@ fn clients(
     json: bool,
     remote: &Remote,
 ) -> anyhow::Result<ExitCode> {
+    if let Err(e) = model.parse::<ferry_shared::ModelName>() {
+        eprintln!("ferry: {e}");
+        return Ok(ExitCode::from(2));
+    }
     let v = health_of(model, since, remote)?;
     let clients = &v["clients"];
     if json {
@@ -54,29 +58,50 @@ fn clients(
     }
     let total = clients["devices"].as_u64().unwrap_or(0);
     let window = since.map_or_else(
-        || "in the telemetry kept".to_string(),
+        || "in the resolve counts kept (telemetry.retention_days)".to_string(),
         |s| format!("since {s}"),
     );
     if total == 0 {
         println!("no device resolved {model} {window}");
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{total} devices resolved {model} {window} (estimated distinct install ids)");
+    let devices = |n: u64| {
+        if n == 1 {
+            "1 device".to_string()
+        } else {
+            format!("{n} devices")
+        }
+    };
     println!(
-        "{:<9} {:<28} {:<14} {:>9} {:>7}",
+        "{} resolved {model} {window} (estimated distinct install ids)",
+        devices(total)
+    );
+    println!();
+    println!("{:<10} {:>9} {:>7}", "protocol", "devices", "share");
+    for r in clients["by_protocol"].as_array().into_iter().flatten() {
+        println!(
+            "{:<10} {:>9} {:>6.1}%",
+            r["protocol"].as_str().unwrap_or(""),
+            r["devices"].as_u64().unwrap_or(0),
+            r["share"].as_f64().unwrap_or(0.0) * 100.0
+        );
+    }
+    println!();
+    println!(
+        "{:<10} {:<28} {:<14} {:>9} {:>7}",
         "protocol", "sdk", "version", "devices", "share"
     );
     for r in clients["by_client"].as_array().into_iter().flatten() {
         println!(
-            "{:<9} {:<28} {:<14} {:>9} {:>6.1}%",
+            "{:<10} {:<28} {:<14} {:>9} {:>6.1}%",
             r["protocol"].as_str().unwrap_or(""),
             r["sdk"].as_str().unwrap_or(""),
             r["sdk_version"].as_str().unwrap_or(""),
-            r["devices"],
+            r["devices"].as_u64().unwrap_or(0),
             r["share"].as_f64().unwrap_or(0.0) * 100.0
         );
     }
-    let legacy = clients["by_client"]
+    let legacy = clients["by_protocol"]
         .as_array()
         .into_iter()
         .flatten()

@@ -196,6 +196,16 @@ impl Telemetry {
                 report.ignored += 1;
                 continue;
             }
+            if peek.malformed_kind {
+                report.rejected.push(EventError {
+                    index: i,
+                    code: ErrorCode::EventInvalid,
+                    message: "kind is not an event kind name: download, verify, load, fallback, \
+                              or a newer kind of 1 to 32 characters of a-z, 0-9 and _ (ignored)"
+                        .into(),
+                });
+                continue;
+            }
             match validate(v, now, cfg).and_then(|e| {
                 known(&e).map_err(|m| (ErrorCode::EventInvalid, m))?;
                 Ok(e)

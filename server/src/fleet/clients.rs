@@ -12,7 +12,9 @@ use ferry_shared::protocol::{Protocol, Sdk};
 
 use crate::fleet::rollup::{Devices, Rollup};
 
-/// Most distinct keys noted per model in one rollup; further keys are noted as `other other`.
+/// Most distinct keys noted per model in one rollup; a further key keeps its protocol and
+/// folds its SDK into `other` (the protocols are a small fixed set, see [`Protocol::label`],
+/// so who speaks which protocol is always counted).
 pub const MAX_KEYS_PER_MODEL: usize = 32;
 
 /// Most rows [`view`] lists; the rest are summed into one `other` row.
@@ -31,11 +33,12 @@ pub fn key(protocol: Protocol, sdk: Option<&Sdk>) -> String {
 pub fn note(rollup: &mut Rollup, model: &str, key: &str, device: u64) {
     let keys = rollup.clients.entry(model.to_string()).or_default();
     let key = if keys.contains_key(key) || keys.len() < MAX_KEYS_PER_MODEL {
-        key
+        key.to_string()
     } else {
-        "other other"
+        let protocol = key.split_once(' ').map_or(key, |(p, _)| p);
+        format!("{protocol} other")
     };
-    keys.entry(key.to_string()).or_default().insert(&device);
+    keys.entry(key).or_default().insert(&device);
 }
 
 /// The rows of the view: protocol, SDK name and version, distinct devices and their share of
@@ -43,18 +46,32 @@ pub fn note(rollup: &mut Rollup, model: &str, key: &str, device: u64) {
 pub fn view(clients: Option<&BTreeMap<String, Devices>>) -> serde_json::Value {
     let mut all = Devices::new();
     let mut rows: Vec<(String, String, usize)> = Vec::new();
+    let mut protocols: BTreeMap<String, Devices> = BTreeMap::new();
     for (k, d) in clients.into_iter().flatten() {
         all.merge(d);
         let (protocol, sdk) = k.split_once(' ').unwrap_or((k.as_str(), "unknown"));
+        protocols.entry(protocol.to_string()).or_default().merge(d);
         rows.push((protocol.to_string(), sdk.to_string(), d.estimate()));
     }
+    let total = all.estimate();
+    let share = |n: usize| {
+        if total == 0 {
+            0.0
+        } else {
+            (n as f64 / total as f64).min(1.0)
+        }
+    };
+    let mut by_protocol: Vec<(String, usize)> = protocols
+        .into_iter()
+        .map(|(p, d)| (p, d.estimate()))
+        .collect();
+    by_protocol.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     rows.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| (&a.0, &a.1).cmp(&(&b.0, &b.1))));
     if rows.len() > MAX_ROWS {
         let rest: usize = rows[MAX_ROWS - 1..].iter().map(|r| r.2).sum();
         rows.truncate(MAX_ROWS - 1);
         rows.push(("other".into(), "other".into(), rest));
     }
-    let total = all.estimate();
     let list: Vec<serde_json::Value> = rows
         .into_iter()
         .map(|(protocol, sdk, devices)| {
@@ -64,11 +81,17 @@ pub fn view(clients: Option<&BTreeMap<String, Devices>>) -> serde_json::Value {
                 "sdk": name,
                 "sdk_version": version,
                 "devices": devices,
-                "share": if total == 0 { 0.0 } else { (devices as f64 / total as f64).min(1.0) },
+                "share": share(devices),
             })
         })
         .collect();
-    serde_json::json!({ "devices": total, "by_client": list })
+    let by_protocol: Vec<serde_json::Value> = by_protocol
+        .into_iter()
+        .map(|(protocol, devices)| {
+            serde_json::json!({"protocol": protocol, "devices": devices, "share": share(devices)})
+        })
+        .collect();
+    serde_json::json!({ "devices": total, "by_protocol": by_protocol, "by_client": list })
 }
 
 #[cfg(test)]
@@ -92,7 +115,11 @@ mod tests {
         for i in 0..100u64 {
             note(&mut r, "m", &format!("1 sdk-{i}/1"), 5000 + i);
         }
+        // Past the bound a key keeps its protocol; only the SDK folds.
         assert_eq!(r.clients["m"].len(), MAX_KEYS_PER_MODEL + 1);
+        assert!(r.clients["m"].contains_key("1 other"));
+        note(&mut r, "m", "legacy newsdk/1", 9999);
+        assert!(r.clients["m"].contains_key("legacy other"));
         let v = view(r.clients.get("m"));
         let rows = v["by_client"].as_array().expect("rows");
         assert_eq!(rows.len(), MAX_ROWS);
@@ -105,6 +132,13 @@ mod tests {
                 .any(|r| r["protocol"] == "legacy" && r["sdk"] == "unknown")
         );
         assert_eq!(rows.last().expect("row")["sdk"], "other");
+        // Every protocol is listed with its devices, whatever the SDK rows fold.
+        let protocols = v["by_protocol"].as_array().expect("protocols");
+        let legacy = protocols
+            .iter()
+            .find(|p| p["protocol"] == "legacy")
+            .expect("legacy");
+        assert_eq!(legacy["devices"], 101);
         assert_eq!(view(None)["devices"], 0);
     }
 }
