@@ -155,8 +155,10 @@ fn eviction_never_removes_a_program_another_process_holds() {
         Path::new(&held).exists(),
         "the program another process holds was evicted"
     );
+    // A is killed while it holds the program (SIGKILL: the kernel drops its lock) and the next
+    // eviction takes it.
+    holder.kill().expect("SIGKILL");
     let _ = holder.wait();
-    // Once A let go, the next eviction takes it.
     let c = result(child(&["load", &url, trust, dir, "demo-mlp", "1"]));
     assert_eq!(c["ok"], true, "{c}");
     assert!(
@@ -200,4 +202,37 @@ fn the_telemetry_queue_loses_and_duplicates_nothing_with_concurrent_writers_and_
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum();
     assert_eq!(received, 240, "the server received each event once: {m}");
+}
+
+#[test]
+fn processes_loading_different_models_under_a_tiny_budget_all_succeed() {
+    let app = demo();
+    app.publish(&ferry_tests::app::mlp_v1());
+    let trust = app.dir.path().join("keys/trust.json");
+    let (trust, url) = (trust.to_str().expect("utf-8"), app.url());
+    let cache = tempfile::tempdir().expect("cache");
+    let dir = cache.path().to_str().expect("utf-8");
+    for round in 0..5 {
+        // A budget of one byte: every load evicts whatever it may.
+        let children: Vec<Child> = (0..6)
+            .map(|i| {
+                let model = if i % 2 == 0 { "demo-mlp" } else { "mlp" };
+                child(&["load", &url, trust, dir, model, "1"])
+            })
+            .collect();
+        for r in children.into_iter().map(result) {
+            assert_eq!(r["ok"], true, "round {round}: {r}");
+        }
+    }
+    // Each model's last known good survived every other process's eviction.
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(cache.path().join("index.json")).expect("index"))
+            .expect("json");
+    for model in ["demo-mlp", "mlp"] {
+        let hex = index["models"][model]["sha256"].as_str().expect("entry");
+        assert!(
+            cache.path().join("blobs/sha256").join(hex).exists(),
+            "{model}'s last known good was evicted"
+        );
+    }
 }
