@@ -316,13 +316,13 @@ impl Cache {
         Ok(())
     }
 
-    /// Reads the index again when another process changed it since this one last did (the
-    /// caller holds the index lock, shared or exclusive). An unreadable file keeps what this
-    /// process holds.
-    fn reload(&mut self) {
+    /// Reads the index again when another process changed it since this one last did, or
+    /// always with `force` (the caller holds the index lock, shared or exclusive). An
+    /// unreadable file keeps what this process holds.
+    fn reload(&mut self, force: bool) {
         let path = self.root.join("index.json");
         let now = stamp_of(&path);
-        if now.is_none() || now == self.stamp {
+        if now.is_none() || (!force && now == self.stamp) {
             return;
         }
         if let Ok(bytes) = std::fs::read(&path)
@@ -339,7 +339,7 @@ impl Cache {
             return Ok(());
         }
         let _lock = crate::locks::shared(&self.root.join(".lock"))?;
-        self.reload();
+        self.reload(false);
         Ok(())
     }
 
@@ -347,7 +347,9 @@ impl Cache {
     /// index on disk (another process's changes included), `change`, then a durable write.
     fn update<R>(&mut self, change: impl FnOnce(&mut Index) -> R) -> Result<R, ClientError> {
         let _lock = crate::locks::exclusive(&self.root.join(".lock"))?;
-        self.reload();
+        // Always read under the lock: a rewrite of equal size within the file system's time
+        // resolution would look unchanged, and this change must not undo it.
+        self.reload(true);
         let out = change(&mut self.index);
         self.save()?;
         Ok(out)
@@ -368,9 +370,13 @@ impl Cache {
     /// Where this process downloads blob `d` when another process kept its download lock
     /// longer than it would wait (a file of its own, so the two never write one file).
     pub(crate) fn private_part_path(&self, d: &Sha256Digest) -> PathBuf {
-        self.root
-            .join("blobs/sha256")
-            .join(format!("{}.{}.part", d.to_hex(), std::process::id()))
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.root.join("blobs/sha256").join(format!(
+            "{}.{}-{n}.part",
+            d.to_hex(),
+            std::process::id()
+        ))
     }
 
     /// Where a download in flight lives.
@@ -427,8 +433,19 @@ impl Cache {
         size: u64,
     ) -> Result<VerifiedBlob, ClientError> {
         let dest = self.blob_path(d);
-        ferry_fs::commit(part, &dest).map_err(|e| ClientError::io(&dest, e))?;
-        let held = crate::locks::shared_existing(&dest)?;
+        // Another process may have committed the same file meanwhile (it waited no longer, or
+        // finished first): its file stays, so the shared locks others hold on it keep guarding
+        // the file its path names, and this process's copy goes.
+        let held = match crate::locks::shared_existing(&dest)? {
+            Some(existing) if existing.file().metadata().map(|m| m.len()).ok() == Some(size) => {
+                let _ = std::fs::remove_file(part);
+                Some(existing)
+            }
+            _ => {
+                ferry_fs::commit(part, &dest).map_err(|e| ClientError::io(&dest, e))?;
+                crate::locks::shared_existing(&dest)?
+            }
+        };
         self.update(|i| i.touch(d, size))?;
         Ok(VerifiedBlob {
             path: dest,
@@ -691,7 +708,7 @@ impl Cache {
         in_use: &BTreeSet<Sha256Digest>,
     ) -> Result<Vec<Sha256Digest>, ClientError> {
         let _lock = crate::locks::exclusive(&self.root.join(".lock"))?;
-        self.reload();
+        self.reload(true);
         // A model's last known good files are kept, unless an app or runtime update left them
         // outside their signed constraints.
         let protected: BTreeSet<String> = self

@@ -101,11 +101,16 @@ impl Client {
         *g = value;
     }
 
+    /// The cache, with what other processes changed in its index since this one last read it
+    /// (a stat of the index file when nothing changed).
     pub(crate) fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
-        match self.cache.lock() {
+        let mut g = match self.cache.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
-        }
+        };
+        // A failure keeps this process's copy; the next change re-reads under the lock anyway.
+        let _ = g.refresh();
+        g
     }
 
     /// What the client trusts now: the pinned root walked through the keyrings accepted.

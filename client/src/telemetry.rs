@@ -10,9 +10,14 @@
 //! under an exclusive OS lock on `telemetry/queue.lock`, so appends never interleave or get
 //! lost. A sender claims the queued events by renaming the file to
 //! `telemetry/sending-<pid>-<n>.ndjson` (under that lock) and holds a lock on the claimed file
-//! while it sends, so exactly one process sends a given event; what the server did not take
-//! goes back into the queue. A claim whose sender died (its lock is free) is taken back into
-//! the queue by the next sender, except the batches its progress file says were accepted.
+//! while it sends, so one process sends a given event; what the server did not take goes back
+//! into the queue. A claim whose sender died (its lock is free) is taken back into the queue
+//! by the next sender, except the batches its progress file says were accepted. Every step
+//! writes before it deletes, so a process killed at any point loses no event; a kill at the
+//! wrong moment can make a batch, or the events it had not sent yet, be sent twice.
+//!
+//! Appending waits at most [`PUSH_WAIT`] for the queue lock (a frozen process may hold it):
+//! telemetry never holds up a load.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -28,6 +33,9 @@ use crate::locks;
 pub const DEFAULT_MAX_EVENTS: usize = 1000;
 /// Events per request.
 pub const BATCH: usize = 100;
+
+/// Longest an append waits for another process holding the queue lock.
+pub const PUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The queue.
 #[derive(Debug)]
@@ -84,6 +92,23 @@ impl TelemetryQueue {
         Ok((g, l))
     }
 
+    /// [`TelemetryQueue::locked`], giving up after [`PUSH_WAIT`].
+    fn locked_briefly(
+        &self,
+    ) -> Result<(std::sync::MutexGuard<'_, ()>, locks::FileLock), ClientError> {
+        let g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let dir = self.dir();
+        std::fs::create_dir_all(&dir).map_err(|e| ClientError::io(&dir, e))?;
+        let path = dir.join("queue.lock");
+        match locks::exclusive_within(&path, PUSH_WAIT)? {
+            Some(l) => Ok((g, l)),
+            None => Err(ClientError::CacheIo {
+                path,
+                message: "another process held the telemetry queue too long; events dropped".into(),
+            }),
+        }
+    }
+
     fn read_lines(&self) -> Vec<String> {
         lines_of(&self.path)
     }
@@ -102,7 +127,7 @@ impl TelemetryQueue {
         if events.is_empty() {
             return Ok(());
         }
-        let _held = self.locked()?;
+        let _held = self.locked_briefly()?;
         let existing = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
         // Cheap path: append; the bound is enforced when the file grows past it.
         let mut f = std::fs::OpenOptions::new()
@@ -153,6 +178,7 @@ impl TelemetryQueue {
             return;
         };
         let mut back = Vec::new();
+        let mut adopted = Vec::new();
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             if !(name.starts_with("sending-") && name.ends_with(".ndjson")) {
@@ -169,14 +195,20 @@ impl TelemetryQueue {
                 .and_then(|s| s.trim().parse().ok())
                 .unwrap_or(0);
             back.extend(lines_of(&path).into_iter().skip(sent));
-            let _ = std::fs::remove_file(&progress);
-            let _ = std::fs::remove_file(&path);
-            drop(held);
+            adopted.push((path, progress, held));
         }
         if !back.is_empty() {
             back.extend(self.read_lines());
             let keep = back.len().saturating_sub(self.max_events);
-            let _ = self.write_lines(&back[keep..]);
+            // Written before the claims go: a failure leaves them to be adopted again.
+            if self.write_lines(&back[keep..]).is_err() {
+                return;
+            }
+        }
+        for (path, progress, held) in adopted {
+            let _ = std::fs::remove_file(&path);
+            let _ = std::fs::remove_file(&progress);
+            drop(held);
         }
     }
 
@@ -199,6 +231,8 @@ impl TelemetryQueue {
             let claim = self
                 .dir()
                 .join(format!("sending-{}-{n}.ndjson", std::process::id()));
+            // A progress file left by an earlier process of the same id belongs to no claim.
+            let _ = std::fs::remove_file(claim.with_extension("progress"));
             if std::fs::rename(&self.path, &claim).is_err() {
                 return report;
             }
@@ -238,9 +272,11 @@ impl TelemetryQueue {
             let mut back: Vec<String> = lines[sent..].to_vec();
             back.extend(self.read_lines());
             let keep = back.len().saturating_sub(self.max_events);
+            // Written, then the claim removed, then its progress: a kill between two steps can
+            // make events be sent twice, never lost.
             if self.write_lines(&back[keep..]).is_ok() {
-                let _ = std::fs::remove_file(&progress);
                 let _ = std::fs::remove_file(&claim);
+                let _ = std::fs::remove_file(&progress);
             }
             report.queued = back.len() - keep;
         }
