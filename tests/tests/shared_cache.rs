@@ -236,3 +236,43 @@ fn processes_loading_different_models_under_a_tiny_budget_all_succeed() {
         );
     }
 }
+
+#[test]
+fn a_process_killed_while_it_holds_the_index_lock_blocks_no_one_for_long() {
+    let app = demo();
+    let trust = app.dir.path().join("keys/trust.json");
+    let (trust, url) = (trust.to_str().expect("utf-8"), app.url());
+    let cache = tempfile::tempdir().expect("cache");
+    let dir = cache.path().to_str().expect("utf-8");
+    // A first load fills the cache; then a process holds the index lock mid-write.
+    assert_eq!(
+        result(child(&["load", &url, trust, dir, "demo-mlp"]))["ok"],
+        true
+    );
+    let mut writer = child(&["hold-index", dir]);
+    {
+        use std::io::BufRead as _;
+        let out = writer.stdout.take().expect("stdout");
+        let mut line = String::new();
+        std::io::BufReader::new(out)
+            .read_line(&mut line)
+            .expect("line");
+        assert!(line.contains("\"held\":true"), "{line}");
+    }
+    // Others wait on the lock while it lives...
+    let waiting: Vec<Child> = (0..3)
+        .map(|_| child(&["load", &url, trust, dir, "demo-mlp"]))
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    // ...and go on once it is killed: the kernel drops the lock, the index is intact.
+    writer.kill().expect("SIGKILL");
+    let _ = writer.wait();
+    for r in waiting.into_iter().map(result) {
+        assert_eq!(r["ok"], true, "{r}");
+        assert!(r["source"].as_str().unwrap_or("").contains("Cached"), "{r}");
+    }
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(cache.path().join("index.json")).expect("index"))
+            .expect("the index is whole JSON");
+    assert!(index["models"]["demo-mlp"].is_object(), "{index}");
+}

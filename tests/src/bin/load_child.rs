@@ -7,6 +7,8 @@
 //! - `load-child push CACHE_DIR COUNT TAG`: appends COUNT telemetry events (variant
 //!   `TAG-<i>`) to the cache's queue, one append each.
 //! - `load-child send SERVER CACHE_DIR`: sends the queued telemetry.
+//! - `load-child hold-index CACHE_DIR`: takes the cache's index lock, leaves a half-written
+//!   staging file, prints a line and sleeps (to be killed).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -113,6 +115,28 @@ fn main() -> ExitCode {
                 }
             }
             serde_json::json!({"ok": failed == 0, "pushed": n - failed})
+        }
+        Some("hold-index") if args.len() == 2 => {
+            // What a process killed while writing the index leaves: the index lock held and a
+            // staging file half written, until the kernel drops the lock at its death.
+            let dir = std::path::Path::new(&args[1]);
+            let _ = std::fs::create_dir_all(dir);
+            let lock = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true)
+                .open(dir.join(".lock"));
+            match lock.and_then(|f| f.lock().map(|()| f)) {
+                Ok(_held) => {
+                    let _ =
+                        std::fs::write(dir.join(".index.json.1.0.tmp"), b"{\"version\": 1, \"mod");
+                    println!("{}", serde_json::json!({"ok": true, "held": true}));
+                    std::thread::sleep(std::time::Duration::from_secs(600));
+                    serde_json::json!({"ok": true})
+                }
+                Err(e) => serde_json::json!({"ok": false, "message": e.to_string()}),
+            }
         }
         Some("send") if args.len() == 3 => {
             let q = ferry_client::telemetry::TelemetryQueue::new(
