@@ -23,6 +23,16 @@ fn device() -> DeviceInfo {
     }
 }
 
+/// An app 1.0.0 client of `app` with the real runtime, caching in `cache`.
+fn client_of(app: &TestApp, cache: &std::path::Path) -> ferry_client::Client {
+    ClientBuilder::new(app.url(), app.trust())
+        .cache_dir(cache)
+        .app_version(semver::Version::new(1, 0, 0))
+        .runtime(Arc::new(ExecuTorchRuntime::new()))
+        .build()
+        .expect("client")
+}
+
 #[test]
 fn a_newer_signed_format_keeps_the_last_known_good_model() {
     // A server on the vector keys with the vector release.
@@ -92,12 +102,7 @@ fn the_client_tells_the_app_when_its_protocol_is_being_retired() {
         ..Default::default()
     });
     let cache = tempfile::tempdir().expect("cache");
-    let client = ClientBuilder::new(app.url(), app.trust())
-        .cache_dir(cache.path())
-        .app_version(semver::Version::new(1, 0, 0))
-        .runtime(Arc::new(ExecuTorchRuntime::new()))
-        .build()
-        .expect("client");
+    let client = client_of(&app, cache.path());
     assert_eq!(client.protocol_sunset(), None, "nothing announced yet");
     let loaded = client.load("demo-mlp", &device()).expect("load");
     assert_eq!(loaded.report.protocol_sunset.as_deref(), Some("2029-06-30"));
@@ -119,12 +124,7 @@ fn a_candidate_for_a_backend_the_runtime_lacks_falls_back_like_any_unregistered_
     ));
     app.publish(&spec);
     let cache = tempfile::tempdir().expect("cache");
-    let client = ClientBuilder::new(app.url(), app.trust())
-        .cache_dir(cache.path())
-        .app_version(semver::Version::new(1, 0, 0))
-        .runtime(Arc::new(ExecuTorchRuntime::new()))
-        .build()
-        .expect("client");
+    let client = client_of(&app, cache.path());
     // The app claims OpenVINO; the runtime it links registers XNNPACK only.
     let mut dev = device();
     dev.claimed_backends = vec!["OpenvinoBackend".into()];
