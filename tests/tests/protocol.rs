@@ -178,7 +178,11 @@ fn telemetry_from_a_newer_client_is_counted_not_refused() {
     with_field["thermal"] = "fair".into();
     let mut inference = event("inference");
     inference["p95_ms"] = 12.5.into();
-    let batch = serde_json::json!({ "events": [with_field, inference, {"kind": "load"}] });
+    let mut bad_platform = event("load");
+    bad_platform["platform"] = "BAD PLATFORM".into();
+    let mut newer_platform = event("load");
+    newer_platform["platform"] = "harmonyos".into();
+    let batch = serde_json::json!({ "events": [with_field, inference, {"kind": "load"}, bad_platform, newer_platform] });
     let (status, h, body) = post(
         &app,
         "/v1/telemetry",
@@ -195,9 +199,18 @@ fn telemetry_from_a_newer_client_is_counted_not_refused() {
     );
     // The load event with a new field is accepted; the event of a new kind is ignored (the
     // client must not send it again); a malformed event is still refused.
-    assert_eq!(body["accepted"], 1, "{body}");
+    // A platform breaks the same rule as in resolve; a newer platform name is fine.
+    assert_eq!(body["accepted"], 2, "{body}");
     assert_eq!(body["ignored"], 1, "{body}");
     assert_eq!(body["rejected"][0]["index"], 2, "{body}");
+    assert_eq!(body["rejected"][1]["index"], 3, "{body}");
+    assert!(
+        body["rejected"][1]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("platform"),
+        "{body}"
+    );
     let m = metrics(&app);
     for field in ["thermal", "p95_ms"] {
         assert!(

@@ -124,6 +124,12 @@ pub fn validate(
     if e.install_id.is_empty() {
         return Err(invalid("install_id is empty".into()));
     }
+    // The same rule as a resolve request's: a known platform or a well-formed newer one.
+    if !e.platform.is_empty()
+        && let Err(why) = e.platform.parse::<ferry_shared::manifest::Platform>()
+    {
+        return Err(invalid(why));
+    }
     if matches!(
         e.kind,
         EventKind::Load | EventKind::Fallback | EventKind::Download
