@@ -232,6 +232,8 @@ impl Cache {
     pub fn open(root: &Path, budget: u64) -> Result<(Cache, Recovery), ClientError> {
         let blobs = root.join("blobs/sha256");
         std::fs::create_dir_all(&blobs).map_err(|e| ClientError::io(&blobs, e))?;
+        let locks = root.join("locks");
+        std::fs::create_dir_all(&locks).map_err(|e| ClientError::io(&locks, e))?;
         // Repairs happen under the index lock, so no other process writes the index meanwhile.
         let _lock = crate::locks::exclusive(&root.join(".lock"))?;
         let mut rec = Recovery::default();
@@ -361,10 +363,9 @@ impl Cache {
     }
 
     /// The lock file that the process downloading blob `d` holds.
+    /// (In a folder of their own, so the blob folder holds only blobs and downloads.)
     pub(crate) fn download_lock_path(&self, d: &Sha256Digest) -> PathBuf {
-        self.root
-            .join("blobs/sha256")
-            .join(format!("{}.lock", d.to_hex()))
+        self.root.join("locks").join(format!("{}.lock", d.to_hex()))
     }
 
     /// Where this process downloads blob `d` when another process kept its download lock

@@ -1,7 +1,7 @@
 //! OS file locks for the cache that an app's processes share (a UI process and a background
 //! prefetch, a capture service and an analytics service): the index is changed under an
 //! exclusive lock on `<cache>/.lock`, a blob is downloaded by the holder of its
-//! `<hex>.lock`, a blob in use is held with a shared lock on the blob file itself (eviction
+//! `locks/<hex>.lock`, a blob in use is held with a shared lock on the blob file itself (eviction
 //! takes it exclusively or skips it), and the telemetry queue is changed under
 //! `telemetry/queue.lock`.
 //!

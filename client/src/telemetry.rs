@@ -85,22 +85,22 @@ impl TelemetryQueue {
     /// The exclusive lock every change to the queue file is made under (this process's
     /// threads and other processes alike).
     fn locked(&self) -> Result<(std::sync::MutexGuard<'_, ()>, locks::FileLock), ClientError> {
-        let g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let dir = self.dir();
-        std::fs::create_dir_all(&dir).map_err(|e| ClientError::io(&dir, e))?;
-        let l = locks::exclusive(&dir.join("queue.lock"))?;
-        Ok((g, l))
+        self.locked_within(None)
     }
 
-    /// [`TelemetryQueue::locked`], giving up after [`PUSH_WAIT`].
-    fn locked_briefly(
+    /// [`TelemetryQueue::locked`], giving up after `wait` when one is given.
+    fn locked_within(
         &self,
+        wait: Option<std::time::Duration>,
     ) -> Result<(std::sync::MutexGuard<'_, ()>, locks::FileLock), ClientError> {
         let g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         let dir = self.dir();
         std::fs::create_dir_all(&dir).map_err(|e| ClientError::io(&dir, e))?;
         let path = dir.join("queue.lock");
-        match locks::exclusive_within(&path, PUSH_WAIT)? {
+        let Some(wait) = wait else {
+            return Ok((g, locks::exclusive(&path)?));
+        };
+        match locks::exclusive_within(&path, wait)? {
             Some(l) => Ok((g, l)),
             None => Err(ClientError::CacheIo {
                 path,
@@ -127,7 +127,7 @@ impl TelemetryQueue {
         if events.is_empty() {
             return Ok(());
         }
-        let _held = self.locked_briefly()?;
+        let _held = self.locked_within(Some(PUSH_WAIT))?;
         let existing = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
         // Cheap path: append; the bound is enforced when the file grows past it.
         let mut f = std::fs::OpenOptions::new()

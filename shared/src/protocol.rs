@@ -168,16 +168,25 @@ pub const MAX_UNKNOWN_FIELDS: usize = 16;
 /// read: values are skipped without being built.
 pub fn unknown_fields(body: &[u8], known: &[&str]) -> Vec<String> {
     use serde::de::IgnoredAny;
-    let Ok(map) = serde_json::from_slice::<
-        std::collections::BTreeMap<std::borrow::Cow<'_, str>, IgnoredAny>,
-    >(body) else {
-        return Vec::new();
-    };
-    map.into_keys()
-        .filter(|k| !known.contains(&k.as_ref()))
-        .take(MAX_UNKNOWN_FIELDS)
-        .map(|k| k.into_owned())
-        .collect()
+    use std::collections::BTreeMap;
+    // Keys borrowed from the body (no allocation on the resolve path); a key with an escape
+    // cannot be borrowed, so such a body is read again with owned keys.
+    match serde_json::from_slice::<BTreeMap<&str, IgnoredAny>>(body) {
+        Ok(map) => map
+            .into_keys()
+            .filter(|k| !known.contains(k))
+            .take(MAX_UNKNOWN_FIELDS)
+            .map(str::to_string)
+            .collect(),
+        Err(_) => serde_json::from_slice::<BTreeMap<String, IgnoredAny>>(body)
+            .map(|map| {
+                map.into_keys()
+                    .filter(|k| !known.contains(&k.as_str()))
+                    .take(MAX_UNKNOWN_FIELDS)
+                    .collect()
+            })
+            .unwrap_or_default(),
+    }
 }
 
 /// The first field of the JSON text `original` that is lost when it is read as `value` and
@@ -318,6 +327,11 @@ mod tests {
             vec!["gpu_driver", "nested", "z"]
         );
         assert!(unknown_fields(b"not json", &[]).is_empty());
+        // A key written with an escape is read too.
+        assert_eq!(
+            unknown_fields(br#"{"model":"m","gpu\u005fdriver":1}"#, &["model"]),
+            vec!["gpu_driver"]
+        );
         let many: String = (0..100).map(|i| format!("\"f{i:03}\":0,")).collect();
         let body = format!("{{{}\"model\":1}}", many);
         assert_eq!(

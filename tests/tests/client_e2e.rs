@@ -68,7 +68,7 @@ fn assert_cache_clean(cache: &Path) {
         .flatten()
     {
         let name = e.file_name().to_string_lossy().into_owned();
-        if name.ends_with(".part") || name.ends_with(".etag") || name.ends_with(".lock") {
+        if name.ends_with(".part") || name.ends_with(".etag") {
             continue;
         }
         let bytes = std::fs::read(e.path()).expect("read");
@@ -577,16 +577,14 @@ fn a_full_disk_is_a_clear_error_and_the_cache_stays_consistent() {
         .load("demo-mlp", &device(Platform::Linux, &[]))
         .expect_err("disk full");
     assert_eq!(e.code(), "disk_full", "{e}");
-    // No partial file left, no blob, index still valid (an empty download lock may stay).
+    // No partial file left, no blob, index still valid.
     let leftovers: Vec<String> = std::fs::read_dir(mount.path().join("blobs/sha256"))
         .expect("dir")
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     assert!(
-        leftovers
-            .iter()
-            .all(|n| n.ends_with(".etag") || n.ends_with(".lock")),
+        leftovers.iter().all(|n| n.ends_with(".etag")),
         "{leftovers:?}"
     );
     assert_cache_clean(mount.path());

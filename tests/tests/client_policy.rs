@@ -52,14 +52,13 @@ fn blob_bytes_served(app: &TestApp) -> f64 {
         .unwrap_or_else(|| panic!("no ferry_blob_bytes_served in\n{text}"))
 }
 
-/// Files in the cache's blob folder (complete and partial; not the empty download locks).
+/// Files in the cache's blob folder (complete and partial).
 fn blob_files(cache: &Path) -> Vec<String> {
     let dir = cache.join("blobs/sha256");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .map(|d| {
             d.flatten()
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| !n.ends_with(".lock"))
                 .collect()
         })
         .unwrap_or_default();
