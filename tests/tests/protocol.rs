@@ -390,3 +390,62 @@ fn a_variant_for_a_backend_outside_the_known_set_is_signed_published_and_ranked(
         "{err:#}"
     );
 }
+
+#[test]
+fn the_device_census_is_fleet_wide_across_three_replicas_and_a_restart() {
+    let fast = |c: &mut ferry_server::app::config::Config| c.telemetry.flush_secs = 1;
+    let mut app = TestApp::start_with(Options {
+        tweak: Some(Box::new(fast)),
+        ..Default::default()
+    });
+    app.publish(&mlp_v1());
+    let replicas: Vec<_> = (0..2)
+        .map(|_| app.replica_with(None, Box::new(fast)))
+        .collect();
+    let urls: Vec<String> = std::iter::once(app.url())
+        .chain(replicas.iter().map(|r| r.url()))
+        .collect();
+    // Each replica answers devices of another SDK.
+    for (i, url) in urls.iter().enumerate() {
+        for d in 0..3 {
+            let mut dev = device("linux", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096);
+            dev["install_id"] = format!("fleet-{i}-{d}").into();
+            let mut resp = app
+                .agent
+                .post(format!("{url}/v1/resolve"))
+                .header("content-type", "application/json")
+                .header("Ferry-Protocol", "1")
+                .header("Ferry-Sdk", format!("sdk-{i}/1.0"))
+                .send(&serde_json::to_vec(&dev).expect("json")[..])
+                .expect("resolve");
+            assert_eq!(resp.status().as_u16(), 200);
+            let _ = resp.body_mut().read_to_string();
+        }
+    }
+    let rows = |app: &TestApp| -> serde_json::Value {
+        let (_, h) = app.get_json(
+            "/v1/admin/models/mlp/health",
+            Some(ferry_tests::app::READ_TOKEN),
+        );
+        h["clients"].clone()
+    };
+    // Every replica's counts reach the store and the first replica's view within a few flushes.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut seen = rows(&app);
+    while seen["devices"] != 9 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        seen = rows(&app);
+    }
+    assert_eq!(seen["devices"], 9, "{seen}");
+    assert_eq!(
+        seen["by_client"].as_array().map(Vec::len),
+        Some(3),
+        "{seen}"
+    );
+    assert_eq!(seen["by_protocol"][0]["devices"], 9, "{seen}");
+    // Still there after the replicas stop and the first one restarts.
+    drop(replicas);
+    app.restart().expect("restart");
+    let after = rows(&app);
+    assert_eq!(after["devices"], 9, "{after}");
+}
