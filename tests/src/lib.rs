@@ -192,3 +192,35 @@ pub fn ptd_with_scalar_type(key: &str, scalar_type: i8) -> Vec<u8> {
     }
     panic!("no single byte of the fixture gives {key} scalar type {scalar_type}")
 }
+
+/// Runs the test `name` (its full path in the test binary, `module::function`) in a process of
+/// its own, for a test that measures the whole process (resident memory, open files) and would
+/// count its neighbours' work in a shared one. Returns `true` inside that process: the caller
+/// then does the work. Returns `false` in the test binary's own process after the child
+/// passed; panics with the child's output when it failed.
+pub fn in_own_process(name: &str) -> bool {
+    const MARK: &str = "FERRY_TEST_OWN_PROCESS";
+    if std::env::var_os(MARK).is_some() {
+        return true;
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let out = std::process::Command::new(exe)
+        .args([name, "--exact", "--test-threads=1", "--nocapture"])
+        .env(MARK, "1")
+        .output()
+        .expect("the test binary starts again");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{name} in its own process failed:\n{text}"
+    );
+    assert!(
+        text.contains("1 passed"),
+        "{name} did not run in its own process:\n{text}"
+    );
+    false
+}

@@ -2,7 +2,7 @@
 //! operator runs it: `ferry rollout start --steps --every`, telemetry to both processes, and
 //! `ferry rollout status` saying what the step waits for. Each step is written once.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

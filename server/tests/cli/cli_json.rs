@@ -1,7 +1,7 @@
 //! `ferry --json` on every command that has something to say: its output is one JSON document
 //! that validates against the committed schemas (`schemas/`), and text for people goes away.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

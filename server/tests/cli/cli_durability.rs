@@ -2,7 +2,7 @@
 //! right after their acknowledgement, and the local store really fsyncs each write (counted
 //! with strace while a release is published and a rollout changed).
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Rollouts through the real CLI, against two server processes sharing one data directory:
 //! concurrent changes from both lose no update, and `status` / `health` report them.
 
-mod common;
+use crate::common;
 
 use common::{TOKEN, ferry, run_ok, serve};
 

@@ -4,8 +4,6 @@
 //! `tests/fixtures`. Two substitutions only: the `cargo` commands become the binary this test
 //! was built with (a release build would take minutes), and port 8080 a free one.
 
-mod common;
-
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -1,7 +1,7 @@
 //! `ferry keys generate`, `ferry keys rotate` and what `ferry serve` does with (and without)
 //! keys, through the real binary.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -3,7 +3,7 @@
 //! Kubernetes `args`) accepted by the real binary; the Kubernetes config loadable and valid
 //! against the Kubernetes schemas.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-mod common;
+use crate::common;
 
 use common::{TOKEN, assert_valid, ferry, fixtures, run_ok, serve};
 

@@ -1,7 +1,7 @@
 //! Everyday operator commands against a real server: `ferry models`, `ferry health` with a
 //! window and for a model that does not exist, and shell completions.
 
-mod common;
+use crate::common;
 
 use common::{TOKEN, ferry, run_ok, serve};
 

@@ -1,6 +1,6 @@
 //! `ferry release revoke` through the real binary against a real server.
 
-mod common;
+use crate::common;
 
 use common::{TOKEN, ferry, run_ok, serve, setup};
 

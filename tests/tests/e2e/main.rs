@@ -1,0 +1,39 @@
+//! ferry's end-to-end tests: one binary, one module per area (real server, real client, real
+//! `.pte` files, real runtime, real object-store emulators).
+
+mod attacks;
+mod bucket_vectors;
+mod c_abi;
+mod client_constraints;
+mod client_data_files;
+mod client_e2e;
+mod client_policy;
+mod client_protocol;
+mod client_tensors;
+mod dashboard;
+mod error_catalogue;
+mod fleet_buckets;
+mod fleet_replicas;
+mod inspector_ground_truth;
+mod jvm;
+mod key_rotation;
+mod keyring_push;
+mod protocol;
+mod revocation;
+mod rollout;
+mod rollout_ramp;
+mod rollout_safety;
+mod s3;
+mod schemas;
+mod server_blobs;
+mod server_hostile;
+mod server_publish;
+mod server_resolve;
+mod server_tls;
+mod shared_cache;
+mod storage_conformance;
+mod store_formats;
+mod store_integrity;
+mod store_outage;
+mod telemetry_parquet;
+mod vectors;
