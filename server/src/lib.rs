@@ -1,21 +1,31 @@
 //! `ferry-server`: the HTTP server that hosts signed `.pte` variants, and the `ferry` CLI.
 //!
-//! Modules by concern:
+//! Layers, from the bottom up. A module imports only modules on its own row or below it (no
+//! `crate::app` below `app`, no `AppState` outside `api` and `app`, no `ApiError` outside
+//! `api`).
 //!
-//! | module | what |
-//! |---|---|
-//! | [`app`] | the shared state, the router and middleware, start-up (keys, store, TLS), config, metrics, the demo |
-//! | [`api`] | thin HTTP handlers (device, blobs, admin, fleet, ops), extractors, auth, and the one mapping from domain errors to HTTP |
-//! | [`fleet`] | telemetry ingestion and aggregates, rate limits, the deny list, halts, rollout plans |
-//! | [`storage`] | the object-store key layout, revision logs, the catalog |
-//! | [`release`] | building and signing release manifests, blob uploads, release admission |
-//! | [`cli`] | the `ferry` command line, one module per command group |
-//!
-//! Dependencies point one way: `cli → app → api → {fleet, release} → storage`.
+//! | layer | module | owns | may import |
+//! |---|---|---|---|
+//! | bottom | [`storage`] | the object-store key layout ([`storage::StorageKey`]), revision logs, the catalog, `[storage]` config | `ferry-shared` |
+//! | bottom | [`tokens`] | admin tokens and their scopes, `[[tokens]]` config | — |
+//! | bottom | [`keys`] | the server's key files: generate, seal, load, rotate | — |
+//! | bottom | [`metrics`] | the Prometheus registry and its series | — |
+//! | views | [`snapshot`] | what resolve reads without touching storage: catalog, rollouts, deny lists, revocations, keys, each a [`snapshot::Snapshot`] | bottom |
+//! | keyring | [`keyring`] | newer keyring versions: adopt from the store, take from an operator, audit | views, bottom |
+//! | fleet | [`fleet`] | telemetry ingest and aggregates, flushes, health, the deny list, halts and ramps, rollout plans; jobs take a [`fleet::Fleet`] handle | keyring, views, bottom |
+//! | release | [`release`] | release manifests: build, sign, admit, upload blobs | fleet, keyring, views, bottom |
+//! | api | [`api`] | [`api::AppState`], the HTTP handlers, the one mapping from domain errors to HTTP, `[limits]` config | everything above |
+//! | app | [`app`] | config assembly, start-up, background loops, the router, the demo | api and everything above |
+//! | cli | [`cli`] | the `ferry` command line, one module per command group | everything |
 
 pub mod api;
 pub mod app;
 pub mod cli;
 pub mod fleet;
+pub mod keyring;
+pub mod keys;
+pub mod metrics;
 pub mod release;
+pub mod snapshot;
 pub mod storage;
+pub mod tokens;

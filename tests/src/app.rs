@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use ferry_server::app::config::{Config, Flags};
-use ferry_server::app::keys::{self, RoleKey};
 use ferry_server::app::startup::{RunningServer, spawn};
+use ferry_server::keys::{self, RoleKey};
 use ferry_server::release::sign::{VariantSpec, VariantsFile, build_manifest, sign};
 use ferry_shared::dsse::{DsseLimits, Envelope, KeyRole, Verified, verify};
 use ferry_shared::keyring::TrustState;
@@ -61,10 +61,10 @@ fn test_config(data: &Path, listen: &str) -> Config {
     let mut config = Config::load(&flags, &env).expect("config");
     config
         .tokens
-        .push(ferry_server::api::auth::TokenEntry::from_secret(
+        .push(ferry_server::tokens::TokenEntry::from_secret(
             "reader",
             READ_TOKEN,
-            vec![ferry_server::api::auth::Scope::Read],
+            vec![ferry_server::tokens::Scope::Read],
         ));
     config
 }
@@ -228,7 +228,7 @@ impl TestApp {
     /// Waits until the fleet evaluations (halts, deny entries) asked for by telemetry sent so
     /// far have run: they run in the background, after the telemetry answer.
     pub fn settle(&self) {
-        let q = &self.server.state.evaluations;
+        let q = &self.server.state.evaluations();
         let asked = q.asked();
         let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while !q.done_through(asked) {
@@ -506,7 +506,7 @@ impl TestApp {
     /// data directory with this server's keys and the given shared object store.
     pub fn replica(
         &self,
-        storage: Option<ferry_server::app::config::StorageConfig>,
+        storage: Option<ferry_server::storage::config::StorageConfig>,
     ) -> RunningServer {
         self.replica_with(storage, Box::new(|_| {}))
     }
@@ -514,7 +514,7 @@ impl TestApp {
     /// [`TestApp::replica`] with a change to its configuration.
     pub fn replica_with(
         &self,
-        storage: Option<ferry_server::app::config::StorageConfig>,
+        storage: Option<ferry_server::storage::config::StorageConfig>,
         tweak: ConfigTweak,
     ) -> RunningServer {
         let env = |k: &str| (k == "FERRY_ADMIN_TOKEN").then(|| ADMIN_TOKEN.to_string());

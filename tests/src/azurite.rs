@@ -113,8 +113,8 @@ impl Azurite {
     }
 
     /// A storage config for `container` on this emulator.
-    pub fn storage(&self, container: &str) -> ferry_server::app::config::StorageConfig {
-        ferry_server::app::config::StorageConfig::Azure {
+    pub fn storage(&self, container: &str) -> ferry_server::storage::config::StorageConfig {
+        ferry_server::storage::config::StorageConfig::Azure {
             container: container.to_string(),
             account: ACCOUNT.to_string(),
             endpoint: Some(self.endpoint.clone()),

@@ -83,8 +83,8 @@ impl Moto {
     }
 
     /// A storage config for `bucket` on this emulator.
-    pub fn storage(&self, bucket: &str) -> ferry_server::app::config::StorageConfig {
-        ferry_server::app::config::StorageConfig::S3 {
+    pub fn storage(&self, bucket: &str) -> ferry_server::storage::config::StorageConfig {
+        ferry_server::storage::config::StorageConfig::S3 {
             bucket: bucket.to_string(),
             endpoint: Some(self.endpoint.clone()),
             region: "us-east-1".into(),

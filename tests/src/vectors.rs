@@ -14,7 +14,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ferry_server::app::keys::{self, RoleKey};
+use ferry_server::keys::{self, RoleKey};
 use ferry_server::release::sign::{VariantsFile, build_manifest, sign};
 use ferry_shared::dsse::{Envelope, KeyPair};
 use ferry_shared::manifest::{Delegate, ReleaseManifest};

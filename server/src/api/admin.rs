@@ -7,12 +7,13 @@ use ferry_shared::errors::ErrorCode;
 use ferry_shared::rollout::{RolloutPlan, RolloutState, format_percent};
 use semver::Version;
 
-use crate::api::auth::{Scope, authorize};
+use crate::api::AppState;
+use crate::api::auth::authorize;
 use crate::api::error::ApiError;
 use crate::api::extract::{parse_model, read_body};
-use crate::app::AppState;
 use crate::release::publish::{Lifecycle, publish_release};
 use crate::storage::catalog::Release;
+use crate::tokens::Scope;
 
 pub(crate) async fn post_release(
     req: HttpRequest,
@@ -20,12 +21,12 @@ pub(crate) async fn post_release(
     model: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let caller = authorize(&req, &state.config.tokens, Scope::Publish)?;
+    let caller = authorize(&req, &state.config().tokens, Scope::Publish)?;
     let model = parse_model(&model)?;
     let body = read_body(
         payload,
-        &state.config.limits,
-        state.config.limits.max_json_bytes,
+        &state.config().limits,
+        state.config().limits.max_json_bytes,
     )
     .await?;
     // Signed by a key this replica does not know: another replica may have taken a newer
@@ -38,7 +39,7 @@ pub(crate) async fn post_release(
                 .is_ok_and(|id| ring.get(&id).is_some())
         });
         if !known {
-            crate::app::keyring::refresh(&state).await;
+            crate::fleet::refresh_keys(state.fleet()).await;
         }
     }
     let catalog = state.catalog();
@@ -64,11 +65,11 @@ pub(crate) async fn post_release(
     }
     let lifecycle = Lifecycle {
         catalog: &catalog,
-        goes_live: state.config.publish_goes_live,
+        goes_live: state.config().publish_goes_live,
         actor: &caller.name,
     };
     let outcome = publish_release(
-        &state.store,
+        state.store(),
         &state.keys().release_ring,
         &model,
         &body,
@@ -79,7 +80,7 @@ pub(crate) async fn post_release(
         Ok(_) => "ok",
         Err(e) => e.code().as_str(),
     };
-    state.metrics.publish(label);
+    state.metrics().publish(label);
     let (release, plan) = outcome?;
     tracing::info!(caller = caller.name, model = %release.manifest.model, version = %release.manifest.version, live = plan.is_some(), "release published");
     let view = release_view(&release);
@@ -87,9 +88,12 @@ pub(crate) async fn post_release(
     // A model new to this replica's catalog (its first release, or the first one loadable
     // after a key rotation) gets its revocation list in force before its first resolve.
     if state.revocations().get(&model).is_none() {
-        match crate::fleet::revocation::load(&state.store, &state.keys().release_ring, &model).await
+        match crate::fleet::revocation::load(state.store(), &state.keys().release_ring, &model)
+            .await
         {
-            Ok(Some((list, env, signed))) => state.set_revocations(list, signed.then_some(env)),
+            Ok(Some((list, env, signed))) => {
+                state.views().set_revocations(list, signed.then_some(env))
+            }
             Ok(None) => {}
             Err(e) => tracing::warn!(%model, "revocation list not loaded: {e}"),
         }
@@ -136,7 +140,7 @@ async fn check_release(
         // Not in this replica's catalog: the store decides (published through another
         // replica since the last refresh, or signed by a release key rotated out since).
         None => {
-            match crate::storage::catalog::stored_envelope(&state.store, model, &manifest.version)
+            match crate::storage::catalog::stored_envelope(state.store(), model, &manifest.version)
                 .await?
             {
                 None => "new",
@@ -190,7 +194,7 @@ pub(crate) async fn list_models(
     req: HttpRequest,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    authorize(&req, &state.config.tokens, Scope::Read)?;
+    authorize(&req, &state.config().tokens, Scope::Read)?;
     let catalog = state.catalog();
     let rollouts = state.rollouts();
     let deny = state.deny_lists();
@@ -222,7 +226,7 @@ pub(crate) async fn get_model(
     state: web::Data<AppState>,
     model: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    authorize(&req, &state.config.tokens, Scope::Read)?;
+    authorize(&req, &state.config().tokens, Scope::Read)?;
     let model = parse_model(&model)?;
     let releases = state.catalog().releases_newest_first(&model);
     if releases.is_empty() {
@@ -290,7 +294,7 @@ pub(crate) async fn get_release(
     state: web::Data<AppState>,
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
-    authorize(&req, &state.config.tokens, Scope::Read)?;
+    authorize(&req, &state.config().tokens, Scope::Read)?;
     let (model, version) = path.into_inner();
     let model = parse_model(&model)?;
     if version.len() > 64 {
@@ -314,7 +318,7 @@ pub(crate) async fn get_release(
     if release.inspection.is_none() {
         use object_store::ObjectStoreExt as _;
         let key = crate::storage::StorageKey::inspection(&model, &version);
-        match state.store.get(&key).await {
+        match state.store().get(&key).await {
             Ok(got) => {
                 let bytes = got
                     .bytes()
@@ -355,12 +359,12 @@ pub(crate) async fn post_revocations(
     model: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let caller = authorize(&req, &state.config.tokens, Scope::Publish)?;
+    let caller = authorize(&req, &state.config().tokens, Scope::Publish)?;
     let model = crate::api::extract::known_model(&state, &model).await?;
     let body = read_body(
         payload,
-        &state.config.limits,
-        state.config.limits.max_json_bytes,
+        &state.config().limits,
+        state.config().limits.max_json_bytes,
     )
     .await?;
     let env: ferry_shared::dsse::Envelope = serde_json::from_slice(&body).map_err(|e| {
@@ -391,7 +395,7 @@ pub(crate) async fn post_revocations(
         ));
     }
     let list =
-        crate::fleet::revocation::submit(&state.store, &state.keys().release_ring, &model, &env)
+        crate::fleet::revocation::submit(state.store(), &state.keys().release_ring, &model, &env)
             .await?;
     tracing::warn!(
         caller = caller.name,
@@ -405,7 +409,7 @@ pub(crate) async fn post_revocations(
         "version": list.version,
         "revoked": list.revoked,
     });
-    state.set_revocations(list, Some(env));
+    state.views().set_revocations(list, Some(env));
     Ok(HttpResponse::Created().json(view))
 }
 
@@ -418,9 +422,15 @@ pub async fn post_keyring(
     state: web::Data<AppState>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let caller = authorize(&req, &state.config.tokens, Scope::Publish)?;
-    let body = read_body(payload, &state.config.limits, 256 * 1024).await?;
-    let (version, new) = crate::app::keyring::submit(&state, &body, &caller.name).await?;
+    let caller = authorize(&req, &state.config().tokens, Scope::Publish)?;
+    let body = read_body(payload, &state.config().limits, 256 * 1024).await?;
+    let before = state.keys().version;
+    let submitted = crate::keyring::submit(&state.fleet().ring, &body, &caller.name).await;
+    if state.keys().version != before {
+        // Read the catalog again under the keys now in force, as a restart would.
+        crate::fleet::reload_under_keys(state.fleet()).await;
+    }
+    let (version, new) = submitted?;
     let status = if new {
         actix_web::http::StatusCode::CREATED
     } else {
@@ -442,7 +452,7 @@ pub async fn get_keyring(
     req: HttpRequest,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    authorize(&req, &state.config.tokens, Scope::Read)?;
+    authorize(&req, &state.config().tokens, Scope::Read)?;
     Ok(HttpResponse::Ok().json(keyring_view(&state).await?))
 }
 
@@ -454,7 +464,7 @@ async fn keyring_view(state: &AppState) -> Result<serde_json::Value, ApiError> {
         .iter()
         .map(|k| serde_json::json!({"role": k.key.role, "keyid": k.key.keyid, "expires_at": k.expires_at.and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())}))
         .collect();
-    let history = crate::app::keyring::audit(&state.store, view.version)
+    let history = crate::keyring::audit(state.store(), view.version)
         .await
         .map_err(|e| ApiError::new(ErrorCode::StorageUnavailable, e.to_string()))?;
     Ok(serde_json::json!({

@@ -8,12 +8,13 @@ use ferry_shared::errors::ErrorCode;
 use futures_util::TryStreamExt as _;
 use object_store::{GetOptions, GetRange, ObjectStoreExt as _};
 
-use crate::api::auth::{Scope, authorize};
+use crate::api::AppState;
+use crate::api::auth::authorize;
 use crate::api::error::ApiError;
 use crate::api::extract::parse_digest;
-use crate::app::AppState;
 use crate::release::publish::{BlobOutcome, put_blob};
 use crate::storage::StorageKey;
+use crate::tokens::Scope;
 
 /// A parsed single byte range, inclusive end.
 #[derive(Debug, PartialEq, Eq)]
@@ -81,7 +82,7 @@ pub(crate) async fn get_blob(
 ) -> Result<HttpResponse, ApiError> {
     let digest = parse_digest(&hex)?;
     let key = StorageKey::blob(&digest);
-    let meta = state.store.head(&key).await.map_err(|e| match e {
+    let meta = state.store().head(&key).await.map_err(|e| match e {
         object_store::Error::NotFound { .. } => {
             ApiError::new(ErrorCode::BlobNotFound, format!("no blob {digest}"))
         }
@@ -137,11 +138,11 @@ pub(crate) async fn get_blob(
         ..GetOptions::default()
     };
     let got = state
-        .store
+        .store()
         .get_opts(&key, opts)
         .await
         .map_err(ApiError::unavailable)?;
-    state.metrics.blob_bytes(len);
+    state.metrics().blob_bytes(len);
     let range = got.range.clone();
     match got.payload {
         // The local store would stream a file in 8 KiB pieces; read it in larger ones on the
@@ -191,9 +192,9 @@ pub(crate) async fn put_blob_handler(
     hex: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let caller = authorize(&req, &state.config.tokens, Scope::Publish)?;
+    let caller = authorize(&req, &state.config().tokens, Scope::Publish)?;
     let digest = parse_digest(&hex)?;
-    let max = state.config.limits.max_blob_bytes;
+    let max = state.config().limits.max_blob_bytes;
     if let Some(len) = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -206,25 +207,27 @@ pub(crate) async fn put_blob_handler(
             format!("blob is {len} bytes; the limit is {max}"),
         ));
     }
-    let Ok(_slot) = state.upload_slots.try_acquire() else {
+    let Ok(_slot) = state.upload_slots().try_acquire() else {
         return Err(ApiError::new(
             ErrorCode::RateLimited,
             format!(
                 "{} blob uploads are running (limits.max_concurrent_uploads); retry when one ends",
-                state.config.limits.max_concurrent_uploads
+                state.config().limits.max_concurrent_uploads
             ),
         ));
     };
-    let existing = match state.config.storage {
-        crate::app::config::StorageConfig::Local => crate::release::publish::ExistingBlob::Verify,
+    let existing = match state.config().storage {
+        crate::storage::config::StorageConfig::Local => {
+            crate::release::publish::ExistingBlob::Verify
+        }
         _ => crate::release::publish::ExistingBlob::Trust,
     };
     let outcome = put_blob(
-        &state.store,
+        state.store(),
         &digest,
         payload,
         max,
-        state.config.limits.upload_time(),
+        state.config().limits.upload_time(),
         existing,
     )
     .await?;

@@ -13,14 +13,14 @@ use ferry_shared::select::Preference;
 use serde::Deserialize;
 use time::OffsetDateTime;
 
+use crate::api::AppState;
 use crate::api::answers::Answer;
 use crate::api::error::ApiError;
 use crate::api::extract::read_body;
-use crate::app::AppState;
 use ferry_shared::deny::DenyEntry;
 
 pub(crate) async fn keys(state: web::Data<AppState>) -> HttpResponse {
-    HttpResponse::Ok().json(&state.trust)
+    HttpResponse::Ok().json(state.trust())
 }
 
 pub(crate) async fn keyring(state: web::Data<AppState>) -> HttpResponse {
@@ -52,7 +52,7 @@ pub(crate) async fn resolve(
         Ok(_) => "ok",
         Err(e) => e.code.as_str(),
     };
-    state.metrics.resolve(label);
+    state.metrics().resolve(label);
     outcome
 }
 
@@ -86,8 +86,8 @@ pub(crate) async fn resolve_inner(
         .explain;
     let body = read_body(
         payload,
-        &state.config.limits,
-        state.config.limits.max_resolve_bytes,
+        &state.config().limits,
+        state.config().limits.max_resolve_bytes,
     )
     .await?;
     let device: ResolveRequest =
@@ -95,7 +95,7 @@ pub(crate) async fn resolve_inner(
     // Protocol v1: fields a newer client added are ignored, and counted by name.
     let unknown = ferry_shared::protocol::unknown_fields(&body, &REQUEST_FIELDS);
     if !unknown.is_empty() {
-        state.metrics.protocol.unknown_fields("resolve", &unknown);
+        state.metrics().protocol.unknown_fields("resolve", &unknown);
     }
     device
         .validate()
@@ -109,7 +109,7 @@ pub(crate) async fn resolve_inner(
         ));
     }
     state
-        .telemetry
+        .telemetry()
         .record_client(device.model.as_str(), client, &device.install_id);
     let now = OffsetDateTime::now_utc();
     let revocations_all = state.revocations();
@@ -132,7 +132,7 @@ pub(crate) async fn resolve_inner(
         .cloned();
     let digest = device.selection_digest();
     let shared = !explain && pin.is_none();
-    if shared && let Some(answer) = state.answers.get(&digest, wanted_cohort, generation, now) {
+    if shared && let Some(answer) = state.answers().get(&digest, wanted_cohort, generation, now) {
         return Ok(render(state, &device, &answer));
     }
 
@@ -149,7 +149,7 @@ pub(crate) async fn resolve_inner(
     if let Some(r) = revocations {
         all.retain(|rel| r.list.revokes(&rel.manifest.version).is_none());
         if all.is_empty() {
-            state.metrics.no_compatible_variant(device.model.as_str());
+            state.metrics().no_compatible_variant(device.model.as_str());
             return Err(ApiError::new(
                 ErrorCode::NoCompatibleVariant,
                 format!(
@@ -169,7 +169,7 @@ pub(crate) async fn resolve_inner(
     }
     let manifests: Vec<&ferry_shared::manifest::ReleaseManifest> =
         releases.iter().map(|r| &r.manifest).collect();
-    let pref: &Preference = &state.config.preference;
+    let pref: &Preference = &state.config().preference;
     let deny_entries: &[DenyEntry] = deny_in_force.map_or(&[], |d| d.entries.as_slice());
     let deny = |m: &ferry_shared::manifest::ReleaseManifest,
                 v: &ferry_shared::manifest::Variant,
@@ -183,7 +183,7 @@ pub(crate) async fn resolve_inner(
     let selection = match select::select(&manifests, &device, pref, &deny) {
         Ok(s) => s,
         Err(explain) => {
-            state.metrics.no_compatible_variant(device.model.as_str());
+            state.metrics().no_compatible_variant(device.model.as_str());
             let first: Vec<String> = explain
                 .iter()
                 .take(6)
@@ -216,7 +216,7 @@ pub(crate) async fn resolve_inner(
         }
         _ => Cohort::Baseline,
     };
-    let base = state.config.public_url.clone().unwrap_or_default();
+    let base = state.config().public_url.clone().unwrap_or_default();
     let decision = Decision {
         format: 1,
         model: device.model.clone(),
@@ -230,7 +230,7 @@ pub(crate) async fn resolve_inner(
         pinned: pin.as_ref().map(|p| p.install_id.clone()),
         release_sha256: release.envelope_sha256,
         issued_at: now,
-        expires_at: now + time::Duration::seconds(state.config.decision_ttl_secs as i64),
+        expires_at: now + time::Duration::seconds(state.config().decision_ttl_secs as i64),
         keyring_version: state.keys().version,
         revocations_version,
         sequence,
@@ -248,7 +248,7 @@ pub(crate) async fn resolve_inner(
             .collect(),
     };
     let payload = serde_json::to_vec(&decision).map_err(ApiError::internal)?;
-    let signed = state.online.sign(DECISION_PAYLOAD_TYPE, &payload);
+    let signed = state.online().sign(DECISION_PAYLOAD_TYPE, &payload);
     let release_ref = ReleaseRef {
         sha256: release.envelope_sha256,
         size: release.envelope_json.len() as u64,
@@ -262,7 +262,7 @@ pub(crate) async fn resolve_inner(
         generation,
         revocations: revocations.and_then(|r| r.json.clone()),
         reuse_until: now
-            + time::Duration::seconds((state.config.decision_ttl_secs / 4).max(1) as i64),
+            + time::Duration::seconds((state.config().decision_ttl_secs / 4).max(1) as i64),
         head: {
             let mut head = Vec::with_capacity(payload.len() * 2 + 512);
             head.extend_from_slice(b"{\"decision\":");
@@ -282,7 +282,7 @@ pub(crate) async fn resolve_inner(
     if !explain {
         let answer = std::sync::Arc::new(answer);
         if shared {
-            state.answers.put(digest, wanted_cohort, answer.clone());
+            state.answers().put(digest, wanted_cohort, answer.clone());
         }
         return Ok(render(state, &device, &answer));
     }
@@ -318,7 +318,7 @@ pub(crate) async fn resolve_inner(
 }
 
 fn note_cohort(state: &AppState, device: &ResolveRequest, cohort: Cohort) {
-    state.telemetry.record_cohort(
+    state.telemetry().record_cohort(
         device.model.as_str(),
         if cohort == Cohort::Staged {
             "staged"
@@ -332,7 +332,7 @@ fn note_cohort(state: &AppState, device: &ResolveRequest, cohort: Cohort) {
 /// The telemetry receipt of `device` for `answer`.
 fn receipt(state: &AppState, device: &ResolveRequest, answer: &Answer) -> String {
     let ids: Vec<&str> = answer.variants.iter().map(String::as_str).collect();
-    state.receipts.issue(
+    state.receipts().issue(
         &crate::fleet::receipt::Facts {
             install_id: &device.install_id,
             model: device.model.as_str(),
@@ -379,7 +379,7 @@ pub(crate) async fn release_by_digest(
     if found.is_none() && state.catalog_reload_due() {
         // Another replica may have published it since this one last read the catalog.
         match crate::storage::catalog::Catalog::refresh(
-            &state.store,
+            state.store(),
             &state.keys().release_ring,
             &state.catalog(),
         )

@@ -3,7 +3,7 @@
 //! Handlers return [`ApiError`]. Its [`ErrorCode`] comes from the one catalogue in
 //! `ferry-shared` (see `docs/errors.md`), and [`status_of`] is the one place that decides the
 //! HTTP status of each code. Domain modules return their own error enums (`StoreError`,
-//! `PublishError`, `RolloutError`, `DenyError`), each with a `code()`; the `From` impls below
+//! `PublishError`, `RolloutError`, `DenyError`, `KeyringError`), each with a `code()`; the `From` impls below
 //! are the only bridge from them to HTTP. For 5xx the real cause goes to the log only; the
 //! caller gets a short message and the request id to quote.
 
@@ -274,6 +274,17 @@ impl From<crate::fleet::revocation::SubmitError> for ApiError {
     fn from(e: crate::fleet::revocation::SubmitError) -> Self {
         match e {
             crate::fleet::revocation::SubmitError::Store(s) => s.into(),
+            other => ApiError::new(other.code(), other.to_string()),
+        }
+    }
+}
+
+impl From<crate::keyring::KeyringError> for ApiError {
+    fn from(e: crate::keyring::KeyringError) -> Self {
+        use crate::keyring::KeyringError as K;
+        match e {
+            K::Store(s) => s.into(),
+            K::Internal(cause) => ApiError::internal(cause),
             other => ApiError::new(other.code(), other.to_string()),
         }
     }

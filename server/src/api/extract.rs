@@ -7,10 +7,11 @@ use ferry_shared::errors::ErrorCode;
 use ferry_shared::{ModelName, Sha256Digest};
 use futures_util::StreamExt as _;
 
-use crate::api::auth::{Scope, authorize};
+use crate::api::AppState;
+use crate::api::auth::authorize;
 use crate::api::error::ApiError;
-use crate::app::AppState;
-use crate::app::config::Limits;
+use crate::api::limits::Limits;
+use crate::tokens::Scope;
 
 /// Reads a request body up to `limit` bytes.
 pub(crate) async fn read_body(
@@ -79,7 +80,7 @@ pub(crate) async fn read_view(
     state: &AppState,
     model: &str,
 ) -> Result<ModelName, ApiError> {
-    authorize(req, &state.config.tokens, Scope::Read)?;
+    authorize(req, &state.config().tokens, Scope::Read)?;
     known_model(state, model).await
 }
 
@@ -93,7 +94,7 @@ pub(crate) async fn known_model(state: &AppState, model: &str) -> Result<ModelNa
     }
     let prefix = crate::storage::StorageKey::releases_of(&model);
     let first = state
-        .store
+        .store()
         .list(Some(&prefix))
         .try_next()
         .await
@@ -116,9 +117,9 @@ pub(crate) async fn admin_change<T: serde::de::DeserializeOwned>(
     payload: web::Payload,
     code: ErrorCode,
 ) -> Result<(crate::api::auth::Caller, ModelName, T), ApiError> {
-    let caller = authorize(req, &state.config.tokens, Scope::Rollout)?;
+    let caller = authorize(req, &state.config().tokens, Scope::Rollout)?;
     let model = known_model(state, model).await?;
-    let body = read_body(payload, &state.config.limits, 64 * 1024).await?;
+    let body = read_body(payload, &state.config().limits, 64 * 1024).await?;
     let change: T =
         serde_json::from_slice(&body).map_err(|e| ApiError::new(code, format!("change: {e}")))?;
     Ok((caller, model, change))

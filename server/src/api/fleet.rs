@@ -8,9 +8,9 @@ use ferry_shared::rollout::{Preview, RolloutChange, RolloutPlan};
 use serde::Deserialize;
 use time::OffsetDateTime;
 
+use crate::api::AppState;
 use crate::api::error::ApiError;
 use crate::api::extract::{admin_change, read_body, read_view};
-use crate::app::AppState;
 use crate::fleet::flush::flush;
 use crate::fleet::{deny, now_text, rollout};
 
@@ -49,7 +49,7 @@ pub async fn post_rollout(
         Ok::<_, ApiError>(HttpResponse::Ok().json(v))
     };
     let (plan, preview) = rollout::change(
-        &state.store,
+        state.store(),
         &catalog,
         &model,
         &change,
@@ -95,7 +95,7 @@ pub async fn get_rollout(
         .limit
         .unwrap_or(100)
         .clamp(1, 10_000);
-    let mut history = rollout::history(&state.store, &model).await?;
+    let mut history = rollout::history(state.store(), &model).await?;
     let total = history.len();
     history.drain(..total.saturating_sub(limit));
     let current = history.last().cloned();
@@ -104,7 +104,7 @@ pub async fn get_rollout(
     }
     let ramp = current.as_ref().and_then(|p| {
         let r = p.ramp.as_ref()?;
-        let (verdict, health) = crate::fleet::ramp::status(&state, &model, p);
+        let (verdict, health) = crate::fleet::ramp::status(state.fleet(), &model, p);
         Some(serde_json::json!({
             "step": r.step + 1,
             "steps": r.steps.iter().map(|b| ferry_shared::rollout::format_percent(*b)).collect::<Vec<_>>(),
@@ -139,9 +139,9 @@ pub async fn post_telemetry(
     state: web::Data<AppState>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let cfg = state.config.telemetry;
+    let cfg = state.config().telemetry;
     let addr = req.peer_addr().map(|a| a.ip());
-    if !state.telemetry.allow_address(addr, &cfg) {
+    if !state.telemetry().allow_address(addr, &cfg) {
         return Err(ApiError::new(
             ErrorCode::RateLimited,
             format!(
@@ -151,11 +151,11 @@ pub async fn post_telemetry(
             ),
         ));
     }
-    let body = read_body(payload, &state.config.limits, cfg.max_body_bytes).await?;
+    let body = read_body(payload, &state.config().limits, cfg.max_body_bytes).await?;
     // Parsing and aggregating is CPU work: keep it off the event loops that serve resolve, and
     // on at most half the cores.
     let _permit = state
-        .ingest_permits
+        .ingest_permits()
         .acquire()
         .await
         .map_err(ApiError::internal)?;
@@ -177,7 +177,7 @@ pub async fn post_telemetry(
                 ),
             ));
         }
-        let receipts = worker.receipts.clone();
+        let receipts = worker.receipts().clone();
         let catalog = worker.catalog();
         // A valid receipt proves some replica answered for that release (this one may not
         // have read the catalog since it was published).
@@ -185,7 +185,7 @@ pub async fn post_telemetry(
             known_target(&catalog, e)
                 .or_else(|m| if receipts.verifies(e) { Ok(()) } else { Err(m) })
         };
-        Ok(worker.telemetry.ingest(
+        Ok(worker.telemetry().ingest(
             &batch.events.iter().map(|e| e.get()).collect::<Vec<_>>(),
             OffsetDateTime::now_utc(),
             &cfg,
@@ -197,24 +197,24 @@ pub async fn post_telemetry(
     .await
     .map_err(ApiError::internal)??;
     state
-        .metrics
+        .metrics()
         .telemetry(report.accepted as u64, report.rejected.len() as u64);
     if !report.unknown_fields.is_empty() {
         state
-            .metrics
+            .metrics()
             .protocol
             .unknown_fields("telemetry", &report.unknown_fields);
     }
     for m in &report.counted_models {
         if let Ok(model) = m.parse::<ModelName>()
-            && state.telemetry.due(model.as_str(), &cfg)
+            && state.telemetry().due(model.as_str(), &cfg)
         {
-            state.evaluations.request(model);
+            state.evaluations().request(model);
         }
     }
-    if state.telemetry.wants_flush(&cfg) {
-        let s = state.clone().into_inner();
-        actix_web::rt::spawn(async move { flush(&s).await });
+    if state.telemetry().wants_flush(&cfg) {
+        let fleet = state.fleet().clone();
+        actix_web::rt::spawn(async move { flush(&fleet).await });
     }
     Ok(HttpResponse::Ok().json(serde_json::json!({
         "accepted": report.accepted,
@@ -261,9 +261,9 @@ pub async fn get_health(
     let model = read_view(&req, &state, &model).await?;
     let since = health_since(&req, &state, &model)?;
     let mut h = match since {
-        None => state.telemetry.health(model.as_str()),
+        None => state.telemetry().health(model.as_str()),
         Some(since) => {
-            let (rollup, from) = state.telemetry.window(model.as_str(), since);
+            let (rollup, from) = state.telemetry().window(model.as_str(), since);
             let mut h = rollup.health(model.as_str());
             let stamp = |t: i64| {
                 OffsetDateTime::from_unix_timestamp(t).ok().and_then(|t| {
@@ -358,7 +358,7 @@ pub async fn get_health_series(
         }
     };
     let points: Vec<serde_json::Value> = state
-        .telemetry
+        .telemetry()
         .series(model.as_str(), since, step)
         .into_iter()
         // Steps where other models reported but this one did not hold nothing to draw.
@@ -465,7 +465,7 @@ pub async fn get_deny(
     model: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let model = read_view(&req, &state, &model).await?;
-    let history = deny::history(&state.store, &model).await?;
+    let history = deny::history(state.store(), &model).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({
         "model": model,
         "entries": history.last().map(|l| l.entries.clone()).unwrap_or_default(),
@@ -516,8 +516,8 @@ pub async fn post_deny(
         }
     }
     let (revision, entries) =
-        deny::change(&state.store, &model, &change, &caller.name, &now_text()).await?;
+        deny::change(state.store(), &model, &change, &caller.name, &now_text()).await?;
     tracing::info!(caller = caller.name, %model, action = change.action.as_str(), "deny list changed");
-    state.set_deny(&model, revision, entries.clone());
+    state.views().set_deny(&model, revision, entries.clone());
     Ok(HttpResponse::Ok().json(serde_json::json!({ "model": model, "entries": entries })))
 }

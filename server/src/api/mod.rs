@@ -21,6 +21,11 @@
 //! Every failure is an [`error::ApiError`] rendered as `{code, message, request_id}`.
 
 pub mod admin;
+pub mod connections;
+pub mod limits;
+pub mod state;
+
+pub use state::AppState;
 pub mod answers;
 pub mod auth;
 pub mod blobs;

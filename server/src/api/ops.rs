@@ -3,8 +3,8 @@
 use actix_web::{HttpResponse, web};
 use object_store::ObjectStoreExt as _;
 
+use crate::api::AppState;
 use crate::api::error::ApiError;
-use crate::app::AppState;
 use ferry_shared::errors::ErrorCode;
 
 pub(crate) async fn healthz() -> HttpResponse {
@@ -16,7 +16,7 @@ pub(crate) async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, A
     // Without the store the replica still resolves from memory, so it stays ready (a load
     // balancer must keep sending it devices) and says it is degraded.
     let store = match state
-        .store
+        .store()
         .head(&crate::storage::StorageKey::readiness_probe())
         .await
     {
@@ -52,16 +52,16 @@ pub(crate) async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, A
 
 pub(crate) async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     state
-        .metrics
-        .telemetry_raw_dropped(state.telemetry.dropped());
-    state.metrics.sample_process();
+        .metrics()
+        .telemetry_raw_dropped(state.telemetry().dropped());
+    state.metrics().sample_process();
     // One label set per published model (a bounded set: the catalog's).
     let rollouts = state.rollouts();
     let deny = state.deny_lists();
     for (model, _) in state.catalog().models() {
         let plan = rollouts.get(model);
         let live = plan.filter(|p| p.cohort_is_live());
-        let fleet = state.telemetry.fleet(model.as_str());
+        let fleet = state.telemetry().fleet(model.as_str());
         let rates = |v: Option<&semver::Version>| {
             v.map(|v| {
                 let (loads, failures, fallbacks) =
@@ -76,7 +76,7 @@ pub(crate) async fn metrics(state: web::Data<AppState>) -> HttpResponse {
                 (rate(failures), rate(fallbacks))
             })
         };
-        let figures = crate::app::metrics::ModelState {
+        let figures = crate::metrics::ModelState {
             staged_basis_points: live.map_or(0, |p| p.basis_points),
             active: live.is_some_and(|p| p.state == ferry_shared::rollout::RolloutState::Active),
             halted: plan.is_some_and(|p| p.state == ferry_shared::rollout::RolloutState::Halted),
@@ -87,9 +87,9 @@ pub(crate) async fn metrics(state: web::Data<AppState>) -> HttpResponse {
             staged_rates: rates(plan.and_then(|p| p.staged.as_ref())),
             baseline_rates: rates(plan.and_then(|p| p.baseline.as_ref())),
         };
-        state.metrics.model_state(model.as_str(), &figures);
+        state.metrics().model_state(model.as_str(), &figures);
     }
     HttpResponse::Ok()
-        .content_type(crate::app::metrics::CONTENT_TYPE)
-        .body(state.metrics.render())
+        .content_type(crate::metrics::CONTENT_TYPE)
+        .body(state.metrics().render())
 }

@@ -11,7 +11,9 @@ use anyhow::{Context as _, bail};
 use ferry_shared::select::Preference;
 use serde::Deserialize;
 
-use crate::api::auth::{Scope, TokenEntry};
+use crate::api::limits::Limits;
+use crate::storage::config::StorageConfig;
+use crate::tokens::{Scope, TokenEntry};
 
 /// The whole server configuration.
 #[derive(Debug, Clone)]
@@ -58,56 +60,6 @@ pub struct Config {
     pub node_id: Option<String>,
 }
 
-/// Where the object store lives.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, tag = "kind", rename_all = "lowercase")]
-pub enum StorageConfig {
-    /// A local directory: `<data>/store` (the default).
-    Local,
-    /// An S3 bucket (AWS or any S3-compatible service), shared by stateless replicas.
-    S3 {
-        /// Bucket name.
-        bucket: String,
-        /// Endpoint URL for S3-compatible services (default: AWS for the region).
-        #[serde(default)]
-        endpoint: Option<String>,
-        /// Region (default `us-east-1`).
-        #[serde(default = "default_region")]
-        region: String,
-        /// Allow plain HTTP (emulators on loopback).
-        #[serde(default)]
-        allow_http: bool,
-        /// Access key id (prefer `FERRY_S3_ACCESS_KEY_ID`).
-        #[serde(default)]
-        access_key_id: Option<String>,
-        /// Secret key (prefer `FERRY_S3_SECRET_ACCESS_KEY`).
-        #[serde(default)]
-        secret_access_key: Option<String>,
-    },
-    /// An Azure Blob Storage container (or Azurite), shared by stateless replicas.
-    Azure {
-        /// Container name.
-        container: String,
-        /// Storage account name (Azurite: `devstoreaccount1`).
-        account: String,
-        /// Endpoint URL including the account for path-style services such as Azurite
-        /// (`http://127.0.0.1:10000/devstoreaccount1`); default `https://<account>.blob.core.windows.net`.
-        #[serde(default)]
-        endpoint: Option<String>,
-        /// Allow plain HTTP (emulators on loopback).
-        #[serde(default)]
-        allow_http: bool,
-        /// Account access key (prefer `FERRY_AZURE_ACCESS_KEY`); without one the usual Azure
-        /// credentials (`AZURE_*` environment, managed identity) are used.
-        #[serde(default)]
-        access_key: Option<String>,
-    },
-}
-
-fn default_region() -> String {
-    "us-east-1".into()
-}
-
 /// TLS files.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -116,58 +68,6 @@ pub struct TlsConfig {
     pub cert: PathBuf,
     /// PEM private key.
     pub key: PathBuf,
-}
-
-/// Request limits.
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Limits {
-    /// Largest blob accepted by `PUT /v1/admin/blobs/...` (default 4 GiB).
-    pub max_blob_bytes: u64,
-    /// Largest JSON body (default 1 MiB; release manifests with golden data can be large).
-    pub max_json_bytes: usize,
-    /// Largest resolve request body (default 16 KiB).
-    pub max_resolve_bytes: usize,
-    /// Longest time a client may take to send a JSON body, in seconds (default 10): a client
-    /// that trickles its body is cut off instead of holding a connection.
-    pub body_timeout_secs: u64,
-    /// Open connections one client address (IPv4, or IPv6 /64) may hold (default 1024; 0 turns
-    /// the limit off, as behind a reverse proxy). Beyond it a connection's requests get 429.
-    pub max_connections_per_address: u32,
-    /// Longest a whole blob upload may take, in seconds (default 3600).
-    pub upload_timeout_secs: u64,
-    /// Blob uploads served at once (default 4; more are refused with 429 `rate_limited`). Each
-    /// holds at most 15 MiB of memory.
-    pub max_concurrent_uploads: usize,
-    /// Longest a request to an object store (S3) may take, in seconds (default 10); with two
-    /// quick retries a write fails with `503 storage_unavailable` within about three times this
-    /// when the store does not answer, instead of holding the operator's command for minutes.
-    pub store_timeout_secs: u64,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            max_blob_bytes: 4 << 30,
-            max_json_bytes: 1 << 20,
-            max_resolve_bytes: 16 << 10,
-            body_timeout_secs: 10,
-            max_connections_per_address: 1024,
-            upload_timeout_secs: 3600,
-            max_concurrent_uploads: 4,
-            store_timeout_secs: 10,
-        }
-    }
-}
-
-impl Limits {
-    /// The time limits of one blob upload.
-    pub fn upload_time(&self) -> crate::release::publish::UploadTime {
-        crate::release::publish::UploadTime {
-            idle: std::time::Duration::from_secs(self.body_timeout_secs),
-            total: std::time::Duration::from_secs(self.upload_timeout_secs),
-        }
-    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -352,7 +252,8 @@ impl Config {
                 bucket: env("FERRY_S3_BUCKET")
                     .ok_or_else(|| anyhow::anyhow!("FERRY_STORAGE=s3 needs FERRY_S3_BUCKET"))?,
                 endpoint: env("FERRY_S3_ENDPOINT"),
-                region: env("FERRY_S3_REGION").unwrap_or_else(default_region),
+                region: env("FERRY_S3_REGION")
+                    .unwrap_or_else(crate::storage::config::default_region),
                 allow_http: env("FERRY_S3_ALLOW_HTTP").is_some_and(|v| v == "1" || v == "true"),
                 access_key_id: None,
                 secret_access_key: None,
@@ -478,6 +379,21 @@ impl Config {
     /// The key folder.
     pub fn keys_dir(&self) -> PathBuf {
         self.data.join("keys")
+    }
+
+    /// The sections the HTTP layer reads.
+    pub fn settings(&self) -> crate::api::state::Settings {
+        crate::api::state::Settings {
+            public_url: self.public_url.clone(),
+            limits: self.limits,
+            tokens: self.tokens.clone(),
+            preference: self.preference.clone(),
+            decision_ttl_secs: self.decision_ttl_secs,
+            publish_goes_live: self.publish_goes_live,
+            protocol_v1_sunset: self.protocol_v1_sunset,
+            storage: self.storage.clone(),
+            telemetry: self.telemetry,
+        }
     }
 }
 

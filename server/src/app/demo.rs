@@ -10,7 +10,9 @@ use ferry_shared::ModelName;
 use ferry_shared::manifest::{Delegate, Platform};
 use futures_util::stream;
 
-use crate::app::{AppState, keys};
+use crate::api::AppState;
+use crate::app::config::Config;
+use crate::keys;
 use crate::release::publish::{Lifecycle, publish_release, put_blob};
 use crate::release::sign::{VariantSpec, VariantsFile, build_manifest, sign};
 
@@ -110,7 +112,7 @@ fn read_builtin(path: &Path) -> anyhow::Result<Vec<u8>> {
 }
 
 /// Publishes `demo-mlp` 1.0.0 unless it is already in the catalog. Returns a line to print.
-pub async fn publish_demo(state: &AppState) -> anyhow::Result<String> {
+pub async fn publish_demo(state: &AppState, config: &Config) -> anyhow::Result<String> {
     let model: ModelName = DEMO_MODEL.parse()?;
     let version = DEMO_VERSION.parse()?;
     if state.catalog().release(&model, &version).is_some() {
@@ -118,7 +120,7 @@ pub async fn publish_demo(state: &AppState) -> anyhow::Result<String> {
             "demo: {DEMO_MODEL} {DEMO_VERSION} is already published"
         ));
     }
-    let key_path = state.config.keys_dir().join("release.key");
+    let key_path = config.keys_dir().join("release.key");
     let key =
         keys::load(&key_path).context("the demo signs with the data directory's release key")?;
     let (manifest, _) = build_manifest(
@@ -135,11 +137,11 @@ pub async fn publish_demo(state: &AppState) -> anyhow::Result<String> {
             .ok_or_else(|| anyhow::anyhow!("demo blob for {} missing", v.id))?;
         let body = stream::iter([Ok::<_, std::io::Error>(bytes)]);
         put_blob(
-            &state.store,
+            state.store(),
             &v.sha256,
             body,
-            state.config.limits.max_blob_bytes,
-            state.config.limits.upload_time(),
+            state.config().limits.max_blob_bytes,
+            state.config().limits.upload_time(),
             crate::release::publish::ExistingBlob::Verify,
         )
         .await
@@ -150,11 +152,11 @@ pub async fn publish_demo(state: &AppState) -> anyhow::Result<String> {
     let catalog = state.catalog();
     let lifecycle = Lifecycle {
         catalog: &catalog,
-        goes_live: state.config.publish_goes_live,
+        goes_live: state.config().publish_goes_live,
         actor: "demo",
     };
     let (release, plan) = match publish_release(
-        &state.store,
+        state.store(),
         &state.keys().release_ring,
         &model,
         &body,
@@ -169,7 +171,7 @@ pub async fn publish_demo(state: &AppState) -> anyhow::Result<String> {
                 "demo: warning: {DEMO_MODEL} {DEMO_VERSION} is stored but no current release \
                      key signed it (the release key was rotated), so it is not served; publish \
                      a new version signed with {}",
-                state.config.keys_dir().join("release.key").display()
+                config.keys_dir().join("release.key").display()
             ));
         }
         Err(e) => return Err(anyhow::anyhow!("demo publish: {e}")),

@@ -1,17 +1,10 @@
-//! The application: the state every handler shares, the router and its middleware, start-up
-//! (keys, store, catalog, TLS, listener, background refresh), configuration, metrics and the
-//! built-in demo model.
+//! The application: configuration assembled from every module's section, start-up (keys,
+//! store, catalog, TLS, listener), the background loops, the router and its middleware, and
+//! the built-in demo model.
+//!
+//! May import every module below it (`api` and everything under it); only `cli` imports it.
 
 pub mod config;
-pub mod connections;
 pub mod demo;
-pub mod keyring;
-pub mod keys;
-pub mod metrics;
-pub mod protocol_metrics;
 pub mod router;
-pub mod sealed;
 pub mod startup;
-pub(crate) mod state;
-
-pub use state::AppState;

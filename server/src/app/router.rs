@@ -11,12 +11,12 @@ use actix_web::http::header;
 use actix_web::http::header::HeaderValue;
 use actix_web::{HttpRequest, HttpResponse, web};
 
+use crate::api::AppState;
 use crate::api::admin::{get_model, get_release, list_models, post_release};
 use crate::api::blobs::{get_blob, put_blob_handler};
 use crate::api::device::{keyring, keys, release_by_digest, resolve};
 use crate::api::error::{ApiError, REQUEST_ID};
 use crate::api::ops::{healthz, metrics, readyz};
-use crate::app::AppState;
 use ferry_shared::protocol::{PROTOCOL, PROTOCOL_HEADER, Protocol, SDK_HEADER, Sdk};
 
 /// Registers every route on an actix `ServiceConfig`.
@@ -177,7 +177,7 @@ pub fn app(
     >,
 > {
     let data = web::Data::from(state.clone());
-    let sunset = state.config.protocol_v1_sunset.and_then(sunset_headers);
+    let sunset = state.config().protocol_v1_sunset.and_then(sunset_headers);
     actix_web::App::new()
         .app_data(data)
         .configure(routes)
@@ -190,7 +190,7 @@ pub fn app(
             let device = device_endpoint(req.path());
             if let Some(endpoint) = device {
                 let h = req.headers();
-                state.metrics.protocol.client(
+                state.metrics().protocol.client(
                     endpoint,
                     Protocol::from_header(h.get(PROTOCOL_HEADER).map(HeaderValue::as_bytes)),
                     Sdk::from_header(h.get(SDK_HEADER).map(HeaderValue::as_bytes)).as_ref(),
@@ -203,14 +203,14 @@ pub fn app(
             let started = Instant::now();
             let method = req.method().clone();
             let over = req
-                .conn_data::<crate::app::connections::ConnSlot>()
-                .is_some_and(crate::app::connections::ConnSlot::over);
+                .conn_data::<crate::api::connections::ConnSlot>()
+                .is_some_and(crate::api::connections::ConnSlot::over);
             let fut = if over {
                 let mut res = req.error_response(ApiError::new(
                     ErrorCode::RateLimited,
                     format!(
                         "more than {} open connections from this address",
-                        state.config.limits.max_connections_per_address
+                        state.config().limits.max_connections_per_address
                     ),
                 ));
                 res.response_mut()
@@ -246,7 +246,7 @@ pub fn app(
                     .unwrap_or_else(|| "unmatched".to_string());
                 let secs = started.elapsed().as_secs_f64();
                 state
-                    .metrics
+                    .metrics()
                     .http_request(&route, method.as_str(), res.status().as_u16(), secs);
                 tracing::info!(
                     request_id = %id,

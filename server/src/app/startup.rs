@@ -9,10 +9,10 @@ use ferry_shared::dsse::KeyRole;
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::app::AppState;
+use crate::api::AppState;
 use crate::app::config::Config;
-use crate::app::keys;
 use crate::app::router::app;
+use crate::keys;
 use crate::storage::catalog::Catalog;
 
 /// How often each replica re-reads the catalog from the store.
@@ -34,7 +34,7 @@ pub enum KeySource {
 /// store and loads the catalog. Returns the state and the lines worth printing (created keys,
 /// skipped releases).
 pub async fn build_state(
-    config: Config,
+    config: &Config,
     source: KeySource,
 ) -> anyhow::Result<(Arc<AppState>, Vec<String>)> {
     // Both ring (ours, ureq) and aws-lc-rs (the S3 client) are linked: pick one for the process
@@ -55,13 +55,12 @@ pub async fn build_state(
     // Keyring versions taken through the API (`ferry keys push`) are in the shared store: a
     // replica that starts adopts them before it loads the releases they trust.
     if server_keys.state.is_rooted() {
-        let view = crate::app::keyring::KeyView::new(
+        let view = crate::snapshot::KeyView::new(
             server_keys.state.clone(),
             server_keys.chain.clone(),
             &server_keys.online.pair.id(),
         );
-        match crate::app::keyring::adopt_stored(&store, &view, &server_keys.online.pair.id()).await
-        {
+        match crate::keyring::adopt_stored(&store, &view, &server_keys.online.pair.id()).await {
             Ok(Some(next)) => {
                 notes.push(if next.version == view.version + 1 {
                     format!("keyring version {} from the store", next.version)
@@ -72,7 +71,7 @@ pub async fn build_state(
                         next.version
                     )
                 });
-                crate::app::keyring::keep_local(&keys_dir, &next.chain);
+                crate::keyring::keep_local(&keys_dir, &next.chain);
                 server_keys.state = next.state;
                 server_keys.chain = next.chain;
             }
@@ -109,7 +108,7 @@ pub async fn build_state(
             keys_dir.display()
         ));
     }
-    if matches!(config.storage, crate::app::config::StorageConfig::Local) {
+    if matches!(config.storage, crate::storage::config::StorageConfig::Local) {
         let removed = crate::storage::sweep_staging(
             &config.data.join("store"),
             crate::storage::STALE_STAGING,
@@ -128,15 +127,28 @@ pub async fn build_state(
     }
     notes.push(format!("catalog: {} release(s)", catalog.release_count()));
     let models: Vec<_> = catalog.models().map(|(m, _)| m.clone()).collect();
-    let state = AppState::new(config, store, server_keys, catalog);
+    let mut random = [0u8; 4];
+    let _ = getrandom::fill(&mut random);
+    let node = config
+        .node_id
+        .clone()
+        .unwrap_or_else(|| stored_node_id(&config.data, &random));
+    let parts = crate::api::state::Parts {
+        store,
+        keys: server_keys,
+        catalog,
+        node,
+        keys_dir,
+    };
+    let state = AppState::new(config.settings(), parts);
     // Rollout plans and deny lists decide what devices get: load them before the first
     // request is served (the refresh loop keeps them current afterwards).
-    crate::fleet::load_state(&state, models)
+    crate::fleet::load_state(state.fleet(), models)
         .await
         .map_err(|e| anyhow::anyhow!("cannot load rollout state from the store: {e}"))?;
     // Fleet-wide telemetry: every replica's rollup so far, including this replica's earlier
     // runs, before the first request.
-    crate::fleet::flush::flush_rollups(&state).await;
+    crate::fleet::flush::flush_rollups(state.fleet()).await;
     let plans = state.rollouts().len();
     notes.push(format!("rollout plans: {plans}"));
     Ok((Arc::new(state), notes))
@@ -169,16 +181,19 @@ pub fn tls_config(
 }
 
 /// Binds the listener and builds the actix server (not yet awaited).
-pub fn bind(state: Arc<AppState>) -> anyhow::Result<(actix_web::dev::Server, SocketAddr)> {
-    let listener = TcpListener::bind(state.config.listen)
-        .with_context(|| format!("cannot listen on {}", state.config.listen))?;
+pub fn bind(
+    state: Arc<AppState>,
+    config: &Config,
+) -> anyhow::Result<(actix_web::dev::Server, SocketAddr)> {
+    let listener = TcpListener::bind(config.listen)
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;
-    let tls = match &state.config.tls {
+    let tls = match &config.tls {
         Some(t) => Some(tls_config(&t.cert, &t.key)?),
         None => None,
     };
     let factory_state = state.clone();
-    let connections = state.connections.clone();
+    let connections = state.connections().clone();
     let server = actix_web::HttpServer::new(move || app(factory_state.clone()))
         .on_connect(move |conn, ext| on_connect(&connections, conn, ext))
         .workers(
@@ -198,7 +213,7 @@ pub fn bind(state: Arc<AppState>) -> anyhow::Result<(actix_web::dev::Server, Soc
 /// then body, and with Nagle on, a keep-alive client's delayed ACK stalls each small response
 /// by tens of milliseconds), and takes the connection's slot among its address's connections.
 fn on_connect(
-    connections: &Arc<crate::app::connections::Connections>,
+    connections: &Arc<crate::api::connections::Connections>,
     conn: &dyn std::any::Any,
     ext: &mut actix_web::dev::Extensions,
 ) {
@@ -266,8 +281,9 @@ fn warn_expiry(state: &AppState) {
 /// Re-reads the catalog and rollout state every [`CATALOG_REFRESH`] (picks up changes made by
 /// other replicas sharing the store), and flushes telemetry every `telemetry.flush_secs`; warns
 /// (hourly) when the online key is within [`EXPIRY_WARNING`] of its expiry.
-pub fn spawn_refresh(state: Arc<AppState>) {
-    let state_for_flush = state.clone();
+pub fn spawn_refresh(state: Arc<AppState>, config: &Config) {
+    let fleet = state.fleet().clone();
+    let ramp_secs = config.ramp_check_secs.max(1);
     actix_web::rt::spawn(async move {
         let mut tick = actix_web::rt::time::interval(CATALOG_REFRESH);
         tick.tick().await;
@@ -279,12 +295,13 @@ pub fn spawn_refresh(state: Arc<AppState>) {
                 warn_expiry(&state);
             }
             ticks += 1;
-            match Catalog::refresh(&state.store, &state.keys().release_ring, &state.catalog()).await
+            match Catalog::refresh(state.store(), &state.keys().release_ring, &state.catalog())
+                .await
             {
                 Ok((c, _)) => {
                     let models = c.models().map(|(m, _)| m.clone()).collect();
                     state.replace_catalog(c);
-                    if let Err(e) = crate::fleet::load_state(&state, models).await {
+                    if let Err(e) = crate::fleet::load_state(state.fleet(), models).await {
                         tracing::warn!("rollout state refresh failed: {e}");
                     }
                 }
@@ -292,19 +309,18 @@ pub fn spawn_refresh(state: Arc<AppState>) {
             }
         }
     });
-    let ramp_state = state_for_flush.clone();
+    let ramp_fleet = fleet.clone();
     actix_web::rt::spawn(async move {
-        let secs = ramp_state.config.ramp_check_secs.max(1);
-        let mut tick = actix_web::rt::time::interval(Duration::from_secs(secs));
+        let mut tick = actix_web::rt::time::interval(Duration::from_secs(ramp_secs));
         loop {
             tick.tick().await;
-            crate::fleet::ramp::tick(&ramp_state).await;
+            crate::fleet::ramp::tick(&ramp_fleet).await;
         }
     });
-    actix_web::rt::spawn(crate::fleet::evaluate::run_queue(state_for_flush.clone()));
-    let flush_state = state_for_flush;
+    actix_web::rt::spawn(crate::fleet::evaluate::run_queue(fleet.clone()));
+    let flush_state = fleet;
     actix_web::rt::spawn(async move {
-        let secs = flush_state.config.telemetry.flush_secs.max(1);
+        let secs = flush_state.config.flush_secs.max(1);
         let mut tick = actix_web::rt::time::interval(Duration::from_secs(secs));
         tick.tick().await;
         loop {
@@ -313,7 +329,9 @@ pub fn spawn_refresh(state: Arc<AppState>) {
             // The merged view just changed: check every model's halts and deny list against
             // the whole fleet (in this background task, never on a request worker).
             let models: Vec<_> = flush_state
-                .catalog()
+                .views
+                .catalog
+                .get()
                 .models()
                 .map(|(m, _)| m.clone())
                 .collect();
@@ -330,6 +348,7 @@ pub struct RunningServer {
     pub addr: SocketAddr,
     /// Its state.
     pub state: Arc<AppState>,
+    tls: bool,
     handle: actix_web::dev::ServerHandle,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -337,11 +356,7 @@ pub struct RunningServer {
 impl RunningServer {
     /// `http://addr` (or `https://` with TLS).
     pub fn url(&self) -> String {
-        let scheme = if self.state.config.tls.is_some() {
-            "https"
-        } else {
-            "http"
-        };
+        let scheme = if self.tls { "https" } else { "http" };
         format!("{scheme}://{}", self.addr)
     }
 
@@ -372,25 +387,26 @@ impl Drop for RunningServer {
 /// development keys when there are none and publishes the demo model first. Returns once it
 /// is listening.
 pub fn spawn(config: Config, demo: bool) -> anyhow::Result<RunningServer> {
+    let tls = config.tls.is_some();
     let (tx, rx) = std::sync::mpsc::channel();
     let thread = std::thread::spawn(move || {
         let sys = actix_web::rt::System::new();
-        let result = sys.block_on(async move {
+        let result = sys.block_on(async {
             let source = if demo {
                 KeySource::Development
             } else {
                 KeySource::Provisioned
             };
-            let (state, _) = build_state(config, source).await?;
+            let (state, _) = build_state(&config, source).await?;
             if demo {
-                crate::app::demo::publish_demo(&state).await?;
+                crate::app::demo::publish_demo(&state, &config).await?;
             }
-            let (server, addr) = bind(state.clone())?;
+            let (server, addr) = bind(state.clone(), &config)?;
             anyhow::Ok((server, addr, state))
         });
         match result {
             Ok((server, addr, state)) => {
-                sys.block_on(async { spawn_refresh(state.clone()) });
+                sys.block_on(async { spawn_refresh(state.clone(), &config) });
                 let _ = tx.send(Ok((server.handle(), addr, state)));
                 let _ = sys.block_on(server);
             }
@@ -405,7 +421,32 @@ pub fn spawn(config: Config, demo: bool) -> anyhow::Result<RunningServer> {
     Ok(RunningServer {
         addr,
         state,
+        tls,
         handle,
         thread: Some(thread),
     })
+}
+
+/// The node id generated for this data directory (`<data>/node-id`), created on first start,
+/// so a replica without a configured `node_id` keeps its name across restarts. Falls back to a
+/// fresh name when the file cannot be read or written.
+fn stored_node_id(data: &std::path::Path, random: &[u8; 4]) -> String {
+    let path = data.join("node-id");
+    let valid = |s: &str| {
+        (1..=63).contains(&s.len())
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let id = text.trim();
+        if valid(id) {
+            return id.to_string();
+        }
+        tracing::warn!("{} holds no valid node id; using a new one", path.display());
+    }
+    let id = format!("node-{}", hex::encode(random));
+    if let Err(e) = std::fs::create_dir_all(data).and_then(|()| std::fs::write(&path, &id)) {
+        tracing::warn!("node id not kept in {}: {e}", path.display());
+    }
+    id
 }

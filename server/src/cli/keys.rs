@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use clap::Subcommand;
 
-use crate::app::keys;
+use crate::keys;
 
 /// `ferry keys ...`.
 #[derive(Debug, Subcommand)]
@@ -72,7 +72,7 @@ pub(crate) fn keys_generate(out: &Path, encrypt: bool, json: bool) -> anyhow::Re
         }
     }
     let pass = if encrypt {
-        Some(crate::app::sealed::passphrase(
+        Some(crate::keys::sealed::passphrase(
             &out.join("root.key and release.key"),
             true,
         )?)
@@ -168,7 +168,7 @@ pub(crate) fn keys_rotate(
 pub(crate) fn keys_token(name: &str, scopes: &str, json: bool) -> anyhow::Result<ExitCode> {
     let mut parsed = Vec::new();
     for s in scopes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let scope: crate::api::auth::Scope =
+        let scope: crate::tokens::Scope =
             serde_json::from_value(serde_json::Value::String(s.to_string()))
                 .map_err(|_| anyhow::anyhow!("unknown scope {s:?}; use publish, rollout, read"))?;
         parsed.push(scope);
@@ -183,7 +183,7 @@ pub(crate) fn keys_token(name: &str, scopes: &str, json: bool) -> anyhow::Result
         println!(
             "{}",
             serde_json::json!({"name": name, "token": secret,
-                "sha256": crate::api::auth::hash_token(&secret), "scopes": parsed})
+                "sha256": crate::tokens::hash_token(&secret), "scopes": parsed})
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -191,7 +191,7 @@ pub(crate) fn keys_token(name: &str, scopes: &str, json: bool) -> anyhow::Result
     println!();
     println!("[[tokens]]");
     println!("name = {:?}", name);
-    println!("sha256 = \"{}\"", crate::api::auth::hash_token(&secret));
+    println!("sha256 = \"{}\"", crate::tokens::hash_token(&secret));
     println!(
         "scopes = [{}]",
         parsed

@@ -12,7 +12,7 @@ use semver::Version;
 
 use super::exit::Usage;
 use super::remote::{Remote, admin_call};
-use crate::app::keys;
+use crate::keys;
 
 /// `ferry release ...`.
 #[derive(Debug, Subcommand)]

@@ -42,13 +42,11 @@ pub(crate) fn serve(flags: Flags, demo: bool, json: bool) -> anyhow::Result<Exit
     // can read it and it lasts across restarts. FERRY_ADMIN_TOKEN still works beside it.
     let demo_token = if demo {
         let token = demo_admin_token(&config.data)?;
-        config
-            .tokens
-            .push(crate::api::auth::TokenEntry::from_secret(
-                "demo:admin-token",
-                &token,
-                crate::api::auth::Scope::ALL.to_vec(),
-            ));
+        config.tokens.push(crate::tokens::TokenEntry::from_secret(
+            "demo:admin-token",
+            &token,
+            crate::tokens::Scope::ALL.to_vec(),
+        ));
         Some(token)
     } else {
         None
@@ -61,26 +59,26 @@ pub(crate) fn serve(flags: Flags, demo: bool, json: bool) -> anyhow::Result<Exit
         } else {
             server::KeySource::Provisioned
         };
-        let (state, notes) = server::build_state(config, source).await?;
+        let (state, notes) = server::build_state(&config, source).await?;
         for n in notes {
             say(json, &n);
         }
         if demo {
-            let line = crate::app::demo::publish_demo(&state).await?;
+            let line = crate::app::demo::publish_demo(&state, &config).await?;
             say(json, &line);
         }
-        let (srv, addr) = server::bind(state.clone())?;
-        let scheme = if state.config.tls.is_some() { "https" } else { "http" };
+        let (srv, addr) = server::bind(state.clone(), &config)?;
+        let scheme = if config.tls.is_some() { "https" } else { "http" };
         say(
             json,
             &format!(
                 "listening on {scheme}://{addr} (data in {}); dashboard: {scheme}://{addr}/ui",
-                state.config.data.display()
+                config.data.display()
             ),
         );
         if demo {
             if demo_token.is_some() {
-                let file = state.config.data.join("admin-token");
+                let file = config.data.join("admin-token");
                 say(
                     json,
                     &format!(
@@ -100,11 +98,11 @@ pub(crate) fn serve(flags: Flags, demo: bool, json: bool) -> anyhow::Result<Exit
             ));
         }
         let for_shutdown = state.clone();
-        server::spawn_refresh(state);
+        server::spawn_refresh(state, &config);
         let stopped = srv.await;
         // A graceful stop (SIGTERM, SIGINT) writes what is buffered: raw telemetry and this
         // replica's rollup, so a deploy loses no counts.
-        crate::fleet::flush::flush_all(&for_shutdown).await;
+        crate::fleet::flush::flush_all(for_shutdown.fleet()).await;
         say(json, "stopped; buffered telemetry written");
         stopped.context("server stopped with an error")
     })?;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use ferry_shared::dsse::KeyRole;
 
-use crate::app::keys;
+use crate::keys;
 use crate::release::sign;
 
 pub(crate) fn sign_cmd(

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::app::AppState;
+use crate::fleet::Fleet;
 use crate::fleet::rollout::RolloutError;
 use crate::fleet::{deny, now_text, rollout};
 
@@ -56,15 +56,15 @@ impl Queue {
 }
 
 /// Evaluates the models telemetry asked for, as they are asked for; runs until the server stops.
-pub async fn run_queue(state: Arc<AppState>) {
+pub async fn run_queue(fleet: Arc<Fleet>) {
     loop {
-        state.evaluations.wake.notified().await;
+        fleet.evaluations.wake.notified().await;
         // Every request counted here inserted its model before counting: the take below sees it.
-        let upto = state.evaluations.asked();
-        for model in state.evaluations.take() {
-            evaluate(&state, &model).await;
+        let upto = fleet.evaluations.asked();
+        for model in fleet.evaluations.take() {
+            evaluate(&fleet, &model).await;
         }
-        state.evaluations.done.store(upto, Ordering::SeqCst);
+        fleet.evaluations.done.store(upto, Ordering::SeqCst);
     }
 }
 
@@ -105,18 +105,18 @@ pub fn halt_reason(
 /// Checks `model`'s aggregates: halts a staged release over its thresholds and denies
 /// variants to device classes over the fallback threshold. Errors are logged, never returned:
 /// telemetry must not fail because state could not be written (the next batch retries).
-pub async fn evaluate(state: &AppState, model: &ModelName) {
+pub async fn evaluate(fleet: &Fleet, model: &ModelName) {
     // One fleet-wide view for both checks.
-    let fleet = state.telemetry.fleet(model.as_str());
-    let plans = state.rollouts();
+    let view = fleet.telemetry.fleet(model.as_str());
+    let plans = fleet.views.rollouts.get();
     if let Some(plan) = plans.get(model)
         && plan.state == RolloutState::Active
         && let Some(staged) = &plan.staged
     {
         // Since this revision began (a resume starts a fresh window), fleet-wide.
-        let now = fleet.release_totals(model.as_str(), &staged.to_string());
-        let (loads, failures, fallbacks) = state.ramp_marks.since_revision(model, plan, now);
-        let devices = fleet.release_devices(model.as_str(), &staged.to_string());
+        let now = view.release_totals(model.as_str(), &staged.to_string());
+        let (loads, failures, fallbacks) = fleet.ramp_marks.since_revision(model, plan, now);
+        let devices = view.release_devices(model.as_str(), &staged.to_string());
         let why = halt_reason(
             &plan.thresholds,
             staged,
@@ -129,7 +129,7 @@ pub async fn evaluate(state: &AppState, model: &ModelName) {
                 // Written only over the revision the rates were counted for: a replica that has
                 // not yet seen a later change (a resume, a new rollout) must not halt it.
                 let seen = plan.revision;
-                let result = rollout::apply(&state.store, model, |cur| match cur {
+                let result = rollout::apply(&fleet.store, model, |cur| match cur {
                     Some(p) if p.revision == seen && p.state == RolloutState::Active => {
                         Ok(RolloutPlan {
                             revision: p.revision + 1,
@@ -147,17 +147,17 @@ pub async fn evaluate(state: &AppState, model: &ModelName) {
                 match result {
                     Ok(p) => {
                         tracing::warn!(%model, reason, "rollout halted automatically");
-                        state.set_rollout(model, p);
+                        fleet.set_rollout(model, p);
                     }
                     Err(RolloutError::Changed) => {
                         // Another replica or an operator wrote first: adopt what is in force.
                         match crate::storage::revisions::latest::<RolloutPlan>(
-                            &state.store,
+                            &fleet.store,
                             &crate::storage::StorageKey::rollout_log(model),
                         )
                         .await
                         {
-                            Ok(Some((_, p))) => state.set_rollout(model, p),
+                            Ok(Some((_, p))) => fleet.set_rollout(model, p),
                             Ok(None) => {}
                             Err(e) => tracing::warn!(%model, "rollout state reload failed: {e}"),
                         }
@@ -167,16 +167,18 @@ pub async fn evaluate(state: &AppState, model: &ModelName) {
             }
         }
     }
-    let mut candidates = fleet.deny_candidates(model.as_str(), &state.config.telemetry);
+    let mut candidates = view.deny_candidates(model.as_str(), &fleet.config);
     // The floor: XNNPACK and portable variants are what a device falls back to; telemetry never
     // denies them (an operator still can, by hand).
-    let catalog = state.catalog();
+    let catalog = fleet.views.catalog.get();
     candidates.retain(|c| !is_floor(&catalog, model, &c.release, &c.variant));
     if candidates.is_empty() {
         return;
     }
-    let current = state
-        .deny_lists()
+    let current = fleet
+        .views
+        .deny
+        .get()
         .get(model)
         .map(|d| d.entries.clone())
         .unwrap_or_default();
@@ -191,12 +193,12 @@ pub async fn evaluate(state: &AppState, model: &ModelName) {
     if fresh.is_empty() || learned >= deny::MAX_LEARNED {
         return;
     }
-    match deny::add_learned(&state.store, model, &fresh, &now_text()).await {
+    match deny::add_learned(&fleet.store, model, &fresh, &now_text()).await {
         Ok((revision, entries)) => {
             for c in &fresh {
                 tracing::warn!(%model, "{} {}: {}", c.release, c.variant, c.reason());
             }
-            state.set_deny(model, revision, entries);
+            fleet.views.set_deny(model, revision, entries);
         }
         Err(e) => tracing::error!(%model, "deny list could not be written: {e}"),
     }

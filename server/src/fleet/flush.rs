@@ -4,7 +4,7 @@
 
 use time::OffsetDateTime;
 
-use crate::app::AppState;
+use crate::fleet::Fleet;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -17,11 +17,11 @@ use crate::fleet::rollup::Rollup;
 /// damaged object must not take the replica down: the sketch and estimator parsers trust their
 /// input, so it is parsed and merge-checked behind a panic guard.
 async fn read_checked<T: serde::de::DeserializeOwned + serde::Serialize>(
-    state: &AppState,
+    fleet: &Fleet,
     key: &object_store::path::Path,
     rollup_of: fn(&T) -> &Rollup,
 ) -> Result<Option<T>, String> {
-    Ok(read_whole(state, key, rollup_of, false)
+    Ok(read_whole(fleet, key, rollup_of, false)
         .await?
         .map(|(v, _)| v))
 }
@@ -29,13 +29,13 @@ async fn read_checked<T: serde::de::DeserializeOwned + serde::Serialize>(
 /// [`read_checked`], and with `whole`, also what writing the object back would lose (a field
 /// a newer ferry server added; see `docs/protocol.md`): compaction leaves such objects alone.
 async fn read_whole<T: serde::de::DeserializeOwned + serde::Serialize>(
-    state: &AppState,
+    fleet: &Fleet,
     key: &object_store::path::Path,
     rollup_of: fn(&T) -> &Rollup,
     whole: bool,
 ) -> Result<Option<(T, Option<String>)>, String> {
     use object_store::ObjectStoreExt as _;
-    let got = match state.store.get(key).await {
+    let got = match fleet.store.get(key).await {
         Ok(r) => r,
         Err(object_store::Error::NotFound { .. }) => return Ok(None),
         Err(e) => return Err(format!("{key} unreadable: {e}")),
@@ -71,22 +71,22 @@ pub const MAX_ROLLUP_BYTES: u64 = 64 << 20;
 
 /// Flushes this replica's rollup to the store (and reads the others'), and writes the raw
 /// events when they are due (see [`crate::fleet::events`]).
-pub async fn flush(state: &AppState) {
-    flush_with(state, false).await;
+pub async fn flush(fleet: &Fleet) {
+    flush_with(fleet, false).await;
 }
 
 /// Flushes everything buffered, raw events included, and hands the compaction lease back:
 /// for a graceful stop.
-pub async fn flush_all(state: &AppState) {
-    flush_with(state, true).await;
-    release_lease(state).await;
+pub async fn flush_all(fleet: &Fleet) {
+    flush_with(fleet, true).await;
+    release_lease(fleet).await;
 }
 
 /// Deletes the compaction lease if this run holds it, so another replica compacts at once.
-async fn release_lease(state: &AppState) {
+async fn release_lease(fleet: &Fleet) {
     use object_store::ObjectStoreExt as _;
     let path = buckets::lease_path();
-    let Ok(got) = state.store.get(&path).await else {
+    let Ok(got) = fleet.store.get(&path).await else {
         return;
     };
     let mine = got
@@ -94,30 +94,28 @@ async fn release_lease(state: &AppState) {
         .await
         .ok()
         .and_then(|b| serde_json::from_slice::<Lease>(&b).ok())
-        .is_some_and(|l| l.holder == state.writer);
+        .is_some_and(|l| l.holder == fleet.writer);
     if mine {
-        let _ = state.store.delete(&path).await;
+        let _ = fleet.store.delete(&path).await;
     }
 }
 
-async fn flush_with(state: &AppState, force: bool) {
-    state.telemetry.prune_limits();
+async fn flush_with(fleet: &Fleet, force: bool) {
+    fleet.telemetry.prune_limits();
     let now = OffsetDateTime::now_utc();
-    let raw = state
-        .telemetry
-        .take_raw(force, &state.config.telemetry, now);
+    let raw = fleet.telemetry.take_raw(force, &fleet.config, now);
     if !raw.is_empty() {
-        let unwritten = write_events(state, raw, now).await;
+        let unwritten = write_events(fleet, raw, now).await;
         if !unwritten.is_empty() {
-            state.telemetry.restore_raw(unwritten);
+            fleet.telemetry.restore_raw(unwritten);
         }
     }
-    flush_rollups(state).await;
+    flush_rollups(fleet).await;
 }
 
 /// Writes raw events as one Parquet file per day they arrived on; returns those that could not
 /// be written (kept for the next flush).
-async fn write_events(state: &AppState, raw: Vec<RawEvent>, now: OffsetDateTime) -> Vec<RawEvent> {
+async fn write_events(fleet: &Fleet, raw: Vec<RawEvent>, now: OffsetDateTime) -> Vec<RawEvent> {
     use object_store::{ObjectStoreExt as _, PutPayload};
     let mut unwritten = Vec::new();
     for (day, part) in events::by_day(raw) {
@@ -125,7 +123,7 @@ async fn write_events(state: &AppState, raw: Vec<RawEvent>, now: OffsetDateTime)
             unwritten.extend(part);
             continue;
         }
-        let node = state.node.clone();
+        let node = fleet.node.clone();
         let (part, encoded) = match tokio::task::spawn_blocking(move || {
             let bytes = events::encode(&part, &node);
             (part, bytes)
@@ -149,8 +147,8 @@ async fn write_events(state: &AppState, raw: Vec<RawEvent>, now: OffsetDateTime)
                 continue;
             }
         };
-        let key = events::key(&day, &state.node, now);
-        if let Err(e) = state.store.put(&key, PutPayload::from(bytes)).await {
+        let key = events::key(&day, &fleet.node, now);
+        if let Err(e) = fleet.store.put(&key, PutPayload::from(bytes)).await {
             tracing::warn!("telemetry flush failed, keeping {} events: {e}", part.len());
             unwritten.extend(part);
         }
@@ -173,27 +171,27 @@ pub struct StoreCache {
 
 /// Reads one bucket object: its counts, and its sources when it is a part.
 async fn read_bucket(
-    state: &AppState,
+    fleet: &Fleet,
     key: &BucketKey,
 ) -> Result<Option<(Arc<Rollup>, Vec<String>)>, String> {
-    Ok(read_bucket_whole(state, key, false)
+    Ok(read_bucket_whole(fleet, key, false)
         .await?
         .map(|(r, s, _)| (r, s)))
 }
 
 /// [`read_bucket`], and with `whole`, what writing its counts back would lose.
 async fn read_bucket_whole(
-    state: &AppState,
+    fleet: &Fleet,
     key: &BucketKey,
     whole: bool,
 ) -> Result<Option<(Arc<Rollup>, Vec<String>, Option<String>)>, String> {
     let path = key.path();
     if key.level == Level::Minute {
-        Ok(read_whole::<Rollup>(state, &path, |r| r, whole)
+        Ok(read_whole::<Rollup>(fleet, &path, |r| r, whole)
             .await?
             .map(|(r, lost)| (Arc::new(r), Vec::new(), lost)))
     } else {
-        Ok(read_whole::<Part>(state, &path, |p| &p.rollup, whole)
+        Ok(read_whole::<Part>(fleet, &path, |p| &p.rollup, whole)
             .await?
             .map(|(p, lost)| (Arc::new(p.rollup), p.sources, lost)))
     }
@@ -204,24 +202,24 @@ async fn read_bucket_whole(
 /// merges them per bucket into the view health, halts, ramps and deny entries read, and
 /// compacts old buckets when this replica holds the lease. When the store cannot be listed the
 /// last view is kept; what could not be written stays in memory and is written later.
-pub async fn flush_rollups(state: &AppState) {
+pub async fn flush_rollups(fleet: &Fleet) {
     use futures_util::TryStreamExt as _;
     use object_store::{ObjectStoreExt as _, PutPayload};
     let now = OffsetDateTime::now_utc().unix_timestamp();
     let mut unwritten = Vec::new();
-    for (start, rollup) in state.telemetry.take_pending() {
+    for (start, rollup) in fleet.telemetry.take_pending() {
         if rollup.models.is_empty() && rollup.cohorts.is_empty() && rollup.clients.is_empty() {
             continue;
         }
         let key = BucketKey {
             level: Level::Minute,
             start,
-            name: state.telemetry.next_object_name(&state.writer),
+            name: fleet.telemetry.next_object_name(&fleet.writer),
         };
         match serde_json::to_vec(&rollup) {
-            Ok(bytes) => match state.store.put(&key.path(), PutPayload::from(bytes)).await {
+            Ok(bytes) => match fleet.store.put(&key.path(), PutPayload::from(bytes)).await {
                 Ok(_) => {
-                    state
+                    fleet
                         .telemetry
                         .note_written(key.path().to_string(), start, Arc::new(rollup))
                 }
@@ -234,11 +232,11 @@ pub async fn flush_rollups(state: &AppState) {
         }
     }
     if !unwritten.is_empty() {
-        state.telemetry.restore_pending(unwritten);
+        fleet.telemetry.restore_pending(unwritten);
     }
     let mut metas = Vec::new();
     for prefix in [buckets::PREFIX, "telemetry/rollups"] {
-        let listed: Result<Vec<_>, _> = state
+        let listed: Result<Vec<_>, _> = fleet
             .store
             .list(Some(&object_store::path::Path::from(prefix)))
             .try_collect()
@@ -247,13 +245,13 @@ pub async fn flush_rollups(state: &AppState) {
             Ok(m) => metas.extend(m),
             Err(e) => {
                 tracing::warn!("telemetry buckets cannot be listed, keeping the last view: {e}");
-                state.metrics.store_up(false);
+                fleet.metrics.store_up(false);
                 return;
             }
         }
     }
-    state.metrics.store_up(true);
-    let mut cache = std::mem::take(&mut *state.telemetry.store_cache());
+    fleet.metrics.store_up(true);
+    let mut cache = std::mem::take(&mut *fleet.telemetry.store_cache());
     // New or changed objects are read now; their counts are kept only until merged below.
     let mut fresh: HashMap<String, Arc<Rollup>> = HashMap::new();
     let mut listed: HashMap<String, BucketKey> = HashMap::new();
@@ -266,7 +264,7 @@ pub async fn flush_rollups(state: &AppState) {
             if cache.objects.get(&name).is_some_and(|(v, _)| *v == version) {
                 continue;
             }
-            match read_bucket(state, &key).await {
+            match read_bucket(fleet, &key).await {
                 Ok(Some((rollup, sources))) => {
                     fresh.insert(name.clone(), rollup);
                     cache.objects.insert(name, (version, Some(sources)));
@@ -284,7 +282,7 @@ pub async fn flush_rollups(state: &AppState) {
             if cache.legacy.get(&name).is_some_and(|(v, _)| *v == version) {
                 continue;
             }
-            let read = read_checked::<Rollup>(state, &meta.location, |r| r).await;
+            let read = read_checked::<Rollup>(fleet, &meta.location, |r| r).await;
             let last = cache.legacy.remove(&name).and_then(|(_, r)| r);
             let rollup = match read {
                 Ok(r) => r.map(Arc::new),
@@ -346,7 +344,7 @@ pub async fn flush_rollups(state: &AppState) {
                 for n in &names {
                     let part = match fresh.get(n) {
                         Some(f) => Some(f.clone()),
-                        None => match read_bucket(state, &listed[n]).await {
+                        None => match read_bucket(fleet, &listed[n]).await {
                             Ok(got) => got.map(|(r, _)| r),
                             Err(e) => {
                                 tracing::warn!("telemetry bucket skipped: {e}");
@@ -381,28 +379,28 @@ pub async fn flush_rollups(state: &AppState) {
             tracing::error!("an earlier rollup could not be merged: it is damaged");
         }
     }
-    *state.telemetry.store_cache() = cache;
-    state
+    *fleet.telemetry.store_cache() = cache;
+    fleet
         .telemetry
         .install_view(view, &|name| listed.contains_key(name));
-    let every = std::time::Duration::from_secs(state.config.telemetry.compact_secs.max(1));
-    if state.telemetry.compaction_due(every) {
-        compact(state, &listing, now).await;
+    let every = std::time::Duration::from_secs(fleet.config.compact_secs.max(1));
+    if fleet.telemetry.compaction_due(every) {
+        compact(fleet, &listing, now).await;
     }
 }
 
 /// Takes or renews the compaction lease: true when this run holds it.
-async fn take_lease(state: &AppState, now: i64) -> bool {
+async fn take_lease(fleet: &Fleet, now: i64) -> bool {
     use object_store::{ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
     let path = buckets::lease_path();
     let mine = Lease {
-        holder: state.writer.clone(),
+        holder: fleet.writer.clone(),
         expires_at: now + buckets::LEASE_SECS,
     };
     let Ok(bytes) = serde_json::to_vec(&mine) else {
         return false;
     };
-    let current = match state.store.get(&path).await {
+    let current = match fleet.store.get(&path).await {
         Ok(r) => match r.bytes().await {
             Ok(b) => serde_json::from_slice::<Lease>(&b).ok(),
             Err(_) => return false,
@@ -411,9 +409,9 @@ async fn take_lease(state: &AppState, now: i64) -> bool {
         Err(_) => return false,
     };
     match current {
-        Some(l) if l.holder == state.writer => {
+        Some(l) if l.holder == fleet.writer => {
             // Renew.
-            state
+            fleet
                 .store
                 .put(&path, PutPayload::from(bytes))
                 .await
@@ -425,13 +423,13 @@ async fn take_lease(state: &AppState, now: i64) -> bool {
                 // Expired: whoever deletes it and then creates it first takes it. Two takers
                 // at once are harmless: parts are create-if-absent, so no bucket is merged
                 // twice.
-                let _ = state.store.delete(&path).await;
+                let _ = fleet.store.delete(&path).await;
             }
             let opts = PutOptions {
                 mode: PutMode::Create,
                 ..PutOptions::default()
             };
-            state
+            fleet
                 .store
                 .put_opts(&path, PutPayload::from(bytes), opts)
                 .await
@@ -441,13 +439,12 @@ async fn take_lease(state: &AppState, now: i64) -> bool {
 }
 
 /// The `telemetry/events/date=YYYY-MM-DD` folders older than `telemetry.raw_retention_days`.
-async fn expired_raw_days(state: &AppState, now: i64) -> Vec<object_store::path::Path> {
-    let keep_from =
-        Level::Day.floor(now) - i64::from(state.config.telemetry.raw_retention_days) * 86_400;
+async fn expired_raw_days(fleet: &Fleet, now: i64) -> Vec<object_store::path::Path> {
+    let keep_from = Level::Day.floor(now) - i64::from(fleet.config.raw_retention_days) * 86_400;
     let cutoff = OffsetDateTime::from_unix_timestamp(keep_from)
         .map(|t| t.date().to_string())
         .unwrap_or_default();
-    let Ok(listed) = state
+    let Ok(listed) = fleet
         .store
         .list_with_delimiter(Some(&events::prefix()))
         .await
@@ -467,10 +464,10 @@ async fn expired_raw_days(state: &AppState, now: i64) -> Vec<object_store::path:
 }
 
 /// Deletes every object under `prefix`.
-async fn delete_under(state: &AppState, prefix: &object_store::path::Path) {
+async fn delete_under(fleet: &Fleet, prefix: &object_store::path::Path) {
     use futures_util::TryStreamExt as _;
     use object_store::ObjectStoreExt as _;
-    let metas: Vec<_> = match state.store.list(Some(prefix)).try_collect().await {
+    let metas: Vec<_> = match fleet.store.list(Some(prefix)).try_collect().await {
         Ok(m) => m,
         Err(e) => {
             tracing::warn!("raw telemetry under {prefix} not listed for deletion: {e}");
@@ -478,7 +475,7 @@ async fn delete_under(state: &AppState, prefix: &object_store::path::Path) {
         }
     };
     for m in &metas {
-        if let Err(e) = state.store.delete(&m.location).await {
+        if let Err(e) = fleet.store.delete(&m.location).await {
             tracing::warn!("raw telemetry {} not deleted: {e}", m.location);
         }
     }
@@ -490,18 +487,18 @@ async fn delete_under(state: &AppState, prefix: &object_store::path::Path) {
 
 /// Compacts old buckets (see [`crate::fleet::buckets::plan`]) when this run holds the lease,
 /// and deletes raw telemetry past its retention.
-async fn compact(state: &AppState, listing: &buckets::Listing, now: i64) {
+async fn compact(fleet: &Fleet, listing: &buckets::Listing, now: i64) {
     use object_store::{ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
-    let plan = buckets::plan(listing, now, state.config.telemetry.retention_days);
-    let expired = expired_raw_days(state, now).await;
+    let plan = buckets::plan(listing, now, fleet.config.retention_days);
+    let expired = expired_raw_days(fleet, now).await;
     if plan.merges.is_empty() && plan.deletes.is_empty() && expired.is_empty() {
         return;
     }
-    if !take_lease(state, now).await {
+    if !take_lease(fleet, now).await {
         return;
     }
     for prefix in &expired {
-        delete_under(state, prefix).await;
+        delete_under(fleet, prefix).await;
     }
     'merges: for merge in &plan.merges {
         let mut part = Part {
@@ -509,7 +506,7 @@ async fn compact(state: &AppState, listing: &buckets::Listing, now: i64) {
             rollup: Rollup::default(),
         };
         for s in &merge.sources {
-            match read_bucket_whole(state, s, true).await {
+            match read_bucket_whole(fleet, s, true).await {
                 Ok(Some((_, _, Some(lost)))) => {
                     // Merging it would drop what a newer replica wrote: an upgraded one
                     // compacts this bucket; its counts are still read for every view.
@@ -541,14 +538,14 @@ async fn compact(state: &AppState, listing: &buckets::Listing, now: i64) {
             mode: PutMode::Create,
             ..PutOptions::default()
         };
-        match state
+        match fleet
             .store
             .put_opts(&merge.target.path(), PutPayload::from(bytes), opts)
             .await
         {
             Ok(_) => {
                 for s in &part.sources {
-                    let _ = state
+                    let _ = fleet
                         .store
                         .delete(&object_store::path::Path::from(s.as_str()))
                         .await;
@@ -565,7 +562,7 @@ async fn compact(state: &AppState, listing: &buckets::Listing, now: i64) {
         }
     }
     for d in &plan.deletes {
-        match state.store.delete(&d.path()).await {
+        match fleet.store.delete(&d.path()).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => tracing::warn!("telemetry bucket {} not deleted: {e}", d.path()),
         }

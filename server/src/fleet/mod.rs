@@ -19,10 +19,64 @@ pub mod revocation;
 pub mod rollout;
 pub mod rollup;
 
+use std::sync::Arc;
+
 use ferry_shared::ModelName;
+use ferry_shared::rollout::RolloutPlan;
 use time::OffsetDateTime;
 
-use crate::app::AppState;
+use crate::keyring::Ring;
+use crate::metrics::Metrics;
+use crate::snapshot::Views;
+use crate::storage::Store;
+
+/// What the fleet jobs (flushes, evaluations, ramps, reloads) work with: the store, the views,
+/// the telemetry aggregates and this replica's names. The HTTP layer holds one and hands it to
+/// the jobs; nothing here knows of HTTP.
+#[derive(Debug)]
+pub struct Fleet {
+    /// The shared store.
+    pub store: Store,
+    /// The views resolve reads.
+    pub views: Arc<Views>,
+    /// The keyring handle (newer keyrings adopted by the jobs).
+    pub ring: Ring,
+    /// Telemetry aggregates.
+    pub telemetry: aggregate::Telemetry,
+    /// Where each ramp step began in this replica's telemetry.
+    pub ramp_marks: ramp::RampMarks,
+    /// The metrics registry (store health, flush figures).
+    pub metrics: Arc<Metrics>,
+    /// The `[telemetry]` config section.
+    pub config: ingest::TelemetryConfig,
+    /// This replica's id in telemetry file names.
+    pub node: String,
+    /// This run's name in the telemetry buckets: `<node>.<random>`, new at every start, so
+    /// that a restart never overwrites what the previous run wrote.
+    pub writer: String,
+    /// Models telemetry asked to evaluate (drained by a background task).
+    pub evaluations: evaluate::Queue,
+}
+
+impl Fleet {
+    /// Puts one model's plan in force (noting where its staged release's window starts).
+    pub fn set_rollout(&self, model: &ModelName, plan: RolloutPlan) {
+        self.ramp_marks.note_revision(&self.telemetry, model, &plan);
+        self.views.rollouts.update(|held| {
+            let mut next = held.clone();
+            next.insert(model.clone(), plan);
+            Some(next)
+        });
+    }
+
+    /// Puts every model's plan in force.
+    pub fn replace_rollouts(&self, plans: std::collections::BTreeMap<ModelName, RolloutPlan>) {
+        for (m, p) in &plans {
+            self.ramp_marks.note_revision(&self.telemetry, m, p);
+        }
+        self.views.rollouts.replace(plans);
+    }
+}
 
 /// The current time as RFC 3339 text, for revision records.
 pub(crate) fn now_text() -> String {
@@ -33,20 +87,51 @@ pub(crate) fn now_text() -> String {
 
 /// Loads the rollout plans, deny lists and revocation lists of `models` into memory.
 pub async fn load_state(
-    state: &AppState,
+    fleet: &Fleet,
     models: Vec<ModelName>,
 ) -> Result<(), crate::storage::StoreError> {
-    let plans = rollout::load_all(&state.store, models.iter()).await?;
-    state.replace_rollouts(plans);
+    let plans = rollout::load_all(&fleet.store, models.iter()).await?;
+    fleet.replace_rollouts(plans);
+    let views = &fleet.views;
     for m in &models {
-        if let Some((revision, entries)) = deny::load(&state.store, m).await? {
-            state.set_deny(m, revision, entries);
+        if let Some((revision, entries)) = deny::load(&fleet.store, m).await? {
+            views.set_deny(m, revision, entries);
         }
         if let Some((list, env, signed)) =
-            revocation::load(&state.store, &state.keys().release_ring, m).await?
+            revocation::load(&fleet.store, &views.keys.get().release_ring, m).await?
         {
-            state.set_revocations(list, signed.then_some(env));
+            views.set_revocations(list, signed.then_some(env));
         }
     }
     Ok(())
+}
+
+/// Reads the catalog and the rollout state again under the keyring in force, as a restart
+/// would: releases a newly trusted key signed are served, and those only a retired key signed
+/// are not.
+pub async fn reload_under_keys(fleet: &Fleet) {
+    let ring = fleet.views.keys.get().release_ring.clone();
+    match crate::storage::catalog::Catalog::load(&fleet.store, &ring).await {
+        Ok((catalog, skipped)) => {
+            for s in skipped {
+                tracing::warn!("skipped {}: {}", s.key, s.why);
+            }
+            let models = catalog.models().map(|(m, _)| m.clone()).collect();
+            fleet.views.catalog.replace(catalog);
+            if let Err(e) = load_state(fleet, models).await {
+                tracing::warn!("rollout state refresh failed: {e}");
+            }
+        }
+        Err(e) => tracing::warn!("catalog reload under the new keyring failed: {e}"),
+    }
+}
+
+/// Adopts the keyring versions the store holds beyond this replica's and, when one came into
+/// force, reads the catalog and rollout state again under it. True when one did.
+pub async fn refresh_keys(fleet: &Fleet) -> bool {
+    let adopted = crate::keyring::refresh(&fleet.ring).await;
+    if adopted {
+        reload_under_keys(fleet).await;
+    }
+    adopted
 }

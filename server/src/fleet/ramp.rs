@@ -19,7 +19,7 @@ use ferry_shared::rollout::ramp::{StepHealth, Verdict, advance, halt, verdict};
 use ferry_shared::rollout::{RolloutPlan, RolloutState};
 use time::OffsetDateTime;
 
-use crate::app::AppState;
+use crate::fleet::Fleet;
 use crate::fleet::now_text;
 use crate::fleet::rollout::{self, RolloutError};
 use crate::storage::{StorageKey, revisions};
@@ -88,19 +88,14 @@ impl RampMarks {
 
     /// The health of `plan`'s current step: totals now minus the totals at the step's mark
     /// (taken now when this is the first look at the step).
-    pub fn step_health(
-        &self,
-        state: &AppState,
-        model: &ModelName,
-        plan: &RolloutPlan,
-    ) -> StepHealth {
+    pub fn step_health(&self, fleet: &Fleet, model: &ModelName, plan: &RolloutPlan) -> StepHealth {
         let Some(ramp) = plan.ramp.as_ref() else {
             return StepHealth::default();
         };
         let version = |v: &Option<semver::Version>| v.as_ref().map(ToString::to_string);
         let totals = |v: Option<String>| {
             v.map_or((0, 0, 0), |v| {
-                state.telemetry.release_totals(model.as_str(), &v)
+                fleet.telemetry.release_totals(model.as_str(), &v)
             })
         };
         let now: Totals = [
@@ -142,17 +137,17 @@ impl RampMarks {
 }
 
 /// What the ramp of `model` does now, as this replica sees it.
-pub fn status(state: &AppState, model: &ModelName, plan: &RolloutPlan) -> (Verdict, StepHealth) {
-    let health = state.ramp_marks.step_health(state, model, plan);
+pub fn status(fleet: &Fleet, model: &ModelName, plan: &RolloutPlan) -> (Verdict, StepHealth) {
+    let health = fleet.ramp_marks.step_health(fleet, model, plan);
     (verdict(plan, OffsetDateTime::now_utc(), &health), health)
 }
 
 /// Reloads the catalog when the store holds a different number of releases than this replica
 /// knows (one list call; a release published through another replica is served here within
 /// one pass instead of at the next full refresh).
-async fn refresh_catalog_if_changed(state: &AppState) {
+async fn refresh_catalog_if_changed(fleet: &Fleet) {
     use futures_util::TryStreamExt as _;
-    let listed: Result<Vec<_>, _> = state
+    let listed: Result<Vec<_>, _> = fleet
         .store
         .list(Some(&StorageKey::releases_root()))
         .try_collect()
@@ -164,22 +159,22 @@ async fn refresh_catalog_if_changed(state: &AppState) {
         .iter()
         .filter(|m| m.location.as_ref().ends_with(".json"))
         .count();
-    let skipped = &state.ramp_marks.skipped_releases;
-    let known =
-        state.catalog().release_count() + skipped.load(std::sync::atomic::Ordering::Relaxed);
+    let skipped = &fleet.ramp_marks.skipped_releases;
+    let known = fleet.views.catalog.get().release_count()
+        + skipped.load(std::sync::atomic::Ordering::Relaxed);
     if in_store == known {
         return;
     }
     match crate::storage::catalog::Catalog::refresh(
-        &state.store,
-        &state.keys().release_ring,
-        &state.catalog(),
+        &fleet.store,
+        &fleet.views.keys.get().release_ring,
+        &fleet.views.catalog.get(),
     )
     .await
     {
         Ok((c, s)) => {
             skipped.store(s.len(), std::sync::atomic::Ordering::Relaxed);
-            state.replace_catalog(c);
+            fleet.views.catalog.replace(c);
         }
         Err(e) => tracing::warn!("catalog refresh failed: {e}"),
     }
@@ -187,29 +182,35 @@ async fn refresh_catalog_if_changed(state: &AppState) {
 
 /// One pass: re-reads every model's plan (so a change made through another replica is in force
 /// here within one pass), then acts on every ramping rollout.
-pub async fn tick(state: &AppState) {
+pub async fn tick(fleet: &Fleet) {
     // A keyring version another replica took (`ferry keys push`) comes into force here too.
-    crate::app::keyring::refresh(state).await;
-    refresh_catalog_if_changed(state).await;
-    let models: Vec<ModelName> = state.catalog().models().map(|(m, _)| m.clone()).collect();
-    match rollout::load_all(&state.store, models.iter()).await {
-        Ok(plans) => state.replace_rollouts(plans),
+    crate::fleet::refresh_keys(fleet).await;
+    refresh_catalog_if_changed(fleet).await;
+    let models: Vec<ModelName> = fleet
+        .views
+        .catalog
+        .get()
+        .models()
+        .map(|(m, _)| m.clone())
+        .collect();
+    match rollout::load_all(&fleet.store, models.iter()).await {
+        Ok(plans) => fleet.replace_rollouts(plans),
         Err(e) => tracing::warn!("rollout state refresh failed: {e}"),
     }
-    let plans = state.rollouts();
+    let plans = fleet.views.rollouts.get();
     for (model, plan) in plans.iter() {
         if plan.ramp.is_none() || plan.state != RolloutState::Active {
             continue;
         }
         let at = now_text();
-        let (v, _) = status(state, model, plan);
+        let (v, _) = status(fleet, model, plan);
         let make: Box<dyn Fn(&RolloutPlan) -> RolloutPlan + Send + Sync> = match v {
             Verdict::Advance { to } => Box::new(move |p| advance(p, to, &at)),
             Verdict::Halt { reason } => Box::new(move |p| halt(p, &reason, &at)),
             _ => continue,
         };
         let seen = plan.revision;
-        let result = rollout::apply(&state.store, model, |cur| match cur {
+        let result = rollout::apply(&fleet.store, model, |cur| match cur {
             Some(p) if p.revision == seen => Ok(make(p)),
             _ => Err(RolloutError::Changed),
         })
@@ -217,17 +218,17 @@ pub async fn tick(state: &AppState) {
         match result {
             Ok(p) => {
                 tracing::warn!(%model, action = p.action, reason = p.reason, "rollout ramp");
-                state.set_rollout(model, p);
+                fleet.set_rollout(model, p);
             }
             Err(RolloutError::Changed) => {
                 // Another replica (or an operator) wrote first: adopt what is in force.
                 match revisions::latest::<RolloutPlan>(
-                    &state.store,
+                    &fleet.store,
                     &StorageKey::rollout_log(model),
                 )
                 .await
                 {
-                    Ok(Some((_, p))) => state.set_rollout(model, p),
+                    Ok(Some((_, p))) => fleet.set_rollout(model, p),
                     Ok(None) => {}
                     Err(e) => tracing::warn!(%model, "rollout state reload failed: {e}"),
                 }

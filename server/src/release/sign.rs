@@ -38,7 +38,7 @@ use semver::{Version, VersionReq};
 use serde::Deserialize;
 use time::OffsetDateTime;
 
-use crate::app::keys::RoleKey;
+use crate::keys::RoleKey;
 
 /// The VARIANTS.toml file.
 #[derive(Debug, Clone, Deserialize)]

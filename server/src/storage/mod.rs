@@ -16,6 +16,7 @@
 //! is the in-memory view of every admitted release.
 
 pub mod catalog;
+pub mod config;
 pub mod revisions;
 
 use std::sync::Arc;
@@ -158,11 +159,11 @@ pub const STORE_REQUEST_CAP: std::time::Duration = std::time::Duration::from_sec
 /// requests fail when a read waits longer than `timeout` (retried twice, within three timeouts
 /// in all).
 pub fn open(
-    cfg: &crate::app::config::StorageConfig,
+    cfg: &crate::storage::config::StorageConfig,
     data: &std::path::Path,
     timeout: std::time::Duration,
 ) -> anyhow::Result<Store> {
-    use crate::app::config::StorageConfig;
+    use crate::storage::config::StorageConfig;
     match cfg {
         StorageConfig::Local => open_local(&data.join("store")),
         StorageConfig::S3 {

@@ -12,7 +12,7 @@ use common::{TOKEN, ferry, run_ok, serve_with};
 /// install id (computed with the server's online key from the data directory, as every replica
 /// does).
 fn load_events(keys: &std::path::Path, from: usize, n: usize) -> Vec<u8> {
-    let online = ferry_server::app::keys::load(&keys.join("online.key")).expect("online key");
+    let online = ferry_server::keys::load(&keys.join("online.key")).expect("online key");
     let receipts = ferry_server::fleet::receipt::ReceiptKey::derive(&online.pair);
     let at = time::OffsetDateTime::now_utc()
         .format(&time::format_description::well_known::Rfc3339)

@@ -138,7 +138,7 @@ fn the_kubernetes_config_is_a_valid_ferry_config() {
     assert!(c.log_json);
     assert!(matches!(
         c.storage,
-        ferry_server::app::config::StorageConfig::S3 { .. }
+        ferry_server::storage::config::StorageConfig::S3 { .. }
     ));
 }
 

@@ -127,7 +127,7 @@ fn events_about_unpublished_models_releases_or_variants_are_refused() {
         assert!(message.contains(says), "{message} should say {says}");
     }
     // Nothing is buffered for the raw log, counted, or rate-limited per install.
-    let f = app.server.state.telemetry.footprint();
+    let f = app.server.state.telemetry().footprint();
     assert_eq!(
         (f.raw_events, f.rollup_variants, f.capped_variants),
         (0, 0, 0),
@@ -139,7 +139,7 @@ fn events_about_unpublished_models_releases_or_variants_are_refused() {
         &[event("mlp", "1.0.0", "xnnpack-fp32", "d1", "SM8550")],
     );
     assert_eq!(good["accepted"], 1, "{good}");
-    assert_eq!(app.server.state.telemetry.footprint().raw_events, 1);
+    assert_eq!(app.server.state.telemetry().footprint().raw_events, 1);
 }
 
 #[test]
@@ -171,7 +171,7 @@ fn random_names_and_made_up_devices_cannot_grow_telemetry_state() {
         let r = post_events(&app, &events);
         assert_eq!(r["accepted"], 0, "{r}");
     }
-    let f = app.server.state.telemetry.footprint();
+    let f = app.server.state.telemetry().footprint();
     assert_eq!(
         (f.raw_events, f.rollup_variants, f.capped_variants),
         (0, 0, 0),
@@ -197,7 +197,7 @@ fn random_names_and_made_up_devices_cannot_grow_telemetry_state() {
         assert_eq!(r["accepted"], 500, "{r}");
         assert_eq!(r["unverified"], 0, "{r}");
     }
-    let f = app.server.state.telemetry.footprint();
+    let f = app.server.state.telemetry().footprint();
     assert_eq!((f.rollup_variants, f.capped_variants), (1, 1), "{f:?}");
     assert_eq!(f.capped_devices, 1500, "{f:?}");
     assert!(f.limiter_buckets <= 1 + 1500, "{f:?}");
@@ -303,7 +303,11 @@ fn one_address_cannot_hold_every_connection() {
     std::thread::sleep(Duration::from_millis(300));
     let (s, _) = app.get_json("/healthz", None);
     assert_eq!(s, 200);
-    assert_eq!(app.server.state.connections.addresses(), 1, "only this one");
+    assert_eq!(
+        app.server.state.connections().addresses(),
+        1,
+        "only this one"
+    );
 }
 
 #[test]

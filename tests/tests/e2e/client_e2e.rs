@@ -359,7 +359,7 @@ fn tampered_untrusted_expired_and_replayed_responses_are_refused() {
 
     // Wrong key: the app pins keys the server does not have.
     let other = tempfile::tempdir().expect("tmp");
-    let notes = ferry_server::app::keys::ensure_dev_keys(other.path()).expect("keys");
+    let notes = ferry_server::keys::ensure_dev_keys(other.path()).expect("keys");
     assert!(!notes.is_empty());
     let trust = ferry_shared::trust::TrustFile::from_json(
         &std::fs::read(other.path().join("trust.json")).expect("read"),
@@ -746,7 +746,7 @@ fn forged(app: &TestApp, edit: impl FnOnce(&mut ferry_shared::resolve::Decision)
         serde_json::from_slice(&payload).expect("decision");
     edit(&mut decision);
     let online =
-        ferry_server::app::keys::load(&app.dir.path().join("keys/online.key")).expect("online key");
+        ferry_server::keys::load(&app.dir.path().join("keys/online.key")).expect("online key");
     resp.decision = online.pair.sign(
         ferry_shared::resolve::DECISION_PAYLOAD_TYPE,
         &serde_json::to_vec(&decision).expect("json"),

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use ferry_server::app::config::StorageConfig;
 use ferry_server::app::startup::RunningServer;
+use ferry_server::storage::config::StorageConfig;
 use ferry_tests::app::{ADMIN_TOKEN, Options, READ_TOKEN, TestApp, mlp_v1, mlp_v2};
 use ferry_tests::azurite::Azurite;
 use ferry_tests::moto::Moto;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use ferry_client::executorch_runtime::ExecuTorchRuntime;
 use ferry_client::{Client, ClientBuilder, DeviceInfo, Source};
-use ferry_server::app::keys::{self, RotateRole};
+use ferry_server::keys::{self, RotateRole};
 use ferry_shared::manifest::Platform;
 use ferry_shared::resolve::{DECISION_PAYLOAD_TYPE, Decision, ResolveResponse};
 use ferry_shared::trust::TrustFile;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use ferry_client::executorch_runtime::ExecuTorchRuntime;
 use ferry_client::{ClientBuilder, DeviceInfo};
-use ferry_server::app::keys::{self, RotateRole};
+use ferry_server::keys::{self, RotateRole};
 use ferry_shared::manifest::Platform;
 use ferry_tests::app::{ADMIN_TOKEN, Options, READ_TOKEN, TestApp, mlp_v1};
 use ferry_tests::moto::Moto;
@@ -215,8 +215,9 @@ fn a_new_release_key_is_trusted_by_every_replica_without_a_restart() {
     assert_eq!(get(&late.url(), "/v1/keyring")["version"], 2);
     assert!(
         late.state
-            .config
-            .keys_dir()
+            .fleet()
+            .ring
+            .keys_dir
             .join("keyring/00000002.json")
             .exists()
     );
@@ -283,7 +284,7 @@ fn a_new_release_key_is_trusted_by_every_replica_without_a_restart() {
 
 /// Puts `bytes` where keyring version `version` goes in the store, or deletes it (`None`).
 fn store_put(
-    storage: &ferry_server::app::config::StorageConfig,
+    storage: &ferry_server::storage::config::StorageConfig,
     version: u64,
     bytes: Option<&'static [u8]>,
 ) {
@@ -296,7 +297,7 @@ fn store_put(
         .expect("runtime");
     rt.block_on(async {
         use object_store::ObjectStoreExt as _;
-        let key = ferry_server::app::keyring::stored_key(version);
+        let key = ferry_server::keyring::stored_key(version);
         match bytes {
             Some(b) => {
                 store

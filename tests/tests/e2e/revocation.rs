@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use ferry_client::executorch_runtime::ExecuTorchRuntime;
 use ferry_client::{Client, ClientBuilder, DeviceInfo, Source};
-use ferry_server::app::keys::{self, RoleKey};
+use ferry_server::keys::{self, RoleKey};
 use ferry_shared::dsse::Envelope;
 use ferry_shared::manifest::Platform;
 use ferry_shared::revocation::{REVOCATIONS_PAYLOAD_TYPE, RevocationList, Revoked};

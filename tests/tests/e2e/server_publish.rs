@@ -1,7 +1,7 @@
 //! Every publish refusal has its own error code, and nothing half-published stays visible.
 
 use base64::Engine as _;
-use ferry_server::app::keys;
+use ferry_server::keys;
 use ferry_shared::dsse::KeyRole;
 use ferry_shared::{BackendId, Sha256Digest};
 use ferry_tests::app::{
@@ -293,7 +293,7 @@ fn a_catalog_refresh_reuses_what_it_holds_and_reads_only_new_releases() {
         .build()
         .expect("runtime");
     let (first, _) = rt
-        .block_on(Catalog::load(&state.store, &state.keys().release_ring))
+        .block_on(Catalog::load(state.store(), &state.keys().release_ring))
         .expect("load");
     let v1: semver::Version = "1.0.0".parse().expect("v");
     let model: ferry_shared::ModelName = "mlp".parse().expect("model");
@@ -305,7 +305,7 @@ fn a_catalog_refresh_reuses_what_it_holds_and_reads_only_new_releases() {
     app.publish(&ferry_tests::app::mlp_v2());
     let (second, skipped) = rt
         .block_on(Catalog::refresh(
-            &state.store,
+            state.store(),
             &state.keys().release_ring,
             &first,
         ))
@@ -324,7 +324,7 @@ fn a_catalog_refresh_reuses_what_it_holds_and_reads_only_new_releases() {
     );
     // A full load does read it, and refuses the damaged file.
     let (_, skipped) = rt
-        .block_on(Catalog::load(&state.store, &state.keys().release_ring))
+        .block_on(Catalog::load(state.store(), &state.keys().release_ring))
         .expect("load");
     assert_eq!(skipped.len(), 1, "{skipped:?}");
     std::fs::write(&path, original).expect("restore");

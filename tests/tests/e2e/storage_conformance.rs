@@ -8,8 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferry_server::app::config::StorageConfig;
 use ferry_server::fleet::rollup::Rollup;
+use ferry_server::storage::config::StorageConfig;
 use ferry_server::storage::{Store, revisions};
 use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
 use futures_util::TryStreamExt as _;

@@ -29,7 +29,7 @@ fn event(install: &str) -> serde_json::Value {
 
 /// Every install id in the raw telemetry files of `storage`, as DuckDB reads them (the Parquet
 /// files are copied out of the emulator as they are, partition folders included).
-fn stored_installs(storage: &ferry_server::app::config::StorageConfig) -> BTreeSet<String> {
+fn stored_installs(storage: &ferry_server::storage::config::StorageConfig) -> BTreeSet<String> {
     let tmp = tempfile::tempdir().expect("tmp");
     let store =
         ferry_server::storage::open(storage, tmp.path(), Duration::from_secs(5)).expect("store");
@@ -89,7 +89,11 @@ fn an_azure_outage_keeps_resolve_answering_fails_writes_and_loses_no_event() {
 }
 
 /// Runs the outage on `storage`, frozen by `pause` and thawed by `resume`.
-fn outage(storage: ferry_server::app::config::StorageConfig, pause: &dyn Fn(), resume: &dyn Fn()) {
+fn outage(
+    storage: ferry_server::storage::config::StorageConfig,
+    pause: &dyn Fn(),
+    resume: &dyn Fn(),
+) {
     let s = storage.clone();
     let app = TestApp::start_with(Options {
         demo: false,

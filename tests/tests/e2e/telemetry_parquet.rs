@@ -172,7 +172,7 @@ fn every_accepted_event_is_in_parquet_and_the_documented_queries_run() {
     for r in &rows {
         assert_eq!(r["date"].as_str(), Some(today.as_str()), "{r}");
         assert_eq!(r["model"], "mlp");
-        assert_eq!(r["replica"].as_str(), Some(app.server.state.node.as_str()));
+        assert_eq!(r["replica"].as_str(), Some(app.server.state.node()));
         let n: usize = r["install_id"].as_str().expect("id")[3..]
             .parse()
             .expect("n");

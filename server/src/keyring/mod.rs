@@ -7,72 +7,64 @@
 //! refresh, and before refusing a release signed by a key it does not know yet; devices walk
 //! to it from the `keyring_version` their next answer names (`GET /v1/keyring`).
 
-use std::sync::Arc;
+use std::path::PathBuf;
 
 use ferry_shared::KeyId;
-use ferry_shared::dsse::{Envelope, KeyRing};
+use ferry_shared::dsse::Envelope;
 use ferry_shared::errors::ErrorCode;
 use ferry_shared::keyring::{Keyring, TrustState};
 use futures_util::TryStreamExt as _;
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore as _, ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
-use time::OffsetDateTime;
 
-use crate::api::error::ApiError;
-use crate::app::state::AppState;
-use crate::storage::Store;
+use crate::snapshot::{KeyView, Views};
+use crate::storage::{Store, StoreError};
 
-/// The keys a server works with at one time: what the newest keyring it adopted says.
-#[derive(Debug, Clone)]
-pub struct KeyView {
-    /// The trust walked through every keyring so far.
-    pub state: TrustState,
-    /// Keys trusted to sign releases (and this server's online key), as of adoption.
-    pub release_ring: KeyRing,
-    /// Every keyring version, oldest first (published at `GET /v1/keyring`).
-    pub chain: Vec<Envelope>,
-    /// The keyring version in force (named in every decision; 0 for a fixed trust file).
-    pub version: u64,
-    /// When the online key expires, if its keyring gives it an expiry.
-    pub online_expires_at: Option<OffsetDateTime>,
+/// Why an operator's keyring was not taken; each has its catalogue code.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyringError {
+    /// Not a keyring envelope, or it does not verify as the next version.
+    #[error("{0}")]
+    Invalid(String),
+    /// A version at or below the one in force, with other contents.
+    #[error("{0}")]
+    Rollback(String),
+    /// A version beyond the next one.
+    #[error("{0}")]
+    Skipped(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A record could not be encoded (a bug).
+    #[error("{0}")]
+    Internal(String),
 }
 
-impl KeyView {
-    /// The view of `state` and its `chain` for the server whose online key is `online`.
-    pub fn new(state: TrustState, chain: Vec<Envelope>, online: &KeyId) -> Self {
-        Self {
-            release_ring: state.ring_at(OffsetDateTime::now_utc()),
-            version: state.version(),
-            online_expires_at: state.expiry_of(online),
-            state,
-            chain,
+impl KeyringError {
+    /// The catalogue code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Self::Invalid(_) => ErrorCode::KeyringInvalid,
+            Self::Rollback(_) => ErrorCode::KeyringRollback,
+            Self::Skipped(_) => ErrorCode::KeyringSkipped,
+            Self::Store(e) => e.code(),
+            Self::Internal(_) => ErrorCode::Internal,
         }
     }
+}
 
-    /// This view advanced by `env` (the next version): checked like devices check it, and it
-    /// must still list `online` as an online key that has not expired (a keyring that retires
-    /// this server's key needs the new online key and a restart).
-    pub fn advanced(&self, env: &Envelope, online: &KeyId) -> Result<KeyView, String> {
-        let mut state = self.state.clone();
-        state.advance(env).map_err(|e| e.to_string())?;
-        let now = OffsetDateTime::now_utc();
-        let listed = state
-            .keys()
-            .iter()
-            .any(|k| k.key.keyid == *online && k.key.role == ferry_shared::dsse::KeyRole::Online);
-        if !listed || state.ring_at(now).get(online).is_none() {
-            return Err(format!(
-                "keyring version {} does not list this server's online key {} as a current \
-                 online key: put the new online.key and keyring/ on every server and restart \
-                 them instead",
-                state.version(),
-                online.short()
-            ));
-        }
-        let mut chain = self.chain.clone();
-        chain.push(env.clone());
-        Ok(KeyView::new(state, chain, online))
-    }
+/// What the keyring functions work on: the store, the views (whose keys they replace), this
+/// server's online key and its key folder.
+#[derive(Debug, Clone)]
+pub struct Ring {
+    /// The shared store (`keys/keyring/`, `keys/audit/`).
+    pub store: Store,
+    /// The views; [`Views::keys`] is what changes.
+    pub views: std::sync::Arc<Views>,
+    /// This server's online key.
+    pub online: KeyId,
+    /// The key folder (`keyring/` there keeps every version for restarts).
+    pub keys_dir: PathBuf,
 }
 
 /// Where keyring version `version` is kept in the store.
@@ -143,37 +135,22 @@ pub async fn adopt_stored(
     Ok((next.version != view.version).then_some(next))
 }
 
-/// Puts `next` in force and reads the catalog again under it, as a restart would: releases a
-/// newly trusted key signed are served, and those only a retired key signed are not.
-async fn put_in_force(state: &AppState, next: KeyView) {
-    keep_local(&state.config.keys_dir(), &next.chain);
-    state.set_keys(next);
-    // The view in force now: a newer one may have won meanwhile.
-    let ring = state.keys().release_ring.clone();
-    match crate::storage::catalog::Catalog::load(&state.store, &ring).await {
-        Ok((catalog, skipped)) => {
-            for s in skipped {
-                tracing::warn!("skipped {}: {}", s.key, s.why);
-            }
-            let models = catalog.models().map(|(m, _)| m.clone()).collect();
-            state.replace_catalog(catalog);
-            if let Err(e) = crate::fleet::load_state(state, models).await {
-                tracing::warn!("rollout state refresh failed: {e}");
-            }
-        }
-        Err(e) => tracing::warn!("catalog reload under the new keyring failed: {e}"),
-    }
+/// Puts `next` in force and keeps its versions in the key folder. The caller reads the
+/// catalog again under it, as a restart would (`fleet::reload_under_keys`).
+fn put_in_force(ring: &Ring, next: KeyView) {
+    keep_local(&ring.keys_dir, &next.chain);
+    ring.views.set_keys(next);
 }
 
 /// Writes each version of `chain` that the key folder `keys_dir` lacks into its `keyring/`, so
 /// that a restart walks the same chain without gaps even while the store is away.
 pub fn keep_local(keys_dir: &std::path::Path, chain: &[Envelope]) {
-    let dir = crate::app::keys::key_paths(keys_dir).keyring;
+    let dir = crate::keys::key_paths(keys_dir).keyring;
     for env in chain {
         let Some(v) = Keyring::peek_version(env) else {
             continue;
         };
-        let path = crate::app::keys::keyring_file(&dir, v);
+        let path = crate::keys::keyring_file(&dir, v);
         if path.exists() {
             continue;
         }
@@ -190,16 +167,16 @@ pub fn keep_local(keys_dir: &std::path::Path, chain: &[Envelope]) {
 
 /// Adopts what the store holds beyond this replica's keyring; true when a newer version came
 /// into force.
-pub async fn refresh(state: &AppState) -> bool {
-    let view = state.keys();
-    match adopt_stored(&state.store, &view, &state.online.id()).await {
+pub async fn refresh(ring: &Ring) -> bool {
+    let view = ring.views.keys.get();
+    match adopt_stored(&ring.store, &view, &ring.online).await {
         Ok(Some(next)) => {
             tracing::info!(
                 version = next.version,
                 "keyring version {} from the store is in force",
                 next.version
             );
-            put_in_force(state, next).await;
+            put_in_force(ring, next);
             true
         }
         Ok(None) => false,
@@ -222,15 +199,15 @@ fn key_list(state: &TrustState) -> Vec<String> {
 /// Takes the next keyring version from an operator (`actor`): verifies it, stores it with its
 /// audit record and puts it in force. Sending the version in force again is a no-op; another
 /// envelope for a version that exists is a conflict. Returns the version and whether it is new.
-pub async fn submit(state: &AppState, body: &[u8], actor: &str) -> Result<(u64, bool), ApiError> {
-    let invalid = |why: String| ApiError::new(ErrorCode::KeyringInvalid, why);
+pub async fn submit(ring: &Ring, body: &[u8], actor: &str) -> Result<(u64, bool), KeyringError> {
+    let invalid = KeyringError::Invalid;
     let env: Envelope = serde_json::from_slice(body)
         .map_err(|e| invalid(format!("not a keyring envelope: {e}")))?;
     let claimed = Keyring::peek_version(&env)
         .ok_or_else(|| invalid("the envelope holds no keyring version".into()))?;
     // Another replica may have stored newer versions: catch up first.
-    refresh(state).await;
-    let view = state.keys();
+    refresh(ring).await;
+    let view = ring.views.keys.get();
     if claimed <= view.version {
         let held = view
             .chain
@@ -238,34 +215,29 @@ pub async fn submit(state: &AppState, body: &[u8], actor: &str) -> Result<(u64, 
             .find(|e| Keyring::peek_version(e) == Some(claimed));
         return match held {
             Some(h) if h == &env => Ok((claimed, false)),
-            _ => Err(ApiError::new(
-                ErrorCode::KeyringRollback,
-                format!(
-                    "this server trusts keyring version {} and its version {claimed} differs \
+            _ => Err(KeyringError::Rollback(format!(
+                "this server trusts keyring version {} and its version {claimed} differs \
                      from the one sent: this key folder is not the one that made the keyrings \
                      in force (an older copy, or another `ferry keys generate`)",
-                    view.version
-                ),
-            )),
+                view.version
+            ))),
         };
     }
     if claimed != view.version + 1 {
-        return Err(ApiError::new(
-            ErrorCode::KeyringSkipped,
-            format!(
-                "this server holds keyring version {}; send version {} first",
-                view.version,
-                view.version + 1
-            ),
-        ));
+        return Err(KeyringError::Skipped(format!(
+            "this server holds keyring version {}; send version {} first",
+            view.version,
+            view.version + 1
+        )));
     }
-    let next = view.advanced(&env, &state.online.id()).map_err(invalid)?;
-    let bytes = serde_json::to_vec_pretty(&env).map_err(ApiError::internal)?;
+    let next = view.advanced(&env, &ring.online).map_err(invalid)?;
+    let bytes =
+        serde_json::to_vec_pretty(&env).map_err(|e| KeyringError::Internal(e.to_string()))?;
     let created = PutOptions {
         mode: PutMode::Create,
         ..PutOptions::default()
     };
-    match state
+    match ring
         .store
         .put_opts(&stored_key(claimed), PutPayload::from(bytes), created)
         .await
@@ -273,8 +245,8 @@ pub async fn submit(state: &AppState, body: &[u8], actor: &str) -> Result<(u64, 
         Ok(_) => {}
         Err(object_store::Error::AlreadyExists { .. }) => {
             // Another replica stored this version meanwhile: in force if it is this one.
-            refresh(state).await;
-            let now = state.keys();
+            refresh(ring).await;
+            let now = ring.views.keys.get();
             let same = now
                 .chain
                 .iter()
@@ -284,26 +256,20 @@ pub async fn submit(state: &AppState, body: &[u8], actor: &str) -> Result<(u64, 
             }
             // Stored by another push that won, or a file that does not verify.
             return Err(if now.version >= claimed {
-                ApiError::new(
-                    ErrorCode::KeyringRollback,
-                    format!(
-                        "keyring version {claimed} was stored with other contents meanwhile \
+                KeyringError::Rollback(format!(
+                    "keyring version {claimed} was stored with other contents meanwhile \
                          (another push won); this server trusts version {}",
-                        now.version
-                    ),
-                )
+                    now.version
+                ))
             } else {
-                ApiError::new(
-                    ErrorCode::KeyringInvalid,
-                    format!(
-                        "the store holds a keyring version {claimed} that does not verify \
+                KeyringError::Invalid(format!(
+                    "the store holds a keyring version {claimed} that does not verify \
                          ({}); remove it and push again",
-                        stored_key(claimed)
-                    ),
-                )
+                    stored_key(claimed)
+                ))
             });
         }
-        Err(e) => return Err(ApiError::from(crate::storage::StoreError::from(e))),
+        Err(e) => return Err(KeyringError::Store(StoreError::from(e))),
     }
     let before = key_list(&view.state);
     let after = key_list(&next.state);
@@ -324,12 +290,13 @@ pub async fn submit(state: &AppState, body: &[u8], actor: &str) -> Result<(u64, 
         "added": added,
         "removed": removed,
     });
-    let audit = serde_json::to_vec_pretty(&record).map_err(ApiError::internal)?;
+    let audit =
+        serde_json::to_vec_pretty(&record).map_err(|e| KeyringError::Internal(e.to_string()))?;
     let create = PutOptions {
         mode: PutMode::Create,
         ..PutOptions::default()
     };
-    if let Err(e) = state
+    if let Err(e) = ring
         .store
         .put_opts(&audit_key(claimed), PutPayload::from(audit), create)
         .await
@@ -337,7 +304,7 @@ pub async fn submit(state: &AppState, body: &[u8], actor: &str) -> Result<(u64, 
         tracing::warn!("keyring version {claimed} is stored but its audit record is not: {e}");
     }
     tracing::info!(actor, version = claimed, added = ?record["added"], removed = ?record["removed"], "keyring version {claimed} is in force");
-    put_in_force(state, next).await;
+    put_in_force(ring, next);
     Ok((claimed, true))
 }
 
@@ -361,6 +328,3 @@ pub async fn audit(store: &Store, in_force: u64) -> anyhow::Result<Vec<serde_jso
     }
     Ok(out)
 }
-
-/// Shared handle for the view (kept by [`AppState`]).
-pub type SharedView = std::sync::RwLock<Arc<KeyView>>;

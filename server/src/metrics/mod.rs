@@ -5,6 +5,8 @@
 //! process do not share counts. Every label takes values from a bounded set (route patterns,
 //! known HTTP methods, status codes, catalogue codes), so no request can grow the registry.
 
+pub mod protocol;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -80,7 +82,7 @@ pub struct Metrics {
     cpu_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
     store_up: Gauge,
     /// Protocol versions and SDKs on the device endpoints, and unknown fields.
-    pub protocol: crate::app::protocol_metrics::ProtocolMetrics,
+    pub protocol: crate::metrics::protocol::ProtocolMetrics,
 }
 
 /// Fleet-wide figures of one model for [`Metrics::model_state`].
@@ -241,7 +243,7 @@ impl Default for Metrics {
             "The running server's version (always 1)",
             build,
         );
-        let protocol = crate::app::protocol_metrics::ProtocolMetrics::register(&mut registry);
+        let protocol = crate::metrics::protocol::ProtocolMetrics::register(&mut registry);
         Self {
             protocol,
             registry,

@@ -2,10 +2,12 @@
 //!
 //! A key file (`root.key`, `release.key`, `online.key`) is JSON `{role, keyid, public, secret}`
 //! with hex keys, written with mode 0600; an encrypted one holds `sealed` instead of `secret`
-//! ([`crate::app::sealed`]). `trust.json` beside them holds the root keys apps pin
+//! ([`crate::keys::sealed`]). `trust.json` beside them holds the root keys apps pin
 //! ([`ferry_shared::trust::TrustFile`]) and `keyring/<version>.json` the keyrings they sign
 //! ([`ferry_shared::keyring`]). A server needs `online.key`, `trust.json` and `keyring/`; the
 //! root and release keys stay on the operator's offline machine.
+
+pub mod sealed;
 
 use std::path::{Path, PathBuf};
 
@@ -26,7 +28,7 @@ struct KeyFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     secret: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    sealed: Option<crate::app::sealed::Sealed>,
+    sealed: Option<crate::keys::sealed::Sealed>,
 }
 
 /// What an encrypted secret is bound to: its role and key id.
@@ -72,7 +74,7 @@ fn write_key(key: &RoleKey, path: &Path, passphrase: Option<&str>) -> anyhow::Re
         None => (Some(hex::encode(key.pair.seed())), None),
         Some(p) => (
             None,
-            Some(crate::app::sealed::seal(
+            Some(crate::keys::sealed::seal(
                 &key.pair.seed(),
                 p,
                 &seal_context(key.role, &keyid),
@@ -92,9 +94,9 @@ fn write_key(key: &RoleKey, path: &Path, passphrase: Option<&str>) -> anyhow::Re
 }
 
 /// Reads a key file, checking that its key id and public key match the secret; an encrypted
-/// one asks for its passphrase ([`crate::app::sealed::passphrase`]).
+/// one asks for its passphrase ([`crate::keys::sealed::passphrase`]).
 pub fn load(path: &Path) -> anyhow::Result<RoleKey> {
-    read_key(path, || crate::app::sealed::passphrase(path, false))
+    read_key(path, || crate::keys::sealed::passphrase(path, false))
 }
 
 /// [`load`], with the passphrase of an encrypted file given by `pass`.
@@ -111,7 +113,7 @@ fn read_key(path: &Path, pass: impl FnOnce() -> anyhow::Result<String>) -> anyho
             seed
         }
         (None, Some(sealed)) => {
-            crate::app::sealed::open(sealed, &pass()?, &seal_context(file.role, &file.keyid))
+            crate::keys::sealed::open(sealed, &pass()?, &seal_context(file.role, &file.keyid))
                 .with_context(|| format!("cannot decrypt {}", path.display()))?
         }
         _ => bail!(
@@ -163,7 +165,7 @@ pub fn encrypt_file(path: &Path) -> anyhow::Result<String> {
             path.display()
         );
     }
-    let pass = crate::app::sealed::passphrase(path, true)?;
+    let pass = crate::keys::sealed::passphrase(path, true)?;
     let staged = path.with_extension("key.new");
     if staged.exists() {
         bail!(
@@ -184,7 +186,7 @@ pub fn encrypt_file(path: &Path) -> anyhow::Result<String> {
         key.role,
         key.pair.id(),
         path.display(),
-        crate::app::sealed::PASSPHRASE_ENV
+        crate::keys::sealed::PASSPHRASE_ENV
     ))
 }
 
@@ -598,7 +600,7 @@ pub fn rotate(
     }
     if is_sealed(key_path) {
         // The key it replaces was encrypted: so is the new one.
-        let pass = crate::app::sealed::passphrase(key_path, true)?;
+        let pass = crate::keys::sealed::passphrase(key_path, true)?;
         save_sealed(&fresh, &staged, &pass)?;
     } else {
         save(&fresh, &staged)?;

@@ -1,0 +1,56 @@
+//! Request limits: the `[limits]` section of the server configuration, enforced by the
+//! HTTP layer (body sizes and times, connections per address, concurrent uploads).
+
+use serde::Deserialize;
+
+/// Request limits.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Largest blob accepted by `PUT /v1/admin/blobs/...` (default 4 GiB).
+    pub max_blob_bytes: u64,
+    /// Largest JSON body (default 1 MiB; release manifests with golden data can be large).
+    pub max_json_bytes: usize,
+    /// Largest resolve request body (default 16 KiB).
+    pub max_resolve_bytes: usize,
+    /// Longest time a client may take to send a JSON body, in seconds (default 10): a client
+    /// that trickles its body is cut off instead of holding a connection.
+    pub body_timeout_secs: u64,
+    /// Open connections one client address (IPv4, or IPv6 /64) may hold (default 1024; 0 turns
+    /// the limit off, as behind a reverse proxy). Beyond it a connection's requests get 429.
+    pub max_connections_per_address: u32,
+    /// Longest a whole blob upload may take, in seconds (default 3600).
+    pub upload_timeout_secs: u64,
+    /// Blob uploads served at once (default 4; more are refused with 429 `rate_limited`). Each
+    /// holds at most 15 MiB of memory.
+    pub max_concurrent_uploads: usize,
+    /// Longest a request to an object store (S3) may take, in seconds (default 10); with two
+    /// quick retries a write fails with `503 storage_unavailable` within about three times this
+    /// when the store does not answer, instead of holding the operator's command for minutes.
+    pub store_timeout_secs: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_blob_bytes: 4 << 30,
+            max_json_bytes: 1 << 20,
+            max_resolve_bytes: 16 << 10,
+            body_timeout_secs: 10,
+            max_connections_per_address: 1024,
+            upload_timeout_secs: 3600,
+            max_concurrent_uploads: 4,
+            store_timeout_secs: 10,
+        }
+    }
+}
+
+impl Limits {
+    /// The time limits of one blob upload.
+    pub fn upload_time(&self) -> crate::release::publish::UploadTime {
+        crate::release::publish::UploadTime {
+            idle: std::time::Duration::from_secs(self.body_timeout_secs),
+            total: std::time::Duration::from_secs(self.upload_timeout_secs),
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! The state every handler shares: the API's config section, the fleet handle (store, views,
+//! telemetry), the online key, and per-process HTTP limits. Only `api` and `app` name it;
+//! fleet jobs get [`Fleet`], keyring work gets its `Ring`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ferry_shared::ModelName;
+use ferry_shared::dsse::KeyPair;
+use ferry_shared::rollout::RolloutPlan;
+use ferry_shared::select::Preference;
+use ferry_shared::trust::TrustFile;
+
+use crate::api::limits::Limits;
+use crate::fleet::Fleet;
+use crate::fleet::aggregate::Telemetry;
+use crate::fleet::ingest::TelemetryConfig;
+use crate::metrics::Metrics;
+use crate::snapshot::{DenyInForce, KeyView, Revocations, Views};
+use crate::storage::Store;
+use crate::storage::catalog::{Catalog, Release};
+use crate::storage::config::StorageConfig;
+use crate::tokens::TokenEntry;
+
+/// What the HTTP layer reads of the configuration (assembled by `app::config`).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The URL devices reach this server at (blob URLs in answers), when not the request's.
+    pub public_url: Option<String>,
+    /// Request limits.
+    pub limits: Limits,
+    /// Admin tokens.
+    pub tokens: Vec<TokenEntry>,
+    /// Delegate preference order.
+    pub preference: Preference,
+    /// Lifetime of a signed decision, in seconds.
+    pub decision_ttl_secs: u64,
+    /// Whether a newly published release goes live at once.
+    pub publish_goes_live: bool,
+    /// The announced end of protocol v1, if any.
+    pub protocol_v1_sunset: Option<time::Date>,
+    /// Where the store lives.
+    pub storage: StorageConfig,
+    /// Telemetry limits and thresholds.
+    pub telemetry: TelemetryConfig,
+}
+
+/// Where this replica's pieces come from (built by `app::startup`).
+#[derive(Debug)]
+pub struct Parts {
+    /// The object store.
+    pub store: Store,
+    /// The server's keys.
+    pub keys: crate::keys::ServerKeys,
+    /// The catalog read at start.
+    pub catalog: Catalog,
+    /// This replica's id.
+    pub node: String,
+    /// The key folder.
+    pub keys_dir: PathBuf,
+}
+
+/// Everything the handlers share.
+pub struct AppState {
+    settings: Settings,
+    fleet: Arc<Fleet>,
+    online: KeyPair,
+    trust: TrustFile,
+    receipts: crate::fleet::receipt::ReceiptKey,
+    answers: crate::api::answers::Answers,
+    connections: Arc<crate::api::connections::Connections>,
+    upload_slots: tokio::sync::Semaphore,
+    ingest_permits: tokio::sync::Semaphore,
+    request_counter: AtomicU64,
+    request_prefix: String,
+    started: std::time::Instant,
+    catalog_reloaded_ms: AtomicU64,
+}
+
+impl AppState {
+    /// Builds the state.
+    pub fn new(settings: Settings, parts: Parts) -> Self {
+        let Parts {
+            store,
+            keys,
+            catalog,
+            node,
+            keys_dir,
+        } = parts;
+        let online = keys.online.pair;
+        let view = KeyView::new(keys.state, keys.chain, &online.id());
+        let receipts = crate::fleet::receipt::ReceiptKey::derive(&online);
+        let mut prefix = [0u8; 4];
+        let _ = getrandom::fill(&mut prefix);
+        let mut run = [0u8; 4];
+        let _ = getrandom::fill(&mut run);
+        let uploads = settings.limits.max_concurrent_uploads.max(1);
+        let per_address = settings.limits.max_connections_per_address;
+        let views = Arc::new(Views::new(catalog, view));
+        let fleet = Fleet {
+            ring: crate::keyring::Ring {
+                store: store.clone(),
+                views: views.clone(),
+                online: online.id(),
+                keys_dir,
+            },
+            store,
+            views,
+            telemetry: Telemetry::default(),
+            ramp_marks: Default::default(),
+            metrics: Arc::new(Metrics::default()),
+            config: settings.telemetry,
+            writer: format!("{node}.{}", hex::encode(run)),
+            node,
+            evaluations: Default::default(),
+        };
+        Self {
+            settings,
+            fleet: Arc::new(fleet),
+            online,
+            trust: keys.trust,
+            receipts,
+            upload_slots: tokio::sync::Semaphore::new(uploads),
+            answers: Default::default(),
+            connections: crate::api::connections::Connections::new(per_address),
+            ingest_permits: tokio::sync::Semaphore::new(
+                (std::thread::available_parallelism().map_or(2, |n| n.get()) / 2).max(1),
+            ),
+            request_counter: AtomicU64::new(0),
+            started: std::time::Instant::now(),
+            catalog_reloaded_ms: AtomicU64::new(0),
+            request_prefix: hex::encode(prefix),
+        }
+    }
+
+    /// The API's config section.
+    pub fn config(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The fleet handle the background jobs work with.
+    pub fn fleet(&self) -> &Arc<Fleet> {
+        &self.fleet
+    }
+
+    /// The views resolve reads.
+    pub fn views(&self) -> &Views {
+        &self.fleet.views
+    }
+
+    /// The object store.
+    pub fn store(&self) -> &Store {
+        &self.fleet.store
+    }
+
+    /// The key that signs decisions.
+    pub fn online(&self) -> &KeyPair {
+        &self.online
+    }
+
+    /// The trust file published at `GET /v1/keys`.
+    pub fn trust(&self) -> &TrustFile {
+        &self.trust
+    }
+
+    /// The metrics registry.
+    pub fn metrics(&self) -> &Metrics {
+        &self.fleet.metrics
+    }
+
+    /// Telemetry aggregates.
+    pub fn telemetry(&self) -> &Telemetry {
+        &self.fleet.telemetry
+    }
+
+    /// Keys telemetry receipts (derived from the online key: the same on every replica).
+    pub fn receipts(&self) -> &crate::fleet::receipt::ReceiptKey {
+        &self.receipts
+    }
+
+    /// Signed resolve answers kept for reuse.
+    pub fn answers(&self) -> &crate::api::answers::Answers {
+        &self.answers
+    }
+
+    /// Open connections per client address.
+    pub fn connections(&self) -> &Arc<crate::api::connections::Connections> {
+        &self.connections
+    }
+
+    /// One permit per blob upload that may run at once.
+    pub fn upload_slots(&self) -> &tokio::sync::Semaphore {
+        &self.upload_slots
+    }
+
+    /// Bounds telemetry parsing to half the cores, so resolve always has CPU left.
+    pub fn ingest_permits(&self) -> &tokio::sync::Semaphore {
+        &self.ingest_permits
+    }
+
+    /// Models telemetry asked to evaluate.
+    pub fn evaluations(&self) -> &crate::fleet::evaluate::Queue {
+        &self.fleet.evaluations
+    }
+
+    /// This replica's id in telemetry file names.
+    pub fn node(&self) -> &str {
+        &self.fleet.node
+    }
+
+    /// The keyring in force.
+    pub fn keys(&self) -> Arc<KeyView> {
+        self.fleet.views.keys.get()
+    }
+
+    /// The current catalog.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.fleet.views.catalog.get()
+    }
+
+    /// The rollout plans in force.
+    pub fn rollouts(&self) -> Arc<BTreeMap<ModelName, RolloutPlan>> {
+        self.fleet.views.rollouts.get()
+    }
+
+    /// The deny lists in force.
+    pub fn deny_lists(&self) -> Arc<BTreeMap<ModelName, DenyInForce>> {
+        self.fleet.views.deny.get()
+    }
+
+    /// The revocation lists in force.
+    pub fn revocations(&self) -> Arc<BTreeMap<ModelName, Revocations>> {
+        self.fleet.views.revocations.get()
+    }
+
+    /// Replaces one model's plan in memory.
+    pub fn set_rollout(&self, model: &ModelName, plan: RolloutPlan) {
+        self.fleet.set_rollout(model, plan);
+    }
+
+    /// Adds a release to the catalog.
+    pub fn add_release(&self, release: Release) {
+        self.fleet.views.add_release(release);
+    }
+
+    /// Replaces the catalog.
+    pub fn replace_catalog(&self, catalog: Catalog) {
+        self.fleet.views.catalog.replace(catalog);
+    }
+
+    /// True at most once every 5 s: whether a request that missed the catalog may reload it
+    /// from the store (another replica may have published since the last refresh).
+    pub fn catalog_reload_due(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = (self.started.elapsed().as_millis() as u64).max(1);
+        let last = self.catalog_reloaded_ms.load(Relaxed);
+        (last == 0 || now.saturating_sub(last) >= 5000)
+            && self
+                .catalog_reloaded_ms
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_ok()
+    }
+
+    /// A decision sequence: [`ferry_shared::resolve::SEQUENCE_BASE`] plus the model's state
+    /// generation as this replica knows it (rollout revision + deny-list revision + releases
+    /// published + revocation list version). Every input only grows and comes from the store,
+    /// so replicas that have caught up agree and no clock can push it ahead. Resolve passes
+    /// the values it already read, so the hot path takes no lock twice.
+    pub(crate) fn sequence(rollout: u64, deny: u64, releases: u64, revocations: u64) -> u64 {
+        ferry_shared::resolve::SEQUENCE_BASE + rollout + deny + releases + revocations
+    }
+
+    pub(crate) fn next_request_id(&self) -> String {
+        let n = self.request_counter.fetch_add(1, Ordering::Relaxed);
+        format!("{}-{n:08x}", self.request_prefix)
+    }
+}
