@@ -115,6 +115,7 @@ impl AppState {
             writer: format!("{node}.{}", hex::encode(run)),
             node,
             evaluations: Default::default(),
+            store_cache: Default::default(),
         };
         Self {
             settings,

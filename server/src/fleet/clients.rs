@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use ferry_shared::protocol::{Protocol, Sdk};
 
-use crate::fleet::rollup::{Devices, Rollup};
+use crate::fleet::devices::Devices;
 
 /// Most distinct keys noted per model in one rollup; a further key keeps its protocol and
 /// folds its SDK into `other` (the protocols are a small fixed set, see [`Protocol::label`],
@@ -29,9 +29,15 @@ pub fn key(protocol: Protocol, sdk: Option<&Sdk>) -> String {
     )
 }
 
-/// Notes that `device` (a hashed install id) resolved `model` with `key`.
-pub fn note(rollup: &mut Rollup, model: &str, key: &str, device: u64) {
-    let keys = rollup.clients.entry(model.to_string()).or_default();
+/// Notes in a rollup's `clients` (model → key → devices) that `device` (a hashed install id)
+/// resolved `model` with `key`.
+pub fn note(
+    clients: &mut BTreeMap<String, BTreeMap<String, Devices>>,
+    model: &str,
+    key: &str,
+    device: u64,
+) {
+    let keys = clients.entry(model.to_string()).or_default();
     let key = if keys.contains_key(key) || keys.len() < MAX_KEYS_PER_MODEL {
         key.to_string()
     } else {
@@ -97,6 +103,7 @@ pub fn view(clients: Option<&BTreeMap<String, Devices>>) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fleet::rollup::Rollup;
 
     #[test]
     fn shares_are_of_distinct_devices_and_keys_stay_bounded() {
@@ -107,18 +114,18 @@ mod tests {
         );
         let legacy = key(Protocol::Legacy, None);
         for i in 0..300u64 {
-            note(&mut r, "m", &rust, i % 100);
+            note(&mut r.clients, "m", &rust, i % 100);
         }
         for i in 0..100u64 {
-            note(&mut r, "m", &legacy, 1000 + i);
+            note(&mut r.clients, "m", &legacy, 1000 + i);
         }
         for i in 0..100u64 {
-            note(&mut r, "m", &format!("1 sdk-{i}/1"), 5000 + i);
+            note(&mut r.clients, "m", &format!("1 sdk-{i}/1"), 5000 + i);
         }
         // Past the bound a key keeps its protocol; only the SDK folds.
         assert_eq!(r.clients["m"].len(), MAX_KEYS_PER_MODEL + 1);
         assert!(r.clients["m"].contains_key("1 other"));
-        note(&mut r, "m", "legacy newsdk/1", 9999);
+        note(&mut r.clients, "m", "legacy newsdk/1", 9999);
         assert!(r.clients["m"].contains_key("legacy other"));
         let v = view(r.clients.get("m"));
         let rows = v["by_client"].as_array().expect("rows");

@@ -251,7 +251,7 @@ pub async fn flush_rollups(fleet: &Fleet) {
         }
     }
     fleet.metrics.store_up(true);
-    let mut cache = std::mem::take(&mut *fleet.telemetry.store_cache());
+    let mut cache = std::mem::take(&mut *fleet.store_cache());
     // New or changed objects are read now; their counts are kept only until merged below.
     let mut fresh: HashMap<String, Arc<Rollup>> = HashMap::new();
     let mut listed: HashMap<String, BucketKey> = HashMap::new();
@@ -379,7 +379,7 @@ pub async fn flush_rollups(fleet: &Fleet) {
             tracing::error!("an earlier rollup could not be merged: it is damaged");
         }
     }
-    *fleet.telemetry.store_cache() = cache;
+    *fleet.store_cache() = cache;
     fleet
         .telemetry
         .install_view(view, &|name| listed.contains_key(name));

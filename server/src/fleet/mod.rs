@@ -8,6 +8,7 @@ pub mod aggregate;
 pub mod buckets;
 pub mod clients;
 pub mod deny;
+pub mod devices;
 pub mod evaluate;
 pub mod events;
 pub mod flush;
@@ -56,9 +57,16 @@ pub struct Fleet {
     pub writer: String,
     /// Models telemetry asked to evaluate (drained by a background task).
     pub evaluations: evaluate::Queue,
+    /// What the last flush read from the store.
+    pub store_cache: std::sync::Mutex<flush::StoreCache>,
 }
 
 impl Fleet {
+    /// What the last flush read from the store (a panicked flush leaves what it held).
+    pub fn store_cache(&self) -> std::sync::MutexGuard<'_, flush::StoreCache> {
+        self.store_cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Puts one model's plan in force (noting where its staged release's window starts).
     pub fn set_rollout(&self, model: &ModelName, plan: RolloutPlan) {
         self.ramp_marks.note_revision(&self.telemetry, model, &plan);
@@ -78,12 +86,7 @@ impl Fleet {
     }
 }
 
-/// The current time as RFC 3339 text, for revision records.
-pub(crate) fn now_text() -> String {
-    OffsetDateTime::now_utc()
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
-}
+pub(crate) use crate::storage::revisions::now_text;
 
 /// Loads the rollout plans, deny lists and revocation lists of `models` into memory.
 pub async fn load_state(

@@ -286,7 +286,7 @@ pub async fn submit(ring: &Ring, body: &[u8], actor: &str) -> Result<(u64, bool)
     let record = serde_json::json!({
         "version": claimed,
         "actor": actor,
-        "at": crate::fleet::now_text(),
+        "at": crate::storage::revisions::now_text(),
         "added": added,
         "removed": removed,
     });

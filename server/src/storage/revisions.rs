@@ -212,6 +212,13 @@ where
     .into())
 }
 
+/// The current time as RFC 3339 text, for revision records.
+pub(crate) fn now_text() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,8 +5,8 @@
 use semver::Version;
 
 use crate::resolve::Cohort;
+use crate::rollout::change::{Context, TransitionError};
 use crate::rollout::classes::{DeviceClass, classes};
-use crate::rollout::machine::{Context, TransitionError};
 use crate::rollout::{FULL, RolloutPlan, live_releases};
 
 pub(crate) fn check_strands(

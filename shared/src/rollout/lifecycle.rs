@@ -3,7 +3,7 @@
 
 use semver::Version;
 
-use crate::rollout::machine::Context;
+use crate::rollout::change::Context;
 use crate::rollout::{FULL, RolloutPlan, RolloutState};
 
 /// The plan revision a publish of `version` writes, if any: the first release of a model

@@ -1,0 +1,139 @@
+use super::*;
+
+#[test]
+fn eviction_is_lru_and_respects_protection() {
+    let blobs = vec![
+        ("a".to_string(), 10, 1),
+        ("b".to_string(), 10, 2),
+        ("c".to_string(), 10, 3),
+    ];
+    let none = BTreeSet::new();
+    assert_eq!(
+        eviction_plan(blobs.clone().into_iter(), &none, 30),
+        Vec::<String>::new()
+    );
+    assert_eq!(eviction_plan(blobs.clone().into_iter(), &none, 20), ["a"]);
+    assert_eq!(
+        eviction_plan(blobs.clone().into_iter(), &none, 5),
+        ["a", "b", "c"]
+    );
+    let protect: BTreeSet<String> = ["a".to_string()].into();
+    assert_eq!(eviction_plan(blobs.into_iter(), &protect, 15), ["b", "c"]);
+}
+
+#[test]
+fn an_entry_an_update_left_incompatible_is_evicted_first_and_others_stay_protected() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (mut cache, _) = Cache::open(dir.path(), 25).expect("open");
+    let mut blob = |bytes: &[u8]| {
+        let d = Sha256Digest::of(bytes);
+        std::fs::write(cache.part_path(&d), bytes).expect("part");
+        let part = cache.part_path(&d);
+        cache
+            .commit_file(&part, &d, bytes.len() as u64)
+            .expect("commit");
+        d
+    };
+    let (old, kept, other) = (blob(&[1; 10]), blob(&[2; 10]), blob(&[3; 10]));
+    let entry = |d: Sha256Digest| ModelEntry {
+        release: "1.0.0".into(),
+        variant: "v".into(),
+        delegate: "xnnpack".into(),
+        sha256: d,
+        size: 10,
+        data: Vec::new(),
+        release_envelope: Envelope {
+            payload_type: String::new(),
+            payload: String::new(),
+            signatures: Vec::new(),
+        },
+        incompatible: None,
+    };
+    cache
+        .set_last_good("old-app-only", entry(old))
+        .expect("entry");
+    cache.set_last_good("fits", entry(kept)).expect("entry");
+    // `other` is the least recently used before the update.
+    cache.mark_used(&other, 10).expect("touch");
+    cache.mark_used(&kept, 10).expect("touch");
+    cache
+        .mark_incompatible(
+            "old-app-only",
+            Some("needs app <2.0.0, app is 2.0.0".into()),
+        )
+        .expect("mark");
+    let removed = cache.evict(&BTreeSet::new()).expect("evict");
+    assert_eq!(removed, vec![old], "the incompatible entry goes first");
+    assert!(
+        cache.blob_path(&kept).exists(),
+        "a fitting entry stays protected"
+    );
+    // Marks are reported once.
+    let first = cache.take_unreported_incompatible().expect("take");
+    assert_eq!(first.len(), 1);
+    assert!(
+        cache
+            .take_unreported_incompatible()
+            .expect("take")
+            .is_empty()
+    );
+    // Fitting again (the app went back) clears the mark.
+    cache
+        .mark_incompatible("old-app-only", None)
+        .expect("clear");
+    assert!(
+        cache
+            .last_good("old-app-only")
+            .expect("entry")
+            .incompatible
+            .is_none()
+    );
+}
+
+#[test]
+fn recovers_from_a_corrupt_index_and_stray_files() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (mut cache, _) = Cache::open(dir.path(), 1 << 20).expect("open");
+    let data = b"model bytes";
+    let d = Sha256Digest::of(data);
+    std::fs::write(cache.part_path(&d), data).expect("part");
+    let part = cache.part_path(&d);
+    cache
+        .commit_file(&part, &d, data.len() as u64)
+        .expect("commit");
+    drop(cache);
+    std::fs::write(dir.path().join("index.json"), b"{ half written").expect("corrupt");
+    let old = std::time::SystemTime::now() - 2 * STALE_STAGING;
+    for stray in ["blobs/sha256/.x.tmp-123", ".index.json.77.0.tmp"] {
+        let path = dir.path().join(stray);
+        std::fs::write(&path, b"junk").expect("stray");
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_modified(old))
+            .expect("age it");
+    }
+    // A young staging file may be another process's write in flight: it stays.
+    let young = dir.path().join(".index.json.78.0.tmp");
+    std::fs::write(&young, b"in flight").expect("young");
+    let (mut cache, rec) = Cache::open(dir.path(), 1 << 20).expect("reopen");
+    assert!(rec.rebuilt_index);
+    assert_eq!(rec.removed_temp, 2);
+    assert!(
+        young.exists(),
+        "another process's staging file is left alone"
+    );
+    let blob = cache.verified_blob(&d, data.len() as u64).expect("check");
+    assert_eq!(blob.as_ref().map(|b| b.sha256()), Some(&d), "blob survives");
+    // A flipped byte on disk is caught and the blob removed.
+    let mut bytes = std::fs::read(cache.blob_path(&d)).expect("read");
+    bytes[0] ^= 1;
+    std::fs::write(cache.blob_path(&d), &bytes).expect("write");
+    assert!(
+        cache
+            .verified_blob(&d, data.len() as u64)
+            .expect("check")
+            .is_none()
+    );
+    assert!(!cache.blob_path(&d).exists());
+}

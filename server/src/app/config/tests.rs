@@ -1,0 +1,218 @@
+use super::*;
+
+#[test]
+fn the_sunset_is_a_plain_date() {
+    let v = |t: &str| -> toml::Value {
+        toml::from_str::<toml::Table>(&format!("d = {t}")).expect("toml")["d"].clone()
+    };
+    for good in [r#""2029-06-30""#, "2029-06-30"] {
+        assert_eq!(sunset_date(&v(good)).expect(good).to_string(), "2029-06-30");
+    }
+    for bad in [
+        r#""2029-13-01""#,
+        r#""2029-06-30T00:00:00Z""#,
+        "2029-06-30T10:00:00Z",
+        r#""30.06.2029""#,
+        "20290630",
+    ] {
+        let e = sunset_date(&v(bad)).expect_err(bad).to_string();
+        assert!(e.contains("like 2029-06-30"), "{bad}: {e}");
+    }
+}
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+#[test]
+fn defaults() {
+    let c = Config::load(&Flags::default(), &no_env).expect("defaults");
+    assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+    assert_eq!(c.data, PathBuf::from("./ferry-data"));
+    assert!(c.tokens.is_empty());
+    assert!(c.tls.is_none());
+}
+
+#[test]
+fn precedence_file_env_flags() {
+    let dir = std::env::temp_dir().join(format!("ferry-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("ferry.toml");
+    std::fs::write(
+        &path,
+        "listen = \"127.0.0.1:1\"\ndata = \"/from/file\"\nlog_format = \"json\"\n",
+    )
+    .expect("write");
+    let flags = Flags {
+        config: Some(path.clone()),
+        ..Flags::default()
+    };
+    let c = Config::load(&flags, &no_env).expect("file");
+    assert_eq!(c.listen.port(), 1);
+    assert!(c.log_json);
+    let env = |k: &str| (k == "FERRY_LISTEN").then(|| "127.0.0.1:2".to_string());
+    assert_eq!(Config::load(&flags, &env).expect("env").listen.port(), 2);
+    let flags = Flags {
+        listen: Some("127.0.0.1:3".into()),
+        ..flags
+    };
+    assert_eq!(Config::load(&flags, &env).expect("flag").listen.port(), 3);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn s3_storage_from_the_environment() {
+    let env = |k: &str| match k {
+        "FERRY_STORAGE" => Some("s3".to_string()),
+        "FERRY_S3_BUCKET" => Some("models".to_string()),
+        "FERRY_S3_ENDPOINT" => Some("http://127.0.0.1:5000".to_string()),
+        "FERRY_S3_ALLOW_HTTP" => Some("1".to_string()),
+        "FERRY_S3_ACCESS_KEY_ID" => Some("id".to_string()),
+        "FERRY_S3_SECRET_ACCESS_KEY" => Some("secret".to_string()),
+        _ => None,
+    };
+    let c = Config::load(&Flags::default(), &env).expect("s3 config");
+    assert_eq!(
+        c.storage,
+        StorageConfig::S3 {
+            bucket: "models".into(),
+            endpoint: Some("http://127.0.0.1:5000".into()),
+            region: "us-east-1".into(),
+            allow_http: true,
+            access_key_id: Some("id".into()),
+            secret_access_key: Some("secret".into()),
+        }
+    );
+    let no_bucket = |k: &str| (k == "FERRY_STORAGE").then(|| "s3".to_string());
+    assert!(Config::load(&Flags::default(), &no_bucket).is_err());
+    let unknown = |k: &str| (k == "FERRY_STORAGE").then(|| "ftp".to_string());
+    assert!(Config::load(&Flags::default(), &unknown).is_err());
+}
+
+#[test]
+fn azure_storage_from_the_environment_and_bad_names() {
+    let with = |container: &'static str| {
+        move |k: &str| match k {
+            "FERRY_STORAGE" => Some("azure".to_string()),
+            "FERRY_AZURE_CONTAINER" => Some(container.to_string()),
+            "FERRY_AZURE_ACCOUNT" => Some("devstoreaccount1".to_string()),
+            "FERRY_AZURE_ENDPOINT" => Some("http://127.0.0.1:10000/devstoreaccount1".to_string()),
+            "FERRY_AZURE_ALLOW_HTTP" => Some("true".to_string()),
+            "FERRY_AZURE_ACCESS_KEY" => Some("a2V5".to_string()),
+            _ => None,
+        }
+    };
+    let c = Config::load(&Flags::default(), &with("ferry-models")).expect("azure config");
+    assert_eq!(
+        c.storage,
+        StorageConfig::Azure {
+            container: "ferry-models".into(),
+            account: "devstoreaccount1".into(),
+            endpoint: Some("http://127.0.0.1:10000/devstoreaccount1".into()),
+            allow_http: true,
+            access_key: Some("a2V5".into()),
+        }
+    );
+    for bad in ["Models", "ab", "-models", "models-", "mo--dels", "mo_dels"] {
+        let err = Config::load(&Flags::default(), &with(bad)).expect_err(bad);
+        assert!(err.to_string().contains("container"), "{bad}: {err}");
+    }
+    let no_container = |k: &str| (k == "FERRY_STORAGE").then(|| "azure".to_string());
+    let err = Config::load(&Flags::default(), &no_container).expect_err("no container");
+    assert!(err.to_string().contains("FERRY_AZURE_CONTAINER"), "{err}");
+}
+
+#[test]
+fn telemetry_settings_and_plain_http_endpoints_are_checked() {
+    let dir = std::env::temp_dir().join(format!("ferry-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    for (text, needle) in [
+        ("[telemetry]\nflush_secs = 0\n", "telemetry.flush_secs"),
+        (
+            "[telemetry]\nraw_roll_secs = 18446744073709551615\n",
+            "telemetry.raw_roll_secs",
+        ),
+        (
+            "[telemetry]\nretention_days = 0\n",
+            "telemetry.retention_days",
+        ),
+        (
+            "[telemetry]\nraw_buffer_events = 0\n",
+            "telemetry.raw_buffer_events",
+        ),
+        (
+            "[storage]\nkind = \"azure\"\ncontainer = \"models\"\naccount = \"acct\"\nendpoint = \"http://127.0.0.1:10000/acct\"\n",
+            "allow_http",
+        ),
+        (
+            "[storage]\nkind = \"s3\"\nbucket = \"models\"\nendpoint = \"http://127.0.0.1:9000\"\n",
+            "allow_http",
+        ),
+    ] {
+        let path = dir.join("c.toml");
+        std::fs::write(&path, text).expect("write");
+        let flags = Flags {
+            config: Some(path),
+            ..Flags::default()
+        };
+        let err = Config::load(&flags, &no_env).expect_err(text);
+        assert!(err.to_string().contains(needle), "{text}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_example_config_loads() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/ferry.example.toml");
+    let flags = Flags {
+        config: Some(path),
+        ..Flags::default()
+    };
+    let c = Config::load(&flags, &no_env).expect("example config is valid");
+    let defaults = Config::load(&Flags::default(), &no_env).expect("defaults");
+    // Every value the example shows is the default: the two load to the same config.
+    assert_eq!(format!("{c:?}"), format!("{defaults:?}"));
+}
+
+#[test]
+fn bad_config_is_an_error_not_a_panic() {
+    let dir = std::env::temp_dir().join(format!("ferry-config-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    for (i, text) in [
+        "listen = 5",
+        "surprise = true",
+        "listen = \"not an address\"",
+        "[limits]\nmax_json_bytes = 1",
+        "log_format = \"xml\"",
+        "node_id = \"Not Valid\"",
+        "[[tokens]]\nname = \"x\"\nsha256 = \"short\"\nscopes = [\"publish\"]",
+        "[[tokens]]\nname = \"x\"\nsha256 = \"aa\"\nscopes = [\"root\"]",
+        "public_url = \"ftp://x\"",
+        "this is not toml",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let path = dir.join(format!("c{i}.toml"));
+        std::fs::write(&path, text).expect("write");
+        let flags = Flags {
+            config: Some(path),
+            ..Flags::default()
+        };
+        assert!(
+            Config::load(&flags, &no_env).is_err(),
+            "{text:?} was accepted"
+        );
+    }
+    let flags = Flags {
+        config: Some(dir.join("missing.toml")),
+        ..Flags::default()
+    };
+    assert!(Config::load(&flags, &no_env).is_err());
+    let env = |k: &str| (k == "FERRY_ADMIN_TOKEN").then(|| "short".to_string());
+    assert!(Config::load(&Flags::default(), &env).is_err());
+    let env = |k: &str| (k == "FERRY_TLS_CERT").then(|| "x.pem".to_string());
+    assert!(Config::load(&Flags::default(), &env).is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+}
