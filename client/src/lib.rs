@@ -27,6 +27,7 @@ pub mod error;
 pub mod executorch_runtime;
 #[cfg(feature = "ffi")]
 pub mod ffi;
+mod golden;
 mod load;
 pub mod locks;
 pub mod policy;

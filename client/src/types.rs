@@ -171,13 +171,7 @@ impl LoadedModel {
         if method != self.method && !self.other_methods.iter().any(|m| m == method) {
             self.program.load_method(method)?;
             if let Some(g) = &self.golden {
-                crate::load::check_golden(self.program.as_mut(), method, g).map_err(
-                    |(_, code, message)| RuntimeError {
-                        code: ferry_shared::errors::ErrorCode::parse(&code)
-                            .unwrap_or(ferry_shared::errors::ErrorCode::GoldenMismatch),
-                        message,
-                    },
-                )?;
+                crate::golden::check_golden(self.program.as_mut(), method, g)?;
             }
             self.other_methods.push(method.to_string());
         }

@@ -243,16 +243,12 @@ fn first_step(
             };
             Ok((bps[0], Some(ramp)))
         }
-        (None, Some(_), None) => {
-            return Err(TransitionError::Invalid(
-                "a ramp needs --every (how long each step is in force)".into(),
-            ));
-        }
-        _ => {
-            return Err(TransitionError::Invalid(
-                "give either --percent, or --steps with --every".into(),
-            ));
-        }
+        (None, Some(_), None) => Err(TransitionError::Invalid(
+            "a ramp needs --every (how long each step is in force)".into(),
+        )),
+        _ => Err(TransitionError::Invalid(
+            "give either --percent, or --steps with --every".into(),
+        )),
     }
 }
 

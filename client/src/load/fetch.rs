@@ -1,0 +1,201 @@
+//! One candidate's program: its blob (cached, shared with another process, or downloaded within
+//! the load's limits), its data files, then the runtime's open, the method's load and the
+//! golden check.
+
+use std::sync::Arc;
+
+use ferry_shared::Sha256Digest;
+use ferry_shared::manifest::Variant;
+
+use crate::cache::VerifiedBlob;
+use crate::error::{ClientError, Stage};
+use crate::golden::{LoadFailure, check_golden};
+use crate::policy::LoadOptions;
+use crate::runtime::Program;
+use crate::verify::PlannedVariant;
+use crate::{Client, download};
+
+/// The length of a partial download (0 when there is none).
+pub(crate) fn part_len(part: &std::path::Path) -> u64 {
+    std::fs::metadata(part).map(|m| m.len()).unwrap_or(0)
+}
+
+impl Client {
+    /// Makes sure the variant's verified files (its program and data files) are all in the
+    /// cache; returns the program with its data files and whether anything was downloaded now.
+    /// A download `opts` does not allow is refused before any byte is fetched
+    /// (`DownloadDeferred`); `spent` counts the bytes this load fetched so far (for the byte
+    /// budget) and grows by what this call fetches. Each file is kept once by its digest, so
+    /// a data file another variant or model already brought is not fetched again.
+    pub(crate) fn ensure_blob(
+        &self,
+        model: &str,
+        c: &PlannedVariant,
+        opts: &LoadOptions,
+        spent: &mut u64,
+    ) -> Result<(VerifiedBlob, bool), ClientError> {
+        let v = &c.variant;
+        let data_ids: Vec<String> = v
+            .extra_files
+            .iter()
+            .map(|f| format!("{} data file {}", v.id, f.name))
+            .collect();
+        let mut wanted = vec![download::Wanted::from(v)];
+        for (f, id) in v.extra_files.iter().zip(&data_ids) {
+            wanted.push(download::Wanted {
+                id,
+                sha256: f.sha256,
+                size: f.size,
+            });
+        }
+        let total: u64 = wanted.iter().map(|w| w.size).sum();
+        // What is cached and verified, and what still has to come.
+        let mut have: Vec<Option<VerifiedBlob>> = Vec::with_capacity(wanted.len());
+        {
+            let mut cache = self.cache();
+            for w in &wanted {
+                let blob = cache.verified_blob(&w.sha256, w.size)?;
+                if blob.is_some() {
+                    cache.mark_used(&w.sha256, w.size)?;
+                }
+                have.push(blob);
+            }
+        }
+        let mut to_fetch = 0u64;
+        for (w, h) in wanted.iter().zip(&have) {
+            if h.is_none() {
+                to_fetch += w
+                    .size
+                    .saturating_sub(part_len(&self.cache().part_path(&w.sha256)));
+            }
+        }
+        if to_fetch > 0
+            && let Some(reason) = opts.policy.refusal(to_fetch, *spent, &opts.conditions)
+        {
+            return Err(ClientError::DownloadDeferred {
+                model: model.to_string(),
+                variant: v.id.to_string(),
+                reason,
+            });
+        }
+        let mut downloaded = false;
+        // Bytes of the variant's files already complete, for one progress count over all.
+        let mut done: u64 = wanted
+            .iter()
+            .zip(&have)
+            .filter(|(_, h)| h.is_some())
+            .map(|(w, _)| w.size)
+            .sum();
+        let mut blobs = Vec::with_capacity(wanted.len());
+        for (w, h) in wanted.iter().zip(have) {
+            if let Some(blob) = h {
+                blobs.push(blob);
+                continue;
+            }
+            // One process of the app downloads a file into the shared cache; the others wait
+            // for it (bounded), then take the finished file or download on their own.
+            let lock_path = self.cache().download_lock_path(&w.sha256);
+            let lock = crate::locks::exclusive_within(&lock_path, self.limits.shared_wait)?;
+            if let Some(blob) = self.cache().verified_blob(&w.sha256, w.size)? {
+                done += w.size;
+                blobs.push(blob);
+                continue;
+            }
+            let part = if lock.is_some() {
+                self.cache().part_path(&w.sha256)
+            } else {
+                self.cache().private_part_path(&w.sha256)
+            };
+            let had = part_len(&part);
+            let url = if w.sha256 == v.sha256 {
+                self.url_for(&c.url)
+            } else {
+                self.data_url(&c.url, &v.sha256, &w.sha256)
+            };
+            let progress: Option<crate::download::ProgressFn> = self.progress.as_ref().map(|p| {
+                let (p, id, offset) = (p.clone(), v.id.to_string(), done);
+                let f: crate::download::ProgressFn =
+                    Arc::new(move |_: &str, n: u64, _: u64| p(&id, offset + n, total));
+                f
+            });
+            let result = download::fetch(
+                &self.agent,
+                &url,
+                &part,
+                *w,
+                &self.limits,
+                progress.as_ref(),
+            );
+            if let Err(e) = result {
+                *spent += part_len(&part).saturating_sub(had);
+                if matches!(e, ClientError::DiskFull { .. }) {
+                    // Free what the failed download took; the cache stays as it was.
+                    let _ = std::fs::remove_file(&part);
+                }
+                return Err(e);
+            }
+            *spent += w.size.saturating_sub(had);
+            done += w.size;
+            downloaded = true;
+            blobs.push(self.cache().commit_file(&part, &w.sha256, w.size)?);
+            drop(lock);
+        }
+        let mut blobs = blobs.into_iter();
+        let program = blobs
+            .next()
+            .ok_or_else(|| ClientError::DecisionMismatch("no program".into()))?;
+        Ok((program.with_data(blobs.collect()), downloaded))
+    }
+
+    /// Where a data file of the variant whose program is at `program_url` is: the same place
+    /// with the data file's digest in place of the program's (blob addresses end in the
+    /// digest), else the server's blob endpoint.
+    fn data_url(&self, program_url: &str, program: &Sha256Digest, data: &Sha256Digest) -> String {
+        match program_url.strip_suffix(program.to_hex().as_str()) {
+            Some(base) => self.url_for(&format!("{base}{}", data.to_hex())),
+            None => self.url_for(&format!("/v1/blobs/sha256/{}", data.to_hex())),
+        }
+    }
+
+    /// Opens the program, checks backends, loads the method, runs the golden check.
+    pub(crate) fn open_and_check(
+        &self,
+        blob: &VerifiedBlob,
+        v: &Variant,
+    ) -> Result<(Box<dyn Program>, Option<f64>), LoadFailure> {
+        let registered = self.runtime.registered_backends();
+        let mut program = self
+            .runtime
+            .open(blob)
+            .map_err(|e| LoadFailure::runtime(Stage::LoadProgram, e))?;
+        let needed = program
+            .method_backends(&self.method)
+            .map_err(|e| LoadFailure::runtime(Stage::LoadMethod, e))?;
+        let missing: Vec<String> = needed
+            .into_iter()
+            .filter(|b| !registered.contains(b))
+            .collect();
+        if let Err(e) = program.load_method(&self.method) {
+            let msg = if missing.is_empty() {
+                e.message
+            } else {
+                format!(
+                    "{}; method {} needs {}, which this runtime does not register",
+                    e.message,
+                    self.method,
+                    missing.join(", ")
+                )
+            };
+            return Err(LoadFailure {
+                stage: Stage::LoadMethod,
+                code: e.code,
+                message: msg,
+            });
+        }
+        let diff = match &v.golden {
+            Some(g) => check_golden(program.as_mut(), &self.method, g)?,
+            None => None,
+        };
+        Ok((program, diff))
+    }
+}

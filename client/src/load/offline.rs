@@ -1,0 +1,148 @@
+//! Loads without a usable answer from the server: the last known good variant, or what the
+//! cache holds for the model.
+
+use std::time::Instant;
+
+use ferry_shared::errors::ErrorCode;
+
+use crate::Client;
+use crate::cached::{CacheMiss, LastGood};
+use crate::error::{Attempt, ClientError, Stage};
+use crate::types::{DeviceInfo, InUseGuard, LoadedModel, Source};
+
+impl Client {
+    /// Loads the last known good variant after the server could not be used or a download
+    /// was not allowed (`cause`).
+    pub(crate) fn load_last_good(
+        &self,
+        model: &str,
+        device: &DeviceInfo,
+        cause: ClientError,
+        load_started: Instant,
+    ) -> Result<LoadedModel, ClientError> {
+        // Why the server's answer was not used, as the report's first step.
+        let first = Attempt {
+            variant: String::new(),
+            delegate: String::new(),
+            stage: if matches!(cause, ClientError::DownloadDeferred { .. }) {
+                Stage::Download
+            } else {
+                Stage::Resolve
+            },
+            error_code: cause.code().to_string(),
+            message: cause.to_string(),
+            duration_ms: load_started.elapsed().as_secs_f64() * 1000.0,
+        };
+        let source = Source::LastKnownGood {
+            code: cause.code().to_string(),
+            reason: cause.to_string(),
+        };
+        match self.load_cached(model, device, source, Some(first), load_started)? {
+            Ok(loaded) => Ok(loaded),
+            // The server said nothing fits this device, and the cached copy's own signed
+            // constraints agree: the app hears the server's answer, with its explanation.
+            Err(CacheMiss::Unfit { .. })
+                if cause.code() == ErrorCode::NoCompatibleVariant.as_str() =>
+            {
+                Err(cause)
+            }
+            Err(CacheMiss::Unfit {
+                release,
+                variant,
+                why,
+            }) => Err(ClientError::CachedIncompatible {
+                model: model.to_string(),
+                release,
+                variant,
+                why,
+                reason: cause.to_string(),
+            }),
+            Err(CacheMiss::Empty) => Err(if cause.is_unavailable() {
+                ClientError::NothingCached {
+                    model: model.to_string(),
+                    reason: cause.to_string(),
+                }
+            } else {
+                cause
+            }),
+            Err(CacheMiss::Corrupt) => Err(ClientError::NothingCached {
+                model: model.to_string(),
+                reason: format!(
+                    "{cause} (the cached copy failed its integrity check and was removed)"
+                ),
+            }),
+        }
+    }
+
+    /// Loads the model's last known good cached variant after checking it, and that its signed
+    /// constraints still admit `device` ([`Client::usable_last_good`]), reporting it as
+    /// `source` with `first` (and any cached entry passed over) as the report's first attempts.
+    /// `Ok(Err(_))`: nothing usable is cached.
+    pub(crate) fn load_cached(
+        &self,
+        model: &str,
+        device: &DeviceInfo,
+        source: Source,
+        first: Option<Attempt>,
+        load_started: Instant,
+    ) -> Result<Result<LoadedModel, CacheMiss>, ClientError> {
+        let (
+            LastGood {
+                entry,
+                variant,
+                blob,
+                ..
+            },
+            skipped,
+        ) = match self.usable_last_good(model, device)? {
+            Ok(found) => found,
+            Err(miss) => return Ok(Err(miss)),
+        };
+        let Some(blob) = blob else {
+            return Ok(Err(CacheMiss::Corrupt));
+        };
+        let first: Vec<Attempt> = first.into_iter().chain(skipped).collect();
+        let started = Instant::now();
+        let (program, golden) =
+            self.open_and_check(&blob, &variant)
+                .map_err(|f| ClientError::AllCandidatesFailed {
+                    attempts: vec![Attempt {
+                        variant: variant.id.to_string(),
+                        delegate: variant.delegate.to_string(),
+                        stage: f.stage,
+                        error_code: f.code.to_string(),
+                        message: f.message,
+                        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+                    }],
+                })?;
+        let entry_release = entry.release.clone();
+        let report = self.report(
+            model,
+            Some((&entry_release, &variant, &blob)),
+            &source,
+            first.as_slice(),
+            load_started,
+        );
+        Ok(Ok(LoadedModel {
+            model: model.to_string(),
+            release: entry.release,
+            variant: entry.variant,
+            delegate: entry.delegate,
+            path: blob.path().to_path_buf(),
+            data_files: blob
+                .data_files()
+                .iter()
+                .map(|d| d.path().to_path_buf())
+                .collect(),
+            report,
+            source,
+            attempts: Vec::new(),
+            golden_max_abs_diff: golden,
+            golden: variant.golden.clone(),
+            method: self.method.clone(),
+            program,
+            other_methods: Vec::new(),
+            _guard: InUseGuard::new(&self.in_use, &blob),
+        }))
+    }
+}

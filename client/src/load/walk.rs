@@ -1,0 +1,212 @@
+//! The fallback walk: each verified candidate in turn, best first, until one loads; every
+//! step's telemetry, the attempts of the load report, and the last known good when the
+//! server cannot be used or a download is not allowed.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use ferry_shared::Sha256Digest;
+use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
+
+use super::stamped;
+use crate::Client;
+use crate::cache::ModelEntry;
+use crate::error::{Attempt, ClientError, Stage};
+use crate::golden::LoadFailure;
+use crate::policy::LoadOptions;
+use crate::types::{DeviceInfo, InUseGuard, LoadedModel, Source};
+
+impl Client {
+    pub(crate) fn load_inner(
+        &self,
+        model: &str,
+        device: &DeviceInfo,
+        opts: &LoadOptions,
+    ) -> Result<LoadedModel, ClientError> {
+        let load_started = Instant::now();
+        let plan = match self.resolve(model, device) {
+            Ok(p) => p,
+            Err(e) => {
+                if matches!(
+                    e,
+                    ClientError::Verify { .. }
+                        | ClientError::Expired { .. }
+                        | ClientError::Replay { .. }
+                        | ClientError::DecisionMismatch(_)
+                ) {
+                    let ev = TelemetryEvent {
+                        outcome: Outcome::Failed,
+                        error_code: Some(e.code().to_string()),
+                        stage: Some(Stage::Resolve.as_str().to_string()),
+                        ..self.event(EventKind::Verify, "", model, None, device)
+                    };
+                    let _ = self.telemetry.push(&[ev]);
+                }
+                return self.load_last_good(model, device, e, load_started);
+            }
+        };
+        let release = plan.manifest.version.to_string();
+        let mut attempts = Vec::new();
+        let mut events = Vec::new();
+        let mut deferred = None;
+        let mut spent = 0u64;
+        for (i, c) in plan.candidates.iter().enumerate() {
+            let v = &c.variant;
+            let candidate_started = Instant::now();
+            let fail = |stage: Stage,
+                        code: &str,
+                        message: String,
+                        events: &mut Vec<TelemetryEvent>,
+                        attempts: &mut Vec<Attempt>| {
+                attempts.push(Attempt {
+                    variant: v.id.to_string(),
+                    delegate: v.delegate.to_string(),
+                    stage,
+                    error_code: code.to_string(),
+                    message,
+                    duration_ms: candidate_started.elapsed().as_secs_f64() * 1000.0,
+                });
+                if let Some(next) = plan.candidates.get(i + 1) {
+                    events.push(TelemetryEvent {
+                        error_code: Some(code.to_string()),
+                        outcome: Outcome::Failed,
+                        to_variant: Some(next.variant.id.to_string()),
+                        stage: Some(stage.as_str().to_string()),
+                        ..self.event(EventKind::Fallback, &release, model, Some(v), device)
+                    });
+                }
+            };
+            let (blob, downloaded) = match self.ensure_blob(model, c, opts, &mut spent) {
+                Ok(x) => x,
+                Err(e @ ClientError::DownloadDeferred { .. }) => {
+                    // Not the variant's failure: no telemetry; a cached candidate after it or
+                    // the last known good may still load.
+                    attempts.push(Attempt {
+                        variant: v.id.to_string(),
+                        delegate: v.delegate.to_string(),
+                        stage: Stage::Download,
+                        error_code: e.code().to_string(),
+                        message: e.to_string(),
+                        duration_ms: candidate_started.elapsed().as_secs_f64() * 1000.0,
+                    });
+                    deferred.get_or_insert(e);
+                    continue;
+                }
+                Err(e) => {
+                    let stage = match e {
+                        ClientError::HashMismatch { .. } | ClientError::SizeMismatch { .. } => {
+                            Stage::Verify
+                        }
+                        _ => Stage::Download,
+                    };
+                    events.push(TelemetryEvent {
+                        outcome: Outcome::Failed,
+                        error_code: Some(e.code().to_string()),
+                        stage: Some(stage.as_str().to_string()),
+                        ..self.event(EventKind::Download, &release, model, Some(v), device)
+                    });
+                    if matches!(e, ClientError::DiskFull { .. }) {
+                        let _ = self
+                            .telemetry
+                            .push(&stamped(events, plan.receipt.as_deref()));
+                        return Err(e);
+                    }
+                    fail(stage, e.code(), e.to_string(), &mut events, &mut attempts);
+                    continue;
+                }
+            };
+            if downloaded {
+                events.push(self.event(EventKind::Download, &release, model, Some(v), device));
+            }
+            let started = Instant::now();
+            match self.open_and_check(&blob, v) {
+                Ok((program, golden)) => {
+                    let ms = started.elapsed().as_secs_f64() * 1000.0;
+                    events.push(TelemetryEvent {
+                        load_ms: Some(ms),
+                        ..self.event(EventKind::Load, &release, model, Some(v), device)
+                    });
+                    let _ = self
+                        .telemetry
+                        .push(&stamped(events, plan.receipt.as_deref()));
+                    let entry = ModelEntry {
+                        release: release.clone(),
+                        variant: v.id.to_string(),
+                        delegate: v.delegate.to_string(),
+                        sha256: v.sha256,
+                        size: v.size,
+                        data: v.extra_files.iter().map(|f| f.sha256).collect(),
+                        release_envelope: plan.release_envelope.clone(),
+                        incompatible: None,
+                    };
+                    let guard = InUseGuard::new(&self.in_use, &blob);
+                    {
+                        let mut cache = self.cache();
+                        cache.set_last_good(model, entry)?;
+                        let in_use: BTreeSet<Sha256Digest> = self
+                            .in_use
+                            .lock()
+                            .map(|g| g.keys().copied().collect())
+                            .unwrap_or_default();
+                        cache.evict(&in_use)?;
+                    }
+                    let source = if downloaded {
+                        Source::Downloaded
+                    } else {
+                        Source::Cached
+                    };
+                    let report = self.report(
+                        model,
+                        Some((&release, v, &blob)),
+                        &source,
+                        &attempts,
+                        load_started,
+                    );
+                    return Ok(LoadedModel {
+                        model: model.to_string(),
+                        release,
+                        variant: v.id.to_string(),
+                        delegate: v.delegate.to_string(),
+                        path: blob.path().to_path_buf(),
+                        data_files: blob
+                            .data_files()
+                            .iter()
+                            .map(|d| d.path().to_path_buf())
+                            .collect(),
+                        source,
+                        report,
+                        attempts,
+                        golden_max_abs_diff: golden,
+                        golden: v.golden.clone(),
+                        method: self.method.clone(),
+                        program,
+                        other_methods: Vec::new(),
+                        _guard: guard,
+                    });
+                }
+                Err(LoadFailure {
+                    stage,
+                    code,
+                    message,
+                }) => {
+                    events.push(TelemetryEvent {
+                        outcome: Outcome::Failed,
+                        error_code: Some(code.to_string()),
+                        stage: Some(stage.as_str().to_string()),
+                        load_ms: Some(started.elapsed().as_secs_f64() * 1000.0),
+                        ..self.event(EventKind::Load, &release, model, Some(v), device)
+                    });
+                    fail(stage, code.as_str(), message, &mut events, &mut attempts);
+                }
+            }
+        }
+        let _ = self
+            .telemetry
+            .push(&stamped(events, plan.receipt.as_deref()));
+        if let Some(e) = deferred {
+            // A download was not allowed: what is cached serves, or the deferral is the error.
+            return self.load_last_good(model, device, e, load_started);
+        }
+        Err(ClientError::AllCandidatesFailed { attempts })
+    }
+}
