@@ -5,11 +5,8 @@ use actix_web::{HttpResponse, web};
 use ferry_shared::errors::ErrorCode;
 use ferry_shared::protocol::{PROTOCOL_HEADER, Protocol, SDK_HEADER, Sdk};
 use ferry_shared::resolve::{
-    Candidate, Cohort, CohortRule, DECISION_PAYLOAD_TYPE, Decision, REQUEST_FIELDS, ReleaseRef,
-    ResolveRequest, ResolveResponse,
+    Cohort, DECISION_PAYLOAD_TYPE, REQUEST_FIELDS, ReleaseRef, ResolveRequest, ResolveResponse,
 };
-use ferry_shared::select;
-use ferry_shared::select::Preference;
 use serde::Deserialize;
 use time::OffsetDateTime;
 
@@ -17,7 +14,7 @@ use crate::api::AppState;
 use crate::api::answers::Answer;
 use crate::api::error::ApiError;
 use crate::api::extract::read_body;
-use ferry_shared::deny::DenyEntry;
+use crate::release::decide::{Decided, ModelState, Policy, Refusal, decide};
 
 pub(crate) async fn keys(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok().json(state.trust())
@@ -101,152 +98,50 @@ pub(crate) async fn resolve_inner(
         .validate()
         .map_err(|m| ApiError::new(ErrorCode::RequestInvalid, m))?;
     let catalog = state.catalog();
-    let all_published = catalog.release_count_of(&device.model);
-    if all_published == 0 {
-        return Err(ApiError::new(
-            ErrorCode::ModelNotFound,
-            format!("no release of {} is published", device.model),
-        ));
+    let releases = catalog.releases_newest_first(&device.model);
+    if releases.is_empty() {
+        return Err(Refusal::NotPublished(device.model.to_string()).into());
     }
     state
         .telemetry()
         .record_client(device.model.as_str(), client, &device.install_id);
     let now = OffsetDateTime::now_utc();
-    let revocations_all = state.revocations();
-    let revocations = revocations_all.get(&device.model);
-    let rollouts = state.rollouts();
-    let plan = rollouts.get(&device.model);
-    let deny_lists = state.deny_lists();
+    let (revocations, rollouts, deny_lists) =
+        (state.revocations(), state.rollouts(), state.deny_lists());
     let deny_in_force = deny_lists.get(&device.model);
-    let generation = (
-        plan.map_or(0, |p| p.revision),
-        deny_in_force.map_or(0, |d| d.revision),
-        all_published as u64,
-        revocations.map_or(0, |r| r.list.version),
-        revocations.is_some_and(|r| r.envelope.is_some()),
-    );
-    let wanted_cohort = plan.map_or(Cohort::Baseline, |p| p.cohort(&device.install_id));
-    // A pinned test device tries its pinned release first, whatever its cohort.
-    let pin = plan
-        .and_then(|p| p.pinned(&device.install_id, now))
-        .cloned();
+    let model_state = ModelState {
+        releases: &releases,
+        plan: rollouts.get(&device.model),
+        deny: deny_in_force.map_or(&[], |d| d.entries.as_slice()),
+        deny_revision: deny_in_force.map_or(0, |d| d.revision),
+        revocations: revocations.get(&device.model),
+    };
+    let generation = model_state.generation();
+    let wanted_cohort = model_state.cohort_of(&device.install_id);
     let digest = device.selection_digest();
-    let shared = !explain && pin.is_none();
+    let shared = !explain && model_state.pin_of(&device.install_id, now).is_none();
     if shared && let Some(answer) = state.answers().get(&digest, wanted_cohort, generation, now) {
         return Ok(render(state, &device, &answer));
     }
-
-    // Devices are told about the list only when a current release key signed it.
-    let revocations_version = if generation.4 { generation.3 } else { 0 };
-    let sequence = AppState::sequence(
-        generation.0,
-        generation.1,
-        generation.2,
-        revocations_version,
-    );
-    let mut all = catalog.releases_newest_first(&device.model);
-    // A revoked release is never offered, whatever the rollout plan says.
-    if let Some(r) = revocations {
-        all.retain(|rel| r.list.revokes(&rel.manifest.version).is_none());
-        if all.is_empty() {
-            state.metrics().no_compatible_variant(device.model.as_str());
-            return Err(ApiError::new(
-                ErrorCode::NoCompatibleVariant,
-                format!(
-                    "every published release of {} is revoked; nothing can be offered until a \
-                     new release is published and shipped",
-                    device.model
-                ),
-            ));
-        }
-    }
-    let mut releases = crate::fleet::rollout::releases_for(&all, plan, wanted_cohort);
-    if let Some(pin) = &pin
-        && let Some(r) = all.iter().find(|r| r.manifest.version == pin.release)
-    {
-        releases.retain(|x| x.manifest.version != pin.release);
-        releases.insert(0, r.clone());
-    }
-    let manifests: Vec<&ferry_shared::manifest::ReleaseManifest> =
-        releases.iter().map(|r| &r.manifest).collect();
-    let pref: &Preference = &state.config().preference;
-    let deny_entries: &[DenyEntry] = deny_in_force.map_or(&[], |d| d.entries.as_slice());
-    let deny = |m: &ferry_shared::manifest::ReleaseManifest,
-                v: &ferry_shared::manifest::Variant,
-                d: &ResolveRequest| {
-        let release = m.version.to_string();
-        deny_entries
-            .iter()
-            .find(|e| e.matches(&release, v.id.as_str(), &d.soc, &d.device_model))
-            .map(DenyEntry::reason)
-    };
-    let selection = match select::select(&manifests, &device, pref, &deny) {
-        Ok(s) => s,
-        Err(explain) => {
-            state.metrics().no_compatible_variant(device.model.as_str());
-            let first: Vec<String> = explain
-                .iter()
-                .take(6)
-                .map(|e| format!("{}/{}: {}", e.release, e.variant, e.reasons.join(", ")))
-                .collect();
-            return Err(ApiError::new(
-                ErrorCode::NoCompatibleVariant,
-                format!(
-                    "no variant of {} fits this device: {}",
-                    device.model,
-                    first.join("; ")
-                ),
-            )
-            .with_details(serde_json::json!({ "explain": explain })));
-        }
-    };
-    let release = releases
-        .iter()
-        .find(|r| r.manifest.version == selection.manifest.version)
-        .ok_or_else(|| ApiError::internal("selected release vanished from the catalog"))?;
-    let pinned_here = pin
-        .as_ref()
-        .is_some_and(|p| p.release == selection.manifest.version);
-    let cohort = match plan.and_then(|p| p.staged.as_ref()) {
-        Some(staged)
-            if (wanted_cohort == Cohort::Staged || pinned_here)
-                && *staged == selection.manifest.version =>
-        {
-            Cohort::Staged
-        }
-        _ => Cohort::Baseline,
-    };
     let base = state.config().public_url.clone().unwrap_or_default();
-    let decision = Decision {
-        format: 1,
-        model: device.model.clone(),
-        release: selection.manifest.version.clone(),
-        cohort,
-        request: digest,
-        cohort_rule: plan.filter(|p| p.cohort_is_live()).map(|p| CohortRule {
-            salt: p.salt.clone(),
-            basis_points: p.basis_points,
-        }),
-        pinned: pin.as_ref().map(|p| p.install_id.clone()),
-        release_sha256: release.envelope_sha256,
-        issued_at: now,
-        expires_at: now + time::Duration::seconds(state.config().decision_ttl_secs as i64),
+    let policy = Policy {
+        preference: &state.config().preference,
+        base_url: &base,
+        ttl_secs: state.config().decision_ttl_secs,
         keyring_version: state.keys().version,
-        revocations_version,
-        sequence,
-        candidates: selection
-            .candidates
-            .iter()
-            .map(|v| Candidate {
-                variant: v.id.clone(),
-                delegate: v.delegate.clone(),
-                backends: v.backends.clone(),
-                sha256: v.sha256,
-                size: v.size,
-                url: format!("{base}/v1/blobs/sha256/{}", v.sha256.to_hex()),
-            })
-            .collect(),
     };
+    let decided = decide(&device, &model_state, &policy, now).inspect_err(|r| {
+        if r.code() == ErrorCode::NoCompatibleVariant {
+            state.metrics().no_compatible_variant(device.model.as_str());
+        }
+    })?;
+    let Decided {
+        decision,
+        release,
+        explain: explanation,
+    } = decided;
+    let cohort = decision.cohort;
+    let revocations = model_state.revocations;
     let payload = serde_json::to_vec(&decision).map_err(ApiError::internal)?;
     let signed = state.online().sign(DECISION_PAYLOAD_TYPE, &payload);
     let release_ref = ReleaseRef {
@@ -271,7 +166,7 @@ pub(crate) async fn resolve_inner(
             serde_json::to_writer(&mut head, &release_ref).map_err(ApiError::internal)?;
             head.into()
         },
-        release: selection.manifest.version.to_string(),
+        release: decision.release.to_string(),
         variants: decision
             .candidates
             .iter()
@@ -292,24 +187,7 @@ pub(crate) async fn resolve_inner(
         release: Some(release.envelope.clone()),
         revocations: revocations_env,
         receipt: Some(receipt(state, &device, &answer)),
-        explain: Some({
-            let mut ex = selection.explain;
-            if let Some(p) = &pin {
-                let why = format!(
-                    "pinned: install id {} gets {} first{}",
-                    p.install_id,
-                    p.release,
-                    p.expires
-                        .as_ref()
-                        .map(|e| format!(" until {e}"))
-                        .unwrap_or_default()
-                );
-                for e in ex.iter_mut().filter(|e| e.release == p.release) {
-                    e.reasons.push(why.clone());
-                }
-            }
-            ex
-        }),
+        explain: Some(explanation),
     };
     note_cohort(state, &device, cohort);
     Ok(HttpResponse::Ok()

@@ -232,6 +232,18 @@ impl ResponseError for ApiError {
     }
 }
 
+impl From<crate::release::decide::Refusal> for ApiError {
+    fn from(r: crate::release::decide::Refusal) -> Self {
+        use crate::release::decide::Refusal;
+        match &r {
+            Refusal::Inconsistent => ApiError::internal(r.message()),
+            Refusal::NoFit { explain, .. } => ApiError::new(r.code(), r.message())
+                .with_details(serde_json::json!({ "explain": explain })),
+            _ => ApiError::new(r.code(), r.message()),
+        }
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {

@@ -264,15 +264,6 @@ impl AppState {
                 .is_ok()
     }
 
-    /// A decision sequence: [`ferry_shared::resolve::SEQUENCE_BASE`] plus the model's state
-    /// generation as this replica knows it (rollout revision + deny-list revision + releases
-    /// published + revocation list version). Every input only grows and comes from the store,
-    /// so replicas that have caught up agree and no clock can push it ahead. Resolve passes
-    /// the values it already read, so the hot path takes no lock twice.
-    pub(crate) fn sequence(rollout: u64, deny: u64, releases: u64, revocations: u64) -> u64 {
-        ferry_shared::resolve::SEQUENCE_BASE + rollout + deny + releases + revocations
-    }
-
     pub(crate) fn next_request_id(&self) -> String {
         let n = self.request_counter.fetch_add(1, Ordering::Relaxed);
         format!("{}-{n:08x}", self.request_prefix)

@@ -24,7 +24,6 @@ use std::sync::Arc;
 
 use ferry_shared::ModelName;
 use ferry_shared::rollout::RolloutPlan;
-use time::OffsetDateTime;
 
 use crate::keyring::Ring;
 use crate::metrics::Metrics;

@@ -15,7 +15,6 @@
 
 use std::collections::BTreeMap;
 
-use cardinality_estimator::CardinalityEstimator;
 use ferry_shared::deny::{DenyEntry, DenySource, DenyState, DeviceClass};
 use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
 use serde::{Deserialize, Serialize};

@@ -39,6 +39,47 @@ impl Reader<'_> {
         // Values: their count, and the names of tensors whose data lives outside the file
         // (EValue union type 5 = Tensor; Tensor field 9 = extra_tensor_info, whose field 2 is
         // the location, 1 = EXTERNAL, and field 1 the fully qualified name).
+        let (values, mut external_tensors, mut external_layouts) = self.values(plan)?;
+        external_tensors.sort();
+        external_layouts.sort_by(|a: &ExternalTensor, b: &ExternalTensor| a.name.cmp(&b.name));
+        let inputs = plan.vector(3, 4, &mut self.budget)?.map_or(0, |v| v.len);
+        let outputs = plan.vector(4, 4, &mut self.budget)?.map_or(0, |v| v.len);
+        let operators = self.operators(plan)?;
+        let delegates = self.delegates(plan, inline_data, segment_bytes)?;
+        let Calls {
+            delegate_calls,
+            kernel_calls,
+            other_instructions,
+            instructions,
+            chains: chain_count,
+        } = self.calls(plan, &operators, &delegates)?;
+        let summary = summarize(&delegate_calls, &kernel_calls);
+        let delegate_data_bytes = delegates.iter().filter_map(|d| d.size).sum();
+        Ok(MethodReport {
+            name,
+            inputs,
+            outputs,
+            values,
+            chains: chain_count,
+            instructions,
+            operators: operators.len(),
+            delegates,
+            delegate_calls,
+            kernel_calls,
+            other_instructions,
+            delegate_data_bytes,
+            summary,
+            external_tensors,
+            external_layouts,
+        })
+    }
+    /// The method's value count, and the names and layouts of the tensors whose data lives
+    /// outside the file.
+    fn values(
+        &mut self,
+        plan: &Table<'_>,
+    ) -> Result<(usize, Vec<String>, Vec<ExternalTensor>), PteError> {
+        let max_string = self.limits.max_string;
         let mut external_tensors = Vec::new();
         let mut external_layouts = Vec::new();
         let values = match plan.vector(2, 4, &mut self.budget)? {
@@ -81,11 +122,12 @@ impl Reader<'_> {
             }
             None => 0,
         };
-        external_tensors.sort();
-        external_layouts.sort_by(|a: &ExternalTensor, b: &ExternalTensor| a.name.cmp(&b.name));
-        let inputs = plan.vector(3, 4, &mut self.budget)?.map_or(0, |v| v.len);
-        let outputs = plan.vector(4, 4, &mut self.budget)?.map_or(0, |v| v.len);
+        Ok((values, external_tensors, external_layouts))
+    }
 
+    /// The method's operator names (`name.overload`).
+    fn operators(&mut self, plan: &Table<'_>) -> Result<Vec<String>, PteError> {
+        let max_string = self.limits.max_string;
         let mut operators = Vec::new();
         if let Some(ops) = plan.vector(6, 4, &mut self.budget)? {
             if ops.len > self.limits.max_operators {
@@ -106,6 +148,17 @@ impl Reader<'_> {
             }
         }
 
+        Ok(operators)
+    }
+
+    /// The method's delegates: backend, where its data is, its size and magic, compile specs.
+    fn delegates<'a>(
+        &mut self,
+        plan: &Table<'a>,
+        inline_data: &[&'a [u8]],
+        segment_bytes: &dyn Fn(u32) -> Option<(u64, Option<&'a [u8]>)>,
+    ) -> Result<Vec<DelegateInfo>, PteError> {
+        let max_string = self.limits.max_string;
         let mut delegates = Vec::new();
         if let Some(ds) = plan.vector(7, 4, &mut self.budget)? {
             if ds.len > self.limits.max_delegates {
@@ -169,6 +222,16 @@ impl Reader<'_> {
             }
         }
 
+        Ok(delegates)
+    }
+
+    /// What the method's instructions call: delegates per backend, kernels per operator.
+    fn calls(
+        &mut self,
+        plan: &Table<'_>,
+        operators: &[String],
+        delegates: &[DelegateInfo],
+    ) -> Result<Calls, PteError> {
         let mut delegate_calls = BTreeMap::new();
         let mut kernel_calls = BTreeMap::new();
         let mut other_instructions = 0u64;
@@ -232,24 +295,21 @@ impl Reader<'_> {
                 }
             }
         }
-        let summary = summarize(&delegate_calls, &kernel_calls);
-        let delegate_data_bytes = delegates.iter().filter_map(|d| d.size).sum();
-        Ok(MethodReport {
-            name,
-            inputs,
-            outputs,
-            values,
-            chains: chain_count,
-            instructions,
-            operators: operators.len(),
-            delegates,
+        Ok(Calls {
             delegate_calls,
             kernel_calls,
             other_instructions,
-            delegate_data_bytes,
-            summary,
-            external_tensors,
-            external_layouts,
+            instructions,
+            chains: chain_count,
         })
     }
+}
+
+/// What one method's instructions call.
+struct Calls {
+    delegate_calls: BTreeMap<String, u64>,
+    kernel_calls: BTreeMap<String, u64>,
+    other_instructions: u64,
+    instructions: u64,
+    chains: usize,
 }

@@ -1,0 +1,269 @@
+//! The resolve decision as a pure function: a device's request, one model's state as the views
+//! hold it, the server's policy and the time in; the release, its candidates and the unsigned
+//! [`Decision`] out, or a [`Refusal`] that says why. No HTTP, no clock, no store: the handler
+//! in `api/device.rs` reads the request and the views, calls [`decide`], signs and renders.
+//!
+//! May import `fleet` (which releases a cohort gets), `snapshot` and `storage` types and
+//! `ferry-shared`.
+
+use std::sync::Arc;
+
+use ferry_shared::deny::DenyEntry;
+use ferry_shared::errors::ErrorCode;
+use ferry_shared::manifest::{ReleaseManifest, Variant};
+use ferry_shared::resolve::{Candidate, Cohort, CohortRule, Decision, Explanation, ResolveRequest};
+use ferry_shared::rollout::{Pin, RolloutPlan};
+use ferry_shared::select::{self, Preference};
+use time::OffsetDateTime;
+
+use crate::snapshot::Revocations;
+use crate::storage::catalog::Release;
+
+/// One model's state as resolve reads it, taken from the views once per request.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelState<'a> {
+    /// Every published release of the model, newest first.
+    pub releases: &'a [Arc<Release>],
+    /// The rollout plan in force.
+    pub plan: Option<&'a RolloutPlan>,
+    /// The deny list in force and its revision.
+    pub deny: &'a [DenyEntry],
+    /// The deny list's revision (0 without one).
+    pub deny_revision: u64,
+    /// The revocation list in force.
+    pub revocations: Option<&'a Revocations>,
+}
+
+/// What makes two answers for one request interchangeable: rollout revision, deny-list
+/// revision, releases published, revocation list version, and whether devices get that list.
+pub type Generation = (u64, u64, u64, u64, bool);
+
+impl ModelState<'_> {
+    /// The model's state generation (a cached answer is reused only within one).
+    pub fn generation(&self) -> Generation {
+        (
+            self.plan.map_or(0, |p| p.revision),
+            self.deny_revision,
+            self.releases.len() as u64,
+            self.revocations.map_or(0, |r| r.list.version),
+            self.revocations.is_some_and(|r| r.envelope.is_some()),
+        )
+    }
+
+    /// The cohort the rollout plan puts `install_id` in.
+    pub fn cohort_of(&self, install_id: &str) -> Cohort {
+        self.plan.map_or(Cohort::Baseline, |p| p.cohort(install_id))
+    }
+
+    /// The pin in force for `install_id` at `now`: a test device tries its pinned release
+    /// first, whatever its cohort.
+    pub fn pin_of(&self, install_id: &str, now: OffsetDateTime) -> Option<Pin> {
+        self.plan.and_then(|p| p.pinned(install_id, now)).cloned()
+    }
+
+    /// The revocation list version devices are told of (0 when no current release key
+    /// signed the list).
+    pub fn revocations_version(&self) -> u64 {
+        let (_, _, _, version, signed) = self.generation();
+        if signed { version } else { 0 }
+    }
+
+    /// The decision sequence: [`ferry_shared::resolve::SEQUENCE_BASE`] plus the state
+    /// generation. Every input only grows and comes from the store, so replicas that have
+    /// caught up agree and no clock can push it ahead.
+    pub fn sequence(&self) -> u64 {
+        let (rollout, deny, releases, _, _) = self.generation();
+        ferry_shared::resolve::SEQUENCE_BASE
+            + rollout
+            + deny
+            + releases
+            + self.revocations_version()
+    }
+}
+
+/// What the server's configuration adds to a decision.
+#[derive(Debug, Clone, Copy)]
+pub struct Policy<'a> {
+    /// Delegate preference order.
+    pub preference: &'a Preference,
+    /// The base URL of blob URLs (empty: paths relative to the server).
+    pub base_url: &'a str,
+    /// How long a decision stays valid, in seconds.
+    pub ttl_secs: u64,
+    /// The keyring version in force.
+    pub keyring_version: u64,
+}
+
+/// A decision made, before it is signed.
+#[derive(Debug)]
+pub struct Decided {
+    /// The decision.
+    pub decision: Decision,
+    /// The chosen release.
+    pub release: Arc<Release>,
+    /// Why each variant considered was chosen or excluded (with the pin's reason).
+    pub explain: Vec<Explanation>,
+}
+
+/// Why no decision was made.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    /// No release of the model is published.
+    NotPublished(String),
+    /// Every published release is revoked.
+    AllRevoked(String),
+    /// No variant of any release the device may get fits it.
+    NoFit {
+        /// The model.
+        model: String,
+        /// Why each variant was excluded.
+        explain: Vec<Explanation>,
+    },
+    /// The selection named a release that is not among those offered (a bug).
+    Inconsistent,
+}
+
+impl Refusal {
+    /// The catalogue code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Refusal::NotPublished(_) => ErrorCode::ModelNotFound,
+            Refusal::AllRevoked(_) | Refusal::NoFit { .. } => ErrorCode::NoCompatibleVariant,
+            Refusal::Inconsistent => ErrorCode::Internal,
+        }
+    }
+
+    /// The message for the device (or the operator who asked with `explain`).
+    pub fn message(&self) -> String {
+        match self {
+            Refusal::NotPublished(model) => format!("no release of {model} is published"),
+            Refusal::AllRevoked(model) => format!(
+                "every published release of {model} is revoked; nothing can be offered until a \
+                 new release is published and shipped"
+            ),
+            Refusal::NoFit { model, explain } => {
+                let first: Vec<String> = explain
+                    .iter()
+                    .take(6)
+                    .map(|e| format!("{}/{}: {}", e.release, e.variant, e.reasons.join(", ")))
+                    .collect();
+                format!(
+                    "no variant of {model} fits this device: {}",
+                    first.join("; ")
+                )
+            }
+            Refusal::Inconsistent => "selected release vanished from the catalog".into(),
+        }
+    }
+}
+
+/// Decides what `device` gets of its model in `state` at `now`: the releases its cohort (or
+/// its pin) may get, revoked ones never, the best release with a variant that fits, and the
+/// candidates best first.
+pub fn decide(
+    device: &ResolveRequest,
+    state: &ModelState<'_>,
+    policy: &Policy<'_>,
+    now: OffsetDateTime,
+) -> Result<Decided, Refusal> {
+    let model = device.model.to_string();
+    if state.releases.is_empty() {
+        return Err(Refusal::NotPublished(model));
+    }
+    let plan = state.plan;
+    let wanted_cohort = state.cohort_of(&device.install_id);
+    let pin = state.pin_of(&device.install_id, now);
+    let mut all = state.releases.to_vec();
+    // A revoked release is never offered, whatever the rollout plan says.
+    if let Some(r) = state.revocations {
+        all.retain(|rel| r.list.revokes(&rel.manifest.version).is_none());
+        if all.is_empty() {
+            return Err(Refusal::AllRevoked(model));
+        }
+    }
+    let mut releases = crate::fleet::rollout::releases_for(&all, plan, wanted_cohort);
+    if let Some(pin) = &pin
+        && let Some(r) = all.iter().find(|r| r.manifest.version == pin.release)
+    {
+        releases.retain(|x| x.manifest.version != pin.release);
+        releases.insert(0, r.clone());
+    }
+    let manifests: Vec<&ReleaseManifest> = releases.iter().map(|r| &r.manifest).collect();
+    let deny = |m: &ReleaseManifest, v: &Variant, d: &ResolveRequest| {
+        let release = m.version.to_string();
+        state
+            .deny
+            .iter()
+            .find(|e| e.matches(&release, v.id.as_str(), &d.soc, &d.device_model))
+            .map(DenyEntry::reason)
+    };
+    let selection = select::select(&manifests, device, policy.preference, &deny)
+        .map_err(|explain| Refusal::NoFit { model, explain })?;
+    let release = releases
+        .iter()
+        .find(|r| r.manifest.version == selection.manifest.version)
+        .cloned()
+        .ok_or(Refusal::Inconsistent)?;
+    let pinned_here = pin
+        .as_ref()
+        .is_some_and(|p| p.release == selection.manifest.version);
+    let cohort = match plan.and_then(|p| p.staged.as_ref()) {
+        Some(staged)
+            if (wanted_cohort == Cohort::Staged || pinned_here)
+                && *staged == selection.manifest.version =>
+        {
+            Cohort::Staged
+        }
+        _ => Cohort::Baseline,
+    };
+    let decision = Decision {
+        format: 1,
+        model: device.model.clone(),
+        release: selection.manifest.version.clone(),
+        cohort,
+        request: device.selection_digest(),
+        cohort_rule: plan.filter(|p| p.cohort_is_live()).map(|p| CohortRule {
+            salt: p.salt.clone(),
+            basis_points: p.basis_points,
+        }),
+        pinned: pin.as_ref().map(|p| p.install_id.clone()),
+        release_sha256: release.envelope_sha256,
+        issued_at: now,
+        expires_at: now + time::Duration::seconds(i64::try_from(policy.ttl_secs).unwrap_or(0)),
+        keyring_version: policy.keyring_version,
+        revocations_version: state.revocations_version(),
+        sequence: state.sequence(),
+        candidates: selection
+            .candidates
+            .iter()
+            .map(|v| Candidate {
+                variant: v.id.clone(),
+                delegate: v.delegate.clone(),
+                backends: v.backends.clone(),
+                sha256: v.sha256,
+                size: v.size,
+                url: format!("{}/v1/blobs/sha256/{}", policy.base_url, v.sha256.to_hex()),
+            })
+            .collect(),
+    };
+    let mut explain = selection.explain;
+    if let Some(p) = &pin {
+        let why = format!(
+            "pinned: install id {} gets {} first{}",
+            p.install_id,
+            p.release,
+            p.expires
+                .as_ref()
+                .map(|e| format!(" until {e}"))
+                .unwrap_or_default()
+        );
+        for e in explain.iter_mut().filter(|e| e.release == p.release) {
+            e.reasons.push(why.clone());
+        }
+    }
+    Ok(Decided {
+        decision,
+        release,
+        explain,
+    })
+}
