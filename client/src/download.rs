@@ -307,6 +307,86 @@ impl<'a> From<&'a Variant> for Wanted<'a> {
     }
 }
 
+/// The whole file's length a reply announces: `Content-Length` of a 200 sent as is, the total
+/// of a 206's `Content-Range`.
+fn full_length(
+    headers: &ureq::http::HeaderMap,
+    status: u16,
+    content_range: Option<&str>,
+) -> Option<u64> {
+    let identity = headers
+        .get("content-encoding")
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|e| e.eq_ignore_ascii_case("identity"));
+    match status {
+        200 if identity => headers
+            .get("content-length")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok()),
+        206 => content_range
+            .and_then(parse_content_range)
+            .map(|(_, _, total)| total),
+        _ => None,
+    }
+}
+
+/// The GET of the bytes from `have` on (resuming `part` when it holds some), with time for
+/// the body in proportion to what is left.
+fn request(
+    agent: &ureq::Agent,
+    url: &str,
+    part: &Path,
+    have: u64,
+    size: u64,
+    limits: &DownloadLimits,
+) -> ureq::RequestBuilder<ureq::typestate::WithoutBody> {
+    let body_time = limits.min_body_time
+        + limits
+            .body_time_per_mib
+            .mul_f64((size - have) as f64 / (1 << 20) as f64);
+    let mut req = agent
+        .get(url)
+        .config()
+        .timeout_recv_body(Some(body_time))
+        .build();
+    if have > 0 {
+        req = req.header("range", format!("bytes={have}-"));
+        if let Ok(tag) = std::fs::read_to_string(etag_path(part)) {
+            req = req.header("if-range", tag.trim());
+        }
+    }
+    req
+}
+
+/// The error for a reply no retry can fix.
+fn rejected(url: &str, status: u16, why: &str) -> ClientError {
+    ClientError::Rejected {
+        code: if status == 404 || status == 410 {
+            ErrorCode::BlobNotFound
+        } else {
+            ErrorCode::BadResponse
+        }
+        .as_str()
+        .into(),
+        message: format!("{url}: {why}"),
+        status,
+    }
+}
+
+/// The partial download `part`, cut to `start` bytes and open for writing from there.
+fn open_at(part: &Path, start: u64) -> Result<std::fs::File, ClientError> {
+    let mut file = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(false)
+        .open(part)
+        .map_err(|e| ClientError::io(part, e))?;
+    file.set_len(start).map_err(|e| ClientError::io(part, e))?;
+    file.seek(SeekFrom::Start(start))
+        .map_err(|e| ClientError::io(part, e))?;
+    Ok(file)
+}
+
 /// Downloads the `wanted` blob from `url` into `part` until the file is complete and its
 /// SHA-256 equals the signed digest. On success `part` holds exactly the signed bytes (synced
 /// to disk); the caller moves it into the cache.
@@ -364,22 +444,7 @@ pub fn fetch(
             restarted_after_mismatch = true;
             continue;
         }
-        let body_time = limits.min_body_time
-            + limits
-                .body_time_per_mib
-                .mul_f64((size - have) as f64 / (1 << 20) as f64);
-        let mut req = agent
-            .get(url)
-            .config()
-            .timeout_recv_body(Some(body_time))
-            .build();
-        if have > 0 {
-            req = req.header("range", format!("bytes={have}-"));
-            if let Ok(tag) = std::fs::read_to_string(etag_path(part)) {
-                req = req.header("if-range", tag.trim());
-            }
-        }
-        let mut resp = match req.call() {
+        let mut resp = match request(agent, url, part, have, size, limits).call() {
             Ok(r) => r,
             Err(e) => {
                 failures += 1;
@@ -395,24 +460,9 @@ pub fn fetch(
             .map(str::to_string);
         // A server whose file has another length than the signed size holds other bytes: no
         // retry or resume can fix that, so it is a size mismatch at once (not after retries).
-        let identity = resp
-            .headers()
-            .get("content-encoding")
-            .and_then(|v| v.to_str().ok())
-            .is_none_or(|e| e.eq_ignore_ascii_case("identity"));
-        let full_length = match status {
-            200 if identity => resp
-                .headers()
-                .get("content-length")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok()),
-            206 => content_range
-                .as_deref()
-                .and_then(parse_content_range)
-                .map(|(_, _, total)| total),
-            _ => None,
-        };
-        if let Some(n) = full_length.filter(|n| *n != size) {
+        if let Some(n) =
+            full_length(resp.headers(), status, content_range.as_deref()).filter(|n| *n != size)
+        {
             truncate(part)?;
             return Err(ClientError::SizeMismatch {
                 variant: id.to_string(),
@@ -434,19 +484,7 @@ pub fn fetch(
                 last_problem = why;
                 continue;
             }
-            Reply::Fatal(status, why) => {
-                return Err(ClientError::Rejected {
-                    code: if status == 404 || status == 410 {
-                        ErrorCode::BlobNotFound
-                    } else {
-                        ErrorCode::BadResponse
-                    }
-                    .as_str()
-                    .into(),
-                    message: format!("{url}: {why}"),
-                    status,
-                });
-            }
+            Reply::Fatal(status, why) => return Err(rejected(url, status, &why)),
         };
         if let Some(tag) = resp.headers().get("etag").and_then(|v| v.to_str().ok()) {
             let _ = std::fs::write(etag_path(part), tag);
@@ -457,15 +495,7 @@ pub fn fetch(
         } else {
             Sha256::new()
         };
-        let mut file = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(false)
-            .open(part)
-            .map_err(|e| ClientError::io(part, e))?;
-        file.set_len(start).map_err(|e| ClientError::io(part, e))?;
-        file.seek(SeekFrom::Start(start))
-            .map_err(|e| ClientError::io(part, e))?;
+        let mut file = open_at(part, start)?;
         let mut reader = resp
             .body_mut()
             .with_config()

@@ -11,10 +11,14 @@ use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
 use super::stamped;
 use crate::Client;
 use crate::cache::ModelEntry;
+use crate::cache::VerifiedBlob;
 use crate::error::{Attempt, ClientError, Stage};
 use crate::golden::LoadFailure;
 use crate::policy::LoadOptions;
+use crate::runtime::Program;
 use crate::types::{DeviceInfo, InUseGuard, LoadedModel, Source};
+use crate::verify::Plan;
+use ferry_shared::manifest::Variant;
 
 impl Client {
     pub(crate) fn load_inner(
@@ -129,60 +133,19 @@ impl Client {
                     let _ = self
                         .telemetry
                         .push(&stamped(events, plan.receipt.as_deref()));
-                    let entry = ModelEntry {
-                        release: release.clone(),
-                        variant: v.id.to_string(),
-                        delegate: v.delegate.to_string(),
-                        sha256: v.sha256,
-                        size: v.size,
-                        data: v.extra_files.iter().map(|f| f.sha256).collect(),
-                        release_envelope: plan.release_envelope.clone(),
-                        incompatible: None,
-                    };
-                    let guard = InUseGuard::new(&self.in_use, &blob);
-                    {
-                        let mut cache = self.cache();
-                        cache.set_last_good(model, entry)?;
-                        let in_use: BTreeSet<Sha256Digest> = self
-                            .in_use
-                            .lock()
-                            .map(|g| g.keys().copied().collect())
-                            .unwrap_or_default();
-                        cache.evict(&in_use)?;
-                    }
-                    let source = if downloaded {
-                        Source::Downloaded
-                    } else {
-                        Source::Cached
-                    };
-                    let report = self.report(
+                    return self.loaded(
                         model,
-                        Some((&release, v, &blob)),
-                        &source,
-                        &attempts,
+                        &plan,
+                        v,
+                        Opened {
+                            blob,
+                            program,
+                            golden,
+                            downloaded,
+                        },
+                        attempts,
                         load_started,
                     );
-                    return Ok(LoadedModel {
-                        model: model.to_string(),
-                        release,
-                        variant: v.id.to_string(),
-                        delegate: v.delegate.to_string(),
-                        path: blob.path().to_path_buf(),
-                        data_files: blob
-                            .data_files()
-                            .iter()
-                            .map(|d| d.path().to_path_buf())
-                            .collect(),
-                        source,
-                        report,
-                        attempts,
-                        golden_max_abs_diff: golden,
-                        golden: v.golden.clone(),
-                        method: self.method.clone(),
-                        program,
-                        other_methods: Vec::new(),
-                        _guard: guard,
-                    });
                 }
                 Err(LoadFailure {
                     stage,
@@ -208,5 +171,89 @@ impl Client {
             return self.load_last_good(model, device, e, load_started);
         }
         Err(ClientError::AllCandidatesFailed { attempts })
+    }
+}
+
+/// A candidate that opened, passed its checks and is about to be handed over.
+struct Opened {
+    blob: VerifiedBlob,
+    program: Box<dyn Program>,
+    golden: Option<f64>,
+    downloaded: bool,
+}
+
+impl Client {
+    /// Candidate `v` loaded: it becomes the model's last known good, the cache evicts what no
+    /// process holds, and the app gets the model with its report.
+    fn loaded(
+        &self,
+        model: &str,
+        plan: &Plan,
+        v: &Variant,
+        opened: Opened,
+        attempts: Vec<Attempt>,
+        load_started: Instant,
+    ) -> Result<LoadedModel, ClientError> {
+        let Opened {
+            blob,
+            program,
+            golden,
+            downloaded,
+        } = opened;
+        let release = plan.manifest.version.to_string();
+        let entry = ModelEntry {
+            release: release.clone(),
+            variant: v.id.to_string(),
+            delegate: v.delegate.to_string(),
+            sha256: v.sha256,
+            size: v.size,
+            data: v.extra_files.iter().map(|f| f.sha256).collect(),
+            release_envelope: plan.release_envelope.clone(),
+            incompatible: None,
+        };
+        let guard = InUseGuard::new(&self.in_use, &blob);
+        {
+            let mut cache = self.cache();
+            cache.set_last_good(model, entry)?;
+            let in_use: BTreeSet<Sha256Digest> = self
+                .in_use
+                .lock()
+                .map(|g| g.keys().copied().collect())
+                .unwrap_or_default();
+            cache.evict(&in_use)?;
+        }
+        let source = if downloaded {
+            Source::Downloaded
+        } else {
+            Source::Cached
+        };
+        let report = self.report(
+            model,
+            Some((&release, v, &blob)),
+            &source,
+            &attempts,
+            load_started,
+        );
+        Ok(LoadedModel {
+            model: model.to_string(),
+            release,
+            variant: v.id.to_string(),
+            delegate: v.delegate.to_string(),
+            path: blob.path().to_path_buf(),
+            data_files: blob
+                .data_files()
+                .iter()
+                .map(|d| d.path().to_path_buf())
+                .collect(),
+            source,
+            report,
+            attempts,
+            golden_max_abs_diff: golden,
+            golden: v.golden.clone(),
+            method: self.method.clone(),
+            program,
+            other_methods: Vec::new(),
+            _guard: guard,
+        })
     }
 }

@@ -46,6 +46,26 @@ impl Default for Limits {
 }
 
 impl Limits {
+    /// Checks every value is in its range; the error names the key.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=600).contains(&self.store_timeout_secs) {
+            return Err("store_timeout_secs must be between 1 and 600".into());
+        }
+        if !(10..=86_400).contains(&self.upload_timeout_secs) {
+            return Err("upload_timeout_secs must be between 10 and 86400".into());
+        }
+        if !(1..=1024).contains(&self.max_concurrent_uploads) {
+            return Err("max_concurrent_uploads must be between 1 and 1024".into());
+        }
+        if !(1..=600).contains(&self.body_timeout_secs) {
+            return Err("body_timeout_secs must be between 1 and 600".into());
+        }
+        if self.max_json_bytes < 1024 || self.max_resolve_bytes < 1024 {
+            return Err("max_json_bytes and limits.max_resolve_bytes must be at least 1024".into());
+        }
+        Ok(())
+    }
+
     /// The time limits of one blob upload.
     pub fn upload_time(&self) -> crate::release::publish::UploadTime {
         crate::release::publish::UploadTime {

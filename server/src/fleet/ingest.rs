@@ -51,6 +51,39 @@ pub struct TelemetryConfig {
     pub raw_retention_days: u32,
 }
 
+impl TelemetryConfig {
+    /// Checks every value is in its range; the error names the key (`flush_secs must be ...`).
+    pub fn validate(&self) -> Result<(), String> {
+        let t = self;
+        for (name, value, range) in [
+            ("flush_secs", t.flush_secs, 1..=3600),
+            ("raw_roll_secs", t.raw_roll_secs, 1..=86_400),
+            ("compact_secs", t.compact_secs, 1..=86_400),
+            (
+                "raw_buffer_events",
+                t.raw_buffer_events as u64,
+                1..=1_000_000,
+            ),
+            ("retention_days", u64::from(t.retention_days), 1..=36_500),
+            (
+                "raw_retention_days",
+                u64::from(t.raw_retention_days),
+                1..=36_500,
+            ),
+            ("max_events", t.max_events as u64, 1..=100_000),
+        ] {
+            if !range.contains(&value) {
+                return Err(format!(
+                    "{name} must be between {} and {}",
+                    range.start(),
+                    range.end()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Default for TelemetryConfig {
     fn default() -> Self {
         Self {
