@@ -72,73 +72,10 @@ pub(crate) fn publish_cmd(
     let agent = http_agent(ca)?;
     let auth = format!("Bearer {token}");
     // Before hashing or uploading anything: does the server trust the signer, may this token
-    // publish, and is the version free (or this very release)?
-    let check = format!(
-        "{server}/v1/admin/models/{}/releases?check=true",
-        manifest.model
-    );
-    let mut resp = agent
-        .post(&check)
-        .header("authorization", &auth)
-        .header("content-type", "application/json")
-        .send(&raw[..])
-        .with_context(|| format!("cannot reach {server}"))?;
-    if !resp.status().is_success() {
-        return Err(http_error("publish (checked before uploading)", resp));
-    }
-    let checked: serde_json::Value =
-        serde_json::from_reader(resp.body_mut().with_config().limit(64 * 1024).reader())
-            .context("the server's check answer is not JSON")?;
-    // Already published: its blobs are still checked (and a torn one uploaded again).
-    let identical = checked["state"] == "identical";
-    // Find each blob in the folder by size, then hash.
-    // Programs and their data files; a file several variants share is uploaded once.
-    // Each: digest, size, the variant, the data file's name (none for the program).
-    let mut wanted: Vec<(Sha256Digest, u64, String, Option<String>)> = Vec::new();
-    for v in &manifest.variants {
-        let files = std::iter::once((v.sha256, v.size, v.id.to_string(), None)).chain(
-            v.extra_files
-                .iter()
-                .map(|f| (f.sha256, f.size, v.id.to_string(), Some(f.name.clone()))),
-        );
-        for w in files {
-            if !wanted.iter().any(|x| x.0 == w.0) {
-                wanted.push(w);
-            }
-        }
-    }
-    let mut found: Vec<(Sha256Digest, PathBuf)> = Vec::new();
-    for entry in
-        std::fs::read_dir(files).with_context(|| format!("cannot list {}", files.display()))?
-    {
-        let path = entry?.path();
-        let Ok(meta) = std::fs::metadata(&path) else {
-            continue;
-        };
-        if !meta.is_file() || !wanted.iter().any(|w| w.1 == meta.len()) {
-            continue;
-        }
-        let digest = hash_file(&path)?;
-        if wanted.iter().any(|w| w.0 == digest) {
-            found.push((digest, path));
-        }
-    }
-    // Every file must be here before anything is uploaded.
-    let absent: Vec<String> = wanted
-        .iter()
-        .filter(|w| !found.iter().any(|(d, _)| *d == w.0))
-        .map(|(digest, _, variant, data_file)| match data_file {
-            Some(name) => format!("variant {variant} data file {name} (sha256 {digest})"),
-            None => format!("variant {variant} (sha256 {digest})"),
-        })
-        .collect();
-    if !absent.is_empty() {
-        bail!(
-            "no file in {} has the bytes of: {}; nothing was uploaded",
-            files.display(),
-            absent.join(", ")
-        );
-    }
+    // publish, and is the version free (or this very release)? Already published: its blobs
+    // are still checked (and a torn one uploaded again).
+    let identical = check_first(&agent, server, &auth, &manifest, &raw)?;
+    let (wanted, found) = locate(files, &manifest)?;
     for (digest, size, variant, data_file) in &wanted {
         // How the file is named in messages: the variant, or its data file.
         let id = &match data_file {
@@ -183,18 +120,7 @@ pub(crate) fn publish_cmd(
                 stored_size.map_or("an unknown number of".to_string(), |s| s.to_string())
             ));
         }
-        let bar = if quiet {
-            indicatif::ProgressBar::hidden()
-        } else {
-            indicatif::ProgressBar::new(*size)
-        };
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar.set_message(id.to_string());
+        let bar = upload_bar(quiet, *size, id);
         let file = std::fs::File::open(path)?;
         let mut reader = Progress {
             inner: file,
@@ -268,4 +194,113 @@ pub(crate) fn hash_file(path: &Path) -> anyhow::Result<Sha256Digest> {
     let digest =
         ferry_fs::sha256_file(path).with_context(|| format!("cannot read {}", path.display()))?;
     Ok(Sha256Digest::from_bytes(digest))
+}
+
+/// A file the release names: digest, size, the variant, the data file's name (none for the
+/// program).
+type WantedFile = (Sha256Digest, u64, String, Option<String>);
+
+/// A file found for a digest.
+type FoundFile = (Sha256Digest, PathBuf);
+
+/// Asks the server whether it would take the release before anything is uploaded: true when
+/// this very release is already published.
+fn check_first(
+    agent: &ureq::Agent,
+    server: &str,
+    auth: &str,
+    manifest: &ReleaseManifest,
+    raw: &[u8],
+) -> anyhow::Result<bool> {
+    let check = format!(
+        "{server}/v1/admin/models/{}/releases?check=true",
+        manifest.model
+    );
+    let mut resp = agent
+        .post(&check)
+        .header("authorization", auth)
+        .header("content-type", "application/json")
+        .send(raw)
+        .with_context(|| format!("cannot reach {server}"))?;
+    if !resp.status().is_success() {
+        return Err(http_error("publish (checked before uploading)", resp));
+    }
+    let checked: serde_json::Value =
+        serde_json::from_reader(resp.body_mut().with_config().limit(64 * 1024).reader())
+            .context("the server's check answer is not JSON")?;
+    Ok(checked["state"] == "identical")
+}
+
+/// Every file the release names (a file several variants share once), and where in `files`
+/// each is, found by size and then hash; an error naming every one that is absent.
+fn locate(
+    files: &Path,
+    manifest: &ReleaseManifest,
+) -> anyhow::Result<(Vec<WantedFile>, Vec<FoundFile>)> {
+    // Find each blob in the folder by size, then hash.
+    // Programs and their data files; a file several variants share is uploaded once.
+    // Each: digest, size, the variant, the data file's name (none for the program).
+    let mut wanted: Vec<(Sha256Digest, u64, String, Option<String>)> = Vec::new();
+    for v in &manifest.variants {
+        let files = std::iter::once((v.sha256, v.size, v.id.to_string(), None)).chain(
+            v.extra_files
+                .iter()
+                .map(|f| (f.sha256, f.size, v.id.to_string(), Some(f.name.clone()))),
+        );
+        for w in files {
+            if !wanted.iter().any(|x| x.0 == w.0) {
+                wanted.push(w);
+            }
+        }
+    }
+    let mut found: Vec<FoundFile> = Vec::new();
+    for entry in
+        std::fs::read_dir(files).with_context(|| format!("cannot list {}", files.display()))?
+    {
+        let path = entry?.path();
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if !meta.is_file() || !wanted.iter().any(|w| w.1 == meta.len()) {
+            continue;
+        }
+        let digest = hash_file(&path)?;
+        if wanted.iter().any(|w| w.0 == digest) {
+            found.push((digest, path));
+        }
+    }
+    // Every file must be here before anything is uploaded.
+    let absent: Vec<String> = wanted
+        .iter()
+        .filter(|w| !found.iter().any(|(d, _)| *d == w.0))
+        .map(|(digest, _, variant, data_file)| match data_file {
+            Some(name) => format!("variant {variant} data file {name} (sha256 {digest})"),
+            None => format!("variant {variant} (sha256 {digest})"),
+        })
+        .collect();
+    if !absent.is_empty() {
+        bail!(
+            "no file in {} has the bytes of: {}; nothing was uploaded",
+            files.display(),
+            absent.join(", ")
+        );
+    }
+    Ok((wanted, found))
+}
+
+/// The progress bar of one upload (hidden with `quiet`).
+fn upload_bar(quiet: bool, size: u64, id: &str) -> indicatif::ProgressBar {
+    let bar = if quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(size)
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar.set_message(id.to_string());
+    bar
 }

@@ -359,49 +359,7 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand, json: bool) -> anyhow::Result<Exi
             dry_run,
             RolloutChange::Unpin { install_id, reason },
         ),
-        RolloutCommand::Status { model, remote } => {
-            let v = admin_call(
-                &remote,
-                "GET",
-                &format!("/v1/admin/models/{model}/rollout"),
-                None,
-            )?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
-                return Ok(ExitCode::SUCCESS);
-            }
-            let history: Vec<RolloutPlan> = serde_json::from_value(v["history"].clone())
-                .context("the server's rollout history is not a list of plans")?;
-            if history.is_empty() {
-                println!("{model} has no rollout");
-            }
-            let total = v["history_total"].as_u64().unwrap_or(0) as usize;
-            if total > history.len() {
-                println!("(the newest {} of {total} revisions)", history.len());
-            }
-            for p in &history {
-                print_plan(p);
-            }
-            if let Some(r) = v.get("ramp").filter(|r| !r.is_null()) {
-                print_ramp(r);
-            }
-            for p in history
-                .last()
-                .map(|p| p.pins.as_slice())
-                .unwrap_or_default()
-            {
-                println!(
-                    "pinned: {} -> {}{}",
-                    sanitize(&p.install_id),
-                    p.release,
-                    p.expires
-                        .as_ref()
-                        .map(|e| format!(" until {e}"))
-                        .unwrap_or_default()
-                );
-            }
-            return Ok(ExitCode::SUCCESS);
-        }
+        RolloutCommand::Status { model, remote } => return rollout_status(&model, &remote, json),
     };
     let query = if dry_run { "?dry_run=true" } else { "" };
     let v = admin_call(
@@ -423,6 +381,51 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand, json: bool) -> anyhow::Result<Exi
     print_plan(&plan);
     if let Some(p) = preview {
         print_preview(&p);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ferry rollout status MODEL`: the plan's history, the ramp and the pins.
+fn rollout_status(model: &str, remote: &Remote, json: bool) -> anyhow::Result<ExitCode> {
+    let v = admin_call(
+        remote,
+        "GET",
+        &format!("/v1/admin/models/{model}/rollout"),
+        None,
+    )?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let history: Vec<RolloutPlan> = serde_json::from_value(v["history"].clone())
+        .context("the server's rollout history is not a list of plans")?;
+    if history.is_empty() {
+        println!("{model} has no rollout");
+    }
+    let total = v["history_total"].as_u64().unwrap_or(0) as usize;
+    if total > history.len() {
+        println!("(the newest {} of {total} revisions)", history.len());
+    }
+    for p in &history {
+        print_plan(p);
+    }
+    if let Some(r) = v.get("ramp").filter(|r| !r.is_null()) {
+        print_ramp(r);
+    }
+    for p in history
+        .last()
+        .map(|p| p.pins.as_slice())
+        .unwrap_or_default()
+    {
+        println!(
+            "pinned: {} -> {}{}",
+            sanitize(&p.install_id),
+            p.release,
+            p.expires
+                .as_ref()
+                .map(|e| format!(" until {e}"))
+                .unwrap_or_default()
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -197,15 +197,10 @@ async fn read_bucket_whole(
     }
 }
 
-/// Writes what this run counted since the last flush as new objects (one per minute, never
-/// rewritten), reads every bucket object that is new (and the rollups of earlier versions),
-/// merges them per bucket into the view health, halts, ramps and deny entries read, and
-/// compacts old buckets when this replica holds the lease. When the store cannot be listed the
-/// last view is kept; what could not be written stays in memory and is written later.
-pub async fn flush_rollups(fleet: &Fleet) {
-    use futures_util::TryStreamExt as _;
+/// Writes what this run counted since the last flush, one new object per minute; what cannot
+/// be written stays in memory for the next flush.
+async fn write_pending(fleet: &Fleet) {
     use object_store::{ObjectStoreExt as _, PutPayload};
-    let now = OffsetDateTime::now_utc().unix_timestamp();
     let mut unwritten = Vec::new();
     for (start, rollup) in fleet.telemetry.take_pending() {
         if rollup.models.is_empty() && rollup.cohorts.is_empty() && rollup.clients.is_empty() {
@@ -234,6 +229,11 @@ pub async fn flush_rollups(fleet: &Fleet) {
     if !unwritten.is_empty() {
         fleet.telemetry.restore_pending(unwritten);
     }
+}
+
+/// Every bucket object and earlier rollup in the store; `None` when the store cannot list.
+async fn list_buckets(fleet: &Fleet) -> Option<Vec<object_store::ObjectMeta>> {
+    use futures_util::TryStreamExt as _;
     let mut metas = Vec::new();
     for prefix in [buckets::PREFIX, "telemetry/rollups"] {
         let listed: Result<Vec<_>, _> = fleet
@@ -245,11 +245,25 @@ pub async fn flush_rollups(fleet: &Fleet) {
             Ok(m) => metas.extend(m),
             Err(e) => {
                 tracing::warn!("telemetry buckets cannot be listed, keeping the last view: {e}");
-                fleet.metrics.store_up(false);
-                return;
+                return None;
             }
         }
     }
+    Some(metas)
+}
+
+/// Writes what this run counted since the last flush as new objects (one per minute, never
+/// rewritten), reads every bucket object that is new (and the rollups of earlier versions),
+/// merges them per bucket into the view health, halts, ramps and deny entries read, and
+/// compacts old buckets when this replica holds the lease. When the store cannot be listed the
+/// last view is kept; what could not be written stays in memory and is written later.
+pub async fn flush_rollups(fleet: &Fleet) {
+    let now = OffsetDateTime::now_utc().unix_timestamp();
+    write_pending(fleet).await;
+    let Some(metas) = list_buckets(fleet).await else {
+        fleet.metrics.store_up(false);
+        return;
+    };
     fleet.metrics.store_up(true);
     let mut cache = std::mem::take(&mut *fleet.store_cache());
     // New or changed objects are read now; their counts are kept only until merged below.

@@ -113,125 +113,139 @@ impl std::fmt::Debug for Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();
-        let requests = Family::<RequestLabels, Counter>::default();
+        let protocol = crate::metrics::protocol::ProtocolMetrics::register(&mut registry);
+        let mut m = Self {
+            protocol,
+            registry,
+            requests: Family::<RequestLabels, Counter>::default(),
+            durations: Family::<RouteLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                latency_histogram,
+            ),
+            resolves: Family::<OutcomeLabels, Counter>::default(),
+            publishes: Family::<OutcomeLabels, Counter>::default(),
+            telemetry_events: Family::<OutcomeLabels, Counter>::default(),
+            telemetry_raw_dropped: Counter::default(),
+            blob_bytes: Counter::default(),
+            resident_bytes: Gauge::default(),
+            open_fds: Gauge::default(),
+            rollout_basis_points: Family::<ModelLabels, Gauge>::default(),
+            rollout_active: Family::<ModelLabels, Gauge>::default(),
+            deny_entries: Family::<ModelLabels, Gauge>::default(),
+            rollout_halted: Family::<ModelLabels, Gauge>::default(),
+            ramp_step: Family::<ModelLabels, Gauge>::default(),
+            failure_rate: Family::<CohortLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default(
+            ),
+            fallback_rate:
+                Family::<CohortLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default(),
+            no_variant: Family::<ModelLabels, Counter>::default(),
+            cpu_seconds: Counter::<f64, std::sync::atomic::AtomicU64>::default(),
+            store_up: Gauge::default(),
+        };
+        m.register_all();
+        m.store_up.set(1);
+        m
+    }
+}
+
+impl Metrics {
+    /// Registers every series with its name and help text.
+    fn register_all(&mut self) {
+        let registry = &mut self.registry;
         registry.register(
             "ferry_http_requests",
             "HTTP requests answered, by route pattern, method and status",
-            requests.clone(),
-        );
-        let durations = Family::<RouteLabels, Histogram, fn() -> Histogram>::new_with_constructor(
-            latency_histogram,
+            self.requests.clone(),
         );
         registry.register(
             "ferry_http_request_duration_seconds",
             "Time from request to response, by route pattern",
-            durations.clone(),
+            self.durations.clone(),
         );
-        let resolves = Family::<OutcomeLabels, Counter>::default();
         registry.register(
             "ferry_resolves",
             "Resolve requests, by outcome (ok or the error code)",
-            resolves.clone(),
+            self.resolves.clone(),
         );
-        let publishes = Family::<OutcomeLabels, Counter>::default();
         registry.register(
             "ferry_publishes",
             "Release publishes, by outcome (ok or the error code)",
-            publishes.clone(),
+            self.publishes.clone(),
         );
-        let telemetry_events = Family::<OutcomeLabels, Counter>::default();
         registry.register(
             "ferry_telemetry_events",
             "Telemetry events received, accepted or rejected",
-            telemetry_events.clone(),
+            self.telemetry_events.clone(),
         );
-        let telemetry_raw_dropped = Counter::default();
         registry.register(
             "ferry_telemetry_raw_dropped",
             "Raw telemetry events not archived because the store could not keep up",
-            telemetry_raw_dropped.clone(),
+            self.telemetry_raw_dropped.clone(),
         );
-        let blob_bytes = Counter::default();
         registry.register(
             "ferry_blob_bytes_served",
             "Bytes of model blobs sent to clients",
-            blob_bytes.clone(),
+            self.blob_bytes.clone(),
         );
-        let resident_bytes = Gauge::default();
         registry.register(
             "ferry_process_resident_memory_bytes",
             "Resident memory of the server process",
-            resident_bytes.clone(),
+            self.resident_bytes.clone(),
         );
-        let open_fds = Gauge::default();
         registry.register(
             "ferry_process_open_fds",
             "Open file descriptors of the server process (connections included)",
-            open_fds.clone(),
+            self.open_fds.clone(),
         );
-        let rollout_basis_points = Family::<ModelLabels, Gauge>::default();
         registry.register(
             "ferry_rollout_staged_basis_points",
             "Share of devices offered the staged release, in basis points (0 without one)",
-            rollout_basis_points.clone(),
+            self.rollout_basis_points.clone(),
         );
-        let rollout_active = Family::<ModelLabels, Gauge>::default();
         registry.register(
             "ferry_rollout_active",
             "1 while a staged release is rolling out (active), else 0 (halted, paused, none)",
-            rollout_active.clone(),
+            self.rollout_active.clone(),
         );
-        let deny_entries = Family::<ModelLabels, Gauge>::default();
         registry.register(
             "ferry_deny_entries",
             "Entries in the model's deny list",
-            deny_entries.clone(),
+            self.deny_entries.clone(),
         );
-        let rollout_halted = Family::<ModelLabels, Gauge>::default();
         registry.register(
             "ferry_rollout_halted",
             "1 while the model's rollout is halted (automatically or by an operator)",
-            rollout_halted.clone(),
+            self.rollout_halted.clone(),
         );
-        let ramp_step = Family::<ModelLabels, Gauge>::default();
         registry.register(
             "ferry_rollout_ramp_step",
             "Index of the current step of a health-gated ramp (models that ramp only)",
-            ramp_step.clone(),
+            self.ramp_step.clone(),
         );
-        let failure_rate =
-            Family::<CohortLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
         registry.register(
             "ferry_release_failure_rate",
             "Load-failure rate of the staged and baseline releases, fleet-wide (0-1)",
-            failure_rate.clone(),
+            self.failure_rate.clone(),
         );
-        let fallback_rate =
-            Family::<CohortLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
         registry.register(
             "ferry_release_fallback_rate",
             "Fallback rate of the staged and baseline releases, fleet-wide (0-1)",
-            fallback_rate.clone(),
+            self.fallback_rate.clone(),
         );
-        let no_variant = Family::<ModelLabels, Counter>::default();
         registry.register(
             "ferry_no_compatible_variant",
             "Resolves answered no_compatible_variant, by model",
-            no_variant.clone(),
+            self.no_variant.clone(),
         );
-        let cpu_seconds = Counter::<f64, std::sync::atomic::AtomicU64>::default();
         registry.register(
             "ferry_process_cpu_seconds",
             "CPU time (user and system) the server process used",
-            cpu_seconds.clone(),
+            self.cpu_seconds.clone(),
         );
-        let store_up = Gauge::default();
         registry.register(
             "ferry_store_up",
             "1 when the object store answered the last listing, 0 when it did not",
-            store_up.clone(),
+            self.store_up.clone(),
         );
-        store_up.set(1);
         let build = Family::<BuildLabels, Gauge>::default();
         build
             .get_or_create(&BuildLabels {
@@ -243,30 +257,6 @@ impl Default for Metrics {
             "The running server's version (always 1)",
             build,
         );
-        let protocol = crate::metrics::protocol::ProtocolMetrics::register(&mut registry);
-        Self {
-            protocol,
-            registry,
-            requests,
-            durations,
-            resolves,
-            publishes,
-            telemetry_events,
-            telemetry_raw_dropped,
-            blob_bytes,
-            resident_bytes,
-            open_fds,
-            rollout_basis_points,
-            rollout_active,
-            deny_entries,
-            rollout_halted,
-            ramp_step,
-            failure_rate,
-            fallback_rate,
-            no_variant,
-            cpu_seconds,
-            store_up,
-        }
     }
 }
 
