@@ -7,6 +7,7 @@
 pub mod aggregate;
 pub mod buckets;
 pub mod clients;
+pub mod compact;
 pub mod deny;
 pub mod devices;
 pub mod evaluate;
