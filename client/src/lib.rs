@@ -88,27 +88,18 @@ impl Client {
     /// log line, a crash-reporter breadcrumb): updating the app before that day keeps models
     /// coming. Also in every [`LoadReport`] as `protocol_sunset`.
     pub fn protocol_sunset(&self) -> Option<String> {
-        match self.sunset.lock() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        ferry_shared::sync::lock(&self.sunset).clone()
     }
 
     pub(crate) fn note_sunset(&self, value: Option<String>) {
-        let mut g = match self.sunset.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut g = ferry_shared::sync::lock(&self.sunset);
         *g = value;
     }
 
     /// The cache, with what other processes changed in its index since this one last read it
     /// (a stat of the index file when nothing changed).
     pub(crate) fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
-        let mut g = match self.cache.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut g = ferry_shared::sync::lock(&self.cache);
         // A failure keeps this process's copy; the next change re-reads under the lock anyway.
         let _ = g.refresh();
         g
@@ -116,10 +107,7 @@ impl Client {
 
     /// What the client trusts now: the pinned root walked through the keyrings accepted.
     pub(crate) fn trust(&self) -> TrustState {
-        match self.trust.lock() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        ferry_shared::sync::lock(&self.trust).clone()
     }
 
     /// The keyring version the client holds (0: none yet, or a fixed trust file).

@@ -215,10 +215,7 @@ impl Client {
         }
         // Install under the lock, and only forward: another load may have walked further
         // meanwhile (or a lagging replica served this one an older chain).
-        let mut trust = match self.trust.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut trust = ferry_shared::sync::lock(&self.trust);
         if next.version() > trust.version() {
             let held_version = trust.version();
             let mut cache = self.cache();

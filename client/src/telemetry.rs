@@ -93,7 +93,7 @@ impl TelemetryQueue {
         &self,
         wait: Option<std::time::Duration>,
     ) -> Result<(std::sync::MutexGuard<'_, ()>, locks::FileLock), ClientError> {
-        let g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let g = ferry_shared::sync::lock(&self.lock);
         let dir = self.dir();
         std::fs::create_dir_all(&dir).map_err(|e| ClientError::io(&dir, e))?;
         let path = dir.join("queue.lock");

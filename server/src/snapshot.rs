@@ -31,10 +31,7 @@ impl<T> Snapshot<T> {
 
     /// The value in force.
     pub fn get(&self) -> Arc<T> {
-        match self.0.read() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        ferry_shared::sync::read(&self.0).clone()
     }
 
     /// Puts `value` in force.
@@ -45,10 +42,7 @@ impl<T> Snapshot<T> {
     /// Puts in force what `next` makes of the value in force, when it makes something; no
     /// other writer runs in between.
     pub fn update(&self, next: impl FnOnce(&T) -> Option<T>) {
-        let mut g = match self.0.write() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut g = ferry_shared::sync::write(&self.0);
         if let Some(v) = next(&g) {
             *g = Arc::new(v);
         }

@@ -27,6 +27,7 @@ pub mod resolve;
 pub mod revocation;
 pub mod rollout;
 pub mod select;
+pub mod sync;
 pub mod telemetry;
 pub mod trust;
 

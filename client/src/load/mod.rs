@@ -135,10 +135,7 @@ impl Client {
         opts: &LoadOptions,
     ) {
         {
-            let mut updating = match self.updating.lock() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
+            let mut updating = ferry_shared::sync::lock(&self.updating);
             if !updating.insert(model.to_string()) {
                 return;
             }
@@ -171,10 +168,7 @@ impl Client {
     }
 
     fn done_updating(&self, model: &str) {
-        let mut updating = match self.updating.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut updating = ferry_shared::sync::lock(&self.updating);
         updating.remove(model);
     }
 

@@ -64,7 +64,7 @@ impl Answers {
         generation: Generation,
         now: OffsetDateTime,
     ) -> Option<Arc<Answer>> {
-        let shard = self.shard(digest).lock().unwrap_or_else(|p| p.into_inner());
+        let shard = ferry_shared::sync::lock(self.shard(digest));
         shard
             .get(&(*digest, cohort))
             .filter(|a| a.generation == generation && now < a.reuse_until)
@@ -73,10 +73,7 @@ impl Answers {
 
     /// Keeps `answer` for `digest` and `cohort`.
     pub fn put(&self, digest: Sha256Digest, cohort: Cohort, answer: Arc<Answer>) {
-        let mut shard = self
-            .shard(&digest)
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut shard = ferry_shared::sync::lock(self.shard(&digest));
         if shard.len() >= MAX_PER_SHARD {
             shard.clear();
         }

@@ -38,7 +38,7 @@ impl ConnSlot {
 
 impl Drop for ConnSlot {
     fn drop(&mut self) {
-        let mut open = self.of.open.lock().unwrap_or_else(|p| p.into_inner());
+        let mut open = ferry_shared::sync::lock(&self.of.open);
         if let Some(n) = open.get_mut(&self.key) {
             *n = n.saturating_sub(1);
             if *n == 0 {
@@ -63,7 +63,7 @@ impl Connections {
             return None;
         }
         let key = IpKey::of(addr);
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let mut open = ferry_shared::sync::lock(&self.open);
         let n = open.entry(key).or_default();
         *n += 1;
         Some(ConnSlot {

@@ -18,20 +18,27 @@
 //! | `GET /healthz`, `/readyz`, `/metrics` | ops | [`ops`] |
 //! | `GET /ui`, `/ui/{file}` | operators' browsers (static; the page asks for a token) | [`ui`] |
 //!
-//! Every failure is an [`error::ApiError`] rendered as `{code, message, request_id}`.
+//! Every failure is an [`error::ApiError`] rendered as `{code, message, request_id}`; the
+//! domain modules' errors become one in [`error`] only. [`router`] wires the routes and the
+//! middleware (request ids, access log, metrics, protocol headers); [`state::AppState`] is
+//! what every handler shares.
+//!
+//! May import every module below it (`release`, `fleet`, `keyring`, `snapshot`, `storage`,
+//! `tokens`, `keys`, `metrics`); never `app` or `cli`.
 
 pub mod admin;
-pub mod connections;
-pub mod limits;
-pub mod state;
-
-pub use state::AppState;
 pub mod answers;
 pub mod auth;
 pub mod blobs;
+pub mod connections;
 pub mod device;
 pub mod error;
 pub mod extract;
 pub mod fleet;
+pub mod limits;
 pub mod ops;
+pub mod router;
+pub mod state;
 pub mod ui;
+
+pub use state::AppState;

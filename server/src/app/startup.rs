@@ -10,8 +10,8 @@ use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::api::AppState;
+use crate::api::router::app;
 use crate::app::config::Config;
-use crate::app::router::app;
 use crate::keys;
 use crate::storage::catalog::Catalog;
 

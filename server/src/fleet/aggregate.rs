@@ -412,10 +412,7 @@ impl Telemetry {
         let mut written = lock(&self.written);
         written.retain(|(key, _, _)| !listed(key));
         let next = std::sync::Arc::new(view);
-        match self.view.write() {
-            Ok(mut g) => *g = next,
-            Err(p) => *p.into_inner() = next,
-        }
+        *ferry_shared::sync::write(&self.view) = next
     }
 
     /// True (and noted) when `every` has passed since the last compaction attempt.
@@ -430,10 +427,7 @@ impl Telemetry {
     }
 
     fn view(&self) -> std::sync::Arc<View> {
-        match self.view.read() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        ferry_shared::sync::read(&self.view).clone()
     }
 
     /// The whole fleet's counts for `model`: the store's buckets merged with what this run
@@ -577,10 +571,7 @@ fn fold_oldest(pending: &mut BTreeMap<i64, Rollup>, cap: usize) {
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
+    ferry_shared::sync::lock(m)
 }
 
 #[cfg(test)]

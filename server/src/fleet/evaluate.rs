@@ -31,7 +31,7 @@ const MAX_WAITING: usize = 4096;
 impl Queue {
     /// Asks for `model` to be evaluated soon.
     pub fn request(&self, model: ModelName) {
-        let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let mut w = ferry_shared::sync::lock(&self.waiting);
         if w.len() < MAX_WAITING {
             w.insert(model);
         }
@@ -51,7 +51,7 @@ impl Queue {
     }
 
     fn take(&self) -> BTreeSet<ModelName> {
-        std::mem::take(&mut *self.waiting.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *ferry_shared::sync::lock(&self.waiting))
     }
 }
 

@@ -50,7 +50,7 @@ impl<K: std::hash::Hash + Eq + Clone> Capped<K> {
 
     /// Drops idle buckets if the last scan was long enough ago; true when there is room after.
     fn prune_if_due(&self) -> bool {
-        let mut last = self.pruned.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = ferry_shared::sync::lock(&self.pruned);
         if last.is_none_or(|t| t.elapsed() >= PRUNE_EVERY) {
             *last = Some(Instant::now());
             self.prune();

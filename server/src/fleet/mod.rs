@@ -64,7 +64,7 @@ pub struct Fleet {
 impl Fleet {
     /// What the last flush read from the store (a panicked flush leaves what it held).
     pub fn store_cache(&self) -> std::sync::MutexGuard<'_, flush::StoreCache> {
-        self.store_cache.lock().unwrap_or_else(|p| p.into_inner())
+        ferry_shared::sync::lock(&self.store_cache)
     }
 
     /// Puts one model's plan in force (noting where its staged release's window starts).

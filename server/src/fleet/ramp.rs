@@ -53,10 +53,7 @@ impl RampMarks {
         model: &ModelName,
         plan: &RolloutPlan,
     ) {
-        let mut marks = match self.revisions.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut marks = ferry_shared::sync::lock(&self.revisions);
         if marks
             .get(model.as_str())
             .is_some_and(|(rev, _)| *rev == plan.revision)
@@ -72,10 +69,9 @@ impl RampMarks {
     /// The staged release's loads, failures and fallbacks since this replica first saw
     /// `plan`'s revision, given its totals `now` (everything, when it has not seen it yet).
     pub fn since_revision(&self, model: &ModelName, plan: &RolloutPlan, now: Counts) -> Counts {
-        let mark = match self.revisions.lock() {
-            Ok(g) => g.get(model.as_str()).copied(),
-            Err(p) => p.into_inner().get(model.as_str()).copied(),
-        };
+        let mark = ferry_shared::sync::lock(&self.revisions)
+            .get(model.as_str())
+            .copied();
         match mark {
             Some((rev, m)) if rev == plan.revision => (
                 now.0.saturating_sub(m.0),

@@ -37,7 +37,7 @@ struct Bounded(Mutex<HashSet<String>>);
 impl Bounded {
     /// `value` itself while there is room for it (or it is already kept), else `other`.
     fn label(&self, value: &str) -> String {
-        let mut set = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut set = ferry_shared::sync::lock(&self.0);
         if set.contains(value) || (set.len() < MAX_VALUES && set.insert(value.to_string())) {
             value.to_string()
         } else {
