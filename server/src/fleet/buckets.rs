@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::fleet::rollup::Rollup;
 
 /// The prefix of every bucket.
-pub const PREFIX: &str = "telemetry/buckets";
+pub const PREFIX: &str = crate::storage::StorageKey::BUCKETS;
 
 /// Minutes are compacted into their hour this long after the hour ends, so windows of the
 /// last two hours are exact to the minute.
@@ -301,7 +301,7 @@ pub struct Lease {
 
 /// The lease's key.
 pub fn lease_path() -> StorePath {
-    StorePath::from(format!("{PREFIX}/lease.json"))
+    crate::storage::StorageKey::buckets_lease()
 }
 
 #[cfg(test)]

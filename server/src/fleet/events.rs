@@ -48,15 +48,12 @@ fn day_of(t: OffsetDateTime) -> String {
 pub fn key(day: &str, node: &str, now: OffsetDateTime) -> object_store::path::Path {
     static WRITTEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = WRITTEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    object_store::path::Path::from(format!(
-        "telemetry/events/date={day}/{node}-{}-{n}.parquet",
-        now.unix_timestamp_nanos()
-    ))
+    crate::storage::StorageKey::raw_events_file(day, node, now.unix_timestamp_nanos(), n)
 }
 
 /// The prefix of the raw log.
 pub fn prefix() -> object_store::path::Path {
-    object_store::path::Path::from("telemetry/events")
+    crate::storage::StorageKey::raw_events()
 }
 
 fn utc() -> Option<Arc<str>> {

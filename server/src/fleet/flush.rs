@@ -13,6 +13,7 @@ use crate::fleet::buckets::{self, BucketKey, Lease, Level, Part};
 use crate::fleet::compact::compact;
 use crate::fleet::events::{self, RawEvent};
 use crate::fleet::rollup::Rollup;
+use crate::storage::StorageKey;
 
 /// Reads one JSON object of at most [`MAX_ROLLUP_BYTES`]: `None` when it does not exist. A
 /// damaged object must not take the replica down: the sketch and estimator parsers trust their
@@ -236,7 +237,7 @@ async fn write_pending(fleet: &Fleet) {
 async fn list_buckets(fleet: &Fleet) -> Option<Vec<object_store::ObjectMeta>> {
     use futures_util::TryStreamExt as _;
     let mut metas = Vec::new();
-    for prefix in [buckets::PREFIX, "telemetry/rollups"] {
+    for prefix in [buckets::PREFIX, StorageKey::LEGACY_ROLLUPS] {
         let listed: Result<Vec<_>, _> = fleet
             .store
             .list(Some(&object_store::path::Path::from(prefix)))
@@ -292,7 +293,10 @@ pub async fn flush_rollups(fleet: &Fleet) {
                     cache.objects.insert(name, (version, None));
                 }
             }
-        } else if name.starts_with("telemetry/rollups/") && name.ends_with(".json") {
+        } else if name
+            .strip_prefix(StorageKey::LEGACY_ROLLUPS)
+            .is_some_and(|rest| rest.starts_with('/') && rest.ends_with(".json"))
+        {
             legacy_live.insert(name.clone());
             if cache.legacy.get(&name).is_some_and(|(v, _)| *v == version) {
                 continue;

@@ -69,17 +69,17 @@ pub struct Ring {
 
 /// Where keyring version `version` is kept in the store.
 pub fn stored_key(version: u64) -> StorePath {
-    StorePath::from(format!("keys/keyring/{version:020}.json"))
+    crate::storage::StorageKey::keyring(version)
 }
 
 fn audit_key(version: u64) -> StorePath {
-    StorePath::from(format!("keys/audit/{version:020}.json"))
+    crate::storage::StorageKey::keyring_audit(version)
 }
 
 /// The keyring versions in the store newer than `after`, oldest first.
 pub async fn stored_after(store: &Store, after: u64) -> anyhow::Result<Vec<(u64, Envelope)>> {
     let metas: Vec<_> = store
-        .list(Some(&StorePath::from("keys/keyring")))
+        .list(Some(&crate::storage::StorageKey::keyrings()))
         .try_collect()
         .await?;
     let mut versions: Vec<(u64, StorePath)> = metas
@@ -312,7 +312,7 @@ pub async fn submit(ring: &Ring, body: &[u8], actor: &str) -> Result<(u64, bool)
 /// to `in_force` (a record for a version that is not in force is not shown).
 pub async fn audit(store: &Store, in_force: u64) -> anyhow::Result<Vec<serde_json::Value>> {
     let metas: Vec<_> = store
-        .list(Some(&StorePath::from("keys/audit")))
+        .list(Some(&crate::storage::StorageKey::keyring_audits()))
         .try_collect()
         .await?;
     let mut keys: Vec<StorePath> = metas.into_iter().map(|m| m.location).collect();

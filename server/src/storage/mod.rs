@@ -9,7 +9,13 @@
 //! state/<model>/revocations/<revision>.json           signed revocation lists (create-if-absent)
 //! telemetry/events/date=YYYY-MM-DD/<node>-<ns>-<n>.parquet raw telemetry events (Parquet, zstd)
 //! telemetry/buckets/{minute,hour,day}/<time>/<name>.json  mergeable aggregates per time bucket (fleet::buckets)
+//! telemetry/buckets/lease.json                        which replica compacts the buckets, until when
+//! telemetry/rollups/<node>.json                       per-replica rollups of earlier versions (read only)
+//! keys/keyring/<version, 20 digits>.json              keyring versions taken through the API (create-if-absent)
+//! keys/audit/<version, 20 digits>.json                who pushed each keyring version, and when
+//! readyz-probe                                        never written: the readiness probe reads it
 //! ```
+//! Every key is built by [`StorageKey`]; no other module writes a key's text.
 //! Model names and versions are validated newtypes, so a key can never escape its prefix.
 //!
 //! [`revisions`] keeps state that changes as a log of create-if-absent revisions; [`catalog`]
@@ -132,6 +138,50 @@ impl StorageKey {
     pub fn deny_log(model: &ModelName) -> String {
         format!("state/{model}/deny")
     }
+
+    /// The prefix of every keyring version taken through the API.
+    pub fn keyrings() -> StorePath {
+        StorePath::from("keys/keyring")
+    }
+
+    /// Keyring version `version` (zero-padded, so listing order is version order).
+    pub fn keyring(version: u64) -> StorePath {
+        StorePath::from(format!("keys/keyring/{version:020}.json"))
+    }
+
+    /// The prefix of the keyring audit records.
+    pub fn keyring_audits() -> StorePath {
+        StorePath::from("keys/audit")
+    }
+
+    /// Who pushed keyring version `version`, and when.
+    pub fn keyring_audit(version: u64) -> StorePath {
+        StorePath::from(format!("keys/audit/{version:020}.json"))
+    }
+
+    /// The prefix of the raw telemetry log.
+    pub fn raw_events() -> StorePath {
+        StorePath::from("telemetry/events")
+    }
+
+    /// A file of raw events received on `day` (`YYYY-MM-DD`), written by `node` at `nanos` as
+    /// its `n`th file.
+    pub fn raw_events_file(day: &str, node: &str, nanos: i128, n: u64) -> StorePath {
+        StorePath::from(format!(
+            "telemetry/events/date={day}/{node}-{nanos}-{n}.parquet"
+        ))
+    }
+
+    /// The prefix of the telemetry buckets (their layout below it is `fleet::buckets`').
+    pub const BUCKETS: &'static str = "telemetry/buckets";
+
+    /// The compaction lease of the telemetry buckets.
+    pub fn buckets_lease() -> StorePath {
+        StorePath::from("telemetry/buckets/lease.json")
+    }
+
+    /// The prefix of the per-replica rollups earlier versions wrote (read, never written).
+    pub const LEGACY_ROLLUPS: &'static str = "telemetry/rollups";
 
     /// A key that never exists, read by the readiness probe.
     pub fn readiness_probe() -> StorePath {
