@@ -208,18 +208,54 @@ fn event(kind: &str, variant: &str, install: &str) -> Value {
     })
 }
 
+/// The vector files as they are made, with their index entries.
+#[derive(Default)]
+struct Out {
+    files: Vec<(String, Vec<u8>)>,
+    index: Vec<Value>,
+}
+
+impl Out {
+    fn add(&mut self, name: &str, data: Vec<u8>, entry: Value) {
+        let mut entry = entry;
+        entry["file"] = name.into();
+        self.index.push(entry);
+        self.files.push((name.to_string(), data));
+    }
+}
+
+/// What the later vectors are made against: the v1 release and its bytes.
+struct V1Release {
+    manifest: ferry_shared::manifest::ReleaseManifest,
+    bytes: Vec<u8>,
+    sha: ferry_shared::Sha256Digest,
+}
+
 /// Every vector file (name, bytes), `index.json` last.
 pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     let k = keys()?;
-    let mut out: Vec<(String, Vec<u8>)> = Vec::new();
-    let mut index: Vec<Value> = Vec::new();
-    let mut add = |name: &str, data: Vec<u8>, entry: Value| {
-        let mut entry = entry;
-        entry["file"] = name.into();
-        index.push(entry);
-        out.push((name.to_string(), data));
-    };
+    let mut out = Out::default();
+    let release = releases(&mut out, &k)?;
+    let (v1, future_req) = requests();
+    request_vectors(&mut out, &v1, &future_req);
+    answers(&mut out, &k, &release, &v1, &future_req)?;
+    keyrings(&mut out, &k)?;
+    revocation_lists(&mut out, &k);
+    telemetry(&mut out, &k);
+    let Out { mut files, index } = out;
+    let mut index_bytes = serde_json::to_vec_pretty(&json!({
+        "protocol": 1,
+        "about": "Protocol v1 conformance vectors; see docs/protocol.md. Regenerate only on purpose: cargo run -p ferry-tests --bin vectors",
+        "keys": "keys/ (trust.json is the pinned root; for these vectors only)",
+        "vectors": index,
+    }))?;
+    index_bytes.push(b'\n');
+    files.push(("index.json".into(), index_bytes));
+    Ok(files)
+}
 
+/// Release manifests: today's, a newer signer's, a newer format.
+fn releases(out: &mut Out, k: &Keys) -> anyhow::Result<V1Release> {
     // Release manifests.
     let read = |p: &Path| -> anyhow::Result<Vec<u8>> { Ok(std::fs::read(p)?) };
     let (manifest, _) = build_manifest(
@@ -232,7 +268,7 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     let release_bytes = bytes(&release_env);
     let release_sha = ferry_shared::Sha256Digest::of(&release_bytes);
     let all = ["xnnpack-fp32", "vulkan-fp32", "portable-fp32"];
-    add(
+    out.add(
         "release-v1.json",
         release_bytes.clone(),
         json!({"kind": "release", "schema": "release-manifest.schema.json",
@@ -252,7 +288,7 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
         .as_array_mut()
         .expect("variants")
         .insert(0, openvino);
-    add(
+    out.add(
         "release-future.json",
         bytes(&signed(
             &k.release.pair,
@@ -269,7 +305,7 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     format2["format"] = 2.into();
     format2["version"] = "1.2.0".into();
     format2["variants"] = json!({"renamed": "in format 2"});
-    add(
+    out.add(
         "release-format-2.json",
         bytes(&signed(
             &k.release.pair,
@@ -281,11 +317,19 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
                "about": "a manifest in a newer format: refused by its format number before anything else is read"}),
     );
 
+    Ok(V1Release {
+        manifest,
+        bytes: release_bytes,
+        sha: release_sha,
+    })
+}
+
+/// Resolve requests: a v1 client's, a legacy client's, a newer client's.
+fn request_vectors(out: &mut Out, v1: &Value, future_req: &Value) {
     // Resolve requests.
-    let (v1, future_req) = requests();
-    add(
+    out.add(
         "request-v1.json",
-        bytes(&v1),
+        bytes(v1),
         json!({"kind": "request", "schema": "resolve-request.schema.json",
                "headers": {"Ferry-Protocol": "1", "Ferry-Sdk": "ferry-client-rust/0.1.0"},
                "expect": {"status": 200, "release": "1.0.0", "candidates": ["xnnpack-fp32"],
@@ -294,16 +338,16 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     );
     let mut legacy = v1.clone();
     legacy["install_id"] = "vector-install-legacy".into();
-    add(
+    out.add(
         "request-legacy.json",
         bytes(&legacy),
         json!({"kind": "request", "schema": "resolve-request.schema.json", "headers": {},
                "expect": {"status": 200, "release": "1.0.0", "candidates": ["xnnpack-fp32"]},
                "about": "a client from before protocol v1: no Ferry-Protocol or Ferry-Sdk header"}),
     );
-    add(
+    out.add(
         "request-future.json",
-        bytes(&future_req),
+        bytes(future_req),
         json!({"kind": "request", "schema": "resolve-request.schema.json",
                "headers": {"Ferry-Protocol": "2", "Ferry-Sdk": "ferry-client-kotlin/4.0.0"},
                "expect": {"status": 200, "release": "1.0.0",
@@ -311,10 +355,21 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
                           "unknown_fields": ["gpu_driver", "nonce", "operators_digest"]},
                "about": "a newer client's request: protocol 2 header, unknown fields, a platform and a backend this server does not know; answered in v1"}),
     );
+}
 
+/// Resolve answers (the decision signed by the online key), each judged at NOW against a
+/// request vector and the v1 release.
+fn answers(
+    out: &mut Out,
+    k: &Keys,
+    release: &V1Release,
+    v1: &Value,
+    future_req: &Value,
+) -> anyhow::Result<()> {
+    let (manifest, release_sha) = (&release.manifest, release.sha);
     // Resolve answers (the decision signed by the online key), each judged at NOW against a
     // request vector and the v1 release.
-    let size = release_bytes.len() as u64;
+    let size = release.bytes.len() as u64;
     let answer_meta = |request: &str, payload_schema: bool, expect: Value, about: &str| {
         json!({"kind": "answer", "schema": "resolve-response.schema.json",
                "payload_schema": if payload_schema { json!("decision.schema.json") } else { Value::Null },
@@ -322,9 +377,9 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
                "expect": expect, "about": about})
     };
     let online = &k.online.pair;
-    let d1 = decision(&v1, &manifest, release_sha, &["xnnpack-fp32"]);
+    let d1 = decision(v1, manifest, release_sha, &["xnnpack-fp32"]);
     let env = online.sign(DECISION_PAYLOAD_TYPE, &bytes(&d1));
-    add(
+    out.add(
         "answer-v1.json",
         bytes(&answer(&env, release_sha, size)),
         answer_meta(
@@ -335,8 +390,8 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
         ),
     );
     let df = decision(
-        &future_req,
-        &manifest,
+        future_req,
+        manifest,
         release_sha,
         &["vulkan-fp32", "xnnpack-fp32"],
     );
@@ -347,7 +402,7 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     let env = signed(online, DECISION_PAYLOAD_TYPE, &payload);
     let mut ans = answer(&env, release_sha, size);
     ans["notices"] = json!([{"code": "sdk_outdated", "message": "update the SDK"}]);
-    add(
+    out.add(
         "answer-future.json",
         bytes(&ans),
         answer_meta(
@@ -361,7 +416,7 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     payload["format"] = 2.into();
     payload["candidates"] = json!({"moved": true});
     let env = signed(online, DECISION_PAYLOAD_TYPE, &payload);
-    add(
+    out.add(
         "answer-format-2.json",
         bytes(&answer(&env, release_sha, size)),
         answer_meta(
@@ -375,7 +430,7 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     expired.issued_at = time("2026-11-30T00:00:00Z");
     expired.expires_at = time("2026-11-30T01:00:00Z");
     let env = online.sign(DECISION_PAYLOAD_TYPE, &bytes(&expired));
-    add(
+    out.add(
         "answer-expired.json",
         bytes(&answer(&env, release_sha, size)),
         answer_meta(
@@ -386,7 +441,7 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
         ),
     );
     let env = online.sign(DECISION_PAYLOAD_TYPE, &bytes(&df));
-    add(
+    out.add(
         "answer-other-request.json",
         bytes(&answer(&env, release_sha, size)),
         answer_meta(
@@ -397,6 +452,11 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
         ),
     );
 
+    Ok(())
+}
+
+/// Keyrings: version 1, a newer server's version 2, a newer format.
+fn keyrings(out: &mut Out, k: &Keys) -> anyhow::Result<()> {
     // Keyrings.
     let k1 = std::fs::read(dir().join("keys/keyring/00000001.json"))?;
     let k1_env: Envelope = serde_json::from_slice(&k1)?;
@@ -404,7 +464,7 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
         &k1_env,
         &Default::default(),
     )?)?;
-    add(
+    out.add(
         "keyring-1.json",
         k1.clone(),
         json!({"kind": "keyring", "schema": "keyring.schema.json", "chain": [],
@@ -416,7 +476,7 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     k2["created"] = ISSUED.into();
     k2["transparency_log"] = "https://log.invalid/ferry".into();
     k2["keys"][0]["hardware_backed"] = true.into();
-    add(
+    out.add(
         "keyring-2-future.json",
         bytes(&signed(
             &k.root.pair,
@@ -430,7 +490,7 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     let mut k2f = k1_payload.clone();
     k2f["version"] = 2.into();
     k2f["format"] = 2.into();
-    add(
+    out.add(
         "keyring-2-format-2.json",
         bytes(&signed(
             &k.root.pair,
@@ -442,11 +502,16 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
                "about": "a keyring in a newer format"}),
     );
 
+    Ok(())
+}
+
+/// Revocation lists: today's, a newer signer's, a newer format.
+fn revocation_lists(out: &mut Out, k: &Keys) {
     // Revocation lists.
     let rev = json!({"model": "vec", "version": 1,
                      "revoked": [{"release": "1.0.0", "reason": "vector: bad build", "at": ISSUED}]});
     let rev_type = ferry_shared::revocation::REVOCATIONS_PAYLOAD_TYPE;
-    add(
+    out.add(
         "revocations-v1.json",
         bytes(&signed(&k.release.pair, rev_type, &rev)),
         json!({"kind": "revocations", "schema": "revocations.schema.json",
@@ -456,7 +521,7 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     let mut rev_future = rev.clone();
     rev_future["issuer"] = "release-team".into();
     rev_future["revoked"][0]["cve"] = "CVE-2026-0001".into();
-    add(
+    out.add(
         "revocations-future.json",
         bytes(&signed(&k.release.pair, rev_type, &rev_future)),
         json!({"kind": "revocations", "schema": "revocations.schema.json",
@@ -465,14 +530,18 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     );
     let mut rev2 = rev.clone();
     rev2["format"] = 2.into();
-    add(
+    out.add(
         "revocations-format-2.json",
         bytes(&signed(&k.release.pair, rev_type, &rev2)),
         json!({"kind": "revocations", "schema": null,
                "expect": {"client": "format_unsupported"},
                "about": "a revocation list in a newer format"}),
     );
+}
 
+/// A telemetry receipt and telemetry batches: a v1 client's and a newer client's.
+fn telemetry(out: &mut Out, k: &Keys) {
+    let online = &k.online.pair;
     // A telemetry receipt (a MAC under a key derived from the online key).
     let receipt_key = ferry_server::fleet::receipt::ReceiptKey::derive(online);
     let facts = json!({"install_id": "vector-install-1", "model": "vec", "release": "1.0.0",
@@ -489,7 +558,7 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
         },
         &["xnnpack-fp32"],
     );
-    add(
+    out.add(
         "receipt-v1.json",
         bytes(&json!({"facts": facts, "receipt": receipt})),
         json!({"kind": "receipt", "schema": null,
@@ -506,7 +575,7 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     fallback["to_variant"] = "xnnpack-fp32".into();
     fallback["error_code"] = "runtime_load_failed".into();
     fallback["stage"] = "load_method".into();
-    add(
+    out.add(
         "telemetry-v1.json",
         bytes(&json!({"events": [load, fallback]})),
         json!({"kind": "telemetry", "schema": "telemetry.schema.json",
@@ -520,7 +589,7 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     let mut inference = event("inference", "xnnpack-fp32", "vector-install-2");
     inference["method"] = "forward".into();
     inference["p95_ms"] = 8.25.into();
-    add(
+    out.add(
         "telemetry-future.json",
         bytes(&json!({"events": [newer, inference], "batch_id": "b-1"})),
         json!({"kind": "telemetry", "schema": "telemetry.schema.json",
@@ -528,16 +597,6 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
                           "unknown_fields": ["clock_offset_s", "method", "p95_ms", "thermal"]},
                "about": "a newer client's batch: unknown fields and stage, and an event of a kind this server does not know"}),
     );
-
-    let mut index_bytes = serde_json::to_vec_pretty(&json!({
-        "protocol": 1,
-        "about": "Protocol v1 conformance vectors; see docs/protocol.md. Regenerate only on purpose: cargo run -p ferry-tests --bin vectors",
-        "keys": "keys/ (trust.json is the pinned root; for these vectors only)",
-        "vectors": index,
-    }))?;
-    index_bytes.push(b'\n');
-    out.push(("index.json".into(), index_bytes));
-    Ok(out)
 }
 
 /// Uploads the fixture programs the vector release names to `app`.
