@@ -88,12 +88,18 @@ fn models_health_windows_and_completions() {
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("model_not_found"));
 
+    resolve_from_flags_and_profiles(&server.url, s.tmp.path());
+    completions_and_help();
+}
+
+/// Which variant a device would get, and why, from flags or a profile file.
+fn resolve_from_flags_and_profiles(url: &str, tmp: &std::path::Path) {
     // Which variant a device would get, and why, from flags or a profile file.
     let out = run_ok(ferry().args([
         "resolve",
         "ops",
         "--server",
-        &server.url,
+        url,
         "--platform",
         "linux",
         "--backends",
@@ -110,7 +116,7 @@ fn models_health_windows_and_completions() {
             || out.contains("ops 2.0.0 (staged cohort): tries xnnpack-fp32"),
         "{out}"
     );
-    let profile = s.tmp.path().join("old-phone.json");
+    let profile = tmp.join("old-phone.json");
     std::fs::write(
         &profile,
         r#"{"platform": "android", "runtime_version": "1.4.0", "app_version": "1.0.0",
@@ -118,7 +124,7 @@ fn models_health_windows_and_completions() {
     )
     .expect("profile");
     let out = ferry()
-        .args(["resolve", "ops", "--server", &server.url, "--profile"])
+        .args(["resolve", "ops", "--server", url, "--profile"])
         .arg(&profile)
         .output()
         .expect("run");
@@ -132,7 +138,7 @@ fn models_health_windows_and_completions() {
                 "resolve",
                 "ops",
                 "--server",
-                &server.url,
+                url,
                 "--runtime",
                 "1.5.1",
                 "--json",
@@ -147,7 +153,7 @@ fn models_health_windows_and_completions() {
             "resolve",
             "nosuch",
             "--server",
-            &server.url,
+            url,
             "--platform",
             "linux",
             "--runtime",
@@ -160,14 +166,7 @@ fn models_health_windows_and_completions() {
     assert_eq!(out.status.code(), Some(4));
     assert!(String::from_utf8_lossy(&out.stderr).contains("model_not_found"));
     let out = ferry()
-        .args([
-            "resolve",
-            "ops",
-            "--server",
-            &server.url,
-            "--runtime",
-            "1.5.1",
-        ])
+        .args(["resolve", "ops", "--server", url, "--runtime", "1.5.1"])
         .output()
         .expect("run");
     assert_eq!(
@@ -175,7 +174,10 @@ fn models_health_windows_and_completions() {
         Some(2),
         "a missing platform is a usage error"
     );
+}
 
+/// Shell completions, and examples at the end of every command's help.
+fn completions_and_help() {
     for shell in ["bash", "zsh", "fish"] {
         let script = run_ok(ferry().args(["completions", shell]));
         assert!(

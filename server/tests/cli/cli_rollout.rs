@@ -48,8 +48,16 @@ fn two_server_processes_racing_on_one_rollout() {
     ]));
     assert!(out.contains("staged 2.0.0 at 0.5%"), "{out}");
 
+    race_sets(&a.url, &b.url);
+    lifecycle(&a.url, &b.url);
+    deny_by_cli(&a.url);
+    exit_codes(&a.url, tmp.path());
+}
+
+/// Thirty `rollout set` from six threads across both processes: every one is kept.
+fn race_sets(a: &str, b: &str) {
     // 6 threads, alternating between the two processes, 5 changes each.
-    let urls = [a.url.clone(), b.url.clone()];
+    let urls = [a.to_string(), b.to_string()];
     let threads: Vec<_> = (0..6)
         .map(|t| {
             let url = urls[t % 2].clone();
@@ -75,7 +83,7 @@ fn two_server_processes_racing_on_one_rollout() {
         t.join().expect("thread");
     }
     let status = run_ok(ferry().args([
-        "rollout", "status", "race", "--json", "--server", &b.url, "--token", TOKEN,
+        "rollout", "status", "race", "--json", "--server", b, "--token", TOKEN,
     ]));
     let v: serde_json::Value = serde_json::from_str(&status).expect("json");
     let history = v["history"].as_array().expect("history");
@@ -96,15 +104,15 @@ fn two_server_processes_racing_on_one_rollout() {
         .collect();
     want.sort();
     assert_eq!(bps, want);
+}
 
+/// Pause, resume and rollback; the release table, a dry run, and `start` of an older release refused.
+fn lifecycle(a: &str, b: &str) {
     for action in ["pause", "resume", "rollback"] {
-        run_ok(ferry().args([
-            "rollout", action, "race", "--server", &b.url, "--token", TOKEN,
-        ]));
+        run_ok(ferry().args(["rollout", action, "race", "--server", b, "--token", TOKEN]));
     }
-    let status = run_ok(ferry().args([
-        "rollout", "status", "race", "--server", &a.url, "--token", TOKEN,
-    ]));
+    let status =
+        run_ok(ferry().args(["rollout", "status", "race", "--server", a, "--token", TOKEN]));
     assert!(
         status
             .lines()
@@ -113,7 +121,7 @@ fn two_server_processes_racing_on_one_rollout() {
         "{status}"
     );
     // The lifecycle as a table and as JSON.
-    let table = run_ok(ferry().args(["releases", "race", "--server", &a.url, "--token", TOKEN]));
+    let table = run_ok(ferry().args(["releases", "race", "--server", a, "--token", TOKEN]));
     let rows: Vec<Vec<&str>> = table
         .lines()
         .map(|l| l.split_whitespace().collect())
@@ -123,25 +131,25 @@ fn two_server_processes_racing_on_one_rollout() {
     assert!(table.contains("(rolled back)"), "{table}");
     assert_eq!(rows[2][..2], ["1.0.0", "live"], "{table}");
     let json = run_ok(ferry().args([
-        "releases", "race", "--json", "--server", &a.url, "--token", TOKEN,
+        "releases", "race", "--json", "--server", a, "--token", TOKEN,
     ]));
     let v: serde_json::Value = serde_json::from_str(&json).expect("json");
     assert_eq!(v["releases"][1]["state"], "live");
     // A dry run prints the preview and writes nothing.
-    let before = history_len(&a.url);
+    let before = history_len(a);
     let dry = run_ok(ferry().args([
         "rollout",
         "resume",
         "race",
         "--dry-run",
         "--server",
-        &a.url,
+        a,
         "--token",
         TOKEN,
     ]));
     assert!(dry.starts_with("dry run, nothing changed"), "{dry}");
     assert!(dry.contains("install ids changing release: "), "{dry}");
-    assert_eq!(history_len(&a.url), before);
+    assert_eq!(history_len(a), before);
     // Going back to an older baseline is only `revert`, with a reason.
     let refused = ferry()
         .args([
@@ -153,7 +161,7 @@ fn two_server_processes_racing_on_one_rollout() {
             "--percent",
             "5",
             "--server",
-            &a.url,
+            a,
             "--token",
             TOKEN,
         ])
@@ -169,6 +177,10 @@ fn two_server_processes_racing_on_one_rollout() {
         "{}",
         String::from_utf8_lossy(&refused.stderr)
     );
+}
+
+/// The deny list by CLI, then `health`.
+fn deny_by_cli(url: &str) {
     // The deny list by CLI: no override of an entry that does not exist, no entry for a
     // variant that does not exist; add, list, override, clear.
     let target = |action: &str, variant: &str| {
@@ -184,7 +196,7 @@ fn two_server_processes_racing_on_one_rollout() {
                 "--soc",
                 "SM8450",
                 "--server",
-                &a.url,
+                url,
                 "--token",
                 TOKEN,
             ])
@@ -211,7 +223,7 @@ fn two_server_processes_racing_on_one_rollout() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let list = run_ok(ferry().args(["deny", "list", "race", "--server", &a.url, "--token", TOKEN]));
+    let list = run_ok(ferry().args(["deny", "list", "race", "--server", url, "--token", TOKEN]));
     let row: Vec<&str> = list
         .lines()
         .nth(1)
@@ -224,23 +236,27 @@ fn two_server_processes_racing_on_one_rollout() {
         "{list}"
     );
     assert!(target("clear", "xnnpack-fp32").status.success());
-    let list = run_ok(ferry().args(["deny", "list", "race", "--server", &a.url, "--token", TOKEN]));
+    let list = run_ok(ferry().args(["deny", "list", "race", "--server", url, "--token", TOKEN]));
     assert!(list.contains("the deny list is empty"), "{list}");
     let health = run_ok(ferry().args([
-        "health", "race", "--json", "--server", &a.url, "--token", TOKEN,
+        "health", "race", "--json", "--server", url, "--token", TOKEN,
     ]));
     let h: serde_json::Value = serde_json::from_str(&health).expect("json");
     assert_eq!(h["model"], "race");
+}
+
+/// Exit codes by class, and a bad percent refused before anything is sent.
+fn exit_codes(url: &str, tmp: &std::path::Path) {
     let no_token = ferry()
         .args(["rollout", "status", "race"])
-        .env("FERRY_PROFILE", tmp.path().join("missing.toml"))
+        .env("FERRY_PROFILE", tmp.join("missing.toml"))
         .output()
         .expect("run");
     assert_eq!(no_token.status.code(), Some(3), "no token: exit 3");
     // Exit codes by class: not found, wrong token, unreachable server.
     let code = |args: &[&str]| ferry().args(args).output().expect("run").status.code();
     assert_eq!(
-        code(&["releases", "nosuch", "--server", &a.url, "--token", TOKEN]),
+        code(&["releases", "nosuch", "--server", url, "--token", TOKEN]),
         Some(4)
     );
     assert_eq!(
@@ -248,7 +264,7 @@ fn two_server_processes_racing_on_one_rollout() {
             "releases",
             "race",
             "--server",
-            &a.url,
+            url,
             "--token",
             "wrong-token-0123456789"
         ]),
@@ -276,7 +292,7 @@ fn two_server_processes_racing_on_one_rollout() {
             "--percent",
             "0.001",
             "--server",
-            &a.url,
+            url,
             "--token",
             TOKEN,
         ])

@@ -6,6 +6,7 @@ mod cli_json;
 mod cli_keys;
 mod cli_ops;
 mod cli_publish;
+mod cli_publish_checks;
 mod cli_ramp;
 mod cli_revoke;
 mod cli_rollout;
