@@ -128,120 +128,8 @@ fn an_operator_runs_a_rollout_from_the_dashboard() {
     assert!((0.03..0.07).contains(&before), "{before}");
 
     let lines = browse("rollout", &app);
-    // Signed out: the page asked the admin API nothing; a wrong token got nothing.
-    assert_eq!(step(&lines, "signed_out")["admin_requests"], 0);
-    let wrong = step(&lines, "wrong_token");
-    assert!(
-        wrong["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("unauthorized"),
-        "{wrong}"
-    );
-    assert_eq!(wrong["tables"], 0);
-    assert!(
-        wrong["admin"]
-            .as_array()
-            .expect("admin")
-            .iter()
-            .all(|r| r["status"] == 401),
-        "{wrong}"
-    );
-    // The models table.
-    let models = step(&lines, "models")["rows"]
-        .as_array()
-        .expect("rows")
-        .clone();
-    assert_eq!(models.len(), 1, "{models:?}");
-    assert_eq!(models[0][0], "mlp");
-    assert_eq!(models[0][1], "1.0.0");
-    assert_eq!(models[0][2], "2.0.0 at 5%");
-    // The release page: notes as text, and each variant's delegation report as the inspector
-    // recorded it at publish.
-    let release = step(&lines, "release");
-    assert_eq!(
-        release["notes"], "<img src=x onerror=alert(1)> new weights",
-        "{release}"
-    );
-    let (s, stored) = app.get_json("/v1/admin/models/mlp/releases/2.0.0", Some(READ_TOKEN));
-    assert_eq!(s, 200);
-    let report = release["report"].as_array().expect("report");
-    assert_eq!(
-        report.len(),
-        stored["variants"].as_array().expect("variants").len()
-    );
-    for section in report {
-        let id = section["variant"].as_str().expect("id");
-        let m = &stored["inspection"][id]["methods"][0];
-        let row = &section["rows"][0];
-        assert_eq!(row[0], m["name"], "{section}");
-        assert_eq!(row[1], m["summary"], "{section}");
-        let portable: Vec<String> = m["kernel_calls"]
-            .as_object()
-            .expect("kernel calls")
-            .iter()
-            .map(|(op, n)| format!("{op} ×{n}"))
-            .collect();
-        let want = if portable.is_empty() {
-            "none".to_string()
-        } else {
-            portable.join(", ")
-        };
-        assert_eq!(row[3], want.as_str(), "{section}");
-    }
-    // The rollout moved from 5% to 20% through the page, after a preview of the share.
-    let rollout = step(&lines, "rollout");
-    assert!(
-        rollout["before"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("at 5%"),
-        "{rollout}"
-    );
-    assert!(
-        rollout["share"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("set to 20%: 15% of install ids change release"),
-        "{rollout}"
-    );
-    assert!(
-        rollout["stale"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("The form changed since the preview"),
-        "{rollout}"
-    );
-    let (s, r) = app.get_json("/v1/admin/models/mlp/rollout", Some(READ_TOKEN));
-    assert_eq!(s, 200);
-    assert_eq!(r["current"]["basis_points"], 2000, "{r}");
-    assert_eq!(r["current"]["reason"], "dashboard test: widen to 20%");
-    let after = staged_share(&app, 2000);
-    assert!((0.17..0.23).contains(&after), "{before} -> {after}");
-
-    // Staged devices report Vulkan failing on one SoC: the rollout halts, that SoC is denied.
-    let mut events = Vec::new();
-    for i in 0..90 {
-        let id = format!("ui-staged-{i}");
-        if i % 2 == 0 {
-            events.push(event("load", "failed", "vulkan-fp32", &id, "SM8350"));
-            events.push(event("fallback", "failed", "vulkan-fp32", &id, "SM8350"));
-        } else {
-            events.push(event("load", "ok", "vulkan-fp32", &id, "SM8550"));
-        }
-    }
-    let events = app.with_receipts(&events);
-    let (s, body) = app.post_raw(
-        "/v1/telemetry",
-        &serde_json::to_vec(&serde_json::json!({ "events": events })).expect("json"),
-        None,
-    );
-    assert_eq!(s, 200, "{body}");
-    app.settle();
-    let (_, r) = app.get_json("/v1/admin/models/mlp/rollout", Some(READ_TOKEN));
-    assert_eq!(r["current"]["state"], "halted", "{r}");
-    let reason = r["current"]["reason"].as_str().expect("reason").to_string();
-
+    first_pass(&app, &lines, before);
+    let reason = fail_on_one_soc(&app);
     let mut screenshots: Vec<String> = lines
         .iter()
         .filter(|l| l["step"] == "screenshot")
@@ -350,6 +238,129 @@ fn an_operator_runs_a_rollout_from_the_dashboard() {
         let png = std::fs::read(f).expect("screenshot");
         assert!(png.starts_with(b"\x89PNG") && png.len() > 1000, "{f}");
     }
+}
+
+/// The first pass through the page: signing in, the models table, the release page with its
+/// notes as text and its delegation report, and the rollout moved from 5% to 20%.
+fn first_pass(app: &TestApp, lines: &[serde_json::Value], before: f64) {
+    // Signed out: the page asked the admin API nothing; a wrong token got nothing.
+    assert_eq!(step(lines, "signed_out")["admin_requests"], 0);
+    let wrong = step(lines, "wrong_token");
+    assert!(
+        wrong["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("unauthorized"),
+        "{wrong}"
+    );
+    assert_eq!(wrong["tables"], 0);
+    assert!(
+        wrong["admin"]
+            .as_array()
+            .expect("admin")
+            .iter()
+            .all(|r| r["status"] == 401),
+        "{wrong}"
+    );
+    // The models table.
+    let models = step(lines, "models")["rows"]
+        .as_array()
+        .expect("rows")
+        .clone();
+    assert_eq!(models.len(), 1, "{models:?}");
+    assert_eq!(models[0][0], "mlp");
+    assert_eq!(models[0][1], "1.0.0");
+    assert_eq!(models[0][2], "2.0.0 at 5%");
+    // The release page: notes as text, and each variant's delegation report as the inspector
+    // recorded it at publish.
+    let release = step(lines, "release");
+    assert_eq!(
+        release["notes"], "<img src=x onerror=alert(1)> new weights",
+        "{release}"
+    );
+    let (s, stored) = app.get_json("/v1/admin/models/mlp/releases/2.0.0", Some(READ_TOKEN));
+    assert_eq!(s, 200);
+    let report = release["report"].as_array().expect("report");
+    assert_eq!(
+        report.len(),
+        stored["variants"].as_array().expect("variants").len()
+    );
+    for section in report {
+        let id = section["variant"].as_str().expect("id");
+        let m = &stored["inspection"][id]["methods"][0];
+        let row = &section["rows"][0];
+        assert_eq!(row[0], m["name"], "{section}");
+        assert_eq!(row[1], m["summary"], "{section}");
+        let portable: Vec<String> = m["kernel_calls"]
+            .as_object()
+            .expect("kernel calls")
+            .iter()
+            .map(|(op, n)| format!("{op} ×{n}"))
+            .collect();
+        let want = if portable.is_empty() {
+            "none".to_string()
+        } else {
+            portable.join(", ")
+        };
+        assert_eq!(row[3], want.as_str(), "{section}");
+    }
+    // The rollout moved from 5% to 20% through the page, after a preview of the share.
+    let rollout = step(lines, "rollout");
+    assert!(
+        rollout["before"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("at 5%"),
+        "{rollout}"
+    );
+    assert!(
+        rollout["share"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("set to 20%: 15% of install ids change release"),
+        "{rollout}"
+    );
+    assert!(
+        rollout["stale"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("The form changed since the preview"),
+        "{rollout}"
+    );
+    let (s, r) = app.get_json("/v1/admin/models/mlp/rollout", Some(READ_TOKEN));
+    assert_eq!(s, 200);
+    assert_eq!(r["current"]["basis_points"], 2000, "{r}");
+    assert_eq!(r["current"]["reason"], "dashboard test: widen to 20%");
+    let after = staged_share(app, 2000);
+    assert!((0.17..0.23).contains(&after), "{before} -> {after}");
+}
+
+/// Staged devices report Vulkan failing on one SoC: the rollout halts, that SoC is denied.
+/// Returns the halt's reason.
+fn fail_on_one_soc(app: &TestApp) -> String {
+    // Staged devices report Vulkan failing on one SoC: the rollout halts, that SoC is denied.
+    let mut events = Vec::new();
+    for i in 0..90 {
+        let id = format!("ui-staged-{i}");
+        if i % 2 == 0 {
+            events.push(event("load", "failed", "vulkan-fp32", &id, "SM8350"));
+            events.push(event("fallback", "failed", "vulkan-fp32", &id, "SM8350"));
+        } else {
+            events.push(event("load", "ok", "vulkan-fp32", &id, "SM8550"));
+        }
+    }
+    let events = app.with_receipts(&events);
+    let (s, body) = app.post_raw(
+        "/v1/telemetry",
+        &serde_json::to_vec(&serde_json::json!({ "events": events })).expect("json"),
+        None,
+    );
+    assert_eq!(s, 200, "{body}");
+    app.settle();
+    let (_, r) = app.get_json("/v1/admin/models/mlp/rollout", Some(READ_TOKEN));
+    assert_eq!(r["current"]["state"], "halted", "{r}");
+
+    r["current"]["reason"].as_str().expect("reason").to_string()
 }
 
 #[test]

@@ -119,108 +119,13 @@ fn windows_compaction_and_retention_keep_every_total() {
     });
     app.publish(&mlp_v1());
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
-    // Three days ago: 40 minutes from two replica runs (compacted into an hour, then a day).
-    let old_hour = Level::Hour.floor(now - 3 * 86_400);
-    for m in 0..20 {
-        for w in ["node-x.1", "node-y.2"] {
-            let r = rollup(3, m * 10);
-            plant(
-                &app,
-                &minute(old_hour + m as i64 * 60, w),
-                &serde_json::to_vec(&r).expect("json"),
-            );
-        }
-    }
-    // Three hours ago: 10 minutes of one run (compacted into an hour part, kept as such).
-    let recent_hour = Level::Hour.floor(now - 3 * 3600);
-    for m in 0..10 {
-        plant(
-            &app,
-            &minute(recent_hour + m * 60, "node-z.3"),
-            &serde_json::to_vec(&rollup(2, 0)).expect("json"),
-        );
-    }
-    // An hour that another compactor already wrote a part for, its sources not yet deleted:
-    // they must not count twice, and are cleaned up.
-    let done_hour = Level::Hour.floor(now - 4 * 3600);
-    let sources: Vec<BucketKey> = (0..3)
-        .map(|m| minute(done_hour + m * 60, "node-w.4"))
-        .collect();
-    for k in &sources {
-        plant(&app, k, &serde_json::to_vec(&rollup(5, 0)).expect("json"));
-    }
-    let mut merged = Rollup::default();
-    for _ in &sources {
-        merged.merge(&rollup(5, 0));
-    }
-    plant(
-        &app,
-        &BucketKey {
-            level: Level::Hour,
-            start: done_hour,
-            name: "part-000001".into(),
-        },
-        &serde_json::to_vec(&Part {
-            sources: sources.iter().map(|k| k.path().to_string()).collect(),
-            rollup: merged,
-        })
-        .expect("json"),
-    );
-    // An hour that was compacted and then merged into its day (three days ago), and a minute
-    // of it that arrives only now: it must count, under a part name never used before.
-    let late_hour = Level::Hour.floor(now - 3 * 86_400) + 3600;
-    let merged_part = BucketKey {
-        level: Level::Hour,
-        start: late_hour,
-        name: "part-000001".into(),
-    };
-    plant(
-        &app,
-        &BucketKey {
-            level: Level::Day,
-            start: Level::Day.floor(late_hour),
-            name: "part-000003".into(),
-        },
-        &serde_json::to_vec(&Part {
-            sources: vec![merged_part.path().to_string()],
-            rollup: rollup(4, 0),
-        })
-        .expect("json"),
-    );
-    plant(
-        &app,
-        &minute(late_hour + 120, "node-late.9-000000"),
-        &serde_json::to_vec(&rollup(6, 0)).expect("json"),
-    );
-    // A day part past the 90-day retention.
-    let expired = BucketKey {
-        level: Level::Day,
-        start: Level::Day.floor(now - 100 * 86_400),
-        name: "part-000001".into(),
-    };
-    plant(
-        &app,
-        &expired,
-        &serde_json::to_vec(&Part {
-            sources: vec![],
-            rollup: rollup(7, 0),
-        })
-        .expect("json"),
-    );
-    // Raw Parquet folders: one past the 90-day raw retention, one within it.
-    let raw_day = |days: i64| {
-        format!(
-            "telemetry/events/date={}/node-x-1-0.parquet",
-            time::OffsetDateTime::from_unix_timestamp(now - days * 86_400)
-                .expect("time")
-                .date()
-        )
-    };
-    for days in [100, 10] {
-        let path = app.store_dir().join(raw_day(days));
-        std::fs::create_dir_all(path.parent().expect("parent")).expect("dir");
-        std::fs::write(&path, b"PAR1").expect("write");
-    }
+    let Planted {
+        old_hour,
+        recent_hour,
+        done_hour,
+        merged_part,
+        expired,
+    } = plant_buckets(&app, now);
     // And live events now, through the API.
     let live: Vec<serde_json::Value> = (0..12)
         .map(|i| {
@@ -294,8 +199,11 @@ fn windows_compaction_and_retention_keep_every_total() {
         assert!(files.contains(&part.path().to_string()), "{files:?}");
     }
     let stored = app.stored_files();
-    assert!(!stored.contains(&raw_day(100)), "raw retention: {stored:?}");
-    assert!(stored.contains(&raw_day(10)), "{stored:?}");
+    assert!(
+        !stored.contains(&raw_day(now, 100)),
+        "raw retention: {stored:?}"
+    );
+    assert!(stored.contains(&raw_day(now, 10)), "{stored:?}");
     assert!(
         !files.iter().any(|f| f.contains("/node-w.4")),
         "merged sources are deleted: {files:?}"
@@ -336,6 +244,131 @@ fn windows_compaction_and_retention_keep_every_total() {
         .expect("health");
     let h: serde_json::Value = serde_json::from_reader(r.body_mut().as_reader()).expect("json");
     assert_eq!(loads(&h), total, "{h}");
+}
+
+/// The planted raw Parquet file `days` before `now`.
+fn raw_day(now: i64, days: i64) -> String {
+    format!(
+        "telemetry/events/date={}/node-x-1-0.parquet",
+        time::OffsetDateTime::from_unix_timestamp(now - days * 86_400)
+            .expect("time")
+            .date()
+    )
+}
+
+/// What was planted that the checks name.
+struct Planted {
+    old_hour: i64,
+    recent_hour: i64,
+    done_hour: i64,
+    merged_part: BucketKey,
+    expired: BucketKey,
+}
+
+/// Plants bucket objects and raw folders of every age around `now`, as earlier runs and
+/// other compactors left them.
+fn plant_buckets(app: &TestApp, now: i64) -> Planted {
+    // Three days ago: 40 minutes from two replica runs (compacted into an hour, then a day).
+    let old_hour = Level::Hour.floor(now - 3 * 86_400);
+    for m in 0..20 {
+        for w in ["node-x.1", "node-y.2"] {
+            let r = rollup(3, m * 10);
+            plant(
+                app,
+                &minute(old_hour + m as i64 * 60, w),
+                &serde_json::to_vec(&r).expect("json"),
+            );
+        }
+    }
+    // Three hours ago: 10 minutes of one run (compacted into an hour part, kept as such).
+    let recent_hour = Level::Hour.floor(now - 3 * 3600);
+    for m in 0..10 {
+        plant(
+            app,
+            &minute(recent_hour + m * 60, "node-z.3"),
+            &serde_json::to_vec(&rollup(2, 0)).expect("json"),
+        );
+    }
+    // An hour that another compactor already wrote a part for, its sources not yet deleted:
+    // they must not count twice, and are cleaned up.
+    let done_hour = Level::Hour.floor(now - 4 * 3600);
+    let sources: Vec<BucketKey> = (0..3)
+        .map(|m| minute(done_hour + m * 60, "node-w.4"))
+        .collect();
+    for k in &sources {
+        plant(app, k, &serde_json::to_vec(&rollup(5, 0)).expect("json"));
+    }
+    let mut merged = Rollup::default();
+    for _ in &sources {
+        merged.merge(&rollup(5, 0));
+    }
+    plant(
+        app,
+        &BucketKey {
+            level: Level::Hour,
+            start: done_hour,
+            name: "part-000001".into(),
+        },
+        &serde_json::to_vec(&Part {
+            sources: sources.iter().map(|k| k.path().to_string()).collect(),
+            rollup: merged,
+        })
+        .expect("json"),
+    );
+    // An hour that was compacted and then merged into its day (three days ago), and a minute
+    // of it that arrives only now: it must count, under a part name never used before.
+    let late_hour = Level::Hour.floor(now - 3 * 86_400) + 3600;
+    let merged_part = BucketKey {
+        level: Level::Hour,
+        start: late_hour,
+        name: "part-000001".into(),
+    };
+    plant(
+        app,
+        &BucketKey {
+            level: Level::Day,
+            start: Level::Day.floor(late_hour),
+            name: "part-000003".into(),
+        },
+        &serde_json::to_vec(&Part {
+            sources: vec![merged_part.path().to_string()],
+            rollup: rollup(4, 0),
+        })
+        .expect("json"),
+    );
+    plant(
+        app,
+        &minute(late_hour + 120, "node-late.9-000000"),
+        &serde_json::to_vec(&rollup(6, 0)).expect("json"),
+    );
+    // A day part past the 90-day retention.
+    let expired = BucketKey {
+        level: Level::Day,
+        start: Level::Day.floor(now - 100 * 86_400),
+        name: "part-000001".into(),
+    };
+    plant(
+        app,
+        &expired,
+        &serde_json::to_vec(&Part {
+            sources: vec![],
+            rollup: rollup(7, 0),
+        })
+        .expect("json"),
+    );
+    // Raw Parquet folders: one past the 90-day raw retention, one within it.
+    for days in [100, 10] {
+        let path = app.store_dir().join(raw_day(now, days));
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("dir");
+        std::fs::write(&path, b"PAR1").expect("write");
+    }
+    Planted {
+        old_hour,
+        recent_hour,
+        done_hour,
+        merged_part,
+        expired,
+    }
 }
 
 #[test]

@@ -114,37 +114,7 @@ fn a_new_release_key_is_trusted_by_every_replica_without_a_restart() {
         );
     }
 
-    // Hostile or wrong keyrings are refused with their reason, and nothing is stored.
-    let forged = {
-        let mut env: ferry_shared::dsse::Envelope = serde_json::from_slice(&v2).expect("env");
-        env.signatures[0].sig = env.signatures[0].sig.chars().rev().collect();
-        serde_json::to_vec(&env).expect("json")
-    };
-    for (bad, code) in [
-        (&b"not json"[..], "keyring_invalid"),
-        (&forged[..], "keyring_invalid"),
-    ] {
-        let (status, b) = post(&urls[1], "/v1/admin/keyring", bad);
-        assert_eq!(b["code"], code, "{status} {b}");
-        assert!(status >= 400, "{b}");
-    }
-    // Version 1 again, byte for byte, is what the server holds: fine, nothing new.
-    let held = std::fs::read(app.dir.path().join("keys/keyring/00000001.json")).expect("v1");
-    let (status, b) = post(&urls[1], "/v1/admin/keyring", &held);
-    assert_eq!((status, b["new"].as_bool()), (200, Some(false)), "{b}");
-    // A read-only token may not change the keyring.
-    let agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .new_agent();
-    let resp = agent
-        .post(format!("{}/v1/admin/keyring", urls[0]))
-        .header("authorization", format!("Bearer {READ_TOKEN}"))
-        .header("content-type", "application/json")
-        .send(&v2[..])
-        .expect("post");
-    assert_eq!(resp.status().as_u16(), 403);
-
+    wrong_pushes_refused(&app, &urls, &v2);
     // The push, to one replica: in force there at once, twice is the same.
     let (status, b) = post(&urls[1], "/v1/admin/keyring", &v2);
     assert_eq!((status, b["version"].as_u64()), (201, Some(2)), "{b}");
@@ -258,11 +228,19 @@ fn a_new_release_key_is_trusted_by_every_replica_without_a_restart() {
     assert_eq!(m.release, "1.1.0");
     assert_eq!(c.keyring_version(), 2);
 
-    // A file that is not a keyring where version 3 goes blocks only that version, with a
-    // message that says what to do; once it is removed the push works.
-    keys::rotate(offline.path(), RotateRole::Release, None).expect("rotate again");
-    let v3 = std::fs::read(offline.path().join("keyring/00000003.json")).expect("v3");
-    store_put(&storage, 3, Some(b"junk"));
+    a_stray_file_blocks_only_its_version(&storage, &urls, offline.path());
+}
+
+/// A file that is not a keyring where version 3 goes blocks only that version, with a message
+/// that says what to do; once it is removed the push works.
+fn a_stray_file_blocks_only_its_version(
+    storage: &ferry_server::storage::config::StorageConfig,
+    urls: &[String],
+    offline: &Path,
+) {
+    keys::rotate(offline, RotateRole::Release, None).expect("rotate again");
+    let v3 = std::fs::read(offline.join("keyring/00000003.json")).expect("v3");
+    store_put(storage, 3, Some(b"junk"));
     let (status, b) = post(&urls[0], "/v1/admin/keyring", &v3);
     assert_eq!(
         (status, b["code"].as_str()),
@@ -277,9 +255,44 @@ fn a_new_release_key_is_trusted_by_every_replica_without_a_restart() {
         "{b}"
     );
     assert_eq!(get(&urls[0], "/v1/keyring")["version"], 2);
-    store_put(&storage, 3, None);
+    store_put(storage, 3, None);
     let (status, b) = post(&urls[0], "/v1/admin/keyring", &v3);
     assert_eq!((status, b["version"].as_u64()), (201, Some(3)), "{b}");
+}
+
+/// Hostile or wrong keyrings are refused with their reason, version 1 again is nothing new,
+/// and a read-only token may not push.
+fn wrong_pushes_refused(app: &TestApp, urls: &[String], v2: &[u8]) {
+    // Hostile or wrong keyrings are refused with their reason, and nothing is stored.
+    let forged = {
+        let mut env: ferry_shared::dsse::Envelope = serde_json::from_slice(v2).expect("env");
+        env.signatures[0].sig = env.signatures[0].sig.chars().rev().collect();
+        serde_json::to_vec(&env).expect("json")
+    };
+    for (bad, code) in [
+        (&b"not json"[..], "keyring_invalid"),
+        (&forged[..], "keyring_invalid"),
+    ] {
+        let (status, b) = post(&urls[1], "/v1/admin/keyring", bad);
+        assert_eq!(b["code"], code, "{status} {b}");
+        assert!(status >= 400, "{b}");
+    }
+    // Version 1 again, byte for byte, is what the server holds: fine, nothing new.
+    let held = std::fs::read(app.dir.path().join("keys/keyring/00000001.json")).expect("v1");
+    let (status, b) = post(&urls[1], "/v1/admin/keyring", &held);
+    assert_eq!((status, b["new"].as_bool()), (200, Some(false)), "{b}");
+    // A read-only token may not change the keyring.
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let resp = agent
+        .post(format!("{}/v1/admin/keyring", urls[0]))
+        .header("authorization", format!("Bearer {READ_TOKEN}"))
+        .header("content-type", "application/json")
+        .send(v2)
+        .expect("post");
+    assert_eq!(resp.status().as_u16(), 403);
 }
 
 /// Puts `bytes` where keyring version `version` goes in the store, or deletes it (`None`).

@@ -357,6 +357,30 @@ fn a_telemetry_flood_denies_one_soc_and_halts_the_staged_release() {
         "{deny:?}"
     );
     assert!(!soc_denies.iter().any(|d| d.2 == "SM8550"), "{deny:?}");
+    health_numbers(&h);
+    halted_with_reason(&app, &h);
+    resolve_after_the_halt(&app, &batch);
+    // Raw events and minute buckets reach the store (flushed every second).
+    let mut waited = 0;
+    loop {
+        let files = app.stored_files();
+        let raw = files
+            .iter()
+            .any(|f| f.starts_with("telemetry/events/date=") && f.ends_with(".parquet"));
+        let rollup = files
+            .iter()
+            .any(|f| f.starts_with("telemetry/buckets/minute/"));
+        if raw && rollup {
+            break;
+        }
+        waited += 1;
+        assert!(waited < 100, "no flush: {files:?}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// The health view's numbers for 1.0.0's Vulkan variant.
+fn health_numbers(h: &serde_json::Value) {
     // Health numbers.
     let v1 = h["releases"]
         .as_array()
@@ -378,7 +402,10 @@ fn a_telemetry_flood_denies_one_soc_and_halts_the_staged_release() {
     // Every load took 12.5 ms; the sketch answers within its 1% relative error.
     let p50 = vk["load_ms"]["p50"].as_f64().expect("p50");
     assert!((p50 - 12.5).abs() / 12.5 <= 0.01, "{p50}");
+}
 
+/// The staged release was halted, with the reason in the history.
+fn halted_with_reason(app: &TestApp, h: &serde_json::Value) {
     // The staged release was halted, with the reason in the history.
     assert_eq!(h["rollout"]["state"], "halted", "{}", h["rollout"]);
     assert_eq!(h["rollout"]["action"], "auto-halt");
@@ -392,7 +419,11 @@ fn a_telemetry_flood_denies_one_soc_and_halts_the_staged_release() {
     );
     let (_, hist) = app.get_json("/v1/admin/models/mlp/rollout", Some(READ_TOKEN));
     assert_eq!(hist["history"].as_array().map(Vec::len), Some(3));
+}
 
+/// Staged devices are back on the baseline; SM8450 no longer gets Vulkan and explain says why;
+/// SM8550 still does; an operator's override gives SM8450 Vulkan again.
+fn resolve_after_the_halt(app: &TestApp, batch: &[serde_json::Value]) {
     // Resolve: staged devices are back on the baseline; SM8450 no longer gets Vulkan and
     // explain says why; SM8550 still does.
     let (s, body) = app.resolve(&dev("s-3", "SM8450"), true);
@@ -434,29 +465,11 @@ fn a_telemetry_flood_denies_one_soc_and_halts_the_staged_release() {
         Some(ADMIN_TOKEN),
     );
     assert_eq!(s, 200, "{b}");
-    send(&app, &batch[..4]);
+    send(app, &batch[..4]);
     let (s, body) = app.resolve(&dev("s-3", "SM8450"), false);
     assert_eq!(s, 200);
     let (d, _) = app.verify_response(&body);
     assert_eq!(d.candidates[0].variant.as_str(), "vulkan-fp32");
-
-    // Raw events and minute buckets reach the store (flushed every second).
-    let mut waited = 0;
-    loop {
-        let files = app.stored_files();
-        let raw = files
-            .iter()
-            .any(|f| f.starts_with("telemetry/events/date=") && f.ends_with(".parquet"));
-        let rollup = files
-            .iter()
-            .any(|f| f.starts_with("telemetry/buckets/minute/"));
-        if raw && rollup {
-            break;
-        }
-        waited += 1;
-        assert!(waited < 100, "no flush: {files:?}");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
 }
 
 #[test]

@@ -114,6 +114,12 @@ fn real_responses_match_the_schemas() {
     let (_, body) = app.get_json("/v1/admin/models/nope", Some(READ_TOKEN));
     check("error.schema.json", &body);
 
+    telemetry_and_fleet_views(&app);
+}
+
+/// Telemetry a client sends and its answer, a rollout revision, the model list and the
+/// health view, against their schemas.
+fn telemetry_and_fleet_views(app: &TestApp) {
     // Telemetry: what a client sends, and the answer.
     let event = serde_json::json!({
         "kind": "fallback", "model": "mlp", "release": "1.0.0", "variant": "vulkan-fp32",
@@ -147,7 +153,7 @@ fn real_responses_match_the_schemas() {
     check_value(&wrapped, &answer);
 
     // A rollout revision.
-    ferry_tests::app::TestApp::publish(&app, &ferry_tests::app::mlp_v2());
+    ferry_tests::app::TestApp::publish(app, &ferry_tests::app::mlp_v2());
     let (status, plan) = app.post_raw(
         "/v1/admin/models/mlp/rollout",
         br#"{"action": "start", "release": "2.0.0", "percent": "5"}"#,

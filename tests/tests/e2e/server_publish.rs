@@ -110,98 +110,7 @@ fn each_refusal_has_its_code() {
     );
     assert_not_published(&app, "1.0.0");
 
-    // A portable variant whose program keeps its weights in a .ptd the release does not carry.
-    let ext = std::fs::read(ferry_tests::fixtures_dir().join("pte/mlp-external-portable.pte"))
-        .expect("fixture");
-    assert_eq!(app.put_blob(&ext), 201);
-    let mut needs_data = m.clone();
-    let portable = needs_data
-        .variants
-        .iter()
-        .position(|v| v.id.as_str() == "portable-fp32")
-        .expect("portable");
-    needs_data.variants[portable].sha256 = Sha256Digest::of(&ext);
-    needs_data.variants[portable].size = ext.len() as u64;
-    let (status, body) = app.post_release("mlp", &sign_manifest(&needs_data, &key));
-    assert_eq!(
-        (status, body["code"].as_str()),
-        (422, Some("data_files_missing")),
-        "{body}"
-    );
-    assert!(
-        body["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("keeps 4 tensor(s) in a separate data file (.ptd)"),
-        "{body}"
-    );
-    assert_not_published(&app, "1.0.0");
-    // With a data file that lacks one of the tensors (a valid .ptd, one key renamed), and with
-    // a "data file" that is a program: both refused after reading only their headers.
-    let ptd = std::fs::read(ferry_tests::fixtures_dir().join("pte/mlp-external-portable.ptd"))
-        .expect("fixture");
-    let at = ptd
-        .windows(10)
-        .position(|w| w == b"fc2.weight")
-        .expect("key");
-    let mut other = ptd.clone();
-    other[at + 2] = b'7';
-    let int32_bias = ferry_tests::ptd_with_scalar_type("fc2.bias", 3);
-    for (file, code, says) in [
-        (&other, "data_files_missing", "(fc2.weight)"),
-        (&ext, "not_a_pte", "data file weights.ptd"),
-        (
-            &int32_bias,
-            "data_files_mismatch",
-            "fc2.bias: the program declares float32 [8], weights.ptd holds int32 [8]",
-        ),
-    ] {
-        assert!(matches!(app.put_blob(file), 200 | 201));
-        let mut with_data = needs_data.clone();
-        with_data.variants[portable].extra_files = vec![ferry_shared::manifest::ExtraFile {
-            name: "weights.ptd".into(),
-            sha256: Sha256Digest::of(file),
-            size: file.len() as u64,
-        }];
-        let (status, body) = app.post_release("mlp", &sign_manifest(&with_data, &key));
-        assert_eq!((status, body["code"].as_str()), (422, Some(code)), "{body}");
-        assert!(
-            body["message"].as_str().unwrap_or_default().contains(says),
-            "{body}"
-        );
-        assert_not_published(&app, "1.0.0");
-    }
-    // The same data file twice under two names (the runtime refuses repeated tensor names),
-    // and two extra files with one name.
-    assert!(matches!(app.put_blob(&ptd), 200 | 201));
-    let entry = |name: &str| ferry_shared::manifest::ExtraFile {
-        name: name.into(),
-        sha256: Sha256Digest::of(&ptd),
-        size: ptd.len() as u64,
-    };
-    for (names, code, says) in [
-        (
-            ["a.ptd", "b.ptd"],
-            "data_files_mismatch",
-            "fc1.bias is in both a.ptd and b.ptd",
-        ),
-        (
-            ["a.ptd", "a.ptd"],
-            "manifest_invalid",
-            "two extra files are named \"a.ptd\"",
-        ),
-    ] {
-        let mut twice = needs_data.clone();
-        twice.variants[portable].extra_files = names.iter().map(|n| entry(n)).collect();
-        let (status, body) = app.post_release("mlp", &sign_manifest(&twice, &key));
-        assert_eq!((status, body["code"].as_str()), (422, Some(code)), "{body}");
-        assert!(
-            body["message"].as_str().unwrap_or_default().contains(says),
-            "{body}"
-        );
-        assert_not_published(&app, "1.0.0");
-    }
-
+    data_file_refusals(&app, &m, &key);
     // A variant that hides one of the backends its program calls.
     let mut hidden = m.clone();
     hidden.variants[xnn]
@@ -280,6 +189,106 @@ fn each_refusal_has_its_code() {
         body["inspection"]["portable-fp32"]["methods"][0]["kernel_calls"]["aten::relu.out"], 1,
         "{body}"
     );
+}
+
+/// Refusals about data files: one missing, one lacking a tensor or of another type, a program
+/// given as data, the same file twice, two files with one name.
+fn data_file_refusals(
+    app: &TestApp,
+    m: &ferry_shared::manifest::ReleaseManifest,
+    key: &ferry_server::keys::RoleKey,
+) {
+    // A portable variant whose program keeps its weights in a .ptd the release does not carry.
+    let ext = std::fs::read(ferry_tests::fixtures_dir().join("pte/mlp-external-portable.pte"))
+        .expect("fixture");
+    assert_eq!(app.put_blob(&ext), 201);
+    let mut needs_data = m.clone();
+    let portable = needs_data
+        .variants
+        .iter()
+        .position(|v| v.id.as_str() == "portable-fp32")
+        .expect("portable");
+    needs_data.variants[portable].sha256 = Sha256Digest::of(&ext);
+    needs_data.variants[portable].size = ext.len() as u64;
+    let (status, body) = app.post_release("mlp", &sign_manifest(&needs_data, key));
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (422, Some("data_files_missing")),
+        "{body}"
+    );
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("keeps 4 tensor(s) in a separate data file (.ptd)"),
+        "{body}"
+    );
+    assert_not_published(app, "1.0.0");
+    // With a data file that lacks one of the tensors (a valid .ptd, one key renamed), and with
+    // a "data file" that is a program: both refused after reading only their headers.
+    let ptd = std::fs::read(ferry_tests::fixtures_dir().join("pte/mlp-external-portable.ptd"))
+        .expect("fixture");
+    let at = ptd
+        .windows(10)
+        .position(|w| w == b"fc2.weight")
+        .expect("key");
+    let mut other = ptd.clone();
+    other[at + 2] = b'7';
+    let int32_bias = ferry_tests::ptd_with_scalar_type("fc2.bias", 3);
+    for (file, code, says) in [
+        (&other, "data_files_missing", "(fc2.weight)"),
+        (&ext, "not_a_pte", "data file weights.ptd"),
+        (
+            &int32_bias,
+            "data_files_mismatch",
+            "fc2.bias: the program declares float32 [8], weights.ptd holds int32 [8]",
+        ),
+    ] {
+        assert!(matches!(app.put_blob(file), 200 | 201));
+        let mut with_data = needs_data.clone();
+        with_data.variants[portable].extra_files = vec![ferry_shared::manifest::ExtraFile {
+            name: "weights.ptd".into(),
+            sha256: Sha256Digest::of(file),
+            size: file.len() as u64,
+        }];
+        let (status, body) = app.post_release("mlp", &sign_manifest(&with_data, key));
+        assert_eq!((status, body["code"].as_str()), (422, Some(code)), "{body}");
+        assert!(
+            body["message"].as_str().unwrap_or_default().contains(says),
+            "{body}"
+        );
+        assert_not_published(app, "1.0.0");
+    }
+    // The same data file twice under two names (the runtime refuses repeated tensor names),
+    // and two extra files with one name.
+    assert!(matches!(app.put_blob(&ptd), 200 | 201));
+    let entry = |name: &str| ferry_shared::manifest::ExtraFile {
+        name: name.into(),
+        sha256: Sha256Digest::of(&ptd),
+        size: ptd.len() as u64,
+    };
+    for (names, code, says) in [
+        (
+            ["a.ptd", "b.ptd"],
+            "data_files_mismatch",
+            "fc1.bias is in both a.ptd and b.ptd",
+        ),
+        (
+            ["a.ptd", "a.ptd"],
+            "manifest_invalid",
+            "two extra files are named \"a.ptd\"",
+        ),
+    ] {
+        let mut twice = needs_data.clone();
+        twice.variants[portable].extra_files = names.iter().map(|n| entry(n)).collect();
+        let (status, body) = app.post_release("mlp", &sign_manifest(&twice, key));
+        assert_eq!((status, body["code"].as_str()), (422, Some(code)), "{body}");
+        assert!(
+            body["message"].as_str().unwrap_or_default().contains(says),
+            "{body}"
+        );
+        assert_not_published(app, "1.0.0");
+    }
 }
 
 #[test]

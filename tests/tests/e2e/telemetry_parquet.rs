@@ -40,6 +40,12 @@ fn documented_queries(root: &std::path::Path) -> BTreeMap<String, String> {
     out
 }
 
+/// The SoCs the test's devices report.
+const SOCS: [&str; 3] = ["SM8650", "SM8450", "Tensor G3"];
+
+/// The device models the test's devices report.
+const MODELS: [&str; 2] = ["Pixel 8", "Galaxy S24"];
+
 struct Sent {
     installs: BTreeSet<String>,
     counted: usize,
@@ -61,8 +67,162 @@ fn every_accepted_event_is_in_parquet_and_the_documented_queries_run() {
         })),
     });
     app.publish(&mlp_v1());
-    let socs = ["SM8650", "SM8450", "Tensor G3"];
-    let models = ["Pixel 8", "Galaxy S24"];
+    let sent = send_batches(&app);
+    // Wait until DuckDB sees all 600 (the files are written within about two seconds).
+    let root = app.store_dir();
+    let table = duckdb::events_table(&root);
+    let mut rows = Vec::new();
+    for _ in 0..100 {
+        let written = app
+            .stored_files()
+            .iter()
+            .any(|f| f.starts_with("telemetry/events/"));
+        if written {
+            rows = duckdb::query(&format!("SELECT * FROM {table}"));
+            if rows.len() >= 600 {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(rows.len(), 600, "every accepted event, once");
+    let found: BTreeSet<String> = rows
+        .iter()
+        .map(|r| r["install_id"].as_str().expect("install_id").to_string())
+        .collect();
+    assert_eq!(found, sent.installs);
+    let today = time::OffsetDateTime::now_utc().date().to_string();
+    for r in &rows {
+        assert_eq!(r["date"].as_str(), Some(today.as_str()), "{r}");
+        assert_eq!(r["model"], "mlp");
+        assert_eq!(r["replica"].as_str(), Some(app.server.state.node()));
+        let n: usize = r["install_id"].as_str().expect("id")[3..]
+            .parse()
+            .expect("n");
+        assert_eq!(r["counted"], !n.is_multiple_of(5), "{r}");
+        assert_eq!(r["soc"].as_str(), Some(SOCS[n % SOCS.len()]));
+        if n.is_multiple_of(7) {
+            assert_eq!(r["kind"], "fallback");
+            assert_eq!(r["to_variant"], "portable-fp32");
+            assert!(r["load_ms"].is_null(), "{r}");
+        } else {
+            assert_eq!(r["kind"], "load");
+            assert_eq!(r["load_ms"].as_f64(), Some(5.0 + (n % 40) as f64 * 1.5));
+        }
+        assert_eq!(r["error_code"].is_null(), !n.is_multiple_of(11), "{r}");
+        match r["stage"].as_str() {
+            None => assert!(!n.is_multiple_of(11), "{r}"),
+            Some(stage) => assert_eq!(
+                stage,
+                if n.is_multiple_of(2) {
+                    "load_method"
+                } else {
+                    "golden"
+                },
+                "{r}"
+            ),
+        }
+        assert!(
+            r["received_at"]
+                .as_str()
+                .is_some_and(|t| t.starts_with(&today)),
+            "{r}"
+        );
+        assert!(
+            r["at"].as_str().is_some_and(|t| t.starts_with(&today)),
+            "{r}"
+        );
+    }
+
+    documented_queries_agree(&root, &sent);
+}
+
+/// The documented DuckDB queries, as written, agree with what was sent.
+fn documented_queries_agree(root: &std::path::Path, sent: &Sent) {
+    // The documented queries, as written.
+    let queries = documented_queries(root);
+    assert_eq!(
+        queries.keys().map(String::as_str).collect::<Vec<_>>(),
+        [
+            "failures_by_stage",
+            "fallback_by_soc",
+            "load_p95_by_device",
+            "per_day",
+            "top_errors"
+        ]
+    );
+    let per_day = duckdb::query(&queries["per_day"]);
+    assert_eq!(per_day.len(), 1, "{per_day:?}");
+    assert_eq!(per_day[0]["events"], 600);
+    assert_eq!(per_day[0]["counted"], sent.counted);
+
+    let by_soc = duckdb::query(&queries["fallback_by_soc"]);
+    assert_eq!(by_soc.len(), sent.fallbacks.len(), "{by_soc:?}");
+    for r in &by_soc {
+        let key = (
+            r["soc"].as_str().expect("soc").to_string(),
+            r["delegate"].as_str().expect("delegate").to_string(),
+        );
+        let (loads, fallbacks) = sent.fallbacks[&key];
+        assert_eq!(
+            (r["loads"].as_u64(), r["fallbacks"].as_u64()),
+            (Some(loads), Some(fallbacks))
+        );
+        let rate = (fallbacks as f64 / loads.max(1) as f64 * 1000.0).round() / 1000.0;
+        assert_eq!(r["fallback_rate"].as_f64(), Some(rate), "{r}");
+    }
+
+    let by_device = duckdb::query(&queries["load_p95_by_device"]);
+    assert_eq!(by_device.len(), MODELS.len(), "{by_device:?}");
+    for r in &by_device {
+        let mut ms = sent.load_ms[r["device_model"].as_str().expect("model")].clone();
+        ms.sort_by(f64::total_cmp);
+        assert_eq!(r["loads"].as_u64(), Some(ms.len() as u64));
+        // Linear interpolation between closest ranks, as quantile_cont does.
+        let q = |p: f64| {
+            let pos = p * (ms.len() - 1) as f64;
+            let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+            let v = ms[lo] + (ms[hi] - ms[lo]) * (pos - lo as f64);
+            (v * 10.0).round() / 10.0
+        };
+        assert_eq!(r["p50_ms"].as_f64(), Some(q(0.5)), "{r}");
+        assert_eq!(r["p95_ms"].as_f64(), Some(q(0.95)), "{r}");
+    }
+
+    let stages = duckdb::query(&queries["failures_by_stage"]);
+    let failed: Vec<usize> = (0..600usize).filter(|n| n.is_multiple_of(11)).collect();
+    let even = failed.iter().filter(|n| n.is_multiple_of(2)).count() as u64;
+    let mut got: Vec<(String, u64)> = stages
+        .iter()
+        .map(|r| {
+            (
+                r["stage"].as_str().expect("stage").to_string(),
+                r["events"].as_u64().expect("events"),
+            )
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("golden".to_string(), failed.len() as u64 - even),
+            ("load_method".to_string(), even)
+        ],
+        "{stages:?}"
+    );
+
+    let errors = duckdb::query(&queries["top_errors"]);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0]["error_code"], "load_failed");
+    assert_eq!(
+        errors[0]["events"].as_u64(),
+        Some((0..600usize).filter(|n| n.is_multiple_of(11)).count() as u64)
+    );
+}
+
+/// Six batches of 100 events from many devices, some without a receipt; what was sent.
+fn send_batches(app: &TestApp) -> Sent {
+    let (socs, models) = (SOCS, MODELS);
     let variants = [("xnnpack-fp32", "xnnpack"), ("vulkan-fp32", "vulkan")];
     let mut sent = Sent {
         installs: BTreeSet::new(),
@@ -145,151 +305,7 @@ fn every_accepted_event_is_in_parquet_and_the_documented_queries_run() {
     }
     assert_eq!(sent.installs.len(), 600);
 
-    // Wait until DuckDB sees all 600 (the files are written within about two seconds).
-    let root = app.store_dir();
-    let table = duckdb::events_table(&root);
-    let mut rows = Vec::new();
-    for _ in 0..100 {
-        let written = app
-            .stored_files()
-            .iter()
-            .any(|f| f.starts_with("telemetry/events/"));
-        if written {
-            rows = duckdb::query(&format!("SELECT * FROM {table}"));
-            if rows.len() >= 600 {
-                break;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert_eq!(rows.len(), 600, "every accepted event, once");
-    let found: BTreeSet<String> = rows
-        .iter()
-        .map(|r| r["install_id"].as_str().expect("install_id").to_string())
-        .collect();
-    assert_eq!(found, sent.installs);
-    let today = time::OffsetDateTime::now_utc().date().to_string();
-    for r in &rows {
-        assert_eq!(r["date"].as_str(), Some(today.as_str()), "{r}");
-        assert_eq!(r["model"], "mlp");
-        assert_eq!(r["replica"].as_str(), Some(app.server.state.node()));
-        let n: usize = r["install_id"].as_str().expect("id")[3..]
-            .parse()
-            .expect("n");
-        assert_eq!(r["counted"], !n.is_multiple_of(5), "{r}");
-        assert_eq!(r["soc"].as_str(), Some(socs[n % socs.len()]));
-        if n.is_multiple_of(7) {
-            assert_eq!(r["kind"], "fallback");
-            assert_eq!(r["to_variant"], "portable-fp32");
-            assert!(r["load_ms"].is_null(), "{r}");
-        } else {
-            assert_eq!(r["kind"], "load");
-            assert_eq!(r["load_ms"].as_f64(), Some(5.0 + (n % 40) as f64 * 1.5));
-        }
-        assert_eq!(r["error_code"].is_null(), !n.is_multiple_of(11), "{r}");
-        match r["stage"].as_str() {
-            None => assert!(!n.is_multiple_of(11), "{r}"),
-            Some(stage) => assert_eq!(
-                stage,
-                if n.is_multiple_of(2) {
-                    "load_method"
-                } else {
-                    "golden"
-                },
-                "{r}"
-            ),
-        }
-        assert!(
-            r["received_at"]
-                .as_str()
-                .is_some_and(|t| t.starts_with(&today)),
-            "{r}"
-        );
-        assert!(
-            r["at"].as_str().is_some_and(|t| t.starts_with(&today)),
-            "{r}"
-        );
-    }
-
-    // The documented queries, as written.
-    let queries = documented_queries(&root);
-    assert_eq!(
-        queries.keys().map(String::as_str).collect::<Vec<_>>(),
-        [
-            "failures_by_stage",
-            "fallback_by_soc",
-            "load_p95_by_device",
-            "per_day",
-            "top_errors"
-        ]
-    );
-    let per_day = duckdb::query(&queries["per_day"]);
-    assert_eq!(per_day.len(), 1, "{per_day:?}");
-    assert_eq!(per_day[0]["events"], 600);
-    assert_eq!(per_day[0]["counted"], sent.counted);
-
-    let by_soc = duckdb::query(&queries["fallback_by_soc"]);
-    assert_eq!(by_soc.len(), sent.fallbacks.len(), "{by_soc:?}");
-    for r in &by_soc {
-        let key = (
-            r["soc"].as_str().expect("soc").to_string(),
-            r["delegate"].as_str().expect("delegate").to_string(),
-        );
-        let (loads, fallbacks) = sent.fallbacks[&key];
-        assert_eq!(
-            (r["loads"].as_u64(), r["fallbacks"].as_u64()),
-            (Some(loads), Some(fallbacks))
-        );
-        let rate = (fallbacks as f64 / loads.max(1) as f64 * 1000.0).round() / 1000.0;
-        assert_eq!(r["fallback_rate"].as_f64(), Some(rate), "{r}");
-    }
-
-    let by_device = duckdb::query(&queries["load_p95_by_device"]);
-    assert_eq!(by_device.len(), models.len(), "{by_device:?}");
-    for r in &by_device {
-        let mut ms = sent.load_ms[r["device_model"].as_str().expect("model")].clone();
-        ms.sort_by(f64::total_cmp);
-        assert_eq!(r["loads"].as_u64(), Some(ms.len() as u64));
-        // Linear interpolation between closest ranks, as quantile_cont does.
-        let q = |p: f64| {
-            let pos = p * (ms.len() - 1) as f64;
-            let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
-            let v = ms[lo] + (ms[hi] - ms[lo]) * (pos - lo as f64);
-            (v * 10.0).round() / 10.0
-        };
-        assert_eq!(r["p50_ms"].as_f64(), Some(q(0.5)), "{r}");
-        assert_eq!(r["p95_ms"].as_f64(), Some(q(0.95)), "{r}");
-    }
-
-    let stages = duckdb::query(&queries["failures_by_stage"]);
-    let failed: Vec<usize> = (0..600usize).filter(|n| n.is_multiple_of(11)).collect();
-    let even = failed.iter().filter(|n| n.is_multiple_of(2)).count() as u64;
-    let mut got: Vec<(String, u64)> = stages
-        .iter()
-        .map(|r| {
-            (
-                r["stage"].as_str().expect("stage").to_string(),
-                r["events"].as_u64().expect("events"),
-            )
-        })
-        .collect();
-    got.sort();
-    assert_eq!(
-        got,
-        [
-            ("golden".to_string(), failed.len() as u64 - even),
-            ("load_method".to_string(), even)
-        ],
-        "{stages:?}"
-    );
-
-    let errors = duckdb::query(&queries["top_errors"]);
-    assert_eq!(errors.len(), 1, "{errors:?}");
-    assert_eq!(errors[0]["error_code"], "load_failed");
-    assert_eq!(
-        errors[0]["events"].as_u64(),
-        Some((0..600usize).filter(|n| n.is_multiple_of(11)).count() as u64)
-    );
+    sent
 }
 
 #[test]
