@@ -3,18 +3,17 @@
 
 use std::path::{Path, PathBuf};
 
-use base64::Engine as _;
 use ferry_server::app::config::{Config, Flags};
 use ferry_server::app::startup::{RunningServer, spawn};
 use ferry_server::keys::{self, RoleKey};
-use ferry_server::release::sign::{VariantSpec, VariantsFile, build_manifest, sign};
+use ferry_server::release::sign::VariantsFile;
 use ferry_shared::dsse::{DsseLimits, Envelope, KeyRole, Verified, verify};
 use ferry_shared::keyring::TrustState;
-use ferry_shared::manifest::{Delegate, Platform, ReleaseManifest};
+use ferry_shared::manifest::ReleaseManifest;
 use ferry_shared::resolve::{DECISION_PAYLOAD_TYPE, Decision, ResolveResponse};
 use ferry_shared::trust::TrustFile;
 
-use crate::fixtures_dir;
+pub use crate::releases::*;
 
 /// The admin token every test server accepts (all scopes).
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
@@ -331,174 +330,6 @@ impl TestApp {
         let manifest = ReleaseManifest::from_json(m.value()).expect("manifest json");
         (decision, manifest)
     }
-}
-
-/// Builds and signs a release from a spec whose files live in `tests/fixtures/pte`.
-pub fn signed_release(spec: &VariantsFile, key: &RoleKey) -> (ReleaseManifest, Envelope) {
-    let read = |p: &Path| -> anyhow::Result<Vec<u8>> { Ok(std::fs::read(p)?) };
-    let (manifest, _) = build_manifest(
-        spec,
-        &fixtures_dir().join("pte"),
-        &read,
-        time::OffsetDateTime::now_utc(),
-    )
-    .expect("manifest builds");
-    let envelope = sign(&manifest, key).expect("signs");
-    (manifest, envelope)
-}
-
-/// Re-signs a (possibly altered) manifest, bypassing the local checks `ferry sign` makes.
-pub fn sign_manifest(manifest: &ReleaseManifest, key: &RoleKey) -> Envelope {
-    key.pair.sign(
-        ferry_shared::manifest::RELEASE_PAYLOAD_TYPE,
-        &manifest.to_json(),
-    )
-}
-
-/// Decodes an envelope's payload.
-pub fn payload(env: &Envelope) -> Vec<u8> {
-    base64::engine::general_purpose::STANDARD
-        .decode(&env.payload)
-        .expect("base64")
-}
-
-/// The bytes of the committed fixture (a `.pte` or a `.ptd`) with this digest.
-pub fn fixture_bytes_by_digest(d: &ferry_shared::Sha256Digest) -> Vec<u8> {
-    let dir = fixtures_dir().join("pte");
-    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if !path.extension().is_some_and(|e| e == "pte" || e == "ptd") {
-            continue;
-        }
-        let b = std::fs::read(&path).expect("read");
-        if &ferry_shared::Sha256Digest::of(&b) == d {
-            return b;
-        }
-    }
-    panic!("no fixture with digest {d}")
-}
-
-/// A variant spec for a fixture file.
-pub fn variant(id: &str, file: &str, delegate: Delegate, runtime: &str, app: &str) -> VariantSpec {
-    VariantSpec {
-        id: id.parse().expect("id"),
-        file: file.into(),
-        delegate,
-        quant: if id.contains("int8") {
-            "int8".into()
-        } else {
-            "fp32".into()
-        },
-        runtime: runtime.parse().expect("runtime range"),
-        app: app.parse().expect("app range"),
-        platforms: Vec::new(),
-        min_os_version: None,
-        min_ram_mb: None,
-        socs: Vec::new(),
-        deny_socs: Vec::new(),
-        golden: None,
-        data: Vec::new(),
-    }
-}
-
-/// A release of `mlp` from the fixtures `mlp-<tag>-*.pte`: portable, optionally XNNPACK int8,
-/// XNNPACK fp32, Core ML (Apple only) and Vulkan (needs 2 GiB of RAM).
-fn mlp(
-    version: &str,
-    tag: &str,
-    runtime: &str,
-    app: &str,
-    int8: bool,
-    notes: &str,
-) -> VariantsFile {
-    let file = |d: &str| format!("mlp-{tag}-{d}.pte");
-    let mut coreml = variant(
-        "coreml-fp32",
-        &file("coreml"),
-        Delegate::Coreml,
-        runtime,
-        app,
-    );
-    coreml.platforms = vec![Platform::Ios, Platform::Macos];
-    let mut vulkan = variant(
-        "vulkan-fp32",
-        &file("vulkan"),
-        Delegate::Vulkan,
-        runtime,
-        app,
-    );
-    vulkan.min_ram_mb = Some(2048);
-    let mut variants = vec![variant(
-        "portable-fp32",
-        &file("portable"),
-        Delegate::Portable,
-        runtime,
-        app,
-    )];
-    if int8 {
-        variants.push(variant(
-            "xnnpack-int8",
-            &file("xnnpack-int8"),
-            Delegate::Xnnpack,
-            runtime,
-            app,
-        ));
-    }
-    variants.push(variant(
-        "xnnpack-fp32",
-        &file("xnnpack"),
-        Delegate::Xnnpack,
-        runtime,
-        app,
-    ));
-    variants.push(coreml);
-    variants.push(vulkan);
-    VariantsFile {
-        model: "mlp".parse().expect("name"),
-        version: version.parse().expect("version"),
-        notes: notes.into(),
-        variants,
-    }
-}
-
-/// `mlp` 1.0.0: every delegate including int8, runtime >=1.0.0, any app.
-pub fn mlp_v1() -> VariantsFile {
-    mlp("1.0.0", "v1", ">=1.0.0", "*", true, "v1")
-}
-
-/// `mlp` 2.0.0: new weights; needs runtime >=1.5.0 and app >=2.0.0.
-pub fn mlp_v2() -> VariantsFile {
-    mlp(
-        "2.0.0",
-        "v2",
-        ">=1.5.0",
-        ">=2.0.0",
-        false,
-        "v2: new weights",
-    )
-}
-
-/// A device profile as resolve JSON.
-pub fn device(
-    platform: &str,
-    backends: &[&str],
-    runtime: &str,
-    app: &str,
-    ram_mb: u64,
-) -> serde_json::Value {
-    serde_json::json!({
-        "model": "mlp",
-        "install_id": "install-1",
-        "app_version": app,
-        "runtime_version": runtime,
-        "backends": backends,
-        "platform": platform,
-        "os_version": "14.0",
-        "device_model": "test-device",
-        "soc": "SM8550",
-        "ram_mb": ram_mb,
-    })
 }
 
 impl TestApp {

@@ -160,6 +160,7 @@ pub mod duckdb;
 mod emulator;
 pub mod moto;
 pub mod proxy;
+pub mod releases;
 pub mod schemas;
 pub mod store_snapshot;
 pub mod vectors;
