@@ -2,20 +2,22 @@
 //!
 //! Layers, from the bottom up. A module imports only modules on its own row or below it (no
 //! `crate::app` below `app`, no `AppState` outside `api` and `app`, no `ApiError` outside
-//! `api`).
+//! `api`). Where to look: device endpoints in `api/device.rs`, admin endpoints in
+//! `api/admin.rs` and `api/fleet.rs`, fleet logic in `fleet/`, storage in `storage/`, the CLI in
+//! `cli/`; `docs/architecture.md` draws the whole picture.
 //!
 //! | layer | module | owns | may import |
 //! |---|---|---|---|
 //! | bottom | [`storage`] | the object-store key layout ([`storage::StorageKey`]), revision logs, the catalog, `[storage]` config | `ferry-shared` |
-//! | bottom | [`tokens`] | admin tokens and their scopes, `[[tokens]]` config | — |
-//! | bottom | [`keys`] | the server's key files: generate, seal, load, rotate | — |
-//! | bottom | [`metrics`] | the Prometheus registry and its series | — |
+//! | bottom | [`tokens`] | admin tokens and their scopes, `[[tokens]]` config | `ferry-shared` |
+//! | bottom | [`keys`] | the server's key files: generate, seal, load, rotate | `ferry-shared` |
+//! | bottom | [`metrics`] | the Prometheus registry and its series | `ferry-shared` |
 //! | views | [`snapshot`] | what resolve reads without touching storage: catalog, rollouts, deny lists, revocations, keys, each a [`snapshot::Snapshot`] | bottom |
 //! | keyring | [`keyring`] | newer keyring versions: adopt from the store, take from an operator, audit | views, bottom |
 //! | fleet | [`fleet`] | telemetry ingest and aggregates, flushes, health, the deny list, halts and ramps, rollout plans; jobs take a [`fleet::Fleet`] handle | keyring, views, bottom |
-//! | release | [`release`] | release manifests: build, sign, admit, upload blobs | fleet, keyring, views, bottom |
-//! | api | [`api`] | [`api::AppState`], the HTTP handlers, the one mapping from domain errors to HTTP, `[limits]` config | everything above |
-//! | app | [`app`] | config assembly, start-up, background loops, the router, the demo | api and everything above |
+//! | release | [`release`] | resolve's decision as a pure function ([`release::decide`]); release manifests: build, sign, admit, upload blobs | fleet, keyring, views, bottom |
+//! | api | [`api`] | [`api::AppState`], the router and middleware, the HTTP handlers, the one mapping from domain errors to HTTP, `[limits]` config | everything above |
+//! | app | [`app`] | config assembly, start-up, background loops, the demo | api and everything above |
 //! | cli | [`cli`] | the `ferry` command line, one module per command group | everything |
 
 pub mod api;

@@ -3,6 +3,8 @@
 //! Tokens are stored as SHA-256 hashes (the config never holds a secret); a presented token is
 //! hashed and compared in constant time against every entry. This module knows nothing of
 //! HTTP: `api::auth` reads the header and answers.
+//!
+//! Bottom layer: imports only `ferry-shared`.
 
 use std::fmt;
 

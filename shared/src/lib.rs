@@ -13,7 +13,10 @@
 //! - [`rollout`]: rollout plans and cohort bucketing;
 //! - [`trust`]: the trust file (pinned public keys with roles);
 //! - [`keyring`]: versioned keyrings signed by the pinned root keys (key rotation);
-//! - [`telemetry`]: the events devices report.
+//! - [`telemetry`]: the events devices report;
+//! - [`sync`]: locks that outlive a panicked holder (the one place that rule is written).
+//!
+//! Imports no other ferry crate: the server and the client import it.
 
 pub mod deny;
 pub mod dsse;

@@ -1,4 +1,6 @@
 //! The `ferry` command line: argument parsing and one module per command group.
+//!
+//! Top layer: may import every module.
 
 mod deny;
 mod examples;

@@ -3,6 +3,14 @@
 //!
 //! The decisions themselves (bucketing, selection) are pure functions in `ferry-shared`; this
 //! module gathers their inputs from telemetry and stores their outputs as revision logs.
+//!
+//! May import `keyring`, `snapshot`, `metrics`, `storage` and `ferry-shared`; jobs take a
+//! [`Fleet`] handle (never the HTTP state), and errors carry their catalogue code.
+//!
+//! Modules from the bottom up: `devices` (distinct-device counts, id hashes), `limits`,
+//! `rollup`, `clients`, `buckets`, `events`, `aggregate` (this replica's counts), `flush` and
+//! `compact` (the store's buckets), `ingest`, `deny`, `revocation`, `rollout`, `ramp`,
+//! `evaluate`, `receipt`.
 
 pub mod aggregate;
 pub mod buckets;

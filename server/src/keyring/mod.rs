@@ -6,6 +6,9 @@
 //! Every replica adopts the versions it finds in the store when it starts, on its periodic
 //! refresh, and before refusing a release signed by a key it does not know yet; devices walk
 //! to it from the `keyring_version` their next answer names (`GET /v1/keyring`).
+//!
+//! May import `snapshot`, `storage`, `keys` and `ferry-shared`; returns a `KeyringError`
+//! with its catalogue code (mapped to HTTP in `api::error` only).
 
 use std::path::PathBuf;
 

@@ -6,6 +6,8 @@
 //! ([`ferry_shared::trust::TrustFile`]) and `keyring/<version>.json` the keyrings they sign
 //! ([`ferry_shared::keyring`]). A server needs `online.key`, `trust.json` and `keyring/`; the
 //! root and release keys stay on the operator's offline machine.
+//!
+//! Bottom layer: imports only `ferry-shared` and `ferry-fs`.
 
 mod provision;
 mod rotate;

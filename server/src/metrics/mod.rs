@@ -4,6 +4,8 @@
 //! Kept per server instance (not a process-global registry), so several servers in one test
 //! process do not share counts. Every label takes values from a bounded set (route patterns,
 //! known HTTP methods, status codes, catalogue codes), so no request can grow the registry.
+//!
+//! Bottom layer: imports only `ferry-shared`.
 
 pub mod protocol;
 

@@ -20,6 +20,8 @@
 //!
 //! [`revisions`] keeps state that changes as a log of create-if-absent revisions; [`catalog`]
 //! is the in-memory view of every admitted release.
+//!
+//! Bottom layer: imports only `ferry-shared` (and its own submodules).
 
 pub mod catalog;
 pub mod config;
