@@ -6,8 +6,8 @@ use time::OffsetDateTime;
 use crate::fleet::Fleet;
 use crate::fleet::buckets::{self, Lease, Level, Part};
 use crate::fleet::events;
-use crate::fleet::flush::read_bucket_whole;
 use crate::fleet::rollup::Rollup;
+use crate::fleet::stored::read_bucket_whole;
 
 /// Takes or renews the compaction lease: true when this run holds it.
 async fn take_lease(fleet: &Fleet, now: i64) -> bool {

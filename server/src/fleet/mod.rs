@@ -8,9 +8,9 @@
 //! [`Fleet`] handle (never the HTTP state), and errors carry their catalogue code.
 //!
 //! Modules from the bottom up: `devices` (distinct-device counts, id hashes), `limits`,
-//! `rollup`, `clients`, `buckets`, `events`, `aggregate` (this replica's counts), `flush` and
-//! `compact` (the store's buckets), `ingest`, `deny`, `revocation`, `rollout`, `ramp`,
-//! `evaluate`, `receipt`.
+//! `rollup`, `clients`, `buckets`, `events`, `aggregate` (this replica's counts), `stored`,
+//! `flush` and `compact` (the store's buckets), `ingest`, `deny`, `revocation`, `rollout`,
+//! `ramp`, `evaluate`, `receipt`.
 
 pub mod aggregate;
 pub mod buckets;
@@ -28,6 +28,7 @@ pub mod receipt;
 pub mod revocation;
 pub mod rollout;
 pub mod rollup;
+pub mod stored;
 
 use std::sync::Arc;
 
