@@ -15,6 +15,7 @@ use crate::error::{Attempt, ClientError};
 use crate::policy::{LoadMode, LoadOptions};
 use crate::types::{DeviceInfo, LoadReport, LoadedModel, Source};
 
+mod fallback;
 mod fetch;
 mod offline;
 mod prefetch;

@@ -1,6 +1,6 @@
-//! The fallback walk: each verified candidate in turn, best first, until one loads; every
-//! step's telemetry, the attempts of the load report, and the last known good when the
-//! server cannot be used or a download is not allowed.
+//! The fallback walk: each verified candidate in turn, best first, until one loads (its
+//! attempts and telemetry kept by [`super::fallback::Walk`]), and the last known good when
+//! the server cannot be used or a download is not allowed.
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -8,12 +8,12 @@ use std::time::Instant;
 use ferry_shared::Sha256Digest;
 use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
 
+use super::fallback::Walk;
 use super::stamped;
 use crate::Client;
 use crate::cache::ModelEntry;
 use crate::cache::VerifiedBlob;
 use crate::error::{Attempt, ClientError, Stage};
-use crate::golden::LoadFailure;
 use crate::policy::LoadOptions;
 use crate::runtime::Program;
 use crate::types::{DeviceInfo, InUseGuard, LoadedModel, Source};
@@ -50,49 +50,26 @@ impl Client {
             }
         };
         let release = plan.manifest.version.to_string();
-        let mut attempts = Vec::new();
-        let mut events = Vec::new();
+        let base =
+            |kind: EventKind, v: &Variant| self.event(kind, &release, model, Some(v), device);
+        let mut walk = Walk::new(plan.candidates.iter().map(|c| &c.variant).collect(), &base);
+        let send = |events: Vec<TelemetryEvent>| {
+            let _ = self
+                .telemetry
+                .push(&stamped(events, plan.receipt.as_deref()));
+        };
         let mut deferred = None;
         let mut spent = 0u64;
         for (i, c) in plan.candidates.iter().enumerate() {
             let v = &c.variant;
             let candidate_started = Instant::now();
-            let fail = |stage: Stage,
-                        code: &str,
-                        message: String,
-                        events: &mut Vec<TelemetryEvent>,
-                        attempts: &mut Vec<Attempt>| {
-                attempts.push(Attempt {
-                    variant: v.id.to_string(),
-                    delegate: v.delegate.to_string(),
-                    stage,
-                    error_code: code.to_string(),
-                    message,
-                    duration_ms: candidate_started.elapsed().as_secs_f64() * 1000.0,
-                });
-                if let Some(next) = plan.candidates.get(i + 1) {
-                    events.push(TelemetryEvent {
-                        error_code: Some(code.to_string()),
-                        outcome: Outcome::Failed,
-                        to_variant: Some(next.variant.id.to_string()),
-                        stage: Some(stage.as_str().to_string()),
-                        ..self.event(EventKind::Fallback, &release, model, Some(v), device)
-                    });
-                }
-            };
+            let ms = || candidate_started.elapsed().as_secs_f64() * 1000.0;
             let (blob, downloaded) = match self.ensure_blob(model, c, opts, &mut spent) {
                 Ok(x) => x,
                 Err(e @ ClientError::DownloadDeferred { .. }) => {
                     // Not the variant's failure: no telemetry; a cached candidate after it or
                     // the last known good may still load.
-                    attempts.push(Attempt {
-                        variant: v.id.to_string(),
-                        delegate: v.delegate.to_string(),
-                        stage: Stage::Download,
-                        error_code: e.code().to_string(),
-                        message: e.to_string(),
-                        duration_ms: candidate_started.elapsed().as_secs_f64() * 1000.0,
-                    });
+                    walk.deferred(i, e.code(), e.to_string(), ms());
                     deferred.get_or_insert(e);
                     continue;
                 }
@@ -103,36 +80,23 @@ impl Client {
                         }
                         _ => Stage::Download,
                     };
-                    events.push(TelemetryEvent {
-                        outcome: Outcome::Failed,
-                        error_code: Some(e.code().to_string()),
-                        stage: Some(stage.as_str().to_string()),
-                        ..self.event(EventKind::Download, &release, model, Some(v), device)
-                    });
+                    walk.download_failed(i, stage, e.code());
                     if matches!(e, ClientError::DiskFull { .. }) {
-                        let _ = self
-                            .telemetry
-                            .push(&stamped(events, plan.receipt.as_deref()));
+                        send(walk.take_events());
                         return Err(e);
                     }
-                    fail(stage, e.code(), e.to_string(), &mut events, &mut attempts);
+                    walk.failed(i, stage, e.code(), e.to_string(), ms());
                     continue;
                 }
             };
             if downloaded {
-                events.push(self.event(EventKind::Download, &release, model, Some(v), device));
+                walk.downloaded(i);
             }
             let started = Instant::now();
             match self.open_and_check(&blob, v) {
                 Ok((program, golden)) => {
-                    let ms = started.elapsed().as_secs_f64() * 1000.0;
-                    events.push(TelemetryEvent {
-                        load_ms: Some(ms),
-                        ..self.event(EventKind::Load, &release, model, Some(v), device)
-                    });
-                    let _ = self
-                        .telemetry
-                        .push(&stamped(events, plan.receipt.as_deref()));
+                    walk.loaded(i, started.elapsed().as_secs_f64() * 1000.0);
+                    send(walk.take_events());
                     return self.loaded(
                         model,
                         &plan,
@@ -143,34 +107,24 @@ impl Client {
                             golden,
                             downloaded,
                         },
-                        attempts,
+                        walk.into_attempts(),
                         load_started,
                     );
                 }
-                Err(LoadFailure {
-                    stage,
-                    code,
-                    message,
-                }) => {
-                    events.push(TelemetryEvent {
-                        outcome: Outcome::Failed,
-                        error_code: Some(code.to_string()),
-                        stage: Some(stage.as_str().to_string()),
-                        load_ms: Some(started.elapsed().as_secs_f64() * 1000.0),
-                        ..self.event(EventKind::Load, &release, model, Some(v), device)
-                    });
-                    fail(stage, code.as_str(), message, &mut events, &mut attempts);
+                Err(failure) => {
+                    let load_ms = started.elapsed().as_secs_f64() * 1000.0;
+                    walk.load_failed(i, failure, load_ms, ms());
                 }
             }
         }
-        let _ = self
-            .telemetry
-            .push(&stamped(events, plan.receipt.as_deref()));
+        send(walk.take_events());
         if let Some(e) = deferred {
             // A download was not allowed: what is cached serves, or the deferral is the error.
             return self.load_last_good(model, device, e, load_started);
         }
-        Err(ClientError::AllCandidatesFailed { attempts })
+        Err(ClientError::AllCandidatesFailed {
+            attempts: walk.into_attempts(),
+        })
     }
 }
 
