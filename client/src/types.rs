@@ -216,7 +216,8 @@ impl InUseGuard {
         let digests: Vec<Sha256Digest> = std::iter::once(*blob.sha256())
             .chain(blob.data_files().iter().map(|d| *d.sha256()))
             .collect();
-        if let Ok(mut g) = set.lock() {
+        {
+            let mut g = ferry_shared::sync::lock(set);
             for d in &digests {
                 *g.entry(*d).or_default() += 1;
             }
@@ -231,7 +232,8 @@ impl InUseGuard {
 
 impl Drop for InUseGuard {
     fn drop(&mut self) {
-        if let Ok(mut g) = self.set.lock() {
+        {
+            let mut g = ferry_shared::sync::lock(&self.set);
             for d in &self.digests {
                 if let Some(n) = g.get_mut(d) {
                     *n -= 1;

@@ -169,11 +169,10 @@ impl Client {
         {
             let mut cache = self.cache();
             cache.set_last_good(model, entry)?;
-            let in_use: BTreeSet<Sha256Digest> = self
-                .in_use
-                .lock()
-                .map(|g| g.keys().copied().collect())
-                .unwrap_or_default();
+            let in_use: BTreeSet<Sha256Digest> = ferry_shared::sync::lock(&self.in_use)
+                .keys()
+                .copied()
+                .collect();
             cache.evict(&in_use)?;
         }
         let source = if downloaded {

@@ -75,7 +75,7 @@ impl Connections {
 
     /// Addresses with open connections.
     pub fn addresses(&self) -> usize {
-        self.open.lock().map_or(0, |o| o.len())
+        ferry_shared::sync::lock(&self.open).len()
     }
 }
 

@@ -153,7 +153,7 @@ impl Telemetry {
                 .values()
                 .map(Rollup::variant_count)
                 .sum(),
-            raw_events: self.raw.lock().map_or(0, |r| r.len()),
+            raw_events: ferry_shared::sync::lock(&self.raw).len(),
         }
     }
 
@@ -278,7 +278,8 @@ impl Telemetry {
                 }
             }
         }
-        if let Ok(mut raw) = self.raw.lock() {
+        {
+            let mut raw = ferry_shared::sync::lock(&self.raw);
             for (e, ok) in kept {
                 raw.push(RawEvent {
                     event: e,
@@ -299,10 +300,7 @@ impl Telemetry {
 
     /// True when enough raw events are buffered to flush before the timer.
     pub fn wants_flush(&self, cfg: &TelemetryConfig) -> bool {
-        self.raw
-            .lock()
-            .map(|r| r.len() >= cfg.raw_buffer_events.max(1))
-            .unwrap_or(false)
+        ferry_shared::sync::lock(&self.raw).len() >= cfg.raw_buffer_events.max(1)
     }
 
     /// Raw events dropped because the store could not keep up.
@@ -312,9 +310,7 @@ impl Telemetry {
 
     /// True when `model` is due for a threshold evaluation (and marks it evaluated).
     pub fn due(&self, model: &str, cfg: &TelemetryConfig) -> bool {
-        let Ok(mut m) = self.evaluated.lock() else {
-            return true;
-        };
+        let mut m = ferry_shared::sync::lock(&self.evaluated);
         let now = Instant::now();
         match m.get(model) {
             Some(t) if now.duration_since(*t).as_millis() < u128::from(cfg.evaluate_ms) => false,
@@ -519,9 +515,7 @@ impl Telemetry {
         cfg: &TelemetryConfig,
         now: OffsetDateTime,
     ) -> Vec<RawEvent> {
-        let Ok(mut r) = self.raw.lock() else {
-            return Vec::new();
-        };
+        let mut r = ferry_shared::sync::lock(&self.raw);
         let due = force
             || r.len() >= cfg.raw_buffer_events.max(1)
             || r.first().is_some_and(|e| {
@@ -536,7 +530,8 @@ impl Telemetry {
 
     /// Puts events back after a failed flush (ahead of those that arrived since).
     pub fn restore_raw(&self, mut events: Vec<RawEvent>) {
-        if let Ok(mut r) = self.raw.lock() {
+        {
+            let mut r = ferry_shared::sync::lock(&self.raw);
             events.append(&mut r);
             *r = events;
         }

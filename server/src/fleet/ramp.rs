@@ -104,14 +104,12 @@ impl RampMarks {
             ramp.step,
             ramp.step_started.clone(),
         );
-        let mark = match self.marks.lock() {
-            Ok(mut g) => {
-                if g.len() > 10_000 {
-                    g.clear();
-                }
-                *g.entry(key).or_insert(now)
+        let mark = {
+            let mut g = ferry_shared::sync::lock(&self.marks);
+            if g.len() > 10_000 {
+                g.clear();
             }
-            Err(_) => now,
+            *g.entry(key).or_insert(now)
         };
         let d = |i: usize| {
             (

@@ -127,13 +127,13 @@ pub async fn change(
     let previous = std::sync::Mutex::new(None);
     let plan = apply(store, model, |cur| {
         let next = transition(cur, change, &ctx)?;
-        if let Ok(mut g) = previous.lock() {
-            *g = cur.cloned();
-        }
+        *ferry_shared::sync::lock(&previous) = cur.cloned();
         Ok(next)
     })
     .await?;
-    let before = previous.into_inner().unwrap_or_default();
+    let before = previous
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let preview = preview(before.as_ref(), &plan, &ctx);
     Ok((plan, preview))
 }
