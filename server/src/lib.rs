@@ -1,6 +1,6 @@
 //! `ferry-server`: the HTTP server that hosts signed `.pte` variants, and the `ferry` CLI.
 //!
-//! Layers, from the bottom up. A module imports only modules on its own row or below it (no
+//! Layers, from the bottom up. A module imports only modules on its own row or an earlier one (no
 //! `crate::app` below `app`, no `AppState` outside `api` and `app`, no `ApiError` outside
 //! `api`). Where to look: device endpoints in `api/device.rs`, admin endpoints in
 //! `api/admin.rs` and `api/fleet.rs`, fleet logic in `fleet/`, storage in `storage/`, the CLI in
@@ -10,7 +10,7 @@
 //! |---|---|---|---|
 //! | bottom | [`storage`] | the object-store key layout ([`storage::StorageKey`]), revision logs, the catalog, `[storage]` config | `ferry-shared` |
 //! | bottom | [`tokens`] | admin tokens and their scopes, `[[tokens]]` config | `ferry-shared` |
-//! | bottom | [`keys`] | the server's key files: generate, seal, load, rotate | `ferry-shared` |
+//! | bottom | [`keys`] | the server's key files: generate, seal, load, rotate | `ferry-shared`, `ferry-fs` |
 //! | bottom | [`metrics`] | the Prometheus registry and its series | `ferry-shared` |
 //! | views | [`snapshot`] | what resolve reads without touching storage: catalog, rollouts, deny lists, revocations, keys, each a [`snapshot::Snapshot`] | bottom |
 //! | keyring | [`keyring`] | newer keyring versions: adopt from the store, take from an operator, audit | views, bottom |

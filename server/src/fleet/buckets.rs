@@ -135,12 +135,11 @@ pub struct BucketKey {
 impl BucketKey {
     /// The object key.
     pub fn path(&self) -> StorePath {
-        StorePath::from(format!(
-            "{PREFIX}/{}/{}/{}.json",
+        crate::storage::StorageKey::bucket(
             self.level.name(),
-            self.level.stamp(self.start),
-            self.name
-        ))
+            &self.level.stamp(self.start),
+            &self.name,
+        )
     }
 
     /// Parses a bucket key; `None` for anything else under the prefix.

@@ -7,10 +7,10 @@
 //! May import `keyring`, `snapshot`, `metrics`, `storage` and `ferry-shared`; jobs take a
 //! [`Fleet`] handle (never the HTTP state), and errors carry their catalogue code.
 //!
-//! Modules from the bottom up: `devices` (distinct-device counts, id hashes), `limits`,
-//! `rollup`, `clients`, `buckets`, `events`, `aggregate` (this replica's counts), `stored`,
-//! `flush` and `compact` (the store's buckets), `ingest`, `deny`, `revocation`, `rollout`,
-//! `ramp`, `evaluate`, `receipt`.
+//! Modules: `devices` (distinct-device counts, id hashes), `limits`, `ingest` (validation,
+//! `[telemetry]` config), `clients`, `rollup`, `aggregate` (this replica's counts), `buckets`,
+//! `events`, `stored`, `flush` and `compact` (the store's buckets), `deny`, `revocation`,
+//! `rollout`, `ramp`, `evaluate`, `receipt`.
 
 pub mod aggregate;
 pub mod buckets;

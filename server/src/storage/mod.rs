@@ -177,6 +177,12 @@ impl StorageKey {
     /// The prefix of the telemetry buckets (their layout below it is `fleet::buckets`').
     pub const BUCKETS: &'static str = "telemetry/buckets";
 
+    /// A telemetry bucket object: `level` (`minute`, `hour`, `day`), the bucket's time stamp
+    /// and the object's name (its writer, or `part-NNNNNN`).
+    pub fn bucket(level: &str, stamp: &str, name: &str) -> StorePath {
+        StorePath::from(format!("{}/{level}/{stamp}/{name}.json", Self::BUCKETS))
+    }
+
     /// The compaction lease of the telemetry buckets.
     pub fn buckets_lease() -> StorePath {
         StorePath::from("telemetry/buckets/lease.json")
