@@ -223,6 +223,7 @@ impl ClientBuilder {
             in_use: Arc::new(Mutex::new(BTreeMap::new())),
             updating: Mutex::new(Default::default()),
             sunset: Mutex::new(None),
+            time: crate::timekeeping::TimeKeeper::open(&cache_dir),
         };
         // An app or runtime update since the cache was last used: mark what no longer fits.
         // A cache that cannot record it now is checked again on every load anyway.

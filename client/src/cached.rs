@@ -60,7 +60,7 @@ impl Client {
         let Some(entry) = self.cache().last_good(model).cloned() else {
             return Ok(None);
         };
-        let ring = self.trust().ring_at(self.clock.now());
+        let ring = self.trust().ring_at(self.now());
         let manifest = verify_release(&entry.release_envelope, &ring)?.into_inner();
         // A release its publisher revoked is not loaded, not even offline.
         let held = self
@@ -140,7 +140,7 @@ impl Client {
         let Some(last) = self.last_good(model)? else {
             return Ok(Err(CacheMiss::Empty));
         };
-        let request = self.request(model, device)?;
+        let request = self.request(model, device, None)?;
         let why = incompatibilities(&last.variant, &request);
         if why.is_empty() {
             return Ok(match last.blob {

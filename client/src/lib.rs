@@ -34,6 +34,7 @@ pub mod policy;
 mod resolve;
 pub mod runtime;
 pub mod telemetry;
+mod timekeeping;
 mod types;
 pub mod verify;
 
@@ -79,6 +80,8 @@ pub struct Client {
     updating: Mutex<std::collections::BTreeSet<String>>,
     /// The last `Ferry-Protocol-Sunset` the server sent (see [`Client::protocol_sunset`]).
     sunset: Mutex<Option<String>>,
+    /// The server's time as this client last learned it (see [`Client::now`]).
+    time: timekeeping::TimeKeeper,
 }
 
 impl Client {
@@ -89,6 +92,19 @@ impl Client {
     /// coming. Also in every [`LoadReport`] as `protocol_sunset`.
     pub fn protocol_sunset(&self) -> Option<String> {
         ferry_shared::sync::lock(&self.sunset).clone()
+    }
+
+    /// The time every check is judged by: the server's time as learned from a decision made
+    /// for one of this client's requests, carried by the boot clock, while that holds; else
+    /// the device's wall clock.
+    pub fn now(&self) -> time::OffsetDateTime {
+        self.time.now(&*self.clock)
+    }
+
+    /// How far the device's wall clock is from the server's time, in seconds (positive: ahead),
+    /// when the client has learned it.
+    pub fn clock_offset_secs(&self) -> Option<i64> {
+        self.time.offset_secs(&*self.clock)
     }
 
     pub(crate) fn note_sunset(&self, value: Option<String>) {

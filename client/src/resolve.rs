@@ -16,6 +16,7 @@ impl Client {
         &self,
         model: &str,
         device: &DeviceInfo,
+        nonce: Option<String>,
     ) -> Result<ResolveRequest, ClientError> {
         let mut backends: Vec<String> = self.runtime.registered_backends();
         for b in &device.claimed_backends {
@@ -39,6 +40,7 @@ impl Client {
             device_model: device.device_model.clone(),
             soc: device.soc.clone(),
             ram_mb: device.ram_mb,
+            nonce,
         })
     }
 
@@ -47,9 +49,32 @@ impl Client {
     /// (the sequence is then persisted, so an older answer is refused as a replay), the release
     /// against the release keys and every candidate against the signed manifest. Nothing is
     /// downloaded.
+    ///
+    /// Freshness does not rest on the device's clock: a client that has not learned the
+    /// server's time in this boot asks for a decision made for its request alone (a nonce),
+    /// and learns the time from it; a decision that fails a time check is asked for again
+    /// that way (`docs/client.md`, device clocks).
     pub fn resolve(&self, model: &str, device: &DeviceInfo) -> Result<Verified<Plan>, ClientError> {
+        let learn_first =
+            self.clock.since_boot().is_some() && self.time.estimate(&*self.clock).is_none();
+        let first = self.resolve_with(model, device, learn_first.then(fresh_nonce));
+        match first {
+            Err(e) if !learn_first && is_time_error(&e) => {
+                self.resolve_with(model, device, Some(fresh_nonce()))
+            }
+            other => other,
+        }
+    }
+
+    /// One resolve, with `nonce` when the decision must be made for this request alone.
+    fn resolve_with(
+        &self,
+        model: &str,
+        device: &DeviceInfo,
+        nonce: Option<String>,
+    ) -> Result<Verified<Plan>, ClientError> {
         let url = format!("{}/v1/resolve", self.server);
-        let request = self.request(model, device)?;
+        let request = self.request(model, device, nonce)?;
         let body = serde_json::to_vec(&request).map_err(|e| ClientError::Config(e.to_string()))?;
         let mut failures = 0u32;
         let (status, text) = loop {
@@ -124,8 +149,13 @@ impl Client {
         let release = self.release_envelope(&resp)?;
         let trust = self.trust();
         let last = self.cache().last_sequence(model);
-        let plan = verify_response(&resp, &release, &request, &trust, self.clock.now(), last)?;
-        let ring = trust.ring_at(self.clock.now());
+        let plan = verify_response(&resp, &release, &request, &trust, self.now(), last)?;
+        // A decision made for this request's nonce carries the server's time: judge by it
+        // from now on.
+        if let (Some(_), Some(time)) = (&plan.decision.nonce, plan.decision.time) {
+            self.time.learn(time, &*self.clock);
+        }
+        let ring = trust.ring_at(self.now());
         let held = self
             .cache()
             .revocations(model)
@@ -244,7 +274,7 @@ impl Client {
         // Nothing is fetched or stored for an answer whose decision does not verify, or names
         // another manifest than the reference: only then do the bytes at the (unsigned) URL
         // count, by their digest.
-        let ring = self.trust().ring_at(self.clock.now());
+        let ring = self.trust().ring_at(self.now());
         let decision = ferry_shared::dsse::verify(
             &resp.decision,
             ferry_shared::resolve::DECISION_PAYLOAD_TYPE,
@@ -335,4 +365,32 @@ impl Client {
             format!("{}{url}", self.server)
         }
     }
+}
+
+/// A fresh request nonce: 24 random bytes, base64url without padding.
+fn fresh_nonce() -> String {
+    use base64::Engine as _;
+    let mut bytes = [0u8; 24];
+    // Without system randomness the nonce is still unique enough per request (time-based),
+    // and the decision it brings is checked like any other.
+    if getrandom::fill(&mut bytes).is_err() {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        bytes[..16].copy_from_slice(&t.to_le_bytes());
+    }
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// A decision refused by a time check (expired, or issued after this device's time).
+fn is_time_error(e: &ClientError) -> bool {
+    matches!(
+        e,
+        ClientError::Expired { .. }
+            | ClientError::Verify {
+                code: ferry_shared::errors::ErrorCode::DecisionUntimely,
+                ..
+            }
+    )
 }

@@ -14,8 +14,15 @@ use crate::runtime::{MethodSignature, Program, RuntimeError};
 
 /// Where time comes from (injectable so tests can play an expired decision).
 pub trait Clock: Send + Sync {
-    /// The current UTC time.
+    /// The current UTC time (the wall clock, which may be wrong).
     fn now(&self) -> OffsetDateTime;
+
+    /// This boot's id and the time since it started, counting suspend: what the client's
+    /// estimate of the server's time is carried by (`docs/client.md`, device clocks). `None`
+    /// (the default) keeps the client on [`Clock::now`].
+    fn since_boot(&self) -> Option<(String, std::time::Duration)> {
+        None
+    }
 }
 
 /// The system clock.
@@ -25,6 +32,11 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now(&self) -> OffsetDateTime {
         OffsetDateTime::now_utc()
+    }
+
+    /// Linux and Android: the kernel's boot id and `CLOCK_BOOTTIME` (`/proc/uptime`).
+    fn since_boot(&self) -> Option<(String, std::time::Duration)> {
+        crate::timekeeping::system_since_boot()
     }
 }
 

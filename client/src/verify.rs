@@ -107,6 +107,23 @@ pub const MAX_DECISION_LIFETIME: time::Duration = time::Duration::days(7);
 /// How far ahead of the device's clock a decision's `issued_at` may be.
 pub const MAX_CLOCK_SKEW: time::Duration = time::Duration::minutes(5);
 
+/// The time a decision's time checks use: the server's signed time when the decision was
+/// made for this request alone (it carries the request's nonce), so it is fresh whatever this
+/// device's clock says; else `now`. A decision with another request's nonce is refused.
+fn judging_time(
+    request: &ResolveRequest,
+    decision: &Decision,
+    now: OffsetDateTime,
+) -> Result<OffsetDateTime, ClientError> {
+    match (&request.nonce, &decision.nonce, decision.time) {
+        (Some(ours), Some(theirs), Some(time)) if ours == theirs => Ok(time),
+        (_, Some(_), _) => Err(ClientError::DecisionMismatch(
+            "the decision answers another request (its nonce is not this request's)".into(),
+        )),
+        _ => Ok(now),
+    }
+}
+
 /// Verifies a whole resolve response to `request` with what the client trusts now (`trust`:
 /// the pinned root walked through the keyrings it accepted, or a fixed trust file). `last` is
 /// the keyring version and sequence of the newest decision accepted for the model (zeros if
@@ -135,6 +152,7 @@ pub fn verify_response(
         code: e.code(),
         message: e.to_string(),
     })?;
+    let now = judging_time(request, &decision, now)?;
     let untimely = |message: String| ClientError::Verify {
         code: ErrorCode::DecisionUntimely,
         message,

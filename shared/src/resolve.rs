@@ -63,6 +63,33 @@ pub struct ResolveRequest {
     /// RAM in MiB.
     #[serde(default)]
     pub ram_mb: u64,
+    /// A fresh random value (16 to 32 bytes, base64url without padding) when the device asks
+    /// for a decision made for this request alone: the signed decision then carries the same
+    /// `nonce` and the server's `time`, so the device can trust it whatever its own clock says
+    /// (see [`MIN_NONCE_BYTES`]). Absent: the shared, pre-signed answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nonce: Option<String>,
+}
+
+/// The fewest random bytes a request nonce carries.
+pub const MIN_NONCE_BYTES: usize = 16;
+/// The most random bytes a request nonce carries.
+pub const MAX_NONCE_BYTES: usize = 32;
+
+/// Checks a request nonce: base64url without padding, [`MIN_NONCE_BYTES`] to
+/// [`MAX_NONCE_BYTES`] bytes.
+pub fn check_nonce(nonce: &str) -> Result<(), String> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(nonce)
+        .map_err(|_| "nonce must be base64url without padding".to_string())?;
+    if !(MIN_NONCE_BYTES..=MAX_NONCE_BYTES).contains(&bytes.len()) {
+        return Err(format!(
+            "nonce must be {MIN_NONCE_BYTES} to {MAX_NONCE_BYTES} bytes, not {}",
+            bytes.len()
+        ));
+    }
+    Ok(())
 }
 
 impl ResolveRequest {
@@ -97,13 +124,16 @@ impl ResolveRequest {
         if too_long(&self.app_version) || too_long(&self.runtime_version) {
             return Err("versions must be at most 64 characters".into());
         }
+        if let Some(n) = &self.nonce {
+            check_nonce(n)?;
+        }
         Ok(())
     }
 }
 
 /// The fields of a v1 resolve request this build knows, in the order [`ResolveRequest`]
 /// declares them.
-pub const REQUEST_FIELDS: [&str; 10] = [
+pub const REQUEST_FIELDS: [&str; 11] = [
     "model",
     "install_id",
     "app_version",
@@ -114,6 +144,7 @@ pub const REQUEST_FIELDS: [&str; 10] = [
     "device_model",
     "soc",
     "ram_mb",
+    "nonce",
 ];
 
 impl ResolveRequest {
@@ -246,6 +277,18 @@ pub struct Decision {
     pub sequence: u64,
     /// Variants to try, best first; the XNNPACK fallback last where one is compatible.
     pub candidates: Vec<Candidate>,
+    /// The request's [`ResolveRequest::nonce`], when it had one: this decision was made for
+    /// that request alone, so it is fresh whatever the device's clock says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nonce: Option<String>,
+    /// The server's time when it signed a decision with a [`Decision::nonce`]: a device may set
+    /// its clock estimate by it.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "time::serde::rfc3339::option"
+    )]
+    pub time: Option<OffsetDateTime>,
 }
 
 impl Decision {

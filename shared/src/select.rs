@@ -299,6 +299,7 @@ mod tests {
             device_model: "x".into(),
             soc: "SM8550".into(),
             ram_mb: 4096,
+            nonce: None,
         }
     }
 

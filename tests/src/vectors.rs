@@ -165,6 +165,8 @@ fn decision(
         expires_at: issued + time::Duration::hours(1),
         keyring_version: 1,
         revocations_version: 0,
+        nonce: None,
+        time: None,
         // A model with one release published, which went live (rollout revision 1): what a
         // server answers.
         sequence: SEQUENCE_BASE + 2,

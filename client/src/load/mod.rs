@@ -90,7 +90,6 @@ impl Client {
             app_version: self.app_version.to_string(),
             runtime_version: self.runtime.version().to_string(),
             at: self
-                .clock
                 .now()
                 .format(&time::format_description::well_known::Rfc3339)
                 .unwrap_or_default(),

@@ -44,7 +44,8 @@ pub(crate) async fn resolve(
         Protocol::from_header(h.get(PROTOCOL_HEADER).map(|v| v.as_bytes())),
         Sdk::from_header(h.get(SDK_HEADER).map(|v| v.as_bytes())).as_ref(),
     );
-    let outcome = resolve_inner(&state, query, payload, &client).await;
+    let peer = req.peer_addr().map(|a| a.ip());
+    let outcome = resolve_inner(&state, query, payload, &client, peer).await;
     let label = match &outcome {
         Ok(_) => "ok",
         Err(e) => e.code.as_str(),
@@ -77,6 +78,7 @@ pub(crate) async fn resolve_inner(
     query: Result<web::Query<ResolveQuery>, actix_web::Error>,
     payload: web::Payload,
     client: &str,
+    peer: Option<std::net::IpAddr>,
 ) -> Result<HttpResponse, ApiError> {
     let explain = query
         .map_err(|e| ApiError::new(ErrorCode::RequestInvalid, format!("bad query string: {e}")))?
@@ -97,9 +99,24 @@ pub(crate) async fn resolve_inner(
     device
         .validate()
         .map_err(|m| ApiError::new(ErrorCode::RequestInvalid, m))?;
+    if device.nonce.is_some() {
+        // A decision of its own costs a signature: bounded per client network.
+        if !state.allow_fresh_decision(peer) {
+            state.metrics().fresh_decision("limited");
+            return Err(ApiError::new(
+                ErrorCode::RateLimited,
+                format!(
+                    "more than {} decisions with a nonce this minute from this network; retry \
+                     later",
+                    state.config().limits.fresh_decisions_per_minute
+                ),
+            ));
+        }
+        state.metrics().fresh_decision("signed");
+    }
     let catalog = state.catalog();
-    let releases = catalog.releases_newest_first(&device.model);
-    if releases.is_empty() {
+    let published = catalog.release_count_of(&device.model);
+    if published == 0 {
         return Err(Refusal::NotPublished(device.model.to_string()).into());
     }
     state
@@ -110,7 +127,7 @@ pub(crate) async fn resolve_inner(
         (state.revocations(), state.rollouts(), state.deny_lists());
     let deny_in_force = deny_lists.get(&device.model);
     let model_state = ModelState {
-        releases: &releases,
+        published,
         plan: rollouts.get(&device.model),
         deny: deny_in_force.map_or(&[], |d| d.entries.as_slice()),
         deny_revision: deny_in_force.map_or(0, |d| d.revision),
@@ -119,7 +136,8 @@ pub(crate) async fn resolve_inner(
     let generation = model_state.generation();
     let wanted_cohort = model_state.cohort_of(&device.install_id);
     let digest = device.selection_digest();
-    let shared = !explain && model_state.pin_of(&device.install_id, now).is_none();
+    let shared =
+        !explain && device.nonce.is_none() && model_state.pin_of(&device.install_id, now).is_none();
     if shared && let Some(answer) = state.answers().get(&digest, wanted_cohort, generation, now) {
         return Ok(render(state, &device, &answer));
     }
@@ -130,7 +148,8 @@ pub(crate) async fn resolve_inner(
         ttl_secs: state.config().decision_ttl_secs,
         keyring_version: state.keys().version,
     };
-    let decided = decide(&device, &model_state, &policy, now).inspect_err(|r| {
+    let releases = catalog.releases_newest_first(&device.model);
+    let decided = decide(&device, &model_state, &releases, &policy, now).inspect_err(|r| {
         if r.code() == ErrorCode::NoCompatibleVariant {
             state.metrics().no_compatible_variant(device.model.as_str());
         }

@@ -28,6 +28,11 @@ pub struct Limits {
     /// quick retries a write fails with `503 storage_unavailable` within about three times this
     /// when the store does not answer, instead of holding the operator's command for minutes.
     pub store_timeout_secs: u64,
+    /// Decisions made for one request (resolves with a `nonce`, sent by devices whose clock
+    /// cannot be trusted) one client network (IPv4 address, IPv6 /64) may ask for per minute
+    /// (default 600; more are refused with 429 `rate_limited`). Each costs a signature; the
+    /// shared answers the other devices get cost none.
+    pub fresh_decisions_per_minute: u32,
 }
 
 impl Default for Limits {
@@ -41,6 +46,7 @@ impl Default for Limits {
             upload_timeout_secs: 3600,
             max_concurrent_uploads: 4,
             store_timeout_secs: 10,
+            fresh_decisions_per_minute: 600,
         }
     }
 }
@@ -59,6 +65,9 @@ impl Limits {
         }
         if !(1..=600).contains(&self.body_timeout_secs) {
             return Err("body_timeout_secs must be between 1 and 600".into());
+        }
+        if !(1..=1_000_000).contains(&self.fresh_decisions_per_minute) {
+            return Err("fresh_decisions_per_minute must be between 1 and 1000000".into());
         }
         if self.max_json_bytes < 1024 || self.max_resolve_bytes < 1024 {
             return Err("max_json_bytes and limits.max_resolve_bytes must be at least 1024".into());

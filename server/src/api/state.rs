@@ -73,6 +73,7 @@ pub struct AppState {
     connections: Arc<crate::api::connections::Connections>,
     upload_slots: tokio::sync::Semaphore,
     ingest_permits: tokio::sync::Semaphore,
+    fresh_limiter: crate::fleet::limits::Limiter,
     request_counter: AtomicU64,
     request_prefix: String,
     started: std::time::Instant,
@@ -98,6 +99,8 @@ impl AppState {
         let _ = getrandom::fill(&mut run);
         let uploads = settings.limits.max_concurrent_uploads.max(1);
         let per_address = settings.limits.max_connections_per_address;
+        let fresh_limiter =
+            crate::fleet::limits::Limiter::new(settings.limits.fresh_decisions_per_minute, 1);
         let views = Arc::new(Views::new(catalog, view));
         let fleet = Fleet {
             ring: crate::keyring::Ring {
@@ -129,6 +132,7 @@ impl AppState {
             ingest_permits: tokio::sync::Semaphore::new(
                 (std::thread::available_parallelism().map_or(2, |n| n.get()) / 2).max(1),
             ),
+            fresh_limiter,
             request_counter: AtomicU64::new(0),
             started: std::time::Instant::now(),
             catalog_reloaded_ms: AtomicU64::new(0),
@@ -199,6 +203,13 @@ impl AppState {
     /// Bounds telemetry parsing to half the cores, so resolve always has CPU left.
     pub fn ingest_permits(&self) -> &tokio::sync::Semaphore {
         &self.ingest_permits
+    }
+
+    /// Takes one decision of its own from the allowance of `addr`'s network: false when it is
+    /// spent for this minute.
+    pub fn allow_fresh_decision(&self, addr: Option<std::net::IpAddr>) -> bool {
+        self.fresh_limiter
+            .address(crate::fleet::limits::IpKey::of(addr))
     }
 
     /// Models telemetry asked to evaluate.

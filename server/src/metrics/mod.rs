@@ -67,6 +67,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     durations: Family<RouteLabels, Histogram, fn() -> Histogram>,
     resolves: Family<OutcomeLabels, Counter>,
+    fresh_decisions: Family<OutcomeLabels, Counter>,
     publishes: Family<OutcomeLabels, Counter>,
     telemetry_events: Family<OutcomeLabels, Counter>,
     telemetry_raw_dropped: Counter,
@@ -124,6 +125,7 @@ impl Default for Metrics {
                 latency_histogram,
             ),
             resolves: Family::<OutcomeLabels, Counter>::default(),
+            fresh_decisions: Family::<OutcomeLabels, Counter>::default(),
             publishes: Family::<OutcomeLabels, Counter>::default(),
             telemetry_events: Family::<OutcomeLabels, Counter>::default(),
             telemetry_raw_dropped: Counter::default(),
@@ -167,6 +169,11 @@ impl Metrics {
             "ferry_resolves",
             "Resolve requests, by outcome (ok or the error code)",
             self.resolves.clone(),
+        );
+        registry.register(
+            "ferry_fresh_decisions",
+            "Resolves that asked for a decision of their own (a nonce): signed, or refused by the per-network limit",
+            self.fresh_decisions.clone(),
         );
         registry.register(
             "ferry_publishes",
@@ -291,6 +298,13 @@ impl Metrics {
     /// Counts one resolve by outcome (`ok` or a catalogue code).
     pub fn resolve(&self, outcome: &'static str) {
         self.resolves
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    /// Counts one request for a decision of its own (`signed` or `limited`).
+    pub fn fresh_decision(&self, outcome: &'static str) {
+        self.fresh_decisions
             .get_or_create(&OutcomeLabels { outcome })
             .inc();
     }

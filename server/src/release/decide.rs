@@ -22,8 +22,8 @@ use crate::storage::catalog::Release;
 /// One model's state as resolve reads it, taken from the views once per request.
 #[derive(Debug, Clone, Copy)]
 pub struct ModelState<'a> {
-    /// Every published release of the model, newest first.
-    pub releases: &'a [Arc<Release>],
+    /// How many releases of the model are published.
+    pub published: usize,
     /// The rollout plan in force.
     pub plan: Option<&'a RolloutPlan>,
     /// The deny list in force and its revision.
@@ -44,7 +44,7 @@ impl ModelState<'_> {
         (
             self.plan.map_or(0, |p| p.revision),
             self.deny_revision,
-            self.releases.len() as u64,
+            self.published as u64,
             self.revocations.map_or(0, |r| r.list.version),
             self.revocations.is_some_and(|r| r.envelope.is_some()),
         )
@@ -157,23 +157,25 @@ impl Refusal {
     }
 }
 
-/// Decides what `device` gets of its model in `state` at `now`: the releases its cohort (or
-/// its pin) may get, revoked ones never, the best release with a variant that fits, and the
-/// candidates best first.
+/// Decides what `device` gets of its model in `state` at `now`, from `releases` (every
+/// published release of the model, newest first): the releases its cohort (or its pin) may
+/// get, revoked ones never, the best release with a variant that fits, and the candidates
+/// best first.
 pub fn decide(
     device: &ResolveRequest,
     state: &ModelState<'_>,
+    releases: &[Arc<Release>],
     policy: &Policy<'_>,
     now: OffsetDateTime,
 ) -> Result<Decided, Refusal> {
     let model = device.model.to_string();
-    if state.releases.is_empty() {
+    if releases.is_empty() {
         return Err(Refusal::NotPublished(model));
     }
     let plan = state.plan;
     let wanted_cohort = state.cohort_of(&device.install_id);
     let pin = state.pin_of(&device.install_id, now);
-    let mut all = state.releases.to_vec();
+    let mut all = releases.to_vec();
     // A revoked release is never offered, whatever the rollout plan says.
     if let Some(r) = state.revocations {
         all.retain(|rel| r.list.revokes(&rel.manifest.version).is_none());
@@ -245,6 +247,8 @@ pub fn decide(
                 url: format!("{}/v1/blobs/sha256/{}", policy.base_url, v.sha256.to_hex()),
             })
             .collect(),
+        nonce: device.nonce.clone(),
+        time: device.nonce.as_ref().map(|_| now),
     };
     let mut explain = selection.explain;
     if let Some(p) = &pin {

@@ -191,6 +191,7 @@ pub fn classes(model: &ModelName, releases: &[&ReleaseManifest]) -> Vec<DeviceCl
                                     device_model: String::new(),
                                     soc: s.clone(),
                                     ram_mb: *r,
+                                    nonce: None,
                                 };
                                 let sig: BTreeSet<(usize, usize)> = flat
                                     .iter()

@@ -286,6 +286,15 @@ fn the_server_answers_every_vector_as_recorded() {
             );
             assert_eq!(body["release_ref"], answer["release_ref"], "{name}");
         }
+        if v["expect"]["nonce"] == true {
+            let sent = json(name);
+            assert_eq!(
+                decision.nonce.as_deref(),
+                sent["nonce"].as_str(),
+                "{name}: the decision carries the request's nonce"
+            );
+            assert!(decision.time.is_some(), "{name}: and the server's time");
+        }
         let m = metrics(&app);
         for field in strings(&v["expect"]["unknown_fields"]) {
             assert!(

@@ -113,6 +113,7 @@ fn request(parts: &ResolveRequestParts) -> crate::resolve::ResolveRequest {
         device_model: String::new(),
         soc: String::new(),
         ram_mb: 4096,
+        nonce: None,
     }
 }
 

@@ -1,0 +1,152 @@
+//! Time the device can trust: the server's signed time, learned from a decision made for one
+//! of this client's requests (its nonce), carried forward by a clock that keeps counting
+//! through suspend and is tied to the current boot. While that estimate holds, every time
+//! check (decision expiry, the keyring's key expiries, telemetry stamps) uses it instead of
+//! the wall clock, which users set by hand and devices without a battery-backed clock start
+//! in 1970.
+//!
+//! The estimate is kept in `<cache>/clock.json` so it survives app restarts; a reboot (another
+//! boot id) drops it, and the next resolve learns it again.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::types::Clock;
+
+/// The server's time at one instant of this boot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Estimate {
+    /// The boot it was learned in.
+    pub boot_id: String,
+    /// Time since that boot when it was learned, in milliseconds.
+    pub since_boot_ms: u64,
+    /// The server's time then.
+    #[serde(with = "time::serde::rfc3339")]
+    pub server_time: OffsetDateTime,
+}
+
+impl Estimate {
+    /// The server's time now, by `boot` (this boot's id and time since it started); `None`
+    /// after a reboot or when the boot clock went back (it never does within a boot).
+    pub(crate) fn at(&self, boot: &(String, Duration)) -> Option<OffsetDateTime> {
+        let (id, since) = boot;
+        let now_ms = u64::try_from(since.as_millis()).ok()?;
+        if *id != self.boot_id || now_ms < self.since_boot_ms {
+            return None;
+        }
+        let elapsed =
+            time::Duration::milliseconds(i64::try_from(now_ms - self.since_boot_ms).ok()?);
+        self.server_time.checked_add(elapsed)
+    }
+}
+
+/// The client's time estimate and where it is kept.
+#[derive(Debug)]
+pub(crate) struct TimeKeeper {
+    path: PathBuf,
+    held: Mutex<Option<Estimate>>,
+}
+
+impl TimeKeeper {
+    /// The keeper of `<cache>/clock.json` (a missing or unreadable file: no estimate yet).
+    pub(crate) fn open(cache_root: &Path) -> Self {
+        let path = cache_root.join("clock.json");
+        let held = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Estimate>(&b).ok());
+        Self {
+            path,
+            held: Mutex::new(held),
+        }
+    }
+
+    /// The estimated time now, when an estimate from this boot holds.
+    pub(crate) fn estimate(&self, clock: &dyn Clock) -> Option<OffsetDateTime> {
+        let boot = clock.since_boot()?;
+        ferry_shared::sync::lock(&self.held).as_ref()?.at(&boot)
+    }
+
+    /// The time to judge by: the estimate while it holds, else the wall clock.
+    pub(crate) fn now(&self, clock: &dyn Clock) -> OffsetDateTime {
+        self.estimate(clock).unwrap_or_else(|| clock.now())
+    }
+
+    /// How far the wall clock is from the estimate, in whole seconds (positive: the wall clock
+    /// is ahead); `None` without an estimate.
+    pub(crate) fn offset_secs(&self, clock: &dyn Clock) -> Option<i64> {
+        self.estimate(clock)
+            .map(|est| (clock.now() - est).whole_seconds())
+    }
+
+    /// Learns `server_time` (from a decision made for this client's nonce) as the time now,
+    /// and keeps it for later processes of this boot. Without a boot clock nothing is kept.
+    pub(crate) fn learn(&self, server_time: OffsetDateTime, clock: &dyn Clock) {
+        let Some((boot_id, since)) = clock.since_boot() else {
+            return;
+        };
+        let estimate = Estimate {
+            boot_id,
+            since_boot_ms: u64::try_from(since.as_millis()).unwrap_or(u64::MAX),
+            server_time,
+        };
+        if let Ok(bytes) = serde_json::to_vec(&estimate) {
+            // Best effort: an estimate that cannot be written is learned again next start.
+            let _ = ferry_fs::write(&self.path, &bytes, ferry_fs::Mode::Public);
+        }
+        *ferry_shared::sync::lock(&self.held) = Some(estimate);
+    }
+}
+
+/// This boot's id and the time since it started, counting suspend (Linux and Android: the
+/// kernel's boot id and `/proc/uptime`, which is `CLOCK_BOOTTIME`, what `elapsedRealtime`
+/// reads). `None` elsewhere.
+pub(crate) fn system_since_boot() -> Option<(String, Duration)> {
+    if !cfg!(any(target_os = "linux", target_os = "android")) {
+        return None;
+    }
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
+    let secs: f64 = uptime.split_whitespace().next()?.parse().ok()?;
+    if !secs.is_finite() || secs < 0.0 {
+        return None;
+    }
+    Some((id.trim().to_string(), Duration::from_secs_f64(secs)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_estimate_moves_with_the_boot_clock_and_ends_with_the_boot() {
+        let t0 = OffsetDateTime::from_unix_timestamp(1_800_000_000).expect("time");
+        let e = Estimate {
+            boot_id: "boot-a".into(),
+            since_boot_ms: 10_000,
+            server_time: t0,
+        };
+        let later = ("boot-a".to_string(), Duration::from_millis(70_000));
+        assert_eq!(e.at(&later), Some(t0 + time::Duration::seconds(60)));
+        assert_eq!(
+            e.at(&("boot-b".to_string(), Duration::from_millis(70_000))),
+            None
+        );
+        assert_eq!(
+            e.at(&("boot-a".to_string(), Duration::from_millis(5_000))),
+            None
+        );
+    }
+
+    #[test]
+    fn the_system_boot_clock_reads_on_linux() {
+        if cfg!(target_os = "linux") {
+            let (id, since) = system_since_boot().expect("boot id and uptime");
+            assert_eq!(id.len(), 36, "{id}");
+            assert!(since > Duration::ZERO);
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! Devices whose clocks are wrong, against the real server and runtime: fresh installs with
+//! clocks from 1970 to 2040 get their model (the first resolve asks for a decision of its
+//! own, with a nonce, and learns the server's time), later loads use the shared answers and
+//! follow a new baseline, and a decision made for another request's nonce is refused.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry_client::executorch_runtime::ExecuTorchRuntime;
+use ferry_client::{ClientBuilder, ClientError, Clock, Source, SystemClock};
+use ferry_shared::manifest::Platform;
+use ferry_tests::app::{TestApp, mlp_v1, mlp_v2};
+use time::OffsetDateTime;
+
+use crate::client_e2e::{device, quick_limits};
+
+/// A device clock `offset` away from the real time, with the real boot clock.
+struct Skewed {
+    offset: time::Duration,
+}
+
+impl Clock for Skewed {
+    fn now(&self) -> OffsetDateTime {
+        OffsetDateTime::now_utc() + self.offset
+    }
+
+    fn since_boot(&self) -> Option<(String, Duration)> {
+        SystemClock.since_boot()
+    }
+}
+
+fn skewed_client(
+    app: &TestApp,
+    cache: &std::path::Path,
+    offset: time::Duration,
+) -> ferry_client::Client {
+    ClientBuilder::new(app.url(), app.trust())
+        .cache_dir(cache)
+        .app_version(semver::Version::new(2, 0, 0))
+        .runtime(Arc::new(ExecuTorchRuntime::new()))
+        .download_limits(quick_limits())
+        .clock(Arc::new(Skewed { offset }))
+        .build()
+        .expect("client")
+}
+
+/// The server's count of decisions made for one request (`signed`).
+fn fresh_signed(app: &TestApp) -> u64 {
+    let mut resp = ureq::get(format!("{}/metrics", app.url()))
+        .call()
+        .expect("metrics");
+    let text = resp.body_mut().read_to_string().expect("text");
+    text.lines()
+        .find(|l| l.starts_with("ferry_fresh_decisions_total{outcome=\"signed\"}"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Offsets from the real time: 55 years, 400 days, 2 days and 90 minutes behind; 90
+/// minutes, a day, 400 days and 14 years ahead.
+fn skews() -> Vec<time::Duration> {
+    let (m, d) = (time::Duration::minutes(1), time::Duration::days(1));
+    vec![
+        -d * (55 * 365),
+        -d * 400,
+        -d * 2,
+        -m * 90,
+        m * 90,
+        d,
+        d * 400,
+        d * (14 * 365),
+    ]
+}
+
+#[test]
+fn fresh_installs_with_wrong_clocks_load_and_learn_the_servers_time() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    let dev = device(Platform::Linux, &[]);
+    for offset in skews() {
+        let cache = tempfile::tempdir().expect("tmp");
+        let before = fresh_signed(&app);
+        let c = skewed_client(&app, cache.path(), offset);
+        let m = c.load("mlp", &dev).unwrap_or_else(|e| {
+            panic!("a device {offset} off gets no model: {e}");
+        });
+        assert_eq!(m.release, "1.0.0");
+        assert!(matches!(m.source, Source::Downloaded), "{offset}");
+        assert_eq!(fresh_signed(&app), before + 1, "one decision of its own");
+        // The estimate: the wall clock's offset, measured to within a minute.
+        let measured = c
+            .clock_offset_secs()
+            .expect("the server's time was learned");
+        assert!(
+            (measured - offset.whole_seconds()).abs() < 60,
+            "{offset}: measured {measured} s"
+        );
+        assert!((c.now() - OffsetDateTime::now_utc()).abs() < time::Duration::minutes(1));
+        // Another process on the same cache (an app restart, same boot) trusts the learned
+        // time: the shared answer, no new signature.
+        let again = skewed_client(&app, cache.path(), offset);
+        let m = again.load("mlp", &dev).expect("a restart loads");
+        assert_eq!(m.release, "1.0.0");
+        assert_eq!(fresh_signed(&app), before + 1, "{offset}: no second nonce");
+    }
+}
+
+#[test]
+fn a_device_with_a_wrong_clock_follows_a_new_baseline() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    let dev = device(Platform::Linux, &[]);
+    let cache = tempfile::tempdir().expect("tmp");
+    let slow = time::Duration::days(-400);
+    let c = skewed_client(&app, cache.path(), slow);
+    assert_eq!(c.load("mlp", &dev).expect("first load").release, "1.0.0");
+    app.publish(&mlp_v2());
+    app.ship("2.0.0");
+    let c = skewed_client(&app, cache.path(), slow);
+    let m = c.load("mlp", &dev).expect("the new baseline");
+    assert_eq!(m.release, "2.0.0");
+}
+
+#[test]
+fn a_decision_for_another_nonce_or_none_is_judged_as_such() {
+    use base64::Engine as _;
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    let mut req = ferry_tests::app::device("linux", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096);
+    let ours = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode([7u8; 16]);
+    req["nonce"] = ours.clone().into();
+    let (status, body) = app.resolve(&req, true);
+    assert_eq!(status, 200, "{body}");
+    let (d, _) = app.verify_response(&body);
+    assert_eq!(d.nonce.as_deref(), Some(ours.as_str()));
+    let time = d.time.expect("the server's time");
+    assert!((time - OffsetDateTime::now_utc()).abs() < time::Duration::minutes(1));
+    // The same answer shown to a request with another nonce, or with none: refused.
+    let resp: ferry_shared::resolve::ResolveResponse =
+        serde_json::from_value(body.clone()).expect("answer");
+    let release = resp.release.clone().expect("release");
+    let trust = app.trust_state();
+    for other in [
+        Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode([8u8; 16])),
+        None,
+    ] {
+        req["nonce"] = other.clone().map_or(serde_json::Value::Null, Into::into);
+        let request: ferry_shared::resolve::ResolveRequest =
+            serde_json::from_value(req.clone()).expect("request");
+        let got = ferry_client::verify::verify_response(
+            &resp,
+            &release,
+            &request,
+            &trust,
+            OffsetDateTime::now_utc(),
+            (0, 0),
+        );
+        assert!(
+            matches!(got, Err(ClientError::DecisionMismatch(_))),
+            "{other:?}: {got:?}"
+        );
+    }
+    // A malformed nonce is a clear 400.
+    req["nonce"] = "short".into();
+    let (status, body) = app.resolve(&req, false);
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("request_invalid")),
+        "{body}"
+    );
+}
+
+#[test]
+fn decisions_with_a_nonce_are_limited_per_network() {
+    use base64::Engine as _;
+    let app = TestApp::start_with(ferry_tests::app::Options {
+        tweak: Some(Box::new(|c| c.limits.fresh_decisions_per_minute = 2)),
+        ..Default::default()
+    });
+    app.publish(&mlp_v1());
+    let mut req = ferry_tests::app::device("linux", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096);
+    let mut statuses = Vec::new();
+    for i in 0..3u8 {
+        req["nonce"] = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode([i; 16])
+            .into();
+        let (status, body) = app.resolve(&req, false);
+        statuses.push((status, body["code"].as_str().map(str::to_string)));
+    }
+    assert_eq!(
+        statuses,
+        [
+            (200, None),
+            (200, None),
+            (429, Some("rate_limited".to_string()))
+        ]
+    );
+    // Shared answers are not limited.
+    req.as_object_mut().expect("object").remove("nonce");
+    assert_eq!(app.resolve(&req, false).0, 200);
+    assert_eq!(fresh_signed(&app), 2);
+}
