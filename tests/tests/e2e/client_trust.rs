@@ -51,22 +51,19 @@ fn tampered_untrusted_expired_and_replayed_responses_are_refused() {
     codes.push(e.code().to_string());
     assert_eq!(e.code(), "key_unknown", "{e}");
 
-    // Expired: the device clock is two hours ahead of the decision's expiry.
-    struct Later;
-    impl ferry_client::Clock for Later {
-        fn now(&self) -> time::OffsetDateTime {
-            time::OffsetDateTime::now_utc() + time::Duration::hours(2)
-        }
-    }
+    // Expired: a decision past its expiry, served again by a proxy (also to the request the
+    // client then makes with a nonce), is refused (freeze protection). A device whose own
+    // clock is off gets a fresh decision instead (client_clock).
+    let past = time::OffsetDateTime::now_utc() - time::Duration::hours(3);
+    let stale = forged(&app, |d| {
+        d.issued_at = past;
+        d.expires_at = past + time::Duration::hours(1);
+    });
+    proxy.resolve_faults([Fault::Replace(stale.clone()), Fault::Replace(stale)]);
     let cache = tempfile::tempdir().expect("tmp");
-    let c3 = ClientBuilder::new(app.url(), app.trust())
-        .cache_dir(cache.path())
-        .app_version(semver::Version::new(1, 0, 0))
-        .runtime(Arc::new(ExecuTorchRuntime::new()))
-        .clock(Arc::new(Later))
-        .build()
-        .expect("client");
+    let c3 = client(&app, &proxy.url(), cache.path());
     let e = c3.load("demo-mlp", &dev).expect_err("expired");
+    proxy.clear_faults();
     codes.push(e.code().to_string());
     assert_eq!(e.code(), "expired", "{e}");
 
@@ -414,12 +411,15 @@ fn the_online_key_cannot_send_a_device_what_the_release_key_did_not_sign_for_it(
     let cache = tempfile::tempdir().expect("tmp");
     let c = client(&app, &proxy.url(), cache.path());
     drop(c.load("demo-mlp", &dev).expect("honest load"));
-    proxy.resolve_faults([Fault::Replace(forged(&app, |d| {
+    // (Served again when the client asks once more with a nonce.)
+    let untimely = forged(&app, |d| {
         d.sequence = u64::MAX;
         d.issued_at = far;
         d.expires_at = far + time::Duration::hours(1);
-    }))]);
+    });
+    proxy.resolve_faults([Fault::Replace(untimely.clone()), Fault::Replace(untimely)]);
     let m = c.load("demo-mlp", &dev).expect("last known good");
+    proxy.clear_faults();
     assert!(
         matches!(&m.source, Source::LastKnownGood { code, .. } if code == "decision_untimely"),
         "{:?}",
