@@ -302,6 +302,7 @@ mod tests {
         TelemetryEvent {
             receipt: None,
             stage: None,
+            clock_offset_s: None,
             kind: EventKind::Load,
             model: "m".into(),
             release: "1.0.0".into(),

@@ -114,6 +114,10 @@ pub struct LoadReport {
     /// announced one (see [`crate::Client::protocol_sunset`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub protocol_sunset: Option<String>,
+    /// How far the device's wall clock is from the server's time, in seconds (positive:
+    /// ahead), when the client has learned it (see [`crate::Client::clock_offset_secs`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clock_offset_s: Option<i64>,
 }
 
 /// A model loaded into the runtime.

@@ -78,6 +78,10 @@ pub struct TelemetryEvent {
     /// `resolve`, `download`, `verify`, `load_program`, `load_method`, `golden` or `execute`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage: Option<String>,
+    /// How far the device's wall clock was from the server's time when the event was made, in
+    /// seconds (positive: ahead), when the client knew it; `at` is then the corrected time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_offset_s: Option<i64>,
 }
 
 /// The body of `POST /v1/telemetry`.
@@ -88,7 +92,7 @@ pub struct TelemetryBatch {
 }
 
 /// The fields of a v1 telemetry event this build knows.
-pub const EVENT_FIELDS: [&str; 19] = [
+pub const EVENT_FIELDS: [&str; 20] = [
     "kind",
     "model",
     "release",
@@ -108,6 +112,7 @@ pub const EVENT_FIELDS: [&str; 19] = [
     "to_variant",
     "receipt",
     "stage",
+    "clock_offset_s",
 ];
 
 /// The event kinds this build knows, as they appear on the wire.
@@ -200,6 +205,7 @@ mod tests {
             to_variant: Some("w".into()),
             receipt: Some("r".into()),
             stage: Some("load_method".into()),
+            clock_offset_s: None,
         };
         let v = serde_json::to_value(&e).expect("json");
         let mut keys: Vec<&str> = v

@@ -96,6 +96,7 @@ impl Client {
             to_variant: None,
             receipt: None,
             stage: None,
+            clock_offset_s: self.clock_offset_secs(),
         }
     }
 
@@ -249,6 +250,7 @@ impl Client {
             portable_kernels,
             duration_ms: started.elapsed().as_secs_f64() * 1000.0,
             protocol_sunset: self.protocol_sunset(),
+            clock_offset_s: self.clock_offset_secs(),
         }
     }
 }

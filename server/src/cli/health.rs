@@ -40,6 +40,13 @@ pub(crate) fn health_cmd(
     if !cohorts.is_empty() {
         println!("cohort devices: {}", cohorts.join(", "));
     }
+    // Devices whose wall clock is off (they still get their model: docs/client.md).
+    if let Some(reporting) = v["clocks"]["reporting"].as_u64().filter(|n| *n > 0) {
+        println!(
+            "device clocks: {} of {reporting} reporting devices more than 5 minutes off",
+            v["clocks"]["skewed"].as_u64().unwrap_or(0)
+        );
+    }
     if v["releases"].as_array().is_none_or(Vec::is_empty) {
         println!(
             "no load reported with a receipt yet{}",

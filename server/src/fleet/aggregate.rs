@@ -254,6 +254,9 @@ impl Telemetry {
                     continue;
                 }
                 let id = hash_id(&e.install_id);
+                if let (Some(offset), Some(bucket)) = (e.clock_offset_s, bucket.as_mut()) {
+                    bucket.note_clock(&e.model, offset, id);
+                }
                 let per_device = caps
                     .entry((e.model.clone(), e.release.clone(), e.variant.clone()))
                     .or_default();

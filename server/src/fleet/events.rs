@@ -87,6 +87,7 @@ pub fn schema() -> Arc<Schema> {
         text("runtime_version"),
         Field::new("at", ts, true),
         maybe_text("stage"),
+        Field::new("clock_offset_s", DataType::Int64, true),
     ]))
 }
 
@@ -135,6 +136,7 @@ pub fn encode(events: &[RawEvent], node: &str) -> Result<Vec<u8>, parquet::error
     let mut runtime_version = strings();
     let mut at = TimestampMicrosecondBuilder::with_capacity(n).with_timezone("UTC");
     let mut stage = strings();
+    let mut clock_offset = arrow_array::builder::Int64Builder::with_capacity(n);
     for r in events {
         let e = &r.event;
         received.append_value(micros(r.received_at));
@@ -162,6 +164,7 @@ pub fn encode(events: &[RawEvent], node: &str) -> Result<Vec<u8>, parquet::error
                 .map(micros),
         );
         stage.append_option(e.stage.as_deref());
+        clock_offset.append_option(e.clock_offset_s);
     }
     let columns: Vec<ArrayRef> = vec![
         Arc::new(received.finish()),
@@ -185,6 +188,7 @@ pub fn encode(events: &[RawEvent], node: &str) -> Result<Vec<u8>, parquet::error
         Arc::new(runtime_version.finish()),
         Arc::new(at.finish()),
         Arc::new(stage.finish()),
+        Arc::new(clock_offset.finish()),
     ];
     let batch = RecordBatch::try_new(schema(), columns)?;
     let props = WriterProperties::builder()
@@ -238,6 +242,7 @@ mod tests {
             to_variant: None,
             receipt: None,
             stage: None,
+            clock_offset_s: None,
         }
     }
 

@@ -122,7 +122,11 @@ async fn write_pending(fleet: &Fleet) {
     use object_store::{ObjectStoreExt as _, PutPayload};
     let mut unwritten = Vec::new();
     for (start, rollup) in fleet.telemetry.take_pending() {
-        if rollup.models.is_empty() && rollup.cohorts.is_empty() && rollup.clients.is_empty() {
+        if rollup.models.is_empty()
+            && rollup.cohorts.is_empty()
+            && rollup.clients.is_empty()
+            && rollup.clocks.is_empty()
+        {
             continue;
         }
         let key = BucketKey {

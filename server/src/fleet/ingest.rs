@@ -118,6 +118,9 @@ pub struct EventError {
     pub message: String,
 }
 
+/// The largest device clock offset an event may report, in seconds (a century).
+pub const MAX_CLOCK_OFFSET_S: u64 = 100 * 366 * 86_400;
+
 pub(crate) const MAX_FIELD: usize = 128;
 /// Longest receipt (a MAC and up to 64 variant ids).
 pub(crate) const MAX_RECEIPT: usize = 8192;
@@ -187,6 +190,14 @@ pub fn validate(
     }
     if e.error_code.as_ref().is_some_and(|c| c.len() > MAX_FIELD) {
         return Err(invalid("error_code is too long".into()));
+    }
+    // A device's clock offset: within a century either way.
+    if e.clock_offset_s
+        .is_some_and(|o| o.unsigned_abs() > MAX_CLOCK_OFFSET_S)
+    {
+        return Err(invalid(format!(
+            "clock_offset_s must be within {MAX_CLOCK_OFFSET_S} seconds either way"
+        )));
     }
     // Stages are short snake_case names; newer clients may add stages, so any such name is
     // kept, but nothing else.

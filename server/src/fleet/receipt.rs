@@ -139,6 +139,7 @@ mod tests {
             to_variant: Some("xnnpack-fp32".into()),
             receipt,
             stage: None,
+            clock_offset_s: None,
         }
     }
 

@@ -333,7 +333,15 @@ pub struct Rollup {
     /// resolved with it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub clients: BTreeMap<String, BTreeMap<String, Devices>>,
+    /// model → `in_sync` or `skewed` (wall clock more than [`SKEWED_CLOCK_S`] from the
+    /// server's time) → distinct devices that reported their clock offset.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub clocks: BTreeMap<String, BTreeMap<String, Devices>>,
 }
+
+/// A device clock further than this from the server's time (seconds) counts as skewed: the
+/// 5 minutes of skew a decision's issue time is allowed.
+pub const SKEWED_CLOCK_S: u64 = 300;
 
 impl Rollup {
     /// Model/release/variant entries held.
@@ -366,6 +374,21 @@ impl Rollup {
             .insert(&device);
     }
 
+    /// Notes that `device` reported its wall clock `offset` seconds from the server's time.
+    pub fn note_clock(&mut self, model: &str, offset: i64, device: u64) {
+        let state = if offset.unsigned_abs() > SKEWED_CLOCK_S {
+            "skewed"
+        } else {
+            "in_sync"
+        };
+        self.clocks
+            .entry(model.to_string())
+            .or_default()
+            .entry(state.to_string())
+            .or_default()
+            .insert(&device);
+    }
+
     /// Adds `o` into `self`.
     pub fn merge(&mut self, o: &Rollup) {
         for (m, releases) in &o.models {
@@ -380,6 +403,9 @@ impl Rollup {
         }
         for (m, clients) in &o.clients {
             merge_devices(&mut self.clients, m, clients);
+        }
+        for (m, clocks) in &o.clocks {
+            merge_devices(&mut self.clocks, m, clocks);
         }
     }
 
@@ -397,6 +423,9 @@ impl Rollup {
         }
         if let Some(clients) = o.clients.get(model) {
             merge_devices(&mut self.clients, model, clients);
+        }
+        if let Some(clocks) = o.clocks.get(model) {
+            merge_devices(&mut self.clocks, model, clocks);
         }
     }
 
@@ -486,6 +515,16 @@ impl Rollup {
             "releases": list.into_iter().map(|(_, r, v)| serde_json::json!({"release": r, "variants": v})).collect::<Vec<_>>(),
             "cohort_sizes": cohorts,
             "clients": crate::fleet::clients::view(self.clients.get(model)),
+            "clocks": {
+                "reporting": self.clocks.get(model).map_or(0, |c| {
+                    c.values().map(Devices::estimate).sum::<usize>()
+                }),
+                "skewed": self
+                    .clocks
+                    .get(model)
+                    .and_then(|c| c.get("skewed"))
+                    .map_or(0, Devices::estimate),
+            },
         })
     }
 }

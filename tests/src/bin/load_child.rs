@@ -95,6 +95,7 @@ fn event(tag: &str, i: usize) -> TelemetryEvent {
         to_variant: None,
         receipt: None,
         stage: None,
+        clock_offset_s: None,
     }
 }
 

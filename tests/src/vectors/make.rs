@@ -389,7 +389,7 @@ fn telemetry(out: &mut Out, k: &Keys) {
         bytes(&json!({"events": [newer, inference], "batch_id": "b-1"})),
         json!({"kind": "telemetry", "schema": "telemetry.schema.json",
                "expect": {"status": 200, "accepted": 1, "ignored": 1, "rejected": [],
-                          "unknown_fields": ["clock_offset_s", "method", "p95_ms", "thermal"]},
-               "about": "a newer client's batch: unknown fields and stage, and an event of a kind this server does not know"}),
+                          "unknown_fields": ["method", "p95_ms", "thermal"]},
+               "about": "a newer client's batch: a device clock offset, unknown fields and stage, and an event of a kind this server does not know"}),
     );
 }

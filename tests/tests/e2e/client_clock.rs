@@ -201,3 +201,48 @@ fn decisions_with_a_nonce_are_limited_per_network() {
     assert_eq!(app.resolve(&req, false).0, 200);
     assert_eq!(fresh_signed(&app), 2);
 }
+
+#[test]
+fn telemetry_from_a_skewed_device_arrives_stamped_with_the_servers_time() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    let dev = device(Platform::Linux, &[]);
+    let ahead = time::Duration::days(400);
+    let skewed_cache = tempfile::tempdir().expect("tmp");
+    let c = skewed_client(&app, skewed_cache.path(), ahead);
+    let m = c.load("mlp", &dev).expect("loads");
+    let offset = m.report.clock_offset_s.expect("the report says the offset");
+    assert!((offset - ahead.whole_seconds()).abs() < 60, "{offset}");
+    // Every event is stamped with the estimated time and carries the offset: none is refused
+    // as out of range.
+    let events = c.telemetry_pending();
+    assert!(!events.is_empty());
+    for e in &events {
+        let at = OffsetDateTime::parse(&e.at, &time::format_description::well_known::Rfc3339)
+            .expect("at");
+        assert!(
+            (at - OffsetDateTime::now_utc()).abs() < time::Duration::minutes(5),
+            "{at}"
+        );
+        assert!(
+            e.clock_offset_s.is_some_and(|o| (o - offset).abs() <= 1),
+            "{e:?}"
+        );
+    }
+    let report = c.send_telemetry();
+    assert_eq!((report.sent, report.queued), (events.len(), 0));
+    // A device whose clock is right reports too; health counts one of two off.
+    let right_cache = tempfile::tempdir().expect("tmp");
+    let mut other = dev.clone();
+    other.install_id = "e2e-device-2".into();
+    let c2 = skewed_client(&app, right_cache.path(), time::Duration::ZERO);
+    c2.load("mlp", &other).expect("loads");
+    assert_eq!(c2.send_telemetry().queued, 0);
+    let (status, health) = app.get_json(
+        "/v1/admin/models/mlp/health",
+        Some(ferry_tests::app::READ_TOKEN),
+    );
+    assert_eq!(status, 200, "{health}");
+    assert_eq!(health["clocks"]["reporting"], 2, "{health}");
+    assert_eq!(health["clocks"]["skewed"], 1, "{health}");
+}

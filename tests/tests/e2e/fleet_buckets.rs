@@ -35,6 +35,7 @@ fn event(i: usize) -> TelemetryEvent {
         to_variant: None,
         receipt: None,
         stage: None,
+        clock_offset_s: None,
     }
 }
 

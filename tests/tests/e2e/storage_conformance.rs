@@ -191,6 +191,7 @@ fn event(i: usize, soc: &str) -> TelemetryEvent {
         to_variant: None,
         receipt: None,
         stage: None,
+        clock_offset_s: None,
     }
 }
 

@@ -44,6 +44,7 @@ fn base(kind: EventKind, v: &Variant) -> TelemetryEvent {
         to_variant: None,
         receipt: None,
         stage: None,
+        clock_offset_s: None,
     }
 }
 
