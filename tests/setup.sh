@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what ferry's tests need, idempotently, from package registries only:
-# a C/C++ compiler, strace (counts the store's fsyncs), a JDK and JNA (the Java binding's
+# a C/C++ compiler, strace (counts the store's fsyncs), faketime (device clocks), a JDK and JNA (the Java binding's
 # test), rustfmt and clippy, and (through
 # scripts/setup-executorch.sh) clang, libclang and the ExecuTorch 1.5.1 runtime libraries
 # from the PyPI wheel, moto (an S3 emulator), DuckDB (reads the Parquet telemetry) and kubernetes-validate from PyPI,
@@ -14,6 +14,8 @@ need_apt=()
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
 command -v strace >/dev/null 2>&1 || need_apt+=(strace)
+# libfaketime: a client process run under another wall clock (the device-clock tests).
+command -v faketime >/dev/null 2>&1 || need_apt+=(faketime)
 # The Java binding's test: a JDK and JNA (Debian packages).
 command -v javac >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
 [ -f /usr/share/java/jna.jar ] || need_apt+=(libjna-java)

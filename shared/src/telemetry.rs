@@ -205,7 +205,7 @@ mod tests {
             to_variant: Some("w".into()),
             receipt: Some("r".into()),
             stage: Some("load_method".into()),
-            clock_offset_s: None,
+            clock_offset_s: Some(-3600),
         };
         let v = serde_json::to_value(&e).expect("json");
         let mut keys: Vec<&str> = v

@@ -246,3 +246,54 @@ fn telemetry_from_a_skewed_device_arrives_stamped_with_the_servers_time() {
     assert_eq!(health["clocks"]["reporting"], 2, "{health}");
     assert_eq!(health["clocks"]["skewed"], 1, "{health}");
 }
+
+#[test]
+fn a_real_client_process_under_another_wall_clock_loads_its_model() {
+    // The whole process runs under libfaketime (its wall clock is what the system says; the
+    // boot clock is untouched, as on a device): 1970, 400 and 2 days and 90 minutes behind,
+    // 90 minutes, a day and 400 days ahead, and 2040.
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    let trust = tempfile::NamedTempFile::new().expect("tmp");
+    std::fs::write(
+        trust.path(),
+        serde_json::to_vec(&app.trust()).expect("trust json"),
+    )
+    .expect("write trust");
+    for fake in [
+        "@1970-01-02 00:00:00",
+        "-400d",
+        "-2d",
+        "-90m",
+        "+90m",
+        "+1d",
+        "+400d",
+        "@2040-06-01 00:00:00",
+    ] {
+        let cache = tempfile::tempdir().expect("tmp");
+        let out = std::process::Command::new("faketime")
+            .arg("-f")
+            .arg(fake)
+            .arg(env!("CARGO_BIN_EXE_load-child"))
+            .arg("load")
+            .arg(app.url())
+            .arg(trust.path())
+            .arg(cache.path())
+            .arg("mlp")
+            .env("DONT_FAKE_MONOTONIC", "1")
+            .output()
+            .expect("faketime runs (tests/setup.sh installs it)");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let first: serde_json::Value = stdout
+            .lines()
+            .next()
+            .and_then(|l| serde_json::from_str(l).ok())
+            .unwrap_or_else(|| panic!("{fake}: {stdout} {}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(first["ok"], true, "{fake}: {first}");
+        assert_eq!(first["release"], "1.0.0", "{fake}");
+        assert!(
+            cache.path().join("clock.json").exists(),
+            "{fake}: the server's time is kept"
+        );
+    }
+}
