@@ -57,11 +57,18 @@ impl Client {
     pub fn resolve(&self, model: &str, device: &DeviceInfo) -> Result<Verified<Plan>, ClientError> {
         let learn_first =
             self.clock.since_boot().is_some() && self.time.estimate(&*self.clock).is_none();
-        let first = self.resolve_with(model, device, learn_first.then(fresh_nonce));
-        match first {
-            Err(e) if !learn_first && is_time_error(&e) => {
-                self.resolve_with(model, device, Some(fresh_nonce()))
+        let nonce = if learn_first { fresh_nonce() } else { None };
+        let asked = nonce.is_some();
+        match self.resolve_with(model, device, nonce) {
+            // The server would not make a decision of its own now (its per-network limit):
+            // the shared answer, judged as before.
+            Err(ClientError::Rejected { status: 429, .. }) if asked => {
+                self.resolve_with(model, device, None)
             }
+            Err(e) if !asked && is_time_error(&e) => match fresh_nonce() {
+                Some(n) => self.resolve_with(model, device, Some(n)),
+                None => Err(e),
+            },
             other => other,
         }
     }
@@ -75,6 +82,9 @@ impl Client {
     ) -> Result<Verified<Plan>, ClientError> {
         let url = format!("{}/v1/resolve", self.server);
         let request = self.request(model, device, nonce)?;
+        // When the request left, on the boot clock (and the monotonic clock): a decision made
+        // for it is no older than the round trip.
+        let (sent, started) = (self.clock.since_boot(), std::time::Instant::now());
         let body = serde_json::to_vec(&request).map_err(|e| ClientError::Config(e.to_string()))?;
         let mut failures = 0u32;
         let (status, text) = loop {
@@ -150,10 +160,8 @@ impl Client {
         let trust = self.trust();
         let last = self.cache().last_sequence(model);
         let plan = verify_response(&resp, &release, &request, &trust, self.now(), last)?;
-        // A decision made for this request's nonce carries the server's time: judge by it
-        // from now on.
-        if let (Some(_), Some(time)) = (&plan.decision.nonce, plan.decision.time) {
-            self.time.learn(time, &*self.clock);
+        if request.nonce.is_some() {
+            self.check_fresh(&plan, sent, started)?;
         }
         let ring = trust.ring_at(self.now());
         let held = self
@@ -367,20 +375,13 @@ impl Client {
     }
 }
 
-/// A fresh request nonce: 24 random bytes, base64url without padding.
-fn fresh_nonce() -> String {
+/// A fresh request nonce: 24 random bytes, base64url without padding; `None` without system
+/// randomness (the request then asks for the shared answer).
+fn fresh_nonce() -> Option<String> {
     use base64::Engine as _;
     let mut bytes = [0u8; 24];
-    // Without system randomness the nonce is still unique enough per request (time-based),
-    // and the decision it brings is checked like any other.
-    if getrandom::fill(&mut bytes).is_err() {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default();
-        bytes[..16].copy_from_slice(&t.to_le_bytes());
-    }
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    getrandom::fill(&mut bytes).ok()?;
+    Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
 }
 
 /// A decision refused by a time check (expired, or issued after this device's time).
@@ -393,4 +394,48 @@ fn is_time_error(e: &ClientError) -> bool {
                 ..
             }
     )
+}
+
+impl Client {
+    /// For a request with a nonce: a decision carrying it is judged at the latest the true
+    /// time can be (its signed time plus the round trip, so one held back in transit expires
+    /// as it would have), and when the round trip was short its time becomes the client's
+    /// estimate. A decision without the nonce from a server known to answer nonces is refused
+    /// (a replayed answer); from any other server it was judged by the client's time as before.
+    fn check_fresh(
+        &self,
+        plan: &Plan,
+        sent: Option<(String, std::time::Duration)>,
+        started: std::time::Instant,
+    ) -> Result<(), ClientError> {
+        let decision = &plan.decision;
+        match (&decision.nonce, decision.time) {
+            (Some(_), Some(time)) => {
+                let round_trip = match (&sent, self.clock.since_boot()) {
+                    (Some((id, then)), Some((now_id, now))) if *id == now_id => {
+                        now.saturating_sub(*then)
+                    }
+                    _ => started.elapsed(),
+                };
+                let latest =
+                    time + time::Duration::try_from(round_trip).unwrap_or(time::Duration::MAX);
+                if latest > decision.expires_at {
+                    return Err(ClientError::Expired {
+                        expires_at: decision.expires_at.to_string(),
+                        now: latest.to_string(),
+                    });
+                }
+                if round_trip <= crate::timekeeping::MAX_LEARNING_ROUND_TRIP {
+                    self.time.learn(time, sent);
+                }
+                Ok(())
+            }
+            (None, _) if self.time.server_echoes_nonce() => Err(ClientError::DecisionMismatch(
+                "this server answers nonces, and this answer to a request with one does not \
+                 carry it (a replayed answer?)"
+                    .into(),
+            )),
+            _ => Ok(()),
+        }
+    }
 }

@@ -6,7 +6,9 @@
 //! in 1970.
 //!
 //! The estimate is kept in `<cache>/clock.json` so it survives app restarts; a reboot (another
-//! boot id) drops it, and the next resolve learns it again.
+//! boot id) drops it, and so does age ([`MAX_ESTIMATE_AGE`]): the next resolve learns it again.
+//! The file also remembers that the server answers nonces, so that later a nonce request
+//! answered without one is refused rather than judged by the wall clock.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -16,6 +18,24 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use crate::types::Clock;
+
+/// How long an estimate is used before the next resolve learns the time again (a server whose
+/// clock was wrong, or a boot id that repeats, cannot mislead a device for longer).
+pub(crate) const MAX_ESTIMATE_AGE: Duration = Duration::from_secs(24 * 3600);
+
+/// The longest a request for a decision of its own may take for the client to learn the time
+/// from it: the learned time is off by at most this.
+pub(crate) const MAX_LEARNING_ROUND_TRIP: Duration = Duration::from_secs(60);
+
+/// What `<cache>/clock.json` holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct ClockFile {
+    #[serde(default)]
+    estimate: Option<Estimate>,
+    /// The server has answered a nonce with a decision carrying it.
+    #[serde(default)]
+    server_echoes_nonce: bool,
+}
 
 /// The server's time at one instant of this boot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,7 +55,10 @@ impl Estimate {
     pub(crate) fn at(&self, boot: &(String, Duration)) -> Option<OffsetDateTime> {
         let (id, since) = boot;
         let now_ms = u64::try_from(since.as_millis()).ok()?;
-        if *id != self.boot_id || now_ms < self.since_boot_ms {
+        if *id != self.boot_id
+            || now_ms < self.since_boot_ms
+            || now_ms - self.since_boot_ms > MAX_ESTIMATE_AGE.as_millis() as u64
+        {
             return None;
         }
         let elapsed =
@@ -48,7 +71,7 @@ impl Estimate {
 #[derive(Debug)]
 pub(crate) struct TimeKeeper {
     path: PathBuf,
-    held: Mutex<Option<Estimate>>,
+    held: Mutex<ClockFile>,
 }
 
 impl TimeKeeper {
@@ -57,7 +80,8 @@ impl TimeKeeper {
         let path = cache_root.join("clock.json");
         let held = std::fs::read(&path)
             .ok()
-            .and_then(|b| serde_json::from_slice::<Estimate>(&b).ok());
+            .and_then(|b| serde_json::from_slice::<ClockFile>(&b).ok())
+            .unwrap_or_default();
         Self {
             path,
             held: Mutex::new(held),
@@ -67,7 +91,10 @@ impl TimeKeeper {
     /// The estimated time now, when an estimate from this boot holds.
     pub(crate) fn estimate(&self, clock: &dyn Clock) -> Option<OffsetDateTime> {
         let boot = clock.since_boot()?;
-        ferry_shared::sync::lock(&self.held).as_ref()?.at(&boot)
+        ferry_shared::sync::lock(&self.held)
+            .estimate
+            .as_ref()?
+            .at(&boot)
     }
 
     /// The time to judge by: the estimate while it holds, else the wall clock.
@@ -82,22 +109,29 @@ impl TimeKeeper {
             .map(|est| (clock.now() - est).whole_seconds())
     }
 
-    /// Learns `server_time` (from a decision made for this client's nonce) as the time now,
-    /// and keeps it for later processes of this boot. Without a boot clock nothing is kept.
-    pub(crate) fn learn(&self, server_time: OffsetDateTime, clock: &dyn Clock) {
-        let Some((boot_id, since)) = clock.since_boot() else {
-            return;
-        };
-        let estimate = Estimate {
-            boot_id,
-            since_boot_ms: u64::try_from(since.as_millis()).unwrap_or(u64::MAX),
-            server_time,
-        };
-        if let Ok(bytes) = serde_json::to_vec(&estimate) {
+    /// Whether the server has answered a nonce with a decision carrying it.
+    pub(crate) fn server_echoes_nonce(&self) -> bool {
+        ferry_shared::sync::lock(&self.held).server_echoes_nonce
+    }
+
+    /// Learns `server_time` (from a decision made for this client's nonce) as the time at
+    /// `sent`, the boot clock's reading when the request left (so the estimate runs ahead of
+    /// the true time by at most the round trip, never behind it), and keeps it for later
+    /// processes of this boot. Without a boot clock only the nonce echo is kept.
+    pub(crate) fn learn(&self, server_time: OffsetDateTime, sent: Option<(String, Duration)>) {
+        let mut held = ferry_shared::sync::lock(&self.held);
+        held.server_echoes_nonce = true;
+        if let Some((boot_id, since)) = sent {
+            held.estimate = Some(Estimate {
+                boot_id,
+                since_boot_ms: u64::try_from(since.as_millis()).unwrap_or(u64::MAX),
+                server_time,
+            });
+        }
+        if let Ok(bytes) = serde_json::to_vec(&*held) {
             // Best effort: an estimate that cannot be written is learned again next start.
             let _ = ferry_fs::write(&self.path, &bytes, ferry_fs::Mode::Public);
         }
-        *ferry_shared::sync::lock(&self.held) = Some(estimate);
     }
 }
 
@@ -139,6 +173,16 @@ mod tests {
             e.at(&("boot-a".to_string(), Duration::from_millis(5_000))),
             None
         );
+        let last = (
+            "boot-a".to_string(),
+            Duration::from_millis(10_000) + MAX_ESTIMATE_AGE,
+        );
+        assert!(e.at(&last).is_some());
+        let older = (
+            "boot-a".to_string(),
+            Duration::from_millis(10_001) + MAX_ESTIMATE_AGE,
+        );
+        assert_eq!(e.at(&older), None, "an estimate is used for a day at most");
     }
 
     #[test]

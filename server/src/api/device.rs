@@ -112,7 +112,6 @@ pub(crate) async fn resolve_inner(
                 ),
             ));
         }
-        state.metrics().fresh_decision("signed");
     }
     let catalog = state.catalog();
     let published = catalog.release_count_of(&device.model);
@@ -160,6 +159,9 @@ pub(crate) async fn resolve_inner(
         explain: explanation,
     } = decided;
     let cohort = decision.cohort;
+    if decision.nonce.is_some() {
+        state.metrics().fresh_decision("signed");
+    }
     let revocations = model_state.revocations;
     let payload = serde_json::to_vec(&decision).map_err(ApiError::internal)?;
     let signed = state.online().sign(DECISION_PAYLOAD_TYPE, &payload);

@@ -30,8 +30,10 @@ pub struct Limits {
     pub store_timeout_secs: u64,
     /// Decisions made for one request (resolves with a `nonce`, sent by devices whose clock
     /// cannot be trusted) one client network (IPv4 address, IPv6 /64) may ask for per minute
-    /// (default 600; more are refused with 429 `rate_limited`). Each costs a signature; the
-    /// shared answers the other devices get cost none.
+    /// (default 600; more are refused with 429 `rate_limited`, and the client then takes the
+    /// shared answer). Each costs a signature; the shared answers the other devices get cost
+    /// none. 0 turns the limit off (behind a reverse proxy every request comes from the
+    /// proxy's address: limit there instead).
     pub fresh_decisions_per_minute: u32,
 }
 
@@ -66,8 +68,10 @@ impl Limits {
         if !(1..=600).contains(&self.body_timeout_secs) {
             return Err("body_timeout_secs must be between 1 and 600".into());
         }
-        if !(1..=1_000_000).contains(&self.fresh_decisions_per_minute) {
-            return Err("fresh_decisions_per_minute must be between 1 and 1000000".into());
+        if self.fresh_decisions_per_minute > 1_000_000 {
+            return Err(
+                "fresh_decisions_per_minute must be between 0 (no limit) and 1000000".into(),
+            );
         }
         if self.max_json_bytes < 1024 || self.max_resolve_bytes < 1024 {
             return Err("max_json_bytes and limits.max_resolve_bytes must be at least 1024".into());

@@ -517,7 +517,11 @@ impl Rollup {
             "clients": crate::fleet::clients::view(self.clients.get(model)),
             "clocks": {
                 "reporting": self.clocks.get(model).map_or(0, |c| {
-                    c.values().map(Devices::estimate).sum::<usize>()
+                    let mut all = Devices::new();
+                    for d in c.values() {
+                        all.merge(d);
+                    }
+                    all.estimate()
                 }),
                 "skewed": self
                     .clocks

@@ -297,3 +297,116 @@ fn a_real_client_process_under_another_wall_clock_loads_its_model() {
         );
     }
 }
+
+#[test]
+fn a_decision_of_its_own_held_back_in_transit_expires_and_teaches_nothing() {
+    // Decisions last 10 s; a relay holds the answer back about 15 s. Judged by its signed
+    // time alone it would pass; judged at the latest the true time can be (signed time plus
+    // the round trip) it has expired, and the client learns no time from it.
+    let app = TestApp::start_with(ferry_tests::app::Options {
+        tweak: Some(Box::new(|c| c.decision_ttl_secs = 10)),
+        ..Default::default()
+    });
+    app.publish(&mlp_v1());
+    let proxy = ferry_tests::proxy::FaultProxy::start(app.server.addr);
+    proxy.resolve_faults([ferry_tests::proxy::Fault::Trickle(
+        1024,
+        Duration::from_secs(5),
+    )]);
+    let cache = tempfile::tempdir().expect("tmp");
+    let c = ClientBuilder::new(proxy.url(), app.trust())
+        .cache_dir(cache.path())
+        .app_version(semver::Version::new(2, 0, 0))
+        .runtime(Arc::new(ExecuTorchRuntime::new()))
+        .download_limits(quick_limits())
+        .build()
+        .expect("client");
+    let e = c
+        .load("mlp", &device(Platform::Linux, &[]))
+        .expect_err("held back");
+    assert_eq!(e.code(), "expired", "{e}");
+    assert_eq!(c.clock_offset_secs(), None, "no time learned from it");
+}
+
+#[test]
+fn a_device_refused_a_decision_of_its_own_takes_the_shared_answer() {
+    let app = TestApp::start_with(ferry_tests::app::Options {
+        tweak: Some(Box::new(|c| c.limits.fresh_decisions_per_minute = 1)),
+        ..Default::default()
+    });
+    app.publish(&mlp_v1());
+    let dev = device(Platform::Linux, &[]);
+    for _ in 0..2 {
+        // Each a fresh install: the first gets a decision of its own, the second (over the
+        // limit) the shared answer, judged by its correct clock.
+        let cache = tempfile::tempdir().expect("tmp");
+        let c = skewed_client(&app, cache.path(), time::Duration::ZERO);
+        assert_eq!(c.load("mlp", &dev).expect("loads").release, "1.0.0");
+    }
+    assert_eq!(fresh_signed(&app), 1);
+}
+
+#[test]
+fn a_replayed_answer_without_the_nonce_is_refused_once_the_server_is_known_to_answer_nonces() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    let dev = device(Platform::Linux, &[]);
+    // A shared answer for this device, as a relay could have recorded it.
+    let cache = tempfile::tempdir().expect("tmp");
+    let c = skewed_client(&app, cache.path(), time::Duration::ZERO);
+    c.load("mlp", &dev).expect("loads");
+    let plan = c.resolve("mlp", &dev).expect("shared answer");
+    assert!(
+        plan.decision().nonce.is_none(),
+        "with a time estimate: shared"
+    );
+    let proxy = ferry_tests::proxy::FaultProxy::start(app.server.addr);
+    let recorded = {
+        let mut resp = ureq::post(format!("{}/v1/resolve", app.url()))
+            .header("content-type", "application/json")
+            .send(&serde_json::to_vec(&shared_request_of(&dev)).expect("json")[..])
+            .expect("resolve");
+        resp.body_mut().read_to_vec().expect("body")
+    };
+    // After a reboot (no estimate; the cache remembers that the server answers nonces) the
+    // client asks with a nonce; the relay answers with the recorded shared answer.
+    std::fs::write(
+        cache.path().join("clock.json"),
+        br#"{"server_echoes_nonce": true}"#,
+    )
+    .expect("write");
+    proxy.resolve_faults([ferry_tests::proxy::Fault::Replace(recorded)]);
+    let c2 = ClientBuilder::new(proxy.url(), app.trust())
+        .cache_dir(cache.path())
+        .app_version(semver::Version::new(2, 0, 0))
+        .runtime(Arc::new(ExecuTorchRuntime::new()))
+        .download_limits(quick_limits())
+        .build()
+        .expect("client");
+    let m = c2.load("mlp", &dev).expect("the last known good");
+    assert!(
+        matches!(&m.source, Source::LastKnownGood { code, reason }
+            if code == "decision_mismatch" && reason.contains("answers nonces")),
+        "{:?}",
+        m.source
+    );
+}
+
+/// The resolve request a client with the real runtime sends for `dev` without a nonce (what a
+/// relay sees).
+fn shared_request_of(dev: &ferry_client::DeviceInfo) -> serde_json::Value {
+    use ferry_client::Runtime as _;
+    let runtime = ExecuTorchRuntime::new();
+    serde_json::json!({
+        "model": "mlp",
+        "install_id": dev.install_id,
+        "app_version": "2.0.0",
+        "runtime_version": runtime.version().to_string(),
+        "backends": runtime.registered_backends(),
+        "platform": "linux",
+        "os_version": dev.os_version,
+        "device_model": dev.device_model,
+        "soc": dev.soc,
+        "ram_mb": dev.ram_mb,
+    })
+}
