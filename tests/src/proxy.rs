@@ -28,6 +28,8 @@ pub enum Fault {
     Stall(usize, Duration),
     /// Send the body in chunks of `n` bytes with a pause after each.
     Trickle(usize, Duration),
+    /// Send the status and headers, hold the body back this long, then send it whole.
+    Delay(Duration),
     /// Serve these bytes instead of the blob (a swapped blob), with a matching length.
     Replace(Vec<u8>),
     /// Change the release manifest inside a resolve response without re-signing it.
@@ -269,6 +271,11 @@ fn handle(conn: TcpStream, upstream: SocketAddr, shared: &Mutex<Shared>) -> std:
             out.write_all(&resp_body[..n.min(resp_body.len())])?;
             out.flush()?;
             std::thread::sleep(d);
+        }
+        Fault::Delay(d) => {
+            out.flush()?;
+            std::thread::sleep(d);
+            out.write_all(&resp_body)?;
         }
         Fault::Trickle(n, d) => {
             for chunk in resp_body.chunks(n.max(1)) {
