@@ -117,6 +117,16 @@ pub enum ClientError {
         /// The client's time.
         now: String,
     },
+    /// The device's wall clock is far from the server's time and the answer failed a time
+    /// check because of it (no time estimate, no decision made for this request could be
+    /// had): the app should ask the user to set the clock.
+    #[error("this device's clock is {offset_secs} s off the server's time: {message}")]
+    ClockSkewed {
+        /// How far the wall clock is from the server's `Date`, in seconds (positive: ahead).
+        offset_secs: i64,
+        /// The time check that failed.
+        message: String,
+    },
     /// The decision is older than one already seen (replay).
     #[error("decision sequence {got} is lower than {seen}, already seen: a replayed response")]
     Replay {
@@ -255,6 +265,7 @@ impl ClientError {
             ClientError::BadResponse { .. } => ErrorCode::BadResponse.as_str(),
             ClientError::Verify { code, .. } => code.as_str(),
             ClientError::Expired { .. } => ErrorCode::Expired.as_str(),
+            ClientError::ClockSkewed { .. } => ErrorCode::DeviceClockSkewed.as_str(),
             ClientError::Replay { .. } => ErrorCode::Replay.as_str(),
             ClientError::DecisionMismatch(_) => ErrorCode::DecisionMismatch.as_str(),
             ClientError::Revoked { .. } => ErrorCode::ReleaseRevoked.as_str(),

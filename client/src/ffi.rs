@@ -106,6 +106,7 @@ fn status_of(e: &ClientError) -> FerryStatus {
         }
         ClientError::Verify { .. }
         | ClientError::Expired { .. }
+        | ClientError::ClockSkewed { .. }
         | ClientError::Replay { .. }
         | ClientError::DecisionMismatch(_)
         | ClientError::Revoked { .. }

@@ -87,7 +87,7 @@ impl Client {
         let (sent, started) = (self.clock.since_boot(), std::time::Instant::now());
         let body = serde_json::to_vec(&request).map_err(|e| ClientError::Config(e.to_string()))?;
         let mut failures = 0u32;
-        let (status, text) = loop {
+        let (status, text, server_date) = loop {
             if failures > 0 {
                 std::thread::sleep(download::backoff(&self.limits, failures));
             }
@@ -115,6 +115,13 @@ impl Client {
                                 })
                                 .map(str::to_string),
                         );
+                        // The server's time as its HTTP answer says (unsigned): only to tell
+                        // an app that the device's clock is wrong.
+                        let date = resp
+                            .headers()
+                            .get("date")
+                            .and_then(|v| v.to_str().ok())
+                            .and_then(http_date);
                         let text = resp
                             .body_mut()
                             .with_config()
@@ -124,7 +131,7 @@ impl Client {
                                 url: url.clone(),
                                 message: e.to_string(),
                             })?;
-                        break (status, text);
+                        break (status, text, date);
                     }
                 }
                 Err(e) => e.to_string(),
@@ -159,7 +166,8 @@ impl Client {
         let release = self.release_envelope(&resp)?;
         let trust = self.trust();
         let last = self.cache().last_sequence(model);
-        let plan = verify_response(&resp, &release, &request, &trust, self.now(), last)?;
+        let plan = verify_response(&resp, &release, &request, &trust, self.now(), last)
+            .map_err(|e| self.explain_time_error(e, server_date))?;
         if request.nonce.is_some() {
             self.check_fresh(&plan, sent, started)?;
         }
@@ -389,6 +397,7 @@ fn is_time_error(e: &ClientError) -> bool {
     matches!(
         e,
         ClientError::Expired { .. }
+            | ClientError::ClockSkewed { .. }
             | ClientError::Verify {
                 code: ferry_shared::errors::ErrorCode::DecisionUntimely,
                 ..
@@ -397,6 +406,33 @@ fn is_time_error(e: &ClientError) -> bool {
 }
 
 impl Client {
+    /// A time check that failed because this device's wall clock is far from the server's
+    /// (its `Date` header) while the client had no estimate: [`ClientError::ClockSkewed`],
+    /// with the offset. Any other error as it is.
+    fn explain_time_error(
+        &self,
+        e: ClientError,
+        server_date: Option<time::OffsetDateTime>,
+    ) -> ClientError {
+        if !is_time_error(&e) || self.time.estimate(&*self.clock).is_some() {
+            return e;
+        }
+        match server_date {
+            Some(date) => {
+                let offset = (self.clock.now() - date).whole_seconds();
+                if offset.unsigned_abs() > crate::verify::MAX_CLOCK_SKEW.whole_seconds() as u64 {
+                    ClientError::ClockSkewed {
+                        offset_secs: offset,
+                        message: e.to_string(),
+                    }
+                } else {
+                    e
+                }
+            }
+            None => e,
+        }
+    }
+
     /// For a request with a nonce: a decision carrying it is judged at the latest the true
     /// time can be (its signed time plus the round trip, so one held back in transit expires
     /// as it would have), and when the round trip was short its time becomes the client's
@@ -438,4 +474,15 @@ impl Client {
             _ => Ok(()),
         }
     }
+}
+
+/// An HTTP `Date` header (`Sun, 06 Nov 1994 08:49:37 GMT`).
+fn http_date(value: &str) -> Option<time::OffsetDateTime> {
+    let format = time::format_description::parse_borrowed::<1>(
+        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT",
+    )
+    .ok()?;
+    time::PrimitiveDateTime::parse(value.trim(), &format)
+        .ok()
+        .map(time::PrimitiveDateTime::assume_utc)
 }

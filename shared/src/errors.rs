@@ -221,6 +221,8 @@ catalogue! {
     DecisionInvalid = "decision_invalid",
     /// The decision's times cannot be right: issued in the future (beyond the allowed clock skew) or valid for longer than a decision may be. (client, C ABI)
     DecisionUntimely = "decision_untimely",
+    /// The device's wall clock is far from the server's time (the server's `Date` header), no time estimate or decision made for this request could be had, and the answer failed a time check because of it; the message gives the offset. (client, C ABI)
+    DeviceClockSkewed = "device_clock_skewed",
     /// The server sent more or fewer bytes than the signed size. (client)
     SizeMismatch = "size_mismatch",
     /// A blob is larger than the client's download limit. (client)

@@ -35,6 +35,7 @@ impl Client {
                     e,
                     ClientError::Verify { .. }
                         | ClientError::Expired { .. }
+                        | ClientError::ClockSkewed { .. }
                         | ClientError::Replay { .. }
                         | ClientError::DecisionMismatch(_)
                 ) {

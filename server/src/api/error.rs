@@ -122,6 +122,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::DecisionMismatch
         | C::DecisionInvalid
         | C::DecisionUntimely
+        | C::DeviceClockSkewed
         | C::SizeMismatch
         | C::TooLarge
         | C::DiskFull

@@ -407,3 +407,41 @@ fn shared_request_of(dev: &ferry_client::DeviceInfo) -> serde_json::Value {
         "ram_mb": dev.ram_mb,
     })
 }
+
+#[test]
+fn a_server_that_cannot_vouch_for_the_time_leaves_a_clear_clock_error() {
+    // A server from before nonces (a relay stands in: it answers the nonce request with the
+    // shared answer), and a fresh install whose clock is 400 days ahead: the decision cannot
+    // be judged, and the app is told that the clock is wrong, by how much.
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    let dev = device(Platform::Linux, &[]);
+    let recorded = {
+        let mut resp = ureq::post(format!("{}/v1/resolve", app.url()))
+            .header("content-type", "application/json")
+            .send(&serde_json::to_vec(&shared_request_of(&dev)).expect("json")[..])
+            .expect("resolve");
+        resp.body_mut().read_to_vec().expect("body")
+    };
+    let proxy = ferry_tests::proxy::FaultProxy::start(app.server.addr);
+    proxy.resolve_faults([ferry_tests::proxy::Fault::Replace(recorded)]);
+    let cache = tempfile::tempdir().expect("tmp");
+    let c = ClientBuilder::new(proxy.url(), app.trust())
+        .cache_dir(cache.path())
+        .app_version(semver::Version::new(2, 0, 0))
+        .runtime(Arc::new(ExecuTorchRuntime::new()))
+        .download_limits(quick_limits())
+        .clock(Arc::new(Skewed {
+            offset: time::Duration::days(400),
+        }))
+        .build()
+        .expect("client");
+    let e = c.load("mlp", &dev).expect_err("cannot be judged");
+    assert_eq!(e.code(), "device_clock_skewed", "{e}");
+    match e {
+        ClientError::ClockSkewed { offset_secs, .. } => {
+            assert!((offset_secs - 400 * 86_400).abs() < 60, "{offset_secs}");
+        }
+        other => panic!("{other}"),
+    }
+}
