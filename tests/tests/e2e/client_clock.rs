@@ -34,7 +34,17 @@ fn skewed_client(
     cache: &std::path::Path,
     offset: time::Duration,
 ) -> ferry_client::Client {
-    ClientBuilder::new(app.url(), app.trust())
+    client_at(app.url(), app, cache, offset)
+}
+
+/// A client of `app` through `server` (the app itself or a relay), its clock `offset` off.
+fn client_at(
+    server: String,
+    app: &TestApp,
+    cache: &std::path::Path,
+    offset: time::Duration,
+) -> ferry_client::Client {
+    ClientBuilder::new(server, app.trust())
         .cache_dir(cache)
         .app_version(semver::Version::new(2, 0, 0))
         .runtime(Arc::new(ExecuTorchRuntime::new()))
@@ -311,13 +321,7 @@ fn a_decision_of_its_own_held_back_in_transit_expires_and_teaches_nothing() {
     let proxy = ferry_tests::proxy::FaultProxy::start(app.server.addr);
     proxy.resolve_faults([ferry_tests::proxy::Fault::Delay(Duration::from_secs(12))]);
     let cache = tempfile::tempdir().expect("tmp");
-    let c = ClientBuilder::new(proxy.url(), app.trust())
-        .cache_dir(cache.path())
-        .app_version(semver::Version::new(2, 0, 0))
-        .runtime(Arc::new(ExecuTorchRuntime::new()))
-        .download_limits(quick_limits())
-        .build()
-        .expect("client");
+    let c = client_at(proxy.url(), &app, cache.path(), time::Duration::ZERO);
     let e = c
         .load("mlp", &device(Platform::Linux, &[]))
         .expect_err("held back");
@@ -373,13 +377,7 @@ fn a_replayed_answer_without_the_nonce_is_refused_once_the_server_is_known_to_an
     )
     .expect("write");
     proxy.resolve_faults([ferry_tests::proxy::Fault::Replace(recorded)]);
-    let c2 = ClientBuilder::new(proxy.url(), app.trust())
-        .cache_dir(cache.path())
-        .app_version(semver::Version::new(2, 0, 0))
-        .runtime(Arc::new(ExecuTorchRuntime::new()))
-        .download_limits(quick_limits())
-        .build()
-        .expect("client");
+    let c2 = client_at(proxy.url(), &app, cache.path(), time::Duration::ZERO);
     let m = c2.load("mlp", &dev).expect("the last known good");
     assert!(
         matches!(&m.source, Source::LastKnownGood { code, reason }
@@ -426,16 +424,7 @@ fn a_server_that_cannot_vouch_for_the_time_leaves_a_clear_clock_error() {
     let proxy = ferry_tests::proxy::FaultProxy::start(app.server.addr);
     proxy.resolve_faults([ferry_tests::proxy::Fault::Replace(recorded)]);
     let cache = tempfile::tempdir().expect("tmp");
-    let c = ClientBuilder::new(proxy.url(), app.trust())
-        .cache_dir(cache.path())
-        .app_version(semver::Version::new(2, 0, 0))
-        .runtime(Arc::new(ExecuTorchRuntime::new()))
-        .download_limits(quick_limits())
-        .clock(Arc::new(Skewed {
-            offset: time::Duration::days(400),
-        }))
-        .build()
-        .expect("client");
+    let c = client_at(proxy.url(), &app, cache.path(), time::Duration::days(400));
     let e = c.load("mlp", &dev).expect_err("cannot be judged");
     assert_eq!(e.code(), "device_clock_skewed", "{e}");
     match e {
