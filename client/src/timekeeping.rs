@@ -142,13 +142,21 @@ pub(crate) fn system_since_boot() -> Option<(String, Duration)> {
     if !cfg!(any(target_os = "linux", target_os = "android")) {
         return None;
     }
-    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    // The boot id cannot change while this process runs: read it once.
+    static BOOT_ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let id = BOOT_ID
+        .get_or_init(|| {
+            std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                .ok()
+                .map(|s| s.trim().to_string())
+        })
+        .clone()?;
     let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
     let secs: f64 = uptime.split_whitespace().next()?.parse().ok()?;
     if !secs.is_finite() || secs < 0.0 {
         return None;
     }
-    Some((id.trim().to_string(), Duration::from_secs_f64(secs)))
+    Some((id, Duration::from_secs_f64(secs)))
 }
 
 #[cfg(test)]
