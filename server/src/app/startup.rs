@@ -126,7 +126,7 @@ pub async fn build_state(
         notes.push(format!("warning: skipped {}: {}", s.key, s.why));
     }
     notes.push(format!("catalog: {} release(s)", catalog.release_count()));
-    let models: Vec<_> = catalog.models().map(|(m, _)| m.clone()).collect();
+    let models = catalog.model_names();
     let mut random = [0u8; 4];
     let _ = getrandom::fill(&mut random);
     let node = config
@@ -299,7 +299,7 @@ pub fn spawn_refresh(state: Arc<AppState>, config: &Config) {
                 .await
             {
                 Ok((c, _)) => {
-                    let models = c.models().map(|(m, _)| m.clone()).collect();
+                    let models = c.model_names();
                     state.replace_catalog(c);
                     if let Err(e) = crate::fleet::load_state(state.fleet(), models).await {
                         tracing::warn!("rollout state refresh failed: {e}");
@@ -328,13 +328,7 @@ pub fn spawn_refresh(state: Arc<AppState>, config: &Config) {
             crate::fleet::flush::flush(&flush_state).await;
             // The merged view just changed: check every model's halts and deny list against
             // the whole fleet (in this background task, never on a request worker).
-            let models: Vec<_> = flush_state
-                .views
-                .catalog
-                .get()
-                .models()
-                .map(|(m, _)| m.clone())
-                .collect();
+            let models = flush_state.views.catalog.get().model_names();
             for m in models {
                 crate::fleet::evaluate::evaluate(&flush_state, &m).await;
             }

@@ -128,7 +128,7 @@ pub async fn reload_under_keys(fleet: &Fleet) {
             for s in skipped {
                 tracing::warn!("skipped {}: {}", s.key, s.why);
             }
-            let models = catalog.models().map(|(m, _)| m.clone()).collect();
+            let models = catalog.model_names();
             fleet.views.catalog.replace(catalog);
             if let Err(e) = load_state(fleet, models).await {
                 tracing::warn!("rollout state refresh failed: {e}");

@@ -180,13 +180,7 @@ pub async fn tick(fleet: &Fleet) {
     // A keyring version another replica took (`ferry keys push`) comes into force here too.
     crate::fleet::refresh_keys(fleet).await;
     refresh_catalog_if_changed(fleet).await;
-    let models: Vec<ModelName> = fleet
-        .views
-        .catalog
-        .get()
-        .models()
-        .map(|(m, _)| m.clone())
-        .collect();
+    let models = fleet.views.catalog.get().model_names();
     match rollout::load_all(&fleet.store, models.iter()).await {
         Ok(plans) => fleet.replace_rollouts(plans),
         Err(e) => tracing::warn!("rollout state refresh failed: {e}"),

@@ -216,6 +216,11 @@ impl Catalog {
         self.models.iter().map(|(m, r)| (m, r.keys().collect()))
     }
 
+    /// The names of every model with a release.
+    pub fn model_names(&self) -> Vec<ModelName> {
+        self.models.keys().cloned().collect()
+    }
+
     /// Number of releases over all models.
     pub fn release_count(&self) -> usize {
         self.models.values().map(BTreeMap::len).sum()

@@ -362,13 +362,7 @@ fn a_replayed_answer_without_the_nonce_is_refused_once_the_server_is_known_to_an
         "with a time estimate: shared"
     );
     let proxy = ferry_tests::proxy::FaultProxy::start(app.server.addr);
-    let recorded = {
-        let mut resp = ureq::post(format!("{}/v1/resolve", app.url()))
-            .header("content-type", "application/json")
-            .send(&serde_json::to_vec(&shared_request_of(&dev)).expect("json")[..])
-            .expect("resolve");
-        resp.body_mut().read_to_vec().expect("body")
-    };
+    let recorded = recorded_shared_answer(&app, &dev);
     // After a reboot (no estimate; the cache remembers that the server answers nonces) the
     // client asks with a nonce; the relay answers with the recorded shared answer.
     std::fs::write(
@@ -385,6 +379,15 @@ fn a_replayed_answer_without_the_nonce_is_refused_once_the_server_is_known_to_an
         "{:?}",
         m.source
     );
+}
+
+/// The shared answer `app` gives `dev`, as a relay could have recorded it.
+fn recorded_shared_answer(app: &TestApp, dev: &ferry_client::DeviceInfo) -> Vec<u8> {
+    let mut resp = ureq::post(format!("{}/v1/resolve", app.url()))
+        .header("content-type", "application/json")
+        .send(&serde_json::to_vec(&shared_request_of(dev)).expect("json")[..])
+        .expect("resolve");
+    resp.body_mut().read_to_vec().expect("body")
 }
 
 /// The resolve request a client with the real runtime sends for `dev` without a nonce (what a
@@ -414,13 +417,7 @@ fn a_server_that_cannot_vouch_for_the_time_leaves_a_clear_clock_error() {
     let app = TestApp::start();
     app.publish(&mlp_v1());
     let dev = device(Platform::Linux, &[]);
-    let recorded = {
-        let mut resp = ureq::post(format!("{}/v1/resolve", app.url()))
-            .header("content-type", "application/json")
-            .send(&serde_json::to_vec(&shared_request_of(&dev)).expect("json")[..])
-            .expect("resolve");
-        resp.body_mut().read_to_vec().expect("body")
-    };
+    let recorded = recorded_shared_answer(&app, &dev);
     let proxy = ferry_tests::proxy::FaultProxy::start(app.server.addr);
     proxy.resolve_faults([ferry_tests::proxy::Fault::Replace(recorded)]);
     let cache = tempfile::tempdir().expect("tmp");
