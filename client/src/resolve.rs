@@ -60,7 +60,7 @@ impl Client {
         let nonce = if learn_first { fresh_nonce() } else { None };
         let asked = nonce.is_some();
         match self.resolve_with(model, device, nonce) {
-            // The server would not make a decision of its own now (its per-network limit):
+            // The server would not make a decision of its own now (its per-address limit):
             // the shared answer, judged as before.
             Err(ClientError::Rejected { status: 429, .. }) if asked => {
                 self.resolve_with(model, device, None)

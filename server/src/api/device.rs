@@ -100,13 +100,13 @@ pub(crate) async fn resolve_inner(
         .validate()
         .map_err(|m| ApiError::new(ErrorCode::RequestInvalid, m))?;
     if device.nonce.is_some() {
-        // A decision of its own costs a signature: bounded per client network.
+        // A decision of its own costs a signature: bounded per client address (an IPv4 address, an IPv6 /64).
         if !state.allow_fresh_decision(peer) {
             state.metrics().fresh_decision("limited");
             return Err(ApiError::new(
                 ErrorCode::RateLimited,
                 format!(
-                    "more than {} decisions with a nonce this minute from this network; retry \
+                    "more than {} decisions with a nonce this minute from this address; retry \
                      later",
                     state.config().limits.fresh_decisions_per_minute
                 ),

@@ -172,7 +172,7 @@ impl Metrics {
         );
         registry.register(
             "ferry_fresh_decisions",
-            "Resolves that asked for a decision of their own (a nonce): signed, or refused by the per-network limit",
+            "Resolves that asked for a decision of their own (a nonce): signed, or refused by the per-address limit",
             self.fresh_decisions.clone(),
         );
         registry.register(
