@@ -177,24 +177,12 @@ impl ClientBuilder {
         if !trust.is_rooted() && trust.keys().is_empty() {
             return Err(ClientError::Config("the trust file lists no key".into()));
         }
-        let mut cfg = ureq::Agent::config_builder()
+        let cfg = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_connect(Some(self.connect_timeout))
             .timeout_recv_response(Some(self.response_timeout))
             .user_agent(concat!("ferry-client/", env!("CARGO_PKG_VERSION")))
             .middleware(protocol_headers(&self.sdk));
-        if !self.root_certs.is_empty() {
-            let certs = self
-                .root_certs
-                .into_iter()
-                .map(|d| ureq::tls::Certificate::from_der(&d).to_owned())
-                .collect();
-            cfg = cfg.tls_config(
-                ureq::tls::TlsConfig::builder()
-                    .root_certs(ureq::tls::RootCerts::Specific(Arc::new(certs)))
-                    .build(),
-            );
-        }
         let (cache, _) = Cache::open(&cache_dir, self.cache_budget)?;
         if trust.is_rooted() {
             // Walk the keyrings accepted before from the pinned root again. A stored version
@@ -202,10 +190,29 @@ impl ClientBuilder {
             // next resolve fetches the server's chain).
             let _ = trust.advance_all(cache.keyrings());
         }
+        let config = cfg.build();
+        let time = Arc::new(crate::timekeeping::TimeKeeper::open(&cache_dir));
+        let (keeper, clock) = (time.clone(), self.clock.clone());
+        let pool = |dates| {
+            crate::tls::client_config(&self.root_certs, dates)
+                .map(|tls| {
+                    ureq::Agent::with_parts(
+                        config.clone(),
+                        crate::tls::connector(tls),
+                        ureq::unversioned::resolver::DefaultResolver::default(),
+                    )
+                })
+                .map_err(|e| ClientError::Config(format!("TLS: {e}")))
+        };
+        let agent = pool(crate::tls::Dates::Trusted(Arc::new(move || {
+            keeper.now(&*clock)
+        })))?;
+        let time_agent = pool(crate::tls::Dates::Unchecked)?;
         let client = Client {
             server: self.server,
             trust: Mutex::new(trust),
-            agent: cfg.build().new_agent(),
+            agent,
+            time_agent,
             telemetry: Arc::new(telemetry::TelemetryQueue::new(
                 &cache_dir,
                 self.max_telemetry_events,
@@ -223,7 +230,7 @@ impl ClientBuilder {
             in_use: Arc::new(Mutex::new(BTreeMap::new())),
             updating: Mutex::new(Default::default()),
             sunset: Mutex::new(None),
-            time: crate::timekeeping::TimeKeeper::open(&cache_dir),
+            time,
         };
         // An app or runtime update since the cache was last used: mark what no longer fits.
         // A cache that cannot record it now is checked again on every load anyway.

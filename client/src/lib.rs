@@ -35,6 +35,8 @@ mod resolve;
 pub mod runtime;
 pub mod telemetry;
 mod timekeeping;
+mod timesync;
+mod tls;
 mod types;
 pub mod verify;
 
@@ -63,7 +65,10 @@ use ferry_shared::telemetry::TelemetryEvent;
 pub struct Client {
     server: String,
     trust: Mutex<TrustState>,
+    /// Every request; certificates judged at [`Client::now`] (`tls.rs`).
     agent: ureq::Agent,
+    /// `GET /v1/time` only; certificates checked except their dates (`tls.rs`).
+    time_agent: ureq::Agent,
     cache: Mutex<Cache>,
     runtime: Arc<dyn Runtime>,
     app_version: Version,
@@ -81,7 +86,7 @@ pub struct Client {
     /// The last `Ferry-Protocol-Sunset` the server sent (see [`Client::protocol_sunset`]).
     sunset: Mutex<Option<String>>,
     /// The server's time as this client last learned it (see [`Client::now`]).
-    time: timekeeping::TimeKeeper,
+    time: Arc<timekeeping::TimeKeeper>,
 }
 
 impl Client {

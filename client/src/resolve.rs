@@ -55,8 +55,15 @@ impl Client {
     /// and learns the time from it; a decision that fails a time check is asked for again
     /// that way (`docs/client.md`, device clocks).
     pub fn resolve(&self, model: &str, device: &DeviceInfo) -> Result<Verified<Plan>, ClientError> {
-        let learn_first =
+        let mut learn_first =
             self.clock.since_boot().is_some() && self.time.estimate(&*self.clock).is_none();
+        // Over HTTPS the certificate check needs the time too: learn it first through the
+        // pool that leaves the certificate's dates out (`tls.rs`); the resolve then takes the
+        // shared answer, judged by what was learned. A server without `GET /v1/time` (or one
+        // that refuses it now) is asked for a decision of its own instead.
+        if learn_first && self.server.starts_with("https://") && self.learn_time().is_ok() {
+            learn_first = false;
+        }
         let nonce = if learn_first { fresh_nonce() } else { None };
         let asked = nonce.is_some();
         match self.resolve_with(model, device, nonce) {
@@ -163,7 +170,7 @@ impl Client {
                 message: e.to_string(),
             })?;
         self.follow_keyring(&resp, model)?;
-        let release = self.release_envelope(&resp)?;
+        let release = self.release_envelope(&resp, &request)?;
         let trust = self.trust();
         let last = self.cache().last_sequence(model);
         let plan = verify_response(&resp, &release, &request, &trust, self.now(), last)
@@ -223,19 +230,23 @@ impl Client {
         if claimed.max(floor) <= held.version() {
             return Ok(());
         }
+        self.walk_keyring(&self.agent)
+    }
+
+    /// Fetches `GET /v1/keyring` through `agent` and walks it from the held version: each
+    /// version must be signed by the root keys of the one before (none skipped), so the pool
+    /// it comes through adds nothing to its trust.
+    pub(crate) fn walk_keyring(&self, agent: &ureq::Agent) -> Result<(), ClientError> {
+        let held = self.trust();
         let url = format!("{}/v1/keyring", self.server);
         let bad = |message: String| ClientError::BadResponse {
             url: url.clone(),
             message,
         };
-        let mut got = self
-            .agent
-            .get(&url)
-            .call()
-            .map_err(|e| ClientError::Network {
-                url: url.clone(),
-                message: e.to_string(),
-            })?;
+        let mut got = agent.get(&url).call().map_err(|e| ClientError::Network {
+            url: url.clone(),
+            message: e.to_string(),
+        })?;
         if got.status().as_u16() != 200 {
             return Err(bad(format!("HTTP {}", got.status().as_u16())));
         }
@@ -285,12 +296,18 @@ impl Client {
     /// The signed release envelope the answer refers to: from the answer when it carries it,
     /// else from the cache, else fetched once from its URL and kept. Its bytes must hash to the
     /// digest of the reference (which the signed decision names too, checked when verifying).
-    fn release_envelope(&self, resp: &ResolveResponse) -> Result<Envelope, ClientError> {
+    fn release_envelope(
+        &self,
+        resp: &ResolveResponse,
+        request: &ResolveRequest,
+    ) -> Result<Envelope, ClientError> {
         let want = resp.release_ref.sha256;
         // Nothing is fetched or stored for an answer whose decision does not verify, or names
         // another manifest than the reference: only then do the bytes at the (unsigned) URL
         // count, by their digest.
-        let ring = self.trust().ring_at(self.now());
+        let ring =
+            self.trust()
+                .ring_at(crate::verify::key_time(request, &resp.decision, self.now()));
         let decision = ferry_shared::dsse::verify(
             &resp.decision,
             ferry_shared::resolve::DECISION_PAYLOAD_TYPE,
@@ -385,7 +402,7 @@ impl Client {
 
 /// A fresh request nonce: 24 random bytes, base64url without padding; `None` without system
 /// randomness (the request then asks for the shared answer).
-fn fresh_nonce() -> Option<String> {
+pub(crate) fn fresh_nonce() -> Option<String> {
     use base64::Engine as _;
     let mut bytes = [0u8; 24];
     getrandom::fill(&mut bytes).ok()?;

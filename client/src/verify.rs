@@ -124,6 +124,30 @@ fn judging_time(
     }
 }
 
+/// The time at which the online keys' `expires_at` is judged for `decision`: its own signed
+/// time when it claims to answer this request's nonce (a device without a trusted time has no
+/// better one: its wall clock may be decades off), else `now`. The claim is read before the
+/// signature is checked; it only picks which keys are tried, and the same bytes are verified
+/// with them. A holder of an expired online key could still answer such a device's nonce with
+/// a time before the expiry: retire a leaked online key by rotating it (`docs/keys.md`).
+pub(crate) fn key_time(
+    request: &ResolveRequest,
+    decision: &Envelope,
+    now: OffsetDateTime,
+) -> OffsetDateTime {
+    let Some(ours) = &request.nonce else {
+        return now;
+    };
+    ferry_shared::dsse::decode_payload(decision, &DsseLimits::default())
+        .ok()
+        .and_then(|b| Decision::from_json(&b).ok())
+        .and_then(|d| match (d.nonce, d.time) {
+            (Some(theirs), Some(time)) if theirs == *ours => Some(time),
+            _ => None,
+        })
+        .unwrap_or(now)
+}
+
 /// Verifies a whole resolve response to `request` with what the client trusts now (`trust`:
 /// the pinned root walked through the keyrings it accepted, or a fixed trust file). `last` is
 /// the keyring version and sequence of the newest decision accepted for the model (zeros if
@@ -137,7 +161,7 @@ pub fn verify_response(
     last: (u64, u64),
 ) -> Result<Verified<Plan>, ClientError> {
     let model = request.model.as_str();
-    let ring = trust.ring_at(now);
+    let ring = trust.ring_at(key_time(request, &resp.decision, now));
     let decision = verify(
         &resp.decision,
         DECISION_PAYLOAD_TYPE,

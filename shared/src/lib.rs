@@ -8,6 +8,7 @@
 //! - [`pte`]: the `.pte` inspector that reads what a program really delegates;
 //! - [`protocol`]: protocol v1's version numbers, headers and tolerant-reader helpers;
 //! - [`resolve`]: the device-facing resolve request and signed decision;
+//! - [`clock`]: the signed time a device learns its clock from;
 //! - [`revocation`]: release-key-signed lists of revoked releases;
 //! - [`select`]: the pure variant-selection function;
 //! - [`rollout`]: rollout plans and cohort bucketing;
@@ -18,6 +19,7 @@
 //!
 //! Imports no other ferry crate: the server and the client import it.
 
+pub mod clock;
 pub mod deny;
 pub mod dsse;
 pub mod errors;

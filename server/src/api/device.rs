@@ -1,4 +1,4 @@
-//! Device endpoints: `POST /v1/resolve`, `GET /v1/keys` and `GET /v1/keyring`.
+//! Device endpoints: `POST /v1/resolve`, `GET /v1/time`, `GET /v1/keys` and `GET /v1/keyring`.
 
 use actix_web::http::header;
 use actix_web::{HttpResponse, web};
@@ -25,6 +25,58 @@ pub(crate) async fn keyring(state: web::Data<AppState>) -> HttpResponse {
         version: state.keys().version,
         keyrings: state.keys().chain.clone(),
     })
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct TimeQuery {
+    #[serde(default)]
+    nonce: Option<String>,
+}
+
+/// `GET /v1/time?nonce=…`: the server's time for one nonce, signed by the online key (what a
+/// device with no trusted time learns its clock from, before anything else). Each answer costs
+/// a signature: it takes from the same per-address allowance as decisions of their own.
+pub(crate) async fn signed_time(
+    req: actix_web::HttpRequest,
+    state: web::Data<AppState>,
+    query: Result<web::Query<TimeQuery>, actix_web::Error>,
+) -> Result<HttpResponse, ApiError> {
+    use ferry_shared::clock::{SignedTime, TIME_PAYLOAD_TYPE, TimeResponse};
+    let nonce = query
+        .map_err(|e| ApiError::new(ErrorCode::RequestInvalid, format!("bad query string: {e}")))?
+        .into_inner()
+        .nonce
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::RequestInvalid,
+                "a nonce is required: GET /v1/time?nonce=<16 to 32 random bytes, base64url>",
+            )
+        })?;
+    ferry_shared::resolve::check_nonce(&nonce)
+        .map_err(|m| ApiError::new(ErrorCode::RequestInvalid, m))?;
+    if !state.allow_fresh_decision(req.peer_addr().map(|a| a.ip())) {
+        state.metrics().signed_time("limited");
+        return Err(ApiError::new(
+            ErrorCode::RateLimited,
+            format!(
+                "more than {} signed answers with a nonce this minute from this address; retry \
+                 later",
+                state.config().limits.fresh_decisions_per_minute
+            ),
+        ));
+    }
+    let payload = serde_json::to_vec(&SignedTime {
+        format: 1,
+        nonce,
+        time: OffsetDateTime::now_utc(),
+        keyring_version: state.keys().version,
+    })
+    .map_err(ApiError::internal)?;
+    let time = state.online().sign(TIME_PAYLOAD_TYPE, &payload);
+    state.metrics().signed_time("signed");
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .json(TimeResponse { time }))
 }
 
 #[derive(Debug, Deserialize)]

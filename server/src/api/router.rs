@@ -14,7 +14,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use crate::api::AppState;
 use crate::api::admin::{get_model, get_release, list_models, post_release};
 use crate::api::blobs::{get_blob, put_blob_handler};
-use crate::api::device::{keyring, keys, release_by_digest, resolve};
+use crate::api::device::{keyring, keys, release_by_digest, resolve, signed_time};
 use crate::api::error::{ApiError, REQUEST_ID};
 use crate::api::ops::{healthz, metrics, readyz};
 use ferry_shared::protocol::{PROTOCOL, PROTOCOL_HEADER, Protocol, SDK_HEADER, Sdk};
@@ -42,6 +42,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(resource("/v1/keys").route(web::get().to(keys)))
         .service(resource("/v1/keyring").route(web::get().to(keyring)))
         .service(resource("/v1/resolve").route(web::post().to(resolve)))
+        .service(resource("/v1/time").route(web::get().to(signed_time)))
         .service(resource("/v1/releases/sha256/{hex}").route(web::get().to(release_by_digest)))
         .service(
             resource("/v1/blobs/sha256/{hex}")

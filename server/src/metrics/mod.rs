@@ -68,6 +68,7 @@ pub struct Metrics {
     durations: Family<RouteLabels, Histogram, fn() -> Histogram>,
     resolves: Family<OutcomeLabels, Counter>,
     fresh_decisions: Family<OutcomeLabels, Counter>,
+    signed_times: Family<OutcomeLabels, Counter>,
     publishes: Family<OutcomeLabels, Counter>,
     telemetry_events: Family<OutcomeLabels, Counter>,
     telemetry_raw_dropped: Counter,
@@ -126,6 +127,7 @@ impl Default for Metrics {
             ),
             resolves: Family::<OutcomeLabels, Counter>::default(),
             fresh_decisions: Family::<OutcomeLabels, Counter>::default(),
+            signed_times: Family::<OutcomeLabels, Counter>::default(),
             publishes: Family::<OutcomeLabels, Counter>::default(),
             telemetry_events: Family::<OutcomeLabels, Counter>::default(),
             telemetry_raw_dropped: Counter::default(),
@@ -174,6 +176,11 @@ impl Metrics {
             "ferry_fresh_decisions",
             "Resolves that asked for a decision of their own (a nonce): signed, or refused by the per-address limit",
             self.fresh_decisions.clone(),
+        );
+        registry.register(
+            "ferry_signed_times",
+            "Signed time answers (GET /v1/time): signed, or refused by the per-address limit it shares with decisions of their own",
+            self.signed_times.clone(),
         );
         registry.register(
             "ferry_publishes",
@@ -305,6 +312,13 @@ impl Metrics {
     /// Counts one request for a decision of its own (`signed` or `limited`).
     pub fn fresh_decision(&self, outcome: &'static str) {
         self.fresh_decisions
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    /// Counts one request for the signed time (`signed` or `limited`).
+    pub fn signed_time(&self, outcome: &'static str) {
+        self.signed_times
             .get_or_create(&OutcomeLabels { outcome })
             .inc();
     }

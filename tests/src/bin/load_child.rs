@@ -4,6 +4,7 @@
 //! - `load-child load SERVER TRUST_JSON CACHE_DIR MODEL [BUDGET_BYTES] [HOLD_MS]`: loads the
 //!   model (budget 512 MiB by default), runs `forward` on the fixture's input when it is the
 //!   demo MLP, then keeps the model loaded `HOLD_MS` milliseconds before it exits.
+//!   With `FERRY_TEST_ROOT_CERT` set (a DER file), HTTPS trusts that CA alone.
 //! - `load-child push CACHE_DIR COUNT TAG`: appends COUNT telemetry events (variant
 //!   `TAG-<i>`) to the cache's queue, one append each.
 //! - `load-child send SERVER CACHE_DIR`: sends the queued telemetry.
@@ -45,7 +46,12 @@ fn load(args: &[String]) -> serde_json::Value {
         Ok(t) => t,
         Err(e) => return serde_json::json!({"ok": false, "code": "config", "message": e}),
     };
-    let client = match ClientBuilder::new(server, trust)
+    let mut builder = ClientBuilder::new(server, trust);
+    if let Some(der) = std::env::var_os("FERRY_TEST_ROOT_CERT").and_then(|p| std::fs::read(p).ok())
+    {
+        builder = builder.root_certificate_der(der);
+    }
+    let client = match builder
         .cache_dir(cache)
         .cache_budget(budget)
         .app_version(semver::Version::new(1, 0, 0))

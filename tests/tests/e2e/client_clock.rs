@@ -431,3 +431,35 @@ fn a_server_that_cannot_vouch_for_the_time_leaves_a_clear_clock_error() {
         other => panic!("{other}"),
     }
 }
+
+#[test]
+fn a_device_far_ahead_still_trusts_an_online_key_that_expires_later_by_the_servers_time() {
+    // The online key expires in 90 days; a fresh install whose clock runs 400 days ahead
+    // would leave it out of its ring (and refuse every decision) if it judged the key's
+    // expiry by its own clock. Its decision of its own carries the server's time, and the
+    // key is judged at that.
+    use ferry_server::keys::{self, RotateRole};
+    let mut app = TestApp::start();
+    let keys_dir = app.dir.path().join("keys");
+    keys::rotate(
+        &keys_dir,
+        RotateRole::Online,
+        Some(time::Duration::days(90)),
+    )
+    .expect("rotate with expiry");
+    app.restart().expect("restart");
+    app.publish(&mlp_v1());
+    let cache = tempfile::tempdir().expect("tmp");
+    let c = skewed_client(&app, cache.path(), time::Duration::days(400));
+    let m = c
+        .load("mlp", &device(Platform::Linux, &["XnnpackBackend"]))
+        .expect("loads");
+    assert_eq!(m.release, "1.0.0");
+    assert_eq!(c.keyring_version(), 2);
+    drop(m);
+    // Once the time is learned, the key is judged at the learned time: later loads hold.
+    let again = skewed_client(&app, cache.path(), time::Duration::days(400));
+    again
+        .resolve("mlp", &device(Platform::Linux, &["XnnpackBackend"]))
+        .expect("the shared answer, judged at the learned time");
+}

@@ -5,6 +5,7 @@ mod attacks;
 mod bucket_vectors;
 mod c_abi;
 mod client_clock;
+mod client_clock_https;
 mod client_constraints;
 mod client_data_files;
 mod client_e2e;

@@ -100,6 +100,16 @@ fn real_responses_match_the_schemas() {
         let keyring: serde_json::Value = serde_json::from_slice(&payload(&env)).expect("json");
         check("keyring.schema.json", &keyring);
     }
+    let (status, answer) = app.get_json("/v1/time?nonce=AAECAwQFBgcICQoLDA0ODxAREhMUFRYX", None);
+    assert_eq!(status, 200, "{answer}");
+    let mut wrapped = serde_json::json!({"$ref": "time.schema.json#/$defs/response"});
+    wrapped["$schema"] = "https://json-schema.org/draft/2020-12/schema".into();
+    wrapped["$id"] = format!("{BASE}time-check.json").into();
+    check_value(&wrapped, &answer);
+    let env: ferry_shared::dsse::Envelope =
+        serde_json::from_value(answer["time"].clone()).expect("envelope");
+    let signed: serde_json::Value = serde_json::from_slice(&payload(&env)).expect("json");
+    check("time.schema.json", &signed);
 
     // Errors, including the one with details.
     let mut old = dev.clone();
