@@ -463,3 +463,58 @@ fn a_device_far_ahead_still_trusts_an_online_key_that_expires_later_by_the_serve
         .resolve("mlp", &device(Platform::Linux, &["XnnpackBackend"]))
         .expect("the shared answer, judged at the learned time");
 }
+
+#[test]
+fn skewed_devices_honour_a_revocation_and_refuse_a_replayed_answer() {
+    use ferry_shared::revocation::{REVOCATIONS_PAYLOAD_TYPE, RevocationList, Revoked};
+    let (m, d) = (time::Duration::minutes(1), time::Duration::days(1));
+    for offset in [-d * (55 * 365), -d * 2, m * 90, d * (14 * 365)] {
+        let app = TestApp::start();
+        app.publish(&mlp_v1());
+        app.publish(&mlp_v2());
+        app.ship("2.0.0");
+        let dev = device(Platform::Linux, &[]);
+        let proxy = ferry_tests::proxy::FaultProxy::start(app.server.addr);
+        let cache = tempfile::tempdir().expect("tmp");
+        let c = client_at(proxy.url(), &app, cache.path(), offset);
+        let loaded = c.load("mlp", &dev).expect("2.0.0");
+        assert_eq!(loaded.release, "2.0.0", "{offset}");
+        drop(loaded);
+        // What a relay records now, and replays after the revocation.
+        let recorded = recorded_shared_answer(&app, &dev);
+        let list = RevocationList {
+            format: 1,
+            model: "mlp".parse().expect("model"),
+            version: 1,
+            revoked: vec![Revoked {
+                release: "2.0.0".parse().expect("version"),
+                reason: "crashes on start".into(),
+                at: OffsetDateTime::now_utc(),
+            }],
+        };
+        let env = app.release_key().pair.sign(
+            REVOCATIONS_PAYLOAD_TYPE,
+            &serde_json::to_vec(&list).expect("json"),
+        );
+        let (status, body) = app.post_raw(
+            "/v1/admin/models/mlp/revocations",
+            &serde_json::to_vec(&env).expect("json"),
+            Some(ferry_tests::app::ADMIN_TOKEN),
+        );
+        assert_eq!(status, 201, "{body}");
+
+        // A later process of the same boot: the revocation reaches it, the cached 2.0.0 is
+        // not loaded again.
+        let c = client_at(proxy.url(), &app, cache.path(), offset);
+        let m1 = c.load("mlp", &dev).expect("1.0.0");
+        assert_eq!(m1.release, "1.0.0", "{offset}");
+        drop(m1);
+        // The answer recorded before the revocation, replayed: refused (an older sequence),
+        // and the device stays on what it last verified.
+        proxy.resolve_faults([ferry_tests::proxy::Fault::Replace(recorded)]);
+        let replayed = c.resolve("mlp", &dev).expect_err("a replay");
+        assert_eq!(replayed.code(), "replay", "{offset}: {replayed}");
+        let m2 = c.load("mlp", &dev).expect("still served");
+        assert_eq!(m2.release, "1.0.0", "{offset}");
+    }
+}
