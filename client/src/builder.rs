@@ -177,12 +177,14 @@ impl ClientBuilder {
         if !trust.is_rooted() && trust.keys().is_empty() {
             return Err(ClientError::Config("the trust file lists no key".into()));
         }
-        let cfg = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(self.connect_timeout))
-            .timeout_recv_response(Some(self.response_timeout))
-            .user_agent(concat!("ferry-client/", env!("CARGO_PKG_VERSION")))
-            .middleware(protocol_headers(&self.sdk));
+        let base = || {
+            ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_connect(Some(self.connect_timeout))
+                .timeout_recv_response(Some(self.response_timeout))
+                .user_agent(concat!("ferry-client/", env!("CARGO_PKG_VERSION")))
+                .middleware(protocol_headers(&self.sdk))
+        };
         let (cache, _) = Cache::open(&cache_dir, self.cache_budget)?;
         if trust.is_rooted() {
             // Walk the keyrings accepted before from the pinned root again. A stored version
@@ -190,14 +192,20 @@ impl ClientBuilder {
             // next resolve fetches the server's chain).
             let _ = trust.advance_all(cache.keyrings());
         }
-        let config = cfg.build();
         let time = Arc::new(crate::timekeeping::TimeKeeper::open(&cache_dir));
         let (keeper, clock) = (time.clone(), self.clock.clone());
-        let pool = |dates| {
+        // The time pool follows no redirect: its answers are trusted for their signature
+        // alone, and nothing should take its requests anywhere else, or to plain HTTP.
+        let https = self.server.starts_with("https://");
+        let pool = |dates: crate::tls::Dates| {
+            let config = match dates {
+                crate::tls::Dates::Unchecked => base().max_redirects(0).https_only(https).build(),
+                crate::tls::Dates::Trusted(_) => base().build(),
+            };
             crate::tls::client_config(&self.root_certs, dates)
                 .map(|tls| {
                     ureq::Agent::with_parts(
-                        config.clone(),
+                        config,
                         crate::tls::connector(tls),
                         ureq::unversioned::resolver::DefaultResolver::default(),
                     )

@@ -59,10 +59,19 @@ impl Client {
             self.clock.since_boot().is_some() && self.time.estimate(&*self.clock).is_none();
         // Over HTTPS the certificate check needs the time too: learn it first through the
         // pool that leaves the certificate's dates out (`tls.rs`); the resolve then takes the
-        // shared answer, judged by what was learned. A server without `GET /v1/time` (or one
-        // that refuses it now) is asked for a decision of its own instead.
-        if learn_first && self.server.starts_with("https://") && self.learn_time().is_ok() {
-            learn_first = false;
+        // shared answer, judged by what was learned. A server without `GET /v1/time` (404,
+        // 405) or one that refuses it now (429) is asked for a decision of its own instead.
+        if learn_first && self.server.starts_with("https://") {
+            match self.learn_time() {
+                Ok(_) => learn_first = false,
+                Err(ClientError::Rejected {
+                    status: 404 | 405 | 429,
+                    ..
+                }) => {}
+                // A certificate for another name, a forged or replayed signed time: said as
+                // it is, not as the certificate dates the next request would trip on.
+                Err(e) => return Err(e),
+            }
         }
         let nonce = if learn_first { fresh_nonce() } else { None };
         let asked = nonce.is_some();
@@ -479,7 +488,12 @@ impl Client {
                     });
                 }
                 if round_trip <= crate::timekeeping::MAX_LEARNING_ROUND_TRIP {
-                    self.time.learn(time, sent);
+                    self.time
+                        .learn(time, sent, true, self.trust().created())
+                        .map_err(|message| ClientError::Verify {
+                            code: ferry_shared::errors::ErrorCode::DecisionUntimely,
+                            message,
+                        })?;
                 }
                 Ok(())
             }

@@ -35,7 +35,24 @@ struct ClockFile {
     /// The server has answered a nonce with a decision carrying it.
     #[serde(default)]
     server_echoes_nonce: bool,
+    /// The newest server time ever learned, kept across reboots: time does not go back, so a
+    /// later answer vouching for an earlier time is refused (a recorded or back-dated one).
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    latest: Option<OffsetDateTime>,
 }
+
+/// No server time before this is believed (this SDK did not exist then): a floor for what a
+/// signed time or a decision's time may say, whatever key signed it.
+/// (2026-12-01T00:00:00Z.)
+pub(crate) const EARLIEST_TIME: OffsetDateTime =
+    match OffsetDateTime::from_unix_timestamp(1_796_083_200) {
+        Ok(t) => t,
+        Err(_) => OffsetDateTime::UNIX_EPOCH,
+    };
+
+/// How far a learned time may fall behind the newest one learned before (replicas' clocks
+/// differ a little).
+pub(crate) const LEARNED_TIME_SLACK: time::Duration = time::Duration::minutes(5);
 
 /// The server's time at one instant of this boot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,13 +131,43 @@ impl TimeKeeper {
         ferry_shared::sync::lock(&self.held).server_echoes_nonce
     }
 
-    /// Learns `server_time` (from a decision made for this client's nonce) as the time at
-    /// `sent`, the boot clock's reading when the request left (so the estimate runs ahead of
-    /// the true time by at most the round trip, never behind it), and keeps it for later
-    /// processes of this boot. Without a boot clock only the nonce echo is kept.
-    pub(crate) fn learn(&self, server_time: OffsetDateTime, sent: Option<(String, Duration)>) {
+    /// The earliest time a server may vouch for now: this SDK's floor, the creation of the
+    /// keyring held (`keyring_created`), and the newest time learned before (less a little
+    /// slack), whichever is latest.
+    pub(crate) fn floor(&self, keyring_created: Option<OffsetDateTime>) -> OffsetDateTime {
+        let latest = ferry_shared::sync::lock(&self.held)
+            .latest
+            .map(|t| t - LEARNED_TIME_SLACK);
+        [Some(EARLIEST_TIME), keyring_created, latest]
+            .into_iter()
+            .flatten()
+            .max()
+            .unwrap_or(EARLIEST_TIME)
+    }
+
+    /// Learns `server_time` (from a signed time or a decision made for this client's nonce)
+    /// as the time at `sent`, the boot clock's reading when the request left (so the estimate
+    /// runs ahead of the true time by at most the round trip, never behind it), and keeps it
+    /// for later processes of this boot. `echoed`: it came in a decision (the server answers
+    /// nonces in decisions). Without a boot clock only that is kept. A time before
+    /// [`TimeKeeper::floor`] is refused and nothing is learned.
+    pub(crate) fn learn(
+        &self,
+        server_time: OffsetDateTime,
+        sent: Option<(String, Duration)>,
+        echoed: bool,
+        keyring_created: Option<OffsetDateTime>,
+    ) -> Result<(), String> {
+        let floor = self.floor(keyring_created);
+        if server_time < floor {
+            return Err(format!(
+                "the server vouches for {server_time}, before {floor} (the earliest time this \
+                 device believes: a recorded or back-dated answer?)"
+            ));
+        }
         let mut held = ferry_shared::sync::lock(&self.held);
-        held.server_echoes_nonce = true;
+        held.server_echoes_nonce |= echoed;
+        held.latest = held.latest.max(Some(server_time));
         if let Some((boot_id, since)) = sent {
             held.estimate = Some(Estimate {
                 boot_id,
@@ -132,6 +179,7 @@ impl TimeKeeper {
             // Best effort: an estimate that cannot be written is learned again next start.
             let _ = ferry_fs::write(&self.path, &bytes, ferry_fs::Mode::Public);
         }
+        Ok(())
     }
 }
 
@@ -191,6 +239,46 @@ mod tests {
             Duration::from_millis(10_001) + MAX_ESTIMATE_AGE,
         );
         assert_eq!(e.at(&older), None, "an estimate is used for a day at most");
+    }
+
+    #[test]
+    fn no_time_before_the_floor_or_the_newest_learned_is_believed() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let keeper = TimeKeeper::open(dir.path());
+        let boot = Some(("boot-a".to_string(), Duration::from_secs(100)));
+        let before = EARLIEST_TIME - time::Duration::days(30);
+        assert!(keeper.learn(before, boot.clone(), false, None).is_err());
+        let created = EARLIEST_TIME + time::Duration::days(10);
+        assert!(
+            keeper
+                .learn(
+                    created - time::Duration::SECOND,
+                    boot.clone(),
+                    false,
+                    Some(created)
+                )
+                .is_err(),
+            "not before the keyring held was made"
+        );
+        let t = EARLIEST_TIME + time::Duration::days(20);
+        keeper.learn(t, boot.clone(), false, None).expect("learned");
+        assert!(
+            !keeper.server_echoes_nonce(),
+            "a signed time is not a decision"
+        );
+        // Another boot, another process: the newest time survives, a much earlier one is
+        // refused, a little earlier (another replica's clock) is not.
+        let later = TimeKeeper::open(dir.path());
+        let next = Some(("boot-b".to_string(), Duration::from_secs(5)));
+        assert!(
+            later
+                .learn(t - time::Duration::hours(1), next.clone(), false, None)
+                .is_err()
+        );
+        later
+            .learn(t - time::Duration::minutes(1), next, true, None)
+            .expect("within the slack");
+        assert!(later.server_echoes_nonce());
     }
 
     #[test]

@@ -79,7 +79,12 @@ impl Client {
                 round_trip.as_secs()
             )));
         }
-        self.time.learn(signed.time, sent);
+        self.time
+            .learn(signed.time, sent, false, self.trust().created())
+            .map_err(|message| ClientError::Verify {
+                code: ErrorCode::DecisionUntimely,
+                message,
+            })?;
         Ok(signed.time)
     }
 }

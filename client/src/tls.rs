@@ -8,9 +8,11 @@
 //!   time the client trusts ([`crate::Client::now`]: the server's signed time carried by the
 //!   boot clock while that holds, else the wall clock).
 //! - **time** ([`Dates::Unchecked`]): only `GET /v1/time`, whose answer is the server's time
-//!   bound to this request's nonce and signed by the online key. Certificates are checked in
-//!   full (chain to a trusted root, name, signatures) except their validity dates: the answer
-//!   needs no clock to trust and carries nothing secret, and the request carries only a nonce.
+//!   bound to this request's nonce and signed by the online key, and the `GET /v1/keyring`
+//!   walk it may need first (each version signed by the root keys of the one before).
+//!   Certificates are checked in full (chain to a trusted root, name, signatures) except their
+//!   validity dates: the answers need no clock to trust and carry nothing secret, the requests
+//!   carry only a nonce, and the pool follows no redirect.
 //!
 //! TLS here goes through a connector of our own (ureq's `unversioned` transport API) because
 //! ureq builds its rustls configuration itself and offers no hook for the verification time.

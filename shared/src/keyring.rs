@@ -253,6 +253,7 @@ pub struct TrustState {
     version: u64,
     root: Option<RootSet>,
     keys: Vec<KeyringKey>,
+    created: Option<OffsetDateTime>,
 }
 
 impl TrustState {
@@ -279,6 +280,7 @@ impl TrustState {
                         expires_at: None,
                     })
                     .collect(),
+                created: None,
             });
         }
         if roots.len() != file.keys.len() {
@@ -299,6 +301,7 @@ impl TrustState {
             version: first - 1,
             root: Some(root),
             keys: Vec::new(),
+            created: None,
         })
     }
 
@@ -376,7 +379,14 @@ impl TrustState {
         self.version = next.version;
         self.root = Some(next.root);
         self.keys = next.keys;
+        self.created = Some(next.created);
         Ok(())
+    }
+
+    /// When the keyring version held was made (`None` before the first, or for a fixed trust
+    /// file): no time a server vouches for can be earlier.
+    pub fn created(&self) -> Option<OffsetDateTime> {
+        self.created
     }
 
     /// Walks `chain` (versions in order; those already held are passed over). Stops at the

@@ -224,7 +224,12 @@ impl ResponseError for ApiError {
         } else if status.is_server_error() {
             tracing::error!(request_id, code = %self.code, "{}", self.message);
         }
-        HttpResponse::build(status).json(ErrorBody {
+        let mut resp = HttpResponse::build(status);
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            // Every limit here counts per minute: a minute from now the allowance is back.
+            resp.insert_header((actix_web::http::header::RETRY_AFTER, "60"));
+        }
+        resp.json(ErrorBody {
             code: self.code.as_str().to_string(),
             message: self.message.clone(),
             request_id,

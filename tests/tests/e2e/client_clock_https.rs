@@ -253,7 +253,10 @@ fn an_expired_or_misnamed_certificate_is_still_refused() {
     let cache = tempfile::tempdir().expect("tmp");
     let c = client(&app, &other, cache.path(), -time::Duration::days(55 * 365));
     let err = c.resolve("mlp", &dev).expect_err("wrong name");
-    assert!(err.to_string().contains("certificate"), "{err}");
+    assert!(
+        err.to_string().contains("not valid for name"),
+        "the name is the problem, not the dates: {err}"
+    );
     assert_eq!(c.clock_offset_secs(), None);
     assert_eq!(metric(&app, SIGNED_TIMES), 0);
 }
@@ -374,20 +377,54 @@ fn the_signed_time_endpoint_answers_one_nonce_and_refuses_bad_ones() {
     assert_eq!(post.status().as_u16(), 405);
 
     // The allowance is shared with decisions of their own: two more, then 429.
-    let statuses: Vec<u16> = (0..3)
+    let answers: Vec<(u16, Option<String>)> = (0..3)
         .map(|_| {
-            app.agent
+            let r = app
+                .agent
                 .get(app.at(&format!("/v1/time?nonce={nonce}")))
                 .call()
-                .expect("time")
-                .status()
-                .as_u16()
+                .expect("time");
+            let retry = r
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            (r.status().as_u16(), retry)
         })
         .collect();
-    assert_eq!(statuses, [200, 200, 429]);
+    assert_eq!(
+        answers,
+        [(200, None), (200, None), (429, Some("60".to_string()))]
+    );
     assert_eq!(metric(&app, SIGNED_TIMES), 3);
     assert_eq!(
         metric(&app, "ferry_signed_times_total{outcome=\"limited\"}"),
         1
     );
+}
+
+#[test]
+fn a_device_never_learns_a_time_before_one_it_learned() {
+    // The device learned, in an earlier boot, a time a day ahead of the server's now (as if
+    // the server had been wound back, or an attacker replays an old signed time with an old
+    // certificate): the server's time is refused and nothing is learned.
+    let pki = current();
+    let app = https_app(&pki, None);
+    let cache = tempfile::tempdir().expect("tmp");
+    let ahead = OffsetDateTime::now_utc() + time::Duration::days(1);
+    std::fs::write(
+        cache.path().join("clock.json"),
+        serde_json::to_vec(&serde_json::json!({
+            "latest": ahead.format(&time::format_description::well_known::Rfc3339).expect("time"),
+        }))
+        .expect("json"),
+    )
+    .expect("write");
+    let c = client(&app, &pki, cache.path(), time::Duration::ZERO);
+    let err = c
+        .resolve("mlp", &device(Platform::Linux, &["XnnpackBackend"]))
+        .expect_err("an earlier time");
+    assert_eq!(err.code(), "decision_untimely", "{err}");
+    assert!(err.to_string().contains("before"), "{err}");
+    assert_eq!(c.clock_offset_secs(), None, "nothing learned");
 }
