@@ -5,6 +5,7 @@
 //! - [`names`]: validated newtypes (model names, variant ids, digests, key ids);
 //! - [`manifest`]: the release manifest that ops sign and devices verify;
 //! - [`dsse`]: DSSE envelopes with ed25519, key rings with roles, and [`dsse::Verified`];
+//! - [`operators`]: operator names, their digest, what a runtime lacks;
 //! - [`pte`]: the `.pte` inspector that reads what a program really delegates;
 //! - [`protocol`]: protocol v1's version numbers, headers and tolerant-reader helpers;
 //! - [`resolve`]: the device-facing resolve request and signed decision;
@@ -26,6 +27,7 @@ pub mod errors;
 pub mod keyring;
 pub mod manifest;
 pub mod names;
+pub mod operators;
 pub mod protocol;
 pub mod pte;
 pub mod resolve;

@@ -128,6 +128,11 @@ pub struct Variant {
     /// Every backend id the program's methods call (must be registered in the runtime).
     #[serde(default)]
     pub backends: Vec<BackendId>,
+    /// The operators (`namespace::name.overload`) its methods call outside delegates, sorted,
+    /// each once: what the runtime must have registered. Taken from the program at signing
+    /// (`ferry sign`), never written by hand. Absent in manifests from before it: unknown.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub operators: Vec<String>,
     /// Quantisation label (`fp32`, `int8`, ...).
     pub quant: String,
     /// Digest of the `.pte` bytes.
@@ -344,31 +349,9 @@ impl ReleaseManifest {
                     v.size, limits.max_blob_size
                 ));
             }
-            if v.backends.len() > limits.max_backends {
-                return bad(format!("{ctx}: too many backends"));
-            }
-            let unique: BTreeSet<_> = v.backends.iter().collect();
-            if unique.len() != v.backends.len() {
-                return bad(format!("{ctx}: a backend is listed twice"));
-            }
-            match v.delegate.backend_id() {
-                None if !v.backends.is_empty() => {
-                    return bad(format!(
-                        "{ctx}: a portable variant calls no backend, but lists {}",
-                        v.backends
-                            .iter()
-                            .map(|b| b.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ));
-                }
-                Some(id) if !v.backends.iter().any(|b| b.as_str() == id) => {
-                    return bad(format!(
-                        "{ctx}: delegate {} needs backend {id} in its backends list",
-                        v.delegate
-                    ));
-                }
-                _ => {}
+            check_backends(&ctx, v, limits)?;
+            if let Err(e) = crate::operators::check_list(&v.operators) {
+                return bad(format!("{ctx}: {e}"));
             }
             if v.extra_files.len() > limits.max_extra_files {
                 return bad(format!("{ctx}: too many extra files"));
@@ -463,6 +446,40 @@ impl ReleaseManifest {
         }
         Ok(())
     }
+}
+
+/// A variant's backends: bounded, each once, and the delegate's own among them (none for a
+/// portable variant).
+fn check_backends(ctx: &str, v: &Variant, limits: &ManifestLimits) -> Result<(), ManifestError> {
+    if v.backends.len() > limits.max_backends {
+        return Err(ManifestError::Invalid(format!("{ctx}: too many backends")));
+    }
+    let unique: BTreeSet<_> = v.backends.iter().collect();
+    if unique.len() != v.backends.len() {
+        return Err(ManifestError::Invalid(format!(
+            "{ctx}: a backend is listed twice"
+        )));
+    }
+    match v.delegate.backend_id() {
+        None if !v.backends.is_empty() => {
+            return Err(ManifestError::Invalid(format!(
+                "{ctx}: a portable variant calls no backend, but lists {}",
+                v.backends
+                    .iter()
+                    .map(|b| b.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        Some(id) if !v.backends.iter().any(|b| b.as_str() == id) => {
+            return Err(ManifestError::Invalid(format!(
+                "{ctx}: delegate {} needs backend {id} in its backends list",
+                v.delegate
+            )));
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 fn short(ctx: &str, what: &str, s: &str, limits: &ManifestLimits) -> Result<(), ManifestError> {
