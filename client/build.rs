@@ -48,5 +48,6 @@ fn executorch() {
         .define("ET_EVENT_TRACER_ENABLED", None)
         .define("C10_USING_CUSTOM_GENERATED_MACROS", None)
         .file("cpp/registered_backends.cpp")
+        .file("cpp/registered_kernels.cpp")
         .compile("ferry_et_shim");
 }

@@ -10,6 +10,9 @@ use std::path::PathBuf;
 pub enum Stage {
     /// Asking the server which variants fit (only for the last-known-good path).
     Resolve,
+    /// Checking a candidate against this device before downloading it (operators its
+    /// runtime lacks).
+    Select,
     /// Fetching the bytes (network, disk).
     Download,
     /// The bytes did not match the signed size or digest.
@@ -32,6 +35,7 @@ impl Stage {
     pub fn as_str(self) -> &'static str {
         match self {
             Stage::Resolve => "resolve",
+            Stage::Select => "select",
             Stage::Download => "download",
             Stage::Verify => "verify",
             Stage::LoadProgram => "load_program",

@@ -26,6 +26,28 @@ pub const RUNTIME_VERSION: &str = "1.5.1";
 unsafe extern "C" {
     fn ferry_et_num_registered_backends() -> usize;
     fn ferry_et_registered_backend_name(index: usize, out: *mut c_char, cap: usize) -> c_long;
+    fn ferry_et_num_registered_kernels() -> usize;
+    fn ferry_et_registered_kernel_name(index: usize, out: *mut c_char, cap: usize) -> c_long;
+}
+
+/// Reads entry `i` of a registry through a shim that copies a NUL-terminated name.
+fn registry_name(
+    i: usize,
+    read: unsafe extern "C" fn(usize, *mut c_char, usize) -> c_long,
+) -> Option<String> {
+    let mut buf = [0 as c_char; 256];
+    // SAFETY: `buf` is writable for `buf.len()` bytes; the shims NUL-terminate and only read
+    // the runtime's static registries.
+    let len = unsafe { read(i, buf.as_mut_ptr(), buf.len()) };
+    if len < 0 || len as usize >= buf.len() {
+        return None;
+    }
+    let bytes: Vec<u8> = buf
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
+    String::from_utf8(bytes).ok()
 }
 
 fn et_error(what: &str, e: executorch::Error) -> String {
@@ -49,26 +71,27 @@ impl Runtime for ExecuTorchRuntime {
     }
 
     fn registered_backends(&self) -> Vec<String> {
-        let mut out = Vec::new();
         // SAFETY: the shim only reads the runtime's static registry.
         let n = unsafe { ferry_et_num_registered_backends() };
-        for i in 0..n.min(256) {
-            let mut buf = [0 as c_char; 128];
-            // SAFETY: `buf` is writable for `buf.len()` bytes; the shim NUL-terminates.
-            let len = unsafe { ferry_et_registered_backend_name(i, buf.as_mut_ptr(), buf.len()) };
-            if len < 0 {
-                continue;
-            }
-            let bytes: Vec<u8> = buf
-                .iter()
-                .take_while(|c| **c != 0)
-                .map(|c| *c as u8)
-                .collect();
-            if let Ok(s) = String::from_utf8(bytes) {
-                out.push(s);
-            }
-        }
-        out
+        (0..n.min(256))
+            .filter_map(|i| registry_name(i, ferry_et_registered_backend_name))
+            .collect()
+    }
+
+    fn registered_operators(&self) -> Option<Vec<String>> {
+        // The registry is filled by static constructors before main and never changes after:
+        // read it once per process.
+        static OPERATORS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+        let ops = OPERATORS.get_or_init(|| {
+            // SAFETY: the shim only reads the runtime's static registry.
+            let n = unsafe { ferry_et_num_registered_kernels() };
+            ferry_shared::operators::normalize(
+                (0..n.min(1 << 16))
+                    .filter_map(|i| registry_name(i, ferry_et_registered_kernel_name))
+                    .filter(|name| ferry_shared::operators::check_name(name).is_ok()),
+            )
+        });
+        Some(ops.clone())
     }
 
     fn open(&self, blob: &VerifiedBlob) -> Result<Box<dyn Program>, RuntimeError> {

@@ -44,6 +44,12 @@ pub trait Runtime: Send + Sync {
     fn version(&self) -> semver::Version;
     /// Backend ids this runtime really registered.
     fn registered_backends(&self) -> Vec<String>;
+
+    /// The operators (`namespace::name.overload`) the runtime registered kernels for, sorted,
+    /// each once; `None` when the runtime cannot tell (then nothing is checked against them).
+    fn registered_operators(&self) -> Option<Vec<String>> {
+        None
+    }
     /// Opens a program whose bytes the cache verified (does not load methods yet), with the
     /// data files (`.ptd`) it keeps tensors in, verified with it ([`VerifiedBlob::data_files`]).
     fn open(&self, blob: &VerifiedBlob) -> Result<Box<dyn Program>, RuntimeError>;

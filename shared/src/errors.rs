@@ -87,6 +87,8 @@ catalogue! {
     ModelNotFound = "model_not_found",
     /// No variant of any live release fits the device (runtime, app, platform, OS, RAM, backends, deny list); `details.explain` says why per variant. (server, client)
     NoCompatibleVariant = "no_compatible_variant",
+    /// The variant calls operators (kernels) the device's runtime did not register; the message names them. (server, client)
+    OperatorsMissing = "operators_missing",
     /// No blob with this digest is stored. (server, client)
     BlobNotFound = "blob_not_found",
     /// An uploaded blob is larger than `[limits] max_blob_bytes`. (server)

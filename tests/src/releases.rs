@@ -178,3 +178,31 @@ pub fn device(
         "ram_mb": ram_mb,
     })
 }
+
+/// `tinyllm` 1.0.0 from the LLM-recipe fixtures: `custom-kernels` first (KV cache with the
+/// recipe's SDPA: calls `llama::custom_sdpa.out` and `llama::update_cache.out`), `standard`
+/// second (standard kernels only); both portable, any runtime and app.
+pub fn tinyllm() -> VariantsFile {
+    let mut custom = variant(
+        "custom-kernels",
+        "llm-custom-kernels.pte",
+        Delegate::Portable,
+        ">=1.0.0",
+        "*",
+    );
+    custom.quant = "8da4w".into();
+    let mut standard = variant(
+        "standard",
+        "llm-standard.pte",
+        Delegate::Portable,
+        ">=1.0.0",
+        "*",
+    );
+    standard.quant = "8da4w".into();
+    VariantsFile {
+        model: "tinyllm".parse().expect("name"),
+        version: "1.0.0".parse().expect("version"),
+        notes: "a small llama from ExecuTorch's LLM recipe".into(),
+        variants: vec![custom, standard],
+    }
+}

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use ferry_shared::Sha256Digest;
+use ferry_shared::errors::ErrorCode;
 use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
 
 use super::fallback::Walk;
@@ -65,6 +66,18 @@ impl Client {
             let v = &c.variant;
             let candidate_started = Instant::now();
             let ms = || candidate_started.elapsed().as_secs_f64() * 1000.0;
+            // Defence in depth: whatever the server knew, a program calling operators this
+            // runtime lacks would fail `load_method` after its whole download.
+            if let Some(message) = self.missing_operators(v) {
+                walk.failed(
+                    i,
+                    Stage::Select,
+                    ErrorCode::OperatorsMissing.as_str(),
+                    message,
+                    ms(),
+                );
+                continue;
+            }
             let (blob, downloaded) = match self.ensure_blob(model, c, opts, &mut spent) {
                 Ok(x) => x,
                 Err(e @ ClientError::DownloadDeferred { .. }) => {
@@ -125,6 +138,27 @@ impl Client {
         }
         Err(ClientError::AllCandidatesFailed {
             attempts: walk.into_attempts(),
+        })
+    }
+}
+
+impl Client {
+    /// The operators `v` needs (as its signed manifest says) that this runtime did not
+    /// register, as a message naming them; `None` when none is missing or either side is
+    /// unknown.
+    pub(crate) fn missing_operators(&self, v: &Variant) -> Option<String> {
+        if v.operators.is_empty() {
+            return None;
+        }
+        let have: BTreeSet<String> = self.runtime.registered_operators()?.into_iter().collect();
+        let missing = ferry_shared::operators::missing(&v.operators, &have);
+        (!missing.is_empty()).then(|| {
+            format!(
+                "variant {} calls {} operator(s) this runtime did not register: {}",
+                v.id,
+                missing.len(),
+                missing.join(", ")
+            )
         })
     }
 }

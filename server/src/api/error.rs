@@ -66,6 +66,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         C::NotFound
         | C::ModelNotFound
         | C::NoCompatibleVariant
+        | C::OperatorsMissing
         | C::BlobNotFound
         | C::ReleaseNotFound
         | C::RolloutNotFound

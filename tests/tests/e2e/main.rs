@@ -21,6 +21,7 @@ mod inspector_ground_truth;
 mod jvm;
 mod key_rotation;
 mod keyring_push;
+mod operators;
 mod protocol;
 mod revocation;
 mod rollout;
