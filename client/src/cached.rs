@@ -140,7 +140,7 @@ impl Client {
         let Some(last) = self.last_good(model)? else {
             return Ok(Err(CacheMiss::Empty));
         };
-        let request = self.request(model, device, None)?;
+        let request = self.request(model, device, None, false)?;
         let why = incompatibilities(&last.variant, &request);
         if why.is_empty() {
             return Ok(match last.blob {

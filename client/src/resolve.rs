@@ -17,7 +17,12 @@ impl Client {
         model: &str,
         device: &DeviceInfo,
         nonce: Option<String>,
+        send_operators: bool,
     ) -> Result<ResolveRequest, ClientError> {
+        // What the runtime can execute: its digest on every request, the list only when the
+        // server asked for it.
+        let operators = self.runtime.registered_operators();
+        let operators_digest = operators.as_deref().map(ferry_shared::operators::digest);
         let mut backends: Vec<String> = self.runtime.registered_backends();
         for b in &device.claimed_backends {
             if !backends.contains(b) {
@@ -41,6 +46,8 @@ impl Client {
             soc: device.soc.clone(),
             ram_mb: device.ram_mb,
             nonce,
+            operators_digest,
+            operators: operators.filter(|_| send_operators),
         })
     }
 
@@ -96,8 +103,19 @@ impl Client {
         device: &DeviceInfo,
         nonce: Option<String>,
     ) -> Result<Verified<Plan>, ClientError> {
+        self.resolve_as(model, device, nonce, false)
+    }
+
+    /// One resolve; `send_operators`: with the runtime's operator list (the server asked).
+    fn resolve_as(
+        &self,
+        model: &str,
+        device: &DeviceInfo,
+        nonce: Option<String>,
+        send_operators: bool,
+    ) -> Result<Verified<Plan>, ClientError> {
         let url = format!("{}/v1/resolve", self.server);
-        let request = self.request(model, device, nonce)?;
+        let request = self.request(model, device, nonce, send_operators)?;
         // When the request left, on the boot clock (and the monotonic clock): a decision made
         // for it is no older than the round trip.
         let (sent, started) = (self.clock.since_boot(), std::time::Instant::now());
@@ -178,6 +196,11 @@ impl Client {
                 url: url.clone(),
                 message: e.to_string(),
             })?;
+        // The server does not know this runtime's operator set yet: tell it once, and take
+        // the decision made with it.
+        if resp.operators_wanted && !send_operators && request.operators_digest.is_some() {
+            return self.resolve_as(model, device, request.nonce.clone(), true);
+        }
         self.follow_keyring(&resp, model)?;
         let release = self.release_envelope(&resp, &request)?;
         let trust = self.trust();

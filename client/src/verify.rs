@@ -148,6 +148,22 @@ pub(crate) fn key_time(
         .unwrap_or(now)
 }
 
+/// Whether `decision` was made for `request`'s profile ([`ResolveRequest::selection_digest`]).
+/// A server from before operators ignores the request's `operators_digest` and names the
+/// profile without it: accepted too (the client still checks each candidate's signed
+/// operators against its runtime before downloading it).
+fn names_this_profile(decision: &Decision, request: &ResolveRequest) -> bool {
+    if decision.request == request.selection_digest() {
+        return true;
+    }
+    request.operators_digest.is_some() && {
+        let mut plain = request.clone();
+        plain.operators_digest = None;
+        plain.operators = None;
+        decision.request == plain.selection_digest()
+    }
+}
+
 /// Verifies a whole resolve response to `request` with what the client trusts now (`trust`:
 /// the pinned root walked through the keyrings it accepted, or a fixed trust file). `last` is
 /// the keyring version and sequence of the newest decision accepted for the model (zeros if
@@ -222,7 +238,7 @@ pub fn verify_response(
     }
     // The decision is shared by devices with the same profile and cohort: it must be for this
     // request's profile, this device's cohort, and (when pinned) this device.
-    if decision.request != request.selection_digest() {
+    if !names_this_profile(decision.value(), request) {
         return Err(ClientError::DecisionMismatch(
             "the decision was made for another request (device profile, versions or backends)"
                 .into(),

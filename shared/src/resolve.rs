@@ -69,6 +69,14 @@ pub struct ResolveRequest {
     /// (see [`MIN_NONCE_BYTES`]). Absent: the shared, pre-signed answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nonce: Option<String>,
+    /// [`crate::operators::digest`] of the operators the runtime registered: variants needing
+    /// one it lacks are left out once the server knows the set (absent: not checked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operators_digest: Option<Sha256Digest>,
+    /// The operators themselves, sent once when the server answered `operators_wanted` (it
+    /// did not know the digest); they must hash to `operators_digest`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operators: Option<Vec<String>>,
 }
 
 /// The fewest random bytes a request nonce carries.
@@ -127,13 +135,36 @@ impl ResolveRequest {
         if let Some(n) = &self.nonce {
             check_nonce(n)?;
         }
+        if let Some(ops) = &self.operators {
+            if ops.len() > crate::operators::MAX_OPERATORS {
+                return Err(format!(
+                    "{} operators; at most {} are allowed",
+                    ops.len(),
+                    crate::operators::MAX_OPERATORS
+                ));
+            }
+            for op in ops {
+                crate::operators::check_name(op)?;
+            }
+            match &self.operators_digest {
+                Some(d) if *d == crate::operators::digest(ops) => {}
+                Some(_) => {
+                    return Err(
+                        "operators do not hash to operators_digest (SHA-256 of the sorted, \
+                         deduplicated names joined by newlines)"
+                            .into(),
+                    );
+                }
+                None => return Err("operators needs operators_digest".into()),
+            }
+        }
         Ok(())
     }
 }
 
 /// The fields of a v1 resolve request this build knows, in the order [`ResolveRequest`]
 /// declares them.
-pub const REQUEST_FIELDS: [&str; 11] = [
+pub const REQUEST_FIELDS: [&str; 13] = [
     "model",
     "install_id",
     "app_version",
@@ -145,11 +176,14 @@ pub const REQUEST_FIELDS: [&str; 11] = [
     "soc",
     "ram_mb",
     "nonce",
+    "operators_digest",
+    "operators",
 ];
 
 impl ResolveRequest {
     /// SHA-256 over every field selection uses (all but the install id, which only places the
-    /// device in a cohort), each length-prefixed, in a fixed order. A decision names it, and a
+    /// device in a cohort, and the operator list, which the digest stands for), each
+    /// length-prefixed, in a fixed order. A decision names it, and a
     /// client accepts only a decision for its own digest.
     pub fn selection_digest(&self) -> Sha256Digest {
         use sha2::{Digest as _, Sha256};
@@ -171,6 +205,12 @@ impl ResolveRequest {
         part(self.device_model.as_bytes());
         part(self.soc.as_bytes());
         part(&self.ram_mb.to_be_bytes());
+        // Added in protocol v1 after the others: only when present, so the digest of a request
+        // without it is what it always was.
+        if let Some(d) = &self.operators_digest {
+            part(b"operators");
+            part(d.to_hex().as_bytes());
+        }
         Sha256Digest::from_bytes(h.finalize().into())
     }
 }
@@ -359,6 +399,11 @@ pub struct ResolveResponse {
     /// release and candidate variants, to copy into each telemetry event about it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt: Option<String>,
+    /// The server does not know the request's `operators_digest`: the decision was made
+    /// without checking operators, and the client should send the same request once more
+    /// with `operators` (the list).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub operators_wanted: bool,
 }
 
 /// The JSON error body every ferry endpoint returns.

@@ -300,6 +300,8 @@ mod tests {
             soc: "SM8550".into(),
             ram_mb: 4096,
             nonce: None,
+            operators_digest: None,
+            operators: None,
         }
     }
 

@@ -165,6 +165,20 @@ pub(crate) async fn resolve_inner(
             ));
         }
     }
+    // What the device's runtime can execute, when it says: the list it sent (recorded for
+    // every replica), or the set its digest names; a digest no replica knows is answered
+    // without the check and with `operators_wanted`.
+    let (operators, operators_wanted) = match (&device.operators, &device.operators_digest) {
+        (Some(list), _) => (
+            Some(state.operator_sets().remember(state.store(), list).await),
+            false,
+        ),
+        (None, Some(d)) => match state.operator_sets().lookup(state.store(), d).await {
+            Some(set) => (Some(set), false),
+            None => (None, true),
+        },
+        (None, None) => (None, false),
+    };
     let catalog = state.catalog();
     let published = catalog.release_count_of(&device.model);
     if published == 0 {
@@ -187,10 +201,12 @@ pub(crate) async fn resolve_inner(
     let generation = model_state.generation();
     let wanted_cohort = model_state.cohort_of(&device.install_id);
     let digest = device.selection_digest();
-    let shared =
-        !explain && device.nonce.is_none() && model_state.pin_of(&device.install_id, now).is_none();
+    let shared = !explain
+        && !operators_wanted
+        && device.nonce.is_none()
+        && model_state.pin_of(&device.install_id, now).is_none();
     if shared && let Some(answer) = state.answers().get(&digest, wanted_cohort, generation, now) {
-        return Ok(render(state, &device, &answer));
+        return Ok(render(state, &device, &answer, false));
     }
     let base = state.config().public_url.clone().unwrap_or_default();
     let policy = Policy {
@@ -198,6 +214,7 @@ pub(crate) async fn resolve_inner(
         base_url: &base,
         ttl_secs: state.config().decision_ttl_secs,
         keyring_version: state.keys().version,
+        operators: operators.as_deref(),
     };
     let releases = catalog.releases_newest_first(&device.model);
     let decided = decide(&device, &model_state, &releases, &policy, now).inspect_err(|r| {
@@ -252,7 +269,7 @@ pub(crate) async fn resolve_inner(
         if shared {
             state.answers().put(digest, wanted_cohort, answer.clone());
         }
-        return Ok(render(state, &device, &answer));
+        return Ok(render(state, &device, &answer, operators_wanted));
     }
     let response = ResolveResponse {
         decision: signed,
@@ -261,6 +278,7 @@ pub(crate) async fn resolve_inner(
         revocations: revocations_env,
         receipt: Some(receipt(state, &device, &answer)),
         explain: Some(explanation),
+        operators_wanted,
     };
     note_cohort(state, &device, cohort);
     Ok(HttpResponse::Ok()
@@ -296,8 +314,14 @@ fn receipt(state: &AppState, device: &ResolveRequest, answer: &Answer) -> String
     )
 }
 
-/// The answer's bytes for `device`: the shared head, then this device's receipt.
-fn render(state: &AppState, device: &ResolveRequest, answer: &Answer) -> HttpResponse {
+/// The answer's bytes for `device`: the shared head, then this device's receipt (and
+/// `operators_wanted` when the server needs the device's operator list).
+fn render(
+    state: &AppState,
+    device: &ResolveRequest,
+    answer: &Answer,
+    operators_wanted: bool,
+) -> HttpResponse {
     note_cohort(state, device, answer.cohort);
     let receipt = receipt(state, device, answer);
     let revocations = answer.revocations.as_deref().unwrap_or_default();
@@ -311,7 +335,11 @@ fn render(state: &AppState, device: &ResolveRequest, answer: &Answer) -> HttpRes
     // it needs escaping in JSON.
     body.extend_from_slice(b",\"receipt\":\"");
     body.extend_from_slice(receipt.as_bytes());
-    body.extend_from_slice(b"\"}");
+    body.extend_from_slice(b"\"");
+    if operators_wanted {
+        body.extend_from_slice(b",\"operators_wanted\":true");
+    }
+    body.extend_from_slice(b"}");
     HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .content_type("application/json")

@@ -11,7 +11,8 @@ pub struct Limits {
     pub max_blob_bytes: u64,
     /// Largest JSON body (default 1 MiB; release manifests with golden data can be large).
     pub max_json_bytes: usize,
-    /// Largest resolve request body (default 16 KiB).
+    /// Largest resolve request body (default 256 KiB: room for a runtime's operator list, up
+    /// to 4096 names, sent once per runtime).
     pub max_resolve_bytes: usize,
     /// Longest time a client may take to send a JSON body, in seconds (default 10): a client
     /// that trickles its body is cut off instead of holding a connection.
@@ -42,7 +43,7 @@ impl Default for Limits {
         Self {
             max_blob_bytes: 4 << 30,
             max_json_bytes: 1 << 20,
-            max_resolve_bytes: 16 << 10,
+            max_resolve_bytes: 256 << 10,
             body_timeout_secs: 10,
             max_connections_per_address: 1024,
             upload_timeout_secs: 3600,

@@ -119,6 +119,7 @@ impl AppState {
             node,
             evaluations: Default::default(),
             store_cache: Default::default(),
+            operators: Default::default(),
         };
         Self {
             settings,
@@ -212,6 +213,11 @@ impl AppState {
             || self
                 .fresh_limiter
                 .address(crate::fleet::limits::IpKey::of(addr))
+    }
+
+    /// The operator sets devices' runtimes reported.
+    pub fn operator_sets(&self) -> &crate::fleet::operators::OperatorSets {
+        &self.fleet.operators
     }
 
     /// Models telemetry asked to evaluate.

@@ -23,6 +23,7 @@ pub mod events;
 pub mod flush;
 pub mod ingest;
 pub mod limits;
+pub mod operators;
 pub mod ramp;
 pub mod receipt;
 pub mod revocation;
@@ -68,6 +69,8 @@ pub struct Fleet {
     pub evaluations: evaluate::Queue,
     /// What the last flush read from the store.
     pub store_cache: std::sync::Mutex<flush::StoreCache>,
+    /// The operator sets devices' runtimes reported, by digest.
+    pub operators: operators::OperatorSets,
 }
 
 impl Fleet {

@@ -92,6 +92,9 @@ pub struct Policy<'a> {
     pub ttl_secs: u64,
     /// The keyring version in force.
     pub keyring_version: u64,
+    /// The operators the device's runtime registered, when the server knows its set: a
+    /// variant needing one it lacks is left out (`operators_missing`).
+    pub operators: Option<&'a std::collections::BTreeSet<String>>,
 }
 
 /// A decision made, before it is signed.
@@ -192,6 +195,15 @@ pub fn decide(
     }
     let manifests: Vec<&ReleaseManifest> = releases.iter().map(|r| &r.manifest).collect();
     let deny = |m: &ReleaseManifest, v: &Variant, d: &ResolveRequest| {
+        if let Some(have) = policy.operators {
+            let missing = ferry_shared::operators::missing(&v.operators, have);
+            if !missing.is_empty() {
+                return Some(format!(
+                    "operators_missing: the device's runtime does not register {}",
+                    missing.join(", ")
+                ));
+            }
+        }
         let release = m.version.to_string();
         state
             .deny

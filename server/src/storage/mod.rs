@@ -141,6 +141,11 @@ impl StorageKey {
         format!("state/{model}/deny")
     }
 
+    /// A device runtime's operator set, by its digest (`fleet/operators.rs`).
+    pub fn operator_set(digest: &Sha256Digest) -> StorePath {
+        StorePath::from(format!("operators/sha256/{}.json", digest.to_hex()))
+    }
+
     /// The prefix of every keyring version taken through the API.
     pub fn keyrings() -> StorePath {
         StorePath::from("keys/keyring")

@@ -192,6 +192,8 @@ pub fn classes(model: &ModelName, releases: &[&ReleaseManifest]) -> Vec<DeviceCl
                                     soc: s.clone(),
                                     ram_mb: *r,
                                     nonce: None,
+                                    operators_digest: None,
+                                    operators: None,
                                 };
                                 let sig: BTreeSet<(usize, usize)> = flat
                                     .iter()

@@ -147,8 +147,8 @@ fn request_vectors(out: &mut Out, v1: &Value, future_req: &Value) {
                "headers": {"Ferry-Protocol": "2", "Ferry-Sdk": "ferry-client-kotlin/4.0.0"},
                "expect": {"status": 200, "release": "1.0.0",
                           "candidates": ["vulkan-fp32", "xnnpack-fp32"],
-                          "unknown_fields": ["gpu_driver", "operators_digest"], "nonce": true},
-               "about": "a newer client's request: protocol 2 header, a nonce (the decision is made for this request alone and carries it with the server's time), unknown fields, a platform and a backend this server does not know; answered in v1"}),
+                          "unknown_fields": ["gpu_driver"], "nonce": true},
+               "about": "a newer client's request: protocol 2 header, a nonce (the decision is made for this request alone and carries it with the server's time), an operators_digest the server has not seen (it answers operators_wanted), unknown fields, a platform and a backend this server does not know; answered in v1"}),
     );
 }
 

@@ -67,6 +67,20 @@ fn fresh_signed(app: &TestApp) -> u64 {
         .unwrap_or(0)
 }
 
+/// Tells `app` the real runtime's operators (what the first client would otherwise send
+/// after an `operators_wanted` answer, at the price of a second decision of its own).
+pub(crate) fn teach_operators(app: &TestApp) {
+    use ferry_client::Runtime as _;
+    let ops = ExecuTorchRuntime::new()
+        .registered_operators()
+        .expect("operators");
+    let mut req = ferry_tests::app::device("linux", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096);
+    req["operators_digest"] = ferry_shared::operators::digest(&ops).to_hex().into();
+    req["operators"] = serde_json::json!(ops);
+    let (status, body) = app.resolve(&req, false);
+    assert_eq!(status, 200, "{body}");
+}
+
 /// Offsets from the real time: 55 years, 400 days, 2 days and 90 minutes behind; 90
 /// minutes, a day, 400 days and 14 years ahead.
 fn skews() -> Vec<time::Duration> {
@@ -87,6 +101,7 @@ fn skews() -> Vec<time::Duration> {
 fn fresh_installs_with_wrong_clocks_load_and_learn_the_servers_time() {
     let app = TestApp::start();
     app.publish(&mlp_v1());
+    teach_operators(&app);
     let dev = device(Platform::Linux, &[]);
     for offset in skews() {
         let cache = tempfile::tempdir().expect("tmp");
@@ -120,6 +135,7 @@ fn fresh_installs_with_wrong_clocks_load_and_learn_the_servers_time() {
 fn a_device_with_a_wrong_clock_follows_a_new_baseline() {
     let app = TestApp::start();
     app.publish(&mlp_v1());
+    teach_operators(&app);
     let dev = device(Platform::Linux, &[]);
     let cache = tempfile::tempdir().expect("tmp");
     let slow = time::Duration::days(-400);
@@ -137,6 +153,7 @@ fn a_decision_for_another_nonce_or_none_is_judged_as_such() {
     use base64::Engine as _;
     let app = TestApp::start();
     app.publish(&mlp_v1());
+    teach_operators(&app);
     let mut req = ferry_tests::app::device("linux", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096);
     let ours = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode([7u8; 16]);
     req["nonce"] = ours.clone().into();
@@ -189,6 +206,7 @@ fn decisions_with_a_nonce_are_limited_per_network() {
         ..Default::default()
     });
     app.publish(&mlp_v1());
+    teach_operators(&app);
     let mut req = ferry_tests::app::device("linux", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096);
     let mut statuses = Vec::new();
     for i in 0..3u8 {
@@ -216,6 +234,7 @@ fn decisions_with_a_nonce_are_limited_per_network() {
 fn telemetry_from_a_skewed_device_arrives_stamped_with_the_servers_time() {
     let app = TestApp::start();
     app.publish(&mlp_v1());
+    teach_operators(&app);
     let dev = device(Platform::Linux, &[]);
     let ahead = time::Duration::days(400);
     let skewed_cache = tempfile::tempdir().expect("tmp");
@@ -264,6 +283,7 @@ fn a_real_client_process_under_another_wall_clock_loads_its_model() {
     // 90 minutes, a day and 400 days ahead, and 2040.
     let app = TestApp::start();
     app.publish(&mlp_v1());
+    teach_operators(&app);
     let trust = tempfile::NamedTempFile::new().expect("tmp");
     std::fs::write(
         trust.path(),
@@ -318,6 +338,7 @@ fn a_decision_of_its_own_held_back_in_transit_expires_and_teaches_nothing() {
         ..Default::default()
     });
     app.publish(&mlp_v1());
+    teach_operators(&app);
     let proxy = ferry_tests::proxy::FaultProxy::start(app.server.addr);
     proxy.resolve_faults([ferry_tests::proxy::Fault::Delay(Duration::from_secs(12))]);
     let cache = tempfile::tempdir().expect("tmp");
@@ -336,6 +357,7 @@ fn a_device_refused_a_decision_of_its_own_takes_the_shared_answer() {
         ..Default::default()
     });
     app.publish(&mlp_v1());
+    teach_operators(&app);
     let dev = device(Platform::Linux, &[]);
     for _ in 0..2 {
         // Each a fresh install: the first gets a decision of its own, the second (over the
@@ -351,6 +373,7 @@ fn a_device_refused_a_decision_of_its_own_takes_the_shared_answer() {
 fn a_replayed_answer_without_the_nonce_is_refused_once_the_server_is_known_to_answer_nonces() {
     let app = TestApp::start();
     app.publish(&mlp_v1());
+    teach_operators(&app);
     let dev = device(Platform::Linux, &[]);
     // A shared answer for this device, as a relay could have recorded it.
     let cache = tempfile::tempdir().expect("tmp");
@@ -416,6 +439,7 @@ fn a_server_that_cannot_vouch_for_the_time_leaves_a_clear_clock_error() {
     // be judged, and the app is told that the clock is wrong, by how much.
     let app = TestApp::start();
     app.publish(&mlp_v1());
+    teach_operators(&app);
     let dev = device(Platform::Linux, &[]);
     let recorded = recorded_shared_answer(&app, &dev);
     let proxy = ferry_tests::proxy::FaultProxy::start(app.server.addr);
@@ -449,6 +473,7 @@ fn a_device_far_ahead_still_trusts_an_online_key_that_expires_later_by_the_serve
     .expect("rotate with expiry");
     app.restart().expect("restart");
     app.publish(&mlp_v1());
+    teach_operators(&app);
     let cache = tempfile::tempdir().expect("tmp");
     let c = skewed_client(&app, cache.path(), time::Duration::days(400));
     let m = c
@@ -471,6 +496,7 @@ fn skewed_devices_honour_a_revocation_and_refuse_a_replayed_answer() {
     for offset in [-d * (55 * 365), -d * 2, m * 90, d * (14 * 365)] {
         let app = TestApp::start();
         app.publish(&mlp_v1());
+        teach_operators(&app);
         app.publish(&mlp_v2());
         app.ship("2.0.0");
         let dev = device(Platform::Linux, &[]);

@@ -11,7 +11,7 @@ use ferry_client::runtime::{Program, Runtime, RuntimeError};
 use ferry_client::{ClientBuilder, Source};
 use ferry_shared::manifest::Platform;
 use ferry_tests::app::{TestApp, tinyllm};
-use ferry_tests::proxy::FaultProxy;
+use ferry_tests::proxy::{Fault, FaultProxy};
 
 use crate::client_e2e::{device, quick_limits};
 
@@ -76,14 +76,36 @@ fn the_real_runtime_lists_its_operators_and_lacks_the_llm_kernels() {
     }
 }
 
-#[test]
-fn a_variant_calling_kernels_the_runtime_lacks_is_skipped_before_its_download() {
-    let app = TestApp::start();
-    let spec = tinyllm();
-    app.publish(&spec);
+/// The answer a server from before operators gives the client's request (no operator
+/// fields: it would ignore them), as a relay could replay it.
+fn old_server_answer(app: &TestApp) -> Vec<u8> {
+    let runtime = ExecuTorchRuntime::new();
     let dev = device(Platform::Linux, &[]);
+    let req = serde_json::json!({
+        "model": "tinyllm",
+        "install_id": dev.install_id,
+        "app_version": "1.0.0",
+        "runtime_version": runtime.version().to_string(),
+        "backends": runtime.registered_backends(),
+        "platform": "linux",
+        "os_version": dev.os_version,
+        "device_model": dev.device_model,
+        "soc": dev.soc,
+        "ram_mb": dev.ram_mb,
+    });
+    let (status, body) = app.resolve(&req, false);
+    assert_eq!(status, 200, "{body}");
+    serde_json::to_vec(&body).expect("json")
+}
 
-    // The signed manifest names the operators, from the programs themselves.
+#[test]
+fn facing_a_server_from_before_operators_the_client_skips_the_variant_before_its_download() {
+    let app = TestApp::start();
+    app.publish(&tinyllm());
+    let dev = device(Platform::Linux, &[]);
+    // The server ignores the operator digest (it predates it) and offers both variants; the
+    // client accepts its decision (made for the profile without the digest) and checks each
+    // candidate's signed operators itself.
     let proxy = FaultProxy::start(app.server.addr);
     let cache = tempfile::tempdir().expect("tmp");
     let c = client_with(
@@ -92,7 +114,8 @@ fn a_variant_calling_kernels_the_runtime_lacks_is_skipped_before_its_download() 
         cache.path(),
         Arc::new(ExecuTorchRuntime::new()),
     );
-    let plan = c.resolve("tinyllm", &dev).expect("resolve");
+    proxy.resolve_faults([Fault::Replace(old_server_answer(&app))]);
+    let plan = c.resolve("tinyllm", &dev).expect("an old server's answer");
     let custom = &plan.candidates()[0].variant().operators;
     assert!(
         custom.iter().any(|o| o == "llama::custom_sdpa.out"),
@@ -105,6 +128,7 @@ fn a_variant_calling_kernels_the_runtime_lacks_is_skipped_before_its_download() 
         "{standard:?}"
     );
 
+    proxy.resolve_faults([Fault::Replace(old_server_answer(&app))]);
     let m = c.load("tinyllm", &dev).expect("the standard variant loads");
     assert_eq!(m.variant, "standard");
     assert!(matches!(m.source, Source::Downloaded));
@@ -169,4 +193,173 @@ fn a_runtime_that_cannot_list_its_operators_downloads_both_as_before() {
         let hex = v.variant().sha256.to_hex();
         assert!(blobs.iter().any(|l| l.contains(&hex)), "{hex}: {blobs:?}");
     }
+}
+
+/// A resolve request for `tinyllm` from a device whose runtime registered `ops`: with the
+/// digest, and the list too when `with_list`.
+fn llm_request(ops: &[String], with_list: bool) -> serde_json::Value {
+    let mut req = ferry_tests::app::device("linux", &[], "1.5.1", "1.0.0", 4096);
+    req["model"] = "tinyllm".into();
+    req["operators_digest"] = ferry_shared::operators::digest(ops).to_hex().into();
+    if with_list {
+        req["operators"] = serde_json::json!(ops);
+    }
+    req
+}
+
+fn candidate_ids(app: &TestApp, body: &serde_json::Value) -> Vec<String> {
+    let (decision, _) = app.verify_response(body);
+    decision
+        .candidates
+        .iter()
+        .map(|c| c.variant.as_str().to_string())
+        .collect()
+}
+
+#[test]
+fn the_server_learns_a_runtimes_operators_once_and_every_replica_selects_by_them() {
+    let app = TestApp::start();
+    app.publish(&tinyllm());
+    let proxy = FaultProxy::start(app.server.addr);
+    let runtime = ExecuTorchRuntime::new();
+    let ops = runtime.registered_operators().expect("operators");
+
+    // A new client: the server does not know its digest, asks for the list once, and the
+    // decision it then makes offers only the standard variant.
+    let cache = tempfile::tempdir().expect("tmp");
+    let c = client_with(proxy.url(), &app, cache.path(), Arc::new(runtime));
+    let plan = c
+        .resolve("tinyllm", &device(Platform::Linux, &[]))
+        .expect("resolve");
+    let ids: Vec<&str> = plan
+        .candidates()
+        .iter()
+        .map(|p| p.variant().id.as_str())
+        .collect();
+    assert_eq!(ids, ["standard"]);
+    let resolves = |p: &FaultProxy| {
+        p.log()
+            .iter()
+            .filter(|l| l.line.contains("/v1/resolve"))
+            .count()
+    };
+    assert_eq!(resolves(&proxy), 2, "the digest, then the list once");
+    c.resolve("tinyllm", &device(Platform::Linux, &[]))
+        .expect("again");
+    assert_eq!(resolves(&proxy), 3, "known now: the digest alone");
+
+    // Another replica (a restart, say) reads the set from the store: the digest alone is
+    // enough, and explain names what the runtime lacks.
+    let replica = app.try_replica_at("127.0.0.1:0").expect("replica");
+    let mut other = app
+        .agent
+        .post(format!("{}/v1/resolve?explain=true", replica.url()));
+    other = other.header("content-type", "application/json");
+    let mut resp = other
+        .send(&serde_json::to_vec(&llm_request(&ops, false)).expect("json")[..])
+        .expect("resolve");
+    assert_eq!(resp.status().as_u16(), 200);
+    let body: serde_json::Value =
+        serde_json::from_str(&resp.body_mut().read_to_string().expect("body")).expect("json");
+    assert!(body.get("operators_wanted").is_none(), "{body}");
+    assert_eq!(candidate_ids(&app, &body), ["standard"]);
+    let why = body["explain"]
+        .as_array()
+        .expect("explain")
+        .iter()
+        .find(|e| e["variant"] == "custom-kernels")
+        .expect("custom-kernels explained")["reasons"]
+        .to_string();
+    assert!(
+        why.contains("operators_missing")
+            && why.contains("llama::custom_sdpa.out")
+            && why.contains("llama::update_cache.out"),
+        "{why}"
+    );
+    replica.stop();
+}
+
+#[test]
+fn old_clients_unknown_digests_and_runtimes_with_the_kernels_get_what_they_should() {
+    let app = TestApp::start();
+    app.publish(&tinyllm());
+    let ops = ExecuTorchRuntime::new()
+        .registered_operators()
+        .expect("operators");
+
+    // A client from before operators: both variants, as before, and nothing asked of it.
+    let mut old = ferry_tests::app::device("linux", &[], "1.5.1", "1.0.0", 4096);
+    old["model"] = "tinyllm".into();
+    let (status, body) = app.resolve(&old, false);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.get("operators_wanted").is_none(), "{body}");
+    assert_eq!(candidate_ids(&app, &body), ["custom-kernels", "standard"]);
+
+    // A digest no replica knows: answered without the check, and the list is asked for.
+    let (status, body) = app.resolve(&llm_request(&ops, false), false);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["operators_wanted"], true, "{body}");
+    assert_eq!(candidate_ids(&app, &body), ["custom-kernels", "standard"]);
+
+    // A runtime that links the recipe's kernels (as an app that builds them in): the faster
+    // variant first.
+    let mut with_llm = ops.clone();
+    with_llm.extend([
+        "llama::custom_sdpa.out".into(),
+        "llama::update_cache.out".into(),
+    ]);
+    let with_llm = ferry_shared::operators::normalize(with_llm);
+    let (status, body) = app.resolve(&llm_request(&with_llm, true), false);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(candidate_ids(&app, &body), ["custom-kernels", "standard"]);
+
+    // A selective build that left out an operator both need: no variant, and the answer says
+    // which operators to link.
+    let lean: Vec<String> = ops
+        .iter()
+        .filter(|o| o.as_str() != "aten::linear.out")
+        .cloned()
+        .collect();
+    let (status, body) = app.resolve(&llm_request(&lean, true), false);
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["code"], "no_compatible_variant");
+    assert!(
+        body["details"].to_string().contains("aten::linear.out"),
+        "{body}"
+    );
+}
+
+#[test]
+fn operator_lists_that_do_not_match_their_digest_or_the_limits_are_refused() {
+    let app = TestApp::start();
+    app.publish(&tinyllm());
+    let ops: Vec<String> = vec!["aten::add.out".into(), "aten::mul.out".into()];
+    let mut cases = Vec::new();
+    let mut wrong = llm_request(&ops, true);
+    wrong["operators"] = serde_json::json!(["aten::add.out"]);
+    cases.push(("a list that is not the digest's", wrong));
+    let mut no_digest = llm_request(&ops, true);
+    no_digest
+        .as_object_mut()
+        .expect("object")
+        .remove("operators_digest");
+    cases.push(("a list without a digest", no_digest));
+    let many: Vec<String> = (0..5000).map(|i| format!("x::op{i}.out")).collect();
+    cases.push(("5000 operators", llm_request(&many, true)));
+    let hostile = vec!["aten::add.out\n../../etc".to_string()];
+    cases.push(("a name with a newline", llm_request(&hostile, true)));
+    let mut bad_digest = llm_request(&ops, false);
+    bad_digest["operators_digest"] = "not-hex".into();
+    cases.push(("a digest that is not hex", bad_digest));
+    for (what, req) in cases {
+        let (status, body) = app.resolve(&req, false);
+        assert_eq!(status, 400, "{what}: {body}");
+        assert!(
+            ["request_invalid", "request_malformed"].contains(&body["code"].as_str().unwrap_or("")),
+            "{what}: {body}"
+        );
+    }
+    // Nothing was recorded for the refused lists.
+    let stored = app.dir.path().join("store/operators");
+    assert!(!stored.exists(), "{}", stored.display());
 }

@@ -53,7 +53,7 @@ fn a_newer_client_s_request_is_answered_in_v1() {
     // Unknown fields, as a newer client adds them: 200, and counted by name.
     let mut newer = good.clone();
     newer["gpu_driver"] = "Adreno 740 v615".into();
-    newer["operators_digest"] = "ab".repeat(32).into();
+    newer["thermal_state"] = "nominal".into();
     let (status, h, body) = post(
         &app,
         "/v1/resolve",

@@ -25,7 +25,7 @@ fn hostile_resolve_requests() {
             "request_malformed",
         ),
         ("array", b"[]".to_vec(), 400, "request_malformed"),
-        ("oversized", vec![b' '; 64 * 1024], 413, "body_too_large"),
+        ("oversized", vec![b' '; 320 * 1024], 413, "body_too_large"),
         (
             "traversal in model",
             with(&|v| v["model"] = "../../etc/passwd".into()),

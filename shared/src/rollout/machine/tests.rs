@@ -114,6 +114,8 @@ fn request(parts: &ResolveRequestParts) -> crate::resolve::ResolveRequest {
         soc: String::new(),
         ram_mb: 4096,
         nonce: None,
+        operators_digest: None,
+        operators: None,
     }
 }
 
