@@ -147,6 +147,10 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
         "inspect",
         "ferry inspect model.pte\nferry inspect model.pte --json",
     ),
+    (
+        "ops",
+        "ferry ops demo-mlp --release 1.0.0\nferry ops demo-mlp --app-version 2.3.0 --format yaml > selected_ops.yaml",
+    ),
 ];
 
 /// `cmd` with each command's examples appended to its help (after what it already says there).

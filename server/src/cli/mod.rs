@@ -9,6 +9,7 @@ mod health;
 mod inspect;
 mod keys;
 mod models;
+mod ops;
 mod publish;
 mod release;
 mod releases;
@@ -235,6 +236,29 @@ pub enum Command {
         #[command(flatten)]
         remote: Remote,
     },
+    /// The operators an app's runtime needs for a model (ExecuTorch selective build): for one
+    /// release, or for every release not revoked whose variants' app range includes an app
+    /// version (what that app may receive).
+    Ops {
+        /// Model name.
+        model: String,
+        /// One release.
+        #[arg(long, conflicts_with = "app_version", value_hint = clap::ValueHint::Other)]
+        release: Option<String>,
+        /// Every release an app of this version may receive.
+        #[arg(long, value_hint = clap::ValueHint::Other)]
+        app_version: Option<String>,
+        /// Only this variant.
+        #[arg(long, value_hint = clap::ValueHint::Other)]
+        variant: Option<String>,
+        /// `list`: one comma-separated line (EXECUTORCH_SELECT_OPS_LIST); `yaml`: `- op:`
+        /// entries (EXECUTORCH_SELECT_OPS_YAML).
+        #[arg(long, value_enum, default_value = "list")]
+        format: ops::OpsFormat,
+        /// Where and who.
+        #[command(flatten)]
+        remote: Remote,
+    },
     /// Show what a `.pte` program really contains: methods, delegate calls per backend, the
     /// kernel calls left on portable kernels and tensors kept in a `.ptd`; or the named
     /// tensors of a `.ptd` data file.
@@ -345,6 +369,24 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Fleet { command } => fleet::fleet_cmd(command, json),
         Command::Release { command } => release::release_cmd(command, json),
         Command::Releases { model, remote } => releases::releases_cmd(&model, json, &remote),
+        Command::Ops {
+            model,
+            release,
+            app_version,
+            variant,
+            format,
+            remote,
+        } => ops::ops_cmd(
+            &ops::OpsQuery {
+                model: &model,
+                release: release.as_deref(),
+                app_version: app_version.as_deref(),
+                variant: variant.as_deref(),
+            },
+            format,
+            json,
+            &remote,
+        ),
         Command::Models { remote } => models::models_cmd(json, &remote),
         Command::Resolve {
             model,

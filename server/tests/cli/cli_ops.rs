@@ -226,3 +226,106 @@ fn output_into_a_closed_pipe_ends_quietly() {
 fn libc_sigpipe() -> i32 {
     13
 }
+
+#[test]
+fn ops_lists_what_an_apps_runtime_needs_for_selective_build() {
+    // Release 1.0.0 (an XNNPACK MLP) and 3.0.0 (the LLM recipe's programs: one variant calling
+    // the recipe's custom kernels, one with standard kernels only), signed by `ferry sign`.
+    let s = common::setup("tinyllm");
+    let server = serve(&s.data);
+    for f in ["llm-custom-kernels.pte", "llm-standard.pte"] {
+        std::fs::copy(common::fixtures().join(f), s.files.join(f)).expect("copy");
+    }
+    let spec = s.files.join("VARIANTS-3.0.0.toml");
+    std::fs::write(
+        &spec,
+        "model = \"tinyllm\"\nversion = \"3.0.0\"\n\n\
+         [[variant]]\nid = \"custom-kernels\"\nfile = \"llm-custom-kernels.pte\"\n\
+         delegate = \"portable\"\nquant = \"8da4w\"\nruntime = \">=1.5.0\"\napp = \">=2.0.0\"\n\n\
+         [[variant]]\nid = \"standard\"\nfile = \"llm-standard.pte\"\n\
+         delegate = \"portable\"\nquant = \"8da4w\"\nruntime = \">=1.5.0\"\napp = \"*\"\n",
+    )
+    .expect("write");
+    let v3 = s.files.join("release-3.0.0.json");
+    run_ok(
+        ferry()
+            .arg("sign")
+            .arg(&spec)
+            .arg("--key")
+            .arg(s.data.join("keys/release.key"))
+            .arg("-o")
+            .arg(&v3),
+    );
+    for release in [&s.v1, &v3] {
+        run_ok(
+            ferry()
+                .arg("publish")
+                .arg(release)
+                .arg("--files")
+                .arg(&s.files)
+                .args(remote(&server.url))
+                .arg("--quiet"),
+        );
+    }
+    let ops = |args: &[&str]| {
+        run_ok(
+            ferry()
+                .args(["ops", "tinyllm"])
+                .args(args)
+                .args(remote(&server.url)),
+        )
+    };
+
+    // One release: every variant's operators, one comma-separated line.
+    let list = ops(&["--release", "3.0.0"]);
+    let names: Vec<&str> = list.trim().split(',').collect();
+    assert!(names.contains(&"llama::custom_sdpa.out"), "{list}");
+    assert!(names.contains(&"aten::bmm.out"), "{list}");
+    assert!(names.windows(2).all(|w| w[0] < w[1]), "sorted: {list}");
+    // One variant.
+    let standard = ops(&["--release", "3.0.0", "--variant", "standard"]);
+    assert!(!standard.contains("llama::"), "{standard}");
+    // What an app 1.x may receive: the MLP release and the standard LLM variant (the custom
+    // one needs app 2.0), as YAML entries.
+    let yaml = ops(&["--app-version", "1.5.0", "--format", "yaml"]);
+    assert!(yaml.lines().any(|l| l == "- op: aten::bmm.out"), "{yaml}");
+    assert!(!yaml.contains("llama::"), "{yaml}");
+    assert!(
+        yaml.contains("1.0.0/xnnpack-fp32") && yaml.contains("3.0.0/standard"),
+        "{yaml}"
+    );
+    let app2 = ops(&["--app-version", "2.0.0", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&app2).expect("json");
+    assert!(
+        v["operators"]
+            .as_array()
+            .expect("operators")
+            .iter()
+            .any(|o| o == "llama::update_cache.out"),
+        "{v}"
+    );
+
+    // Mistakes are clear errors.
+    let out = ferry()
+        .args(["ops", "tinyllm"])
+        .args(remote(&server.url))
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--release"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = ferry()
+        .args(["ops", "tinyllm", "--release", "3.0.0", "--variant", "nope"])
+        .args(remote(&server.url))
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no variant"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
