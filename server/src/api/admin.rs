@@ -237,6 +237,14 @@ pub(crate) async fn get_model(
     }
     let plan = state.rollouts().get(&model).cloned();
     let revoked = state.revocations().get(&model).cloned();
+    // The runtimes devices reported, and what each release's variants need of them.
+    let fleet = state.telemetry().fleet(model.as_str());
+    let census = crate::fleet::runtimes::census(
+        fleet.runtimes.get(model.as_str()),
+        state.operator_sets(),
+        state.store(),
+    )
+    .await;
     let list: Vec<serde_json::Value> = releases
         .iter()
         .map(|r| {
@@ -248,14 +256,18 @@ pub(crate) async fn get_model(
                 Some(_) => format!("revoked (was {lifecycle})"),
                 None => lifecycle,
             };
-            serde_json::json!({
+            let mut row = serde_json::json!({
                 "version": r.manifest.version.to_string(),
                 "state": shown,
                 "notes": r.manifest.notes,
                 "variants": r.manifest.variants.iter().map(|v| serde_json::json!({
                     "id": v.id, "delegate": v.delegate, "quant": v.quant, "size": v.size,
                 })).collect::<Vec<_>>(),
-            })
+            });
+            if !census.is_empty() {
+                row["runtimes"] = crate::fleet::runtimes::coverage(&census, &r.manifest);
+            }
+            row
         })
         .collect();
     Ok(HttpResponse::Ok().json(serde_json::json!({ "model": model, "releases": list })))

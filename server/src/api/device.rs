@@ -165,25 +165,12 @@ pub(crate) async fn resolve_inner(
             ));
         }
     }
-    // What the device's runtime can execute, when it says: the list it sent (recorded for
-    // every replica), or the set its digest names; a digest no replica knows is answered
-    // without the check and with `operators_wanted`.
-    let (operators, operators_wanted) = match (&device.operators, &device.operators_digest) {
-        (Some(list), _) => (
-            Some(state.operator_sets().remember(state.store(), list).await),
-            false,
-        ),
-        (None, Some(d)) => match state.operator_sets().lookup(state.store(), d).await {
-            Some(set) => (Some(set), false),
-            None => (None, true),
-        },
-        (None, None) => (None, false),
-    };
     let catalog = state.catalog();
     let published = catalog.release_count_of(&device.model);
     if published == 0 {
         return Err(Refusal::NotPublished(device.model.to_string()).into());
     }
+    let (operators, operators_wanted) = runtime_operators(state, &device).await;
     state
         .telemetry()
         .record_client(device.model.as_str(), client, &device.install_id);
@@ -284,6 +271,37 @@ pub(crate) async fn resolve_inner(
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(response))
+}
+
+/// What the device's runtime can execute, when it says: the list it sent (recorded for every
+/// replica), or the set its digest names; a digest no replica knows is answered without the
+/// check and with `operators_wanted` (the second value). The device is counted in the model's
+/// runtime census either way.
+async fn runtime_operators(
+    state: &AppState,
+    device: &ResolveRequest,
+) -> (
+    Option<std::sync::Arc<std::collections::BTreeSet<String>>>,
+    bool,
+) {
+    if let Some(d) = &device.operators_digest {
+        state.telemetry().record_runtime(
+            device.model.as_str(),
+            &crate::fleet::runtimes::key(&device.app_version, d),
+            &device.install_id,
+        );
+    }
+    match (&device.operators, &device.operators_digest) {
+        (Some(list), _) => (
+            Some(state.operator_sets().remember(state.store(), list).await),
+            false,
+        ),
+        (None, Some(d)) => match state.operator_sets().lookup(state.store(), d).await {
+            Some(set) => (Some(set), false),
+            None => (None, true),
+        },
+        (None, None) => (None, false),
+    }
 }
 
 fn note_cohort(state: &AppState, device: &ResolveRequest, cohort: Cohort) {

@@ -42,10 +42,35 @@ pub async fn post_rollout(
     }
     let catalog = state.catalog();
     let at = now_text();
+    // Before a ramp to a release: which of the fleet's reported runtimes can run it.
+    let runtimes = match &change {
+        RolloutChange::Start { release, .. } => {
+            match catalog.release_named(&model, &release.to_string()) {
+                Some(r) => {
+                    let fleet = state.telemetry().fleet(model.as_str());
+                    let census = crate::fleet::runtimes::census(
+                        fleet.runtimes.get(model.as_str()),
+                        state.operator_sets(),
+                        state.store(),
+                    )
+                    .await;
+                    let coverage = crate::fleet::runtimes::coverage(&census, &r.manifest);
+                    let warnings = crate::fleet::runtimes::warnings(&coverage, &r.manifest);
+                    (!census.is_empty()).then_some((coverage, warnings))
+                }
+                None => None,
+            }
+        }
+        _ => None,
+    };
     let answer = |plan: &RolloutPlan, preview: &Preview, dry_run: bool| {
         let mut v = serde_json::to_value(plan).map_err(ApiError::internal)?;
         v["preview"] = serde_json::to_value(preview).map_err(ApiError::internal)?;
         v["dry_run"] = serde_json::Value::Bool(dry_run);
+        if let Some((coverage, warnings)) = &runtimes {
+            v["runtimes"] = coverage.clone();
+            v["warnings"] = serde_json::json!(warnings);
+        }
         Ok::<_, ApiError>(HttpResponse::Ok().json(v))
     };
     let (plan, preview) = rollout::change(

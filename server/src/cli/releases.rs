@@ -15,7 +15,7 @@ pub(crate) fn releases_cmd(model: &str, json: bool, remote: &Remote) -> anyhow::
     }
     let mut table = Table::new();
     table.load_preset(comfy_table::presets::NOTHING);
-    table.set_header(["RELEASE", "STATE", "VARIANTS", "NOTES"]);
+    table.set_header(["RELEASE", "STATE", "VARIANTS", "RUNTIMES", "NOTES"]);
     for r in v["releases"].as_array().into_iter().flatten() {
         let variants: Vec<String> = r["variants"]
             .as_array()
@@ -24,10 +24,18 @@ pub(crate) fn releases_cmd(model: &str, json: bool, remote: &Remote) -> anyhow::
             .map(|x| x["id"].as_str().unwrap_or("").to_string())
             .collect();
         let notes: String = r["notes"].as_str().unwrap_or("").chars().take(60).collect();
+        // Per variant, the share of the devices' reported runtimes that can execute it.
+        let runnable: Vec<String> = r["runtimes"]["variants"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(id, c)| format!("{id} {:.0}%", c["share"].as_f64().unwrap_or(0.0) * 100.0))
+            .collect();
         table.add_row([
             r["version"].as_str().unwrap_or(""),
             r["state"].as_str().unwrap_or(""),
             &variants.join(", "),
+            &runnable.join(", "),
             notes.lines().next().unwrap_or(""),
         ]);
     }

@@ -373,6 +373,9 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand, json: bool) -> anyhow::Result<Exi
         return Ok(ExitCode::SUCCESS);
     }
     let preview: Option<Preview> = serde_json::from_value(v["preview"].clone()).ok();
+    for w in v["warnings"].as_array().into_iter().flatten() {
+        eprintln!("warning: {}", w.as_str().unwrap_or_default());
+    }
     let plan: RolloutPlan =
         serde_json::from_value(v).context("the server's answer is not a rollout plan")?;
     if dry_run {

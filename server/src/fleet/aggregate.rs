@@ -355,6 +355,19 @@ impl Telemetry {
         );
     }
 
+    /// Notes that `install_id` resolved `model` with the runtime `key`
+    /// ([`crate::fleet::runtimes::key`]).
+    pub fn record_runtime(&self, model: &str, key: &str, install_id: &str) {
+        let minute = self.minute_of(OffsetDateTime::now_utc());
+        let mut cohorts = lock(&self.cohorts);
+        crate::fleet::runtimes::note(
+            &mut cohorts.entry(minute).or_default().runtimes,
+            model,
+            key,
+            hash_id(install_id),
+        );
+    }
+
     /// Everything this run still holds in memory (pending and written but not yet seen),
     /// merged.
     pub fn local_rollup(&self) -> Rollup {

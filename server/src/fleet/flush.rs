@@ -126,6 +126,7 @@ async fn write_pending(fleet: &Fleet) {
             && rollup.cohorts.is_empty()
             && rollup.clients.is_empty()
             && rollup.clocks.is_empty()
+            && rollup.runtimes.is_empty()
         {
             continue;
         }

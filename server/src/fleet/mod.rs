@@ -29,6 +29,7 @@ pub mod receipt;
 pub mod revocation;
 pub mod rollout;
 pub mod rollup;
+pub mod runtimes;
 pub mod stored;
 
 use std::sync::Arc;

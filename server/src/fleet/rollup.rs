@@ -337,6 +337,10 @@ pub struct Rollup {
     /// server's time) → distinct devices that reported their clock offset.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub clocks: BTreeMap<String, BTreeMap<String, Devices>>,
+    /// model → `APP_VERSION OPERATORS_DIGEST` (see [`crate::fleet::runtimes`]) → distinct
+    /// devices that resolved with that runtime.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub runtimes: BTreeMap<String, BTreeMap<String, Devices>>,
 }
 
 /// A device clock further than this from the server's time (seconds) counts as skewed: the
@@ -407,6 +411,9 @@ impl Rollup {
         for (m, clocks) in &o.clocks {
             merge_devices(&mut self.clocks, m, clocks);
         }
+        for (m, runtimes) in &o.runtimes {
+            merge_devices(&mut self.runtimes, m, runtimes);
+        }
     }
 
     /// Adds `o`'s counts of `model` only into `self`.
@@ -426,6 +433,9 @@ impl Rollup {
         }
         if let Some(clocks) = o.clocks.get(model) {
             merge_devices(&mut self.clocks, model, clocks);
+        }
+        if let Some(runtimes) = o.runtimes.get(model) {
+            merge_devices(&mut self.runtimes, model, runtimes);
         }
     }
 

@@ -363,3 +363,154 @@ fn operator_lists_that_do_not_match_their_digest_or_the_limits_are_refused() {
     let stored = app.dir.path().join("store/operators");
     assert!(!stored.exists(), "{}", stored.display());
 }
+
+fn fast(c: &mut ferry_server::app::config::Config) {
+    c.telemetry.flush_secs = 1;
+    c.telemetry.raw_roll_secs = 1;
+}
+
+/// `POST path` on `url` with `body` as the admin.
+fn admin_post(app: &TestApp, url: &str, path: &str, body: &serde_json::Value) -> serde_json::Value {
+    let mut resp = app
+        .agent
+        .post(format!("{url}{path}"))
+        .header(
+            "authorization",
+            format!("Bearer {}", ferry_tests::app::ADMIN_TOKEN),
+        )
+        .header("content-type", "application/json")
+        .send(&serde_json::to_vec(body).expect("json")[..])
+        .expect("post");
+    let status = resp.status().as_u16();
+    let v: serde_json::Value =
+        serde_json::from_str(&resp.body_mut().read_to_string().expect("body")).expect("json");
+    assert_eq!(status, 200, "{v}");
+    v
+}
+
+fn model_view(app: &TestApp, url: &str) -> serde_json::Value {
+    let mut resp = app
+        .agent
+        .get(format!("{url}/v1/admin/models/tinyllm"))
+        .header(
+            "authorization",
+            format!("Bearer {}", ferry_tests::app::ADMIN_TOKEN),
+        )
+        .call()
+        .expect("get");
+    serde_json::from_str(&resp.body_mut().read_to_string().expect("body")).expect("json")
+}
+
+#[test]
+fn the_runtime_census_and_the_pre_ramp_warning_hold_across_three_replicas_and_a_restart() {
+    let app = TestApp::start_with(ferry_tests::app::Options {
+        tweak: Some(Box::new(fast)),
+        ..Default::default()
+    });
+    app.publish(&tinyllm());
+    // 2.0.0 ships only the custom-kernel variant (published, not live: devices get 1.0.0).
+    let mut v2 = tinyllm();
+    v2.version = "2.0.0".parse().expect("version");
+    v2.variants.retain(|v| v.id.as_str() == "custom-kernels");
+    app.publish(&v2);
+    let mut replicas: Vec<_> = (0..3)
+        .map(|_| app.replica_with(None, Box::new(fast)))
+        .collect();
+    let ops = ExecuTorchRuntime::new()
+        .registered_operators()
+        .expect("operators");
+    let mut with_llm = ops.clone();
+    with_llm.extend([
+        "llama::custom_sdpa.out".into(),
+        "llama::update_cache.out".into(),
+    ]);
+    let with_llm = ferry_shared::operators::normalize(with_llm);
+    // Six devices on app 1.0.0 with the wheel's runtime and two on app 2.0.0 whose runtime
+    // links the recipe's kernels, spread over the replicas; the first of each sends its list.
+    let mut sent = 0;
+    for (i, (app_version, set)) in std::iter::repeat_n(("1.0.0", &ops), 6)
+        .chain(std::iter::repeat_n(("2.0.0", &with_llm), 2))
+        .enumerate()
+    {
+        let mut req = llm_request(set, i == 0 || i == 6);
+        req["install_id"] = format!("census-{i}").into();
+        req["app_version"] = app_version.into();
+        let url = replicas[i % 3].url();
+        let mut resp = app
+            .agent
+            .post(format!("{url}/v1/resolve"))
+            .header("content-type", "application/json")
+            .send(&serde_json::to_vec(&req).expect("json")[..])
+            .expect("resolve");
+        assert_eq!(resp.status().as_u16(), 200);
+        let body = resp.body_mut().read_to_string().expect("body");
+        assert!(!body.contains("operators_wanted"), "device {i}: {body}");
+        sent += 1;
+    }
+    assert_eq!(sent, 8);
+
+    // Every replica comes to see the whole census: the standard variant runs on all eight,
+    // the custom-kernel one on the two.
+    let settled = |url: &str| {
+        let v = model_view(&app, url);
+        let r = &v["releases"][1]["runtimes"];
+        r["known_devices"] == 8
+            && r["variants"]["standard"]["runnable_devices"] == 8
+            && r["variants"]["custom-kernels"]["runnable_devices"] == 2
+    };
+    for r in &replicas {
+        let url = r.url();
+        let mut ok = false;
+        for _ in 0..100 {
+            if settled(&url) {
+                ok = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert!(ok, "{url}: {}", model_view(&app, &url));
+    }
+
+    // Starting the ramp of 2.0.0 warns that the six
+    // devices on app 1.0.0 run none of it, naming what their runtime lacks.
+    let start = serde_json::json!({"action": "start", "release": "2.0.0", "percent": "5"});
+    let answer = admin_post(
+        &app,
+        &replicas[1].url(),
+        "/v1/admin/models/tinyllm/rollout?dry_run=true",
+        &start,
+    );
+    let warnings = answer["warnings"].to_string();
+    assert!(
+        warnings.contains("6 devices on app 1.0.0")
+            && warnings.contains("llama::custom_sdpa.out")
+            && !warnings.contains("app 2.0.0"),
+        "{answer}"
+    );
+
+    // After a restart the replica reads the census and the sets from the store again.
+    let restarted = replicas.remove(0);
+    restarted.stop();
+    let again = app.replica_with(None, Box::new(fast));
+    let mut ok = false;
+    for _ in 0..100 {
+        if settled(&again.url()) {
+            ok = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(ok, "{}", model_view(&app, &again.url()));
+    let answer = admin_post(
+        &app,
+        &again.url(),
+        "/v1/admin/models/tinyllm/rollout?dry_run=true",
+        &start,
+    );
+    assert!(
+        answer["warnings"]
+            .to_string()
+            .contains("6 devices on app 1.0.0"),
+        "{answer}"
+    );
+}
