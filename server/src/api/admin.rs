@@ -238,13 +238,7 @@ pub(crate) async fn get_model(
     let plan = state.rollouts().get(&model).cloned();
     let revoked = state.revocations().get(&model).cloned();
     // The runtimes devices reported, and what each release's variants need of them.
-    let fleet = state.telemetry().fleet(model.as_str());
-    let census = crate::fleet::runtimes::census(
-        fleet.runtimes.get(model.as_str()),
-        state.operator_sets(),
-        state.store(),
-    )
-    .await;
+    let census = state.runtime_census(&model).await;
     let list: Vec<serde_json::Value> = releases
         .iter()
         .map(|r| {

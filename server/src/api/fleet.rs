@@ -47,13 +47,7 @@ pub async fn post_rollout(
         RolloutChange::Start { release, .. } => {
             match catalog.release_named(&model, &release.to_string()) {
                 Some(r) => {
-                    let fleet = state.telemetry().fleet(model.as_str());
-                    let census = crate::fleet::runtimes::census(
-                        fleet.runtimes.get(model.as_str()),
-                        state.operator_sets(),
-                        state.store(),
-                    )
-                    .await;
+                    let census = state.runtime_census(&model).await;
                     let coverage = crate::fleet::runtimes::coverage(&census, &r.manifest);
                     let warnings = crate::fleet::runtimes::warnings(&coverage, &r.manifest);
                     (!census.is_empty()).then_some((coverage, warnings))

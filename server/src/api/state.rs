@@ -220,6 +220,20 @@ impl AppState {
         &self.fleet.operators
     }
 
+    /// The fleet's runtimes for `model` (merged across replicas), with their operator sets.
+    pub async fn runtime_census(
+        &self,
+        model: &ferry_shared::ModelName,
+    ) -> Vec<crate::fleet::runtimes::Runtime> {
+        let fleet = self.telemetry().fleet(model.as_str());
+        crate::fleet::runtimes::census(
+            fleet.runtimes.get(model.as_str()),
+            self.operator_sets(),
+            self.store(),
+        )
+        .await
+    }
+
     /// Models telemetry asked to evaluate.
     pub fn evaluations(&self) -> &crate::fleet::evaluate::Queue {
         &self.fleet.evaluations

@@ -81,6 +81,40 @@ pub(crate) fn teach_operators(app: &TestApp) {
     assert_eq!(status, 200, "{body}");
 }
 
+/// Runs the real client (`load-child load`, loading `mlp`) under libfaketime's `fake` clock
+/// (the boot clock untouched, as on a device) with `cache`; `ca`: the one CA HTTPS trusts.
+/// Returns the child's first JSON line.
+pub(crate) fn load_under_faketime(
+    fake: &str,
+    server: &str,
+    trust: &std::path::Path,
+    cache: &std::path::Path,
+    ca: Option<&std::path::Path>,
+) -> serde_json::Value {
+    let mut cmd = std::process::Command::new("faketime");
+    cmd.arg("-f")
+        .arg(fake)
+        .arg(env!("CARGO_BIN_EXE_load-child"))
+        .arg("load")
+        .arg(server)
+        .arg(trust)
+        .arg(cache)
+        .arg("mlp")
+        .env("DONT_FAKE_MONOTONIC", "1");
+    if let Some(ca) = ca {
+        cmd.env("FERRY_TEST_ROOT_CERT", ca);
+    }
+    let out = cmd
+        .output()
+        .expect("faketime runs (tests/setup.sh installs it)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .next()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("{fake}: {stdout} {}", String::from_utf8_lossy(&out.stderr)))
+}
+
 /// Offsets from the real time: 55 years, 400 days, 2 days and 90 minutes behind; 90
 /// minutes, a day, 400 days and 14 years ahead.
 fn skews() -> Vec<time::Duration> {
@@ -301,24 +335,7 @@ fn a_real_client_process_under_another_wall_clock_loads_its_model() {
         "@2040-06-01 00:00:00",
     ] {
         let cache = tempfile::tempdir().expect("tmp");
-        let out = std::process::Command::new("faketime")
-            .arg("-f")
-            .arg(fake)
-            .arg(env!("CARGO_BIN_EXE_load-child"))
-            .arg("load")
-            .arg(app.url())
-            .arg(trust.path())
-            .arg(cache.path())
-            .arg("mlp")
-            .env("DONT_FAKE_MONOTONIC", "1")
-            .output()
-            .expect("faketime runs (tests/setup.sh installs it)");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let first: serde_json::Value = stdout
-            .lines()
-            .next()
-            .and_then(|l| serde_json::from_str(l).ok())
-            .unwrap_or_else(|| panic!("{fake}: {stdout} {}", String::from_utf8_lossy(&out.stderr)));
+        let first = load_under_faketime(fake, &app.url(), trust.path(), cache.path(), None);
         assert_eq!(first["ok"], true, "{fake}: {first}");
         assert_eq!(first["release"], "1.0.0", "{fake}");
         assert!(

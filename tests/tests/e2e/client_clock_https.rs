@@ -276,25 +276,13 @@ fn a_real_client_process_in_1970_and_2040_loads_over_https() {
         "@2040-06-01 00:00:00",
     ] {
         let cache = tempfile::tempdir().expect("tmp");
-        let out = std::process::Command::new("faketime")
-            .arg("-f")
-            .arg(fake)
-            .arg(env!("CARGO_BIN_EXE_load-child"))
-            .arg("load")
-            .arg(app.url())
-            .arg(&trust)
-            .arg(cache.path())
-            .arg("mlp")
-            .env("DONT_FAKE_MONOTONIC", "1")
-            .env("FERRY_TEST_ROOT_CERT", &ca)
-            .output()
-            .expect("faketime runs (tests/setup.sh installs it)");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let first: serde_json::Value = stdout
-            .lines()
-            .next()
-            .and_then(|l| serde_json::from_str(l).ok())
-            .unwrap_or_else(|| panic!("{fake}: {stdout} {}", String::from_utf8_lossy(&out.stderr)));
+        let first = crate::client_clock::load_under_faketime(
+            fake,
+            &app.url(),
+            &trust,
+            cache.path(),
+            Some(&ca),
+        );
         assert_eq!(first["ok"], true, "{fake}: {first}");
         assert_eq!(first["release"], "1.0.0", "{fake}");
     }
