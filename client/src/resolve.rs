@@ -21,7 +21,11 @@ impl Client {
     ) -> Result<ResolveRequest, ClientError> {
         // What the runtime can execute: its digest on every request, the list only when the
         // server asked for it.
-        let operators = self.runtime.registered_operators();
+        // A runtime with more operators than a request may list is not described at all.
+        let operators = self
+            .runtime
+            .registered_operators()
+            .filter(|ops| ops.len() <= ferry_shared::operators::MAX_OPERATORS);
         let operators_digest = operators.as_deref().map(ferry_shared::operators::digest);
         let mut backends: Vec<String> = self.runtime.registered_backends();
         for b in &device.claimed_backends {
@@ -199,7 +203,12 @@ impl Client {
         // The server does not know this runtime's operator set yet: tell it once, and take
         // the decision made with it.
         if resp.operators_wanted && !send_operators && request.operators_digest.is_some() {
-            return self.resolve_as(model, device, request.nonce.clone(), true);
+            match self.resolve_as(model, device, request.nonce.clone(), true) {
+                // The server would not take the list now (its limits, an older replica): the
+                // answer in hand still serves; each candidate's operators are checked here.
+                Err(ClientError::Rejected { status, .. }) if (400..500).contains(&status) => {}
+                other => return other,
+            }
         }
         self.follow_keyring(&resp, model)?;
         let release = self.release_envelope(&resp, &request)?;

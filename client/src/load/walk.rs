@@ -147,11 +147,11 @@ impl Client {
     /// register, as a message naming them; `None` when none is missing or either side is
     /// unknown.
     pub(crate) fn missing_operators(&self, v: &Variant) -> Option<String> {
-        if v.operators.is_empty() {
+        if v.operators_needed().is_empty() {
             return None;
         }
         let have: BTreeSet<String> = self.runtime.registered_operators()?.into_iter().collect();
-        let missing = ferry_shared::operators::missing(&v.operators, &have);
+        let missing = ferry_shared::operators::missing(v.operators_needed(), &have);
         (!missing.is_empty()).then(|| {
             format!(
                 "variant {} calls {} operator(s) this runtime did not register: {}",

@@ -170,7 +170,7 @@ pub(crate) async fn resolve_inner(
     if published == 0 {
         return Err(Refusal::NotPublished(device.model.to_string()).into());
     }
-    let (operators, operators_wanted) = runtime_operators(state, &device).await;
+    let (operators, operators_wanted) = runtime_operators(state, &device, peer).await?;
     state
         .telemetry()
         .record_client(device.model.as_str(), client, &device.install_id);
@@ -275,33 +275,44 @@ pub(crate) async fn resolve_inner(
 
 /// What the device's runtime can execute, when it says: the list it sent (recorded for every
 /// replica), or the set its digest names; a digest no replica knows is answered without the
-/// check and with `operators_wanted` (the second value). The device is counted in the model's
-/// runtime census either way.
+/// check and with `operators_wanted` (the second value). A list costs a store write: it takes
+/// from the per-address allowance of signed answers (`429` past it; the client then uses the
+/// answer it has). The device is counted in the model's runtime census once its set is known
+/// (made-up digests count nowhere).
 async fn runtime_operators(
     state: &AppState,
     device: &ResolveRequest,
-) -> (
-    Option<std::sync::Arc<std::collections::BTreeSet<String>>>,
-    bool,
-) {
-    if let Some(d) = &device.operators_digest {
+    peer: Option<std::net::IpAddr>,
+) -> Result<
+    (
+        Option<std::sync::Arc<std::collections::BTreeSet<String>>>,
+        bool,
+    ),
+    ApiError,
+> {
+    let found = match (&device.operators, &device.operators_digest) {
+        (Some(list), _) => {
+            if !state.allow_fresh_decision(peer) {
+                return Err(ApiError::new(
+                    ErrorCode::RateLimited,
+                    "too many operator lists and signed answers this minute from this address; \
+                     retry later",
+                ));
+            }
+            Some(state.operator_sets().remember(state.store(), list).await)
+        }
+        (None, Some(d)) => state.operator_sets().lookup(state.store(), d).await,
+        (None, None) => return Ok((None, false)),
+    };
+    if let (Some(_), Some(d)) = (&found, &device.operators_digest) {
         state.telemetry().record_runtime(
             device.model.as_str(),
             &crate::fleet::runtimes::key(&device.app_version, d),
             &device.install_id,
         );
     }
-    match (&device.operators, &device.operators_digest) {
-        (Some(list), _) => (
-            Some(state.operator_sets().remember(state.store(), list).await),
-            false,
-        ),
-        (None, Some(d)) => match state.operator_sets().lookup(state.store(), d).await {
-            Some(set) => (Some(set), false),
-            None => (None, true),
-        },
-        (None, None) => (None, false),
-    }
+    let wanted = found.is_none();
+    Ok((found, wanted))
 }
 
 fn note_cohort(state: &AppState, device: &ResolveRequest, cohort: Cohort) {

@@ -251,6 +251,10 @@ pub enum Command {
         /// Only this variant.
         #[arg(long, value_hint = clap::ValueHint::Other)]
         variant: Option<String>,
+        /// Leave out (with a warning) variants signed before ferry recorded operators, instead
+        /// of failing.
+        #[arg(long)]
+        skip_unknown: bool,
         /// `list`: one comma-separated line (EXECUTORCH_SELECT_OPS_LIST); `yaml`: `- op:`
         /// entries (EXECUTORCH_SELECT_OPS_YAML).
         #[arg(long, value_enum, default_value = "list")]
@@ -374,6 +378,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             release,
             app_version,
             variant,
+            skip_unknown,
             format,
             remote,
         } => ops::ops_cmd(
@@ -382,6 +387,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 release: release.as_deref(),
                 app_version: app_version.as_deref(),
                 variant: variant.as_deref(),
+                skip_unknown,
             },
             format,
             json,

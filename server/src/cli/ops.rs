@@ -24,6 +24,7 @@ pub(crate) struct OpsQuery<'a> {
     pub release: Option<&'a str>,
     pub app_version: Option<&'a str>,
     pub variant: Option<&'a str>,
+    pub skip_unknown: bool,
 }
 
 /// Prints the union of the operators of the chosen variants.
@@ -59,6 +60,7 @@ pub(crate) fn ops_cmd(
         .context("--app-version")?;
     let mut ops = BTreeSet::new();
     let mut used = Vec::new();
+    let mut seen = Vec::new();
     for version in &versions {
         let r = admin_call(
             remote,
@@ -68,6 +70,7 @@ pub(crate) fn ops_cmd(
         )?;
         for v in r["variants"].as_array().into_iter().flatten() {
             let id = v["id"].as_str().unwrap_or("");
+            seen.push(format!("{version}/{id}"));
             if q.variant.is_some_and(|want| want != id) {
                 continue;
             }
@@ -77,31 +80,35 @@ pub(crate) fn ops_cmd(
                     continue;
                 }
             }
-            let names: Vec<&str> = v["operators"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|o| o.as_str())
-                .collect();
-            if names.is_empty() {
-                eprintln!(
-                    "warning: {} {version} variant {id} names no operators (signed before ferry \
-                     recorded them); `ferry inspect` its program to see its kernel calls",
+            let Some(names) = v["operators"].as_array() else {
+                // Signed before ferry recorded operators: a selective build from what is
+                // known would miss this variant's kernels.
+                let what = format!(
+                    "{} {version} variant {id} names no operators (signed before ferry recorded \
+                     them; `ferry inspect` its program to see its kernel calls)",
                     q.model
                 );
-            }
-            ops.extend(names.into_iter().map(str::to_string));
+                if q.skip_unknown {
+                    eprintln!("warning: {what}: left out");
+                    continue;
+                }
+                bail!("{what}; pass --skip-unknown to leave such variants out");
+            };
+            ops.extend(names.iter().filter_map(|o| o.as_str()).map(str::to_string));
             used.push(format!("{version}/{id}"));
         }
     }
     if used.is_empty() {
         bail!(
-            "no variant of {} matches (releases {}){}",
+            "no variant of {} matches{}{} (variants: {})",
             q.model,
-            versions.join(", "),
             q.variant
-                .map(|v| format!(", variant {v}"))
-                .unwrap_or_default()
+                .map(|v| format!(" --variant {v}"))
+                .unwrap_or_default(),
+            q.app_version
+                .map(|a| format!(" with an app range including {a}"))
+                .unwrap_or_default(),
+            seen.join(", ")
         );
     }
     if json {

@@ -21,6 +21,15 @@ pub const MAX_SETS: usize = 4096;
 /// into store reads).
 pub const MISS_TTL: Duration = Duration::from_secs(60);
 
+/// Most bytes of operator names kept in memory (a few hundred real runtimes take well under
+/// a MiB; lists made up to fill memory stop here).
+pub const MAX_BYTES: usize = 64 << 20;
+
+/// Most new sets one replica stores per hour: a fleet has few distinct runtimes, so past this
+/// a list is used for its own answer only (the device is asked for it again later), and
+/// nobody can fill the store with made-up lists.
+pub const NEW_SETS_PER_HOUR: u32 = 256;
+
 /// One stored set.
 #[derive(Debug, Serialize, Deserialize)]
 struct StoredSet {
@@ -32,15 +41,28 @@ struct StoredSet {
 /// The known sets, and the digests recently found nowhere.
 #[derive(Debug, Default)]
 pub struct OperatorSets {
-    known: Mutex<HashMap<Sha256Digest, Arc<BTreeSet<String>>>>,
+    known: Mutex<Known>,
     misses: Mutex<HashMap<Sha256Digest, Instant>>,
+    /// The current hour's start and the sets stored in it.
+    stored: Mutex<Option<(Instant, u32)>>,
+}
+
+/// The sets in memory and the bytes their names take.
+#[derive(Debug, Default)]
+struct Known {
+    sets: HashMap<Sha256Digest, Arc<BTreeSet<String>>>,
+    bytes: usize,
+}
+
+fn size_of(set: &BTreeSet<String>) -> usize {
+    set.iter().map(|s| s.len() + 32).sum()
 }
 
 impl OperatorSets {
     /// The set with digest `d`: from memory, else from the store (unless it was missing there
     /// within [`MISS_TTL`]); `None` when no device has reported it yet.
     pub async fn lookup(&self, store: &Store, d: &Sha256Digest) -> Option<Arc<BTreeSet<String>>> {
-        if let Some(set) = ferry_shared::sync::lock(&self.known).get(d) {
+        if let Some(set) = ferry_shared::sync::lock(&self.known).sets.get(d) {
             return Some(set.clone());
         }
         {
@@ -62,22 +84,28 @@ impl OperatorSets {
             Some(stored) => Some(self.keep(*d, stored.operators)),
             None => {
                 let mut misses = ferry_shared::sync::lock(&self.misses);
-                if misses.len() < MAX_SETS {
-                    misses.insert(*d, Instant::now());
+                if misses.len() >= MAX_SETS
+                    && let Some(oldest) = misses.iter().min_by_key(|(_, at)| **at).map(|(k, _)| *k)
+                {
+                    misses.remove(&oldest);
                 }
+                misses.insert(*d, Instant::now());
                 None
             }
         }
     }
 
     /// Records the list a device sent (already checked against its digest) in the store, if
-    /// no replica did, and in memory. A store that cannot take it now costs a device a second
-    /// list later; the set is used for this answer either way.
+    /// no replica did, and in memory, within [`NEW_SETS_PER_HOUR`]; past it the set serves
+    /// this answer only. A store that cannot take it now costs a device a second list later.
     pub async fn remember(&self, store: &Store, operators: &[String]) -> Arc<BTreeSet<String>> {
         let normal = ferry_shared::operators::normalize(operators.iter().map(String::as_str));
         let d = ferry_shared::operators::digest(&normal);
-        if let Some(set) = ferry_shared::sync::lock(&self.known).get(&d) {
+        if let Some(set) = ferry_shared::sync::lock(&self.known).sets.get(&d) {
             return set.clone();
+        }
+        if !self.take_store_budget() {
+            return Arc::new(normal.into_iter().collect());
         }
         let stored = StoredSet {
             format: 1,
@@ -104,16 +132,89 @@ impl OperatorSets {
         self.keep(d, normal)
     }
 
+    /// Takes one new set from this hour's allowance; false when it is spent.
+    fn take_store_budget(&self) -> bool {
+        let mut stored = ferry_shared::sync::lock(&self.stored);
+        let now = Instant::now();
+        let (start, n) = stored.get_or_insert((now, 0));
+        if now.duration_since(*start) >= Duration::from_secs(3600) {
+            (*start, *n) = (now, 0);
+        }
+        if *n >= NEW_SETS_PER_HOUR {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
     fn keep(&self, d: Sha256Digest, operators: Vec<String>) -> Arc<BTreeSet<String>> {
         let set = Arc::new(operators.into_iter().collect::<BTreeSet<String>>());
+        let size = size_of(&set);
         let mut known = ferry_shared::sync::lock(&self.known);
-        if known.len() >= MAX_SETS {
-            // Bounded: forget an arbitrary one (it is read from the store again when asked).
-            if let Some(k) = known.keys().next().copied() {
-                known.remove(&k);
+        // Bounded in count and bytes: forget arbitrary ones (they are read from the store
+        // again when asked).
+        while !known.sets.is_empty()
+            && (known.sets.len() >= MAX_SETS || known.bytes + size > MAX_BYTES)
+        {
+            let Some(k) = known.sets.keys().next().copied() else {
+                break;
+            };
+            if let Some(gone) = known.sets.remove(&k) {
+                known.bytes = known.bytes.saturating_sub(size_of(&gone));
             }
         }
-        known.insert(d, set.clone());
+        if let Some(old) = known.sets.insert(d, set.clone()) {
+            known.bytes = known.bytes.saturating_sub(size_of(&old));
+        }
+        known.bytes += size;
         set
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(i: usize) -> Vec<String> {
+        vec![format!("x::op{i}.out"), "aten::add.out".to_string()]
+    }
+
+    #[tokio::test]
+    async fn made_up_lists_cannot_fill_the_store_or_memory() {
+        let store: Store = Arc::new(object_store::memory::InMemory::new());
+        let sets = OperatorSets::default();
+        for i in 0..(NEW_SETS_PER_HOUR as usize + 10) {
+            let set = sets.remember(&store, &list(i)).await;
+            assert!(
+                set.contains("aten::add.out"),
+                "each list serves its own answer"
+            );
+        }
+        let stored = store
+            .list_with_delimiter(Some(&object_store::path::Path::from("operators/sha256")))
+            .await
+            .expect("list")
+            .objects
+            .len();
+        assert_eq!(stored, NEW_SETS_PER_HOUR as usize);
+        // A stored set is found again by another replica (a fresh memory).
+        let other = OperatorSets::default();
+        let d = ferry_shared::operators::digest(&list(0));
+        assert!(other.lookup(&store, &d).await.is_some());
+        // One past the budget is not.
+        let past = ferry_shared::operators::digest(&list(NEW_SETS_PER_HOUR as usize + 1));
+        assert!(other.lookup(&store, &past).await.is_none());
+    }
+
+    #[test]
+    fn memory_is_bounded_in_bytes() {
+        let sets = OperatorSets::default();
+        let big: Vec<String> = (0..4096).map(|i| format!("{:0>100}", i)).collect();
+        for i in 0..400u32 {
+            sets.keep(Sha256Digest::of(&i.to_be_bytes()), big.clone());
+        }
+        let known = ferry_shared::sync::lock(&sets.known);
+        assert!(known.bytes <= MAX_BYTES, "{}", known.bytes);
+        assert!(known.sets.len() < 400);
     }
 }

@@ -99,11 +99,18 @@ pub fn coverage(census: &[Runtime], manifest: &ReleaseManifest) -> serde_json::V
         .sum();
     let mut variants = serde_json::Map::new();
     for v in &manifest.variants {
+        // Among the devices whose app the variant is meant for.
+        let meant = |r: &&Runtime| {
+            r.operators.is_some()
+                && semver::Version::parse(&r.app).map_or(true, |a| v.app.matches(&a))
+        };
+        let of: usize = census.iter().filter(meant).map(|r| r.devices).sum();
         let runnable: usize = census
             .iter()
+            .filter(meant)
             .filter(|r| {
                 r.operators.as_ref().is_some_and(|ops| {
-                    ferry_shared::operators::missing(&v.operators, ops).is_empty()
+                    ferry_shared::operators::missing(v.operators_needed(), ops).is_empty()
                 })
             })
             .map(|r| r.devices)
@@ -112,7 +119,8 @@ pub fn coverage(census: &[Runtime], manifest: &ReleaseManifest) -> serde_json::V
             v.id.to_string(),
             serde_json::json!({
                 "runnable_devices": runnable,
-                "share": if known == 0 { 0.0 } else { runnable as f64 / known as f64 },
+                "of_devices": of,
+                "share": if of == 0 { 0.0 } else { runnable as f64 / of as f64 },
             }),
         );
     }
@@ -130,13 +138,13 @@ pub fn coverage(census: &[Runtime], manifest: &ReleaseManifest) -> serde_json::V
         }
         if meant
             .iter()
-            .any(|v| ferry_shared::operators::missing(&v.operators, ops).is_empty())
+            .any(|v| ferry_shared::operators::missing(v.operators_needed(), ops).is_empty())
         {
             continue;
         }
         let lacking: BTreeSet<&str> = meant
             .iter()
-            .flat_map(|v| ferry_shared::operators::missing(&v.operators, ops))
+            .flat_map(|v| ferry_shared::operators::missing(v.operators_needed(), ops))
             .collect();
         stranded.push(serde_json::json!({
             "app_version": r.app,

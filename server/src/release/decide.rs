@@ -196,7 +196,7 @@ pub fn decide(
     let manifests: Vec<&ReleaseManifest> = releases.iter().map(|r| &r.manifest).collect();
     let deny = |m: &ReleaseManifest, v: &Variant, d: &ResolveRequest| {
         if let Some(have) = policy.operators {
-            let missing = ferry_shared::operators::missing(&v.operators, have);
+            let missing = ferry_shared::operators::missing(v.operators_needed(), have);
             if !missing.is_empty() {
                 return Some(format!(
                     "operators_missing: the device's runtime does not register {}",

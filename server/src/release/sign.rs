@@ -171,12 +171,12 @@ pub fn build_manifest(
             id: v.id.clone(),
             delegate: v.delegate.clone(),
             backends,
-            operators: ferry_shared::operators::normalize(
+            operators: Some(ferry_shared::operators::normalize(
                 report
                     .methods
                     .iter()
                     .flat_map(|m| m.kernel_calls.keys().map(String::as_str)),
-            ),
+            )),
             quant: v.quant.clone(),
             sha256,
             size: bytes.len() as u64,

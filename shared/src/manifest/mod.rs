@@ -129,10 +129,11 @@ pub struct Variant {
     #[serde(default)]
     pub backends: Vec<BackendId>,
     /// The operators (`namespace::name.overload`) its methods call outside delegates, sorted,
-    /// each once: what the runtime must have registered. Taken from the program at signing
-    /// (`ferry sign`), never written by hand. Absent in manifests from before it: unknown.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub operators: Vec<String>,
+    /// each once: what the runtime must have registered (`[]` for a program that is one
+    /// delegate call). Taken from the program at signing (`ferry sign`), never written by
+    /// hand. `None` (absent) in manifests signed before ferry recorded them: unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operators: Option<Vec<String>>,
     /// Quantisation label (`fp32`, `int8`, ...).
     pub quant: String,
     /// Digest of the `.pte` bytes.
@@ -152,6 +153,13 @@ pub struct Variant {
     /// Optional golden check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub golden: Option<Golden>,
+}
+
+impl Variant {
+    /// The operators it needs as far as known: none when its manifest predates the list.
+    pub fn operators_needed(&self) -> &[String] {
+        self.operators.as_deref().unwrap_or_default()
+    }
 }
 
 /// A signed-to-be description of one release of one model.
@@ -350,7 +358,9 @@ impl ReleaseManifest {
                 ));
             }
             check_backends(&ctx, v, limits)?;
-            if let Err(e) = crate::operators::check_list(&v.operators) {
+            if let Some(ops) = &v.operators
+                && let Err(e) = crate::operators::check_list(ops)
+            {
                 return bad(format!("{ctx}: {e}"));
             }
             if v.extra_files.len() > limits.max_extra_files {

@@ -240,7 +240,6 @@ fn decisions_with_a_nonce_are_limited_per_network() {
         ..Default::default()
     });
     app.publish(&mlp_v1());
-    teach_operators(&app);
     let mut req = ferry_tests::app::device("linux", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096);
     let mut statuses = Vec::new();
     for i in 0..3u8 {
@@ -374,7 +373,6 @@ fn a_device_refused_a_decision_of_its_own_takes_the_shared_answer() {
         ..Default::default()
     });
     app.publish(&mlp_v1());
-    teach_operators(&app);
     let dev = device(Platform::Linux, &[]);
     for _ in 0..2 {
         // Each a fresh install: the first gets a decision of its own, the second (over the
