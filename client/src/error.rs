@@ -79,6 +79,14 @@ pub enum ClientError {
         /// Why it failed.
         message: String,
     },
+    /// The server's TLS certificate was refused (not retried).
+    #[error("the TLS certificate of {url} was refused: {message}")]
+    Certificate {
+        /// What was requested.
+        url: String,
+        /// rustls' reason.
+        message: String,
+    },
     /// The server answered 5xx (after retries).
     #[error("server error from {url}: HTTP {status}")]
     Server {
@@ -264,6 +272,7 @@ impl ClientError {
         match self {
             ClientError::Config(_) => ErrorCode::ConfigInvalid.as_str(),
             ClientError::Network { .. } => ErrorCode::Network.as_str(),
+            ClientError::Certificate { .. } => ErrorCode::ServerCertificateInvalid.as_str(),
             ClientError::Server { .. } => ErrorCode::ServerError.as_str(),
             ClientError::Rejected { code, .. } => code,
             ClientError::BadResponse { .. } => ErrorCode::BadResponse.as_str(),
@@ -291,7 +300,9 @@ impl ClientError {
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
-            ClientError::Network { .. } | ClientError::Server { .. }
+            ClientError::Network { .. }
+                | ClientError::Certificate { .. }
+                | ClientError::Server { .. }
         )
     }
 

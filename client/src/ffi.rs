@@ -97,6 +97,7 @@ fn status_of(e: &ClientError) -> FerryStatus {
     match e {
         ClientError::Config(_) => FerryStatus::FerryErrConfig,
         ClientError::Network { .. }
+        | ClientError::Certificate { .. }
         | ClientError::Server { .. }
         | ClientError::NothingCached { .. }
         | ClientError::CachedIncompatible { .. }

@@ -172,7 +172,10 @@ impl Client {
                         break (status, text, date);
                     }
                 }
-                Err(e) => e.to_string(),
+                Err(e) => match crate::tls::certificate_error(&url, &e) {
+                    Some(refused) => return Err(refused),
+                    None => e.to_string(),
+                },
             };
             failures += 1;
             if failures > self.limits.retries {
@@ -284,9 +287,11 @@ impl Client {
             url: url.clone(),
             message,
         };
-        let mut got = agent.get(&url).call().map_err(|e| ClientError::Network {
-            url: url.clone(),
-            message: e.to_string(),
+        let mut got = agent.get(&url).call().map_err(|e| {
+            crate::tls::certificate_error(&url, &e).unwrap_or_else(|| ClientError::Network {
+                url: url.clone(),
+                message: e.to_string(),
+            })
         })?;
         if got.status().as_u16() != 200 {
             return Err(bad(format!("HTTP {}", got.status().as_u16())));
@@ -410,7 +415,10 @@ impl Client {
                     }
                     format!("HTTP {status}")
                 }
-                Err(e) => e.to_string(),
+                Err(e) => match crate::tls::certificate_error(&url, &e) {
+                    Some(refused) => return Err(refused),
+                    None => e.to_string(),
+                },
             };
             failures += 1;
             if failures > self.limits.retries {

@@ -35,11 +35,9 @@ impl Client {
             url: url.clone(),
             message,
         };
-        let mut got = self
-            .time_agent
-            .get(&url)
-            .call()
-            .map_err(|e| network(e.to_string()))?;
+        let mut got = self.time_agent.get(&url).call().map_err(|e| {
+            crate::tls::certificate_error(&url, &e).unwrap_or_else(|| network(e.to_string()))
+        })?;
         let status = got.status().as_u16();
         let text = got
             .body_mut()

@@ -83,6 +83,21 @@ pub(crate) fn client_config(
     Ok(Arc::new(config))
 }
 
+/// The error for a request to `url` that failed with `e`: [`ClientError::Certificate`] when
+/// the handshake refused the server's certificate (retrying cannot help), else `None` (a
+/// network failure, for the caller's retries).
+pub(crate) fn certificate_error(url: &str, e: &ureq::Error) -> Option<crate::ClientError> {
+    match e {
+        ureq::Error::Rustls(rustls::Error::InvalidCertificate(c)) => {
+            Some(crate::ClientError::Certificate {
+                url: url.to_string(),
+                message: rustls::Error::InvalidCertificate(c.clone()).to_string(),
+            })
+        }
+        _ => None,
+    }
+}
+
 /// The web-PKI verifier with the verification time chosen by [`Dates`].
 #[derive(Debug)]
 struct ClockedVerifier {

@@ -83,6 +83,8 @@ catalogue! {
     StoreRecordNewer = "store_record_newer",
     /// Too many telemetry requests from one address, or events from one install. (server, client)
     RateLimited = "rate_limited",
+    /// The server's TLS certificate was refused (expired or not yet valid at the time the client trusts, another name, an untrusted issuer); the message says which. Not retried; a cached model still serves. (client)
+    ServerCertificateInvalid = "server_certificate_invalid",
     /// No release of the model is published. (server, client)
     ModelNotFound = "model_not_found",
     /// No variant of any live release fits the device (runtime, app, platform, OS, RAM, backends, deny list); `details.explain` says why per variant. (server, client)

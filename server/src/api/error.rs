@@ -116,6 +116,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::InvalidArgument
         | C::BufferTooSmall
         | C::Network
+        | C::ServerCertificateInvalid
         | C::ServerError
         | C::BadResponse
         | C::Expired

@@ -208,6 +208,7 @@ fn a_device_refused_the_signed_time_fails_the_handshake_with_a_certificate_error
         text.contains("certificate") && text.contains("not valid"),
         "{text}"
     );
+    assert_eq!(err.code(), "server_certificate_invalid", "{text}");
 
     // A device whose clock is right needs no signed time: it is refused one, and the shared
     // answer (after its decision of its own is refused too) still loads.
@@ -236,6 +237,7 @@ fn an_expired_or_misnamed_certificate_is_still_refused() {
         let c = client(&app, &expired, cache.path(), offset);
         let err = c.resolve("mlp", &dev).expect_err("expired certificate");
         assert!(err.to_string().contains("expired"), "{offset}: {err}");
+        assert_eq!(err.code(), "server_certificate_invalid", "{offset}: {err}");
         assert!(
             c.clock_offset_secs().is_some(),
             "{offset}: the time was learned"
@@ -253,6 +255,7 @@ fn an_expired_or_misnamed_certificate_is_still_refused() {
     let cache = tempfile::tempdir().expect("tmp");
     let c = client(&app, &other, cache.path(), -time::Duration::days(55 * 365));
     let err = c.resolve("mlp", &dev).expect_err("wrong name");
+    assert_eq!(err.code(), "server_certificate_invalid", "{err}");
     assert!(
         err.to_string().contains("not valid for name"),
         "the name is the problem, not the dates: {err}"
