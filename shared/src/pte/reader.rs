@@ -44,6 +44,10 @@ impl Reader<'_> {
         external_layouts.sort_by(|a: &ExternalTensor, b: &ExternalTensor| a.name.cmp(&b.name));
         let inputs = plan.vector(3, 4, &mut self.budget)?.map_or(0, |v| v.len);
         let outputs = plan.vector(4, 4, &mut self.budget)?.map_or(0, |v| v.len);
+        let signature = Signature {
+            inputs: self.io(plan, 3)?,
+            outputs: self.io(plan, 4)?,
+        };
         let operators = self.operators(plan)?;
         let delegates = self.delegates(plan, inline_data, segment_bytes)?;
         let Calls {
@@ -71,7 +75,74 @@ impl Reader<'_> {
             summary,
             external_tensors,
             external_layouts,
+            signature,
         })
+    }
+
+    /// The values a method's `inputs` (field 3) or `outputs` (field 4) name, described.
+    fn io(&mut self, plan: &Table<'_>, field: usize) -> Result<Vec<TensorSpec>, PteError> {
+        let Some(idx) = plan.vector(field, 4, &mut self.budget)? else {
+            return Ok(Vec::new());
+        };
+        self.entries(idx.len)?;
+        let Some(vals) = plan.vector(2, 4, &mut self.budget)? else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::with_capacity(idx.len);
+        for c in idx.raw()?.chunks_exact(4) {
+            let i = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            // A negative or out-of-range index is a malformed program (the vector says so).
+            let v = vals.table(usize::try_from(i).unwrap_or(usize::MAX), &mut self.budget)?;
+            // EValue: field 0 the union type, field 1 the value (5 = Tensor).
+            let kind = v.u8(0, 0)?;
+            let spec = match (kind, v.table(1, &mut self.budget)?) {
+                (5, Some(t)) => {
+                    let shape = match t.vector(2, 4, &mut self.budget)? {
+                        Some(s) => s
+                            .raw()?
+                            .chunks_exact(4)
+                            .map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+                            .collect(),
+                        None => Vec::new(),
+                    };
+                    let dim_order = match t.vector(3, 1, &mut self.budget)? {
+                        Some(d) => d.raw()?.to_vec(),
+                        None => Vec::new(),
+                    };
+                    TensorSpec {
+                        dtype: super::ptd::scalar_type_name(t.u8(0, 0)? as i8).to_string(),
+                        shape,
+                        dim_order,
+                        dynamism: match t.u8(8, 0)? {
+                            0 => Dynamism::Static,
+                            1 => Dynamism::Bounded,
+                            _ => Dynamism::Unbounded,
+                        },
+                    }
+                }
+                (k, _) => TensorSpec {
+                    dtype: match k {
+                        1 => "none",
+                        2 => "int",
+                        3 => "bool",
+                        4 => "double",
+                        6 => "string",
+                        7 => "int_list",
+                        8 => "double_list",
+                        9 => "bool_list",
+                        10 => "tensor_list",
+                        11 => "optional_tensor_list",
+                        _ => "unknown",
+                    }
+                    .to_string(),
+                    shape: Vec::new(),
+                    dim_order: Vec::new(),
+                    dynamism: Dynamism::Static,
+                },
+            };
+            out.push(spec);
+        }
+        Ok(out)
     }
     /// The method's value count, and the names and layouts of the tensors whose data lives
     /// outside the file.

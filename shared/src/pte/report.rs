@@ -92,6 +92,95 @@ pub struct MethodReport {
     /// sorted by name (what their data in a `.ptd` must match).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub external_layouts: Vec<ExternalTensor>,
+    /// The method's inputs and outputs as the program declares them.
+    #[serde(default)]
+    pub signature: Signature,
+}
+
+/// A method's inputs and outputs, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Signature {
+    /// The inputs.
+    pub inputs: Vec<TensorSpec>,
+    /// The outputs.
+    pub outputs: Vec<TensorSpec>,
+}
+
+/// One input or output: a tensor's element type, sizes, dim order and how its sizes may vary;
+/// for a value that is not a tensor, its kind (`int`, `bool`, `double`, ...) and no sizes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensorSpec {
+    /// `float32`, `int64`, ... (as golden files name them), or a non-tensor value's kind.
+    pub dtype: String,
+    /// The sizes; a bounded dimension at its upper bound.
+    pub shape: Vec<i64>,
+    /// The dimension order (`[0, 1, 2, 3]` is contiguous; `[0, 2, 3, 1]` channels-last).
+    #[serde(default)]
+    pub dim_order: Vec<u8>,
+    /// `static`, `bounded` (sizes up to `shape`) or `unbounded`.
+    pub dynamism: Dynamism,
+}
+
+/// How a tensor's sizes may vary at run time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dynamism {
+    /// Fixed sizes.
+    Static,
+    /// Any sizes up to the declared ones.
+    Bounded,
+    /// Any sizes.
+    Unbounded,
+}
+
+impl TensorSpec {
+    /// `float32[1, 16]`, `float32[<=8, 16] (bounded)`, `int`.
+    pub fn describe(&self) -> String {
+        if !is_tensor_dtype(&self.dtype) && self.shape.is_empty() {
+            return self.dtype.clone();
+        }
+        let dims: Vec<String> = self
+            .shape
+            .iter()
+            .map(|d| match self.dynamism {
+                Dynamism::Static => d.to_string(),
+                Dynamism::Bounded => format!("<={d}"),
+                Dynamism::Unbounded => "?".to_string(),
+            })
+            .collect();
+        let contiguous = self
+            .dim_order
+            .iter()
+            .enumerate()
+            .all(|(i, d)| usize::from(*d) == i);
+        format!(
+            "{}[{}]{}",
+            self.dtype,
+            dims.join(", "),
+            if contiguous {
+                String::new()
+            } else {
+                format!(" dim order {:?}", self.dim_order)
+            }
+        )
+    }
+}
+
+fn is_tensor_dtype(d: &str) -> bool {
+    matches!(
+        d,
+        "uint8"
+            | "int8"
+            | "int16"
+            | "int32"
+            | "int64"
+            | "float16"
+            | "float32"
+            | "float64"
+            | "bool"
+            | "bfloat16"
+            | "other"
+    )
 }
 
 /// A tensor a method reads from a data file, as the program declares it.
@@ -203,6 +292,14 @@ impl PteReport {
                 "method {}: {} input(s), {} output(s), {} instruction(s)",
                 m.name, m.inputs, m.outputs, m.instructions
             );
+            for (what, list) in [
+                ("input", &m.signature.inputs),
+                ("output", &m.signature.outputs),
+            ] {
+                for (i, t) in list.iter().enumerate() {
+                    let _ = writeln!(s, "  {what} {i}: {}", t.describe());
+                }
+            }
             let _ = writeln!(s, "  {}", m.summary);
             for d in &m.delegates {
                 let _ = writeln!(

@@ -114,3 +114,60 @@ fn a_program_with_its_weights_in_a_ptd_is_inspected_and_names_them() {
         );
     }
 }
+
+#[test]
+fn the_inspector_reads_each_methods_input_and_output_contract() {
+    // Against the exporter's own example inputs and eager outputs: every program exported with
+    // a golden declares `forward`'s inputs with the example's dtype and shape (a bounded
+    // dimension at its upper bound, and at least the example's size), and as many outputs.
+    let mut bounded = 0;
+    for f in pte_fixtures()
+        .iter()
+        .filter(|f| !f.sidecar.output.is_empty())
+    {
+        let name = &f.sidecar.name;
+        let report = pte::inspect(&std::fs::read(&f.pte).expect("read")).expect("inspects");
+        let forward = report
+            .methods
+            .iter()
+            .find(|m| m.name == "forward")
+            .expect("forward");
+        let sig = &forward.signature;
+        assert_eq!(sig.inputs.len(), f.sidecar.input.len(), "{name}");
+        assert_eq!(sig.outputs.len(), f.sidecar.output.len(), "{name}");
+        for (i, (got, want)) in sig.inputs.iter().zip(&f.sidecar.input).enumerate() {
+            assert_eq!(got.dtype, want.dtype, "{name} input {i}");
+            assert_eq!(got.shape.len(), want.shape.len(), "{name} input {i}");
+            let contiguous: Vec<u8> = (0..got.shape.len() as u8).collect();
+            assert_eq!(got.dim_order, contiguous, "{name} input {i}");
+            match got.dynamism {
+                pte::Dynamism::Static => {
+                    let want: Vec<i64> = want.shape.iter().map(|d| *d as i64).collect();
+                    assert_eq!(got.shape, want, "{name} input {i}");
+                }
+                pte::Dynamism::Bounded => {
+                    bounded += 1;
+                    for (g, w) in got.shape.iter().zip(&want.shape) {
+                        assert!(*g >= *w as i64, "{name} input {i}: {:?}", got.shape);
+                    }
+                }
+                pte::Dynamism::Unbounded => panic!("{name} input {i}: unbounded"),
+            }
+        }
+        for (i, (got, want)) in sig.outputs.iter().zip(&f.sidecar.output).enumerate() {
+            assert_eq!(got.dtype, want.dtype, "{name} output {i}");
+        }
+    }
+    // The dynamic-batch program (`Dim("batch", min=1, max=8)` in export.py) is bounded, with
+    // the batch at its upper bound.
+    assert_eq!(bounded, 1);
+    let dynamic = pte_fixtures()
+        .into_iter()
+        .find(|f| f.sidecar.name == "dynamic-xnnpack")
+        .expect("dynamic fixture");
+    let report = pte::inspect(&std::fs::read(&dynamic.pte).expect("read")).expect("inspects");
+    let input = &report.methods[0].signature.inputs[0];
+    assert_eq!(input.dynamism, pte::Dynamism::Bounded);
+    assert_eq!(input.shape[0], 8);
+    assert!(report.to_text().contains("input 0: float32[<=8, <=16]"));
+}
