@@ -140,6 +140,13 @@ typedef enum ferry_model_field {
    * `portable_kernels`, `duration_ms`; see docs/client.md).
    */
   FERRY_FIELD_REPORT = 5,
+  /**
+   * Each method's signed input and output contract as JSON, `{"forward": {"inputs": [...],
+   * "outputs": [...]}}`, each tensor with `dtype`, `shape` (a bounded dimension at its
+   * bound), `dim_order` and `dynamism` (`static`, `bounded`, `unbounded`); `null` for a
+   * release signed before ferry recorded it (see docs/client.md).
+   */
+  FERRY_FIELD_CONTRACT = 6,
 } ferry_model_field;
 
 /**

@@ -63,6 +63,7 @@ pub struct FerryModel {
     path: CString,
     source: CString,
     report: CString,
+    contract: CString,
 }
 
 thread_local! {
@@ -394,6 +395,7 @@ pub unsafe extern "C" fn ferry_load_with(
                     path: cstring(&m.path.to_string_lossy()),
                     source: cstring(&source),
                     report: cstring(&serde_json::to_string(&m.report).unwrap_or_default()),
+                    contract: cstring(&serde_json::to_string(&m.contract).unwrap_or_default()),
                     model: m,
                 };
                 // SAFETY: `out` is non-NULL and valid per the contract.
@@ -423,6 +425,11 @@ pub enum FerryModelField {
     /// `method`, `attempts` with their `stage`, `registered_backends`, `delegated`,
     /// `portable_kernels`, `duration_ms`; see docs/client.md).
     FerryFieldReport = 5,
+    /// Each method's signed input and output contract as JSON, `{"forward": {"inputs": [...],
+    /// "outputs": [...]}}`, each tensor with `dtype`, `shape` (a bounded dimension at its
+    /// bound), `dim_order` and `dynamism` (`static`, `bounded`, `unbounded`); `null` for a
+    /// release signed before ferry recorded it (see docs/client.md).
+    FerryFieldContract = 6,
 }
 
 /// A field of a loaded model (a `ferry_model_field` value), valid until `ferry_model_free`;
@@ -451,6 +458,8 @@ pub unsafe extern "C" fn ferry_model_info(model: *const FerryModel, field: u32) 
         m.source.as_ptr()
     } else if f(FerryModelField::FerryFieldReport) {
         m.report.as_ptr()
+    } else if f(FerryModelField::FerryFieldContract) {
+        m.contract.as_ptr()
     } else {
         std::ptr::null()
     }

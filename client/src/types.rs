@@ -149,6 +149,9 @@ pub struct LoadedModel {
     pub(crate) other_methods: Vec<String>,
     /// The variant's signed golden, for methods loaded later.
     pub(crate) golden: Option<ferry_shared::manifest::Golden>,
+    /// Each method's signed input and output contract (`None`: signed before ferry recorded
+    /// it; inputs then go to the runtime unchecked).
+    pub(crate) contract: Option<std::collections::BTreeMap<String, ferry_shared::pte::Signature>>,
     pub(crate) _guard: InUseGuard,
 }
 
@@ -171,7 +174,15 @@ impl LoadedModel {
     /// `forward` by default).
     pub fn run(&mut self, inputs: &[TensorValue]) -> Result<Vec<TensorValue>, RuntimeError> {
         let method = self.method.clone();
+        check_inputs(&method, self.contract(&method), inputs)?;
         self.program.run(&method, inputs)
+    }
+
+    /// `method`'s inputs and outputs as the program declares them and the release signed
+    /// them: element type, sizes (a bounded dimension at its upper bound), dim order and
+    /// whether sizes may vary. `None` for a release signed before ferry recorded it.
+    pub fn contract(&self, method: &str) -> Option<&ferry_shared::pte::Signature> {
+        self.contract.as_ref()?.get(method)
     }
 
     /// Runs another method of the same program by name, loading it first when it is not
@@ -191,6 +202,7 @@ impl LoadedModel {
             }
             self.other_methods.push(method.to_string());
         }
+        check_inputs(method, self.contract(method), inputs)?;
         self.program.run(method, inputs)
     }
 
@@ -199,6 +211,73 @@ impl LoadedModel {
     pub fn signature(&mut self, method: &str) -> Result<MethodSignature, RuntimeError> {
         self.program.signature(method)
     }
+}
+
+/// Checks `inputs` against a method's signed contract before the runtime sees them:
+/// the number of inputs (`invalid_argument`), then each one's element type, number of
+/// dimensions and sizes (fixed, or at most its bound: `input_mismatch`). Values the program
+/// takes that are not tensors are left to the runtime.
+fn check_inputs(
+    method: &str,
+    contract: Option<&ferry_shared::pte::Signature>,
+    inputs: &[TensorValue],
+) -> Result<(), RuntimeError> {
+    use ferry_shared::pte::Dynamism;
+    let Some(sig) = contract else {
+        return Ok(());
+    };
+    if sig.inputs.len() != inputs.len() {
+        return Err(RuntimeError {
+            code: ferry_shared::errors::ErrorCode::InvalidArgument,
+            message: format!(
+                "{method} takes {} inputs, {} were given",
+                sig.inputs.len(),
+                inputs.len()
+            ),
+        });
+    }
+    let mismatch = |message: String| RuntimeError {
+        code: ferry_shared::errors::ErrorCode::InputMismatch,
+        message,
+    };
+    for (i, (spec, value)) in sig.inputs.iter().zip(inputs).enumerate() {
+        if !spec.is_tensor() {
+            continue;
+        }
+        if spec.dtype != value.dtype {
+            return Err(mismatch(format!(
+                "input {i}: element type {}, the program takes {}",
+                value.dtype, spec.dtype
+            )));
+        }
+        if spec.shape.len() != value.shape.len() {
+            return Err(mismatch(format!(
+                "input {i}: {} dimensions {:?}, the program takes {} ({})",
+                value.shape.len(),
+                value.shape,
+                spec.shape.len(),
+                spec.describe()
+            )));
+        }
+        for (d, (bound, got)) in spec.shape.iter().zip(&value.shape).enumerate() {
+            let got = i64::try_from(*got).unwrap_or(i64::MAX);
+            match spec.dynamism {
+                Dynamism::Static if got != *bound => {
+                    return Err(mismatch(format!(
+                        "input {i} dimension {d}: size {got}, the program takes exactly {bound}"
+                    )));
+                }
+                Dynamism::Bounded if got > *bound => {
+                    return Err(mismatch(format!(
+                        "input {i} dimension {d}: size {got} is above the bound {bound} the \
+                         program was exported with"
+                    )));
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A model's cached, verified variant (for offline use).

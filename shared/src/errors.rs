@@ -85,6 +85,8 @@ catalogue! {
     RateLimited = "rate_limited",
     /// The server's TLS certificate was refused (expired or not yet valid at the time the client trusts, another name, an untrusted issuer); the message says which. Not retried; a cached model still serves. (client)
     ServerCertificateInvalid = "server_certificate_invalid",
+    /// An input breaks the method's signed contract (its element type, number of dimensions, or a size above its bound or other than its fixed value); the message names the input, the dimension, the value and the bound. Nothing reached the runtime. (client)
+    InputMismatch = "input_mismatch",
     /// No release of the model is published. (server, client)
     ModelNotFound = "model_not_found",
     /// No variant of any live release fits the device (runtime, app, platform, OS, RAM, backends, deny list); `details.explain` says why per variant. (server, client)

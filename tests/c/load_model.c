@@ -82,6 +82,14 @@ int main(int argc, char **argv) {
          ferry_model_info(model, FERRY_FIELD_VARIANT), ferry_model_info(model, FERRY_FIELD_RELEASE),
          ferry_model_info(model, FERRY_FIELD_DELEGATE), ferry_model_info(model, FERRY_FIELD_SOURCE), max_diff);
   printf("report=%s\n", ferry_model_info(model, FERRY_FIELD_REPORT));
+  printf("contract=%s\n", ferry_model_info(model, FERRY_FIELD_CONTRACT));
+  /* The same elements as one flat dimension break the signed contract. */
+  int64_t flat[1] = {shape[0] * shape[1]};
+  if (ferry_model_run_f32(model, (const float *)input, flat, 1, out, n_out, &got) != FERRY_ERR_RUN) {
+    fprintf(stderr, "an input against the contract was not refused\n");
+    return 1;
+  }
+  printf("against the contract: code=%s\n", ferry_last_error_code());
   if (ferry_model_info(model, 999) != NULL) {
     fprintf(stderr, "an unknown field was answered\n");
     return 1;

@@ -66,6 +66,16 @@ public final class LoadModel {
             } catch (IllegalArgumentException e) {
                 System.out.println("wrong shape: " + e.getMessage());
             }
+            // The same elements in one flat dimension break the signed contract: refused by
+            // the client before the runtime, with input_mismatch.
+            System.out.println("contract=" + model.contractJson());
+            try {
+                model.run(input, new long[] {input.length});
+                System.out.println("an input against the contract was not refused");
+                exit = 1;
+            } catch (FerryException e) {
+                System.out.println("against the contract: code=" + e.code());
+            }
             try {
                 client.load("no-such-model", device);
                 System.out.println("loading a missing model did not fail");

@@ -139,6 +139,7 @@ impl Client {
             attempts: Vec::new(),
             golden_max_abs_diff: golden,
             golden: variant.golden.clone(),
+            contract: variant.methods.clone(),
             method: self.method.clone(),
             program,
             other_methods: Vec::new(),

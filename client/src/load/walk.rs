@@ -238,6 +238,7 @@ impl Client {
             attempts,
             golden_max_abs_diff: golden,
             golden: v.golden.clone(),
+            contract: v.methods.clone(),
             method: self.method.clone(),
             program,
             other_methods: Vec::new(),

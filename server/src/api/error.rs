@@ -117,6 +117,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::BufferTooSmall
         | C::Network
         | C::ServerCertificateInvalid
+        | C::InputMismatch
         | C::ServerError
         | C::BadResponse
         | C::Expired

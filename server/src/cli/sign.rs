@@ -38,6 +38,9 @@ pub(crate) fn sign_cmd(
         Err(_) => time::OffsetDateTime::now_utc(),
     };
     let (manifest, files) = sign::build_manifest(&spec, base, &read, created)?;
+    for w in sign::contract_warnings(&manifest) {
+        eprintln!("warning: {w}");
+    }
     let envelope = sign::sign(&manifest, &key)?;
     let json = serde_json::to_vec_pretty(&envelope)?;
     ferry_fs::write(output, &json, ferry_fs::Mode::Public)

@@ -106,6 +106,40 @@ pub struct SignedFile {
     pub data: Vec<SignedFile>,
 }
 
+/// What `ferry sign` warns about in a manifest's method contracts: an input whose sizes are
+/// unbounded (the runtime cannot plan its memory; any size reaches the program), and one whose
+/// dim order is not the contiguous one (an export-time accident that lowers fine and then fails
+/// every execute).
+pub fn contract_warnings(manifest: &ReleaseManifest) -> Vec<String> {
+    let mut out = Vec::new();
+    for v in &manifest.variants {
+        for (method, sig) in v.methods.iter().flatten() {
+            for (i, t) in sig.inputs.iter().enumerate() {
+                if t.dynamism == pte::Dynamism::Unbounded {
+                    out.push(format!(
+                        "variant {} {method} input {i}: unbounded sizes ({}); export with a \
+                         bounded dynamic dimension",
+                        v.id,
+                        t.describe()
+                    ));
+                }
+                if t.dim_order
+                    .iter()
+                    .enumerate()
+                    .any(|(k, d)| usize::from(*d) != k)
+                {
+                    out.push(format!(
+                        "variant {} {method} input {i}: dim order {:?} is not contiguous; such a \
+                         program often fails every execute",
+                        v.id, t.dim_order
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Builds (but does not sign) the manifest. `read` loads a file named in the spec, relative
 /// to `base`; `now` stamps `created`. The files come back one per variant, in order.
 pub fn build_manifest(
@@ -178,6 +212,13 @@ pub fn build_manifest(
                     .flat_map(|m| m.kernel_calls.keys().map(String::as_str)),
             )),
             quant: v.quant.clone(),
+            methods: Some(
+                report
+                    .methods
+                    .iter()
+                    .map(|m| (m.name.clone(), m.signature.clone()))
+                    .collect(),
+            ),
             sha256,
             size: bytes.len() as u64,
             extra_files,

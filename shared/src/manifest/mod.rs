@@ -153,7 +153,17 @@ pub struct Variant {
     /// Optional golden check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub golden: Option<Golden>,
+    /// Each method's inputs and outputs as the program declares them (taken at signing,
+    /// never written by hand): what the client checks an app's inputs against. `None` in
+    /// manifests signed before ferry recorded them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub methods: Option<BTreeMap<String, crate::pte::Signature>>,
 }
+
+/// Most methods a variant's contract lists.
+pub const MAX_CONTRACT_METHODS: usize = 64;
+/// Most inputs and outputs one method's contract lists.
+pub const MAX_CONTRACT_VALUES: usize = 256;
 
 impl Variant {
     /// The operators it needs as far as known: none when its manifest predates the list.
@@ -362,6 +372,19 @@ impl ReleaseManifest {
                 && let Err(e) = crate::operators::check_list(ops)
             {
                 return bad(format!("{ctx}: {e}"));
+            }
+            if let Some(methods) = &v.methods {
+                let too_many = methods.len() > MAX_CONTRACT_METHODS
+                    || methods.iter().any(|(name, sig)| {
+                        name.len() > limits.max_short_string
+                            || sig.inputs.len() + sig.outputs.len() > MAX_CONTRACT_VALUES
+                            || sig.inputs.iter().chain(&sig.outputs).any(|t| {
+                                t.shape.len() > 16 || t.dim_order.len() > 16 || t.dtype.len() > 32
+                            })
+                    });
+                if too_many {
+                    return bad(format!("{ctx}: the method contract is larger than allowed"));
+                }
             }
             if v.extra_files.len() > limits.max_extra_files {
                 return bad(format!("{ctx}: too many extra files"));

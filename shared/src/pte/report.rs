@@ -131,9 +131,19 @@ pub enum Dynamism {
     Bounded,
     /// Any sizes.
     Unbounded,
+    /// A kind a newer signer wrote that this reader does not know (sizes are then not
+    /// checked).
+    #[serde(other)]
+    Other,
 }
 
 impl TensorSpec {
+    /// Whether this is a tensor of a known element type (not a scalar value, and not an
+    /// element type the inspector does not name).
+    pub fn is_tensor(&self) -> bool {
+        self.dtype != "other" && is_tensor_dtype(&self.dtype)
+    }
+
     /// `float32[1, 16]`, `float32[<=8, 16] (bounded)`, `int`.
     pub fn describe(&self) -> String {
         if !is_tensor_dtype(&self.dtype) && self.shape.is_empty() {
@@ -145,7 +155,7 @@ impl TensorSpec {
             .map(|d| match self.dynamism {
                 Dynamism::Static => d.to_string(),
                 Dynamism::Bounded => format!("<={d}"),
-                Dynamism::Unbounded => "?".to_string(),
+                Dynamism::Unbounded | Dynamism::Other => "?".to_string(),
             })
             .collect();
         let contiguous = self

@@ -138,6 +138,21 @@ fn a_c_program_loads_a_model_end_to_end() {
     assert_eq!(report["variant"], "xnnpack-fp32");
     assert_eq!(report["registered_backends"][0], "XnnpackBackend");
     assert_eq!(report["delegated"]["XnnpackBackend"], 1);
+    // The signed input contract, and an input against it refused before the runtime.
+    let contract_line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("contract="))
+        .expect("a contract line");
+    let contract: serde_json::Value = serde_json::from_str(contract_line).expect("contract JSON");
+    let shape: Vec<u64> = side.input[0].shape.clone();
+    assert_eq!(
+        contract["forward"]["inputs"][0]["shape"],
+        serde_json::json!(shape)
+    );
+    assert!(
+        stdout.contains("against the contract: code=input_mismatch"),
+        "{stdout}"
+    );
 }
 
 #[test]

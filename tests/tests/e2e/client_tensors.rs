@@ -130,13 +130,15 @@ fn inputs_of_the_wrong_type_count_or_value_are_refused_with_the_reason() {
     let mut as_float = good.clone();
     as_float[0].dtype = "float32".into();
     let e = loaded.run(&as_float).expect_err("float ids");
+    assert_eq!(e.code.as_str(), "input_mismatch", "{e}");
     assert!(
         e.message
-            .contains("input 0 is float32 but the method takes int64"),
+            .contains("input 0: element type float32, the program takes int64"),
         "{e}"
     );
 
     let e = loaded.run(&good[..1]).expect_err("one input");
+    assert_eq!(e.code.as_str(), "invalid_argument", "{e}");
     assert!(e.message.contains("takes 2 inputs, 1 were given"), "{e}");
 
     let mut fraction = good.clone();
@@ -173,12 +175,13 @@ fn inputs_of_the_wrong_type_count_or_value_are_refused_with_the_reason() {
     empty_but_wide[0].shape = vec![0, 65_536, 65_536];
     empty_but_wide[0].data.clear();
     let e = loaded.run(&empty_but_wide).expect_err("wide");
-    assert!(e.message.contains("shape too large"), "{e}");
+    assert_eq!(e.code.as_str(), "input_mismatch", "{e}");
+    assert!(e.message.contains("input 0: 3 dimensions"), "{e}");
     let mut deep = good.clone();
     deep[0].shape = vec![1; 17];
     deep[0].data = vec![1.0];
     let e = loaded.run(&deep).expect_err("17 dimensions");
-    assert!(e.message.contains("at most 16"), "{e}");
+    assert!(e.message.contains("17 dimensions"), "{e}");
 
     // After all that the method still runs.
     loaded.run(&good).expect("still runs");
@@ -335,4 +338,76 @@ fn the_load_report_lists_the_operators_left_on_portable_kernels() {
         ("forward", "downloaded")
     );
     assert!(r.duration_ms > 0.0);
+}
+
+#[test]
+fn an_input_outside_the_signed_contract_is_refused_before_the_runtime() {
+    // The exporter declared the batch dimension dynamic with max=8; the example batch is 5.
+    let app = TestApp::start();
+    publish(&app, "dynamic", "dynamic-xnnpack.pte", Delegate::Xnnpack);
+    let cache = tempfile::tempdir().expect("tmp");
+    let mut loaded = load(&app, cache.path(), "dynamic", "forward");
+    let side = sidecar("dynamic-xnnpack");
+    let good = tensors(&side["input"]);
+    let atol = side["atol"].as_f64().expect("atol");
+
+    // The contract reached the app through the signed manifest, as the inspector read it.
+    let contract = loaded.contract("forward").expect("signed contract").clone();
+    let report = ferry_shared::pte::inspect(
+        &std::fs::read(ferry_tests::fixtures_dir().join("pte/dynamic-xnnpack.pte")).expect("pte"),
+    )
+    .expect("inspect");
+    assert_eq!(contract, report.methods[0].signature);
+    assert_eq!(contract.inputs[0].describe(), "float32[<=8, <=16]");
+
+    // In bounds (the example batch, then the bound itself) it runs.
+    assert_matches(
+        &loaded.run(&good).expect("batch 5"),
+        &tensors(&side["output"]),
+        atol,
+    );
+    let batch = |n: u64| TensorValue {
+        dtype: "float32".into(),
+        shape: vec![n, 16],
+        data: (0..n * 16).map(|i| (i % 7) as f64 / 7.0).collect(),
+    };
+    let out = loaded.run(&[batch(8)]).expect("batch 8");
+    assert_eq!(out[0].shape, [8, 8]);
+
+    // Past the bound, another element type or rank: input_mismatch, naming what is wrong.
+    let e = loaded.run(&[batch(9)]).expect_err("batch 9");
+    assert_eq!(e.code.as_str(), "input_mismatch", "{e}");
+    assert!(
+        e.message
+            .contains("input 0 dimension 0: size 9 is above the bound 8"),
+        "{e}"
+    );
+    let mut ints = batch(2);
+    ints.dtype = "int64".into();
+    let e = loaded.run(&[ints]).expect_err("int64");
+    assert_eq!(e.code.as_str(), "input_mismatch", "{e}");
+    assert!(
+        e.message
+            .contains("element type int64, the program takes float32"),
+        "{e}"
+    );
+    let mut flat = batch(2);
+    flat.shape = vec![32];
+    let e = loaded.run(&[flat]).expect_err("rank 1");
+    assert_eq!(e.code.as_str(), "input_mismatch", "{e}");
+    assert!(
+        e.message
+            .contains("input 0: 1 dimensions [32], the program takes 2"),
+        "{e}"
+    );
+    // A missing input is invalid_argument.
+    let e = loaded.run(&[]).expect_err("no input");
+    assert_eq!(e.code.as_str(), "invalid_argument", "{e}");
+    assert!(
+        e.message.contains("forward takes 1 inputs, 0 were given"),
+        "{e}"
+    );
+
+    // Refusals leave the method usable.
+    loaded.run(&[batch(3)]).expect("batch 3 after refusals");
 }

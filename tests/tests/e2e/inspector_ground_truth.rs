@@ -151,7 +151,9 @@ fn the_inspector_reads_each_methods_input_and_output_contract() {
                         assert!(*g >= *w as i64, "{name} input {i}: {:?}", got.shape);
                     }
                 }
-                pte::Dynamism::Unbounded => panic!("{name} input {i}: unbounded"),
+                pte::Dynamism::Unbounded | pte::Dynamism::Other => {
+                    panic!("{name} input {i}: {:?}", got.dynamism)
+                }
             }
         }
         for (i, (got, want)) in sig.outputs.iter().zip(&f.sidecar.output).enumerate() {
@@ -170,4 +172,52 @@ fn the_inspector_reads_each_methods_input_and_output_contract() {
     assert_eq!(input.dynamism, pte::Dynamism::Bounded);
     assert_eq!(input.shape[0], 8);
     assert!(report.to_text().contains("input 0: float32[<=8, <=16]"));
+}
+
+#[test]
+fn signing_records_each_methods_contract_and_warns_on_unbounded_or_permuted_inputs() {
+    use ferry_server::release::sign::{VariantsFile, build_manifest, contract_warnings};
+    let spec = VariantsFile {
+        model: "dynamic".parse().expect("model"),
+        version: semver::Version::new(1, 0, 0),
+        notes: String::new(),
+        variants: vec![ferry_tests::app::variant(
+            "only",
+            "dynamic-xnnpack.pte",
+            ferry_shared::manifest::Delegate::Xnnpack,
+            ">=1.0.0",
+            "*",
+        )],
+    };
+    let base = ferry_tests::fixtures_dir().join("pte");
+    let read = |p: &std::path::Path| Ok(std::fs::read(p)?);
+    let (mut manifest, _) =
+        build_manifest(&spec, &base, &read, time::OffsetDateTime::now_utc()).expect("manifest");
+    let methods = manifest.variants[0].methods.clone().expect("methods");
+    let report = pte::inspect(&std::fs::read(base.join("dynamic-xnnpack.pte")).expect("pte"))
+        .expect("inspect");
+    assert_eq!(methods["forward"], report.methods[0].signature);
+    // A bounded, contiguous input: nothing to warn about.
+    assert_eq!(contract_warnings(&manifest), Vec::<String>::new());
+
+    // The same contract as an unbounded, channels-last-style input draws both warnings.
+    let input = &mut manifest.variants[0]
+        .methods
+        .as_mut()
+        .expect("methods")
+        .get_mut("forward")
+        .expect("forward")
+        .inputs[0];
+    input.dynamism = pte::Dynamism::Unbounded;
+    input.dim_order = vec![1, 0];
+    let warnings = contract_warnings(&manifest);
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings[0].contains("variant only forward input 0: unbounded sizes"),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings[1].contains("dim order [1, 0] is not contiguous"),
+        "{warnings:?}"
+    );
 }

@@ -126,6 +126,18 @@ fn a_java_program_loads_a_model_through_the_binding() {
         .expect("a report line");
     let report: serde_json::Value = serde_json::from_str(report_line).expect("report JSON");
     assert_eq!(report["registered_backends"][0], "XnnpackBackend");
+    // The signed contract reaches Java as JSON, and an input against it is refused.
+    let contract_line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("contract="))
+        .expect("a contract line");
+    let contract: serde_json::Value = serde_json::from_str(contract_line).expect("contract JSON");
+    assert_eq!(contract["forward"]["inputs"][0]["dtype"], "float32");
+    assert_eq!(contract["forward"]["inputs"][0]["dynamism"], "static");
+    assert!(
+        stdout.contains("against the contract: code=input_mismatch"),
+        "{stdout}"
+    );
     // Errors cross as exceptions with the stable code.
     assert!(stdout.contains("wrong shape: shape holds"), "{stdout}");
     assert!(

@@ -50,6 +50,16 @@ public final class FerryModel implements AutoCloseable {
     }
 
     /**
+     * Each method's signed input and output contract as JSON ({@code {"forward": {"inputs":
+     * [...], "outputs": [...]}}}; each tensor has {@code dtype}, {@code shape}, {@code
+     * dim_order} and {@code dynamism}); {@code "null"} for a release signed before ferry
+     * recorded it. An input that breaks it is refused with {@code input_mismatch}.
+     */
+    public synchronized String contractJson() {
+        return Ferry.LIB.ferry_model_info(live(), 6);
+    }
+
+    /**
      * Runs the loaded method on one float32 input of {@code shape} and returns its first
      * output (float32). {@code input} must hold exactly the product of {@code shape} values.
      */
