@@ -1,7 +1,7 @@
 //! Links the ExecuTorch backend and kernel libraries into this package's test binaries
-//! (see `client/link_executorch.rs`).
+//! (see `client/runtime/link_executorch.rs`).
 
-include!("../client/link_executorch.rs");
+include!("../client/runtime/link_executorch.rs");
 
 fn main() {
     link_executorch_libraries();

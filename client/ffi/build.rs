@@ -1,7 +1,7 @@
 //! Links the ExecuTorch backend and kernel libraries into the C library
-//! (see `client/link_executorch.rs`).
+//! (see `client/runtime/link_executorch.rs`).
 
-include!("../link_executorch.rs");
+include!("../runtime/link_executorch.rs");
 
 fn main() {
     link_executorch_libraries();

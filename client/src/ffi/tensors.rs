@@ -136,10 +136,11 @@ unsafe fn tensor_in(index: usize, t: &FerryTensor) -> Result<TensorValue, String
                 f64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])
             }
             FERRY_DTYPE_FLOAT16 => {
-                executorch::scalar::f16::from_bits(u16::from_ne_bytes([c[0], c[1]])).to_f64()
+                ferry_runtime::executorch::f16::from_bits(u16::from_ne_bytes([c[0], c[1]])).to_f64()
             }
             FERRY_DTYPE_BFLOAT16 => {
-                executorch::scalar::bf16::from_bits(u16::from_ne_bytes([c[0], c[1]])).to_f64()
+                ferry_runtime::executorch::bf16::from_bits(u16::from_ne_bytes([c[0], c[1]]))
+                    .to_f64()
             }
             FERRY_DTYPE_INT8 => f64::from(c[0] as i8),
             FERRY_DTYPE_INT16 => f64::from(i16::from_ne_bytes([c[0], c[1]])),
@@ -184,12 +185,12 @@ fn tensor_out(t: &TensorValue) -> Result<(u32, Vec<i64>, Vec<u8>), String> {
             FERRY_DTYPE_FLOAT32 => bytes.extend_from_slice(&(*v as f32).to_ne_bytes()),
             FERRY_DTYPE_FLOAT64 => bytes.extend_from_slice(&v.to_ne_bytes()),
             FERRY_DTYPE_FLOAT16 => bytes.extend_from_slice(
-                &executorch::scalar::f16::from_f64(*v)
+                &ferry_runtime::executorch::f16::from_f64(*v)
                     .to_bits()
                     .to_ne_bytes(),
             ),
             FERRY_DTYPE_BFLOAT16 => bytes.extend_from_slice(
-                &executorch::scalar::bf16::from_f64(*v)
+                &ferry_runtime::executorch::bf16::from_f64(*v)
                     .to_bits()
                     .to_ne_bytes(),
             ),
