@@ -136,6 +136,7 @@ fn mlp(
         model: "mlp".parse().expect("name"),
         version: version.parse().expect("version"),
         notes: notes.into(),
+        evaluation: None,
         variants,
     }
 }
@@ -203,6 +204,7 @@ pub fn tinyllm() -> VariantsFile {
         model: "tinyllm".parse().expect("name"),
         version: "1.0.0".parse().expect("version"),
         notes: "a small llama from ExecuTorch's LLM recipe".into(),
+        evaluation: None,
         variants: vec![custom, standard],
     }
 }

@@ -44,6 +44,7 @@ fn release(version: &str, tag: &str) -> VariantsFile {
         model: expect::MODEL.parse().expect("name"),
         version: version.parse().expect("version"),
         notes: format!("recorded store: {version}"),
+        evaluation: None,
         variants: vec![
             variant(
                 "xnnpack-fp32",

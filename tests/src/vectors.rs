@@ -91,6 +91,7 @@ fn release_spec() -> VariantsFile {
         model: "vec".parse().expect("name"),
         version: "1.0.0".parse().expect("version"),
         notes: "protocol v1 vectors".into(),
+        evaluation: None,
         variants: vec![
             variant(
                 "xnnpack-fp32",

@@ -70,6 +70,7 @@ fn spec() -> anyhow::Result<VariantsFile> {
         model: DEMO_MODEL.parse()?,
         version: DEMO_VERSION.parse()?,
         notes: "ferry demo: a 16-32-8 MLP exported with ExecuTorch 1.5.1".into(),
+        evaluation: None,
         variants: vec![
             v(
                 "coreml-fp32",

@@ -51,6 +51,10 @@ pub struct VariantsFile {
     /// Release notes.
     #[serde(default)]
     pub notes: String,
+    /// `[evaluation]`: score the variants on a held-out set through the real runtime before
+    /// signing, and refuse a variant past its bound (see [`crate::release::evaluate`]).
+    #[serde(default)]
+    pub evaluation: Option<crate::release::evaluate::EvaluationSpec>,
     /// The variants.
     #[serde(rename = "variant")]
     pub variants: Vec<VariantSpec>,
@@ -241,6 +245,7 @@ pub fn build_manifest(
         notes: spec.notes.clone(),
         created: now,
         variants,
+        evaluation: None,
     };
     manifest.validate(&ManifestLimits::default())?;
     Ok((manifest, files))

@@ -18,8 +18,12 @@ use time::OffsetDateTime;
 use crate::names::{BackendId, ModelName, NameError, Sha256Digest, VariantId};
 
 mod delegate;
+mod evaluation;
 
 pub use delegate::{Delegate, HardwareClass, Platform};
+pub use evaluation::{
+    BaselineRef, Evaluation, EvaluationOverride, EvaluationResult, MAX_EVALUATION_TEXT,
+};
 
 /// The DSSE payload type of a signed release manifest.
 pub const RELEASE_PAYLOAD_TYPE: &str = "application/vnd.ferry.release+json";
@@ -193,6 +197,10 @@ pub struct ReleaseManifest {
     pub created: OffsetDateTime,
     /// The variants, in the publisher's order.
     pub variants: Vec<Variant>,
+    /// How the variants scored at signing (`[evaluation]` in VARIANTS.toml); absent when the
+    /// release was signed without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evaluation: Option<Evaluation>,
 }
 
 /// Documented limits for manifests; anything larger is refused.
@@ -346,6 +354,11 @@ impl ReleaseManifest {
                 self.variants.len(),
                 limits.max_variants
             ));
+        }
+        if let Some(e) = &self.evaluation
+            && let Err(why) = e.validate(limits.max_variants)
+        {
+            return bad(why);
         }
         if self.notes.len() > limits.max_notes {
             return bad(format!(

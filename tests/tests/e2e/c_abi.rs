@@ -167,6 +167,7 @@ fn a_c_program_runs_integer_inputs_and_several_outputs() {
         model: "typed-io".parse().expect("model"),
         version: semver::Version::new(1, 0, 0),
         notes: String::new(),
+        evaluation: None,
         variants: vec![ferry_tests::app::variant(
             "only",
             "typed-io-portable.pte",

@@ -62,6 +62,7 @@ fn spec(model: &str) -> VariantsFile {
         model: model.parse().expect("model"),
         version: semver::Version::new(1, 0, 0),
         notes: String::new(),
+        evaluation: None,
         variants: vec![v],
     }
 }

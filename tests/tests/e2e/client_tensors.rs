@@ -51,6 +51,7 @@ fn publish(app: &TestApp, model: &str, file: &str, delegate: Delegate) {
         model: model.parse().expect("model"),
         version: semver::Version::new(1, 0, 0),
         notes: String::new(),
+        evaluation: None,
         variants: vec![variant("only", file, delegate, ">=1.0.0", "*")],
     };
     app.publish(&spec);
@@ -253,6 +254,7 @@ fn each_methods_signed_golden_is_checked_when_that_method_is_loaded() {
         model: "two-methods".parse().expect("model"),
         version: semver::Version::new(1, 0, 0),
         notes: String::new(),
+        evaluation: None,
         variants: vec![v],
     };
     let (manifest, _) = app.publish(&spec);

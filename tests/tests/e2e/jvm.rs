@@ -202,6 +202,7 @@ fn java_runs_tensors_of_every_element_type_through_the_binding() {
             model: model.parse().expect("model"),
             version: semver::Version::new(1, 0, 0),
             notes: String::new(),
+            evaluation: None,
             variants: vec![variant(
                 "only",
                 &format!("{file}.pte"),

@@ -15,6 +15,7 @@ mod client_tensors;
 mod client_trust;
 mod dashboard;
 mod error_catalogue;
+mod evaluate;
 mod fleet_buckets;
 mod fleet_replicas;
 mod inspector_ground_truth;
