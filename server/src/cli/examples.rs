@@ -148,6 +148,10 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
         "ferry inspect model.pte\nferry inspect model.pte --json",
     ),
     (
+        "evaluate",
+        "ferry evaluate VARIANTS.toml\nferry evaluate VARIANTS.toml --json > evaluation.json",
+    ),
+    (
         "ops",
         "ferry ops demo-mlp --release 1.0.0\nferry ops demo-mlp --app-version 2.3.0 --format yaml > selected_ops.yaml",
     ),

@@ -3,6 +3,7 @@
 //! Top layer: may import every module.
 
 mod deny;
+mod evaluate;
 mod examples;
 mod fleet;
 mod health;
@@ -56,6 +57,8 @@ pub mod exit {
     pub const REFUSED: u8 = 6;
     /// The server could not be reached, or failed (5xx, 429).
     pub const UNAVAILABLE: u8 = 7;
+    /// `ferry evaluate`: a variant failed its accuracy bound or could not execute.
+    pub const EVALUATION_FAILED: u8 = 8;
 
     /// A mistake on the command line that clap cannot see (a bad version, an option that
     /// contradicts another): exits with [`USAGE`].
@@ -106,7 +109,7 @@ pub mod exit {
     about,
     after_help = "Exit codes: 0 ok, 1 other failure, 2 usage, 3 auth (no token, unknown token, \
                   missing scope), 4 not found, 5 conflict, 6 refused by the server's rules, \
-                  7 server or network unavailable. See docs/cli.md."
+                  7 server or network unavailable, 8 evaluation failed. See docs/cli.md."
 )]
 pub struct Cli {
     /// Print JSON for scripts instead of text for people (every command; `serve` logs JSON).
@@ -270,6 +273,12 @@ pub enum Command {
         /// The `.pte` (or `.ptd`) file.
         file: PathBuf,
     },
+    /// Score every variant this machine can run on the `[evaluation]` set of a VARIANTS.toml,
+    /// through the real ExecuTorch runtime (exit 8 when one fails its bound).
+    Evaluate {
+        /// The VARIANTS.toml with an `[evaluation]` section.
+        variants: PathBuf,
+    },
 }
 /// Parses the process arguments, runs the command and maps errors to a one-line message.
 pub fn main() -> ExitCode {
@@ -363,6 +372,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             )
         }
         Command::Inspect { file } => inspect(&file, json),
+        Command::Evaluate { variants } => evaluate::evaluate_cmd(&variants, json),
         Command::Rollout { command } => rollout_cmd(command, json),
         Command::Health {
             model,

@@ -1,6 +1,7 @@
 //! The `ferry` command line run as operators run it: one binary, one module per command group.
 
 mod cli_durability;
+mod cli_evaluate;
 mod cli_inspect;
 mod cli_json;
 mod cli_keys;

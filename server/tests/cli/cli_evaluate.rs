@@ -1,0 +1,84 @@
+//! `ferry evaluate` on the committed digits release (`tests/fixtures/eval/VARIANTS.toml`):
+//! exit 8 and the damaged variant named when one fails, exit 0 when all pass, the JSON
+//! contract; a `ferry` built without the runtime says how to get one.
+
+use std::path::PathBuf;
+
+use crate::common::ferry;
+
+fn variants() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/eval/VARIANTS.toml")
+}
+
+#[cfg(feature = "executorch")]
+#[test]
+fn evaluate_exits_8_naming_the_variant_that_lost_accuracy() {
+    let out = ferry()
+        .arg("evaluate")
+        .arg(variants())
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(8), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("536 samples (4 dropped"), "{text}");
+    assert!(text.contains("int8-damaged             FAIL"), "{text}");
+    assert!(text.contains("above max_drop 1.00%"), "{text}");
+
+    let out = ferry()
+        .args(["evaluate", "--json"])
+        .arg(variants())
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(8));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let rows = v["variants"].as_array().expect("variants");
+    let ids: Vec<&str> = rows
+        .iter()
+        .map(|r| r["id"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(ids, ["fp32", "int8", "int8-damaged"]);
+    for r in rows {
+        for key in ["evaluated", "metric", "value", "drop", "passed", "why_not"] {
+            assert!(r.get(key).is_some(), "{key} missing in {r}");
+        }
+    }
+    assert_eq!(rows[1]["passed"], true);
+    assert_eq!(rows[2]["passed"], false);
+
+    // Without the damaged variant every evaluated one passes: exit 0.
+    let dir = tempfile::tempdir().expect("tmp");
+    let src = variants().parent().expect("dir").to_path_buf();
+    for f in [
+        "digits-fp32.pte",
+        "digits-int8.pte",
+        "digits-test.safetensors",
+    ] {
+        std::fs::copy(src.join(f), dir.path().join(f)).expect("copy");
+    }
+    let toml = std::fs::read_to_string(variants()).expect("toml");
+    let kept = toml
+        .split("[[variant]]")
+        .filter(|part| !part.contains("int8-damaged"))
+        .collect::<Vec<_>>()
+        .join("[[variant]]");
+    std::fs::write(dir.path().join("VARIANTS.toml"), kept).expect("write");
+    let out = ferry()
+        .arg("evaluate")
+        .arg(dir.path().join("VARIANTS.toml"))
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
+
+#[cfg(not(feature = "executorch"))]
+#[test]
+fn a_ferry_without_the_runtime_says_how_to_get_one() {
+    let out = ferry()
+        .arg("evaluate")
+        .arg(variants())
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--features executorch"), "{err}");
+}
