@@ -87,6 +87,9 @@ catalogue! {
     ServerCertificateInvalid = "server_certificate_invalid",
     /// An input breaks the method's signed contract (its element type, number of dimensions, or a size above its bound or other than its fixed value); the message names the input, the dimension, the value and the bound. Nothing reached the runtime. (client)
     InputMismatch = "input_mismatch",
+    /// `ferry sign`: a variant failed its accuracy bound in the release's `[evaluation]` (or
+    /// could not execute); the message names it, its value and the bound. Nothing was signed. (cli)
+    AccuracyRegression = "accuracy_regression",
     /// No release of the model is published. (server, client)
     ModelNotFound = "model_not_found",
     /// No variant of any live release fits the device (runtime, app, platform, OS, RAM, backends, deny list); `details.explain` says why per variant. (server, client)

@@ -118,6 +118,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::Network
         | C::ServerCertificateInvalid
         | C::InputMismatch
+        | C::AccuracyRegression
         | C::ServerError
         | C::BadResponse
         | C::Expired

@@ -154,6 +154,10 @@ pub enum Command {
         /// Where to write the signed release.
         #[arg(short = 'o', long = "output", value_hint = clap::ValueHint::FilePath)]
         output: PathBuf,
+        /// Sign even though a variant failed its `[evaluation]` bound; the reason is recorded
+        /// in the signed manifest.
+        #[arg(long, value_name = "REASON")]
+        allow_regression: Option<String>,
     },
     /// Upload a signed release's blobs, then the release, to a server (idempotent on retry).
     Publish {
@@ -353,7 +357,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             variants,
             key,
             output,
-        } => sign_cmd(&variants, &key, &output, json),
+            allow_regression,
+        } => sign_cmd(&variants, &key, &output, allow_regression.as_deref(), json),
         Command::Publish {
             release,
             files,

@@ -13,6 +13,7 @@ pub(crate) fn sign_cmd(
     variants: &Path,
     key: &Path,
     output: &Path,
+    allow_regression: Option<&str>,
     json_out: bool,
 ) -> anyhow::Result<ExitCode> {
     let spec = sign::read_variants(variants)?;
@@ -37,7 +38,11 @@ pub(crate) fn sign_cmd(
             .with_context(|| format!("SOURCE_DATE_EPOCH {v:?} is not a unix time in seconds"))?,
         Err(_) => time::OffsetDateTime::now_utc(),
     };
-    let (manifest, files) = sign::build_manifest(&spec, base, &read, created)?;
+    let (mut manifest, files) = sign::build_manifest(&spec, base, &read, created)?;
+    if spec.evaluation.is_some() {
+        manifest.evaluation = Some(gate(&spec, base, allow_regression)?);
+        manifest.validate(&ferry_shared::manifest::ManifestLimits::default())?;
+    }
     for w in sign::contract_warnings(&manifest) {
         eprintln!("warning: {w}");
     }
@@ -101,4 +106,65 @@ pub(crate) fn sign_cmd(
     }
     println!("wrote {}", output.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs the release's `[evaluation]` and refuses (`accuracy_regression`) when a variant fails
+/// its bound, unless `allow` gives a reason, which is recorded with the failed variants.
+#[cfg(feature = "executorch")]
+fn gate(
+    spec: &sign::VariantsFile,
+    base: &Path,
+    allow: Option<&str>,
+) -> anyhow::Result<ferry_shared::manifest::Evaluation> {
+    let report = crate::release::evaluate::run::evaluate(spec, base, &mut |_, _| {})?;
+    let failed = report.failed();
+    let mut evaluation = report.evaluation;
+    if failed.is_empty() {
+        return Ok(evaluation);
+    }
+    let reasons: Vec<String> = report
+        .variants
+        .iter()
+        .filter(|v| v.result.passed == Some(false))
+        .map(|v| {
+            format!(
+                "{}: {}",
+                v.result.id,
+                v.result.why_not.clone().unwrap_or_default()
+            )
+        })
+        .collect();
+    match allow.map(str::trim).filter(|r| !r.is_empty()) {
+        Some(reason) => {
+            eprintln!(
+                "warning: signing despite failed evaluation ({}): {reason}",
+                reasons.join("; ")
+            );
+            evaluation.override_ = Some(ferry_shared::manifest::EvaluationOverride {
+                reason: reason.to_string(),
+                failed,
+            });
+            Ok(evaluation)
+        }
+        None => bail!(
+            "{}: {}; nothing was signed (fix the variant, or sign anyway with \
+             --allow-regression REASON)",
+            ferry_shared::errors::ErrorCode::AccuracyRegression.as_str(),
+            reasons.join("; ")
+        ),
+    }
+}
+
+/// A `ferry` without the runtime cannot check accuracy, so it does not sign such a release.
+#[cfg(not(feature = "executorch"))]
+fn gate(
+    _spec: &sign::VariantsFile,
+    _base: &Path,
+    _allow: Option<&str>,
+) -> anyhow::Result<ferry_shared::manifest::Evaluation> {
+    bail!(
+        "this release has an [evaluation] section, and this ferry was built without the \
+         ExecuTorch runtime, so it cannot run it: run scripts/setup-executorch.sh, then build \
+         with `cargo build --release -p ferry-server --features executorch`"
+    )
 }

@@ -82,3 +82,55 @@ fn a_ferry_without_the_runtime_says_how_to_get_one() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--features executorch"), "{err}");
 }
+
+#[cfg(feature = "executorch")]
+#[test]
+fn sign_refuses_a_release_whose_variant_lost_accuracy_unless_told_why() {
+    let dir = tempfile::tempdir().expect("tmp");
+    crate::common::run_ok(
+        ferry()
+            .args(["keys", "generate", "--out"])
+            .arg(dir.path().join("keys")),
+    );
+    let key = dir.path().join("keys/release.key");
+    let out_file = dir.path().join("release.json");
+    let out = ferry()
+        .arg("sign")
+        .arg(variants())
+        .arg("--key")
+        .arg(&key)
+        .arg("-o")
+        .arg(&out_file)
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("accuracy_regression"), "{err}");
+    assert!(err.contains("int8-damaged"), "{err}");
+    assert!(!out_file.exists(), "nothing is signed");
+
+    crate::common::run_ok(
+        ferry()
+            .arg("sign")
+            .arg(variants())
+            .arg("--key")
+            .arg(&key)
+            .arg("-o")
+            .arg(&out_file)
+            .args(["--allow-regression", "damaged build kept for the bisect"]),
+    );
+    let env: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&out_file).expect("release")).expect("json");
+    use base64::Engine as _;
+    let payload = base64::engine::general_purpose::STANDARD
+        .decode(env["payload"].as_str().expect("payload"))
+        .expect("base64");
+    let m: serde_json::Value = serde_json::from_slice(&payload).expect("manifest");
+    let e = &m["evaluation"];
+    assert_eq!(e["metric"], "top1");
+    assert_eq!(e["samples"], 536);
+    assert_eq!(e["results"]["int8"]["passed"], true);
+    assert_eq!(e["results"]["int8-damaged"]["passed"], false);
+    assert_eq!(e["override"]["reason"], "damaged build kept for the bisect");
+    assert_eq!(e["override"]["failed"][0], "int8-damaged");
+}
