@@ -3,7 +3,7 @@
 //!
 //! The header is parsed and checked by the `safetensors` crate; samples are then read from the
 //! file a batch at a time (positioned reads), so memory stays at one batch however large the
-//! set is, and the file is read once.
+//! set is; nothing is held twice (the digest is taken streaming, by `ferry_fs::sha256_file`).
 
 use std::fs::File;
 use std::io::Read as _;
@@ -14,7 +14,6 @@ use anyhow::{Context as _, bail};
 use ferry_shared::Sha256Digest;
 use ferry_shared::manifest::TensorValue;
 use safetensors::tensor::{Dtype, Metadata};
-use sha2::Digest as _;
 
 /// Largest header accepted (the tensor table), well above any real evaluation set's.
 const MAX_HEADER: u64 = 1 << 20;
@@ -46,7 +45,7 @@ pub struct Dataset {
 impl Dataset {
     /// Opens and checks `path`: a valid header, `input_0` ... in order with no gap, every
     /// tensor with the same number of samples, `labels` (if any) int64 with one per sample,
-    /// and a file exactly as long as its tensors. Its digest is computed here, streaming.
+    /// and a file exactly as long as its tensors. Its digest is taken here, streaming.
     pub fn open(path: &Path) -> anyhow::Result<Self> {
         let mut file =
             File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
@@ -146,7 +145,10 @@ impl Dataset {
                 Some(c)
             }
         };
-        let sha256 = digest(&mut file)?;
+        let sha256 = Sha256Digest::from_bytes(
+            ferry_fs::sha256_file(path)
+                .with_context(|| format!("cannot read {}", path.display()))?,
+        );
         Ok(Self {
             file,
             inputs,
@@ -236,22 +238,6 @@ fn is_input(name: &str, n: usize) -> bool {
         .is_some_and(|k| k < n && name == format!("input_{k}"))
 }
 
-/// SHA-256 of the whole file, read in 1 MiB pieces.
-fn digest(file: &mut File) -> anyhow::Result<Sha256Digest> {
-    let mut h = sha2::Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut at = 0u64;
-    loop {
-        let n = file.read_at(&mut buf, at)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-        at += n as u64;
-    }
-    Ok(Sha256Digest::from_bytes(h.finalize().into()))
-}
-
 /// The golden files' name for a safetensors element type ferry feeds.
 fn dtype_name(d: Dtype) -> Option<&'static str> {
     Some(match d {
@@ -280,29 +266,13 @@ fn decode(d: Dtype, bytes: &[u8]) -> Vec<f64> {
     match d {
         Dtype::F32 => each(bytes, |b| f64::from(f32::from_le_bytes(b))),
         Dtype::F64 => each(bytes, f64::from_le_bytes),
-        Dtype::F16 => each(bytes, |b| half_to_f64(u16::from_le_bytes(b), false)),
-        Dtype::BF16 => each(bytes, |b| half_to_f64(u16::from_le_bytes(b), true)),
+        Dtype::F16 => each(bytes, |b| half::f16::from_le_bytes(b).to_f64()),
+        Dtype::BF16 => each(bytes, |b| half::bf16::from_le_bytes(b).to_f64()),
         Dtype::I8 => each(bytes, |b: [u8; 1]| f64::from(b[0] as i8)),
         Dtype::I16 => each(bytes, |b| f64::from(i16::from_le_bytes(b))),
         Dtype::I32 => each(bytes, |b| f64::from(i32::from_le_bytes(b))),
         Dtype::I64 => each(bytes, |b| i64::from_le_bytes(b) as f64),
         Dtype::U8 | Dtype::BOOL => each(bytes, |b: [u8; 1]| f64::from(b[0])),
         _ => Vec::new(),
-    }
-}
-
-/// A 16-bit float (IEEE half, or bfloat16: the top half of an `f32`) as `f64`.
-fn half_to_f64(bits: u16, brain: bool) -> f64 {
-    if brain {
-        return f64::from(f32::from_bits(u32::from(bits) << 16));
-    }
-    let sign = if bits & 0x8000 != 0 { -1.0 } else { 1.0 };
-    let exp = i32::from((bits >> 10) & 0x1f);
-    let frac = f64::from(bits & 0x3ff);
-    sign * match exp {
-        0 => frac * 2f64.powi(-24),
-        31 if frac == 0.0 => f64::INFINITY,
-        31 => f64::NAN,
-        e => (1.0 + frac / 1024.0) * 2f64.powi(e - 15),
     }
 }

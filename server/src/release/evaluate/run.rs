@@ -167,7 +167,7 @@ fn read_release(path: &Path) -> anyhow::Result<ReleaseManifest> {
     let env: ferry_shared::dsse::Envelope = serde_json::from_slice(&bytes)
         .with_context(|| format!("{} is not a signed release", path.display()))?;
     let payload = ferry_shared::dsse::decode_payload(&env, &Default::default())?;
-    serde_json::from_slice(&payload)
+    ReleaseManifest::from_json(&payload)
         .with_context(|| format!("{} does not hold a release manifest", path.display()))
 }
 
