@@ -124,6 +124,7 @@ pub struct VerifiedBlob {
     sha256: Sha256Digest,
     size: u64,
     data: Vec<VerifiedBlob>,
+    assets: Vec<VerifiedBlob>,
     /// A shared lock on the file while any copy of this value lives: no process evicts a blob
     /// another one holds.
     held: Held,
@@ -165,9 +166,20 @@ impl VerifiedBlob {
         &self.data
     }
 
-    /// This program with its verified data files.
-    pub(crate) fn with_data(mut self, data: Vec<VerifiedBlob>) -> Self {
+    /// The program's assets (files the app reads: labels, a tokenizer), in the signed
+    /// manifest's order.
+    pub fn assets(&self) -> &[VerifiedBlob] {
+        &self.assets
+    }
+
+    /// This program with its verified data files and assets.
+    pub(crate) fn with_side_files(
+        mut self,
+        data: Vec<VerifiedBlob>,
+        assets: Vec<VerifiedBlob>,
+    ) -> Self {
         self.data = data;
+        self.assets = assets;
         self
     }
 }
@@ -411,6 +423,7 @@ impl Cache {
                 sha256: *d,
                 size,
                 data: Vec::new(),
+                assets: Vec::new(),
                 held: Held {
                     _lock: Some(std::sync::Arc::new(lock)),
                 },
@@ -453,6 +466,7 @@ impl Cache {
             sha256: *d,
             size,
             data: Vec::new(),
+            assets: Vec::new(),
             held: Held {
                 _lock: held.map(std::sync::Arc::new),
             },

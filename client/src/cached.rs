@@ -108,7 +108,7 @@ impl Client {
         }))
     }
 
-    /// The program of `variant` and every data file, verified; `None` when any is missing or
+    /// The program of `variant` with every data file and asset, verified; `None` when any is missing or
     /// fails its check (a failed file is removed).
     pub(crate) fn verified_program(
         &self,
@@ -119,13 +119,14 @@ impl Client {
             return Ok(None);
         };
         let mut data = Vec::with_capacity(variant.extra_files.len());
-        for f in &variant.extra_files {
+        for f in variant.side_files() {
             match cache.verified_blob(&f.sha256, f.size)? {
                 Some(d) => data.push(d),
                 None => return Ok(None),
             }
         }
-        Ok(Some(program.with_data(data)))
+        let assets = data.split_off(variant.extra_files.len());
+        Ok(Some(program.with_side_files(data, assets)))
     }
 
     /// The model's last known good entry if its signed constraints admit `device` now, else
@@ -172,7 +173,7 @@ impl Client {
                     delegate: v.delegate.to_string(),
                     sha256: v.sha256,
                     size: v.size,
-                    data: v.extra_files.iter().map(|f| f.sha256).collect(),
+                    data: v.side_files().map(|f| f.sha256).collect(),
                     incompatible: None,
                     ..last.entry.clone()
                 };

@@ -64,6 +64,8 @@ pub struct FerryModel {
     source: CString,
     report: CString,
     contract: CString,
+    preprocess_json: CString,
+    meta: metadata::MetadataOut,
 }
 
 thread_local! {
@@ -396,6 +398,10 @@ pub unsafe extern "C" fn ferry_load_with(
                     source: cstring(&source),
                     report: cstring(&serde_json::to_string(&m.report).unwrap_or_default()),
                     contract: cstring(&serde_json::to_string(&m.contract).unwrap_or_default()),
+                    preprocess_json: cstring(
+                        &serde_json::to_string(&m.preprocess()).unwrap_or_default(),
+                    ),
+                    meta: metadata::MetadataOut::of(&m),
                     model: m,
                 };
                 // SAFETY: `out` is non-NULL and valid per the contract.
@@ -405,64 +411,6 @@ pub unsafe extern "C" fn ferry_load_with(
             Err(e) => fail(status_of(&e), e.code(), &e.to_string()),
         }
     })
-}
-
-/// Which field of a loaded model [`ferry_model_info`] returns.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FerryModelField {
-    /// Variant id.
-    FerryFieldVariant = 0,
-    /// Release version.
-    FerryFieldRelease = 1,
-    /// Delegate.
-    FerryFieldDelegate = 2,
-    /// Path of the verified file.
-    FerryFieldPath = 3,
-    /// `downloaded`, `cached` or `last_known_good:<code>`.
-    FerryFieldSource = 4,
-    /// The load report as JSON (`model`, `release`, `variant`, `delegate`, `source`,
-    /// `method`, `attempts` with their `stage`, `registered_backends`, `delegated`,
-    /// `portable_kernels`, `duration_ms`; see docs/client.md).
-    FerryFieldReport = 5,
-    /// Each method's signed input and output contract as JSON, `{"forward": {"inputs": [...],
-    /// "outputs": [...]}}`, each tensor with `dtype`, `shape` (a bounded dimension at its
-    /// bound), `dim_order` and `dynamism` (`static`, `bounded`, `unbounded`); `null` for a
-    /// release signed before ferry recorded it (see docs/client.md).
-    FerryFieldContract = 6,
-}
-
-/// A field of a loaded model (a `ferry_model_field` value), valid until `ferry_model_free`;
-/// NULL for a NULL handle or a value that names no field (the field is taken as an integer,
-/// so a value from a newer header is answered with NULL rather than undefined behaviour).
-///
-/// # Safety
-/// `model` is NULL or a live handle.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn ferry_model_info(model: *const FerryModel, field: u32) -> *const c_char {
-    if model.is_null() {
-        return std::ptr::null();
-    }
-    // SAFETY: live handle per the contract.
-    let m = unsafe { &*model };
-    let f = |x: FerryModelField| field == x as u32;
-    if f(FerryModelField::FerryFieldVariant) {
-        m.variant.as_ptr()
-    } else if f(FerryModelField::FerryFieldRelease) {
-        m.release.as_ptr()
-    } else if f(FerryModelField::FerryFieldDelegate) {
-        m.delegate.as_ptr()
-    } else if f(FerryModelField::FerryFieldPath) {
-        m.path.as_ptr()
-    } else if f(FerryModelField::FerryFieldSource) {
-        m.source.as_ptr()
-    } else if f(FerryModelField::FerryFieldReport) {
-        m.report.as_ptr()
-    } else if f(FerryModelField::FerryFieldContract) {
-        m.contract.as_ptr()
-    } else {
-        std::ptr::null()
-    }
 }
 
 /// Runs the loaded method on one float32 input of shape `shape[0..ndim]`, writing the first
@@ -580,6 +528,9 @@ pub extern "C" fn ferry_last_error_message() -> *const c_char {
     LAST_MESSAGE.with(|m| m.borrow().as_ptr())
 }
 
+mod metadata;
 mod tensors;
+
+pub use metadata::FerryModelField;
 
 pub use tensors::*;

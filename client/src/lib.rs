@@ -30,6 +30,7 @@ pub mod ffi;
 mod golden;
 mod load;
 pub mod locks;
+mod metadata;
 pub mod policy;
 mod resolve;
 pub mod runtime;

@@ -152,6 +152,8 @@ pub struct LoadedModel {
     /// Each method's signed input and output contract (`None`: signed before ferry recorded
     /// it; inputs then go to the runtime unchecked).
     pub(crate) contract: Option<std::collections::BTreeMap<String, ferry_shared::pte::Signature>>,
+    /// The variant's signed metadata: preprocessing, labels, assets.
+    pub(crate) metadata: crate::metadata::ModelMetadata,
     pub(crate) _guard: InUseGuard,
 }
 
@@ -183,6 +185,29 @@ impl LoadedModel {
     /// whether sizes may vary. `None` for a release signed before ferry recorded it.
     pub fn contract(&self, method: &str) -> Option<&ferry_shared::pte::Signature> {
         self.contract.as_ref()?.get(method)
+    }
+
+    /// How the app prepares the first input from an image, as the release signed it (resize,
+    /// colour order, layout, value range, mean and std); `None` when the release says nothing.
+    pub fn preprocess(&self) -> Option<&ferry_shared::manifest::Preprocess> {
+        self.metadata.preprocess.as_ref()
+    }
+
+    /// The class labels in output order, from the release's signed labels file; `None` when it
+    /// has none.
+    pub fn labels(&self) -> Option<&[String]> {
+        self.metadata.labels.as_deref()
+    }
+
+    /// The verified file of the asset `name` (a labels file, a tokenizer) in the cache, valid
+    /// while this model is loaded; `None` when the variant has no such asset.
+    pub fn asset(&self, name: &str) -> Option<&std::path::Path> {
+        self.metadata.assets.get(name).map(PathBuf::as_path)
+    }
+
+    /// Every asset of the variant by name, with its verified file.
+    pub fn assets(&self) -> &BTreeMap<String, PathBuf> {
+        &self.metadata.assets
     }
 
     /// Runs another method of the same program by name, loading it first when it is not
@@ -310,6 +335,7 @@ impl InUseGuard {
     pub(crate) fn new(set: &InUse, blob: &crate::cache::VerifiedBlob) -> Self {
         let digests: Vec<Sha256Digest> = std::iter::once(*blob.sha256())
             .chain(blob.data_files().iter().map(|d| *d.sha256()))
+            .chain(blob.assets().iter().map(|d| *d.sha256()))
             .collect();
         {
             let mut g = ferry_shared::sync::lock(set);

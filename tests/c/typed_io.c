@@ -1,5 +1,6 @@
 /* Runs the typed-io model through ferry's typed C ABI (ferry_model_run): int64 ids and int8
- * flags in, float32, int64 and bool out. Built and run by tests/tests/c_abi.rs.
+ * flags in, float32, int64 and bool out; prints the release's signed metadata first. Built and
+ * run by tests/tests/c_abi.rs.
  * Arguments: server, trust.json, cache folder, ids file (int64), flags file (int8), rows, cols. */
 #include <stdint.h>
 #include <stdio.h>
@@ -44,6 +45,17 @@ int main(int argc, char **argv) {
   if (ferry_load(client, "typed-io", "{\"install_id\":\"c-typed\",\"platform\":\"linux\",\"ram_mb\":4096}",
                  &model) != FERRY_OK)
     return fail("load");
+
+  /* The release's signed metadata: labels (one per line), preprocessing, an asset by path. */
+  printf("labels: %s\n", ferry_model_info(model, FERRY_FIELD_LABELS));
+  ferry_preprocess pre;
+  if (ferry_model_preprocess(model, &pre) != FERRY_OK) return fail("preprocess");
+  printf("preprocess: resize=%ux%u filter=%d color=%d layout=%d range=%g..%g mean_len=%u mean0=%g std0=%g\n",
+         pre.resize_width, pre.resize_height, (int)pre.resize_filter, (int)pre.color, (int)pre.layout,
+         pre.range_low, pre.range_high, pre.mean_len, pre.mean[0], pre.std[0]);
+  const char *labels_path = ferry_model_asset_path(model, "digits-labels.txt");
+  printf("asset: %s\n", labels_path ? labels_path : "(none)");
+  printf("no asset: %s\n", ferry_model_asset_path(model, "absent.txt") ? "found" : "(none)");
 
   ferry_tensor inputs[2] = {
       {FERRY_DTYPE_INT64, shape, 2, ids, ids_len},

@@ -256,16 +256,40 @@ impl TestApp {
 
     /// Uploads the release's blobs from the fixtures folder and publishes it; panics on failure.
     pub fn publish(&self, spec: &VariantsFile) -> (ReleaseManifest, Envelope) {
-        let (manifest, envelope) = signed_release(spec, &self.release_key());
-        for v in &manifest.variants {
-            let digests = std::iter::once(&v.sha256).chain(v.extra_files.iter().map(|f| &f.sha256));
-            for d in digests {
-                let bytes = fixture_bytes_by_digest(d);
-                let status = self.put_blob(&bytes);
+        self.publish_with(spec, |_| {})
+    }
+
+    /// [`TestApp::publish`], with `edit` applied to the manifest before it is signed (what
+    /// `ferry sign` adds after building it, such as an evaluation).
+    pub fn publish_with(
+        &self,
+        spec: &VariantsFile,
+        edit: impl FnOnce(&mut ReleaseManifest),
+    ) -> (ReleaseManifest, Envelope) {
+        let read = |p: &Path| -> anyhow::Result<Vec<u8>> { Ok(std::fs::read(p)?) };
+        let built = ferry_server::release::sign::build(
+            spec,
+            &crate::fixtures_dir().join("pte"),
+            &read,
+            time::OffsetDateTime::now_utc(),
+        )
+        .expect("manifest builds");
+        let mut manifest = built.manifest;
+        edit(&mut manifest);
+        let envelope =
+            ferry_server::release::sign::sign(&manifest, &self.release_key()).expect("signs");
+        for (v, f) in manifest.variants.iter().zip(&built.files) {
+            let files = std::iter::once(f)
+                .chain(&f.data)
+                .chain(&f.assets)
+                .map(|s| &s.path);
+            for path in files {
+                let status = self.put_blob(&std::fs::read(path).expect("release file"));
                 assert!(
                     status == 201 || status == 200,
-                    "upload {} {d}: {status}",
-                    v.id
+                    "upload {} {}: {status}",
+                    v.id,
+                    path.display()
                 );
             }
         }

@@ -77,6 +77,9 @@ pub fn variant(id: &str, file: &str, delegate: Delegate, runtime: &str, app: &st
         deny_socs: Vec::new(),
         golden: None,
         data: Vec::new(),
+        labels: None,
+        assets: Vec::new(),
+        preprocess: None,
     }
 }
 
@@ -137,6 +140,9 @@ fn mlp(
         version: version.parse().expect("version"),
         notes: notes.into(),
         evaluation: None,
+        labels: None,
+        assets: Vec::new(),
+        preprocess: None,
         variants,
     }
 }
@@ -205,6 +211,9 @@ pub fn tinyllm() -> VariantsFile {
         version: "1.0.0".parse().expect("version"),
         notes: "a small llama from ExecuTorch's LLM recipe".into(),
         evaluation: None,
+        labels: None,
+        assets: Vec::new(),
+        preprocess: None,
         variants: vec![custom, standard],
     }
 }

@@ -45,6 +45,9 @@ fn release(version: &str, tag: &str) -> VariantsFile {
         version: version.parse().expect("version"),
         notes: format!("recorded store: {version}"),
         evaluation: None,
+        labels: None,
+        assets: Vec::new(),
+        preprocess: None,
         variants: vec![
             variant(
                 "xnnpack-fp32",

@@ -92,6 +92,9 @@ fn release_spec() -> VariantsFile {
         version: "1.0.0".parse().expect("version"),
         notes: "protocol v1 vectors".into(),
         evaluation: None,
+        labels: None,
+        assets: Vec::new(),
+        preprocess: None,
         variants: vec![
             variant(
                 "xnnpack-fp32",

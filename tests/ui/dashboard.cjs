@@ -97,7 +97,12 @@ async function main() {
           ),
         })),
       );
-      out({ step: "release", notes: await page.textContent("#release-notes"), report });
+      const evaluation = await page.$$eval("#evaluation tbody tr", (rows) =>
+        rows.map((r) => Array.from(r.querySelectorAll("td")).map((td) => td.textContent)),
+      );
+      const override = await page.textContent("p.warning");
+      const metadata = await page.textContent("section.variant p.metadata");
+      out({ step: "release", notes: await page.textContent("#release-notes"), report, evaluation, override, metadata });
       await shot("release");
       // Move the rollout from 5% to 20%: preview, then confirm.
       await page.goBack();

@@ -111,6 +111,17 @@ public final class TypedModel {
         int exit = 0;
         try (FerryClient client = new FerryClient(args[0], trust, args[2], "1.0.0");
                 FerryModel m = client.load(model, device)) {
+            String[] labels = m.labels();
+            System.out.println("labels " + (labels == null ? "none" : String.join(",", labels)));
+            dev.ferry.Preprocess p = m.preprocess();
+            if (p != null) {
+                System.out.println("preprocess " + p.resizeWidth + "x" + p.resizeHeight + " "
+                        + p.filter + " " + p.color + " " + p.layout + " "
+                        + java.util.Arrays.toString(p.range) + " "
+                        + java.util.Arrays.toString(p.mean) + " "
+                        + java.util.Arrays.toString(p.std));
+            }
+            System.out.println("asset " + m.assetPath("digits-labels.txt"));
             Tensor[] out = m.run(method, inputs.toArray(new Tensor[0]));
             for (Tensor t : out) {
                 System.out.println(show(t));

@@ -21,8 +21,8 @@ pub(crate) fn part_len(part: &std::path::Path) -> u64 {
 }
 
 impl Client {
-    /// Makes sure the variant's verified files (its program and data files) are all in the
-    /// cache; returns the program with its data files and whether anything was downloaded now.
+    /// Makes sure the variant's verified files (its program, data files and assets) are all in
+    /// the cache; returns the program with them and whether anything was downloaded now.
     /// A download `opts` does not allow is refused before any byte is fetched
     /// (`DownloadDeferred`); `spent` counts the bytes this load fetched so far (for the byte
     /// budget) and grows by what this call fetches. Each file is kept once by its digest, so
@@ -39,9 +39,14 @@ impl Client {
             .extra_files
             .iter()
             .map(|f| format!("{} data file {}", v.id, f.name))
+            .chain(
+                v.assets
+                    .iter()
+                    .map(|f| format!("{} asset {}", v.id, f.name)),
+            )
             .collect();
         let mut wanted = vec![download::Wanted::from(v)];
-        for (f, id) in v.extra_files.iter().zip(&data_ids) {
+        for (f, id) in v.side_files().zip(&data_ids) {
             wanted.push(download::Wanted {
                 id,
                 sha256: f.sha256,
@@ -144,7 +149,8 @@ impl Client {
         let program = blobs
             .next()
             .ok_or_else(|| ClientError::DecisionMismatch("no program".into()))?;
-        Ok((program.with_data(blobs.collect()), downloaded))
+        let data: Vec<VerifiedBlob> = blobs.by_ref().take(v.extra_files.len()).collect();
+        Ok((program.with_side_files(data, blobs.collect()), downloaded))
     }
 
     /// Where a data file of the variant whose program is at `program_url` is: the same place

@@ -140,6 +140,7 @@ impl Client {
             golden_max_abs_diff: golden,
             golden: variant.golden.clone(),
             contract: variant.methods.clone(),
+            metadata: crate::metadata::ModelMetadata::of(&variant, &blob)?,
             method: self.method.clone(),
             program,
             other_methods: Vec::new(),

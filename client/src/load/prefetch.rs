@@ -46,8 +46,8 @@ impl Client {
         let plan = self.resolve(model, device)?;
         let c = self.prefetch_candidate(&plan)?;
         let v = &c.variant;
-        let files = std::iter::once((v.sha256, v.size))
-            .chain(v.extra_files.iter().map(|f| (f.sha256, f.size)));
+        let files =
+            std::iter::once((v.sha256, v.size)).chain(v.side_files().map(|f| (f.sha256, f.size)));
         let (mut size, mut to_download) = (0u64, 0u64);
         for (d, n) in files {
             size += n;

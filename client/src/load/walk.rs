@@ -196,7 +196,7 @@ impl Client {
             delegate: v.delegate.to_string(),
             sha256: v.sha256,
             size: v.size,
-            data: v.extra_files.iter().map(|f| f.sha256).collect(),
+            data: v.side_files().map(|f| f.sha256).collect(),
             release_envelope: plan.release_envelope.clone(),
             incompatible: None,
         };
@@ -239,6 +239,7 @@ impl Client {
             golden_max_abs_diff: golden,
             golden: v.golden.clone(),
             contract: v.methods.clone(),
+            metadata: crate::metadata::ModelMetadata::of(v, &blob)?,
             method: self.method.clone(),
             program,
             other_methods: Vec::new(),

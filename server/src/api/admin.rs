@@ -185,6 +185,7 @@ pub(crate) fn release_view(r: &Release) -> serde_json::Value {
         "notes": r.manifest.notes,
         "created": r.manifest.created.format(&time::format_description::well_known::Rfc3339).unwrap_or_default(),
         "variants": r.manifest.variants,
+        "evaluation": r.manifest.evaluation,
         "inspection": r.inspection,
         "envelope": r.envelope,
     })
@@ -261,10 +262,37 @@ pub(crate) async fn get_model(
             if !census.is_empty() {
                 row["runtimes"] = crate::fleet::runtimes::coverage(&census, &r.manifest);
             }
+            if let Some(e) = &r.manifest.evaluation {
+                row["evaluation"] = evaluation_summary(e);
+            }
             row
         })
         .collect();
     Ok(HttpResponse::Ok().json(serde_json::json!({ "model": model, "releases": list })))
+}
+
+/// A release's signed evaluation in short, for lists: the metric, reference and sample count,
+/// the variants that failed their bound and those not evaluated, the override's reason, and
+/// per variant its value, drop and verdict.
+fn evaluation_summary(e: &ferry_shared::manifest::Evaluation) -> serde_json::Value {
+    let ids = |f: &dyn Fn(&ferry_shared::manifest::EvaluationResult) -> bool| -> Vec<&str> {
+        e.results
+            .values()
+            .filter(|r| f(r))
+            .map(|r| r.id.as_str())
+            .collect()
+    };
+    serde_json::json!({
+        "metric": e.metric,
+        "reference": e.reference,
+        "samples": e.samples,
+        "failed": ids(&|r| r.passed == Some(false)),
+        "not_evaluated": ids(&|r| !r.evaluated),
+        "override": e.override_.as_ref().map(|o| o.reason.as_str()),
+        "results": e.results.iter().map(|(id, r)| (id.clone(), serde_json::json!({
+            "value": r.value, "drop": r.drop, "passed": r.passed,
+        }))).collect::<serde_json::Map<_, _>>(),
+    })
 }
 
 /// A release's place in the lifecycle: `live` (the baseline), `staged 5%` (with `paused` or

@@ -64,6 +64,9 @@ fn spec() -> anyhow::Result<VariantsFile> {
             deny_socs: Vec::new(),
             golden: Some("mlp-v1-xnnpack.json".into()),
             data: Vec::new(),
+            labels: None,
+            assets: Vec::new(),
+            preprocess: None,
         })
     };
     Ok(VariantsFile {
@@ -71,6 +74,9 @@ fn spec() -> anyhow::Result<VariantsFile> {
         version: DEMO_VERSION.parse()?,
         notes: "ferry demo: a 16-32-8 MLP exported with ExecuTorch 1.5.1".into(),
         evaluation: None,
+        labels: None,
+        assets: Vec::new(),
+        preprocess: None,
         variants: vec![
             v(
                 "coreml-fp32",

@@ -243,8 +243,7 @@ fn locate(
     let mut wanted: Vec<(Sha256Digest, u64, String, Option<String>)> = Vec::new();
     for v in &manifest.variants {
         let files = std::iter::once((v.sha256, v.size, v.id.to_string(), None)).chain(
-            v.extra_files
-                .iter()
+            v.side_files()
                 .map(|f| (f.sha256, f.size, v.id.to_string(), Some(f.name.clone()))),
         );
         for w in files {
@@ -274,7 +273,7 @@ fn locate(
         .iter()
         .filter(|w| !found.iter().any(|(d, _)| *d == w.0))
         .map(|(digest, _, variant, data_file)| match data_file {
-            Some(name) => format!("variant {variant} data file {name} (sha256 {digest})"),
+            Some(name) => format!("variant {variant} file {name} (sha256 {digest})"),
             None => format!("variant {variant} (sha256 {digest})"),
         })
         .collect();

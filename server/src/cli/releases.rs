@@ -15,7 +15,14 @@ pub(crate) fn releases_cmd(model: &str, json: bool, remote: &Remote) -> anyhow::
     }
     let mut table = Table::new();
     table.load_preset(comfy_table::presets::NOTHING);
-    table.set_header(["RELEASE", "STATE", "VARIANTS", "RUNTIMES", "NOTES"]);
+    table.set_header([
+        "RELEASE",
+        "STATE",
+        "VARIANTS",
+        "RUNTIMES",
+        "EVALUATION",
+        "NOTES",
+    ]);
     for r in v["releases"].as_array().into_iter().flatten() {
         let variants: Vec<String> = r["variants"]
             .as_array()
@@ -36,9 +43,40 @@ pub(crate) fn releases_cmd(model: &str, json: bool, remote: &Remote) -> anyhow::
             r["state"].as_str().unwrap_or(""),
             &variants.join(", "),
             &runnable.join(", "),
+            &evaluation(&r["evaluation"]),
             notes.lines().next().unwrap_or(""),
         ]);
     }
     println!("{table}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// A release's signed evaluation in a few words: the metric and the verdict, the variants that
+/// failed (and the override that signed them anyway), how many were not evaluated; `-` for a
+/// release signed without one.
+fn evaluation(e: &serde_json::Value) -> String {
+    let Some(metric) = e["metric"].as_str() else {
+        return "-".into();
+    };
+    let list = |k: &str| -> Vec<&str> {
+        e[k].as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x.as_str())
+            .collect()
+    };
+    let (failed, skipped) = (list("failed"), list("not_evaluated"));
+    let mut out = if failed.is_empty() {
+        format!("{metric} passed")
+    } else {
+        format!("{metric} FAILED {}", failed.join(", "))
+    };
+    if let Some(reason) = e["override"].as_str() {
+        let reason: String = reason.chars().take(40).collect();
+        out.push_str(&format!(" (signed anyway: {reason})"));
+    }
+    if !skipped.is_empty() {
+        out.push_str(&format!("; {} not evaluated", skipped.len()));
+    }
+    out
 }

@@ -38,12 +38,16 @@ pub(crate) fn sign_cmd(
             .with_context(|| format!("SOURCE_DATE_EPOCH {v:?} is not a unix time in seconds"))?,
         Err(_) => time::OffsetDateTime::now_utc(),
     };
-    let (mut manifest, files) = sign::build_manifest(&spec, base, &read, created)?;
+    let sign::Built {
+        mut manifest,
+        files,
+        warnings,
+    } = sign::build(&spec, base, &read, created)?;
     if spec.evaluation.is_some() {
         manifest.evaluation = Some(gate(&spec, base, allow_regression)?);
         manifest.validate(&ferry_shared::manifest::ManifestLimits::default())?;
     }
-    for w in sign::contract_warnings(&manifest) {
+    for w in &warnings {
         eprintln!("warning: {w}");
     }
     let envelope = sign::sign(&manifest, &key)?;
@@ -69,6 +73,14 @@ pub(crate) fn sign_cmd(
                     "sha256": e.sha256,
                     "file": d.path.display().to_string(),
                 })).collect::<Vec<_>>(),
+                "assets": v.assets.iter().zip(&f.assets).map(|(e, d)| serde_json::json!({
+                    "name": e.name,
+                    "size": e.size,
+                    "sha256": e.sha256,
+                    "file": d.path.display().to_string(),
+                })).collect::<Vec<_>>(),
+                "labels": v.labels,
+                "preprocess": v.preprocess,
             })).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -96,6 +108,21 @@ pub(crate) fn sign_cmd(
         for (e, d) in v.extra_files.iter().zip(&f.data) {
             println!(
                 "  {:<16} {:<9} {:>10} bytes  {}  (data file {})",
+                "",
+                "",
+                e.size,
+                d.path.display(),
+                e.name
+            );
+        }
+        for (e, d) in v.assets.iter().zip(&f.assets) {
+            let role = if v.labels.as_ref() == Some(&e.name) {
+                "labels"
+            } else {
+                "asset"
+            };
+            println!(
+                "  {:<16} {:<9} {:>10} bytes  {}  ({role} {})",
                 "",
                 "",
                 e.size,

@@ -7,5 +7,6 @@
 
 pub mod decide;
 pub mod evaluate;
+pub mod metadata;
 pub mod publish;
 pub mod sign;

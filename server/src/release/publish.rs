@@ -495,7 +495,7 @@ pub async fn publish_release(
         }
         let report = inspect_blob(store, &v.sha256, v.size).await?;
         check_delegation(v, &report)?;
-        for f in &v.extra_files {
+        for f in v.side_files() {
             match store.head(&StorageKey::blob(&f.sha256)).await {
                 Ok(m) if m.size == f.size => {}
                 Ok(m) => {

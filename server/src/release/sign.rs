@@ -55,6 +55,17 @@ pub struct VariantsFile {
     /// signing, and refuse a variant past its bound (see [`crate::release::evaluate`]).
     #[serde(default)]
     pub evaluation: Option<crate::release::evaluate::EvaluationSpec>,
+    /// Every variant's labels file (one label per line, in output order), signed as an asset;
+    /// a variant's own `labels` replaces it (see [`crate::release::metadata`]).
+    #[serde(default)]
+    pub labels: Option<PathBuf>,
+    /// Files every variant's app reads (a tokenizer, a config), signed as assets.
+    #[serde(default)]
+    pub assets: Vec<PathBuf>,
+    /// `[preprocess]`: how the app prepares the first input, for every variant; a variant's
+    /// own replaces it whole.
+    #[serde(default)]
+    pub preprocess: Option<toml::Value>,
     /// The variants.
     #[serde(rename = "variant")]
     pub variants: Vec<VariantSpec>,
@@ -95,6 +106,15 @@ pub struct VariantSpec {
     /// runtime finds tensors in them by name, so their order does not matter.
     #[serde(default)]
     pub data: Vec<PathBuf>,
+    /// Its labels file, replacing the release-wide one.
+    #[serde(default)]
+    pub labels: Option<PathBuf>,
+    /// Files its app reads besides the release-wide ones, signed as assets.
+    #[serde(default)]
+    pub assets: Vec<PathBuf>,
+    /// Its own `[variant.preprocess]`, replacing the release-wide one.
+    #[serde(default)]
+    pub preprocess: Option<toml::Value>,
 }
 
 /// A file the manifest refers to, for `ferry publish`.
@@ -108,6 +128,8 @@ pub struct SignedFile {
     pub size: u64,
     /// For a program: its data files, in the manifest's order.
     pub data: Vec<SignedFile>,
+    /// For a program: its assets, in the manifest's order.
+    pub assets: Vec<SignedFile>,
 }
 
 /// What `ferry sign` warns about in a manifest's method contracts: an input whose sizes are
@@ -152,8 +174,31 @@ pub fn build_manifest(
     read: &dyn Fn(&Path) -> anyhow::Result<Vec<u8>>,
     now: OffsetDateTime,
 ) -> anyhow::Result<(ReleaseManifest, Vec<SignedFile>)> {
+    build(spec, base, read, now).map(|b| (b.manifest, b.files))
+}
+
+/// A manifest built from a VARIANTS.toml, with its files and what is likely wrong in it.
+#[derive(Debug)]
+pub struct Built {
+    /// The manifest, not signed yet.
+    pub manifest: ReleaseManifest,
+    /// Each variant's files, in order.
+    pub files: Vec<SignedFile>,
+    /// What `ferry sign` warns about (the metadata against the program; see also
+    /// [`contract_warnings`]).
+    pub warnings: Vec<String>,
+}
+
+/// [`build_manifest`], keeping the warnings.
+pub fn build(
+    spec: &VariantsFile,
+    base: &Path,
+    read: &dyn Fn(&Path) -> anyhow::Result<Vec<u8>>,
+    now: OffsetDateTime,
+) -> anyhow::Result<Built> {
     let mut variants = Vec::new();
     let mut files = Vec::new();
+    let mut warnings = Vec::new();
     for v in &spec.variants {
         let path = base.join(&v.file);
         let bytes = read(&path)
@@ -198,13 +243,21 @@ pub fn build_manifest(
             }
             None => None,
         };
+        let forward = report
+            .methods
+            .iter()
+            .find(|m| m.name == "forward")
+            .map(|m| &m.signature);
+        let meta = crate::release::metadata::variant_metadata(spec, v, base, read, forward)?;
         let sha256 = Sha256Digest::of(&bytes);
         files.push(SignedFile {
             path: path.clone(),
             sha256,
             size: bytes.len() as u64,
             data: extra_signed,
+            assets: meta.signed,
         });
+        warnings.extend(meta.warnings);
         variants.push(Variant {
             id: v.id.clone(),
             delegate: v.delegate.clone(),
@@ -236,6 +289,9 @@ pub fn build_manifest(
                 soc_deny: v.deny_socs.clone(),
             },
             golden,
+            assets: meta.assets,
+            preprocess: meta.preprocess,
+            labels: meta.labels,
         });
     }
     let manifest = ReleaseManifest {
@@ -248,7 +304,12 @@ pub fn build_manifest(
         evaluation: None,
     };
     manifest.validate(&ManifestLimits::default())?;
-    Ok((manifest, files))
+    warnings.extend(contract_warnings(&manifest));
+    Ok(Built {
+        manifest,
+        files,
+        warnings,
+    })
 }
 
 /// Reads, inspects and describes a variant's data files; refuses a file that is not a `.ptd`,
@@ -303,6 +364,7 @@ fn data_files(
             sha256,
             size,
             data: Vec::new(),
+            assets: Vec::new(),
         });
     }
     let named: Vec<(&str, &pte::PtdReport)> =

@@ -133,4 +133,56 @@ fn sign_refuses_a_release_whose_variant_lost_accuracy_unless_told_why() {
     assert_eq!(e["results"]["int8-damaged"]["passed"], false);
     assert_eq!(e["override"]["reason"], "damaged build kept for the bisect");
     assert_eq!(e["override"]["failed"][0], "int8-damaged");
+    // The release-wide metadata is signed into every variant, the labels file as an asset.
+    for v in m["variants"].as_array().expect("variants") {
+        assert_eq!(v["labels"], "digits-labels.txt");
+        assert_eq!(v["assets"][0]["name"], "digits-labels.txt");
+        assert_eq!(v["preprocess"]["color"], "gray");
+        assert_eq!(v["preprocess"]["resize"]["filter"], "area");
+    }
+
+    // Published, the evaluation and its override show in `ferry releases` and the release API.
+    // The server's data folder is the one holding the keys the release was signed with.
+    let server = crate::common::serve(dir.path());
+    let remote = [
+        "--server",
+        server.url.as_str(),
+        "--token",
+        crate::common::TOKEN,
+    ];
+    crate::common::run_ok(
+        ferry()
+            .arg("publish")
+            .arg(&out_file)
+            .arg("--files")
+            .arg(variants().parent().expect("dir"))
+            .args(remote),
+    );
+    let text = crate::common::run_ok(ferry().args(["releases", "digits"]).args(remote));
+    assert!(text.contains("EVALUATION"), "{text}");
+    assert!(
+        text.contains("top1 FAILED int8-damaged (signed anyway: damaged build kept for the"),
+        "{text}"
+    );
+    let json = crate::common::run_ok(ferry().args(["releases", "digits", "--json"]).args(remote));
+    let v: serde_json::Value = serde_json::from_str(&json).expect("json");
+    crate::common::assert_valid(&v, "cli.schema.json#/$defs/releases");
+    let row = &v["releases"][0]["evaluation"];
+    assert_eq!(row["failed"], serde_json::json!(["int8-damaged"]));
+    assert_eq!(row["override"], "damaged build kept for the bisect");
+    assert_eq!(row["results"]["int8"]["passed"], true);
+}
+
+#[cfg(feature = "executorch")]
+#[test]
+fn evaluate_json_matches_its_schema() {
+    let out = ferry()
+        .args(["--json", "evaluate"])
+        .arg(variants())
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(8), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    crate::common::assert_valid(&v, "cli.schema.json#/$defs/evaluate");
+    assert_eq!(v["samples"], 536);
 }

@@ -19,10 +19,15 @@ use crate::names::{BackendId, ModelName, NameError, Sha256Digest, VariantId};
 
 mod delegate;
 mod evaluation;
+mod metadata;
 
 pub use delegate::{Delegate, HardwareClass, Platform};
 pub use evaluation::{
     BaselineRef, Evaluation, EvaluationOverride, EvaluationResult, MAX_EVALUATION_TEXT,
+};
+pub use metadata::{
+    ColorOrder, Layout, MAX_CHANNELS, MAX_LABELS_BYTES, MAX_RESIZE, Preprocess, Resize,
+    ResizeFilter,
 };
 
 /// The DSSE payload type of a signed release manifest.
@@ -91,7 +96,8 @@ impl Golden {
     }
 }
 
-/// A file that a variant needs besides its `.pte` (an external weights `.ptd`, say).
+/// A file that a variant needs besides its `.pte`: a data file (an external weights `.ptd`)
+/// the runtime loads, or an asset the app reads.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExtraFile {
     /// The name the runtime looks the file up by.
@@ -162,6 +168,16 @@ pub struct Variant {
     /// manifests signed before ferry recorded them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub methods: Option<BTreeMap<String, crate::pte::Signature>>,
+    /// Files the app reads beside the program (a labels file, a tokenizer, a config):
+    /// verified and cached like data files, never given to the runtime.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub assets: Vec<ExtraFile>,
+    /// How the app prepares the program's first input from an image, as the model was trained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preprocess: Option<Preprocess>,
+    /// The asset that holds the class labels, one per line in output order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<String>,
 }
 
 /// Most methods a variant's contract lists.
@@ -170,6 +186,12 @@ pub const MAX_CONTRACT_METHODS: usize = 64;
 pub const MAX_CONTRACT_VALUES: usize = 256;
 
 impl Variant {
+    /// Every file besides the program, data files first, then assets: what a device downloads
+    /// with it and keeps in its cache.
+    pub fn side_files(&self) -> impl Iterator<Item = &ExtraFile> {
+        self.extra_files.iter().chain(&self.assets)
+    }
+
     /// The operators it needs as far as known: none when its manifest predates the list.
     pub fn operators_needed(&self) -> &[String] {
         self.operators.as_deref().unwrap_or_default()
@@ -399,28 +421,8 @@ impl ReleaseManifest {
                     return bad(format!("{ctx}: the method contract is larger than allowed"));
                 }
             }
-            if v.extra_files.len() > limits.max_extra_files {
-                return bad(format!("{ctx}: too many extra files"));
-            }
-            let mut names = BTreeSet::new();
-            for f in &v.extra_files {
-                short(&ctx, "extra file name", &f.name, limits)?;
-                if !names.insert(f.name.as_str()) {
-                    return bad(format!("{ctx}: two extra files are named {:?}", f.name));
-                }
-                if f.name.is_empty()
-                    || f.name.contains(['/', '\\', '\0'])
-                    || f.name.starts_with('.')
-                {
-                    return bad(format!(
-                        "{ctx}: extra file name {:?} is not a plain name",
-                        f.name
-                    ));
-                }
-                if f.size == 0 || f.size > limits.max_blob_size {
-                    return bad(format!("{ctx}: extra file {} has size {}", f.name, f.size));
-                }
-            }
+            metadata::check_files(&ctx, "extra file", &v.extra_files, limits)?;
+            metadata::check_metadata(&ctx, v, limits)?;
             let c = &v.constraints;
             if let Some(os) = &c.min_os_version {
                 short(&ctx, "min_os_version", os, limits)?;

@@ -179,3 +179,97 @@ fn delegates_map_to_backends() {
     assert!("cu da".parse::<Delegate>().is_err());
     assert!("cuda".parse::<Delegate>().is_err(), "a misspelt known name");
 }
+
+#[test]
+fn metadata_round_trips_and_its_values_are_checked() {
+    let digest: Sha256Digest = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        .parse()
+        .expect("digest");
+    let mut m = sample();
+    m.variants[0].assets = vec![ExtraFile {
+        name: "labels.txt".into(),
+        sha256: digest,
+        size: 40,
+    }];
+    m.variants[0].labels = Some("labels.txt".into());
+    m.variants[0].preprocess = Some(Preprocess {
+        resize: Some(Resize {
+            width: 224,
+            height: 224,
+            filter: Some(ResizeFilter::Bilinear),
+        }),
+        color: Some(ColorOrder::Rgb),
+        layout: Some(Layout::Nchw),
+        range: Some([0.0, 1.0]),
+        mean: vec![0.485, 0.456, 0.406],
+        std: vec![0.229, 0.224, 0.225],
+    });
+    let again = ReleaseManifest::from_json_strict(&m.to_json()).expect("round trip");
+    assert_eq!(again, m);
+    let json = String::from_utf8(m.to_json()).expect("utf8");
+    assert!(json.contains(r#""filter": "bilinear""#), "{json}");
+    assert!(json.contains(r#""layout": "nchw""#), "{json}");
+
+    let limits = ManifestLimits::default();
+    let refused = |f: &dyn Fn(&mut Variant), why: &str| {
+        let mut bad = m.clone();
+        f(&mut bad.variants[0]);
+        let e = bad.validate(&limits).expect_err(why).to_string();
+        assert!(e.contains(why), "{e}");
+    };
+    refused(
+        &|v| v.labels = Some("other.txt".into()),
+        "not one of its assets",
+    );
+    refused(
+        &|v| v.assets[0].size = MAX_LABELS_BYTES + 1,
+        "the labels file labels.txt is",
+    );
+    refused(
+        &|v| v.assets[0].name = "../labels.txt".into(),
+        "not a plain name",
+    );
+    refused(
+        &|v| v.assets.push(v.assets[0].clone()),
+        "two assets are named",
+    );
+    let pre = |f: &dyn Fn(&mut Preprocess), why: &str| {
+        refused(&|v| f(v.preprocess.as_mut().expect("preprocess")), why);
+    };
+    pre(&|p| p.std[1] = 0.0, "std values must be above 0");
+    pre(&|p| p.mean.push(0.5), "preprocess mean has 4 values");
+    pre(&|p| p.range = Some([1.0, 0.0]), "low below high");
+    pre(&|p| p.mean[0] = f64::NAN, "not finite");
+    pre(
+        &|p| p.resize.as_mut().expect("resize").width = 0,
+        "outside 1..=65536",
+    );
+    // One value for every channel is fine.
+    let mut one = m.clone();
+    if let Some(p) = one.variants[0].preprocess.as_mut() {
+        p.mean = vec![0.5];
+        p.std = vec![0.5];
+    }
+    one.validate(&limits).expect("one value for all channels");
+}
+
+#[test]
+fn a_reader_takes_preprocessing_values_it_does_not_know() {
+    let mut v = serde_json::to_value(sample()).expect("json");
+    v["variants"][0]["preprocess"] = serde_json::json!({
+        "resize": {"width": 32, "height": 32, "filter": "mitchell", "antialias": true},
+        "color": "yuv420",
+        "layout": "nc4hw4",
+        "gamma": 2.2
+    });
+    let m = ReleaseManifest::from_json(&serde_json::to_vec(&v).expect("json"))
+        .expect("a newer signer's values are read");
+    let p = m.variants[0].preprocess.as_ref().expect("preprocess");
+    assert_eq!(p.color, Some(ColorOrder::Other));
+    assert_eq!(p.layout, Some(Layout::Other));
+    assert_eq!(
+        p.resize.as_ref().and_then(|r| r.filter),
+        Some(ResizeFilter::Other)
+    );
+    assert_eq!(p.unknown_values(), ["resize.filter", "color", "layout"]);
+}

@@ -63,6 +63,9 @@ fn spec(model: &str) -> VariantsFile {
         version: semver::Version::new(1, 0, 0),
         notes: String::new(),
         evaluation: None,
+        labels: None,
+        assets: Vec::new(),
+        preprocess: None,
         variants: vec![v],
     }
 }

@@ -52,6 +52,9 @@ fn publish(app: &TestApp, model: &str, file: &str, delegate: Delegate) {
         version: semver::Version::new(1, 0, 0),
         notes: String::new(),
         evaluation: None,
+        labels: None,
+        assets: Vec::new(),
+        preprocess: None,
         variants: vec![variant("only", file, delegate, ">=1.0.0", "*")],
     };
     app.publish(&spec);
@@ -255,6 +258,9 @@ fn each_methods_signed_golden_is_checked_when_that_method_is_loaded() {
         version: semver::Version::new(1, 0, 0),
         notes: String::new(),
         evaluation: None,
+        labels: None,
+        assets: Vec::new(),
+        preprocess: None,
         variants: vec![v],
     };
     let (manifest, _) = app.publish(&spec);

@@ -114,7 +114,29 @@ fn an_operator_runs_a_rollout_from_the_dashboard() {
     // Release notes are the publisher's text: the page must show them as text.
     let mut v2 = mlp_v2();
     v2.notes = "<img src=x onerror=alert(1)> new weights".into();
-    app.publish(&v2);
+    v2.labels = Some("../eval/digits-labels.txt".into());
+    v2.preprocess = Some(
+        toml::from_str(
+            "resize = { width = 4, height = 4, filter = \"bilinear\" }\ncolor = \"rgb\"",
+        )
+        .expect("toml"),
+    );
+    app.publish_with(&v2, |m| {
+        let ids: Vec<String> = m.variants.iter().map(|v| v.id.to_string()).collect();
+        m.evaluation = Some(
+            serde_json::from_value(serde_json::json!({
+                "dataset_sha256": "ab".repeat(32), "samples": 500, "metric": "top1",
+                "reference": ids[0], "max_drop": 0.01, "runtime_version": "1.5.1",
+                "results": ids.iter().enumerate().map(|(i, id)| (id.clone(), serde_json::json!({
+                    "id": id, "evaluated": true, "metric": "top1", "value": 0.9 - 0.3 * i as f64,
+                    "drop": 0.33 * i as f64, "passed": i == 0,
+                    "why_not": (i > 0).then_some("<b>dropped</b> too far"),
+                }))).collect::<serde_json::Map<_, _>>(),
+                "override": {"reason": "<script>kept</script> for the bisect", "failed": ids[1..]},
+            }))
+            .expect("evaluation"),
+        );
+    });
     let (s, plan) = app.post_raw(
         "/v1/admin/models/mlp/rollout",
         &serde_json::to_vec(&serde_json::json!({"action": "start", "release": "2.0.0",
@@ -280,6 +302,26 @@ fn first_pass(app: &TestApp, lines: &[serde_json::Value], before: f64) {
     );
     let (s, stored) = app.get_json("/v1/admin/models/mlp/releases/2.0.0", Some(READ_TOKEN));
     assert_eq!(s, 200);
+    // The signed evaluation and metadata, shown as text (the publisher's words are not markup).
+    let rows = release["evaluation"].as_array().expect("evaluation rows");
+    let results = stored["evaluation"]["results"]
+        .as_object()
+        .expect("results");
+    assert_eq!(rows.len(), results.len(), "{release}");
+    assert_eq!(rows[0][3], "pass", "{release}");
+    assert_eq!(rows[1][3], "FAIL: <b>dropped</b> too far", "{release}");
+    assert!(
+        release["override"]
+            .as_str()
+            .is_some_and(|o| o.ends_with(": <script>kept</script> for the bisect")),
+        "{release}"
+    );
+    assert!(
+        release["metadata"].as_str().is_some_and(
+            |m| m.contains("preprocess: resize 4×4 bilinear, rgb; labels digits-labels.txt")
+        ),
+        "{release}"
+    );
     let report = release["report"].as_array().expect("report");
     assert_eq!(
         report.len(),

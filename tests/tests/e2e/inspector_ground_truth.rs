@@ -182,6 +182,9 @@ fn signing_records_each_methods_contract_and_warns_on_unbounded_or_permuted_inpu
         version: semver::Version::new(1, 0, 0),
         notes: String::new(),
         evaluation: None,
+        labels: None,
+        assets: Vec::new(),
+        preprocess: None,
         variants: vec![ferry_tests::app::variant(
             "only",
             "dynamic-xnnpack.pte",

@@ -203,6 +203,17 @@ fn java_runs_tensors_of_every_element_type_through_the_binding() {
             version: semver::Version::new(1, 0, 0),
             notes: String::new(),
             evaluation: None,
+            // typed-io carries signed metadata; half-io none.
+            labels: (model == "typed-io").then(|| "../eval/digits-labels.txt".into()),
+            assets: Vec::new(),
+            preprocess: (model == "typed-io").then(|| {
+                toml::from_str(
+                    "resize = { width = 32, height = 24, filter = \"nearest\" }\n\
+                     color = \"rgb\"\nlayout = \"nchw\"\nmean = [0.1, 0.2, 0.3]\n\
+                     std = [2.0]",
+                )
+                .expect("toml")
+            }),
             variants: vec![variant(
                 "only",
                 &format!("{file}.pte"),
@@ -257,5 +268,29 @@ fn java_runs_tensors_of_every_element_type_through_the_binding() {
             stdout.contains("refused: code=invalid_argument"),
             "{stdout}"
         );
+        // The signed metadata, typed, through the binding.
+        if model == "typed-io" {
+            assert!(
+                stdout.contains("labels zero,one,two,three,four,five,six,seven,eight,nine\n"),
+                "{stdout}"
+            );
+            assert!(
+                stdout.contains("preprocess 32x24 nearest rgb nchw null [0.1, 0.2, 0.3] [2.0]"),
+                "{stdout}"
+            );
+            let asset = stdout
+                .lines()
+                .find_map(|l| l.strip_prefix("asset "))
+                .expect("asset line");
+            assert!(
+                std::fs::read_to_string(asset)
+                    .expect("the asset file")
+                    .starts_with("zero\n")
+            );
+        } else {
+            assert!(stdout.contains("labels none\n"), "{stdout}");
+            assert!(stdout.contains("asset null\n"), "{stdout}");
+            assert!(!stdout.contains("preprocess "), "{stdout}");
+        }
     }
 }

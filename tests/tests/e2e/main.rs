@@ -22,6 +22,7 @@ mod inspector_ground_truth;
 mod jvm;
 mod key_rotation;
 mod keyring_push;
+mod model_metadata;
 mod operators;
 mod protocol;
 mod revocation;

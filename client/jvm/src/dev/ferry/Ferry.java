@@ -59,6 +59,36 @@ public final class Ferry {
         public SizeT nbytes = new SizeT();
     }
 
+    /** {@code struct ferry_preprocess}, filled by {@code ferry_model_preprocess}. */
+    @Structure.FieldOrder({"resize_width", "resize_height", "resize_filter", "color", "layout",
+            "has_range", "range_low", "range_high", "mean_len", "mean", "std_len", "std"})
+    public static class CPreprocess extends Structure {
+        /** Resize width (0: none). */
+        public int resize_width;
+        /** Resize height (0: none). */
+        public int resize_height;
+        /** A {@code FERRY_FILTER_*} code. */
+        public int resize_filter;
+        /** A {@code FERRY_COLOR_*} code. */
+        public int color;
+        /** A {@code FERRY_LAYOUT_*} code. */
+        public int layout;
+        /** C {@code bool}: whether the range is given. */
+        public byte has_range;
+        /** Where 8-bit 0 lands. */
+        public double range_low;
+        /** Where 8-bit 255 lands. */
+        public double range_high;
+        /** How many means are given. */
+        public int mean_len;
+        /** The means. */
+        public double[] mean = new double[4];
+        /** How many standard deviations are given. */
+        public int std_len;
+        /** The standard deviations. */
+        public double[] std = new double[4];
+    }
+
     /** The C functions, one for one. */
     interface Native64 extends Library {
         int ferry_client_new(String server, String trustJson, String cacheDir, String appVersion,
@@ -72,6 +102,10 @@ public final class Ferry {
                 PointerByReference out);
 
         String ferry_model_info(Pointer model, int field);
+
+        int ferry_model_preprocess(Pointer model, CPreprocess out);
+
+        String ferry_model_asset_path(Pointer model, String name);
 
         int ferry_model_run_f32(Pointer model, float[] input, long[] shape, SizeT ndim,
                 float[] output, SizeT outputCapacity, Pointer outputLen);

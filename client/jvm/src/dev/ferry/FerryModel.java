@@ -60,6 +60,36 @@ public final class FerryModel implements AutoCloseable {
     }
 
     /**
+     * The class labels in output order, from the release's signed labels file; {@code null}
+     * when the release has none.
+     */
+    public synchronized String[] labels() {
+        String text = Ferry.LIB.ferry_model_info(live(), 7);
+        return text == null || text.isEmpty() ? null : text.split("\n", -1);
+    }
+
+    /**
+     * How to prepare the first input from an image, as the release signed it; {@code null}
+     * when the release declares none.
+     */
+    public synchronized Preprocess preprocess() {
+        Ferry.CPreprocess c = new Ferry.CPreprocess();
+        if (Ferry.LIB.ferry_model_preprocess(live(), c) != Ferry.OK) {
+            return null;
+        }
+        c.read();
+        return new Preprocess(c);
+    }
+
+    /**
+     * The verified file of the variant's asset {@code name} (a labels file, a tokenizer) in
+     * the cache, valid while the model is open; {@code null} when it has no such asset.
+     */
+    public synchronized String assetPath(String name) {
+        return Ferry.LIB.ferry_model_asset_path(live(), name);
+    }
+
+    /**
      * Runs the loaded method on one float32 input of {@code shape} and returns its first
      * output (float32). {@code input} must hold exactly the product of {@code shape} values.
      */

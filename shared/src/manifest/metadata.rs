@@ -1,0 +1,253 @@
+//! A variant's signed model metadata: how an app prepares the program's input from an image
+//! ([`Preprocess`]), the files the app reads beside the program (its assets, listed like data
+//! files with [`ExtraFile`]), and which asset holds the class labels.
+//!
+//! Readers are tolerant: a resize filter, colour order or layout this build does not know is
+//! read as `Other` (the app decides what to do with it), and fields it does not know are
+//! ignored. `ferry sign` never writes `Other`.
+
+use serde::{Deserialize, Serialize};
+
+use super::{ExtraFile, ManifestError, ManifestLimits};
+
+/// Largest labels file: one label per line, read whole by the client at load.
+pub const MAX_LABELS_BYTES: u64 = 4 << 20;
+/// Most channels a preprocessing's `mean` and `std` list.
+pub const MAX_CHANNELS: usize = 4;
+/// Largest side of a resize.
+pub const MAX_RESIZE: u32 = 65_536;
+
+/// How an app turns an image into the program's first input, as the model was trained:
+/// resize it, order its channels, scale 8-bit values 0..=255 linearly onto `range`, subtract
+/// `mean` and divide by `std` per channel, and lay the tensor out in `layout`. Every part is
+/// optional; what is absent is not part of the model's contract.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Preprocess {
+    /// The size the image is resized to first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resize: Option<Resize>,
+    /// The channel order the program takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub color: Option<ColorOrder>,
+    /// The input tensor's layout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<Layout>,
+    /// `[low, high]`: where 8-bit values 0 and 255 land before normalisation (`[0, 1]`,
+    /// `[-1, 1]`, `[0, 255]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range: Option<[f64; 2]>,
+    /// Per channel (in `color` order), subtracted after scaling; one value for every channel,
+    /// or one per channel.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mean: Vec<f64>,
+    /// Per channel, divided by after subtracting `mean`; one value, or one per channel.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub std: Vec<f64>,
+}
+
+/// A resize to `width` × `height` pixels with a filter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resize {
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// The interpolation the model was trained with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<ResizeFilter>,
+}
+
+/// An image interpolation filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResizeFilter {
+    /// Nearest neighbour.
+    Nearest,
+    /// Bilinear.
+    Bilinear,
+    /// Bicubic.
+    Bicubic,
+    /// Area averaging (OpenCV's `INTER_AREA`).
+    Area,
+    /// Lanczos.
+    Lanczos,
+    /// A filter this build does not know.
+    #[serde(other)]
+    Other,
+}
+
+/// The order of an image's colour channels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ColorOrder {
+    /// Red, green, blue.
+    Rgb,
+    /// Blue, green, red (OpenCV's default).
+    Bgr,
+    /// One grey channel.
+    Gray,
+    /// An order this build does not know.
+    #[serde(other)]
+    Other,
+}
+
+impl ColorOrder {
+    /// Its number of channels (`None` for one this build does not know).
+    pub fn channels(self) -> Option<usize> {
+        match self {
+            ColorOrder::Rgb | ColorOrder::Bgr => Some(3),
+            ColorOrder::Gray => Some(1),
+            ColorOrder::Other => None,
+        }
+    }
+}
+
+/// The layout of an image tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// Batch, channels, height, width (PyTorch's).
+    Nchw,
+    /// Batch, height, width, channels.
+    Nhwc,
+    /// A layout this build does not know.
+    #[serde(other)]
+    Other,
+}
+
+impl Preprocess {
+    /// Checks its values: finite numbers, positive `std`, `range` low below high, a resize
+    /// within 1..=65536 pixels, and `mean`/`std` of one value or one per channel.
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(r) = &self.resize
+            && (!(1..=MAX_RESIZE).contains(&r.width) || !(1..=MAX_RESIZE).contains(&r.height))
+        {
+            return Err(format!(
+                "preprocess resize {}x{} is outside 1..={MAX_RESIZE} pixels",
+                r.width, r.height
+            ));
+        }
+        if let Some([lo, hi]) = self.range
+            && !(lo.is_finite() && hi.is_finite() && lo < hi)
+        {
+            return Err(format!(
+                "preprocess range [{lo}, {hi}] needs finite numbers, low below high"
+            ));
+        }
+        for (what, list) in [("mean", &self.mean), ("std", &self.std)] {
+            if list.len() > MAX_CHANNELS {
+                return Err(format!(
+                    "preprocess {what} has {} values; at most {MAX_CHANNELS}",
+                    list.len()
+                ));
+            }
+            if list.iter().any(|x| !x.is_finite()) {
+                return Err(format!(
+                    "preprocess {what} holds a number that is not finite"
+                ));
+            }
+            let channels = self.color.and_then(ColorOrder::channels);
+            if let Some(n) = channels
+                && list.len() > 1
+                && list.len() != n
+            {
+                return Err(format!(
+                    "preprocess {what} has {} values; {} takes one, or one per channel ({n})",
+                    list.len(),
+                    self.color
+                        .map(|c| format!("{c:?}").to_lowercase())
+                        .unwrap_or_default()
+                ));
+            }
+        }
+        if self.std.iter().any(|s| *s <= 0.0) {
+            return Err("preprocess std values must be above 0".into());
+        }
+        Ok(())
+    }
+
+    /// The values this build does not know (written by a newer signer), by field name.
+    pub fn unknown_values(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self
+            .resize
+            .as_ref()
+            .is_some_and(|r| r.filter == Some(ResizeFilter::Other))
+        {
+            out.push("resize.filter");
+        }
+        if self.color == Some(ColorOrder::Other) {
+            out.push("color");
+        }
+        if self.layout == Some(Layout::Other) {
+            out.push("layout");
+        }
+        out
+    }
+}
+
+/// Checks one list of a variant's side files (data files or assets): bounded, plain unique
+/// names, sizes within the blob limit.
+pub(super) fn check_files(
+    ctx: &str,
+    what: &str,
+    files: &[ExtraFile],
+    limits: &ManifestLimits,
+) -> Result<(), ManifestError> {
+    let bad = |s: String| Err(ManifestError::Invalid(s));
+    if files.len() > limits.max_extra_files {
+        return bad(format!(
+            "{ctx}: {} {what}s; at most {} are allowed",
+            files.len(),
+            limits.max_extra_files
+        ));
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for f in files {
+        super::short(ctx, &format!("{what} name"), &f.name, limits)?;
+        if !names.insert(f.name.as_str()) {
+            return bad(format!("{ctx}: two {what}s are named {:?}", f.name));
+        }
+        if f.name.is_empty() || f.name.contains(['/', '\\', '\0']) || f.name.starts_with('.') {
+            return bad(format!(
+                "{ctx}: {what} name {:?} is not a plain name",
+                f.name
+            ));
+        }
+        if f.size == 0 || f.size > limits.max_blob_size {
+            return bad(format!("{ctx}: {what} {} has size {}", f.name, f.size));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a variant's metadata: its assets, that `labels` names one of them of at most
+/// [`MAX_LABELS_BYTES`], and its preprocessing's values.
+pub(super) fn check_metadata(
+    ctx: &str,
+    v: &super::Variant,
+    limits: &ManifestLimits,
+) -> Result<(), ManifestError> {
+    check_files(ctx, "asset", &v.assets, limits)?;
+    if let Some(name) = &v.labels {
+        match v.assets.iter().find(|a| &a.name == name) {
+            None => {
+                return Err(ManifestError::Invalid(format!(
+                    "{ctx}: labels names {name:?}, which is not one of its assets"
+                )));
+            }
+            Some(a) if a.size > MAX_LABELS_BYTES => {
+                return Err(ManifestError::Invalid(format!(
+                    "{ctx}: the labels file {name} is {} bytes; at most {MAX_LABELS_BYTES}",
+                    a.size
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(p) = &v.preprocess {
+        p.check()
+            .map_err(|e| ManifestError::Invalid(format!("{ctx}: {e}")))?;
+    }
+    Ok(())
+}
