@@ -95,22 +95,9 @@ fn event(kind: &str, outcome: &str, variant: &str, install: &str, soc: &str) -> 
     e
 }
 
-#[test]
-fn an_operator_runs_a_rollout_from_the_dashboard() {
-    let app = TestApp::start_with(Options {
-        demo: false,
-        keys: None,
-        store: None,
-        tweak: Some(Box::new(|c| {
-            c.telemetry.deny_min_samples = 30;
-            c.telemetry.flush_secs = 1;
-            c.telemetry.raw_roll_secs = 1;
-            c.telemetry.evaluate_ms = 0;
-        })),
-    });
-    let _ = std::fs::remove_dir_all(shots());
-    std::fs::create_dir_all(shots()).expect("screenshot folder");
-    app.publish(&mlp_v1());
+/// Release 2.0.0 with notes that look like markup, signed metadata, and an evaluation (made up
+/// here: the page shows what is signed) whose override reason looks like markup too.
+fn publish_v2(app: &TestApp) {
     // Release notes are the publisher's text: the page must show them as text.
     let mut v2 = mlp_v2();
     v2.notes = "<img src=x onerror=alert(1)> new weights".into();
@@ -137,6 +124,25 @@ fn an_operator_runs_a_rollout_from_the_dashboard() {
             .expect("evaluation"),
         );
     });
+}
+
+#[test]
+fn an_operator_runs_a_rollout_from_the_dashboard() {
+    let app = TestApp::start_with(Options {
+        demo: false,
+        keys: None,
+        store: None,
+        tweak: Some(Box::new(|c| {
+            c.telemetry.deny_min_samples = 30;
+            c.telemetry.flush_secs = 1;
+            c.telemetry.raw_roll_secs = 1;
+            c.telemetry.evaluate_ms = 0;
+        })),
+    });
+    let _ = std::fs::remove_dir_all(shots());
+    std::fs::create_dir_all(shots()).expect("screenshot folder");
+    app.publish(&mlp_v1());
+    publish_v2(&app);
     let (s, plan) = app.post_raw(
         "/v1/admin/models/mlp/rollout",
         &serde_json::to_vec(&serde_json::json!({"action": "start", "release": "2.0.0",
