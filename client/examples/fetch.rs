@@ -8,7 +8,8 @@
 //! ```
 //!
 //! With `--json` it prints one JSON object: `release`, `variant`, `delegate`, `path`,
-//! `data_files` (the verified `.ptd` files it was loaded with),
+//! `data_files` (the verified `.ptd` files it was loaded with), `assets` (name to verified
+//! file), `labels` and `preprocess` (the release's signed metadata, or null),
 //! `attempts` (each `{variant, delegate, stage, error_code, message}`), `registered_backends`,
 //! `source`, `report` (the load report, see `docs/client.md`),
 //! `method`, its `signature` (inputs and outputs with element types and shapes) and, with
@@ -174,6 +175,9 @@ fn run(args: &Args) -> Result<(), (String, String)> {
             "delegate": loaded.delegate,
             "path": loaded.path,
             "data_files": loaded.data_files,
+            "assets": loaded.assets(),
+            "labels": loaded.labels(),
+            "preprocess": loaded.preprocess(),
             "source": source,
             "attempts": attempts,
             "registered_backends": registered,
@@ -204,6 +208,20 @@ fn run(args: &Args) -> Result<(), (String, String)> {
             loaded.delegate,
             loaded.path.display()
         );
+        if let Some(p) = loaded.preprocess() {
+            println!(
+                "preprocess (signed): {}",
+                serde_json::to_string(p).unwrap_or_default()
+            );
+        }
+        if let Some(l) = loaded.labels() {
+            let shown: Vec<&str> = l.iter().take(5).map(String::as_str).collect();
+            let more = if l.len() > shown.len() { ", ..." } else { "" };
+            println!("labels: {} ({}{more})", l.len(), shown.join(", "));
+        }
+        for (name, path) in loaded.assets() {
+            println!("asset {name}: {}", path.display());
+        }
         if let Some(d) = diff {
             println!("forward matches the reference output: max |diff| = {d:e}");
         }

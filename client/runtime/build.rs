@@ -49,5 +49,6 @@ fn executorch() {
         .define("C10_USING_CUSTOM_GENERATED_MACROS", None)
         .file("cpp/registered_backends.cpp")
         .file("cpp/registered_kernels.cpp")
+        .file("cpp/log_filter.cpp")
         .compile("ferry_et_shim");
 }

@@ -60,6 +60,9 @@ pub use crate::types::{
     CachedModel, Clock, DeviceInfo, LoadReport, LoadedModel, Prefetched, Source, SystemClock,
 };
 pub use crate::verify::{Plan, PlannedVariant};
+/// The signed model metadata types a [`LoadedModel`] hands out (see
+/// [`LoadedModel::preprocess`]).
+pub use ferry_shared::manifest::{ColorOrder, Layout, Preprocess, Resize, ResizeFilter};
 use ferry_shared::telemetry::TelemetryEvent;
 
 /// The client. Cheap to share behind an `Arc`; calls are blocking.

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use ferry_shared::manifest::{MAX_LABELS_BYTES, Preprocess, Variant};
+use ferry_shared::manifest::{MAX_LABELS, MAX_LABELS_BYTES, Preprocess, Variant};
 
 use crate::cache::VerifiedBlob;
 use crate::error::ClientError;
@@ -41,8 +41,8 @@ impl ModelMetadata {
     }
 }
 
-/// One label per line (a trailing carriage return dropped); bytes that are not UTF-8 are
-/// replaced rather than refused, since the file's digest was signed.
+/// One label per line (a trailing carriage return dropped), at most [`MAX_LABELS`]; bytes that
+/// are not UTF-8 are replaced rather than refused, since the file's digest was signed.
 fn read_labels(path: &std::path::Path) -> Result<Vec<String>, ClientError> {
     use std::io::Read as _;
     let io = |e: std::io::Error| ClientError::CacheIo {
@@ -57,6 +57,7 @@ fn read_labels(path: &std::path::Path) -> Result<Vec<String>, ClientError> {
         .map_err(io)?;
     Ok(String::from_utf8_lossy(&bytes)
         .lines()
+        .take(MAX_LABELS)
         .map(str::to_string)
         .collect())
 }

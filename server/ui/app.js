@@ -360,7 +360,7 @@ function evaluationSection(e, variants) {
     const bound = e.max_error != null ? `max_error ${e.max_error}` : `max_drop ${((e.max_drop ?? 0) * 100).toFixed(2)}%`;
     // In the release's variant order.
     const results = e.results;
-    const rows = variants.filter((v) => results[v.id]).map((v) => results[v.id]).map((r) => [
+    const rows = variants.filter((v) => Object.prototype.hasOwnProperty.call(results, v.id)).map((v) => results[v.id]).map((r) => [
         r.id,
         r.value != null ? Number(r.value).toFixed(4) : "",
         r.drop != null ? `${(Number(r.drop) * 100).toFixed(2)}%` : "",

@@ -29,6 +29,64 @@ unsafe extern "C" {
     fn ferry_et_registered_backend_name(index: usize, out: *mut c_char, cap: usize) -> c_long;
     fn ferry_et_num_registered_kernels() -> usize;
     fn ferry_et_registered_kernel_name(index: usize, out: *mut c_char, cap: usize) -> c_long;
+    fn ferry_et_set_log_level(rank: std::ffi::c_int) -> std::ffi::c_int;
+}
+
+/// How much of the runtime's own log reaches stderr (it logs at `Info` on every first load:
+/// CPU probing, for example).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    /// Everything.
+    Debug,
+    /// Info and above.
+    Info,
+    /// Errors and fatal messages (the default).
+    Error,
+    /// Fatal messages only.
+    Fatal,
+    /// Nothing.
+    Off,
+}
+
+impl LogLevel {
+    /// Reads `debug`, `info`, `error`, `fatal` or `off` (any case).
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s.trim().to_ascii_lowercase().as_str() {
+            "debug" => Self::Debug,
+            "info" => Self::Info,
+            "error" => Self::Error,
+            "fatal" => Self::Fatal,
+            "off" => Self::Off,
+            _ => return None,
+        })
+    }
+}
+
+static LOG_LEVEL_SET: std::sync::Once = std::sync::Once::new();
+
+/// Sets how much of the runtime's log reaches stderr, from now on (replacing the default
+/// that the first program load would install).
+pub fn set_log_level(level: LogLevel) {
+    LOG_LEVEL_SET.call_once(|| {});
+    apply_log_level(level);
+}
+
+fn apply_log_level(level: LogLevel) {
+    // SAFETY: the shim stores an integer and registers a static function with the runtime.
+    unsafe { ferry_et_set_log_level(level as std::ffi::c_int) };
+}
+
+/// Installs the log filter once per process unless the app chose a level: the level
+/// `FERRY_EXECUTORCH_LOG` names (`debug`, `info`, `error`, `fatal`, `off`), else
+/// [`LogLevel::Error`].
+fn default_log_level() {
+    LOG_LEVEL_SET.call_once(|| {
+        let level = std::env::var("FERRY_EXECUTORCH_LOG")
+            .ok()
+            .and_then(|v| LogLevel::parse(&v))
+            .unwrap_or(LogLevel::Error);
+        apply_log_level(level);
+    });
 }
 
 /// Reads entry `i` of a registry through a shim that copies a NUL-terminated name.
@@ -107,6 +165,7 @@ impl ExecuTorchProgram {
         program: &std::path::Path,
         data: &[&std::path::Path],
     ) -> Result<Self, RuntimeError> {
+        default_log_level();
         let mut module: Module<'static> = ModuleBuilder::new(program)
             .data_files(data)
             .load_mode(LoadMode::File)

@@ -67,8 +67,10 @@ impl Client {
             }
         }
         let mut to_fetch = 0u64;
+        let mut counted = std::collections::BTreeSet::new();
         for (w, h) in wanted.iter().zip(&have) {
-            if h.is_none() {
+            // A file listed twice (an asset with a data file's bytes) is fetched once.
+            if h.is_none() && counted.insert(w.sha256) {
                 to_fetch += w
                     .size
                     .saturating_sub(part_len(&self.cache().part_path(&w.sha256)));

@@ -68,7 +68,8 @@ impl Client {
             Err(CacheMiss::Corrupt) => Err(ClientError::NothingCached {
                 model: model.to_string(),
                 reason: format!(
-                    "{cause} (the cached copy failed its integrity check and was removed)"
+                    "{cause} (the cached copy is incomplete, or failed its integrity check and \
+                     was removed)"
                 ),
             }),
         }

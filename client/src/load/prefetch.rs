@@ -49,7 +49,8 @@ impl Client {
         let files =
             std::iter::once((v.sha256, v.size)).chain(v.side_files().map(|f| (f.sha256, f.size)));
         let (mut size, mut to_download) = (0u64, 0u64);
-        for (d, n) in files {
+        let mut seen = std::collections::BTreeSet::new();
+        for (d, n) in files.filter(|(d, _)| seen.insert(*d)) {
             size += n;
             let cached = self.cache().blob_path(&d);
             if !std::fs::metadata(&cached).is_ok_and(|m| m.len() == n) {

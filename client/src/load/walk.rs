@@ -190,6 +190,9 @@ impl Client {
             downloaded,
         } = opened;
         let release = plan.manifest.version.to_string();
+        // Read before the entry is recorded: a load that fails here leaves the last known
+        // good as it was.
+        let metadata = crate::metadata::ModelMetadata::of(v, &blob)?;
         let entry = ModelEntry {
             release: release.clone(),
             variant: v.id.to_string(),
@@ -239,7 +242,7 @@ impl Client {
             golden_max_abs_diff: golden,
             golden: v.golden.clone(),
             contract: v.methods.clone(),
-            metadata: crate::metadata::ModelMetadata::of(v, &blob)?,
+            metadata,
             method: self.method.clone(),
             program,
             other_methods: Vec::new(),

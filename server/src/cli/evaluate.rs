@@ -43,6 +43,12 @@ fn run(spec: &sign::VariantsFile, base: &Path, json: bool) -> anyhow::Result<Exi
             "{} samples ({} dropped: a partial batch), metric {}, reference {}, runtime {}",
             e.samples, e.dropped, e.metric, e.reference, e.runtime_version
         );
+        if let Some(b) = &e.baseline {
+            println!(
+                "  compared with the result recorded for baseline release {}",
+                b.version
+            );
+        }
         for v in &report.variants {
             let r = &v.result;
             let status = match r.passed {
@@ -51,9 +57,12 @@ fn run(spec: &sign::VariantsFile, base: &Path, json: bool) -> anyhow::Result<Exi
                 None => "not evaluated",
             };
             let value = r.value.map_or_else(|| "-".into(), |x| format!("{x:.4}"));
-            let drop = r
+            let mut drop = r
                 .drop
                 .map_or_else(String::new, |d| format!(" drop {:.2}%", d * 100.0));
+            if let (Some(b), Some(d)) = (r.baseline_value, r.baseline_drop) {
+                drop.push_str(&format!(" (baseline {b:.4}, drop {:.2}%)", d * 100.0));
+            }
             let time = v.time_ms.map_or_else(String::new, |t| format!(" {t} ms"));
             println!("  {:<24} {status:<13} {value}{drop}{time}", r.id);
             if let Some(why) = &r.why_not {

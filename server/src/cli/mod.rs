@@ -57,8 +57,22 @@ pub mod exit {
     pub const REFUSED: u8 = 6;
     /// The server could not be reached, or failed (5xx, 429).
     pub const UNAVAILABLE: u8 = 7;
-    /// `ferry evaluate`: a variant failed its accuracy bound or could not execute.
+    /// `ferry evaluate`, and `ferry sign` of a release with `[evaluation]`: a variant failed
+    /// its accuracy bound or could not execute.
     pub const EVALUATION_FAILED: u8 = 8;
+
+    /// A release refused because a variant failed its accuracy bound: exits with
+    /// [`EVALUATION_FAILED`], like `ferry evaluate`.
+    #[derive(Debug)]
+    pub struct EvaluationFailed(pub String);
+
+    impl std::fmt::Display for EvaluationFailed {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl std::error::Error for EvaluationFailed {}
 
     /// A mistake on the command line that clap cannot see (a bad version, an option that
     /// contradicts another): exits with [`USAGE`].
@@ -80,6 +94,11 @@ pub mod exit {
         }
         if e.chain().any(|c| c.downcast_ref::<Usage>().is_some()) {
             return USAGE;
+        }
+        if e.chain()
+            .any(|c| c.downcast_ref::<EvaluationFailed>().is_some())
+        {
+            return EVALUATION_FAILED;
         }
         if let Some(r) = e.chain().find_map(|c| c.downcast_ref::<Refusal>()) {
             return match (r.status, r.code) {

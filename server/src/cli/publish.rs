@@ -79,7 +79,7 @@ pub(crate) fn publish_cmd(
     for (digest, size, variant, data_file) in &wanted {
         // How the file is named in messages: the variant, or its data file.
         let id = &match data_file {
-            Some(name) => format!("{variant} (data file {name})"),
+            Some(name) => format!("{variant} (file {name})"),
             None => variant.clone(),
         };
         let entry = |uploaded: bool| {

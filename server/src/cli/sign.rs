@@ -60,6 +60,7 @@ pub(crate) fn sign_cmd(
             "version": manifest.version.to_string(),
             "key_id": key.pair.id().to_string(),
             "output": output.display().to_string(),
+            "warnings": warnings,
             "variants": manifest.variants.iter().zip(&files).map(|(v, f)| serde_json::json!({
                 "id": v.id,
                 "delegate": v.delegate,
@@ -81,6 +82,7 @@ pub(crate) fn sign_cmd(
                 })).collect::<Vec<_>>(),
                 "labels": v.labels,
                 "preprocess": v.preprocess,
+                "evaluation": manifest.evaluation.as_ref().and_then(|e| e.results.get(v.id.as_str())),
             })).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -161,7 +163,12 @@ fn gate(
             )
         })
         .collect();
-    match allow.map(str::trim).filter(|r| !r.is_empty()) {
+    if allow.is_some_and(|r| r.trim().is_empty()) {
+        bail!(super::exit::Usage(
+            "--allow-regression needs a reason (it is signed into the release)".into()
+        ));
+    }
+    match allow.map(str::trim) {
         Some(reason) => {
             eprintln!(
                 "warning: signing despite failed evaluation ({}): {reason}",
@@ -173,12 +180,13 @@ fn gate(
             });
             Ok(evaluation)
         }
-        None => bail!(
+        None => Err(super::exit::EvaluationFailed(format!(
             "{}: {}; nothing was signed (fix the variant, or sign anyway with \
              --allow-regression REASON)",
             ferry_shared::errors::ErrorCode::AccuracyRegression.as_str(),
             reasons.join("; ")
-        ),
+        ))
+        .into()),
     }
 }
 

@@ -23,7 +23,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
-use ferry_shared::manifest::{ExtraFile, MAX_LABELS_BYTES, Preprocess};
+use ferry_shared::manifest::{ExtraFile, MAX_LABELS, MAX_LABELS_BYTES, Preprocess};
 use ferry_shared::{Sha256Digest, pte};
 
 use super::sign::{SignedFile, VariantSpec, VariantsFile};
@@ -44,27 +44,72 @@ pub struct VariantMetadata {
 }
 
 /// Parses a `[preprocess]` table, refusing a key or value this build does not know (a typo
-/// in VARIANTS.toml must not sign a release whose app reads something else).
+/// in VARIANTS.toml must not sign a release whose app reads something else). `ctx` names the
+/// table in messages. `mean` and `std` may be given as one bare number.
 pub fn parse_preprocess(ctx: &str, table: &toml::Value) -> anyhow::Result<Preprocess> {
+    let mut table = table.clone();
+    let Some(t) = table.as_table_mut() else {
+        bail!("{ctx} must be a table (resize, color, layout, range, mean, std)");
+    };
+    if t.is_empty() {
+        bail!(
+            "{ctx} is empty: give at least one of resize, color, layout, range, mean, std, or \
+             leave it out"
+        );
+    }
+    for k in ["mean", "std"] {
+        if let Some(v) = t.get_mut(k)
+            && (v.is_float() || v.is_integer())
+        {
+            *v = toml::Value::Array(vec![v.clone()]);
+        }
+    }
+    let json = serde_json::to_vec(&table).context("preprocess table")?;
     let p: Preprocess = table
         .clone()
         .try_into()
-        .with_context(|| format!("{ctx}: [preprocess] is not valid"))?;
-    let json = serde_json::to_vec(table).context("preprocess table")?;
+        .map_err(|e| anyhow::anyhow!("{ctx} is not valid: {}", one_line(&e.to_string())))?;
     if let Some(field) = ferry_shared::protocol::unknown_field_path(&json, &p) {
         bail!(
-            "{ctx}: [preprocess] has an unknown key {field:?} (known: resize {{width, height, \
-             filter}}, color, layout, range, mean, std)"
+            "{ctx} has an unknown key {field:?} (known: resize = {{ width, height, filter }}, \
+             color, layout, range, mean, std)"
         );
     }
     if let Some(field) = p.unknown_values().first() {
-        bail!(
-            "{ctx}: [preprocess] {field} has a value ferry does not know (resize.filter: \
-             nearest|bilinear|bicubic|area|lanczos; color: rgb|bgr|gray; layout: nchw|nhwc)"
-        );
+        let typed = field
+            .split('.')
+            .try_fold(&table, |v, k| v.get(k))
+            .and_then(|v| v.as_str())
+            .unwrap_or_default();
+        let known = match *field {
+            "resize.filter" => "nearest, bilinear, bicubic, area or lanczos",
+            "color" => "rgb, bgr or gray",
+            _ => "nchw or nhwc",
+        };
+        let case = if typed != typed.to_lowercase() {
+            " (values are lowercase)"
+        } else {
+            ""
+        };
+        bail!("{ctx} {field} = {typed:?} is not one ferry knows: use {known}{case}");
     }
     p.check().map_err(|e| anyhow::anyhow!("{ctx}: {e}"))?;
     Ok(p)
+}
+
+/// A message on one line (the TOML library breaks its own).
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `a` and `b` name the same file relative to one folder (`./x` and `x`).
+fn same_path(a: &Path, b: &Path) -> bool {
+    let norm = |p: &Path| -> PathBuf {
+        p.components()
+            .filter(|c| !matches!(c, std::path::Component::CurDir))
+            .collect()
+    };
+    norm(a) == norm(b)
 }
 
 /// Builds a variant's metadata from the release-wide and its own settings: reads each asset
@@ -80,12 +125,17 @@ pub fn variant_metadata(
     let ctx = format!("variant {}", v.id);
     let mut out = VariantMetadata::default();
     let labels = v.labels.as_ref().or(spec.labels.as_ref());
-    let mut paths: Vec<&PathBuf> = spec.assets.iter().chain(&v.assets).collect();
-    if let Some(l) = labels
-        && !paths.contains(&l)
-    {
-        paths.push(l);
+    let labels_ctx = match &v.labels {
+        Some(_) => ctx.clone(),
+        None => "the release-wide labels".to_string(),
+    };
+    let mut paths: Vec<&PathBuf> = Vec::new();
+    for p in spec.assets.iter().chain(&v.assets).chain(labels) {
+        if !paths.iter().any(|q| same_path(q, p)) {
+            paths.push(p);
+        }
     }
+    let mut seen: Vec<(String, &PathBuf)> = Vec::new();
     for rel in paths {
         let path = base.join(rel);
         let name = path
@@ -93,16 +143,22 @@ pub fn variant_metadata(
             .and_then(|n| n.to_str())
             .with_context(|| format!("{ctx}: asset {} has no usable file name", path.display()))?
             .to_string();
-        if out.assets.iter().any(|a| a.name == name) {
-            bail!("{ctx}: two assets are named {name}; each asset of a variant needs its own name");
+        if let Some((_, other)) = seen.iter().find(|(n, _)| *n == name) {
+            bail!(
+                "{ctx}: two assets are named {name} ({} and {}); each asset of a variant needs \
+                 its own file name",
+                other.display(),
+                rel.display()
+            );
         }
+        seen.push((name.clone(), rel));
         let bytes =
             read(&path).with_context(|| format!("{ctx}: cannot read asset {}", path.display()))?;
         if bytes.is_empty() {
             bail!("{ctx}: asset {} is empty", path.display());
         }
-        if Some(rel) == labels {
-            let count = check_labels(&ctx, &path, &bytes)?;
+        if labels.is_some_and(|l| same_path(l, rel)) {
+            let count = check_labels(&labels_ctx, &path, &bytes)?;
             if let Some(classes) = signature.and_then(classes_of)
                 && classes != count as u64
             {
@@ -125,9 +181,13 @@ pub fn variant_metadata(
             assets: Vec::new(),
         });
     }
-    let table = v.preprocess.as_ref().or(spec.preprocess.as_ref());
-    if let Some(t) = table {
-        let p = parse_preprocess(&ctx, t)?;
+    let table = match (&v.preprocess, &spec.preprocess) {
+        (Some(t), _) => Some((t, format!("{ctx}: [variant.preprocess]"))),
+        (None, Some(t)) => Some((t, "the release-wide [preprocess]".to_string())),
+        (None, None) => None,
+    };
+    if let Some((t, pctx)) = table {
+        let p = parse_preprocess(&pctx, t)?;
         if let Some(sig) = signature {
             out.warnings.extend(preprocess_warnings(&ctx, &p, sig));
         }
@@ -148,13 +208,33 @@ fn check_labels(ctx: &str, path: &Path, bytes: &[u8]) -> anyhow::Result<usize> {
     }
     let text = std::str::from_utf8(bytes)
         .with_context(|| format!("{ctx}: labels file {} is not UTF-8 text", path.display()))?;
+    if text.starts_with('\u{feff}') {
+        bail!(
+            "{ctx}: labels file {} starts with a byte order mark, which would become part of \
+             the first label; save it as UTF-8 without BOM",
+            path.display()
+        );
+    }
     let labels: Vec<&str> = text.lines().collect();
     if let Some(i) = labels.iter().position(|l| l.trim().is_empty()) {
+        let trailing = labels[i..].iter().all(|l| l.trim().is_empty());
         bail!(
-            "{ctx}: labels file {} has an empty label on line {} (one label per line, in \
+            "{ctx}: labels file {} has an empty label on line {}{} (one label per line, in \
              output order)",
             path.display(),
-            i + 1
+            i + 1,
+            if trailing {
+                "; remove the blank line(s) at the end"
+            } else {
+                ""
+            }
+        );
+    }
+    if labels.len() > MAX_LABELS {
+        bail!(
+            "{ctx}: labels file {} has {} labels; at most {MAX_LABELS}",
+            path.display(),
+            labels.len()
         );
     }
     Ok(labels.len())
@@ -166,38 +246,65 @@ fn classes_of(sig: &pte::Signature) -> Option<u64> {
     u64::try_from(*out.shape.last()?).ok()
 }
 
-/// What in `p` contradicts the program's first input: a channel count or a size that a 4-d
-/// input in the declared layout does not have.
+/// What in `p` contradicts the program's first input: for a 4-d input in the declared layout,
+/// a channel count or size it does not have (saying when the other layout would fit); for a
+/// flattened input (`[N]` or `[B, N]`), a resize and colour that do not give `N` values.
 fn preprocess_warnings(ctx: &str, p: &Preprocess, sig: &pte::Signature) -> Vec<String> {
     use ferry_shared::manifest::Layout;
     let mut out = Vec::new();
-    let Some(input) = sig.inputs.first().filter(|t| t.shape.len() == 4) else {
+    let Some(input) = sig.inputs.first() else {
         return out;
     };
     let s = &input.shape;
-    let (c, h, w) = match p.layout {
-        Some(Layout::Nchw) => (s[1], s[2], s[3]),
-        Some(Layout::Nhwc) => (s[3], s[1], s[2]),
+    let channels = p.color.and_then(|c| c.channels()).map(|n| n as i64);
+    let size = p
+        .resize
+        .as_ref()
+        .map(|r| (i64::from(r.width), i64::from(r.height)));
+    if s.len() <= 2 {
+        let per_image = *s.last().unwrap_or(&0);
+        if let (Some(c), Some((w, h))) = (channels, size)
+            && w * h * c != per_image
+        {
+            out.push(format!(
+                "{ctx}: preprocess gives {w}x{h}x{c} = {} values per image, and the program's \
+                 input 0 ({}) takes {per_image}",
+                w * h * c,
+                input.describe()
+            ));
+        }
+        return out;
+    }
+    if s.len() != 4 {
+        return out;
+    }
+    // (channels, height, width) as each layout reads the shape.
+    let nchw = (s[1], s[2], s[3]);
+    let nhwc = (s[3], s[1], s[2]);
+    let fits = |(c, h, w): (i64, i64, i64)| {
+        channels.is_none_or(|n| n == c) && size.is_none_or(|(rw, rh)| rw == w && rh == h)
+    };
+    let (declared, other, other_name) = match p.layout {
+        Some(Layout::Nchw) => (nchw, nhwc, "nhwc"),
+        Some(Layout::Nhwc) => (nhwc, nchw, "nchw"),
         _ => return out,
     };
-    if let Some(n) = p.color.and_then(|c| c.channels())
-        && i64::try_from(n).ok() != Some(c)
-    {
-        out.push(format!(
-            "{ctx}: preprocess color has {n} channel(s), and the program's input 0 ({}) has {c}",
-            input.describe()
-        ));
+    if fits(declared) {
+        return out;
     }
-    if let Some(r) = &p.resize
-        && (i64::from(r.width) != w || i64::from(r.height) != h)
-    {
-        out.push(format!(
-            "{ctx}: preprocess resizes to {}x{}, and the program's input 0 ({}) is {w}x{h}",
-            r.width,
-            r.height,
-            input.describe()
-        ));
-    }
+    let hint = if fits(other) {
+        format!(" (with layout = \"{other_name}\" it would)")
+    } else {
+        String::new()
+    };
+    let (c, h, w) = declared;
+    out.push(format!(
+        "{ctx}: preprocess ({}{}) does not fit the program's input 0 ({}), which in its \
+         declared layout has {c} channel(s) of {w}x{h}{hint}",
+        channels.map_or(String::new(), |n| format!("{n} channel(s)")),
+        size.map_or(String::new(), |(w, h)| format!(", resize to {w}x{h}")),
+        input.describe()
+    ));
     out
 }
 
@@ -285,6 +392,7 @@ mod tests {
     fn typos_unknown_values_and_bad_labels_are_refused() {
         let e = err(run(&spec("[preprocess]\nmeen = [0.5]", ""), &[]));
         assert!(e.contains("unknown key \"meen\""), "{e}");
+        assert!(e.starts_with("the release-wide [preprocess]"), "{e}");
         let e = err(run(
             &spec(
                 "[preprocess]\nresize = { width = 8, height = 8, filtr = \"area\" }",
@@ -294,9 +402,30 @@ mod tests {
         ));
         assert!(e.contains("resize.filtr"), "{e}");
         let e = err(run(&spec("[preprocess]\ncolor = \"rbg\"", ""), &[]));
-        assert!(e.contains("color has a value ferry does not know"), "{e}");
+        assert!(
+            e.contains("color = \"rbg\" is not one ferry knows: use rgb, bgr or gray"),
+            "{e}"
+        );
+        let e = err(run(
+            &spec("", "[variant.preprocess]\nlayout = \"NCHW\""),
+            &[],
+        ));
+        assert!(e.contains("variant v: [variant.preprocess] layout"), "{e}");
+        assert!(e.contains("(values are lowercase)"), "{e}");
+        let e = err(run(&spec("[preprocess]", ""), &[]));
+        assert!(e.contains("is empty"), "{e}");
+        let e = err(run(
+            &spec("labels = \"l.txt\"", ""),
+            &[("l.txt", "\u{feff}a\n".as_bytes())],
+        ));
+        assert!(e.contains("byte order mark"), "{e}");
+        let e = err(run(
+            &spec("labels = \"l.txt\"", ""),
+            &[("l.txt", b"a\nb\n\n")],
+        ));
+        assert!(e.contains("remove the blank line(s) at the end"), "{e}");
         let e = err(run(&spec("[preprocess]\nstd = [0.0]", ""), &[]));
-        assert!(e.contains("above 0"), "{e}");
+        assert!(e.contains("at least"), "{e}");
         let e = err(run(
             &spec("labels = \"l.txt\"", ""),
             &[("l.txt", b"cat\n\ndog\n")],
@@ -313,7 +442,10 @@ mod tests {
             &spec("assets = [\"a/x.json\"]", "assets = [\"b/x.json\"]"),
             &[("x.json", b"{}")],
         ));
-        assert!(e.contains("two assets are named x.json"), "{e}");
+        assert!(
+            e.contains("two assets are named x.json (a/x.json and b/x.json)"),
+            "{e}"
+        );
         let e = err(run(&spec("assets = [\"x.json\"]", ""), &[("x.json", b"")]));
         assert!(e.contains("is empty"), "{e}");
     }
@@ -328,7 +460,52 @@ mod tests {
         let m = run(&s, &[("l.txt", b"a\nb\n")]).expect("metadata");
         let w = m.warnings.join("\n");
         assert!(w.contains("2 labels"), "{w}");
-        assert!(w.contains("color has 1 channel(s)"), "{w}");
-        assert!(w.contains("resizes to 128x96"), "{w}");
+        assert!(
+            w.contains("does not fit the program's input 0 (float32[1, 3, 224, 224])"),
+            "{w}"
+        );
+        // The other layout fitting is said.
+        let s = spec("[preprocess]\ncolor = \"rgb\"\nlayout = \"nhwc\"", "");
+        let w = run(&s, &[]).expect("metadata").warnings.join("\n");
+        assert!(w.contains("with layout = \"nchw\" it would"), "{w}");
+        // A bare number for every channel, and the same labels file named twice, are fine.
+        let s = spec(
+            "labels = \"l.txt\"\nassets = [\"./l.txt\"]\n[preprocess]\nmean = 0.5\nstd = 2",
+            "",
+        );
+        let m = run(&s, &[("l.txt", b"a\nb\nc\n")]).expect("metadata");
+        assert_eq!(m.assets.len(), 1);
+        let p = m.preprocess.expect("preprocess");
+        assert_eq!((p.mean, p.std), (vec![0.5], vec![2.0]));
+    }
+
+    #[test]
+    fn a_flattened_input_is_checked_against_resize_and_colour() {
+        let s = spec(
+            "[preprocess]\ncolor = \"gray\"\nresize = { width = 8, height = 8 }",
+            "",
+        );
+        let read = |_: &Path| -> anyhow::Result<Vec<u8>> { Ok(Vec::new()) };
+        let flat = |n: i64| pte::Signature {
+            inputs: vec![pte::TensorSpec {
+                dtype: "float32".into(),
+                shape: vec![8, n],
+                dim_order: vec![0, 1],
+                dynamism: pte::Dynamism::Static,
+            }],
+            outputs: Vec::new(),
+        };
+        let ok = variant_metadata(&s, &s.variants[0], Path::new("/r"), &read, Some(&flat(64)))
+            .expect("metadata");
+        assert_eq!(ok.warnings, Vec::<String>::new());
+        let bad = variant_metadata(&s, &s.variants[0], Path::new("/r"), &read, Some(&flat(192)))
+            .expect("metadata");
+        assert!(
+            bad.warnings
+                .join("")
+                .contains("8x8x1 = 64 values per image"),
+            "{:?}",
+            bad.warnings
+        );
     }
 }

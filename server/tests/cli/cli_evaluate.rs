@@ -103,15 +103,32 @@ fn sign_refuses_a_release_whose_variant_lost_accuracy_unless_told_why() {
         .arg(&out_file)
         .output()
         .expect("run");
-    assert!(!out.status.success());
+    assert_eq!(
+        out.status.code(),
+        Some(8),
+        "exit 8 like ferry evaluate: {out:?}"
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("accuracy_regression"), "{err}");
     assert!(err.contains("int8-damaged"), "{err}");
     assert!(!out_file.exists(), "nothing is signed");
+    // A blank reason is a usage mistake, not an override.
+    let out = ferry()
+        .arg("sign")
+        .arg(variants())
+        .arg("--key")
+        .arg(&key)
+        .arg("-o")
+        .arg(&out_file)
+        .args(["--allow-regression", "  "])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(!out_file.exists(), "nothing is signed");
 
-    crate::common::run_ok(
+    let json = crate::common::run_ok(
         ferry()
-            .arg("sign")
+            .args(["--json", "sign"])
             .arg(variants())
             .arg("--key")
             .arg(&key)
@@ -119,6 +136,11 @@ fn sign_refuses_a_release_whose_variant_lost_accuracy_unless_told_why() {
             .arg(&out_file)
             .args(["--allow-regression", "damaged build kept for the bisect"]),
     );
+    let signed: serde_json::Value = serde_json::from_str(&json).expect("json");
+    crate::common::assert_valid(&signed, "cli.schema.json#/$defs/sign");
+    assert_eq!(signed["warnings"], serde_json::json!([]));
+    assert_eq!(signed["variants"][2]["evaluation"]["passed"], false);
+    assert_eq!(signed["variants"][0]["labels"], "digits-labels.txt");
     let env: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&out_file).expect("release")).expect("json");
     use base64::Engine as _;
@@ -185,4 +207,123 @@ fn evaluate_json_matches_its_schema() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
     crate::common::assert_valid(&v, "cli.schema.json#/$defs/evaluate");
     assert_eq!(v["samples"], 536);
+    // The runtime's Info-level log (CPU probing on the first load) stays off stderr unless
+    // asked for.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("I executorch:"), "{err}");
+    let out = ferry()
+        .args(["--json", "evaluate"])
+        .arg(variants())
+        .env("FERRY_EXECUTORCH_LOG", "info")
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("I executorch:"), "{err}");
+}
+
+/// A VARIANTS.toml for the digits set in `dir`: `variants` as (id, file) pairs, with
+/// `baseline` when given.
+#[cfg(feature = "executorch")]
+fn digits_release(version: &str, variants: &[(&str, &str)], baseline: Option<&str>) -> String {
+    let mut t = format!(
+        "model = \"digits\"\nversion = \"{version}\"\n\n[evaluation]\ndataset = \
+         \"digits-test.safetensors\"\nmetric = \"top1\"\nreference = \"fp32\"\nmax_drop = 0.01\n"
+    );
+    if let Some(b) = baseline {
+        t.push_str(&format!("baseline = \"{b}\"\n"));
+    }
+    for (id, file) in variants {
+        t.push_str(&format!(
+            "\n[[variant]]\nid = \"{id}\"\nfile = \"{file}\"\ndelegate = \"xnnpack\"\nquant = \
+             \"int8\"\nruntime = \">=1.0.0\"\napp = \"*\"\n"
+        ));
+    }
+    t
+}
+
+#[cfg(feature = "executorch")]
+#[test]
+fn a_release_that_lost_accuracy_against_the_one_in_force_is_refused_offline() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let src = variants().parent().expect("dir").to_path_buf();
+    for f in [
+        "digits-fp32.pte",
+        "digits-int8.pte",
+        "digits-int8-damaged.pte",
+        "digits-test.safetensors",
+    ] {
+        std::fs::copy(src.join(f), dir.path().join(f)).expect("copy");
+    }
+    crate::common::run_ok(
+        ferry()
+            .args(["keys", "generate", "--out"])
+            .arg(dir.path().join("keys")),
+    );
+    let key = dir.path().join("keys/release.key");
+    let sign = |toml: &str, version: &str| {
+        let spec = dir.path().join(format!("VARIANTS-{version}.toml"));
+        std::fs::write(&spec, toml).expect("write");
+        let out = ferry()
+            .arg("sign")
+            .arg(&spec)
+            .arg("--key")
+            .arg(&key)
+            .arg("-o")
+            .arg(dir.path().join(format!("release-{version}.json")))
+            .output()
+            .expect("run");
+        (spec, out)
+    };
+    // The release in force: FP32 and the calibrated INT8, evaluated and signed.
+    let v1 = digits_release(
+        "1.0.0",
+        &[("fp32", "digits-fp32.pte"), ("int8", "digits-int8.pte")],
+        None,
+    );
+    let (_, out) = sign(&v1, "1.0.0");
+    assert!(out.status.success(), "{out:?}");
+
+    // A "fine-tune" that lost accuracy everywhere: every variant agrees with its own
+    // reference, so only the release in force shows the loss.
+    let v2 = digits_release(
+        "1.1.0",
+        &[
+            ("fp32", "digits-int8-damaged.pte"),
+            ("int8", "digits-int8-damaged.pte"),
+        ],
+        Some("release-1.0.0.json"),
+    );
+    let (spec, out) = sign(&v2, "1.1.0");
+    assert_eq!(out.status.code(), Some(8), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("accuracy_regression"), "{err}");
+    assert!(err.contains("recorded for the baseline release"), "{err}");
+    assert!(!dir.path().join("release-1.1.0.json").exists());
+
+    let out = ferry().arg("evaluate").arg(&spec).output().expect("run");
+    assert_eq!(out.status.code(), Some(8), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("compared with the result recorded for baseline release 1.0.0"),
+        "{text}"
+    );
+    assert!(text.contains("(baseline 0.9701, drop 72.50%)"), "{text}");
+
+    // A baseline evaluated on another set cannot be compared: a clear error, not a pass.
+    std::fs::copy(
+        src.join("digits-test.safetensors"),
+        dir.path().join("other.safetensors"),
+    )
+    .expect("copy");
+    let mut bytes = std::fs::read(dir.path().join("other.safetensors")).expect("read");
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(dir.path().join("other.safetensors"), bytes).expect("write");
+    let (_, out) = sign(
+        &v2.replace("digits-test.safetensors", "other.safetensors"),
+        "1.1.0",
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("was evaluated on another dataset"), "{err}");
 }

@@ -12,6 +12,13 @@ use super::{ExtraFile, ManifestError, ManifestLimits};
 
 /// Largest labels file: one label per line, read whole by the client at load.
 pub const MAX_LABELS_BYTES: u64 = 4 << 20;
+/// Most labels a labels file holds (`ferry sign` refuses more; a client reads no more).
+pub const MAX_LABELS: usize = 65_536;
+/// Largest magnitude of a `mean` or `range` value, and of a `std` (a float32 pipeline must
+/// hold every value).
+pub const MAX_PREPROCESS_VALUE: f64 = 1e6;
+/// Smallest `std`.
+pub const MIN_STD: f64 = 1e-6;
 /// Most channels a preprocessing's `mean` and `std` list.
 pub const MAX_CHANNELS: usize = 4;
 /// Largest side of a resize.
@@ -127,11 +134,13 @@ impl Preprocess {
                 r.width, r.height
             ));
         }
+        let fits = |x: f64| x.is_finite() && x.abs() <= MAX_PREPROCESS_VALUE;
         if let Some([lo, hi]) = self.range
-            && !(lo.is_finite() && hi.is_finite() && lo < hi)
+            && !(fits(lo) && fits(hi) && lo < hi)
         {
             return Err(format!(
-                "preprocess range [{lo}, {hi}] needs finite numbers, low below high"
+                "preprocess range [{lo}, {hi}] needs numbers within ±{MAX_PREPROCESS_VALUE}, \
+                 low below high"
             ));
         }
         for (what, list) in [("mean", &self.mean), ("std", &self.std)] {
@@ -141,9 +150,10 @@ impl Preprocess {
                     list.len()
                 ));
             }
-            if list.iter().any(|x| !x.is_finite()) {
+            if list.iter().any(|x| !fits(*x)) {
                 return Err(format!(
-                    "preprocess {what} holds a number that is not finite"
+                    "preprocess {what} holds a number that is not finite or is beyond \
+                     ±{MAX_PREPROCESS_VALUE}"
                 ));
             }
             let channels = self.color.and_then(ColorOrder::channels);
@@ -160,8 +170,8 @@ impl Preprocess {
                 ));
             }
         }
-        if self.std.iter().any(|s| *s <= 0.0) {
-            return Err("preprocess std values must be above 0".into());
+        if self.std.iter().any(|s| *s < MIN_STD) {
+            return Err(format!("preprocess std values must be at least {MIN_STD}"));
         }
         Ok(())
     }
@@ -211,6 +221,19 @@ pub(super) fn check_files(
         if f.name.is_empty() || f.name.contains(['/', '\\', '\0']) || f.name.starts_with('.') {
             return bad(format!(
                 "{ctx}: {what} name {:?} is not a plain name",
+                f.name
+            ));
+        }
+        // An asset's name is what the app asks for: keep it portable (no bidi controls,
+        // colons or spaces that some filesystems and consoles treat specially).
+        if what == "asset"
+            && !f
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-+".contains(&b))
+        {
+            return bad(format!(
+                "{ctx}: asset name {:?} may hold only letters, digits and . _ - +",
                 f.name
             ));
         }

@@ -26,8 +26,8 @@ pub use evaluation::{
     BaselineRef, Evaluation, EvaluationOverride, EvaluationResult, MAX_EVALUATION_TEXT,
 };
 pub use metadata::{
-    ColorOrder, Layout, MAX_CHANNELS, MAX_LABELS_BYTES, MAX_RESIZE, Preprocess, Resize,
-    ResizeFilter,
+    ColorOrder, Layout, MAX_CHANNELS, MAX_LABELS, MAX_LABELS_BYTES, MAX_PREPROCESS_VALUE,
+    MAX_RESIZE, MIN_STD, Preprocess, Resize, ResizeFilter,
 };
 
 /// The DSSE payload type of a signed release manifest.
@@ -234,7 +234,7 @@ pub struct ManifestLimits {
     pub max_notes: usize,
     /// Most backends per variant (default 16).
     pub max_backends: usize,
-    /// Most extra files per variant (default 16).
+    /// Most data files, and most assets, per variant (default 16 each).
     pub max_extra_files: usize,
     /// Most SoC entries per allow or deny list (default 512).
     pub max_socs: usize,

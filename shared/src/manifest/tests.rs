@@ -230,13 +230,19 @@ fn metadata_round_trips_and_its_values_are_checked() {
         "not a plain name",
     );
     refused(
+        &|v| v.assets[0].name = "labels\u{202e}txt.exe".into(),
+        "only letters, digits",
+    );
+    refused(
         &|v| v.assets.push(v.assets[0].clone()),
         "two assets are named",
     );
     let pre = |f: &dyn Fn(&mut Preprocess), why: &str| {
         refused(&|v| f(v.preprocess.as_mut().expect("preprocess")), why);
     };
-    pre(&|p| p.std[1] = 0.0, "std values must be above 0");
+    pre(&|p| p.std[1] = 0.0, "std values must be at least");
+    pre(&|p| p.std[1] = 1e-50, "std values must be at least");
+    pre(&|p| p.mean[1] = 1e300, "beyond");
     pre(&|p| p.mean.push(0.5), "preprocess mean has 4 values");
     pre(&|p| p.range = Some([1.0, 0.0]), "low below high");
     pre(&|p| p.mean[0] = f64::NAN, "not finite");

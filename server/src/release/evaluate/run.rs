@@ -49,10 +49,10 @@ pub fn evaluate(
     base: &Path,
     progress: &mut dyn FnMut(u64, u64),
 ) -> anyhow::Result<Report> {
-    let ev = spec
-        .evaluation
-        .as_ref()
-        .context("VARIANTS.toml has no [evaluation] section")?;
+    let ev = spec.evaluation.as_ref().context(
+        "this VARIANTS.toml has no [evaluation] section (dataset, metric, reference, \
+             max_drop or max_error; see docs/publishing.md)",
+    )?;
     let ids: Vec<VariantId> = spec.variants.iter().map(|v| v.id.clone()).collect();
     ev.check(&ids)?;
     let set_path = base.join(&ev.dataset);

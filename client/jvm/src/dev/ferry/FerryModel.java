@@ -12,6 +12,7 @@ import java.nio.ByteBuffer;
 public final class FerryModel implements AutoCloseable {
     private Pointer handle;
     private int outputHint = 1;
+    private String[] labels;
 
     FerryModel(Pointer handle) {
         this.handle = handle;
@@ -64,8 +65,11 @@ public final class FerryModel implements AutoCloseable {
      * when the release has none.
      */
     public synchronized String[] labels() {
-        String text = Ferry.LIB.ferry_model_info(live(), 7);
-        return text == null || text.isEmpty() ? null : text.split("\n", -1);
+        if (labels == null) {
+            String text = Ferry.LIB.ferry_model_info(live(), 7);
+            labels = text == null || text.isEmpty() ? new String[0] : text.split("\n", -1);
+        }
+        return labels.length == 0 ? null : labels.clone();
     }
 
     /**
