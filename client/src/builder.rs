@@ -236,6 +236,7 @@ impl ClientBuilder {
             progress: self.progress,
             method: self.method,
             in_use: Arc::new(Mutex::new(BTreeMap::new())),
+            inference: Arc::new(crate::inference::Registry::default()),
             updating: Mutex::new(Default::default()),
             sunset: Mutex::new(None),
             time,

@@ -529,6 +529,7 @@ pub extern "C" fn ferry_last_error_message() -> *const c_char {
 }
 
 mod metadata;
+mod telemetry;
 mod tensors;
 
 pub use metadata::FerryModelField;

@@ -28,6 +28,7 @@ pub mod executorch_runtime;
 #[cfg(feature = "ffi")]
 pub mod ffi;
 mod golden;
+mod inference;
 mod load;
 pub mod locks;
 mod metadata;
@@ -85,6 +86,8 @@ pub struct Client {
     autosend: bool,
     sending: Arc<std::sync::atomic::AtomicBool>,
     in_use: InUse,
+    /// The live models' run timings, sent as `inference` events at each telemetry flush.
+    inference: Arc<inference::Registry>,
     /// Models a background update is running for ([`LoadMode::CachedThenUpdate`]).
     updating: Mutex<std::collections::BTreeSet<String>>,
     /// The last `Ferry-Protocol-Sunset` the server sent (see [`Client::protocol_sunset`]).
@@ -150,8 +153,38 @@ impl Client {
         self.telemetry.pending()
     }
 
-    /// Sends queued telemetry (call it from a background thread; it never affects loads).
+    /// Sends queued telemetry (call it from a background thread; it never affects loads),
+    /// after queuing the run timings of the loaded models since the last flush
+    /// ([`Client::flush_inference`]).
     pub fn send_telemetry(&self) -> SendReport {
+        self.flush_inference();
         self.telemetry.send(&self.agent, &self.server)
+    }
+
+    /// Queues one `inference` event per loaded model, method and variant that ran since the
+    /// last flush: runs, the cold first call, warm p50, p95 and max, the longest sustained
+    /// stretch and the most severe thermal state reported (`docs/client.md`, field latency).
+    /// Offline-tolerant like every event: they wait in the queue until a send succeeds.
+    pub fn flush_inference(&self) {
+        let at = self
+            .now()
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default();
+        let events = self.inference.drain(&at);
+        if !events.is_empty() {
+            let _ = self.telemetry.push(&events);
+        }
+    }
+
+    /// The device's thermal state as the app learns it from the OS (`None`: not known). The
+    /// most severe state reported while a method runs goes with its `inference` event. Map
+    /// Android's `PowerManager` states: none and light to `Nominal`, moderate to `Fair`,
+    /// severe to `Serious`, critical, emergency and shutdown to `Critical`; iOS's four map
+    /// one to one.
+    pub fn set_thermal_state(&self, state: Option<ferry_shared::telemetry::Thermal>) {
+        self.inference.thermal.store(
+            inference::thermal_code(state),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 }

@@ -303,6 +303,7 @@ mod tests {
             receipt: None,
             stage: None,
             clock_offset_s: None,
+            inference: Default::default(),
             kind: EventKind::Load,
             model: "m".into(),
             release: "1.0.0".into(),

@@ -154,6 +154,10 @@ pub struct LoadedModel {
     pub(crate) contract: Option<std::collections::BTreeMap<String, ferry_shared::pte::Signature>>,
     /// The variant's signed metadata: preprocessing, labels, assets.
     pub(crate) metadata: crate::metadata::ModelMetadata,
+    /// Its run timings, and the queue its last summaries go to when it is dropped.
+    pub(crate) times: Option<Timing>,
+    /// The receipt of the resolve answer it was loaded from (none from the cache alone).
+    pub(crate) receipt: Option<String>,
     pub(crate) _guard: InUseGuard,
 }
 
@@ -171,13 +175,52 @@ impl std::fmt::Debug for LoadedModel {
     }
 }
 
+/// A loaded model's run timings and where they go: when the model is dropped, its runs since
+/// the last flush are queued as `inference` events.
+pub(crate) struct Timing {
+    pub(crate) times: Arc<Mutex<crate::inference::RunTimes>>,
+    pub(crate) queue: Arc<crate::telemetry::TelemetryQueue>,
+    /// The device clock's offset from the server's time at load (seconds, positive: ahead),
+    /// to stamp the last events.
+    pub(crate) offset_s: i64,
+}
+
+impl Drop for Timing {
+    fn drop(&mut self) {
+        let at = (OffsetDateTime::now_utc() - time::Duration::seconds(self.offset_s))
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default();
+        let events = crate::inference::final_events(&self.times, &at);
+        if !events.is_empty() {
+            let _ = self.queue.push(&events);
+        }
+    }
+}
+
 impl LoadedModel {
+    /// Runs `method` on the program and times it when it succeeds.
+    fn timed_run(
+        &mut self,
+        method: &str,
+        inputs: &[TensorValue],
+    ) -> Result<Vec<TensorValue>, RuntimeError> {
+        let started = std::time::Instant::now();
+        let out = self.program.run(method, inputs)?;
+        let took = started.elapsed();
+        if let Some(t) = &self.times {
+            ferry_shared::sync::lock(&t.times).record(method, started, took);
+        }
+        Ok(out)
+    }
+
     /// Runs the loaded method (the client's [`method`](crate::ClientBuilder::method),
-    /// `forward` by default).
+    /// `forward` by default). Every successful call is timed for the `inference` telemetry.
     pub fn run(&mut self, inputs: &[TensorValue]) -> Result<Vec<TensorValue>, RuntimeError> {
-        let method = self.method.clone();
-        check_inputs(&method, self.contract(&method), inputs)?;
-        self.program.run(&method, inputs)
+        let method = std::mem::take(&mut self.method);
+        let checked = check_inputs(&method, self.contract(&method), inputs);
+        let out = checked.and_then(|()| self.timed_run(&method, inputs));
+        self.method = method;
+        out
     }
 
     /// `method`'s inputs and outputs as the program declares them and the release signed
@@ -228,7 +271,7 @@ impl LoadedModel {
             self.other_methods.push(method.to_string());
         }
         check_inputs(method, self.contract(method), inputs)?;
-        self.program.run(method, inputs)
+        self.timed_run(method, inputs)
     }
 
     /// The inputs and outputs `method` declares in the program's metadata (element types and

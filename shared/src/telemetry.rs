@@ -18,6 +18,74 @@ pub enum EventKind {
     Load,
     /// The client moved from one variant to the next.
     Fallback,
+    /// A summary of one method's runs since the last flush ([`InferenceFields`]).
+    Inference,
+}
+
+/// The device's thermal state as the app reports it (Android's seven `PowerManager` states map
+/// to four: none and light to `nominal`, moderate to `fair`, severe to `serious`, critical,
+/// emergency and shutdown to `critical`; iOS's four map one to one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Thermal {
+    /// No throttling.
+    Nominal,
+    /// Slightly elevated.
+    Fair,
+    /// High: performance is reduced.
+    Serious,
+    /// Critical: the system is shedding work.
+    Critical,
+    /// A state a newer client named.
+    #[serde(other)]
+    Other,
+}
+
+impl Thermal {
+    /// Its wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Thermal::Nominal => "nominal",
+            Thermal::Fair => "fair",
+            Thermal::Serious => "serious",
+            Thermal::Critical => "critical",
+            Thermal::Other => "other",
+        }
+    }
+}
+
+/// What an `inference` event adds: one method's runs since the last flush, timed by the
+/// client. The first call after the load is the cold one (`first_ms`); the percentiles and
+/// maximum are of the other (warm) calls.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct InferenceFields {
+    /// The method.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// Calls in the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<u64>,
+    /// The first call after the load (ms), when it fell in this window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_ms: Option<f64>,
+    /// Median of the warm calls (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p50_ms: Option<f64>,
+    /// 95th percentile of the warm calls (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p95_ms: Option<f64>,
+    /// Slowest warm call (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_ms: Option<f64>,
+    /// The longest stretch of calls with gaps under 2 s (seconds): sustained use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sustained_s: Option<f64>,
+    /// The most severe thermal state the app reported during the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thermal: Option<Thermal>,
+    /// Timed by the on-device probe, not by the app's own calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<bool>,
 }
 
 /// Success or failure.
@@ -82,6 +150,9 @@ pub struct TelemetryEvent {
     /// seconds (positive: ahead), when the client knew it; `at` is then the corrected time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock_offset_s: Option<i64>,
+    /// For `inference` events: the summary of the runs.
+    #[serde(flatten)]
+    pub inference: InferenceFields,
 }
 
 /// The body of `POST /v1/telemetry`.
@@ -92,7 +163,7 @@ pub struct TelemetryBatch {
 }
 
 /// The fields of a v1 telemetry event this build knows.
-pub const EVENT_FIELDS: [&str; 20] = [
+pub const EVENT_FIELDS: [&str; 29] = [
     "kind",
     "model",
     "release",
@@ -113,10 +184,19 @@ pub const EVENT_FIELDS: [&str; 20] = [
     "receipt",
     "stage",
     "clock_offset_s",
+    "method",
+    "runs",
+    "first_ms",
+    "p50_ms",
+    "p95_ms",
+    "max_ms",
+    "sustained_s",
+    "thermal",
+    "probe",
 ];
 
 /// The event kinds this build knows, as they appear on the wire.
-pub const EVENT_KINDS: [&str; 4] = ["download", "verify", "load", "fallback"];
+pub const EVENT_KINDS: [&str; 5] = ["download", "verify", "load", "fallback", "inference"];
 
 /// What a cheap look at one event's JSON text shows before it is parsed: the fields this build
 /// does not know, and whether its `kind` is one a newer client added (protocol v1: such events
@@ -206,6 +286,7 @@ mod tests {
             receipt: Some("r".into()),
             stage: Some("load_method".into()),
             clock_offset_s: Some(-3600),
+            inference: Default::default(),
         };
         let v = serde_json::to_value(&e).expect("json");
         let mut keys: Vec<&str> = v

@@ -104,7 +104,18 @@ int main(int argc, char **argv) {
     printf("\n");
   }
   ferry_outputs_free(outs);
+
+  /* The device's thermal state, as the app learns it from the OS; an unknown name is refused. */
+  if (ferry_client_set_thermal_state(client, "hot") != FERRY_ERR_INVALID_ARGUMENT) {
+    fprintf(stderr, "an unknown thermal state was not refused\n");
+    return 1;
+  }
+  if (ferry_client_set_thermal_state(client, "fair") != FERRY_OK) return fail("thermal");
+  /* Freeing the model queues its run timings; the send takes them with the load's events. */
   ferry_model_free(model);
+  size_t sent = 0, queued = 99;
+  if (ferry_client_send_telemetry(client, &sent, &queued) != FERRY_OK) return fail("telemetry");
+  printf("telemetry sent=%zu queued=%zu\n", sent, queued);
   ferry_client_free(client);
   free(trust);
   free(ids);

@@ -109,8 +109,19 @@ public final class TypedModel {
         }
         String device = "{\"install_id\":\"jvm-typed\",\"platform\":\"linux\",\"ram_mb\":8192}";
         int exit = 0;
-        try (FerryClient client = new FerryClient(args[0], trust, args[2], "1.0.0");
-                FerryModel m = client.load(model, device)) {
+        try (FerryClient client = new FerryClient(args[0], trust, args[2], "1.0.0")) {
+            exit = use(client, client.load(model, device), method, inputs);
+            // The model's run timings (queued when it closed) go with the next send.
+            long[] sent = client.sendTelemetry();
+            System.out.println("telemetry sent=" + sent[0] + " queued=" + sent[1]);
+        }
+        System.exit(exit);
+    }
+
+    /** Reads the model's metadata, runs it, and closes it; returns the exit code. */
+    static int use(FerryClient client, FerryModel model, String method, List<Tensor> inputs) {
+        int exit = 0;
+        try (FerryModel m = model) {
             String[] labels = m.labels();
             System.out.println("labels " + (labels == null ? "none" : String.join(",", labels)));
             dev.ferry.Preprocess p = m.preprocess();
@@ -122,6 +133,14 @@ public final class TypedModel {
                         + java.util.Arrays.toString(p.std));
             }
             System.out.println("asset " + m.assetPath("digits-labels.txt"));
+            client.setThermalState("serious");
+            try {
+                client.setThermalState("hot");
+                System.out.println("an unknown thermal state was not refused");
+                exit = 1;
+            } catch (FerryException e) {
+                System.out.println("thermal refused: code=" + e.code());
+            }
             Tensor[] out = m.run(method, inputs.toArray(new Tensor[0]));
             for (Tensor t : out) {
                 System.out.println(show(t));
@@ -135,6 +154,6 @@ public final class TypedModel {
                 System.out.println("refused: code=" + e.code() + " " + e.getMessage());
             }
         }
-        System.exit(exit);
+        return exit;
     }
 }

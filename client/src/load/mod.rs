@@ -97,6 +97,7 @@ impl Client {
             receipt: None,
             stage: None,
             clock_offset_s: self.clock_offset_secs(),
+            inference: Default::default(),
         }
     }
 
@@ -193,7 +194,24 @@ impl Client {
         if self.autosend {
             self.send_in_background();
         }
-        result
+        result.map(|(mut loaded, cached)| {
+            self.start_timing(&mut loaded, model, device);
+            (loaded, cached)
+        })
+    }
+
+    /// Times the loaded model's runs from now on, summarised as `inference` events with its
+    /// release, variant, device and receipt.
+    fn start_timing(&self, loaded: &mut LoadedModel, model: &str, device: &DeviceInfo) {
+        let mut template = self.event(EventKind::Inference, &loaded.release, model, None, device);
+        template.variant.clone_from(&loaded.variant);
+        template.delegate.clone_from(&loaded.delegate);
+        template.receipt.clone_from(&loaded.receipt);
+        loaded.times = Some(crate::types::Timing {
+            times: self.inference.start(template),
+            queue: self.telemetry.clone(),
+            offset_s: self.clock_offset_secs().unwrap_or(0),
+        });
     }
 
     /// Starts a background send unless one is running.
@@ -202,6 +220,7 @@ impl Client {
         if self.sending.swap(true, Ordering::AcqRel) {
             return;
         }
+        self.flush_inference();
         let (queue, agent, server, flag) = (
             self.telemetry.clone(),
             self.agent.clone(),

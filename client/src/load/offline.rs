@@ -142,6 +142,8 @@ impl Client {
             golden: variant.golden.clone(),
             contract: variant.methods.clone(),
             metadata: crate::metadata::ModelMetadata::of(&variant, &blob)?,
+            times: None,
+            receipt: None,
             method: self.method.clone(),
             program,
             other_methods: Vec::new(),

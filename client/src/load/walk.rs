@@ -243,6 +243,8 @@ impl Client {
             golden: v.golden.clone(),
             contract: v.methods.clone(),
             metadata,
+            times: None,
+            receipt: plan.receipt.clone(),
             method: self.method.clone(),
             program,
             other_methods: Vec::new(),

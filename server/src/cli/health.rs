@@ -71,6 +71,7 @@ pub(crate) fn health_cmd(
                 ms(&x["load_ms"]["p50"]),
                 ms(&x["load_ms"]["p95"])
             );
+            inference_lines(x);
         }
     }
     for d in v["deny"].as_array().into_iter().flatten() {
@@ -120,4 +121,38 @@ pub(crate) fn health_of(
 fn ms(v: &serde_json::Value) -> String {
     v.as_f64()
         .map_or_else(|| "-".to_string(), |x| format!("{x:.1}"))
+}
+
+/// A variant's field latency, when devices reported runs: the median and p95 of the devices'
+/// warm p95s, the cold first call, sustained use, then the slowest device classes by SoC.
+fn inference_lines(x: &serde_json::Value) {
+    let i = &x["inference"];
+    if !i.is_object() {
+        return;
+    }
+    println!(
+        "  {:<26} runs {:>7} from {} devices  warm p95 {} ms (p95 over devices {} ms)  cold p95 {} ms  sustained p95 {} ms",
+        "",
+        i["runs"],
+        i["devices"],
+        ms(&i["warm_p95_ms"]["p50"]),
+        ms(&i["warm_p95_ms"]["p95"]),
+        ms(&i["cold_ms"]["p95"]),
+        ms(&i["sustained_p95_ms"]["p50"]),
+    );
+    let mut socs: Vec<(&String, f64)> = x["by_soc"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, c)| Some((k, c["warm_p95_ms"]["p50"].as_f64()?)))
+        .collect();
+    socs.sort_by(|a, b| b.1.total_cmp(&a.1));
+    if !socs.is_empty() {
+        let shown: Vec<String> = socs
+            .iter()
+            .take(5)
+            .map(|(k, v)| format!("{k} {v:.1} ms"))
+            .collect();
+        println!("  {:<26} slowest SoCs (warm p95): {}", "", shown.join(", "));
+    }
 }

@@ -88,6 +88,15 @@ pub fn schema() -> Arc<Schema> {
         Field::new("at", ts, true),
         maybe_text("stage"),
         Field::new("clock_offset_s", DataType::Int64, true),
+        maybe_text("method"),
+        Field::new("runs", DataType::Int64, true),
+        Field::new("first_ms", DataType::Float64, true),
+        Field::new("p50_ms", DataType::Float64, true),
+        Field::new("p95_ms", DataType::Float64, true),
+        Field::new("max_ms", DataType::Float64, true),
+        Field::new("sustained_s", DataType::Float64, true),
+        maybe_text("thermal"),
+        Field::new("probe", DataType::Boolean, true),
     ]))
 }
 
@@ -101,6 +110,7 @@ fn kind_name(k: EventKind) -> &'static str {
         EventKind::Verify => "verify",
         EventKind::Load => "load",
         EventKind::Fallback => "fallback",
+        EventKind::Inference => "inference",
     }
 }
 
@@ -137,6 +147,13 @@ pub fn encode(events: &[RawEvent], node: &str) -> Result<Vec<u8>, parquet::error
     let mut at = TimestampMicrosecondBuilder::with_capacity(n).with_timezone("UTC");
     let mut stage = strings();
     let mut clock_offset = arrow_array::builder::Int64Builder::with_capacity(n);
+    let mut method = strings();
+    let mut runs = arrow_array::builder::Int64Builder::with_capacity(n);
+    let floats = || Float64Builder::with_capacity(n);
+    let (mut first_ms, mut p50_ms, mut p95_ms) = (floats(), floats(), floats());
+    let (mut max_ms, mut sustained_s) = (floats(), floats());
+    let mut thermal = strings();
+    let mut probe = BooleanBuilder::with_capacity(n);
     for r in events {
         let e = &r.event;
         received.append_value(micros(r.received_at));
@@ -165,6 +182,16 @@ pub fn encode(events: &[RawEvent], node: &str) -> Result<Vec<u8>, parquet::error
         );
         stage.append_option(e.stage.as_deref());
         clock_offset.append_option(e.clock_offset_s);
+        let i = &e.inference;
+        method.append_option(i.method.as_deref());
+        runs.append_option(i.runs.and_then(|r| i64::try_from(r).ok()));
+        first_ms.append_option(i.first_ms);
+        p50_ms.append_option(i.p50_ms);
+        p95_ms.append_option(i.p95_ms);
+        max_ms.append_option(i.max_ms);
+        sustained_s.append_option(i.sustained_s);
+        thermal.append_option(i.thermal.map(|t| t.as_str()));
+        probe.append_option(i.probe);
     }
     let columns: Vec<ArrayRef> = vec![
         Arc::new(received.finish()),
@@ -189,6 +216,15 @@ pub fn encode(events: &[RawEvent], node: &str) -> Result<Vec<u8>, parquet::error
         Arc::new(at.finish()),
         Arc::new(stage.finish()),
         Arc::new(clock_offset.finish()),
+        Arc::new(method.finish()),
+        Arc::new(runs.finish()),
+        Arc::new(first_ms.finish()),
+        Arc::new(p50_ms.finish()),
+        Arc::new(p95_ms.finish()),
+        Arc::new(max_ms.finish()),
+        Arc::new(sustained_s.finish()),
+        Arc::new(thermal.finish()),
+        Arc::new(probe.finish()),
     ];
     let batch = RecordBatch::try_new(schema(), columns)?;
     let props = WriterProperties::builder()
@@ -243,6 +279,7 @@ mod tests {
             receipt: None,
             stage: None,
             clock_offset_s: None,
+            inference: Default::default(),
         }
     }
 

@@ -168,12 +168,15 @@ pub fn validate(
     }
     if matches!(
         e.kind,
-        EventKind::Load | EventKind::Fallback | EventKind::Download
+        EventKind::Load | EventKind::Fallback | EventKind::Download | EventKind::Inference
     ) && (e.release.is_empty() || e.variant.is_empty())
     {
         return Err(invalid(
             "release and variant are required for this kind".into(),
         ));
+    }
+    if e.kind == EventKind::Inference {
+        crate::fleet::latency::check(&e).map_err(invalid)?;
     }
     if e.kind == EventKind::Fallback && e.to_variant.as_deref().is_none_or(str::is_empty) {
         return Err(invalid("a fallback event needs to_variant".into()));

@@ -22,6 +22,7 @@ pub mod evaluate;
 pub mod events;
 pub mod flush;
 pub mod ingest;
+pub mod latency;
 pub mod limits;
 pub mod operators;
 pub mod ramp;

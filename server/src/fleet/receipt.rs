@@ -140,6 +140,7 @@ mod tests {
             receipt,
             stage: None,
             clock_offset_s: None,
+            inference: Default::default(),
         }
     }
 

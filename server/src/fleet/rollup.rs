@@ -51,6 +51,9 @@ pub struct ClassCounts {
     /// Distinct client networks (IPv4 /24, IPv6 /48) the events came from.
     #[serde(default)]
     pub networks: Devices,
+    /// The devices' warm p95 run times (ms) from `inference` events.
+    #[serde(default)]
+    pub warm_p95: LoadTimes,
 }
 
 impl ClassCounts {
@@ -60,6 +63,7 @@ impl ClassCounts {
         self.fallbacks += o.fallbacks;
         self.devices.merge(&o.devices);
         self.networks.merge(&o.networks);
+        let _ = self.warm_p95.0.merge(&o.warm_p95.0);
     }
 
     /// Fallbacks per load, never above 1 whatever the events claim.
@@ -72,12 +76,25 @@ impl ClassCounts {
     }
 
     fn view(&self) -> serde_json::Value {
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "loads": self.loads,
             "load_failures": self.load_failures,
             "fallbacks": self.fallbacks,
             "devices": self.devices.estimate(),
-        })
+        });
+        if self.warm_p95.0.count() > 0 {
+            let q = |p: f64| self.warm_p95.0.quantile(p).ok().flatten();
+            v["warm_p95_ms"] = serde_json::json!({
+                "p50": q(0.5), "p95": q(0.95), "samples": self.warm_p95.0.count(),
+            });
+        }
+        v
+    }
+}
+
+impl std::fmt::Debug for LoadTimes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LoadTimes({} samples)", self.0.count())
     }
 }
 
@@ -143,6 +160,9 @@ pub struct VariantCounts {
     /// Per ExecuTorch runtime version.
     #[serde(default)]
     pub by_runtime_version: BTreeMap<String, ClassCounts>,
+    /// Run times reported in `inference` events.
+    #[serde(default)]
+    pub latency: crate::fleet::latency::Latency,
 }
 
 impl std::fmt::Debug for VariantCounts {
@@ -175,6 +195,7 @@ impl Default for VariantCounts {
             by_platform: BTreeMap::new(),
             by_app_version: BTreeMap::new(),
             by_runtime_version: BTreeMap::new(),
+            latency: Default::default(),
         }
     }
 }
@@ -231,6 +252,12 @@ impl VariantCounts {
                 }
                 classes(self, &|c| c.fallbacks += 1);
             }
+            (EventKind::Inference, Outcome::Ok) => {
+                self.latency.add(e, device);
+                if let Some(p95) = e.inference.p95_ms.filter(|x| x.is_finite() && *x >= 0.0) {
+                    classes(self, &|c| c.warm_p95.0.add(p95));
+                }
+            }
             (EventKind::Download, Outcome::Failed) => self.downloads_failed += 1,
             (EventKind::Verify, Outcome::Failed) => self.verify_failed += 1,
             _ => {}
@@ -261,6 +288,7 @@ impl VariantCounts {
         // Both sketches use the default configuration, so the merge cannot fail; a sketch read
         // from elsewhere with another configuration is left out rather than mixed in.
         let _ = self.load_ms.0.merge(&o.load_ms.0);
+        self.latency.merge(&o.latency);
         for (mine, theirs) in [
             (&mut self.by_soc, &o.by_soc),
             (&mut self.by_device_model, &o.by_device_model),
@@ -318,6 +346,7 @@ impl VariantCounts {
             "by_platform": classes(&self.by_platform),
             "by_app_version": classes(&self.by_app_version),
             "by_runtime_version": classes(&self.by_runtime_version),
+            "inference": self.latency.view(),
         })
     }
 }

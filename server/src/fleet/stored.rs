@@ -103,6 +103,7 @@ pub(crate) fn probe_merge(r: &Rollup) {
                 for ms in [0.001, 1.0, 1e6] {
                     c.load_ms.0.add(ms);
                 }
+                c.latency.probe_samples();
             }
         }
     }

@@ -102,6 +102,7 @@ fn event(tag: &str, i: usize) -> TelemetryEvent {
         receipt: None,
         stage: None,
         clock_offset_s: None,
+        inference: Default::default(),
     }
 }
 

@@ -378,18 +378,37 @@ fn telemetry(out: &mut Out, k: &Keys) {
                "about": "a v1 client's batch; `at` is a placeholder the tests replace with the current time"}),
     );
     let mut newer = event("load", "xnnpack-fp32", "vector-install-2");
-    newer["thermal"] = "fair".into();
+    newer["battery_pct"] = 40.into();
     newer["clock_offset_s"] = (-3600).into();
     newer["stage"] = "warm_up".into();
-    let mut inference = event("inference", "xnnpack-fp32", "vector-install-2");
-    inference["method"] = "forward".into();
-    inference["p95_ms"] = 8.25.into();
+    let mut energy = event("energy", "xnnpack-fp32", "vector-install-2");
+    energy["joules"] = 8.25.into();
     out.add(
         "telemetry-future.json",
-        bytes(&json!({"events": [newer, inference], "batch_id": "b-1"})),
+        bytes(&json!({"events": [newer, energy], "batch_id": "b-1"})),
         json!({"kind": "telemetry", "schema": "telemetry.schema.json",
                "expect": {"status": 200, "accepted": 1, "ignored": 1, "rejected": [],
-                          "unknown_fields": ["method", "p95_ms", "thermal"]},
+                          "unknown_fields": ["battery_pct", "joules"]},
                "about": "a newer client's batch: a device clock offset, unknown fields and stage, and an event of a kind this server does not know"}),
+    );
+    let mut inference = event("inference", "xnnpack-fp32", "vector-install-3");
+    for (k, v) in [
+        ("method", json!("forward")),
+        ("runs", json!(240)),
+        ("first_ms", json!(41.5)),
+        ("p50_ms", json!(7.75)),
+        ("p95_ms", json!(9.5)),
+        ("max_ms", json!(12.25)),
+        ("sustained_s", json!(75.0)),
+        ("thermal", json!("serious")),
+    ] {
+        inference[k] = v;
+    }
+    out.add(
+        "telemetry-inference.json",
+        bytes(&json!({"events": [inference]})),
+        json!({"kind": "telemetry", "schema": "telemetry.schema.json",
+               "expect": {"status": 200, "accepted": 1, "ignored": 0, "rejected": []},
+               "about": "a client's run timings since its last flush: one inference event per model, method and variant"}),
     );
 }

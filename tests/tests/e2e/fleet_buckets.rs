@@ -36,6 +36,7 @@ fn event(i: usize) -> TelemetryEvent {
         receipt: None,
         stage: None,
         clock_offset_s: None,
+        inference: Default::default(),
     }
 }
 

@@ -268,6 +268,12 @@ fn java_runs_tensors_of_every_element_type_through_the_binding() {
             stdout.contains("refused: code=invalid_argument"),
             "{stdout}"
         );
+        // Thermal state and telemetry through the binding: the send leaves nothing queued.
+        assert!(
+            stdout.contains("thermal refused: code=invalid_argument"),
+            "{stdout}"
+        );
+        assert!(stdout.contains(" queued=0\n"), "{stdout}");
         // The signed metadata, typed, through the binding.
         if model == "typed-io" {
             assert!(

@@ -16,6 +16,7 @@ mod client_trust;
 mod dashboard;
 mod error_catalogue;
 mod evaluate;
+mod field_latency;
 mod fleet_buckets;
 mod fleet_replicas;
 mod inspector_ground_truth;

@@ -175,9 +175,10 @@ fn telemetry_from_a_newer_client_is_counted_not_refused() {
         })
     };
     let mut with_field = event("load");
-    with_field["thermal"] = "fair".into();
-    let mut inference = event("inference");
-    inference["p95_ms"] = 12.5.into();
+    with_field["battery_pct"] = 40.into();
+    // A kind this server does not know (inference became a v1 kind with issue 32).
+    let mut inference = event("energy");
+    inference["joules"] = 12.5.into();
     let mut bad_platform = event("load");
     bad_platform["platform"] = "BAD PLATFORM".into();
     let mut newer_platform = event("load");
@@ -212,7 +213,7 @@ fn telemetry_from_a_newer_client_is_counted_not_refused() {
         "{body}"
     );
     let m = metrics(&app);
-    for field in ["thermal", "p95_ms"] {
+    for field in ["battery_pct", "joules"] {
         assert!(
             m.contains(&format!(
                 r#"ferry_protocol_unknown_fields_total{{endpoint="telemetry",field="{field}"}} 1"#

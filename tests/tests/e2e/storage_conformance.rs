@@ -192,6 +192,7 @@ fn event(i: usize, soc: &str) -> TelemetryEvent {
         receipt: None,
         stage: None,
         clock_offset_s: None,
+        inference: Default::default(),
     }
 }
 

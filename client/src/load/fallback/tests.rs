@@ -45,6 +45,7 @@ fn base(kind: EventKind, v: &Variant) -> TelemetryEvent {
         receipt: None,
         stage: None,
         clock_offset_s: None,
+        inference: Default::default(),
     }
 }
 

@@ -96,6 +96,10 @@ public final class Ferry {
 
         void ferry_client_free(Pointer client);
 
+        int ferry_client_send_telemetry(Pointer client, Pointer sent, Pointer queued);
+
+        int ferry_client_set_thermal_state(Pointer client, String state);
+
         int ferry_load(Pointer client, String model, String deviceJson, PointerByReference out);
 
         int ferry_load_with(Pointer client, String model, String deviceJson, String optionsJson,

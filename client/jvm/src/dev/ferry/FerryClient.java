@@ -46,6 +46,35 @@ public final class FerryClient implements AutoCloseable {
         return new FerryModel(out.getValue());
     }
 
+    /**
+     * Queues the loaded models' run timings since the last flush as {@code inference} events
+     * and sends the queued telemetry; returns {@code {sent, queued}}. Blocking network I/O:
+     * call it from a background thread. The events stay queued when the server cannot be
+     * reached.
+     */
+    public synchronized long[] sendTelemetry() {
+        if (handle == null) {
+            throw new IllegalStateException("the client is closed");
+        }
+        com.sun.jna.Memory sent = Ferry.sizeOut();
+        com.sun.jna.Memory queued = Ferry.sizeOut();
+        Ferry.check(Ferry.LIB.ferry_client_send_telemetry(handle, sent, queued));
+        return new long[] {Ferry.sizeIn(sent), Ferry.sizeIn(queued)};
+    }
+
+    /**
+     * The device's thermal state ({@code "nominal"}, {@code "fair"}, {@code "serious"},
+     * {@code "critical"}; null when not known). On Android map {@code PowerManager}'s states:
+     * none and light to nominal, moderate to fair, severe to serious, critical, emergency and
+     * shutdown to critical.
+     */
+    public synchronized void setThermalState(String state) {
+        if (handle == null) {
+            throw new IllegalStateException("the client is closed");
+        }
+        Ferry.check(Ferry.LIB.ferry_client_set_thermal_state(handle, state));
+    }
+
     @Override
     public synchronized void close() {
         if (handle != null) {

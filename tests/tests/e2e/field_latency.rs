@@ -1,0 +1,235 @@
+//! Field latency (issue 32): the client times every run through the real ExecuTorch runtime
+//! and sends one `inference` event per model, method and variant at each flush (with its
+//! resolve receipt, offline-tolerant); three replicas on one store aggregate the devices'
+//! summaries per variant and device class and each answers the same `health`, also after a
+//! restart.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferry_client::executorch_runtime::ExecuTorchRuntime;
+use ferry_client::{ClientBuilder, DeviceInfo};
+use ferry_server::app::startup::RunningServer;
+use ferry_shared::manifest::{Platform, TensorValue};
+use ferry_shared::telemetry::{EventKind, Thermal};
+use ferry_tests::app::{ADMIN_TOKEN, Options, TestApp, mlp_v1};
+
+fn fast(c: &mut ferry_server::app::config::Config) {
+    c.telemetry.flush_secs = 1;
+    c.telemetry.raw_roll_secs = 1;
+    c.telemetry.evaluate_ms = 0;
+}
+
+fn device(install: &str, soc: &str) -> DeviceInfo {
+    DeviceInfo {
+        install_id: install.into(),
+        platform: Platform::Android,
+        os_version: "14".into(),
+        device_model: format!("phone-{soc}"),
+        soc: soc.into(),
+        ram_mb: 8192,
+        claimed_backends: Vec::new(),
+    }
+}
+
+fn golden_input() -> Vec<TensorValue> {
+    let side: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(ferry_tests::fixtures_dir().join("pte/mlp-v1-xnnpack.json"))
+            .expect("sidecar"),
+    )
+    .expect("json");
+    serde_json::from_value(side["input"].clone()).expect("input")
+}
+
+/// The `inference` figures of release 1.0.0's variant `variant` as `url` reports them.
+fn inference(app: &TestApp, url: &str, variant: &str) -> serde_json::Value {
+    let mut r = app
+        .agent
+        .get(format!("{url}/v1/admin/models/mlp/health"))
+        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+        .call()
+        .expect("health");
+    let h: serde_json::Value = serde_json::from_reader(r.body_mut().as_reader()).expect("json");
+    ferry_tests::schemas::check("health.schema.json", &h);
+    h["releases"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["release"] == "1.0.0")
+        .flat_map(|r| r["variants"].as_array().cloned().unwrap_or_default())
+        .find(|v| v["variant"] == variant)
+        .map(|v| {
+            serde_json::json!({
+                "all": v["inference"],
+                "soc": v["by_soc"].as_object().map(|m| m.iter()
+                    .map(|(k, c)| (k.clone(), c["warm_p95_ms"].clone()))
+                    .collect::<serde_json::Map<_, _>>()),
+            })
+        })
+        .unwrap_or_default()
+}
+
+fn until(what: &str, mut ok: impl FnMut() -> bool) {
+    for _ in 0..150 {
+        if ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("never: {what}");
+}
+
+#[test]
+fn runs_are_timed_on_the_device_and_aggregated_by_three_replicas() {
+    let app = TestApp::start_with(Options {
+        demo: false,
+        keys: None,
+        store: None,
+        tweak: Some(Box::new(fast)),
+    });
+    app.publish(&mlp_v1());
+    let replicas: Vec<RunningServer> = (0..3)
+        .map(|_| app.replica_with(None, Box::new(fast)))
+        .collect();
+    let urls: Vec<String> = replicas.iter().map(RunningServer::url).collect();
+
+    // One real device: 200 runs through the runtime, timed here too.
+    let work = tempfile::tempdir().expect("tmp");
+    let client = Arc::new(
+        ClientBuilder::new(urls[0].clone(), app.trust())
+            .cache_dir(work.path().join("cache"))
+            .app_version(semver::Version::new(1, 0, 0))
+            .runtime(Arc::new(ExecuTorchRuntime::new()))
+            .build()
+            .expect("client"),
+    );
+    let dev = device("real-device", "SM8550");
+    let mut model = client.load("mlp", &dev).expect("loads");
+    let variant = model.variant.clone();
+    let input = golden_input();
+    let mut outside = Vec::new();
+    client.set_thermal_state(Some(Thermal::Fair));
+    for i in 0..200 {
+        if i == 150 {
+            client.set_thermal_state(Some(Thermal::Serious));
+        }
+        let t = Instant::now();
+        model.run(&input).expect("runs");
+        outside.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    client.set_thermal_state(Some(Thermal::Nominal));
+    client.flush_inference();
+    let events: Vec<_> = client
+        .telemetry_pending()
+        .into_iter()
+        .filter(|e| e.kind == EventKind::Inference)
+        .collect();
+    assert_eq!(events.len(), 1, "one event per model, method and variant");
+    let e = &events[0];
+    let i = &e.inference;
+    assert_eq!(i.method.as_deref(), Some("forward"));
+    assert_eq!(i.runs, Some(200));
+    assert_eq!(
+        i.thermal,
+        Some(Thermal::Serious),
+        "the most severe state of the window"
+    );
+    assert!(e.receipt.is_some(), "sent with its resolve receipt");
+    assert_eq!(
+        (e.variant.as_str(), e.soc.as_str()),
+        (variant.as_str(), "SM8550")
+    );
+    // The client's own timing is inside the app's: never slower than what the app saw (bucket
+    // rounding is at most 2.5%).
+    let mut warm = outside[1..].to_vec();
+    warm.sort_by(f64::total_cmp);
+    let p50 = i.p50_ms.expect("p50");
+    let p95 = i.p95_ms.expect("p95");
+    let max = i.max_ms.expect("max");
+    assert!(p50 <= p95 && p95 <= max, "{i:?}");
+    assert!(
+        p50 <= warm[warm.len() / 2] * 1.03,
+        "{p50} vs {:?}",
+        &warm[..5]
+    );
+    assert!(max <= warm[warm.len() - 1] * 1.03, "{max} vs {warm:?}");
+    assert!(i.first_ms.expect("cold") <= outside[0] * 1.001);
+    assert!(i.sustained_s.expect("sustained") > 0.0);
+    // A second flush with no runs in between sends nothing new.
+    client.flush_inference();
+    let again = client
+        .telemetry_pending()
+        .into_iter()
+        .filter(|e| e.kind == EventKind::Inference)
+        .count();
+    assert_eq!(again, 1);
+    let sent = client.send_telemetry();
+    assert_eq!(sent.queued, 0, "{sent:?}");
+
+    // The fleet: 30 devices on a slow SoC through replica 1, 30 on a fast one through replica
+    // 2, with their resolve receipts.
+    for (r, soc, p95) in [(1, "SLOW-SOC", 40.0), (2, "FAST-SOC", 4.0)] {
+        let events: Vec<serde_json::Value> = (0..30)
+            .map(|n| {
+                serde_json::json!({
+                    "kind": "inference", "model": "mlp", "release": "1.0.0",
+                    "variant": variant, "delegate": "xnnpack", "outcome": "ok",
+                    "install_id": format!("{soc}-{n}"), "platform": "android", "soc": soc,
+                    "device_model": format!("phone-{soc}"), "os_version": "14",
+                    "app_version": "1.0.0", "runtime_version": "1.5.1",
+                    "at": time::OffsetDateTime::now_utc()
+                        .format(&time::format_description::well_known::Rfc3339).expect("time"),
+                    "method": "forward", "runs": 100, "first_ms": p95 * 3.0,
+                    "p50_ms": p95 * 0.8, "p95_ms": p95 + n as f64 * 0.1, "max_ms": p95 * 2.0,
+                    "sustained_s": if n % 2 == 0 { 90.0 } else { 5.0 }, "thermal": "nominal",
+                })
+            })
+            .collect();
+        let events = app.with_receipts(&events);
+        let (status, body) = {
+            let mut resp = app
+                .agent
+                .post(format!("{}/v1/telemetry", urls[r]))
+                .header("content-type", "application/json")
+                .send(serde_json::to_vec(&serde_json::json!({ "events": events })).expect("json"))
+                .expect("post");
+            let status = resp.status().as_u16();
+            let body: serde_json::Value =
+                serde_json::from_reader(resp.body_mut().as_reader()).expect("json");
+            (status, body)
+        };
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["accepted"], 30, "{body}");
+        assert_eq!(body["unverified"], 0, "{body}");
+    }
+    for url in &urls {
+        until(&format!("{url} sees all 61 devices' summaries"), || {
+            inference(&app, url, &variant)["all"]["events"] == 61
+        });
+    }
+    let first = inference(&app, &urls[0], &variant);
+    let all = &first["all"];
+    assert_eq!(all["runs"], 200 + 60 * 100);
+    assert_eq!(all["devices"], 61);
+    assert_eq!(all["sustained_p95_ms"]["samples"], 30, "{all}");
+    let slow = first["soc"]["SLOW-SOC"]["p50"].as_f64().expect("slow p50");
+    let quick = first["soc"]["FAST-SOC"]["p50"].as_f64().expect("fast p50");
+    // The medians of the devices' warm p95s: 41.45 and 5.45 ms (the sketch is within 1%).
+    assert!((slow - 41.45).abs() / 41.45 < 0.02, "{slow}");
+    assert!((quick - 5.45).abs() / 5.45 < 0.02, "{quick}");
+    assert!(first["soc"]["SM8550"]["samples"] == 1, "{first}");
+    assert_eq!(all["by_thermal"]["serious"]["samples"], 1, "{all}");
+    for url in &urls[1..] {
+        assert_eq!(inference(&app, url, &variant), first, "{url} agrees");
+    }
+    // Restarted on the same store, the figures are all there from the first request.
+    for r in replicas {
+        r.stop();
+    }
+    let fresh = app.replica_with(None, Box::new(fast));
+    assert_eq!(
+        inference(&app, &fresh.url(), &variant),
+        first,
+        "after a restart"
+    );
+}
