@@ -35,6 +35,7 @@ pub struct ClientBuilder {
     max_telemetry_events: usize,
     root_certs: Vec<Vec<u8>>,
     autosend: bool,
+    time_runs: bool,
     sdk: String,
 }
 
@@ -63,6 +64,7 @@ impl ClientBuilder {
             max_telemetry_events: telemetry::DEFAULT_MAX_EVENTS,
             root_certs: Vec::new(),
             autosend: false,
+            time_runs: true,
             sdk: RUST_SDK.to_string(),
         }
     }
@@ -148,6 +150,13 @@ impl ClientBuilder {
         self
     }
 
+    /// Whether runs are timed and reported as `inference` events (default on; see
+    /// docs/client.md, field latency). Off, `run` goes straight to the runtime.
+    pub fn time_runs(mut self, on: bool) -> Self {
+        self.time_runs = on;
+        self
+    }
+
     /// Trust this CA certificate (DER) for HTTPS in addition to nothing else (replaces the
     /// built-in web roots).
     pub fn root_certificate_der(mut self, der: Vec<u8>) -> Self {
@@ -226,6 +235,7 @@ impl ClientBuilder {
                 self.max_telemetry_events,
             )),
             autosend: self.autosend,
+            time_runs: self.time_runs,
             sending: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             cache: Mutex::new(cache),
             runtime,

@@ -84,6 +84,8 @@ pub struct Client {
     method: String,
     telemetry: Arc<telemetry::TelemetryQueue>,
     autosend: bool,
+    /// Whether loaded models time their runs ([`ClientBuilder::time_runs`]).
+    time_runs: bool,
     sending: Arc<std::sync::atomic::AtomicBool>,
     in_use: InUse,
     /// The live models' run timings, sent as `inference` events at each telemetry flush.

@@ -250,9 +250,11 @@ mod tests {
 
     #[test]
     fn a_newer_kind_and_newer_fields_are_seen_before_parsing() {
-        let p = peek_event(r#"{"kind":"inference","p95_ms":3.5,"model":"m"}"#);
+        let p = peek_event(r#"{"kind":"energy","joules":3.5,"model":"m"}"#);
         assert!(p.unknown_kind);
-        assert_eq!(p.unknown_fields, vec!["p95_ms"]);
+        assert_eq!(p.unknown_fields, vec!["joules"]);
+        let p = peek_event(r#"{"kind":"inference","p95_ms":3.5,"model":"m"}"#);
+        assert_eq!(p, EventPeek::default(), "inference is a v1 kind");
         let p = peek_event(r#"{"kind":"load","model":"m"}"#);
         assert_eq!(p, EventPeek::default());
         assert!(!peek_event(r#"{"kind":"Not A Kind"}"#).unknown_kind);
@@ -286,9 +288,21 @@ mod tests {
             receipt: Some("r".into()),
             stage: Some("load_method".into()),
             clock_offset_s: Some(-3600),
-            inference: Default::default(),
+            inference: InferenceFields {
+                method: Some("forward".into()),
+                runs: Some(3),
+                first_ms: Some(9.0),
+                p50_ms: Some(1.0),
+                p95_ms: Some(2.0),
+                max_ms: Some(2.5),
+                sustained_s: Some(0.5),
+                thermal: Some(Thermal::Fair),
+                probe: Some(false),
+            },
         };
         let v = serde_json::to_value(&e).expect("json");
+        let back: TelemetryEvent = serde_json::from_value(v.clone()).expect("round trip");
+        assert_eq!(back, e);
         let mut keys: Vec<&str> = v
             .as_object()
             .expect("object")

@@ -203,6 +203,9 @@ impl Client {
     /// Times the loaded model's runs from now on, summarised as `inference` events with its
     /// release, variant, device and receipt.
     fn start_timing(&self, loaded: &mut LoadedModel, model: &str, device: &DeviceInfo) {
+        if !self.time_runs {
+            return;
+        }
         let mut template = self.event(EventKind::Inference, &loaded.release, model, None, device);
         template.variant.clone_from(&loaded.variant);
         template.delegate.clone_from(&loaded.delegate);
