@@ -206,8 +206,24 @@ fn claimed_delegates_fail_on_the_real_runtime_and_xnnpack_runs() {
     }
     assert_eq!(ok.stage, None);
     // Sending delivers the queue to the server, which aggregates it into fleet health.
+    // With the events, the send takes the timings of the runs above (one inference event).
+    c.flush_inference();
+    let queued = c.telemetry_pending();
+    assert_eq!(
+        queued.len(),
+        events.len() + 1,
+        "{:?}",
+        queued.iter().map(|e| e.kind).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        queued
+            .iter()
+            .filter(|e| e.kind == EventKind::Inference)
+            .count(),
+        1
+    );
     let report = c.send_telemetry();
-    assert_eq!((report.sent, report.queued), (events.len(), 0));
+    assert_eq!((report.sent, report.queued), (queued.len(), 0));
     assert!(c.telemetry_pending().is_empty());
     let (status, health) = app.get_json(
         "/v1/admin/models/demo-mlp/health",
