@@ -42,6 +42,11 @@ pub enum RolloutCommand {
         /// the same window (1.5 = 50% worse).
         #[arg(long)]
         max_regression: Option<f64>,
+        /// In a ramp, halt when the staged release's field latency (the median of its devices'
+        /// warm p95 run times on the SoCs both releases have data for) is over this multiple
+        /// of the baseline's (1.3 = 30% slower).
+        #[arg(long)]
+        max_latency_ratio: Option<f64>,
         /// Replace the rollout in progress with this newer release, keeping its cohorts.
         #[arg(long)]
         supersede: bool,
@@ -228,6 +233,15 @@ fn print_ramp(r: &serde_json::Value) {
         h["baseline_failures"],
         h["baseline_fallbacks"]
     );
+    if let (Some(s), Some(b)) = (
+        h["latency"]["staged_ms"].as_f64(),
+        h["latency"]["baseline_ms"].as_f64(),
+    ) {
+        println!(
+            "  field latency: median device warm p95 {s:.2} ms (baseline {b:.2} ms) on {} common SoC(s)",
+            h["latency"]["socs"]
+        );
+    }
     match r["now"]["verdict"].as_str() {
         Some("wait") => {
             for w in r["now"]["waiting_for"].as_array().into_iter().flatten() {
@@ -284,6 +298,7 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand, json: bool) -> anyhow::Result<Exi
             max_fallback_rate,
             min_samples,
             max_regression,
+            max_latency_ratio,
             supersede,
             reason,
             dry_run,
@@ -301,6 +316,7 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand, json: bool) -> anyhow::Result<Exi
                 max_fallback_rate,
                 min_samples,
                 max_regression,
+                max_latency_ratio,
                 supersede,
                 reason,
             },

@@ -234,6 +234,7 @@ mod tests {
             max_fallback_rate: None,
             min_samples: 100,
             max_regression: None,
+            max_latency_ratio: None,
         };
         let v = semver::Version::new(2, 0, 0);
         // 100 failing loads: from 12 devices (at most 8 an hour each, so over hours) they halt

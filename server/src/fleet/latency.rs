@@ -182,3 +182,48 @@ pub fn check(e: &TelemetryEvent) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Per SoC, the warm p95 sketch of all of `release`'s variants together.
+fn by_soc(
+    r: &crate::fleet::rollup::Rollup,
+    model: &str,
+    release: &str,
+) -> BTreeMap<String, LoadTimes> {
+    let mut out: BTreeMap<String, LoadTimes> = BTreeMap::new();
+    let variants = r.models.get(model).and_then(|m| m.get(release));
+    for v in variants.into_iter().flat_map(|v| v.values()) {
+        for (soc, c) in &v.by_soc {
+            if c.warm_p95.0.count() > 0 {
+                let _ = out.entry(soc.clone()).or_default().0.merge(&c.warm_p95.0);
+            }
+        }
+    }
+    out
+}
+
+/// The staged and baseline releases' field latency on the SoCs both have data for: the median
+/// device warm p95 of each over those SoCs (so a fleet whose staged share sits on faster
+/// phones does not look faster); `None` when they share no SoC.
+pub fn compare(
+    r: &crate::fleet::rollup::Rollup,
+    model: &str,
+    staged: &str,
+    baseline: &str,
+) -> Option<ferry_shared::rollout::ramp::LatencyCompare> {
+    let (s, b) = (by_soc(r, model, staged), by_soc(r, model, baseline));
+    let (mut sm, mut bm) = (LoadTimes::default(), LoadTimes::default());
+    let mut socs = 0u64;
+    for (soc, sk) in &s {
+        if let Some(bk) = b.get(soc) {
+            let _ = sm.0.merge(&sk.0);
+            let _ = bm.0.merge(&bk.0);
+            socs += 1;
+        }
+    }
+    let median = |t: &LoadTimes| t.0.quantile(0.5).ok().flatten();
+    Some(ferry_shared::rollout::ramp::LatencyCompare {
+        staged_ms: median(&sm)?,
+        baseline_ms: median(&bm)?,
+        socs,
+    })
+}

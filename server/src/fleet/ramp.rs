@@ -119,6 +119,21 @@ impl RampMarks {
             )
         };
         let (s, b) = (d(0), d(1));
+        // Field latency: the releases' whole data (sketches do not subtract), only when the
+        // ramp has a latency gate.
+        let latency = match (
+            plan.thresholds.max_latency_ratio,
+            version(&plan.staged),
+            version(&plan.baseline),
+        ) {
+            (Some(_), Some(staged), Some(baseline)) => crate::fleet::latency::compare(
+                &fleet.telemetry.fleet(model.as_str()),
+                model.as_str(),
+                &staged,
+                &baseline,
+            ),
+            _ => None,
+        };
         StepHealth {
             loads: s.0,
             failures: s.1,
@@ -126,6 +141,7 @@ impl RampMarks {
             baseline_loads: b.0,
             baseline_failures: b.1,
             baseline_fallbacks: b.2,
+            latency,
         }
     }
 }

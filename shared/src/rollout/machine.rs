@@ -110,6 +110,7 @@ fn start(
         max_fallback_rate,
         min_samples,
         max_regression,
+        max_latency_ratio,
         supersede,
         ..
     } = change
@@ -124,6 +125,7 @@ fn start(
         *max_fallback_rate,
         *min_samples,
         *max_regression,
+        *max_latency_ratio,
     )?;
     let (basis_points, ramp) = first_step(percent.as_ref(), steps.as_deref(), *every_secs, ctx)?;
     if !ctx.is_published(release) {
@@ -205,14 +207,20 @@ fn start_thresholds(
     max_fallback_rate: Option<f64>,
     min_samples: Option<u64>,
     max_regression: Option<f64>,
+    max_latency_ratio: Option<f64>,
 ) -> Result<Thresholds, TransitionError> {
     let defaults = Thresholds::default();
-    if let Some(k) = max_regression
-        && !(k.is_finite() && k >= 1.0)
-    {
-        return Err(TransitionError::Invalid(
-            "max_regression must be a number of at least 1 (1.5 = 50% worse)".into(),
-        ));
+    for (name, k) in [
+        ("max_regression", max_regression),
+        ("max_latency_ratio", max_latency_ratio),
+    ] {
+        if let Some(k) = k
+            && !(k.is_finite() && (1.0..=1000.0).contains(&k))
+        {
+            return Err(TransitionError::Invalid(format!(
+                "{name} must be a number from 1 to 1000 (1.5 = 50% worse)"
+            )));
+        }
     }
     Ok(Thresholds {
         max_failure_rate: rate("max_failure_rate", max_failure_rate)?.or(defaults.max_failure_rate),
@@ -220,6 +228,7 @@ fn start_thresholds(
             .or(defaults.max_fallback_rate),
         min_samples: min_samples.unwrap_or(defaults.min_samples),
         max_regression,
+        max_latency_ratio,
     })
 }
 

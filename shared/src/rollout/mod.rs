@@ -128,6 +128,11 @@ pub struct Thresholds {
     /// window (for example 1.5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_regression: Option<f64>,
+    /// Halt a ramp when the median of the staged release's device warm p95 run times, over
+    /// the SoCs both releases have field latency for, is over this multiple of the baseline's
+    /// (for example 1.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_latency_ratio: Option<f64>,
 }
 
 impl Default for Thresholds {
@@ -137,6 +142,7 @@ impl Default for Thresholds {
             max_fallback_rate: Some(0.25),
             min_samples: 100,
             max_regression: None,
+            max_latency_ratio: None,
         }
     }
 }
@@ -371,6 +377,10 @@ pub enum RolloutChange {
         /// Halt a ramp when a staged rate is over this multiple of the baseline's.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         max_regression: Option<f64>,
+        /// Halt a ramp when the staged release's field latency (median device warm p95 over
+        /// the SoCs both releases have data for) is over this multiple of the baseline's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_latency_ratio: Option<f64>,
         /// Replace a rollout in progress with this newer release, keeping its salt (so the
         /// devices that already moved stay first).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -61,7 +61,7 @@ impl Ramp {
 }
 
 /// Load counts of the staged and baseline releases since the step in force began.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct StepHealth {
     /// Staged loads (successful and failed).
     pub loads: u64,
@@ -75,6 +75,21 @@ pub struct StepHealth {
     pub baseline_failures: u64,
     /// Baseline fallbacks.
     pub baseline_fallbacks: u64,
+    /// Field latency of both releases, where they have it on common SoCs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<LatencyCompare>,
+}
+
+/// The staged and baseline releases' field latency on the SoCs both have `inference` data
+/// for: the median of their devices' warm p95 run times over those SoCs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LatencyCompare {
+    /// Staged median device warm p95 (ms).
+    pub staged_ms: f64,
+    /// Baseline median device warm p95 (ms).
+    pub baseline_ms: f64,
+    /// SoCs both releases have data for.
+    pub socs: u64,
 }
 
 fn rate(n: u64, of: u64) -> f64 {
@@ -175,6 +190,21 @@ pub fn verdict(plan: &RolloutPlan, now: OffsetDateTime, h: &StepHealth) -> Verdi
             }
         }
     }
+    if let (Some(k), Some(l)) = (t.max_latency_ratio, h.latency)
+        && l.baseline_ms > 0.0
+        && l.staged_ms > k * l.baseline_ms
+    {
+        return Verdict::Halt {
+            reason: format!(
+                "ramp step {}%: field latency of {staged} (median device warm p95 {:.2} ms) is \
+                 over {k}x the baseline's {:.2} ms on the {} SoC(s) both have data for",
+                format_percent(plan.basis_points),
+                l.staged_ms,
+                l.baseline_ms,
+                l.socs
+            ),
+        };
+    }
     let Some(next) = ramp.next() else {
         return Verdict::Done;
     };
@@ -258,6 +288,7 @@ mod tests {
                 max_fallback_rate: Some(0.2),
                 min_samples: 50,
                 max_regression: Some(1.5),
+                max_latency_ratio: Some(1.3),
             },
             ramp: Some(Ramp {
                 steps: vec![100, 500, 2500],
@@ -288,6 +319,7 @@ mod tests {
             baseline_loads: 600,
             baseline_failures: 10,
             baseline_fallbacks: 30,
+            latency: None,
         };
         match verdict(&p, at("2026-12-03T00:05:00Z"), &healthy) {
             Verdict::Wait { waiting_for, next } => {
@@ -367,6 +399,27 @@ mod tests {
             ..base
         };
         assert!(matches!(verdict(&p, now, &early), Verdict::Wait { .. }));
+        // Field latency: 1.25x the baseline is within the 1.3x gate, 1.4x is not; it applies
+        // whatever the number of loads (it counts devices' windows, not loads).
+        let slow = |staged_ms: f64| StepHealth {
+            latency: Some(LatencyCompare {
+                staged_ms,
+                baseline_ms: 10.0,
+                socs: 3,
+            }),
+            ..early
+        };
+        assert!(matches!(
+            verdict(&p, now, &slow(12.5)),
+            Verdict::Wait { .. }
+        ));
+        let Verdict::Halt { reason } = verdict(&p, now, &slow(14.0)) else {
+            panic!("a staged release 1.4x slower must halt");
+        };
+        assert!(
+            reason.contains("median device warm p95 14.00 ms) is over 1.3x the baseline's 10.00 ms on the 3 SoC(s)"),
+            "{reason}"
+        );
     }
 
     #[test]

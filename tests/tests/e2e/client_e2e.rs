@@ -82,6 +82,30 @@ pub(crate) fn assert_cache_clean(cache: &Path) {
     serde_json::from_slice::<serde_json::Value>(&index).expect("index is valid JSON");
 }
 
+/// The queue after a flush: the `events` already queued and the timings of the runs made
+/// (one inference event).
+fn with_run_timings(
+    c: &ferry_client::Client,
+    events: usize,
+) -> Vec<ferry_shared::telemetry::TelemetryEvent> {
+    c.flush_inference();
+    let queued = c.telemetry_pending();
+    assert_eq!(
+        queued.len(),
+        events + 1,
+        "{:?}",
+        queued.iter().map(|e| e.kind).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        queued
+            .iter()
+            .filter(|e| e.kind == EventKind::Inference)
+            .count(),
+        1
+    );
+    queued
+}
+
 #[test]
 fn claimed_delegates_fail_on_the_real_runtime_and_xnnpack_runs() {
     let app = demo();
@@ -206,22 +230,8 @@ fn claimed_delegates_fail_on_the_real_runtime_and_xnnpack_runs() {
     }
     assert_eq!(ok.stage, None);
     // Sending delivers the queue to the server, which aggregates it into fleet health.
-    // With the events, the send takes the timings of the runs above (one inference event).
-    c.flush_inference();
-    let queued = c.telemetry_pending();
-    assert_eq!(
-        queued.len(),
-        events.len() + 1,
-        "{:?}",
-        queued.iter().map(|e| e.kind).collect::<Vec<_>>()
-    );
-    assert_eq!(
-        queued
-            .iter()
-            .filter(|e| e.kind == EventKind::Inference)
-            .count(),
-        1
-    );
+    // With the events, the send takes the timings of the runs above.
+    let queued = with_run_timings(&c, events.len());
     let report = c.send_telemetry();
     assert_eq!((report.sent, report.queued), (queued.len(), 0));
     assert!(c.telemetry_pending().is_empty());

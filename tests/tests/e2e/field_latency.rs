@@ -233,3 +233,109 @@ fn runs_are_timed_on_the_device_and_aggregated_by_three_replicas() {
         "after a restart"
     );
 }
+
+/// One device's window of runs of `release` on `soc` with warm p95 `p95_ms`.
+fn window(release: &str, install: &str, soc: &str, p95_ms: f64) -> serde_json::Value {
+    serde_json::json!({
+        "kind": "inference", "model": "mlp", "release": release, "variant": "xnnpack-fp32",
+        "delegate": "xnnpack", "outcome": "ok", "install_id": install, "platform": "android",
+        "soc": soc, "device_model": format!("phone-{soc}"), "os_version": "14",
+        "app_version": "2.0.0", "runtime_version": "1.5.1",
+        "at": time::OffsetDateTime::now_utc()
+            .format(&time::format_description::well_known::Rfc3339).expect("time"),
+        "method": "forward", "runs": 50, "p50_ms": p95_ms * 0.8, "p95_ms": p95_ms,
+        "max_ms": p95_ms * 1.5,
+    })
+}
+
+fn post(app: &TestApp, url: &str, events: &[serde_json::Value]) {
+    let events = app.with_receipts(events);
+    let mut r = app
+        .agent
+        .post(format!("{url}/v1/telemetry"))
+        .header("content-type", "application/json")
+        .send(serde_json::to_vec(&serde_json::json!({ "events": events })).expect("json"))
+        .expect("post");
+    let body: serde_json::Value = serde_json::from_reader(r.body_mut().as_reader()).expect("json");
+    assert_eq!(
+        body["accepted"].as_u64(),
+        Some(events.len() as u64),
+        "{body}"
+    );
+}
+
+#[test]
+fn a_ramp_whose_staged_release_is_slower_in_the_field_halts_once() {
+    let quick = |c: &mut ferry_server::app::config::Config| {
+        fast(c);
+        c.ramp_check_secs = 1;
+    };
+    let app = TestApp::start_with(Options {
+        demo: false,
+        keys: None,
+        store: None,
+        tweak: Some(Box::new(quick)),
+    });
+    let replica = app.replica_with(None, Box::new(quick));
+    app.publish(&mlp_v1());
+    app.publish(&ferry_tests::app::mlp_v2());
+    // A gate of 1.3x; a long step and many samples, so only the latency gate can move it.
+    let (s, b) = app.post_raw(
+        "/v1/admin/models/mlp/rollout",
+        br#"{"action": "start", "release": "2.0.0", "steps": ["1", "5", "25"],
+             "every_secs": 3600, "min_samples": 100000, "max_latency_ratio": 1.3}"#,
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["thresholds"]["max_latency_ratio"], 1.3, "{b}");
+    // Devices on two SoCs run both releases: 2.0.0 is 1.2x on one SoC (within the gate) at
+    // first; a third SoC only the baseline has is left out of the comparison.
+    let mut events = Vec::new();
+    for n in 0..10 {
+        events.push(window("1.0.0", &format!("a-{n}"), "SOC-A", 10.0));
+        events.push(window("1.0.0", &format!("b-{n}"), "SOC-B", 10.0));
+        events.push(window("1.0.0", &format!("c-{n}"), "SOC-C", 100.0));
+        events.push(window("2.0.0", &format!("a2-{n}"), "SOC-A", 12.0));
+        events.push(window("2.0.0", &format!("b2-{n}"), "SOC-B", 12.0));
+    }
+    post(&app, &app.url(), &events);
+    std::thread::sleep(Duration::from_secs(3));
+    let (_, v) = app.get_json("/v1/admin/models/mlp/rollout", Some(ADMIN_TOKEN));
+    assert_eq!(
+        v["current"]["state"], "active",
+        "1.2x is within 1.3x: {v:#}"
+    );
+    let l = &v["ramp"]["now"];
+    assert!(l.to_string().contains("waiting_for"), "{v:#}");
+    // More devices report 2.0.0 at 16 ms on both SoCs, through both servers: the medians
+    // are now 16 vs 10 ms, over the gate.
+    for (url, part) in [(app.url(), 0), (replica.url(), 1)] {
+        let slow: Vec<_> = (0..20)
+            .flat_map(|n| {
+                ["SOC-A", "SOC-B"]
+                    .map(|soc| window("2.0.0", &format!("s{part}-{soc}-{n}"), soc, 16.0))
+            })
+            .collect();
+        post(&app, &url, &slow);
+    }
+    until("the ramp halts on field latency", || {
+        let (_, v) = app.get_json("/v1/admin/models/mlp/rollout", Some(ADMIN_TOKEN));
+        v["current"]["state"] == "halted"
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let (_, v) = app.get_json("/v1/admin/models/mlp/rollout", Some(ADMIN_TOKEN));
+    let reason = v["current"]["reason"].as_str().unwrap_or("");
+    assert!(reason.contains("field latency of 2.0.0"), "{reason}");
+    assert!(
+        reason.contains("on the 2 SoC(s) both have data for"),
+        "{reason}"
+    );
+    let halts = v["history"]
+        .as_array()
+        .expect("history")
+        .iter()
+        .filter(|p| p["action"] == "auto-halt")
+        .count();
+    assert_eq!(halts, 1, "one halt for both servers: {:#}", v["history"]);
+    replica.stop();
+}

@@ -58,6 +58,7 @@ fn action() -> impl Strategy<Value = RolloutChange> {
                 max_fallback_rate: None,
                 min_samples: None,
                 max_regression: None,
+                max_latency_ratio: None,
                 supersede,
                 reason: None,
             }
