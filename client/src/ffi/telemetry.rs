@@ -8,6 +8,14 @@ use ferry_shared::telemetry::Thermal;
 
 use super::{FerryClient, FerryStatus, arg, fail, guard};
 
+fn null_client() -> FerryStatus {
+    fail(
+        FerryStatus::FerryErrInvalidArgument,
+        ErrorCode::InvalidArgument.as_str(),
+        "client is NULL",
+    )
+}
+
 /// Queues the run timings of the loaded models since the last flush as `inference` events,
 /// then sends the queued telemetry to the server; `*sent` and `*queued` (each may be NULL) say
 /// how many events the server took and how many wait for the next try. Blocking network
@@ -24,11 +32,7 @@ pub unsafe extern "C" fn ferry_client_send_telemetry(
 ) -> FerryStatus {
     guard(|| {
         if client.is_null() {
-            return fail(
-                FerryStatus::FerryErrInvalidArgument,
-                ErrorCode::InvalidArgument.as_str(),
-                "client is NULL",
-            );
+            return null_client();
         }
         // SAFETY: live handle per the contract.
         let c = unsafe { &*client };
@@ -60,11 +64,7 @@ pub unsafe extern "C" fn ferry_client_set_thermal_state(
 ) -> FerryStatus {
     guard(|| {
         if client.is_null() {
-            return fail(
-                FerryStatus::FerryErrInvalidArgument,
-                ErrorCode::InvalidArgument.as_str(),
-                "client is NULL",
-            );
+            return null_client();
         }
         let parsed = if state.is_null() {
             None

@@ -150,7 +150,7 @@ fn records_a_newer_server_wrote_are_read_and_never_rewritten() {
     plan["revision"] = 3.into();
     plan["action"] = "set".into();
     plan["basis_points"] = 5000.into();
-    plan["thresholds"]["max_latency_ratio"] = 1.5.into();
+    plan["thresholds"]["max_energy_ratio"] = 1.5.into();
     write_revision(&log, 3, &plan);
     let newest = std::fs::read(log.join(format!("{:020}.json", 3))).expect("revision 3");
     // And wrote a counter bucket with a section this version does not know.
@@ -184,7 +184,7 @@ fn records_a_newer_server_wrote_are_read_and_never_rewritten() {
     );
     let message = body["message"].as_str().unwrap_or("");
     assert!(
-        message.contains("thresholds.max_latency_ratio") && message.contains("upgraded replica"),
+        message.contains("thresholds.max_energy_ratio") && message.contains("upgraded replica"),
         "{message}"
     );
     let files = walk(&app.store_dir().join("state/vec/rollout"));
