@@ -238,8 +238,10 @@ fn print_ramp(r: &serde_json::Value) {
         h["latency"]["baseline_ms"].as_f64(),
     ) {
         println!(
-            "  field latency: median device warm p95 {s:.2} ms (baseline {b:.2} ms) on {} common SoC(s)",
-            h["latency"]["socs"]
+            "  field latency: {:.2}x the baseline (median device warm p95 {s:.2} ms against {b:.2} ms) on {} common SoC(s), {} staged devices",
+            h["latency"]["ratio"].as_f64().unwrap_or(0.0),
+            h["latency"]["socs"],
+            h["latency"]["devices"]
         );
     }
     match r["now"]["verdict"].as_str() {

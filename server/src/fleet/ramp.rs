@@ -119,15 +119,17 @@ impl RampMarks {
             )
         };
         let (s, b) = (d(0), d(1));
-        // Field latency: the releases' whole data (sketches do not subtract), only when the
-        // ramp has a latency gate.
+        // Field latency since this revision (a resume starts afresh), only when the ramp
+        // has a latency gate.
+        let since = OffsetDateTime::parse(&plan.at, &time::format_description::well_known::Rfc3339)
+            .map_or(0, OffsetDateTime::unix_timestamp);
         let latency = match (
             plan.thresholds.max_latency_ratio,
             version(&plan.staged),
             version(&plan.baseline),
         ) {
             (Some(_), Some(staged), Some(baseline)) => crate::fleet::latency::compare(
-                &fleet.telemetry.fleet(model.as_str()),
+                &fleet.telemetry.window(model.as_str(), since).0,
                 model.as_str(),
                 &staged,
                 &baseline,

@@ -81,15 +81,19 @@ pub struct StepHealth {
 }
 
 /// The staged and baseline releases' field latency on the SoCs both have `inference` data
-/// for: the median of their devices' warm p95 run times over those SoCs.
+/// for, since the plan's revision.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LatencyCompare {
-    /// Staged median device warm p95 (ms).
+    /// Staged median device warm p95 over those SoCs (ms), for people.
     pub staged_ms: f64,
-    /// Baseline median device warm p95 (ms).
+    /// Baseline median device warm p95 over those SoCs (ms), for people.
     pub baseline_ms: f64,
+    /// The median over those SoCs of staged/baseline median warm p95: what the gate uses.
+    pub ratio: f64,
     /// SoCs both releases have data for.
     pub socs: u64,
+    /// Distinct staged devices that reported runs.
+    pub devices: u64,
 }
 
 fn rate(n: u64, of: u64) -> f64 {
@@ -191,17 +195,19 @@ pub fn verdict(plan: &RolloutPlan, now: OffsetDateTime, h: &StepHealth) -> Verdi
         }
     }
     if let (Some(k), Some(l)) = (t.max_latency_ratio, h.latency)
-        && l.baseline_ms > 0.0
-        && l.staged_ms > k * l.baseline_ms
+        && l.ratio > k
     {
         return Verdict::Halt {
             reason: format!(
-                "ramp step {}%: field latency of {staged} (median device warm p95 {:.2} ms) is \
-                 over {k}x the baseline's {:.2} ms on the {} SoC(s) both have data for",
+                "ramp step {}%: field latency of {staged} is {:.2}x the baseline's (median \
+                 device warm p95 {:.2} ms against {:.2} ms), over {k}x, on the {} SoC(s) both \
+                 have data for ({} staged devices)",
                 format_percent(plan.basis_points),
+                l.ratio,
                 l.staged_ms,
                 l.baseline_ms,
-                l.socs
+                l.socs,
+                l.devices
             ),
         };
     }
@@ -405,7 +411,9 @@ mod tests {
             latency: Some(LatencyCompare {
                 staged_ms,
                 baseline_ms: 10.0,
+                ratio: staged_ms / 10.0,
                 socs: 3,
+                devices: 40,
             }),
             ..early
         };
@@ -417,7 +425,7 @@ mod tests {
             panic!("a staged release 1.4x slower must halt");
         };
         assert!(
-            reason.contains("median device warm p95 14.00 ms) is over 1.3x the baseline's 10.00 ms on the 3 SoC(s)"),
+            reason.contains("is 1.40x the baseline's (median device warm p95 14.00 ms against 10.00 ms), over 1.3x, on the 3 SoC(s)"),
             "{reason}"
         );
     }
