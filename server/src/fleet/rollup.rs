@@ -254,8 +254,18 @@ impl VariantCounts {
             }
             (EventKind::Inference, Outcome::Ok) => {
                 self.latency.add(e, device);
+                classes(self, &|_| {});
+                // Latency per class only where selection and gates look (SoC, device model):
+                // sketches are the largest part of a class's counts.
                 if let Some(p95) = e.inference.p95_ms.filter(|x| x.is_finite() && *x >= 0.0) {
-                    classes(self, &|c| c.warm_p95.0.add(p95));
+                    for (map, key) in [
+                        (&mut self.by_soc, &e.soc),
+                        (&mut self.by_device_model, &e.device_model),
+                    ] {
+                        if let Some(c) = map.get_mut(key) {
+                            c.warm_p95.0.add(p95);
+                        }
+                    }
                 }
             }
             (EventKind::Download, Outcome::Failed) => self.downloads_failed += 1,
