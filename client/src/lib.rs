@@ -168,14 +168,17 @@ impl Client {
     /// stretch and the most severe thermal state reported (`docs/client.md`, field latency).
     /// Offline-tolerant like every event: they wait in the queue until a send succeeds.
     pub fn flush_inference(&self) {
-        let at = self
-            .now()
-            .format(&time::format_description::well_known::Rfc3339)
-            .unwrap_or_default();
-        let events = self.inference.drain(&at);
+        let events = self.inference.drain(&self.now_rfc3339());
         if !events.is_empty() {
             let _ = self.telemetry.push(&events);
         }
+    }
+
+    /// [`Client::now`] as RFC 3339, as events carry it.
+    pub(crate) fn now_rfc3339(&self) -> String {
+        self.now()
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default()
     }
 
     /// The device's thermal state as the app learns it from the OS (`None`: not known). The

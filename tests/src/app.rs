@@ -405,6 +405,28 @@ impl TestApp {
         spawn(config, false).expect("replica starts")
     }
 
+    /// Posts `events` to the server at `url` as devices that resolved would (each with its
+    /// receipt, see [`TestApp::with_receipts`]) and asserts every one was accepted and
+    /// verified.
+    pub fn post_receipted(&self, url: &str, events: &[serde_json::Value]) {
+        let events = self.with_receipts(events);
+        let mut r = self
+            .agent
+            .post(format!("{url}/v1/telemetry"))
+            .header("content-type", "application/json")
+            .send(serde_json::to_vec(&serde_json::json!({ "events": events })).expect("json"))
+            .expect("post");
+        let body: serde_json::Value =
+            serde_json::from_reader(r.body_mut().as_reader()).expect("json");
+        assert_eq!(r.status().as_u16(), 200, "{body}");
+        assert_eq!(
+            body["accepted"].as_u64(),
+            Some(events.len() as u64),
+            "{body}"
+        );
+        assert_eq!(body["unverified"], 0, "{body}");
+    }
+
     /// Stamps each telemetry event with the receipt this server gives its install id for its
     /// model, release, device class and variants (the variant and any `to_variant`): what a
     /// device that resolved would send. Uses the server's online key, as the server does.

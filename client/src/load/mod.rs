@@ -223,16 +223,21 @@ impl Client {
         if self.sending.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.flush_inference();
         let (queue, agent, server, flag) = (
             self.telemetry.clone(),
             self.agent.clone(),
             self.server.clone(),
             self.sending.clone(),
         );
+        // The run timings are drained and queued on the telemetry thread, off the load path.
+        let (inference, at) = (self.inference.clone(), self.now_rfc3339());
         let spawned = std::thread::Builder::new()
             .name("ferry-telemetry".into())
             .spawn(move || {
+                let events = inference.drain(&at);
+                if !events.is_empty() {
+                    let _ = queue.push(&events);
+                }
                 queue.send(&agent, &server);
                 flag.store(false, Ordering::Release);
             });

@@ -28,21 +28,7 @@ fn event(outcome: &str, release: &str, install: &str, soc: &str, ms: f64) -> ser
 }
 
 fn post_events(app: &TestApp, url: &str, events: &[serde_json::Value]) {
-    let events = app.with_receipts(events);
-    let mut r = app
-        .agent
-        .post(format!("{url}/v1/telemetry"))
-        .header("content-type", "application/json")
-        .send(serde_json::to_vec(&serde_json::json!({ "events": events })).expect("json"))
-        .expect("post");
-    let body: serde_json::Value = serde_json::from_reader(r.body_mut().as_reader()).expect("json");
-    assert_eq!(r.status().as_u16(), 200, "{body}");
-    assert_eq!(
-        body["accepted"].as_u64(),
-        Some(events.len() as u64),
-        "{body}"
-    );
-    assert_eq!(body["unverified"], 0, "{body}");
+    app.post_receipted(url, events);
 }
 
 fn health(app: &TestApp, url: &str) -> serde_json::Value {
