@@ -1,8 +1,10 @@
 //! The deny list: entries that stop offering one variant of one release to a device class (a
 //! SoC or a device model), learned from telemetry or set by ops, and the changes ops can make.
 //!
-//! An entry in state [`DenyState::Deny`] excludes the variant for matching devices at resolve
-//! time; [`DenyState::Allow`] is an ops override that telemetry will not turn back into a deny.
+//! An entry of kind [`DenyKind::Fallback`] in state [`DenyState::Deny`] excludes the variant for
+//! matching devices at resolve time; one of kind [`DenyKind::SlowInField`] keeps it but ranks
+//! the next candidate first (the variant runs, only slower there than it should).
+//! [`DenyState::Allow`] is an ops override that telemetry will not turn back into an entry.
 
 use serde::{Deserialize, Serialize};
 
@@ -56,6 +58,46 @@ pub enum DenyState {
     Allow,
 }
 
+/// What an entry is about.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DenyKind {
+    /// The variant fails (falls back) on the class: not offered there.
+    #[default]
+    Fallback,
+    /// The variant is slow on the class (over its latency budget, or much slower than the next
+    /// candidate): still offered, after the next candidate.
+    SlowInField,
+}
+
+impl DenyKind {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DenyKind::Fallback => "fallback",
+            DenyKind::SlowInField => "slow_in_field",
+        }
+    }
+}
+
+/// The field figures behind a [`DenyKind::SlowInField`] entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SlowFigures {
+    /// The median of the class's device warm p95s for the variant (ms).
+    pub p95_ms: f64,
+    /// Distinct devices (with receipts) behind it.
+    pub devices: u64,
+    /// The variant's latency budget, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_ms: Option<f64>,
+    /// The candidate ranked next on the class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_variant: Option<String>,
+    /// That candidate's median device warm p95 on the class, when enough devices reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_p95_ms: Option<f64>,
+}
+
 /// A learned or manual deny-list entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DenyEntry {
@@ -75,11 +117,23 @@ pub struct DenyEntry {
     pub source: DenySource,
     /// Deny or allow.
     pub state: DenyState,
+    /// What it is about (entries written before kinds existed are `fallback`).
+    #[serde(default)]
+    pub kind: DenyKind,
+    /// For a `slow_in_field` entry learned from telemetry: the figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<SlowFigures>,
 }
 
 impl DenyEntry {
-    /// True when both entries are about the same variant and device class value.
+    /// True when both entries are of one kind, about the same variant and device class value.
     pub fn same_target(&self, other: &DenyEntry) -> bool {
+        self.kind == other.kind && self.same_class(other)
+    }
+
+    /// True when both entries are about the same variant and device class value, whatever
+    /// their kinds.
+    pub fn same_class(&self, other: &DenyEntry) -> bool {
         self.release == other.release
             && self.variant == other.variant
             && self.class == other.class
@@ -91,17 +145,50 @@ impl DenyEntry {
 
     /// The sentence `explain` shows.
     pub fn reason(&self) -> String {
-        format!(
-            "denied by {}: {:.0}% fallback on {}, n={}",
-            self.source.as_str(),
-            self.fallback_rate * 100.0,
-            self.value,
-            self.samples
-        )
+        match (self.kind, &self.latency) {
+            (DenyKind::Fallback, _) => format!(
+                "denied by {}: {:.0}% fallback on {}, n={}",
+                self.source.as_str(),
+                self.fallback_rate * 100.0,
+                self.value,
+                self.samples
+            ),
+            (DenyKind::SlowInField, None) => format!(
+                "slow_in_field: ranked after the next candidate on {} by {}",
+                self.value,
+                self.source.as_str()
+            ),
+            (DenyKind::SlowInField, Some(f)) => {
+                let mut why = format!(
+                    "slow_in_field: median device warm p95 {:.1} ms on {}",
+                    f.p95_ms, self.value
+                );
+                if let Some(b) = f.budget_ms {
+                    why.push_str(&format!(", budget {b} ms"));
+                }
+                match (&f.next_variant, f.next_p95_ms) {
+                    (Some(n), Some(ms)) => why.push_str(&format!(", {n} {ms:.1} ms")),
+                    (Some(n), None) => why.push_str(&format!(", {n} not yet measured")),
+                    _ => {}
+                }
+                why.push_str(&format!(", n={} devices", f.devices));
+                why
+            }
+        }
     }
 
     /// True when the entry denies `variant` of `release` to this device.
     pub fn matches(&self, release: &str, variant: &str, soc: &str, device_model: &str) -> bool {
+        self.kind == DenyKind::Fallback && self.applies(release, variant, soc, device_model)
+    }
+
+    /// True when the entry ranks `variant` of `release` after the next candidate on this
+    /// device (a `slow_in_field` entry in force).
+    pub fn demotes(&self, release: &str, variant: &str, soc: &str, device_model: &str) -> bool {
+        self.kind == DenyKind::SlowInField && self.applies(release, variant, soc, device_model)
+    }
+
+    fn applies(&self, release: &str, variant: &str, soc: &str, device_model: &str) -> bool {
         self.state == DenyState::Deny
             && self.release == release
             && self.variant == variant
@@ -149,6 +236,11 @@ pub struct DenyChange {
     pub class: DeviceClass,
     /// The SoC or device model.
     pub value: String,
+    /// Which kind of entry: for `override` and `clear`, absent means every entry on the target;
+    /// for `deny`, absent means `fallback` (not offered) and `slow_in_field` ranks the variant
+    /// after the next candidate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<DenyKind>,
 }
 
 #[cfg(test)]
@@ -165,6 +257,8 @@ mod tests {
             samples: 40,
             source: DenySource::Telemetry,
             state: DenyState::Deny,
+            kind: DenyKind::Fallback,
+            latency: None,
         }
     }
 

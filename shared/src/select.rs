@@ -145,9 +145,36 @@ pub struct Selection<'a> {
     pub explain: Vec<Explanation>,
 }
 
-/// An extra rule that can exclude a variant for a device (for example a deny list learned
-/// from telemetry): returns the reason when it excludes.
-pub type DenyRule<'r> = &'r dyn Fn(&ReleaseManifest, &Variant, &ResolveRequest) -> Option<String>;
+/// What an extra rule says about a variant for a device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rule {
+    /// Not offered, for this reason.
+    Exclude(String),
+    /// Offered, ranked after the next candidate, for this reason (field latency).
+    Demote(String),
+}
+
+/// An extra rule that can exclude or demote a variant for a device (for example a deny list
+/// learned from telemetry); `None` leaves the variant as it is.
+pub type DenyRule<'r> = &'r dyn Fn(&ReleaseManifest, &Variant, &ResolveRequest) -> Option<Rule>;
+
+/// Moves each demoted variant behind the next candidate that is not demoted (so a slow GPU
+/// variant goes after XNNPACK, and a slow NPU variant after the GPU one but before XNNPACK);
+/// the others keep their order.
+fn demote<T>(ranked: Vec<(T, bool)>) -> Vec<T> {
+    let mut out = Vec::with_capacity(ranked.len());
+    let mut waiting = Vec::new();
+    for (v, demoted) in ranked {
+        if demoted {
+            waiting.push(v);
+        } else {
+            out.push(v);
+            out.append(&mut waiting);
+        }
+    }
+    out.append(&mut waiting);
+    out
+}
 
 /// Ranks the variants of one release for `device`. Returns the candidates (possibly empty)
 /// and an explanation for every variant.
@@ -157,15 +184,19 @@ pub fn rank<'a>(
     pref: &Preference,
     deny: DenyRule<'_>,
 ) -> (Vec<&'a Variant>, Vec<Explanation>) {
+    let mut demoted: Vec<Option<String>> = vec![None; manifest.variants.len()];
     let mut reasons: Vec<Vec<String>> = manifest
         .variants
         .iter()
-        .map(|v| {
+        .zip(demoted.iter_mut())
+        .map(|(v, slow)| {
             let mut why = incompatibilities(v, device);
-            if why.is_empty()
-                && let Some(r) = deny(manifest, v, device)
-            {
-                why.push(r);
+            if why.is_empty() {
+                match deny(manifest, v, device) {
+                    Some(Rule::Exclude(r)) => why.push(r),
+                    Some(Rule::Demote(r)) => *slow = Some(r),
+                    None => {}
+                }
             }
             why
         })
@@ -203,19 +234,29 @@ pub fn rank<'a>(
             *i,
         )
     });
+    let chosen = demote(
+        chosen
+            .into_iter()
+            .map(|(i, v)| ((i, v), demoted[i].is_some()))
+            .collect(),
+    );
     let explain = manifest
         .variants
         .iter()
         .zip(reasons)
-        .map(|(v, why)| {
+        .zip(demoted)
+        .map(|((v, why), slow)| {
             let rank = chosen.iter().position(|(_, c)| c.id == v.id);
-            let reasons = match (rank, &v.delegate) {
+            let mut reasons = match (rank, &v.delegate) {
                 (Some(_), Delegate::Xnnpack) => {
                     vec!["XNNPACK: the tested CPU fallback".to_string()]
                 }
                 (Some(_), _) => Vec::new(),
                 (None, _) => why,
             };
+            if let (Some(_), Some(r)) = (rank, slow) {
+                reasons.push(r);
+            }
             Explanation {
                 release: manifest.version.clone(),
                 variant: v.id.clone(),
@@ -253,7 +294,7 @@ pub fn select<'a>(
 }
 
 /// A deny rule that denies nothing.
-pub fn no_deny(_: &ReleaseManifest, _: &Variant, _: &ResolveRequest) -> Option<String> {
+pub fn no_deny(_: &ReleaseManifest, _: &Variant, _: &ResolveRequest) -> Option<Rule> {
     None
 }
 
@@ -430,9 +471,34 @@ mod tests {
             "1.5.1",
         );
         let deny = |_: &ReleaseManifest, v: &Variant, _: &ResolveRequest| {
-            (v.delegate == Delegate::Vulkan).then(|| "denied by telemetry".to_string())
+            (v.delegate == Delegate::Vulkan).then(|| Rule::Exclude("denied by telemetry".into()))
         };
         let s = select(&[&m], &d, &Preference::default(), &deny).expect("selects");
         assert_eq!(ids(&s), ["xnnpack"]);
+    }
+
+    #[test]
+    fn a_demoted_variant_goes_after_the_next_candidate_and_says_why() {
+        let m = manifest("1.0.0", ">=1.5.0");
+        let d = device(
+            Platform::Android,
+            &["XnnpackBackend", "VulkanBackend"],
+            "1.5.1",
+        );
+        let slow = |_: &ReleaseManifest, v: &Variant, _: &ResolveRequest| {
+            (v.delegate == Delegate::Vulkan).then(|| Rule::Demote("slow_in_field: 40 ms".into()))
+        };
+        let s = select(&[&m], &d, &Preference::default(), &slow).expect("selects");
+        assert_eq!(ids(&s), ["xnnpack", "vulkan"]);
+        let vulkan = s.explain.iter().find(|e| e.variant.as_str() == "vulkan");
+        let vulkan = vulkan.expect("explained");
+        assert_eq!(vulkan.rank, Some(1));
+        assert_eq!(vulkan.reasons, ["slow_in_field: 40 ms"]);
+        // Only the next candidate moves ahead: the rest keep their order.
+        let ranked = demote(vec![("npu", true), ("gpu", false), ("xnnpack", false)]);
+        assert_eq!(ranked, ["gpu", "npu", "xnnpack"]);
+        let ranked = demote(vec![("npu", true), ("gpu", true), ("xnnpack", false)]);
+        assert_eq!(ranked, ["xnnpack", "npu", "gpu"]);
+        assert_eq!(demote(vec![("gpu", true)]), ["gpu"], "nothing to go behind");
     }
 }

@@ -80,6 +80,7 @@ pub fn variant(id: &str, file: &str, delegate: Delegate, runtime: &str, app: &st
         labels: None,
         assets: Vec::new(),
         preprocess: None,
+        latency_budget_ms: None,
     }
 }
 
@@ -143,6 +144,7 @@ fn mlp(
         labels: None,
         assets: Vec::new(),
         preprocess: None,
+        latency_budget_ms: None,
         variants,
     }
 }
@@ -214,6 +216,7 @@ pub fn tinyllm() -> VariantsFile {
         labels: None,
         assets: Vec::new(),
         preprocess: None,
+        latency_budget_ms: None,
         variants: vec![custom, standard],
     }
 }

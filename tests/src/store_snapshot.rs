@@ -48,6 +48,7 @@ fn release(version: &str, tag: &str) -> VariantsFile {
         labels: None,
         assets: Vec::new(),
         preprocess: None,
+        latency_budget_ms: None,
         variants: vec![
             variant(
                 "xnnpack-fp32",

@@ -95,6 +95,7 @@ fn release_spec() -> VariantsFile {
         labels: None,
         assets: Vec::new(),
         preprocess: None,
+        latency_budget_ms: None,
         variants: vec![
             variant(
                 "xnnpack-fp32",

@@ -279,21 +279,23 @@ pub async fn get_health(
 ) -> Result<HttpResponse, ApiError> {
     let model = read_view(&req, &state, &model).await?;
     let since = health_since(&req, &state, &model)?;
-    let mut h = match since {
-        None => state.telemetry().health(model.as_str()),
+    let (rollup, window) = match since {
+        None => (state.telemetry().fleet(model.as_str()), None),
         Some(since) => {
             let (rollup, from) = state.telemetry().window(model.as_str(), since);
-            let mut h = rollup.health(model.as_str());
-            let stamp = |t: i64| {
-                OffsetDateTime::from_unix_timestamp(t).ok().and_then(|t| {
-                    t.format(&time::format_description::well_known::Rfc3339)
-                        .ok()
-                })
-            };
-            h["window"] = serde_json::json!({"since": stamp(since), "from": stamp(from)});
-            h
+            (rollup, Some((since, from)))
         }
     };
+    let mut h = rollup.health(model.as_str());
+    if let Some((since, from)) = window {
+        let stamp = |t: i64| {
+            OffsetDateTime::from_unix_timestamp(t).ok().and_then(|t| {
+                t.format(&time::format_description::well_known::Rfc3339)
+                    .ok()
+            })
+        };
+        h["window"] = serde_json::json!({"since": stamp(since), "from": stamp(from)});
+    }
     // Each variant's delegate as its signed manifest says (not as devices report it).
     let catalog = state.catalog();
     for r in h["releases"].as_array_mut().into_iter().flatten() {
@@ -309,6 +311,13 @@ pub async fn get_health(
             }
         }
     }
+    crate::fleet::latency::add_budgets(&mut h, &rollup, model.as_str(), &|r, v| {
+        catalog
+            .release_named(&model, r)?
+            .manifest
+            .variant_named(v)?
+            .latency_budget_ms
+    });
     h["model"] = serde_json::json!(model);
     h["rollout"] = serde_json::json!(state.rollouts().get(&model));
     h["deny"] = serde_json::json!(

@@ -67,6 +67,7 @@ fn spec() -> anyhow::Result<VariantsFile> {
             labels: None,
             assets: Vec::new(),
             preprocess: None,
+            latency_budget_ms: None,
         })
     };
     Ok(VariantsFile {
@@ -77,6 +78,7 @@ fn spec() -> anyhow::Result<VariantsFile> {
         labels: None,
         assets: Vec::new(),
         preprocess: None,
+        latency_budget_ms: None,
         variants: vec![
             v(
                 "coreml-fp32",

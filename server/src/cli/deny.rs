@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use comfy_table::Table;
-use ferry_shared::deny::{DenyAction, DenyChange, DeviceClass};
+use ferry_shared::deny::{DenyAction, DenyChange, DenyKind, DeviceClass};
 
 use super::remote::{Remote, admin_call};
 
@@ -20,11 +20,14 @@ pub enum DenyCommand {
         #[command(flatten)]
         remote: Remote,
     },
-    /// Deny a variant to a SoC or device model by hand.
+    /// Deny a variant to a SoC or device model by hand (with `--kind slow_in_field`: rank it
+    /// after the next candidate there instead).
     Add(Target),
-    /// Allow a denied variant again (the entry must exist; telemetry will not re-add it).
+    /// Allow a denied or demoted variant again (the entry must exist; telemetry will not
+    /// re-add it).
     Override(Target),
-    /// Remove an entry (it must exist; telemetry may add it again if the class keeps failing).
+    /// Remove an entry (it must exist; telemetry may add it again if the class keeps failing
+    /// or stays slow).
     Clear(Target),
 }
 
@@ -46,6 +49,11 @@ pub struct Target {
     /// The device model (matched exactly).
     #[arg(long)]
     pub device_model: Option<String>,
+    /// Which entry: `fallback` (not offered) or `slow_in_field` (ranked after the next
+    /// candidate). Without it, override and clear act on every entry of the target, and add
+    /// denies.
+    #[arg(long, value_parser = parse_kind)]
+    pub kind: Option<DenyKind>,
     /// Where and who.
     #[command(flatten)]
     pub remote: Remote,
@@ -69,6 +77,7 @@ pub(crate) fn deny_cmd(cmd: DenyCommand, json: bool) -> anyhow::Result<ExitCode>
         variant: t.variant,
         class,
         value,
+        kind: t.kind,
     };
     let v = admin_call(
         &t.remote,
@@ -90,6 +99,14 @@ pub(crate) fn deny_cmd(cmd: DenyCommand, json: bool) -> anyhow::Result<ExitCode>
     );
     print_entries(&v["entries"]);
     Ok(ExitCode::SUCCESS)
+}
+
+fn parse_kind(s: &str) -> Result<DenyKind, String> {
+    match s {
+        "fallback" => Ok(DenyKind::Fallback),
+        "slow_in_field" => Ok(DenyKind::SlowInField),
+        _ => Err(format!("{s:?} is not a kind: fallback or slow_in_field")),
+    }
 }
 
 fn list(model: &str, json: bool, remote: &Remote) -> anyhow::Result<ExitCode> {
@@ -115,19 +132,30 @@ fn print_entries(entries: &serde_json::Value) {
     let mut table = Table::new();
     table.load_preset(comfy_table::presets::NOTHING);
     table.set_header([
-        "RELEASE",
-        "VARIANT",
-        "CLASS",
-        "VALUE",
-        "STATE",
-        "SOURCE",
-        "FALLBACKS",
+        "RELEASE", "VARIANT", "CLASS", "VALUE", "STATE", "SOURCE", "KIND", "WHY",
     ]);
     for e in entries.as_array().into_iter().flatten() {
         let s = |k: &str| e[k].as_str().unwrap_or("").to_string();
-        let fallbacks = match e["samples"].as_u64() {
-            Some(n) if n > 0 => format!(
-                "{:.0}% of {n}",
+        let kind = e["kind"].as_str().unwrap_or("fallback");
+        let l = &e["latency"];
+        let why = match (kind, e["samples"].as_u64()) {
+            ("slow_in_field", _) if l.is_object() => {
+                let mut w = format!(
+                    "p95 {:.1} ms on {} devices",
+                    l["p95_ms"].as_f64().unwrap_or(0.0),
+                    l["devices"].as_u64().unwrap_or(0)
+                );
+                if let Some(b) = l["budget_ms"].as_f64() {
+                    w.push_str(&format!(", budget {b} ms"));
+                }
+                if let (Some(n), Some(ms)) = (l["next_variant"].as_str(), l["next_p95_ms"].as_f64())
+                {
+                    w.push_str(&format!(", {n} {ms:.1} ms"));
+                }
+                w
+            }
+            ("fallback", Some(n)) if n > 0 => format!(
+                "{:.0}% fallback of {n}",
                 e["fallback_rate"].as_f64().unwrap_or(0.0) * 100.0
             ),
             _ => "-".into(),
@@ -139,7 +167,8 @@ fn print_entries(entries: &serde_json::Value) {
             s("value"),
             s("state"),
             s("source"),
-            fallbacks,
+            kind.to_string(),
+            why,
         ]);
     }
     println!("{table}");

@@ -75,16 +75,22 @@ pub(crate) fn health_cmd(
         }
     }
     for d in v["deny"].as_array().into_iter().flatten() {
+        let why = match serde_json::from_value::<ferry_shared::deny::DenyEntry>(d.clone()) {
+            Ok(e) if e.kind == ferry_shared::deny::DenyKind::SlowInField => e.reason(),
+            _ => format!(
+                "{:.0}% fallback, n={}",
+                d["fallback_rate"].as_f64().unwrap_or(0.0) * 100.0,
+                d["samples"]
+            ),
+        };
         println!(
-            "  {} {} {} on {} {} ({}): {:.0}% fallback, n={}",
+            "  {} {} {} on {} {} ({}): {why}",
             d["state"].as_str().unwrap_or(""),
             d["release"].as_str().unwrap_or(""),
             d["variant"].as_str().unwrap_or(""),
             d["class"].as_str().unwrap_or(""),
             d["value"].as_str().unwrap_or(""),
             d["source"].as_str().unwrap_or(""),
-            d["fallback_rate"].as_f64().unwrap_or(0.0) * 100.0,
-            d["samples"]
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -140,6 +146,13 @@ fn inference_lines(x: &serde_json::Value) {
         ms(&i["cold_ms"]["p95"]),
         ms(&i["sustained_p95_ms"]["p50"]),
     );
+    if let (Some(b), Some(share)) = (i["budget_ms"].as_f64(), i["over_budget"].as_f64()) {
+        println!(
+            "  {:<26} budget {b} ms: {:.1}% of device windows over it",
+            "",
+            share * 100.0
+        );
+    }
     let mut socs: Vec<(&String, f64)> = x["by_soc"]
         .as_object()
         .into_iter()

@@ -560,7 +560,7 @@ impl Telemetry {
 
     /// Device classes of `model` over the deny thresholds, fleet-wide.
     pub fn deny_candidates(&self, model: &str, cfg: &TelemetryConfig) -> Vec<DenyEntry> {
-        self.fleet(model).deny_candidates(model, cfg)
+        crate::fleet::learn::fallbacks(&self.fleet(model), model, cfg)
     }
 
     /// The fleet-wide health view of `model` (releases newest first).

@@ -74,7 +74,9 @@ pub fn validate(change: &DenyChange) -> Result<(), DenyError> {
     Ok(())
 }
 
-/// The entries after an operator's `change` (pure).
+/// The entries after an operator's `change` (pure). `deny` adds an entry of the change's kind
+/// (`fallback` when absent) or turns that entry back into a deny; `override` and `clear` act
+/// on the entry of the change's kind, or on every entry of the target when it names none.
 pub fn apply_change(
     mut entries: Vec<DenyEntry>,
     change: &DenyChange,
@@ -88,22 +90,36 @@ pub fn apply_change(
         samples: 0,
         source: DenySource::Ops,
         state: DenyState::Deny,
+        kind: change.kind.unwrap_or_default(),
+        latency: None,
     };
-    let pos = entries.iter().position(|e| e.same_target(&target));
+    let hit = |e: &DenyEntry| match change.kind {
+        Some(_) => e.same_target(&target),
+        None => e.same_class(&target),
+    };
     let missing = || DenyError::NotFound {
         release: change.release.clone(),
         variant: change.variant.clone(),
         class: change.class.as_str(),
         value: change.value.clone(),
     };
-    match (change.action, pos) {
-        (DenyAction::Clear, Some(i)) => {
-            entries.remove(i);
+    match change.action {
+        DenyAction::Deny => match entries.iter_mut().find(|e| e.same_target(&target)) {
+            Some(e) => e.state = DenyState::Deny,
+            None => entries.push(target),
+        },
+        DenyAction::Clear | DenyAction::Override => {
+            if !entries.iter().any(hit) {
+                return Err(missing());
+            }
+            if change.action == DenyAction::Clear {
+                entries.retain(|e| !hit(e));
+            } else {
+                for e in entries.iter_mut().filter(|e| hit(e)) {
+                    e.state = DenyState::Allow;
+                }
+            }
         }
-        (DenyAction::Override, Some(i)) => entries[i].state = DenyState::Allow,
-        (DenyAction::Deny, Some(i)) => entries[i].state = DenyState::Deny,
-        (DenyAction::Deny, None) => entries.push(target),
-        (DenyAction::Clear | DenyAction::Override, None) => return Err(missing()),
     }
     Ok(entries)
 }
@@ -158,17 +174,34 @@ pub async fn change(
 /// and not written (hand-made entries are not limited).
 pub const MAX_LEARNED: usize = 256;
 
+/// Why [`add_learned`] wrote nothing.
+enum Unwritten {
+    /// Every entry is listed already (another replica learned it first): the revision in force.
+    Unchanged(u64, Vec<DenyEntry>),
+    /// The store failed.
+    Store(StoreError),
+}
+
+impl From<StoreError> for Unwritten {
+    fn from(e: StoreError) -> Self {
+        Unwritten::Store(e)
+    }
+}
+
 /// Adds entries learned from telemetry (skipping any target already listed, so an ops
-/// override stays); returns the revision written and the entries now in force.
+/// override stays); returns the revision written and the entries now in force. When nothing
+/// is new (another replica wrote it first) nothing is written and the revision in force is
+/// returned.
 pub async fn add_learned(
     store: &Store,
     model: &ModelName,
     fresh: &[DenyEntry],
     at: &str,
 ) -> Result<(u64, Vec<DenyEntry>), StoreError> {
-    let (revision, list) =
-        revisions::append::<DenyList, StoreError>(store, &StorageKey::deny_log(model), |cur, _| {
+    let written =
+        revisions::append::<DenyList, Unwritten>(store, &StorageKey::deny_log(model), |cur, _| {
             let mut entries = cur.map(|(_, l)| l.entries.clone()).unwrap_or_default();
+            let before = entries.len();
             let mut learned = entries
                 .iter()
                 .filter(|e| e.source == DenySource::Telemetry)
@@ -190,6 +223,9 @@ pub async fn add_learned(
                 entries.push(c.clone());
                 learned += 1;
             }
+            if entries.len() == before {
+                return Err(Unwritten::Unchanged(cur.map_or(0, |(n, _)| *n), entries));
+            }
             Ok(DenyList {
                 entries,
                 action: DenySource::Telemetry.as_str().to_string(),
@@ -197,8 +233,12 @@ pub async fn add_learned(
                 at: at.to_string(),
             })
         })
-        .await?;
-    Ok((revision, list.entries))
+        .await;
+    match written {
+        Ok((revision, list)) => Ok((revision, list.entries)),
+        Err(Unwritten::Unchanged(revision, entries)) => Ok((revision, entries)),
+        Err(Unwritten::Store(e)) => Err(e),
+    }
 }
 
 #[cfg(test)]
@@ -213,6 +253,7 @@ mod tests {
             variant: "vulkan-fp32".into(),
             class: DeviceClass::Soc,
             value: "SM8450".into(),
+            kind: None,
         }
     }
 
@@ -271,6 +312,8 @@ mod learned_tests {
             samples: 100,
             source: DenySource::Telemetry,
             state: DenyState::Deny,
+            kind: ferry_shared::deny::DenyKind::Fallback,
+            latency: None,
         };
         let fresh: Vec<DenyEntry> = (0..MAX_LEARNED + 40).map(entry).collect();
         let (_, entries) = add_learned(&store, &model, &fresh, "now")

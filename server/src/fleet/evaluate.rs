@@ -2,7 +2,6 @@
 //! variant to a device class whose fallback rate crosses the deny threshold.
 
 use ferry_shared::ModelName;
-use ferry_shared::deny::DenyEntry;
 use ferry_shared::rollout::{RolloutPlan, RolloutState};
 
 use std::collections::BTreeSet;
@@ -11,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::fleet::Fleet;
 use crate::fleet::rollout::RolloutError;
-use crate::fleet::{deny, now_text, rollout};
+use crate::fleet::{now_text, rollout};
 
 /// Models waiting for an evaluation. Telemetry handlers only note a model here; one background
 /// task (on the server's own thread, never a request worker) drains it, so a batch's answer
@@ -167,60 +166,7 @@ pub async fn evaluate(fleet: &Fleet, model: &ModelName) {
             }
         }
     }
-    let mut candidates = view.deny_candidates(model.as_str(), &fleet.config);
-    // The floor: XNNPACK and portable variants are what a device falls back to; telemetry never
-    // denies them (an operator still can, by hand).
-    let catalog = fleet.views.catalog.get();
-    candidates.retain(|c| !is_floor(&catalog, model, &c.release, &c.variant));
-    if candidates.is_empty() {
-        return;
-    }
-    let current = fleet
-        .views
-        .deny
-        .get()
-        .get(model)
-        .map(|d| d.entries.clone())
-        .unwrap_or_default();
-    let fresh: Vec<DenyEntry> = candidates
-        .into_iter()
-        .filter(|c| !current.iter().any(|e| e.same_target(c)))
-        .collect();
-    let learned = current
-        .iter()
-        .filter(|e| e.source == ferry_shared::deny::DenySource::Telemetry)
-        .count();
-    if fresh.is_empty() || learned >= deny::MAX_LEARNED {
-        return;
-    }
-    match deny::add_learned(&fleet.store, model, &fresh, &now_text()).await {
-        Ok((revision, entries)) => {
-            for c in &fresh {
-                tracing::warn!(%model, "{} {}: {}", c.release, c.variant, c.reason());
-            }
-            fleet.views.set_deny(model, revision, entries);
-        }
-        Err(e) => tracing::error!(%model, "deny list could not be written: {e}"),
-    }
-}
-
-/// True when `variant` of `release` is a fallback floor (XNNPACK or portable kernels), or is
-/// not known (nothing is learned about what the catalog does not hold).
-fn is_floor(
-    catalog: &crate::storage::catalog::Catalog,
-    model: &ModelName,
-    release: &str,
-    variant: &str,
-) -> bool {
-    use ferry_shared::manifest::Delegate;
-    catalog
-        .release_named(model, release)
-        .and_then(|r| {
-            r.manifest
-                .variant_named(variant)
-                .map(|x| matches!(x.delegate, Delegate::Xnnpack | Delegate::Portable))
-        })
-        .unwrap_or(true)
+    crate::fleet::learn::learn(fleet, model, &view).await;
 }
 
 #[cfg(test)]

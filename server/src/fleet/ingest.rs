@@ -28,6 +28,9 @@ pub struct TelemetryConfig {
     /// Distinct client networks (IPv4 /24, IPv6 /48) needed before a deny (default 0: off, so
     /// that one test host can drive it; set it where devices reach the server directly).
     pub deny_min_networks: u64,
+    /// Distinct devices (with receipts) on one SoC or device model whose `inference` events
+    /// a variant needs before its field latency reorders the candidates there (default 20).
+    pub latency_min_devices: u64,
     /// How often raw events and rollups are flushed to the store, in seconds (default 10).
     pub flush_secs: u64,
     /// Oldest accepted event age in days (default 30); newer than now + 1 hour is refused.
@@ -57,6 +60,11 @@ impl TelemetryConfig {
         let t = self;
         for (name, value, range) in [
             ("flush_secs", t.flush_secs, 1..=3600),
+            (
+                "latency_min_devices",
+                t.latency_min_devices,
+                1..=1_000_000_000,
+            ),
             ("raw_roll_secs", t.raw_roll_secs, 1..=86_400),
             ("compact_secs", t.compact_secs, 1..=86_400),
             (
@@ -95,6 +103,7 @@ impl Default for TelemetryConfig {
             deny_min_samples: 100,
             deny_min_devices: 20,
             deny_min_networks: 0,
+            latency_min_devices: 20,
             flush_secs: 10,
             max_age_days: 30,
             evaluate_ms: 1000,

@@ -183,6 +183,73 @@ pub fn check(e: &TelemetryEvent) -> Result<(), String> {
     Ok(())
 }
 
+/// The share of a sketch's samples over `budget` (found by bisection on its quantiles, so
+/// within the sketch's accuracy), rounded to 0.1%.
+pub fn share_over(s: &LoadTimes, budget: f64) -> Option<f64> {
+    if s.0.count() == 0 {
+        return None;
+    }
+    let at = |q: f64| s.0.quantile(q).ok().flatten();
+    let (mut lo, mut hi) = (0.0_f64, 1.0_f64);
+    if at(1.0)? <= budget {
+        return Some(0.0);
+    }
+    if at(0.0)? > budget {
+        return Some(1.0);
+    }
+    for _ in 0..30 {
+        let mid = f64::midpoint(lo, hi);
+        if at(mid)? > budget {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Some(((1.0 - hi) * 1000.0).round() / 1000.0)
+}
+
+/// Adds each budgeted variant's `budget_ms` and `over_budget` (the share of device windows
+/// whose warm p95 was over it) to a health view `h` made from `r`: in the variant's
+/// `inference`, and in its SoC and device-model classes' `warm_p95_ms`.
+pub fn add_budgets(
+    h: &mut serde_json::Value,
+    r: &crate::fleet::rollup::Rollup,
+    model: &str,
+    budget: &dyn Fn(&str, &str) -> Option<f64>,
+) {
+    for rel in h["releases"].as_array_mut().into_iter().flatten() {
+        let release = rel["release"].as_str().unwrap_or("").to_string();
+        for v in rel["variants"].as_array_mut().into_iter().flatten() {
+            let id = v["variant"].as_str().unwrap_or("").to_string();
+            let (Some(b), Some(counts)) = (
+                budget(&release, &id),
+                r.models
+                    .get(model)
+                    .and_then(|m| m.get(&release))
+                    .and_then(|m| m.get(&id)),
+            ) else {
+                continue;
+            };
+            if v["inference"].is_object() {
+                v["inference"]["budget_ms"] = serde_json::json!(b);
+                v["inference"]["over_budget"] =
+                    serde_json::json!(share_over(&counts.latency.warm_p95, b));
+            }
+            for (key, map) in [
+                ("by_soc", &counts.by_soc),
+                ("by_device_model", &counts.by_device_model),
+            ] {
+                for (class, c) in map {
+                    let view = &mut v[key][class]["warm_p95_ms"];
+                    if view.is_object() {
+                        view["over_budget"] = serde_json::json!(share_over(&c.warm_p95, b));
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Per SoC, the warm p95 sketch of all of `release`'s variants together.
 fn by_soc(
     r: &crate::fleet::rollup::Rollup,
@@ -274,6 +341,19 @@ mod tests {
         }))
         .expect("event");
         r.variant_mut("m", release, "v").add(&e, device, 0);
+    }
+
+    #[test]
+    fn the_share_over_a_budget_follows_the_windows() {
+        let mut s = LoadTimes::default();
+        assert_eq!(share_over(&s, 10.0), None);
+        for ms in 1..=100 {
+            s.0.add(f64::from(ms));
+        }
+        assert_eq!(share_over(&s, 1000.0), Some(0.0));
+        assert_eq!(share_over(&s, 0.5), Some(1.0));
+        let over = share_over(&s, 80.0).expect("share");
+        assert!((over - 0.2).abs() <= 0.02, "{over}");
     }
 
     #[test]

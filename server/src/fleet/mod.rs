@@ -23,6 +23,7 @@ pub mod events;
 pub mod flush;
 pub mod ingest;
 pub mod latency;
+pub mod learn;
 pub mod limits;
 pub mod operators;
 pub mod ramp;

@@ -15,12 +15,9 @@
 
 use std::collections::BTreeMap;
 
-use ferry_shared::deny::{DenyEntry, DenySource, DenyState, DeviceClass};
 use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
 use serde::{Deserialize, Serialize};
 use sketches_ddsketch::{Config as SketchConfig, DDSketch};
-
-use crate::fleet::ingest::TelemetryConfig;
 
 pub use crate::fleet::devices::Devices;
 
@@ -54,6 +51,9 @@ pub struct ClassCounts {
     /// The devices' warm p95 run times (ms) from `inference` events.
     #[serde(default)]
     pub warm_p95: LoadTimes,
+    /// Distinct devices whose `inference` events gave `warm_p95` (SoC and device model only).
+    #[serde(default)]
+    pub latency_devices: Devices,
 }
 
 impl ClassCounts {
@@ -64,6 +64,7 @@ impl ClassCounts {
         self.devices.merge(&o.devices);
         self.networks.merge(&o.networks);
         let _ = self.warm_p95.0.merge(&o.warm_p95.0);
+        self.latency_devices.merge(&o.latency_devices);
     }
 
     /// Fallbacks per load, never above 1 whatever the events claim.
@@ -264,6 +265,7 @@ impl VariantCounts {
                     ] {
                         if let Some(c) = map.get_mut(key) {
                             c.warm_p95.0.add(p95);
+                            c.latency_devices.insert(&device);
                         }
                     }
                 }
@@ -499,42 +501,6 @@ impl Rollup {
                     (l + a.loads(), f + a.load_failures, b + a.fallbacks)
                 })
             })
-    }
-
-    /// Device classes of `model` over the deny thresholds.
-    pub fn deny_candidates(&self, model: &str, cfg: &TelemetryConfig) -> Vec<DenyEntry> {
-        let mut out = Vec::new();
-        let Some(releases) = self.models.get(model) else {
-            return out;
-        };
-        for (release, variants) in releases {
-            for (variant, a) in variants {
-                for (class, map) in [
-                    (DeviceClass::Soc, &a.by_soc),
-                    (DeviceClass::DeviceModel, &a.by_device_model),
-                ] {
-                    for (value, c) in map {
-                        if c.loads >= cfg.deny_min_samples
-                            && c.devices.estimate() as u64 >= cfg.deny_min_devices
-                            && c.networks.estimate() as u64 >= cfg.deny_min_networks
-                            && c.fallback_rate() >= cfg.deny_fallback_rate
-                        {
-                            out.push(DenyEntry {
-                                release: release.clone(),
-                                variant: variant.clone(),
-                                class,
-                                value: value.clone(),
-                                fallback_rate: c.fallback_rate(),
-                                samples: c.loads,
-                                source: DenySource::Telemetry,
-                                state: DenyState::Deny,
-                            });
-                        }
-                    }
-                }
-            }
-        }
-        out
     }
 
     /// The health view of `model` (releases newest first).

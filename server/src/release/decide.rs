@@ -13,7 +13,7 @@ use ferry_shared::errors::ErrorCode;
 use ferry_shared::manifest::{ReleaseManifest, Variant};
 use ferry_shared::resolve::{Candidate, Cohort, CohortRule, Decision, Explanation, ResolveRequest};
 use ferry_shared::rollout::{Pin, RolloutPlan};
-use ferry_shared::select::{self, Preference};
+use ferry_shared::select::{self, Preference, Rule};
 use time::OffsetDateTime;
 
 use crate::snapshot::Revocations;
@@ -198,18 +198,26 @@ pub fn decide(
         if let Some(have) = policy.operators {
             let missing = ferry_shared::operators::missing(v.operators_needed(), have);
             if !missing.is_empty() {
-                return Some(format!(
+                return Some(Rule::Exclude(format!(
                     "operators_missing: the device's runtime does not register {}",
                     missing.join(", ")
-                ));
+                )));
             }
         }
         let release = m.version.to_string();
+        let (id, soc, model) = (v.id.as_str(), &d.soc, &d.device_model);
+        if let Some(e) = state
+            .deny
+            .iter()
+            .find(|e| e.matches(&release, id, soc, model))
+        {
+            return Some(Rule::Exclude(e.reason()));
+        }
         state
             .deny
             .iter()
-            .find(|e| e.matches(&release, v.id.as_str(), &d.soc, &d.device_model))
-            .map(DenyEntry::reason)
+            .find(|e| e.demotes(&release, id, soc, model))
+            .map(|e| Rule::Demote(e.reason()))
     };
     let selection = select::select(&manifests, device, policy.preference, &deny)
         .map_err(|explain| Refusal::NoFit { model, explain })?;

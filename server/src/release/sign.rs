@@ -66,6 +66,10 @@ pub struct VariantsFile {
     /// own replaces it whole.
     #[serde(default)]
     pub preprocess: Option<toml::Value>,
+    /// Every variant's latency budget: the warm p95 (ms) it should run in on a device; a
+    /// variant's own replaces it. Signed per variant as `latency_budget_ms`.
+    #[serde(default)]
+    pub latency_budget_ms: Option<f64>,
     /// The variants.
     #[serde(rename = "variant")]
     pub variants: Vec<VariantSpec>,
@@ -115,6 +119,9 @@ pub struct VariantSpec {
     /// Its own `[variant.preprocess]`, replacing the release-wide one.
     #[serde(default)]
     pub preprocess: Option<toml::Value>,
+    /// Its own latency budget (ms), replacing the release-wide one.
+    #[serde(default)]
+    pub latency_budget_ms: Option<f64>,
 }
 
 /// A file the manifest refers to, for `ferry publish`.
@@ -292,6 +299,7 @@ pub fn build(
             assets: meta.assets,
             preprocess: meta.preprocess,
             labels: meta.labels,
+            latency_budget_ms: v.latency_budget_ms.or(spec.latency_budget_ms),
         });
     }
     let manifest = ReleaseManifest {

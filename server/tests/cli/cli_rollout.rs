@@ -183,26 +183,7 @@ fn lifecycle(a: &str, b: &str) {
 fn deny_by_cli(url: &str) {
     // The deny list by CLI: no override of an entry that does not exist, no entry for a
     // variant that does not exist; add, list, override, clear.
-    let target = |action: &str, variant: &str| {
-        ferry()
-            .args([
-                "deny",
-                action,
-                "race",
-                "--release",
-                "1.0.0",
-                "--variant",
-                variant,
-                "--soc",
-                "SM8450",
-                "--server",
-                url,
-                "--token",
-                TOKEN,
-            ])
-            .output()
-            .expect("run")
-    };
+    let target = |action: &str, variant: &str| target_with(url, action, variant, &[]);
     for (action, variant, code) in [
         ("override", "xnnpack-fp32", "deny_not_found"),
         ("clear", "xnnpack-fp32", "deny_not_found"),
@@ -235,6 +216,31 @@ fn deny_by_cli(url: &str) {
         ["1.0.0", "xnnpack-fp32", "soc", "SM8450", "allow", "ops"],
         "{list}"
     );
+    // A hand-made slow_in_field entry beside the fallback one; a kind that does not exist is a
+    // usage error; clear without --kind removes both.
+    let slow = target_with(url, "add", "xnnpack-fp32", &["--kind", "slow_in_field"]);
+    assert!(
+        slow.status.success(),
+        "{}",
+        String::from_utf8_lossy(&slow.stderr)
+    );
+    let bogus = target_with(url, "add", "xnnpack-fp32", &["--kind", "sluggish"]);
+    assert_eq!(bogus.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bogus.stderr).contains("fallback or slow_in_field"));
+    let list = run_ok(ferry().args(["deny", "list", "race", "--server", url, "--token", TOKEN]));
+    let kinds: Vec<(&str, &str)> = list
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[4], f[6])
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [("allow", "fallback"), ("deny", "slow_in_field")],
+        "{list}"
+    );
     assert!(target("clear", "xnnpack-fp32").status.success());
     let list = run_ok(ferry().args(["deny", "list", "race", "--server", url, "--token", TOKEN]));
     assert!(list.contains("the deny list is empty"), "{list}");
@@ -243,6 +249,29 @@ fn deny_by_cli(url: &str) {
     ]));
     let h: serde_json::Value = serde_json::from_str(&health).expect("json");
     assert_eq!(h["model"], "race");
+}
+
+/// Runs `ferry deny ACTION race --release 1.0.0 --variant VARIANT --soc SM8450 EXTRA...`.
+fn target_with(url: &str, action: &str, variant: &str, extra: &[&str]) -> std::process::Output {
+    ferry()
+        .args([
+            "deny",
+            action,
+            "race",
+            "--release",
+            "1.0.0",
+            "--variant",
+            variant,
+            "--soc",
+            "SM8450",
+            "--server",
+            url,
+            "--token",
+            TOKEN,
+        ])
+        .args(extra)
+        .output()
+        .expect("run")
 }
 
 /// Exit codes by class, and a bad percent refused before anything is sent.

@@ -178,7 +178,15 @@ pub struct Variant {
     /// The asset that holds the class labels, one per line in output order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<String>,
+    /// The warm run time (ms) the team wants at the 95th percentile on a device: when the
+    /// field's median device p95 on a SoC or device model is over it, resolve ranks the next
+    /// candidate first there (an additive v1 field; older clients ignore it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_budget_ms: Option<f64>,
 }
+
+/// Largest latency budget a variant may state (one hour).
+pub const MAX_LATENCY_BUDGET_MS: f64 = 3_600_000.0;
 
 /// Most methods a variant's contract lists.
 pub const MAX_CONTRACT_METHODS: usize = 64;
@@ -423,6 +431,13 @@ impl ReleaseManifest {
             }
             metadata::check_files(&ctx, "extra file", &v.extra_files, limits)?;
             metadata::check_metadata(&ctx, v, limits)?;
+            if let Some(b) = v.latency_budget_ms
+                && !(b.is_finite() && b > 0.0 && b <= MAX_LATENCY_BUDGET_MS)
+            {
+                return bad(format!(
+                    "{ctx}: latency_budget_ms {b} is outside (0, {MAX_LATENCY_BUDGET_MS}]"
+                ));
+            }
             let c = &v.constraints;
             if let Some(os) = &c.min_os_version {
                 short(&ctx, "min_os_version", os, limits)?;

@@ -192,6 +192,7 @@ fn a_c_program_runs_integer_inputs_and_several_outputs() {
             )
             .expect("toml"),
         ),
+        latency_budget_ms: None,
         variants: vec![ferry_tests::app::variant(
             "only",
             "typed-io-portable.pte",

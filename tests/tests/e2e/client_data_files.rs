@@ -66,6 +66,7 @@ fn spec(model: &str) -> VariantsFile {
         labels: None,
         assets: Vec::new(),
         preprocess: None,
+        latency_budget_ms: None,
         variants: vec![v],
     }
 }

@@ -55,6 +55,7 @@ fn publish(app: &TestApp, model: &str, file: &str, delegate: Delegate) {
         labels: None,
         assets: Vec::new(),
         preprocess: None,
+        latency_budget_ms: None,
         variants: vec![variant("only", file, delegate, ">=1.0.0", "*")],
     };
     app.publish(&spec);
@@ -261,6 +262,7 @@ fn each_methods_signed_golden_is_checked_when_that_method_is_loaded() {
         labels: None,
         assets: Vec::new(),
         preprocess: None,
+        latency_budget_ms: None,
         variants: vec![v],
     };
     let (manifest, _) = app.publish(&spec);

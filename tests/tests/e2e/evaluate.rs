@@ -37,6 +37,7 @@ fn release(metric: Metric, max_drop: Option<f64>, max_error: Option<f64>) -> Var
         labels: None,
         assets: Vec::new(),
         preprocess: None,
+        latency_budget_ms: None,
         variants: vec![
             variant("fp32", "digits-fp32.pte", Delegate::Xnnpack, ">=1.0.0", "*"),
             variant("int8", "digits-int8.pte", Delegate::Xnnpack, ">=1.0.0", "*"),

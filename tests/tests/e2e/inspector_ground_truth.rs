@@ -185,6 +185,7 @@ fn signing_records_each_methods_contract_and_warns_on_unbounded_or_permuted_inpu
         labels: None,
         assets: Vec::new(),
         preprocess: None,
+        latency_budget_ms: None,
         variants: vec![ferry_tests::app::variant(
             "only",
             "dynamic-xnnpack.pte",

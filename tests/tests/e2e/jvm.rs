@@ -214,6 +214,7 @@ fn java_runs_tensors_of_every_element_type_through_the_binding() {
                 )
                 .expect("toml")
             }),
+            latency_budget_ms: None,
             variants: vec![variant(
                 "only",
                 &format!("{file}.pte"),

@@ -17,6 +17,7 @@ mod dashboard;
 mod error_catalogue;
 mod evaluate;
 mod field_latency;
+mod field_selection;
 mod fleet_buckets;
 mod fleet_replicas;
 mod inspector_ground_truth;

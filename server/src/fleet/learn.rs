@@ -1,0 +1,304 @@
+//! What the fleet's telemetry teaches a model's deny list: a variant that falls back on a device
+//! class is not offered there any more (kind `fallback`), and a variant that runs slowly on one
+//! is ranked after the next candidate there (kind `slow_in_field`). Only events with valid
+//! receipts reach the rollups read here, so telemetry without receipts teaches nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ferry_shared::ModelName;
+use ferry_shared::deny::{DenyEntry, DenyKind, DenySource, DenyState, DeviceClass, SlowFigures};
+use ferry_shared::manifest::{Delegate, ReleaseManifest, Variant};
+
+use crate::fleet::ingest::TelemetryConfig;
+use crate::fleet::rollup::{ClassCounts, Rollup, VariantCounts};
+use crate::fleet::{Fleet, deny, now_text};
+use crate::storage::catalog::Catalog;
+
+/// How many times slower than the next candidate on a class (both measured) a variant may be
+/// before it is ranked after it there, whatever its budget.
+pub const SLOWER_THAN_NEXT: f64 = 1.5;
+
+fn entry(release: &str, variant: &str, class: DeviceClass, value: &str) -> DenyEntry {
+    DenyEntry {
+        release: release.to_string(),
+        variant: variant.to_string(),
+        class,
+        value: value.to_string(),
+        fallback_rate: 0.0,
+        samples: 0,
+        source: DenySource::Telemetry,
+        state: DenyState::Deny,
+        kind: DenyKind::Fallback,
+        latency: None,
+    }
+}
+
+/// Device classes of `model` over the deny thresholds: the fallback rate from enough attempts,
+/// devices and networks.
+pub fn fallbacks(r: &Rollup, model: &str, cfg: &TelemetryConfig) -> Vec<DenyEntry> {
+    let mut out = Vec::new();
+    for (release, variants) in r.models.get(model).into_iter().flatten() {
+        for (variant, a) in variants {
+            for (class, map) in [
+                (DeviceClass::Soc, &a.by_soc),
+                (DeviceClass::DeviceModel, &a.by_device_model),
+            ] {
+                for (value, c) in map {
+                    if c.loads >= cfg.deny_min_samples
+                        && c.devices.estimate() as u64 >= cfg.deny_min_devices
+                        && c.networks.estimate() as u64 >= cfg.deny_min_networks
+                        && c.fallback_rate() >= cfg.deny_fallback_rate
+                    {
+                        out.push(DenyEntry {
+                            fallback_rate: c.fallback_rate(),
+                            samples: c.loads,
+                            ..entry(release, variant, class, value)
+                        });
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// True for the variants a device falls back to (XNNPACK, portable kernels): telemetry never
+/// denies or demotes them.
+fn floor(v: &Variant) -> bool {
+    matches!(v.delegate, Delegate::Xnnpack | Delegate::Portable)
+}
+
+/// The median of a class's device warm p95s, once at least `min_devices` devices gave them.
+fn median(c: &ClassCounts, min_devices: u64) -> Option<f64> {
+    if (c.latency_devices.estimate() as u64) < min_devices {
+        return None;
+    }
+    c.warm_p95.0.quantile(0.5).ok().flatten()
+}
+
+/// One device-class map of a variant's counts.
+type ClassMap = fn(&VariantCounts) -> &BTreeMap<String, ClassCounts>;
+
+/// The `slow_in_field` entries one release's field latency calls for. Per SoC and per device
+/// model, a variant that `min_devices` devices timed is slow when the median of their warm p95s
+/// is over its budget (unless the next candidate is known to be slower still), or over
+/// [`SLOWER_THAN_NEXT`] times the next candidate's when both are known. The next candidate is
+/// the next variant in resolve's order that the class reported on (else the fallback it would
+/// get); a variant with none after it stays where it is.
+pub fn slow_in_release(
+    counts: &BTreeMap<String, VariantCounts>,
+    manifest: &ReleaseManifest,
+    min_devices: u64,
+) -> Vec<DenyEntry> {
+    // Accelerated variants in the release's order, then XNNPACK, then portable kernels (as
+    // resolve ranks them).
+    let group = |v: &&Variant| match v.delegate {
+        Delegate::Xnnpack => 1,
+        Delegate::Portable => 2,
+        _ => 0,
+    };
+    let mut order: Vec<&Variant> = manifest.variants.iter().collect();
+    order.sort_by_key(group);
+    let release = manifest.version.to_string();
+    let mut out = Vec::new();
+    let classes: [(DeviceClass, ClassMap); 2] = [
+        (DeviceClass::Soc, |c| &c.by_soc),
+        (DeviceClass::DeviceModel, |c| &c.by_device_model),
+    ];
+    for (class, map) in classes {
+        let on =
+            |v: &Variant, value: &str| counts.get(v.id.as_str()).and_then(|c| map(c).get(value));
+        let values: BTreeSet<&String> = counts.values().flat_map(|c| map(c).keys()).collect();
+        for value in values {
+            for (i, v) in order.iter().enumerate().filter(|(_, v)| !floor(v)) {
+                let Some(c) = on(v, value) else { continue };
+                let Some(p95) = median(c, min_devices) else {
+                    continue;
+                };
+                // The next variant the class was served, else the fallback it would get.
+                let next = order[i + 1..]
+                    .iter()
+                    .find(|w| on(w, value).is_some())
+                    .or_else(|| order[i + 1..].iter().find(|w| floor(w)));
+                let Some(next) = next else { continue };
+                let next_p95 = on(next, value).and_then(|c| median(c, min_devices));
+                let over_budget = v.latency_budget_ms.is_some_and(|b| p95 > b)
+                    && next_p95.is_none_or(|n| n < p95);
+                let much_slower = next_p95.is_some_and(|n| p95 > SLOWER_THAN_NEXT * n);
+                if over_budget || much_slower {
+                    out.push(DenyEntry {
+                        kind: DenyKind::SlowInField,
+                        latency: Some(SlowFigures {
+                            p95_ms: p95,
+                            devices: c.latency_devices.estimate() as u64,
+                            budget_ms: v.latency_budget_ms,
+                            next_variant: Some(next.id.to_string()),
+                            next_p95_ms: next_p95,
+                        }),
+                        ..entry(&release, v.id.as_str(), class, value)
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The `slow_in_field` entries `model`'s field latency calls for, over its published releases.
+pub fn slow(r: &Rollup, model: &ModelName, catalog: &Catalog, min_devices: u64) -> Vec<DenyEntry> {
+    let mut out = Vec::new();
+    for (release, counts) in r.models.get(model.as_str()).into_iter().flatten() {
+        if let Some(rel) = catalog.release_named(model, release) {
+            out.extend(slow_in_release(counts, &rel.manifest, min_devices));
+        }
+    }
+    out
+}
+
+/// True when `variant` of `release` is a fallback floor, or is not known (nothing is learned
+/// about what the catalog does not hold).
+fn is_floor(catalog: &Catalog, model: &ModelName, release: &str, variant: &str) -> bool {
+    catalog
+        .release_named(model, release)
+        .and_then(|r| r.manifest.variant_named(variant).map(floor))
+        .unwrap_or(true)
+}
+
+/// Adds what `view` (the fleet-wide rollup of `model`) teaches to the deny list: entries for
+/// targets not listed yet (an operator's override or clear of a learned entry is not undone
+/// by the next evaluation; a variant denied on a class is not also marked slow there).
+/// Errors are logged: the next evaluation tries again.
+pub async fn learn(fleet: &Fleet, model: &ModelName, view: &Rollup) {
+    let catalog = fleet.views.catalog.get();
+    let mut candidates = fallbacks(view, model.as_str(), &fleet.config);
+    candidates.extend(slow(
+        view,
+        model,
+        &catalog,
+        fleet.config.latency_min_devices,
+    ));
+    candidates.retain(|c| !is_floor(&catalog, model, &c.release, &c.variant));
+    if candidates.is_empty() {
+        return;
+    }
+    let current = fleet
+        .views
+        .deny
+        .get()
+        .get(model)
+        .map(|d| d.entries.clone())
+        .unwrap_or_default();
+    let denied = |c: &DenyEntry| {
+        c.kind == DenyKind::SlowInField
+            && current
+                .iter()
+                .any(|e| e.kind == DenyKind::Fallback && e.same_class(c))
+    };
+    let fresh: Vec<DenyEntry> = candidates
+        .into_iter()
+        .filter(|c| !current.iter().any(|e| e.same_target(c)) && !denied(c))
+        .collect();
+    let learned = current
+        .iter()
+        .filter(|e| e.source == DenySource::Telemetry)
+        .count();
+    if fresh.is_empty() || learned >= deny::MAX_LEARNED {
+        return;
+    }
+    match deny::add_learned(&fleet.store, model, &fresh, &now_text()).await {
+        Ok((revision, entries)) => {
+            for c in &fresh {
+                tracing::warn!(%model, "{} {}: {}", c.release, c.variant, c.reason());
+            }
+            fleet.views.set_deny(model, revision, entries);
+        }
+        Err(e) => tracing::error!(%model, "deny list could not be written: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_shared::telemetry::TelemetryEvent;
+
+    fn manifest(budget: Option<f64>) -> ReleaseManifest {
+        let v = |id: &str, delegate: &str, backend: &str, budget: Option<f64>| {
+            serde_json::json!({
+                "id": id, "delegate": delegate, "quant": "fp32", "backends": [backend],
+                "sha256": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+                "size": 10, "runtime": ">=1.0.0", "app": "*", "latency_budget_ms": budget,
+            })
+        };
+        let json = serde_json::json!({
+            "model": "m", "version": "1.0.0", "created": "2026-12-01T00:00:00Z",
+            "variants": [
+                v("xnnpack", "xnnpack", "XnnpackBackend", None),
+                v("vulkan", "vulkan", "VulkanBackend", budget),
+            ],
+        });
+        ReleaseManifest::from_json(&serde_json::to_vec(&json).expect("json")).expect("valid")
+    }
+
+    /// `devices` devices of `soc` each report one window of `variant` with warm p95 `p95`.
+    fn report(r: &mut Rollup, variant: &str, soc: &str, devices: u64, p95: f64) {
+        for d in 0..devices {
+            let e: TelemetryEvent = serde_json::from_value(serde_json::json!({
+                "kind": "inference", "model": "m", "release": "1.0.0", "variant": variant,
+                "delegate": variant, "outcome": "ok", "install_id": "i", "platform": "android",
+                "soc": soc, "device_model": format!("{soc}-phone"), "os_version": "",
+                "app_version": "", "runtime_version": "", "at": "2026-12-01T00:00:00Z",
+                "method": "forward", "runs": 50, "p95_ms": p95,
+            }))
+            .expect("event");
+            let device = u64::from(soc.as_bytes()[0]) << 32 | d;
+            r.variant_mut("m", "1.0.0", variant).add(&e, device, 0);
+        }
+    }
+
+    fn slow_on(r: &Rollup, m: &ReleaseManifest) -> Vec<(DeviceClass, String)> {
+        slow_in_release(&r.models["m"]["1.0.0"], m, 20)
+            .into_iter()
+            .map(|e| {
+                assert_eq!(e.variant, "vulkan", "the fallback is never demoted");
+                (e.class, e.value)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_variant_over_budget_or_much_slower_than_the_next_is_demoted_on_that_class_only() {
+        let mut r = Rollup::default();
+        // A: over its 20 ms budget, XNNPACK faster there.
+        report(&mut r, "vulkan", "A", 20, 40.0);
+        report(&mut r, "xnnpack", "A", 20, 30.0);
+        // B: within budget.
+        report(&mut r, "vulkan", "B", 25, 10.0);
+        // C: over budget but one device short.
+        report(&mut r, "vulkan", "C", 19, 40.0);
+        // D: over budget, but XNNPACK is slower still there.
+        report(&mut r, "vulkan", "D", 20, 40.0);
+        report(&mut r, "xnnpack", "D", 20, 60.0);
+        // E: within budget, but XNNPACK has fewer devices: unknown, the budget decides.
+        report(&mut r, "vulkan", "E", 20, 15.0);
+        report(&mut r, "xnnpack", "E", 5, 5.0);
+        let with_budget = manifest(Some(20.0));
+        let soc = |s: &str| (DeviceClass::Soc, s.to_string());
+        let model = |s: &str| (DeviceClass::DeviceModel, format!("{s}-phone"));
+        assert_eq!(slow_on(&r, &with_budget), [soc("A"), model("A")]);
+        let e = &slow_in_release(&r.models["m"]["1.0.0"], &with_budget, 20)[0];
+        let f = e.latency.as_ref().expect("figures");
+        assert!((f.p95_ms - 40.0).abs() < 1.0, "{f:?}");
+        assert_eq!((f.devices, f.budget_ms), (20, Some(20.0)));
+        assert_eq!(f.next_variant.as_deref(), Some("xnnpack"));
+        assert!(f.next_p95_ms.is_some_and(|n| (n - 30.0).abs() < 1.0));
+        assert!(e.reason().starts_with("slow_in_field: "), "{}", e.reason());
+        // Without a budget only "1.5x slower than the next" counts: A is 1.33x, so nothing,
+        // until XNNPACK on A is measured at 20 ms (2x).
+        let no_budget = manifest(None);
+        assert!(slow_on(&r, &no_budget).is_empty());
+        let mut faster = Rollup::default();
+        report(&mut faster, "vulkan", "A", 20, 40.0);
+        report(&mut faster, "xnnpack", "A", 20, 20.0);
+        assert_eq!(slow_on(&faster, &no_budget), [soc("A"), model("A")]);
+    }
+}
