@@ -389,6 +389,17 @@ mod tests {
     }
 
     #[test]
+    fn a_latency_budget_is_read_release_wide_and_per_variant() {
+        let s = spec("latency_budget_ms = 25", "latency_budget_ms = 12.5");
+        assert_eq!(
+            (s.latency_budget_ms, s.variants[0].latency_budget_ms),
+            (Some(25.0), Some(12.5))
+        );
+        let typo = format!("{TOML_HEAD}latency_budget = 25\n{VARIANT}");
+        assert!(toml::from_str::<VariantsFile>(&typo).is_err());
+    }
+
+    #[test]
     fn typos_unknown_values_and_bad_labels_are_refused() {
         let e = err(run(&spec("[preprocess]\nmeen = [0.5]", ""), &[]));
         assert!(e.contains("unknown key \"meen\""), "{e}");

@@ -279,3 +279,27 @@ fn a_reader_takes_preprocessing_values_it_does_not_know() {
     );
     assert_eq!(p.unknown_values(), ["resize.filter", "color", "layout"]);
 }
+
+#[test]
+fn a_latency_budget_is_a_positive_finite_number_of_milliseconds() {
+    let limits = ManifestLimits::default();
+    let mut m = sample();
+    assert!(
+        !String::from_utf8(m.to_json())
+            .expect("utf8")
+            .contains("latency_budget_ms"),
+        "absent unless set: a manifest without it signs as before"
+    );
+    m.variants[0].latency_budget_ms = Some(16.5);
+    m.validate(&limits).expect("a budget");
+    let again = ReleaseManifest::from_json_strict(&m.to_json()).expect("round trip");
+    assert_eq!(again.variants[0].latency_budget_ms, Some(16.5));
+    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, MAX_LATENCY_BUDGET_MS * 2.0] {
+        m.variants[0].latency_budget_ms = Some(bad);
+        let e = m.validate(&limits).expect_err("refused").to_string();
+        assert!(
+            e.contains("variant xnnpack-fp32: latency_budget_ms"),
+            "{bad}: {e}"
+        );
+    }
+}
