@@ -273,55 +273,12 @@ pub unsafe extern "C" fn ferry_load(
     unsafe { ferry_load_with(client, model, device_json, std::ptr::null(), out) }
 }
 
-/// Load options as JSON; every field optional.
-#[derive(serde::Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct OptionsJson {
-    #[serde(default)]
-    mode: Option<String>,
-    #[serde(default)]
-    require_unmetered: bool,
-    #[serde(default)]
-    require_charging: bool,
-    #[serde(default)]
-    max_download_bytes: Option<u64>,
-    #[serde(default)]
-    unmetered: Option<bool>,
-    #[serde(default)]
-    charging: Option<bool>,
-}
-
-impl OptionsJson {
-    fn into_options(self) -> Result<crate::LoadOptions, String> {
-        let mode = match self.mode.as_deref() {
-            None | Some("latest") => crate::LoadMode::Latest,
-            Some("cached_or_download") => crate::LoadMode::CachedOrDownload,
-            Some("cached_then_update") => crate::LoadMode::CachedThenUpdate,
-            Some(other) => {
-                return Err(format!(
-                    "mode {other:?}: expected latest, cached_or_download or cached_then_update"
-                ));
-            }
-        };
-        Ok(crate::LoadOptions {
-            mode,
-            policy: crate::DownloadPolicy {
-                require_unmetered: self.require_unmetered,
-                require_charging: self.require_charging,
-                max_download_bytes: self.max_download_bytes,
-            },
-            conditions: crate::Conditions {
-                unmetered: self.unmetered,
-                charging: self.charging,
-            },
-        })
-    }
-}
-
 /// [`ferry_load`] with load options as JSON (NULL for the defaults): `mode` (`latest`,
 /// `cached_or_download`, `cached_then_update`), `require_unmetered`, `require_charging`,
-/// `max_download_bytes`, and the device's conditions now, `unmetered` and `charging` (omitted:
-/// unknown, which does not satisfy a policy that requires them). A download the policy does
+/// `max_download_bytes`, the device's conditions now, `unmetered`, `charging` and `power_saver`
+/// (omitted: unknown, which does not satisfy a policy that requires them), and `probe`
+/// (`{}` or `{"candidates": 2, "runs": 20, "max_ms": 2000}`: time the top candidates once per
+/// release, never in power-saving mode; see [`crate::Probe`]). A download the policy does
 /// not allow fails with `download_deferred` (`FERRY_ERR_UNAVAILABLE`) when nothing is cached.
 ///
 /// # Safety
@@ -345,8 +302,8 @@ pub unsafe extern "C" fn ferry_load_with(
                 (Ok(m), Ok(d)) => (m, d),
                 (Err(s), _) | (_, Err(s)) => return s,
             };
-        let options = if options_json.is_null() {
-            OptionsJson::default()
+        let options: options::OptionsJson = if options_json.is_null() {
+            options::OptionsJson::default()
         } else {
             // SAFETY: non-NULL and valid per the contract.
             let text = match unsafe { arg(options_json, "options_json") } {
@@ -529,6 +486,7 @@ pub extern "C" fn ferry_last_error_message() -> *const c_char {
 }
 
 mod metadata;
+mod options;
 mod telemetry;
 mod tensors;
 

@@ -59,7 +59,7 @@ fn thermal_of(code: u8) -> Option<Thermal> {
 }
 
 /// One method's calls since the last flush.
-struct MethodTimes {
+pub(crate) struct MethodTimes {
     method: String,
     /// Calls this window.
     runs: u64,
@@ -78,7 +78,7 @@ struct MethodTimes {
 }
 
 impl MethodTimes {
-    fn new(method: &str) -> Self {
+    pub(crate) fn new(method: &str) -> Self {
         Self {
             method: method.to_string(),
             runs: 0,
@@ -94,7 +94,7 @@ impl MethodTimes {
         }
     }
 
-    fn record(&mut self, started: Instant, took: Duration, thermal: u8) {
+    pub(crate) fn record(&mut self, started: Instant, took: Duration, thermal: u8) {
         let ms = took.as_secs_f64() * 1000.0;
         self.runs = self.runs.saturating_add(1);
         if self.had_first {
@@ -143,7 +143,7 @@ impl MethodTimes {
     }
 
     /// The summary of this window, and a fresh window (the cold call stays done).
-    fn take(&mut self) -> Option<InferenceFields> {
+    pub(crate) fn take(&mut self) -> Option<InferenceFields> {
         if self.runs == 0 {
             return None;
         }

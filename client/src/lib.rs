@@ -51,14 +51,15 @@ pub use crate::builder::{ClientBuilder, RUST_SDK};
 pub use crate::cache::{Cache, ModelEntry, VerifiedBlob};
 pub use crate::download::{DownloadLimits, ProgressFn};
 pub use crate::error::{Attempt, ClientError, Stage};
-pub use crate::policy::{Conditions, DownloadPlan, DownloadPolicy, LoadMode, LoadOptions};
+pub use crate::policy::{Conditions, DownloadPlan, DownloadPolicy, LoadMode, LoadOptions, Probe};
 pub use crate::runtime::{
     MethodSignature, Program, Runtime, RuntimeError, TensorSpec, max_abs_diff,
 };
 pub use crate::telemetry::SendReport;
 use crate::types::InUse;
 pub use crate::types::{
-    CachedModel, Clock, DeviceInfo, LoadReport, LoadedModel, Prefetched, Source, SystemClock,
+    CachedModel, Clock, DeviceInfo, LoadReport, LoadedModel, Prefetched, ProbeReport, ProbeTiming,
+    Source, SystemClock,
 };
 pub use crate::verify::{Plan, PlannedVariant};
 /// The signed model metadata types a [`LoadedModel`] hands out (see

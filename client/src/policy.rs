@@ -27,6 +27,9 @@ pub struct Conditions {
     pub unmetered: Option<bool>,
     /// Whether the device is charging.
     pub charging: Option<bool>,
+    /// Whether the device is in power-saving mode (Android's `PowerManager.isPowerSaveMode`,
+    /// iOS's `isLowPowerModeEnabled`): the on-device probe never runs then.
+    pub power_saver: Option<bool>,
 }
 
 /// When a download may start. Checked before each download starts, never during one (a
@@ -92,6 +95,34 @@ pub struct LoadOptions {
     pub policy: DownloadPolicy,
     /// The device's state now.
     pub conditions: Conditions,
+    /// Time the top candidates on this device once per release (`None`, the default: never).
+    pub probe: Option<Probe>,
+}
+
+/// The on-device probe: on the first load of a release, after the chosen variant loaded, the
+/// client opens each of the decision's top candidates in turn (downloading under the load's
+/// policy when not cached), runs its signed golden input a few times, and queues one
+/// `inference` event per candidate marked `probe: true`, so the server can rank a device class
+/// before the fleet has data on it. Never in power-saving mode; once per release per cache
+/// (a crash mid-probe does not repeat it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    /// How many of the best candidates to time (default 2).
+    pub candidates: usize,
+    /// Most timed runs per candidate, the cold first call included (default 20).
+    pub runs: u32,
+    /// Longest the whole probe may run, loads included (default 2 s); candidates share it.
+    pub max_time: std::time::Duration,
+}
+
+impl Default for Probe {
+    fn default() -> Self {
+        Probe {
+            candidates: 2,
+            runs: 20,
+            max_time: std::time::Duration::from_secs(2),
+        }
+    }
 }
 
 /// What a load would download, known before it starts ([`crate::Client::plan_download`]).
@@ -122,6 +153,7 @@ mod tests {
             max_download_bytes: Some(100),
         };
         let ok = Conditions {
+            power_saver: None,
             unmetered: Some(true),
             charging: Some(true),
         };

@@ -118,6 +118,37 @@ pub struct LoadReport {
     /// ahead), when the client has learned it (see [`crate::Client::clock_offset_secs`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub clock_offset_s: Option<i64>,
+    /// What the on-device probe did, when the load options asked for one
+    /// ([`crate::LoadOptions::probe`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe: Option<ProbeReport>,
+}
+
+/// What the on-device probe did after a load.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ProbeReport {
+    /// Why it did not run (power-saving mode, or the release was probed before).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+    /// Each candidate timed, best-ranked first, as its `inference` event reports it.
+    pub timed: Vec<ProbeTiming>,
+}
+
+/// One candidate's probe.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ProbeTiming {
+    /// Variant id.
+    pub variant: String,
+    /// Its delegate.
+    pub delegate: String,
+    /// Runs timed, the cold first one included.
+    pub runs: u64,
+    /// The first (cold) run, in milliseconds.
+    pub first_ms: Option<f64>,
+    /// The warm runs' median.
+    pub p50_ms: Option<f64>,
+    /// The warm runs' 95th percentile.
+    pub p95_ms: Option<f64>,
 }
 
 /// A model loaded into the runtime.

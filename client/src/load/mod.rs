@@ -19,6 +19,7 @@ mod fallback;
 mod fetch;
 mod offline;
 mod prefetch;
+mod probe;
 mod walk;
 
 /// The largest program part (everything before the segments) [`delegation`] reads.
@@ -278,6 +279,7 @@ impl Client {
             duration_ms: started.elapsed().as_secs_f64() * 1000.0,
             protocol_sunset: self.protocol_sunset(),
             clock_offset_s: self.clock_offset_secs(),
+            probe: None,
         }
     }
 }

@@ -111,7 +111,7 @@ impl Client {
                 Ok((program, golden)) => {
                     walk.loaded(i, started.elapsed().as_secs_f64() * 1000.0);
                     send(walk.take_events());
-                    return self.loaded(
+                    let mut loaded = self.loaded(
                         model,
                         &plan,
                         v,
@@ -124,6 +124,11 @@ impl Client {
                         walk.into_attempts(),
                         load_started,
                     );
+                    if let Ok(m) = &mut loaded {
+                        m.report.probe =
+                            self.probe_after_load(model, device, &plan, opts, &mut spent);
+                    }
+                    return loaded;
                 }
                 Err(failure) => {
                     let load_ms = started.elapsed().as_secs_f64() * 1000.0;

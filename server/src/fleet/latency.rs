@@ -26,6 +26,9 @@ pub struct Latency {
     pub events: u64,
     /// Calls they summarise.
     pub runs: u64,
+    /// Of the events, those from the on-device probe (`probe: true`).
+    #[serde(default)]
+    pub probes: u64,
     /// Distinct devices that reported.
     pub devices: Devices,
     /// The devices' warm p50s (ms).
@@ -59,6 +62,9 @@ impl Latency {
         let i = &e.inference;
         self.events += 1;
         self.runs = self.runs.saturating_add(i.runs.unwrap_or(0));
+        if i.probe == Some(true) {
+            self.probes += 1;
+        }
         self.devices.insert(&device);
         if let Some(ms) = sane(i.p50_ms) {
             self.warm_p50.0.add(ms);
@@ -85,6 +91,7 @@ impl Latency {
     pub fn merge(&mut self, o: &Latency) {
         self.events += o.events;
         self.runs = self.runs.saturating_add(o.runs);
+        self.probes += o.probes;
         self.devices.merge(&o.devices);
         let _ = self.warm_p50.0.merge(&o.warm_p50.0);
         let _ = self.warm_p95.0.merge(&o.warm_p95.0);
@@ -125,6 +132,7 @@ impl Latency {
         serde_json::json!({
             "events": self.events,
             "runs": self.runs,
+            "probes": self.probes,
             "devices": self.devices.estimate(),
             "warm_p50_ms": q(&self.warm_p50),
             "warm_p95_ms": q(&self.warm_p95),

@@ -294,7 +294,13 @@ fn a_latency_budget_is_a_positive_finite_number_of_milliseconds() {
     m.validate(&limits).expect("a budget");
     let again = ReleaseManifest::from_json_strict(&m.to_json()).expect("round trip");
     assert_eq!(again.variants[0].latency_budget_ms, Some(16.5));
-    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, MAX_LATENCY_BUDGET_MS * 2.0] {
+    for bad in [
+        0.0,
+        -1.0,
+        f64::NAN,
+        f64::INFINITY,
+        MAX_LATENCY_BUDGET_MS * 2.0,
+    ] {
         m.variants[0].latency_budget_ms = Some(bad);
         let e = m.validate(&limits).expect_err("refused").to_string();
         assert!(

@@ -94,6 +94,7 @@ fn a_metered_network_defers_the_download_and_serves_the_cached_copy() {
         conditions: Conditions {
             unmetered: Some(false),
             charging: Some(true),
+            ..Conditions::default()
         },
         ..LoadOptions::default()
     };
@@ -123,6 +124,7 @@ fn a_metered_network_defers_the_download_and_serves_the_cached_copy() {
         conditions: Conditions {
             unmetered: Some(true),
             charging: Some(false),
+            ..Conditions::default()
         },
         ..LoadOptions::default()
     };
@@ -145,6 +147,7 @@ fn a_metered_network_defers_the_download_and_serves_the_cached_copy() {
         conditions: Conditions {
             unmetered: Some(true),
             charging: None,
+            ..Conditions::default()
         },
         ..metered
     };

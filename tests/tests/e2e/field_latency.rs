@@ -312,3 +312,117 @@ fn a_ramp_whose_staged_release_is_slower_in_the_field_halts_once() {
     assert_eq!(halts, 1, "one halt for both servers: {:#}", v["history"]);
     replica.stop();
 }
+
+#[test]
+fn the_probe_times_the_top_candidates_once_never_in_power_saving_mode() {
+    let app = TestApp::start_with(Options {
+        demo: false,
+        keys: None,
+        store: None,
+        tweak: Some(Box::new(fast)),
+    });
+    // The probe runs each candidate's signed golden input: every variant gets its sidecar.
+    let mut spec = mlp_v1();
+    for v in &mut spec.variants {
+        v.golden = Some(v.file.with_extension("json"));
+    }
+    app.publish(&spec);
+    let work = tempfile::tempdir().expect("tmp");
+    let client = Arc::new(
+        ClientBuilder::new(app.url(), app.trust())
+            .cache_dir(work.path().join("cache"))
+            .app_version(semver::Version::new(1, 0, 0))
+            .runtime(Arc::new(ExecuTorchRuntime::new()))
+            .build()
+            .expect("client"),
+    );
+    let dev = device("probing-device", "NEW-SOC");
+    let probe = ferry_client::Probe {
+        candidates: 2,
+        runs: 12,
+        max_time: Duration::from_secs(5),
+    };
+    let saving = ferry_client::LoadOptions {
+        probe: Some(probe),
+        conditions: ferry_client::Conditions {
+            power_saver: Some(true),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let pending_probes = |c: &ferry_client::Client| {
+        c.telemetry_pending()
+            .into_iter()
+            .filter(|e| e.kind == EventKind::Inference && e.inference.probe == Some(true))
+            .collect::<Vec<_>>()
+    };
+    let m = client.load_with("mlp", &dev, &saving).expect("loads");
+    let report = m.report.probe.clone().expect("a probe report");
+    assert!(
+        report
+            .skipped
+            .as_deref()
+            .is_some_and(|s| s.contains("power-saving")),
+        "{report:?}"
+    );
+    assert!(pending_probes(&client).is_empty());
+    drop(m);
+
+    // Not saving power: the two best candidates are timed on their golden inputs.
+    let plugged = ferry_client::LoadOptions {
+        probe: Some(probe),
+        ..Default::default()
+    };
+    let m = client.load_with("mlp", &dev, &plugged).expect("loads");
+    let report = m.report.probe.clone().expect("a probe report");
+    assert_eq!(report.skipped, None, "{report:?}");
+    let plan = client.resolve("mlp", &dev).expect("plan");
+    let top: Vec<String> = plan
+        .value()
+        .candidates()
+        .iter()
+        .take(2)
+        .map(|c| c.variant().id.to_string())
+        .collect();
+    let timed: Vec<String> = report.timed.iter().map(|t| t.variant.clone()).collect();
+    assert_eq!(timed, top, "{report:?}");
+    let events = pending_probes(&client);
+    assert_eq!(events.len(), 2, "one event per candidate");
+    for e in &events {
+        let i = &e.inference;
+        assert!(i.runs.is_some_and(|n| (2..=12).contains(&n)), "{i:?}");
+        assert!(i.first_ms.is_some() && i.p95_ms.is_some(), "{i:?}");
+        assert!(e.receipt.is_some(), "sent with the resolve receipt");
+        assert_eq!(e.soc, "NEW-SOC");
+    }
+    drop(m);
+
+    // Once per release: the next load does not probe again.
+    let m = client.load_with("mlp", &dev, &plugged).expect("loads");
+    let report = m.report.probe.clone().expect("a probe report");
+    assert!(
+        report
+            .skipped
+            .as_deref()
+            .is_some_and(|s| s.contains("probed")),
+        "{report:?}"
+    );
+    drop(m);
+    assert_eq!(pending_probes(&client).len(), 2);
+
+    // They count like the others, marked as probes.
+    let sent = client.send_telemetry();
+    assert_eq!(sent.queued, 0, "{sent:?}");
+    let url = app.url();
+    until("the server counts the probes", || {
+        let probes: u64 = top
+            .iter()
+            .map(|v| {
+                inference(&app, &url, v)["all"]["probes"]
+                    .as_u64()
+                    .unwrap_or(0)
+            })
+            .sum();
+        probes == 2
+    });
+}

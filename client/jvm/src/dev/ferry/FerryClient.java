@@ -33,9 +33,11 @@ public final class FerryClient implements AutoCloseable {
     /**
      * {@link #load(String, String)} with load options as JSON ({@code null} for the defaults):
      * {@code mode} ({@code latest}, {@code cached_or_download}, {@code cached_then_update}),
-     * {@code require_unmetered}, {@code require_charging}, {@code max_download_bytes}, and the
-     * device's {@code unmetered} and {@code charging} now. A download the policy does not allow
-     * throws {@code download_deferred} when nothing is cached.
+     * {@code require_unmetered}, {@code require_charging}, {@code max_download_bytes}, the
+     * device's {@code unmetered}, {@code charging} and {@code power_saver} now, and
+     * {@code probe} ({@code {}} for the defaults: time the top candidates once per release,
+     * never in power-saving mode). A download the policy does not allow throws
+     * {@code download_deferred} when nothing is cached.
      */
     public synchronized FerryModel load(String model, String deviceJson, String optionsJson) {
         if (handle == null) {
