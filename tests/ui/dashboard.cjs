@@ -159,7 +159,16 @@ async function main() {
       const clients = await page.$$eval("#health-clients tbody tr", (rows) =>
         rows.map((r) => Array.from(r.querySelectorAll("td")).map((td) => td.textContent)),
       );
-      out({ step: "health", titles, legends, heat, deny, clients, halt: await page.textContent("#halt-reason") });
+      const cells = (sel) =>
+        page.$$eval(sel, (rows) =>
+          rows.map((r) => Array.from(r.querySelectorAll("td")).map((td) => td.textContent)),
+        );
+      const latency = await cells("#health-latency tbody tr");
+      const latency_by_soc = await cells("#latency-by-soc tbody tr");
+      out({
+        step: "health", titles, legends, heat, deny, clients, latency, latency_by_soc,
+        halt: await page.textContent("#halt-reason"),
+      });
       await shot("health");
       // Override the first deny entry from the page.
       if (deny.length) {

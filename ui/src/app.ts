@@ -592,6 +592,88 @@ async function releaseView(name: string, version: string): Promise<void> {
 // ---------------------------------------------------------------------------------------------
 // Health: rates over time with the gates, breakdowns, errors, the deny list
 
+// Why a deny-list entry is there, in words.
+function denyWhy(d: Json): string {
+  const l = d.latency;
+  if (d.kind === "slow_in_field") {
+    if (!l) {
+      return `set by ${d.source}`;
+    }
+    const parts = [`median warm p95 ${ms(l.p95_ms)} on ${l.devices} devices`];
+    if (l.budget_ms !== undefined) {
+      parts.push(`budget ${ms(l.budget_ms)}`);
+    }
+    if (l.next_variant) {
+      parts.push(`${l.next_variant} ${l.next_p95_ms === undefined ? "not measured" : ms(l.next_p95_ms)}`);
+    }
+    return parts.join(", ");
+  }
+  return d.samples > 0 ? `${pct(d.fallback_rate)} fallback of ${d.samples} loads` : `set by ${d.source}`;
+}
+
+// Field latency: per release and variant the devices' warm p95s, cold starts, sustained use and
+// the budget; then the median warm p95 by SoC and variant (what selection ranks by).
+function latencyTables(releases: Json[], role: (r: string) => string): HTMLElement[] {
+  const rows: string[][] = [];
+  const bySoc = new Map<string, Map<string, Json>>();
+  const cols: string[] = [];
+  for (const r of releases) {
+    for (const v of r.variants as Json[]) {
+      const i = v.inference;
+      if (!i) {
+        continue;
+      }
+      rows.push([
+        role(r.release),
+        v.variant,
+        v.delegate,
+        String(i.devices),
+        ms(i.warm_p95_ms?.p50),
+        ms(i.warm_p95_ms?.p95),
+        ms(i.cold_ms?.p95),
+        ms(i.sustained_p95_ms?.p50),
+        i.budget_ms === undefined ? "–" : ms(i.budget_ms),
+        i.budget_ms === undefined ? "–" : pct(i.over_budget),
+        String(i.probes ?? 0),
+      ]);
+      const col = `${r.release} ${v.variant}`;
+      cols.push(col);
+      for (const [soc, c] of Object.entries(v.by_soc ?? {}) as [string, Json][]) {
+        if (c.warm_p95_ms) {
+          if (!bySoc.has(soc)) {
+            bySoc.set(soc, new Map());
+          }
+          bySoc.get(soc)!.set(col, c.warm_p95_ms);
+        }
+      }
+    }
+  }
+  if (!rows.length) {
+    return [];
+  }
+  const socRows = [...bySoc.entries()].map(([soc, cells]) => [
+    soc,
+    ...cols.map((c) => {
+      const q = cells.get(c);
+      if (!q) {
+        return "";
+      }
+      const over = q.over_budget === undefined ? "" : `, ${pct(q.over_budget)} over budget`;
+      return `${ms(q.p50)} (${q.devices ?? q.samples} devices${over})`;
+    }),
+  ]);
+  return [
+    el("h3", {}, "Field latency"),
+    table(
+      "health-latency",
+      ["release", "variant", "delegate", "devices", "warm p95 (median)", "warm p95 (p95)", "cold p95", "sustained p95", "budget", "over budget", "probes"],
+      rows,
+    ),
+    el("h3", {}, "Warm p95 by SoC"),
+    table("latency-by-soc", ["SoC", ...cols], socRows),
+  ];
+}
+
 function rate(n: number, d: number): number | null {
   return d > 0 ? n / d : null;
 }
@@ -707,6 +789,7 @@ async function healthView(name: string): Promise<void> {
       ? table("health-variants", ["release", "variant", "delegate", "loads", "failures", "fallbacks", "p50", "p95", "top errors"], rows)
       : el("p", { id: "health-empty" }, "No telemetry with receipts yet."),
   );
+  parts.push(...latencyTables(h.releases as Json[], role));
   // Who is in the field: devices by protocol version and SDK (`ferry fleet clients`).
   const clients = (h.clients?.by_client ?? []) as Json[];
   parts.push(
@@ -801,8 +884,8 @@ async function healthView(name: string): Promise<void> {
       d.release,
       d.variant,
       `${d.class} ${d.value}`,
-      pct(d.fallback_rate),
-      String(d.samples),
+      d.kind === "slow_in_field" ? "slow in field (ranked after the next candidate)" : "fallback (not offered)",
+      denyWhy(d),
       d.state,
       el("span", {}, act("override"), act("clear")),
     ];
@@ -810,7 +893,7 @@ async function healthView(name: string): Promise<void> {
   parts.push(
     el("h3", {}, "Deny list"),
     denyRows.length
-      ? table("deny", ["release", "variant", "devices", "fallback rate", "samples", "state", ""], denyRows)
+      ? table("deny", ["release", "variant", "devices", "kind", "why", "state", ""], denyRows)
       : el("p", {}, "Nothing is denied."),
   );
   root.replaceChildren(...parts);

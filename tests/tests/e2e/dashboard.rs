@@ -215,8 +215,43 @@ fn an_operator_runs_a_rollout_from_the_dashboard() {
     );
     let deny = health["deny"].as_array().expect("deny");
     assert!(
-        deny.iter().any(|r| r[2] == "soc SM8350"),
+        deny.iter().any(|r| r[2] == "soc SM8350"
+            && r[3] == "fallback (not offered)"
+            && r[4].as_str().unwrap_or_default().contains("fallback of")),
         "the learned deny entry is listed: {deny:?}"
+    );
+    assert!(
+        deny.iter().any(|r| r[2] == "soc SM8550"
+            && r[3]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("slow in field")),
+        "the hand-made slow_in_field entry is listed: {deny:?}"
+    );
+    // Field latency: the 45 devices' warm p95s, staged against baseline, and by SoC.
+    let latency = health["latency"].as_array().expect("latency");
+    let row: Vec<&str> = latency[0]
+        .as_array()
+        .expect("row")
+        .iter()
+        .map(|c| c.as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        row[..4],
+        ["2.0.0 (staged)", "vulkan-fp32", "vulkan", "45"],
+        "{latency:?}"
+    );
+    // Within the sketches' 1%: 12 ms median and p95 of the devices' p95s, 30 ms cold.
+    for (i, want) in [(4, "12."), (5, "12."), (6, "30.")] {
+        assert!(row[i].starts_with(want), "{i}: {row:?}");
+    }
+    let by_soc = health["latency_by_soc"].as_array().expect("by SoC");
+    assert!(
+        by_soc.iter().any(|r| {
+            let cell = r[1].as_str().unwrap_or_default();
+            r[0] == "SM8550" && cell.starts_with("12.") && cell.ends_with(" ms (45 devices)")
+        }),
+        "{by_soc:?}"
     );
     // The page's override reached the server.
     let override_row = step(&lines, "deny_override");
@@ -395,6 +430,16 @@ fn fail_on_one_soc(app: &TestApp) -> String {
             events.push(event("fallback", "failed", "vulkan-fp32", &id, "SM8350"));
         } else {
             events.push(event("load", "ok", "vulkan-fp32", &id, "SM8550"));
+            // The devices where it loads time their runs: 12 ms warm p95 (13 for the last).
+            let mut run = event("inference", "ok", "vulkan-fp32", &id, "SM8550");
+            let p95 = if i == 89 { 13.0 } else { 12.0 };
+            for (k, v) in [("p50_ms", 9.0), ("p95_ms", p95), ("max_ms", 20.0)] {
+                run[k] = v.into();
+            }
+            run["runs"] = 40.into();
+            run["method"] = "forward".into();
+            run["first_ms"] = 30.0.into();
+            events.push(run);
         }
     }
     let events = app.with_receipts(&events);
@@ -404,9 +449,18 @@ fn fail_on_one_soc(app: &TestApp) -> String {
         None,
     );
     assert_eq!(s, 200, "{body}");
+    assert_eq!(body["rejected"], serde_json::json!([]), "{body}");
     app.settle();
     let (_, r) = app.get_json("/v1/admin/models/mlp/rollout", Some(READ_TOKEN));
     assert_eq!(r["current"]["state"], "halted", "{r}");
+    // An operator demotes Vulkan on SM8550 by hand: listed after the learned entry.
+    let (s, body) = app.post_raw(
+        "/v1/admin/models/mlp/deny",
+        br#"{"action": "deny", "release": "2.0.0", "variant": "vulkan-fp32", "class": "soc",
+             "value": "SM8550", "kind": "slow_in_field"}"#,
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(s, 200, "{body}");
 
     r["current"]["reason"].as_str().expect("reason").to_string()
 }
