@@ -213,46 +213,7 @@ fn an_operator_runs_a_rollout_from_the_dashboard() {
             .any(|r| r[0] == "legacy (before v1)" && r[1] == "unknown" && r[4] == "100%"),
         "{clients:?}"
     );
-    let deny = health["deny"].as_array().expect("deny");
-    assert!(
-        deny.iter().any(|r| r[2] == "soc SM8350"
-            && r[3] == "fallback (not offered)"
-            && r[4].as_str().unwrap_or_default().contains("fallback of")),
-        "the learned deny entry is listed: {deny:?}"
-    );
-    assert!(
-        deny.iter().any(|r| r[2] == "soc SM8550"
-            && r[3]
-                .as_str()
-                .unwrap_or_default()
-                .starts_with("slow in field")),
-        "the hand-made slow_in_field entry is listed: {deny:?}"
-    );
-    // Field latency: the 45 devices' warm p95s, staged against baseline, and by SoC.
-    let latency = health["latency"].as_array().expect("latency");
-    let row: Vec<&str> = latency[0]
-        .as_array()
-        .expect("row")
-        .iter()
-        .map(|c| c.as_str().unwrap_or_default())
-        .collect();
-    assert_eq!(
-        row[..4],
-        ["2.0.0 (staged)", "vulkan-fp32", "vulkan", "45"],
-        "{latency:?}"
-    );
-    // Within the sketches' 1%: 12 ms median and p95 of the devices' p95s, 30 ms cold.
-    for (i, want) in [(4, "12."), (5, "12."), (6, "30.")] {
-        assert!(row[i].starts_with(want), "{i}: {row:?}");
-    }
-    let by_soc = health["latency_by_soc"].as_array().expect("by SoC");
-    assert!(
-        by_soc.iter().any(|r| {
-            let cell = r[1].as_str().unwrap_or_default();
-            r[0] == "SM8550" && cell.starts_with("12.") && cell.ends_with(" ms (45 devices)")
-        }),
-        "{by_soc:?}"
-    );
+    health_tables(health);
     // The page's override reached the server.
     let override_row = step(&lines, "deny_override");
     assert!(
@@ -416,6 +377,50 @@ fn first_pass(app: &TestApp, lines: &[serde_json::Value], before: f64) {
     assert_eq!(r["current"]["reason"], "dashboard test: widen to 20%");
     let after = staged_share(app, 2000);
     assert!((0.17..0.23).contains(&after), "{before} -> {after}");
+}
+
+/// The health page's deny list and field-latency tables, as the browser read them.
+fn health_tables(health: &serde_json::Value) {
+    let deny = health["deny"].as_array().expect("deny");
+    assert!(
+        deny.iter().any(|r| r[2] == "soc SM8350"
+            && r[3] == "fallback (not offered)"
+            && r[4].as_str().unwrap_or_default().contains("fallback of")),
+        "the learned deny entry is listed: {deny:?}"
+    );
+    assert!(
+        deny.iter().any(|r| r[2] == "soc SM8550"
+            && r[3]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("slow in field")),
+        "the hand-made slow_in_field entry is listed: {deny:?}"
+    );
+    // Field latency: the 45 devices' warm p95s, staged against baseline, and by SoC.
+    let latency = health["latency"].as_array().expect("latency");
+    let row: Vec<&str> = latency[0]
+        .as_array()
+        .expect("row")
+        .iter()
+        .map(|c| c.as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        row[..4],
+        ["2.0.0 (staged)", "vulkan-fp32", "vulkan", "45"],
+        "{latency:?}"
+    );
+    // Within the sketches' 1%: 12 ms median and p95 of the devices' p95s, 30 ms cold.
+    for (i, want) in [(4, "12."), (5, "12."), (6, "30.")] {
+        assert!(row[i].starts_with(want), "{i}: {row:?}");
+    }
+    let by_soc = health["latency_by_soc"].as_array().expect("by SoC");
+    assert!(
+        by_soc.iter().any(|r| {
+            let cell = r[1].as_str().unwrap_or_default();
+            r[0] == "SM8550" && cell.starts_with("12.") && cell.ends_with(" ms (45 devices)")
+        }),
+        "{by_soc:?}"
+    );
 }
 
 /// Staged devices report Vulkan failing on one SoC: the rollout halts, that SoC is denied.
