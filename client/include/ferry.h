@@ -395,8 +395,10 @@ enum ferry_status ferry_load(struct ferry_client *client,
 /**
  * [`ferry_load`] with load options as JSON (NULL for the defaults): `mode` (`latest`,
  * `cached_or_download`, `cached_then_update`), `require_unmetered`, `require_charging`,
- * `max_download_bytes`, and the device's conditions now, `unmetered` and `charging` (omitted:
- * unknown, which does not satisfy a policy that requires them). A download the policy does
+ * `max_download_bytes`, the device's conditions now, `unmetered`, `charging` and `power_saver`
+ * (omitted: unknown, which does not satisfy a policy that requires them), and `probe`
+ * (`{}` or `{"candidates": 2, "runs": 20, "max_ms": 2000}`: time the top candidates once per
+ * release, never in power-saving mode; see [`crate::Probe`]). A download the policy does
  * not allow fails with `download_deferred` (`FERRY_ERR_UNAVAILABLE`) when nothing is cached.
  *
  * # Safety

@@ -100,18 +100,22 @@ pub struct LoadOptions {
 }
 
 /// The on-device probe: on the first load of a release, after the chosen variant loaded, the
-/// client opens each of the decision's top candidates in turn (downloading under the load's
-/// policy when not cached), runs its signed golden input a few times, and queues one
-/// `inference` event per candidate marked `probe: true`, so the server can rank a device class
-/// before the fleet has data on it. Never in power-saving mode; once per release per cache
-/// (a crash mid-probe does not repeat it).
+/// client opens each of the decision's other top candidates in turn (the loaded one is timed by
+/// the app's own runs; a candidate not cached is downloaded under the load's policy first),
+/// runs its signed golden input a few times, and queues one `inference` event per candidate
+/// marked `probe: true`, so the server can rank a device class before the fleet has data on
+/// it. Never in power-saving mode; once per release per cache (a crash mid-probe does not
+/// repeat it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Probe {
-    /// How many of the best candidates to time (default 2).
+    /// How many of the best candidates to consider, the loaded one included (default 2: the
+    /// loaded variant and the next one).
     pub candidates: usize,
-    /// Most timed runs per candidate, the cold first call included (default 20).
+    /// Most timed runs per candidate (default 20).
     pub runs: u32,
-    /// Longest the whole probe may run, loads included (default 2 s); candidates share it.
+    /// Time for the runs (default 2 s, at most 60 s): no candidate starts after it is spent,
+    /// and the candidates share what is left after each one's load. Downloads and loads are
+    /// not cut short: bound downloads with the policy's `max_download_bytes`.
     pub max_time: std::time::Duration,
 }
 

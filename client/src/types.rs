@@ -141,10 +141,8 @@ pub struct ProbeTiming {
     pub variant: String,
     /// Its delegate.
     pub delegate: String,
-    /// Runs timed, the cold first one included.
+    /// Runs timed (all warm: the load's golden check ran first).
     pub runs: u64,
-    /// The first (cold) run, in milliseconds.
-    pub first_ms: Option<f64>,
     /// The warm runs' median.
     pub p50_ms: Option<f64>,
     /// The warm runs' 95th percentile.

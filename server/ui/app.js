@@ -693,6 +693,7 @@ async function healthView(name) {
                         variant: d.variant,
                         class: d.class,
                         value: d.value,
+                        kind: d.kind ?? "fallback",
                     });
                     render();
                 }

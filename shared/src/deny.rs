@@ -160,7 +160,7 @@ impl DenyEntry {
             ),
             (DenyKind::SlowInField, Some(f)) => {
                 let mut why = format!(
-                    "slow_in_field: median device warm p95 {:.1} ms on {}",
+                    "slow_in_field: median warm p95 {:.1} ms on {}",
                     f.p95_ms, self.value
                 );
                 if let Some(b) = f.budget_ms {

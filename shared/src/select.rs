@@ -176,6 +176,24 @@ fn demote<T>(ranked: Vec<(T, bool)>) -> Vec<T> {
     out
 }
 
+/// Where resolve ranks `v`, the `index`-th variant of its release, on `platform` (lower
+/// first): accelerated delegates in the platform's preference order, then XNNPACK, then
+/// portable kernels; ties in the release's order. The field-latency learner orders candidates
+/// with it too, so that its "next candidate" is the one resolve puts next.
+pub fn rank_key(
+    pref: &Preference,
+    platform: &crate::manifest::Platform,
+    v: &Variant,
+    index: usize,
+) -> (u8, usize, usize) {
+    let group = match v.delegate {
+        Delegate::Xnnpack => 1,
+        Delegate::Portable => 2,
+        _ => 0,
+    };
+    (group, pref.position(platform, &v.delegate), index)
+}
+
 /// Ranks the variants of one release for `device`. Returns the candidates (possibly empty)
 /// and an explanation for every variant.
 pub fn rank<'a>(
@@ -216,24 +234,13 @@ pub fn rank<'a>(
             }
         }
     }
-    let group = |d: &Delegate| match d {
-        Delegate::Xnnpack => 1,
-        Delegate::Portable => 2,
-        _ => 0,
-    };
     let mut chosen: Vec<(usize, &'a Variant)> = manifest
         .variants
         .iter()
         .enumerate()
         .filter(|(i, _)| reasons[*i].is_empty())
         .collect();
-    chosen.sort_by_key(|(i, v)| {
-        (
-            group(&v.delegate),
-            pref.position(&device.platform, &v.delegate),
-            *i,
-        )
-    });
+    chosen.sort_by_key(|(i, v)| rank_key(pref, &device.platform, v, *i));
     let chosen = demote(
         chosen
             .into_iter()

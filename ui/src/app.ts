@@ -872,6 +872,7 @@ async function healthView(name: string): Promise<void> {
             variant: d.variant,
             class: d.class,
             value: d.value,
+            kind: d.kind ?? "fallback",
           });
           render();
         } catch (e) {

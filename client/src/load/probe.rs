@@ -1,6 +1,7 @@
-//! The on-device probe ([`crate::Probe`]): once per release, time the decision's top
-//! candidates on their signed golden inputs and report each as an `inference` event marked
-//! `probe: true`, so a device class gets a first ranking before the fleet has data on it.
+//! The on-device probe ([`crate::Probe`]): once per release, time the decision's other top
+//! candidates (the loaded one is timed by the app's own runs) on their signed golden inputs and
+//! report each as an `inference` event marked `probe: true`, so a device class gets a first
+//! ranking before the fleet has data on it.
 
 use std::fs::OpenOptions;
 use std::sync::atomic::Ordering;
@@ -16,14 +17,14 @@ use crate::types::{DeviceInfo, ProbeReport, ProbeTiming};
 use crate::verify::Plan;
 
 impl Client {
-    /// Runs the probe after a load from `plan`, when `opts` asks for one, the device is not
-    /// saving power, and no probe of this release ran from this cache before. Errors end it
-    /// quietly: the probe never fails a load.
+    /// Runs the probe after `loaded` (a variant of `plan`) loaded, when `opts` asks for one,
+    /// the device is not saving power, and no probe of this release ran from this cache
+    /// before. Errors end it quietly: the probe never fails a load.
     pub(crate) fn probe_after_load(
         &self,
         model: &str,
         device: &DeviceInfo,
-        plan: &Plan,
+        (plan, loaded): (&Plan, &str),
         opts: &LoadOptions,
         spent: &mut u64,
     ) -> Option<ProbeReport> {
@@ -38,17 +39,22 @@ impl Client {
             return skipped("the device is in power-saving mode");
         }
         let release = plan.manifest.version.to_string();
-        if !self.claim_probe(model, &release) {
-            return skipped("this release was probed from this cache before");
+        match self.claim_probe(model, &release) {
+            Ok(true) => {}
+            Ok(false) => return skipped("this release was probed from this cache before"),
+            Err(e) => {
+                return skipped(&format!(
+                    "the probe could not be recorded in the cache: {e}"
+                ));
+            }
         }
-        let events = self.time_candidates(model, device, plan, opts, probe, spent);
+        let events = self.time_candidates(model, device, (plan, loaded), opts, probe, spent);
         let timed = events
             .iter()
             .map(|e| ProbeTiming {
                 variant: e.variant.clone(),
                 delegate: e.delegate.clone(),
                 runs: e.inference.runs.unwrap_or(0),
-                first_ms: e.inference.first_ms,
                 p50_ms: e.inference.p50_ms,
                 p95_ms: e.inference.p95_ms,
             })
@@ -62,34 +68,44 @@ impl Client {
         })
     }
 
-    /// Marks `release` of `model` as probed (a file in the cache, created once): true when
-    /// this call made the mark, so one process probes once even if it crashes mid-way.
-    fn claim_probe(&self, model: &str, release: &str) -> bool {
+    /// Marks `release` of `model` as probed (a file in the cache, created once): `Ok(true)`
+    /// when this call made the mark, so one process probes once even if it crashes mid-way.
+    fn claim_probe(&self, model: &str, release: &str) -> std::io::Result<bool> {
         let dir = ferry_shared::sync::lock(&self.cache).root().join("probes");
-        if std::fs::create_dir_all(&dir).is_err() {
-            return false;
-        }
-        OpenOptions::new()
+        std::fs::create_dir_all(&dir)?;
+        match OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(dir.join(format!("{model}@{release}")))
-            .is_ok()
+        {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
-    /// Opens each of the top candidates that has a golden input for the method and times its
-    /// runs within the probe's time; returns one event per candidate timed.
+    /// Opens each of the top candidates but the loaded one that has a golden input for the
+    /// method and times its runs within the probe's time; returns one event per candidate
+    /// timed. Its runs follow the load's golden check, so they are all warm: the events carry
+    /// no cold time.
     fn time_candidates(
         &self,
         model: &str,
         device: &DeviceInfo,
-        plan: &Plan,
+        (plan, loaded): (&Plan, &str),
         opts: &LoadOptions,
         probe: Probe,
         spent: &mut u64,
     ) -> Vec<TelemetryEvent> {
         let started = Instant::now();
+        let max_time = probe.max_time.min(MAX_PROBE_TIME);
         let release = plan.manifest.version.to_string();
-        let top: Vec<_> = plan.candidates.iter().take(probe.candidates).collect();
+        let top: Vec<_> = plan
+            .candidates
+            .iter()
+            .take(probe.candidates)
+            .filter(|c| c.variant.id.as_str() != loaded)
+            .collect();
         let mut events = Vec::new();
         for (i, c) in top.iter().enumerate() {
             let v = &c.variant;
@@ -97,22 +113,26 @@ impl Client {
             else {
                 continue;
             };
-            // Each candidate may use an equal share of what is left.
-            let left = probe.max_time.saturating_sub(started.elapsed());
-            let share = left / u32::try_from(top.len() - i).unwrap_or(1).max(1);
-            if share < Duration::from_millis(1) || self.missing_operators(v).is_some() {
+            if started.elapsed() >= max_time || self.missing_operators(v).is_some() {
                 continue;
             }
-            let until = Instant::now() + share;
             let Ok((blob, _)) = self.ensure_blob(model, c, opts, spent) else {
                 continue;
             };
             let Ok((mut program, _)) = self.open_and_check(&blob, v) else {
                 continue;
             };
+            // Each candidate may use an equal share of what is left after its load.
+            let left = max_time.saturating_sub(started.elapsed());
+            let share = left / u32::try_from(top.len() - i).unwrap_or(1).max(1);
+            let Some(until) = Instant::now().checked_add(share) else {
+                continue;
+            };
             let mut times = MethodTimes::new(&self.method);
             let thermal = self.inference.thermal.load(Ordering::Relaxed);
-            for _ in 0..probe.runs {
+            // MethodTimes keeps the first call apart as the cold one: this one is warm (the
+            // golden check ran before), so it is run untimed-as-cold and left out below.
+            for _ in 0..=probe.runs {
                 if Instant::now() >= until {
                     break;
                 }
@@ -122,7 +142,11 @@ impl Client {
                 }
                 times.record(t, t.elapsed(), thermal);
             }
-            if let Some(mut fields) = times.take() {
+            if let Some(mut fields) = times.take()
+                && fields.p95_ms.is_some()
+            {
+                fields.first_ms = None;
+                fields.runs = fields.runs.map(|n| n.saturating_sub(1));
                 fields.probe = Some(true);
                 events.push(TelemetryEvent {
                     inference: fields,
@@ -133,3 +157,6 @@ impl Client {
         events
     }
 }
+
+/// Longest a probe runs, whatever the options say.
+pub const MAX_PROBE_TIME: Duration = Duration::from_secs(60);

@@ -125,8 +125,9 @@ impl Client {
                         load_started,
                     );
                     if let Ok(m) = &mut loaded {
+                        let (plan, loaded) = (&plan, v.id.as_str());
                         m.report.probe =
-                            self.probe_after_load(model, device, &plan, opts, &mut spent);
+                            self.probe_after_load(model, device, (plan, loaded), opts, &mut spent);
                     }
                     return loaded;
                 }

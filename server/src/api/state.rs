@@ -115,6 +115,7 @@ impl AppState {
             ramp_marks: Default::default(),
             metrics: Arc::new(Metrics::default()),
             config: settings.telemetry,
+            preference: settings.preference.clone(),
             writer: format!("{node}.{}", hex::encode(run)),
             node,
             evaluations: Default::default(),

@@ -170,8 +170,8 @@ pub async fn change(
     Ok((revision, list.entries))
 }
 
-/// Most entries telemetry adds to one model's deny list; beyond it learned entries are logged
-/// and not written (hand-made entries are not limited).
+/// Most entries of one kind telemetry adds to one model's deny list; beyond it learned entries
+/// are logged and not written (hand-made entries are not limited).
 pub const MAX_LEARNED: usize = 256;
 
 /// Why [`add_learned`] wrote nothing.
@@ -202,15 +202,18 @@ pub async fn add_learned(
         revisions::append::<DenyList, Unwritten>(store, &StorageKey::deny_log(model), |cur, _| {
             let mut entries = cur.map(|(_, l)| l.entries.clone()).unwrap_or_default();
             let before = entries.len();
-            let mut learned = entries
-                .iter()
-                .filter(|e| e.source == DenySource::Telemetry)
-                .count();
+            // Each kind has its own cap.
+            let learned = |entries: &[DenyEntry], kind| {
+                entries
+                    .iter()
+                    .filter(|e| e.source == DenySource::Telemetry && e.kind == kind)
+                    .count()
+            };
             for c in fresh {
                 if entries.iter().any(|e| e.same_target(c)) {
                     continue;
                 }
-                if learned >= MAX_LEARNED {
+                if learned(&entries, c.kind) >= MAX_LEARNED {
                     tracing::warn!(
                         %model,
                         "the deny list holds {MAX_LEARNED} learned entries; not adding {} {} for {}",
@@ -221,7 +224,6 @@ pub async fn add_learned(
                     continue;
                 }
                 entries.push(c.clone());
-                learned += 1;
             }
             if entries.len() == before {
                 return Err(Unwritten::Unchanged(cur.map_or(0, |(n, _)| *n), entries));

@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ferry_shared::ModelName;
 use ferry_shared::deny::{DenyEntry, DenyKind, DenySource, DenyState, DeviceClass, SlowFigures};
-use ferry_shared::manifest::{Delegate, ReleaseManifest, Variant};
+use ferry_shared::manifest::{Delegate, Platform, ReleaseManifest, Variant};
+use ferry_shared::select::{self, Preference};
 
 use crate::fleet::ingest::TelemetryConfig;
 use crate::fleet::rollup::{ClassCounts, Rollup, VariantCounts};
@@ -68,60 +69,74 @@ fn floor(v: &Variant) -> bool {
     matches!(v.delegate, Delegate::Xnnpack | Delegate::Portable)
 }
 
-/// The median of a class's device warm p95s, once at least `min_devices` devices gave them.
-fn median(c: &ClassCounts, min_devices: u64) -> Option<f64> {
-    if (c.latency_devices.estimate() as u64) < min_devices {
-        return None;
-    }
+/// The median of a class's device windows' warm p95s.
+fn median(c: &ClassCounts) -> Option<f64> {
     c.warm_p95.0.quantile(0.5).ok().flatten()
 }
 
 /// One device-class map of a variant's counts.
 type ClassMap = fn(&VariantCounts) -> &BTreeMap<String, ClassCounts>;
 
+/// How much field data a `slow_in_field` entry needs on one class.
+#[derive(Debug, Clone, Copy)]
+pub struct Evidence {
+    /// Distinct devices (with receipts) that timed the variant there.
+    pub min_devices: u64,
+    /// Distinct client networks its events came from (`deny_min_networks`).
+    pub min_networks: u64,
+}
+
 /// The `slow_in_field` entries one release's field latency calls for. Per SoC and per device
-/// model, a variant that `min_devices` devices timed is slow when the median of their warm p95s
-/// is over its budget (unless the next candidate is known to be slower still), or over
-/// [`SLOWER_THAN_NEXT`] times the next candidate's when both are known. The next candidate is
-/// the next variant in resolve's order that the class reported on (else the fallback it would
-/// get); a variant with none after it stays where it is.
+/// model, a variant that enough devices timed (see [`Evidence`]) is slow when the median of
+/// their windows' warm p95s is over its budget (unless the next candidate is known to be
+/// slower still), or over [`SLOWER_THAN_NEXT`] times the next candidate's when both are known.
+/// Candidates are in resolve's order for the class's platform ([`select::rank_key`] with the
+/// server's delegate preference); the next one is the next the class reported on, else the
+/// fallback it would get. A variant with none after it stays where it is.
 pub fn slow_in_release(
     counts: &BTreeMap<String, VariantCounts>,
     manifest: &ReleaseManifest,
-    min_devices: u64,
+    pref: &Preference,
+    evidence: Evidence,
 ) -> Vec<DenyEntry> {
-    // Accelerated variants in the release's order, then XNNPACK, then portable kernels (as
-    // resolve ranks them).
-    let group = |v: &&Variant| match v.delegate {
-        Delegate::Xnnpack => 1,
-        Delegate::Portable => 2,
-        _ => 0,
-    };
-    let mut order: Vec<&Variant> = manifest.variants.iter().collect();
-    order.sort_by_key(group);
     let release = manifest.version.to_string();
     let mut out = Vec::new();
     let classes: [(DeviceClass, ClassMap); 2] = [
         (DeviceClass::Soc, |c| &c.by_soc),
         (DeviceClass::DeviceModel, |c| &c.by_device_model),
     ];
+    let enough = |c: &ClassCounts| {
+        c.networks.estimate() as u64 >= evidence.min_networks
+            && (c.latency_devices.estimate() as u64) >= evidence.min_devices
+    };
     for (class, map) in classes {
         let on =
             |v: &Variant, value: &str| counts.get(v.id.as_str()).and_then(|c| map(c).get(value));
         let values: BTreeSet<&String> = counts.values().flat_map(|c| map(c).keys()).collect();
         for value in values {
+            let platform: Platform = counts
+                .values()
+                .filter_map(|c| map(c).get(value))
+                .map(|c| c.platform.as_str())
+                .find(|p| !p.is_empty())
+                .unwrap_or("other")
+                .parse()
+                .unwrap_or(Platform::Other);
+            let mut order: Vec<(usize, &Variant)> = manifest.variants.iter().enumerate().collect();
+            order.sort_by_key(|(i, v)| select::rank_key(pref, &platform, v, *i));
+            let order: Vec<&Variant> = order.into_iter().map(|(_, v)| v).collect();
             for (i, v) in order.iter().enumerate().filter(|(_, v)| !floor(v)) {
-                let Some(c) = on(v, value) else { continue };
-                let Some(p95) = median(c, min_devices) else {
+                let Some(c) = on(v, value).filter(|c| enough(c)) else {
                     continue;
                 };
+                let Some(p95) = median(c) else { continue };
                 // The next variant the class was served, else the fallback it would get.
                 let next = order[i + 1..]
                     .iter()
                     .find(|w| on(w, value).is_some())
                     .or_else(|| order[i + 1..].iter().find(|w| floor(w)));
                 let Some(next) = next else { continue };
-                let next_p95 = on(next, value).and_then(|c| median(c, min_devices));
+                let next_p95 = on(next, value).filter(|c| enough(c)).and_then(median);
                 let over_budget = v.latency_budget_ms.is_some_and(|b| p95 > b)
                     && next_p95.is_none_or(|n| n < p95);
                 let much_slower = next_p95.is_some_and(|n| p95 > SLOWER_THAN_NEXT * n);
@@ -145,11 +160,17 @@ pub fn slow_in_release(
 }
 
 /// The `slow_in_field` entries `model`'s field latency calls for, over its published releases.
-pub fn slow(r: &Rollup, model: &ModelName, catalog: &Catalog, min_devices: u64) -> Vec<DenyEntry> {
+pub fn slow(
+    r: &Rollup,
+    model: &ModelName,
+    catalog: &Catalog,
+    pref: &Preference,
+    evidence: Evidence,
+) -> Vec<DenyEntry> {
     let mut out = Vec::new();
     for (release, counts) in r.models.get(model.as_str()).into_iter().flatten() {
         if let Some(rel) = catalog.release_named(model, release) {
-            out.extend(slow_in_release(counts, &rel.manifest, min_devices));
+            out.extend(slow_in_release(counts, &rel.manifest, pref, evidence));
         }
     }
     out
@@ -171,12 +192,11 @@ fn is_floor(catalog: &Catalog, model: &ModelName, release: &str, variant: &str) 
 pub async fn learn(fleet: &Fleet, model: &ModelName, view: &Rollup) {
     let catalog = fleet.views.catalog.get();
     let mut candidates = fallbacks(view, model.as_str(), &fleet.config);
-    candidates.extend(slow(
-        view,
-        model,
-        &catalog,
-        fleet.config.latency_min_devices,
-    ));
+    let evidence = Evidence {
+        min_devices: fleet.config.latency_min_devices,
+        min_networks: fleet.config.deny_min_networks,
+    };
+    candidates.extend(slow(view, model, &catalog, &fleet.preference, evidence));
     candidates.retain(|c| !is_floor(&catalog, model, &c.release, &c.variant));
     if candidates.is_empty() {
         return;
@@ -188,21 +208,26 @@ pub async fn learn(fleet: &Fleet, model: &ModelName, view: &Rollup) {
         .get(model)
         .map(|d| d.entries.clone())
         .unwrap_or_default();
+    // A variant denied on a class is not also demoted there.
     let denied = |c: &DenyEntry| {
         c.kind == DenyKind::SlowInField
-            && current
-                .iter()
-                .any(|e| e.kind == DenyKind::Fallback && e.same_class(c))
+            && current.iter().any(|e| {
+                e.kind == DenyKind::Fallback && e.state == DenyState::Deny && e.same_class(c)
+            })
+    };
+    // Each kind has its own cap, so made-up classes of one kind cannot crowd out the other.
+    let full = |kind: DenyKind| {
+        current
+            .iter()
+            .filter(|e| e.source == DenySource::Telemetry && e.kind == kind)
+            .count()
+            >= deny::MAX_LEARNED
     };
     let fresh: Vec<DenyEntry> = candidates
         .into_iter()
-        .filter(|c| !current.iter().any(|e| e.same_target(c)) && !denied(c))
+        .filter(|c| !current.iter().any(|e| e.same_target(c)) && !denied(c) && !full(c.kind))
         .collect();
-    let learned = current
-        .iter()
-        .filter(|e| e.source == DenySource::Telemetry)
-        .count();
-    if fresh.is_empty() || learned >= deny::MAX_LEARNED {
+    if fresh.is_empty() {
         return;
     }
     match deny::add_learned(&fleet.store, model, &fresh, &now_text()).await {
@@ -222,6 +247,14 @@ mod tests {
     use ferry_shared::telemetry::TelemetryEvent;
 
     fn manifest(budget: Option<f64>) -> ReleaseManifest {
+        with_variants(&[
+            ("xnnpack", "XnnpackBackend", None),
+            ("vulkan", "VulkanBackend", budget),
+        ])
+    }
+
+    /// A release of variants (id = delegate, backend, budget) in this order.
+    fn with_variants(variants: &[(&str, &str, Option<f64>)]) -> ReleaseManifest {
         let v = |id: &str, delegate: &str, backend: &str, budget: Option<f64>| {
             serde_json::json!({
                 "id": id, "delegate": delegate, "quant": "fp32", "backends": [backend],
@@ -231,10 +264,8 @@ mod tests {
         };
         let json = serde_json::json!({
             "model": "m", "version": "1.0.0", "created": "2026-12-01T00:00:00Z",
-            "variants": [
-                v("xnnpack", "xnnpack", "XnnpackBackend", None),
-                v("vulkan", "vulkan", "VulkanBackend", budget),
-            ],
+            "variants": variants.iter().map(|(id, b, budget)| v(id, id, b, *budget))
+                .collect::<Vec<_>>(),
         });
         ReleaseManifest::from_json(&serde_json::to_vec(&json).expect("json")).expect("valid")
     }
@@ -255,8 +286,13 @@ mod tests {
         }
     }
 
+    const EVIDENCE: Evidence = Evidence {
+        min_devices: 20,
+        min_networks: 0,
+    };
+
     fn slow_on(r: &Rollup, m: &ReleaseManifest) -> Vec<(DeviceClass, String)> {
-        slow_in_release(&r.models["m"]["1.0.0"], m, 20)
+        slow_in_release(&r.models["m"]["1.0.0"], m, &Preference::default(), EVIDENCE)
             .into_iter()
             .map(|e| {
                 assert_eq!(e.variant, "vulkan", "the fallback is never demoted");
@@ -285,7 +321,12 @@ mod tests {
         let soc = |s: &str| (DeviceClass::Soc, s.to_string());
         let model = |s: &str| (DeviceClass::DeviceModel, format!("{s}-phone"));
         assert_eq!(slow_on(&r, &with_budget), [soc("A"), model("A")]);
-        let e = &slow_in_release(&r.models["m"]["1.0.0"], &with_budget, 20)[0];
+        let e = &slow_in_release(
+            &r.models["m"]["1.0.0"],
+            &with_budget,
+            &Preference::default(),
+            EVIDENCE,
+        )[0];
         let f = e.latency.as_ref().expect("figures");
         assert!((f.p95_ms - 40.0).abs() < 1.0, "{f:?}");
         assert_eq!((f.devices, f.budget_ms), (20, Some(20.0)));
@@ -300,5 +341,42 @@ mod tests {
         report(&mut faster, "vulkan", "A", 20, 40.0);
         report(&mut faster, "xnnpack", "A", 20, 20.0);
         assert_eq!(slow_on(&faster, &no_budget), [soc("A"), model("A")]);
+    }
+
+    #[test]
+    fn the_next_candidate_is_the_one_resolve_ranks_next_and_one_network_is_not_enough() {
+        // Listed Vulkan first, but on Android resolve ranks the NPU (QNN) before the GPU: a
+        // slow Vulkan variant goes behind XNNPACK, not behind QNN, and QNN is within budget.
+        let m = with_variants(&[
+            ("vulkan", "VulkanBackend", Some(20.0)),
+            ("qnn", "QnnBackend", Some(20.0)),
+            ("xnnpack", "XnnpackBackend", None),
+        ]);
+        let mut r = Rollup::default();
+        report(&mut r, "vulkan", "A", 20, 40.0);
+        report(&mut r, "qnn", "A", 20, 10.0);
+        report(&mut r, "xnnpack", "A", 20, 30.0);
+        let slow = slow_in_release(
+            &r.models["m"]["1.0.0"],
+            &m,
+            &Preference::default(),
+            EVIDENCE,
+        );
+        let vulkan: Vec<_> = slow
+            .iter()
+            .filter(|e| e.class == DeviceClass::Soc)
+            .collect();
+        assert_eq!(vulkan.len(), 1, "{slow:?}");
+        assert_eq!(vulkan[0].variant, "vulkan");
+        let f = vulkan[0].latency.as_ref().expect("figures");
+        assert_eq!(f.next_variant.as_deref(), Some("xnnpack"), "{f:?}");
+        // Every event came from one network: with deny_min_networks 2, nothing is learned.
+        let strict = Evidence {
+            min_networks: 2,
+            ..EVIDENCE
+        };
+        assert!(
+            slow_in_release(&r.models["m"]["1.0.0"], &m, &Preference::default(), strict).is_empty()
+        );
     }
 }

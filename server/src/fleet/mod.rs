@@ -63,6 +63,9 @@ pub struct Fleet {
     pub metrics: Arc<Metrics>,
     /// The `[telemetry]` config section.
     pub config: ingest::TelemetryConfig,
+    /// The delegate preference resolve ranks by (the field-latency learner orders candidates
+    /// the same way).
+    pub preference: ferry_shared::select::Preference,
     /// This replica's id in telemetry file names.
     pub node: String,
     /// This run's name in the telemetry buckets: `<node>.<random>`, new at every start, so

@@ -54,6 +54,10 @@ pub struct ClassCounts {
     /// Distinct devices whose `inference` events gave `warm_p95` (SoC and device model only).
     #[serde(default)]
     pub latency_devices: Devices,
+    /// The platform its devices report (the first seen; SoC and device model only), which
+    /// decides the delegate preference resolve ranks them by.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub platform: String,
 }
 
 impl ClassCounts {
@@ -65,6 +69,9 @@ impl ClassCounts {
         self.networks.merge(&o.networks);
         let _ = self.warm_p95.0.merge(&o.warm_p95.0);
         self.latency_devices.merge(&o.latency_devices);
+        if self.platform.is_empty() {
+            self.platform.clone_from(&o.platform);
+        }
     }
 
     /// Fallbacks per load, never above 1 whatever the events claim.
@@ -87,6 +94,7 @@ impl ClassCounts {
             let q = |p: f64| self.warm_p95.0.quantile(p).ok().flatten();
             v["warm_p95_ms"] = serde_json::json!({
                 "p50": q(0.5), "p95": q(0.95), "samples": self.warm_p95.0.count(),
+                "devices": self.latency_devices.estimate(),
             });
         }
         v
@@ -266,6 +274,9 @@ impl VariantCounts {
                         if let Some(c) = map.get_mut(key) {
                             c.warm_p95.0.add(p95);
                             c.latency_devices.insert(&device);
+                            if c.platform.is_empty() {
+                                c.platform = e.platform.chars().take(32).collect();
+                            }
                         }
                     }
                 }
