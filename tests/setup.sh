@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what ferry's tests need, idempotently, from package registries only:
-# a C/C++ compiler, strace (counts the store's fsyncs), faketime (device clocks), a JDK and JNA (the Java binding's
+# a C/C++ compiler, the aarch64 cross toolchain and qemu-user (scripts/setup-cross-aarch64.sh), strace (counts the store's fsyncs), faketime (device clocks), a JDK and JNA (the Java binding's
 # test), rustfmt and clippy, and (through
 # scripts/setup-executorch.sh) clang, libclang and the ExecuTorch 1.5.1 runtime libraries
 # from the PyPI wheel, moto (an S3 emulator), DuckDB (reads the Parquet telemetry) and kubernetes-validate from PyPI,
@@ -32,6 +32,9 @@ fi
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
 bash "$root/scripts/setup-executorch.sh" >/dev/null
+# The client's cross build for 64-bit ARM Linux and qemu to run it (Debian packages, the
+# aarch64 ExecuTorch wheel from PyPI; tests/cross-aarch64.sh).
+bash "$root/scripts/setup-cross-aarch64.sh" >/dev/null
 # A real S3 emulator for the scaled-out storage tests (moto, from PyPI).
 if [ ! -x "$root/.deps/moto/bin/moto_server" ]; then
   python3 -m venv "$root/.deps/moto"

@@ -13,7 +13,8 @@
 //! `attempts` (each `{variant, delegate, stage, error_code, message}`), `registered_backends`,
 //! `source`, `report` (the load report, see `docs/client.md`),
 //! `method`, its `signature` (inputs and outputs with element types and shapes) and, with
-//! `--input`, `max_abs_diff` of the method's outputs against the sidecar's.
+//! `--input`, `max_abs_diff` of the method's outputs against the sidecar's, and with
+//! `--send-telemetry`, `telemetry` (`sent`, `queued`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -74,6 +75,10 @@ struct Args {
     /// Print one JSON object instead of steps.
     #[arg(long)]
     json: bool,
+    /// Send the queued telemetry (load, fallback and run-time events) before exiting; with
+    /// `--json` the object gets `telemetry: {sent, queued}`.
+    #[arg(long)]
+    send_telemetry: bool,
 }
 
 fn main() -> ExitCode {
@@ -158,6 +163,11 @@ fn run(args: &Args) -> Result<(), (String, String)> {
             .map_err(|e| fail(e.code.as_str(), e.message))?;
         diff = max_abs_diff(&out, &g.output);
     }
+    // Telemetry goes after the run, with the run's timing: freeing the model queues it.
+    let sent = args.send_telemetry.then(|| {
+        client.flush_inference();
+        client.send_telemetry()
+    });
     let source = match &loaded.source {
         Source::Downloaded => "downloaded".to_string(),
         Source::Cached => "cached".to_string(),
@@ -187,6 +197,9 @@ fn run(args: &Args) -> Result<(), (String, String)> {
         });
         if let Some(d) = diff {
             out["max_abs_diff"] = serde_json::json!(d);
+        }
+        if let Some(r) = &sent {
+            out["telemetry"] = serde_json::json!({"sent": r.sent, "queued": r.queued});
         }
         println!("{out}");
     } else {
@@ -224,6 +237,12 @@ fn run(args: &Args) -> Result<(), (String, String)> {
         }
         if let Some(d) = diff {
             println!("forward matches the reference output: max |diff| = {d:e}");
+        }
+        if let Some(r) = &sent {
+            println!(
+                "telemetry: {} events sent, {} still queued",
+                r.sent, r.queued
+            );
         }
     }
     Ok(())
