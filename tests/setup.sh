@@ -19,6 +19,13 @@ command -v faketime >/dev/null 2>&1 || need_apt+=(faketime)
 # The Java binding's test: a JDK and JNA (Debian packages).
 command -v javac >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
 [ -f /usr/share/java/jna.jar ] || need_apt+=(libjna-java)
+# The client SDK package and its example's builds (tests/package-client.sh): patchelf sets the
+# library's SONAME and RUNPATH; pkg-config and CMake build the example as app teams would.
+command -v patchelf >/dev/null 2>&1 || need_apt+=(patchelf)
+command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+command -v make >/dev/null 2>&1 || need_apt+=(make)
 # The dashboard's browser tests: Debian's Chromium, driven by playwright-core (npm, below).
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -11,12 +11,12 @@ use ferry_server::release::sign::VariantsFile;
 use ferry_shared::manifest::{Delegate, TensorValue};
 use ferry_tests::app::{Options, TestApp, variant};
 
-fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// Debian's JNA jar.
-const JNA: &str = "/usr/share/java/jna.jar";
+pub(crate) const JNA: &str = "/usr/share/java/jna.jar";
 
 fn java_sources(dir: &Path) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -31,7 +31,7 @@ fn java_sources(dir: &Path) -> Vec<PathBuf> {
 
 /// Compiles the binding and the test programs with `javac -Xlint:all -Werror` into
 /// `work/classes`.
-fn compile(work: &Path) -> PathBuf {
+pub(crate) fn compile(work: &Path) -> PathBuf {
     assert!(
         Path::new(JNA).is_file(),
         "{JNA} is missing: run tests/setup.sh (Debian libjna-java)"

@@ -22,6 +22,7 @@ mod fleet_buckets;
 mod fleet_replicas;
 mod inspector_ground_truth;
 mod jvm;
+mod jvm_typed;
 mod key_rotation;
 mod keyring_push;
 mod model_metadata;

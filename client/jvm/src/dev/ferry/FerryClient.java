@@ -2,6 +2,10 @@ package dev.ferry;
 
 import com.sun.jna.Pointer;
 import com.sun.jna.ptr.PointerByReference;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.Executor;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
 
 /**
  * A ferry client: resolves, downloads, verifies, caches and loads models. Close it when done
@@ -10,6 +14,7 @@ import com.sun.jna.ptr.PointerByReference;
  */
 public final class FerryClient implements AutoCloseable {
     private Pointer handle;
+    private ExecutorService loader;
 
     /**
      * A client of {@code server} trusting {@code trustJson} (the content of the server's
@@ -48,6 +53,47 @@ public final class FerryClient implements AutoCloseable {
         return new FerryModel(out.getValue());
     }
 
+    /** Loads {@code model} for {@code device} with the default options. */
+    public FerryModel load(String model, Device device) {
+        return load(model, device, LoadOptions.DEFAULT);
+    }
+
+    /** Loads {@code model} for {@code device} with {@code options}. */
+    public FerryModel load(String model, Device device, LoadOptions options) {
+        return load(model, device.toJson(), options.toJson());
+    }
+
+    /**
+     * {@link #load(String, Device, LoadOptions)} on the client's own background thread (a load
+     * downloads and verifies: never on an app's UI thread). The future fails with the
+     * {@link FerryException} the load threw.
+     */
+    public CompletableFuture<FerryModel> loadAsync(String model, Device device, LoadOptions options) {
+        return loadAsync(model, device, options, loader());
+    }
+
+    /** {@link #loadAsync(String, Device, LoadOptions)} on the app's {@code executor}. */
+    public CompletableFuture<FerryModel> loadAsync(
+            String model, Device device, LoadOptions options, Executor executor) {
+        String deviceJson = device.toJson();
+        String optionsJson = options.toJson();
+        return CompletableFuture.supplyAsync(() -> load(model, deviceJson, optionsJson), executor);
+    }
+
+    private synchronized ExecutorService loader() {
+        if (handle == null) {
+            throw new IllegalStateException("the client is closed");
+        }
+        if (loader == null) {
+            loader = Executors.newSingleThreadExecutor(r -> {
+                Thread t = new Thread(r, "ferry-load");
+                t.setDaemon(true);
+                return t;
+            });
+        }
+        return loader;
+    }
+
     /**
      * Queues the loaded models' run timings since the last flush as {@code inference} events
      * and sends the queued telemetry; returns {@code {sent, queued}}. Blocking network I/O:
@@ -79,6 +125,12 @@ public final class FerryClient implements AutoCloseable {
 
     @Override
     public synchronized void close() {
+        if (loader != null) {
+            // Loads queued after this fail with "the client is closed"; one running now has
+            // finished (close waits for the client's lock).
+            loader.shutdown();
+            loader = null;
+        }
         if (handle != null) {
             Ferry.LIB.ferry_client_free(handle);
             handle = null;

@@ -17,8 +17,19 @@ public final class FerryException extends RuntimeException {
         return status;
     }
 
-    /** The stable error code ({@code offline_no_cache}, {@code all_candidates_failed}, ...). */
+    /**
+     * The stable error code as the library gave it ({@code offline_no_cache},
+     * {@code all_candidates_failed}, ...), also when this binding does not know it.
+     */
     public String code() {
         return code;
+    }
+
+    /**
+     * The error code as an enum to switch on: {@link ErrorCode#UNKNOWN} for a code this binding
+     * does not know (a newer library's), whose text {@link #code()} still gives.
+     */
+    public ErrorCode errorCode() {
+        return ErrorCode.of(code);
     }
 }
