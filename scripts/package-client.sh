@@ -61,13 +61,21 @@ native=$(cargo rustc --quiet --profile sdk -p ferry-client-ffi --target "$target
 built="$build_dir/$target/sdk"
 
 rm -rf "$out"
+work_list=$(mktemp)
+trap 'rm -f "$work_list"' EXIT
 mkdir -p "$out"/{include,lib/executorch,lib/pkgconfig,lib/cmake/ferry-client,share/ferry-client/example,share/doc/ferry-client}
 cp client/include/ferry.h "$out/include/"
 cp "$built/libferry_client_ffi.so" "$out/lib/libferry_client.so"
 cp "$built/libferry_client_ffi.a" "$out/lib/libferry_client.a"
 "${tool_prefix}strip" --strip-unneeded "$out/lib/libferry_client.so"
 "${tool_prefix}strip" --strip-debug "$out/lib/libferry_client.a"
-patchelf --set-soname libferry_client.so --set-rpath '$ORIGIN/executorch' "$out/lib/libferry_client.so"
+# Two calls: some patchelf versions drop --set-rpath when it comes with --set-soname.
+patchelf --set-soname libferry_client.so "$out/lib/libferry_client.so"
+patchelf --set-rpath '$ORIGIN/executorch' "$out/lib/libferry_client.so"
+dyn=$("${tool_prefix}readelf" -d "$out/lib/libferry_client.so")
+grep -q 'RUNPATH.*\[\$ORIGIN/executorch\]' <<<"$dyn" \
+  || { say "libferry_client.so's RUNPATH is not \$ORIGIN/executorch:"; grep -E 'RUNPATH|RPATH' <<<"$dyn" >&2; exit 1; }
+grep -q 'SONAME.*\[libferry_client.so\]' <<<"$dyn" || { say "libferry_client.so has no SONAME"; exit 1; }
 
 # The runtime libraries the library needs, and what those need, from the wheel's lib/.
 queue=("$out/lib/libferry_client.so")
@@ -160,26 +168,38 @@ cp client/package/README.example.md "$ex/README.md"
 
 docs="$out/share/doc/ferry-client"
 cp client/package/NOTICE.md "$docs/NOTICE.md"
-cargo metadata --format-version 1 --filter-platform "$target" --offline 2>/dev/null | python3 -c '
-import json, sys
-meta = json.load(sys.stdin)
-pkgs = {p["id"]: p for p in meta["packages"]}
-nodes = {n["id"]: n for n in meta["resolve"]["nodes"]}
-root = next(p["id"] for p in meta["packages"] if p["name"] == "ferry-client-ffi")
-seen, todo = set(), [root]
-while todo:
-    i = todo.pop()
-    if i in seen:
+# The crates linked into the library (no build-time or proc-macro crates), each with the license
+# files its published source carries.
+cargo tree --quiet --offline -p ferry-client-ffi --target "$target" -e normal,no-proc-macro \
+  --prefix none --no-dedupe -f '{p}|{l}' 2>/dev/null | sort -u >"$work_list"
+python3 - "$work_list" "$docs" "${CARGO_HOME:-$HOME/.cargo}" <<'PY'
+import glob, os, shutil, sys
+listing, docs, cargo_home = sys.argv[1:]
+rows = []
+for line in open(listing):
+    line = line.strip()
+    if not line or "|" not in line:
         continue
-    seen.add(i)
-    for d in nodes[i]["deps"]:
-        if any(k["kind"] in (None, "normal") for k in d["dep_kinds"]):
-            todo.append(d["pkg"])
-print("# Rust crates compiled into libferry_client\n")
-print("| crate | version | license |\n|---|---|---|")
-for p in sorted((pkgs[i] for i in seen), key=lambda p: p["name"]):
-    print("| %s | %s | %s |" % (p["name"], p["version"], p.get("license") or "see the crate"))
-' >"$docs/RUST-CRATES.md"
+    pkg, lic = line.split("|", 1)
+    parts = pkg.split()
+    name, version = parts[0], parts[1].lstrip("v")
+    if len(parts) > 2 and parts[2].startswith("(/"):
+        continue  # this workspace's own crates: ferry's license
+    src = glob.glob(os.path.join(cargo_home, "registry", "src", "*", f"{name}-{version}"))
+    files = []
+    if src:
+        for f in sorted(os.listdir(src[0])):
+            if f.upper().startswith(("LICENSE", "LICENCE", "COPYING", "NOTICE")) and os.path.isfile(os.path.join(src[0], f)):
+                dest = os.path.join(docs, "licenses", f"{name}-{version}")
+                os.makedirs(dest, exist_ok=True)
+                shutil.copy(os.path.join(src[0], f), dest)
+                files.append(f"licenses/{name}-{version}/{f}")
+    rows.append((name, version, lic or "see the crate", ", ".join(files) or "none in the crate's source"))
+with open(os.path.join(docs, "RUST-CRATES.md"), "w") as out:
+    out.write("# Rust crates linked into libferry_client\n\n| crate | version | license | license files |\n|---|---|---|---|\n")
+    for r in sorted(set(rows)):
+        out.write("| %s | %s | %s | %s |\n" % r)
+PY
 # ExecuTorch's own license file, as its wheel ships it.
 wheel=$(ls "$root"/.deps/wheels/executorch-"$et_version"-*"$( [ "$target" = aarch64-unknown-linux-gnu ] && echo aarch64 || echo x86_64)"*.whl | head -n 1)
 python3 - "$wheel" "$docs/EXECUTORCH-LICENSE" <<'PY'

@@ -56,6 +56,25 @@ for target in x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu; do
       || { echo "$exe did not send its telemetry" >&2; exit 1; }
     grep '^output' <<<"$out" >>"$work/outputs"
   done
+  # Installed as an image would hold it: the library and its runtime under /usr/lib of a root
+  # file system, nothing else. The library must find the runtime next to itself ($ORIGIN), not
+  # where it was built.
+  rootfs="$work/rootfs-$target/usr/lib"
+  mkdir -p "$rootfs"
+  cp -r "$pkg/lib/libferry_client.so" "$pkg/lib/executorch" "$rootfs/"
+  if [ "$target" = aarch64-unknown-linux-gnu ]; then
+    loaded=$(qemu-aarch64 -L / -E LD_LIBRARY_PATH="$rootfs" -E LD_DEBUG=libs "$ex/fetch_model" \
+      "http://127.0.0.1:$port" "$trust" "$work/cache-$target" demo-mlp "$device" 2>&1)
+  else
+    loaded=$(LD_LIBRARY_PATH="$rootfs" LD_DEBUG=libs "$ex/fetch_model" \
+      "http://127.0.0.1:$port" "$trust" "$work/cache-$target" demo-mlp "$device" 2>&1)
+  fi
+  for lib in libferry_client.so executorch/libexecutorch.so executorch/libexecutorch_backend_xnnpack.so; do
+    grep -q "calling init: $rootfs/$lib\$" <<<"$loaded" \
+      || { grep "calling init" <<<"$loaded" >&2; echo "$target: $lib was not loaded from the installed copy" >&2; exit 1; }
+  done
+  grep -q "^loaded demo-mlp" <<<"$loaded" || { echo "$target: the installed copy did not load" >&2; exit 1; }
+  echo "  installed copy: the library and its runtime load from $(basename "$(dirname "$(dirname "$rootfs")")")/usr/lib"
 done
 # Every build, on both architectures, computed the same outputs (to the printed precision).
 python3 - "$work/outputs" <<'PY'

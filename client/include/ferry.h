@@ -11,16 +11,6 @@
 #include <stdlib.h>
 
 /**
- * Default bound on queued events.
- */
-#define DEFAULT_MAX_EVENTS 1000
-
-/**
- * Events per request.
- */
-#define BATCH 100
-
-/**
  * `float32` ([`FerryTensor::dtype`]).
  */
 #define FERRY_DTYPE_FLOAT32 0
@@ -372,6 +362,28 @@ enum ferry_status ferry_client_new(const char *server,
                                    struct ferry_client **out);
 
 /**
+ * [`ferry_client_new`] with client options as JSON (NULL for the defaults), every field
+ * optional: `cache_budget_bytes` (at least 1 MiB; default 512 MiB),
+ * `root_certificates_file` (a PEM file of the CA certificates to trust for HTTPS, e.g. a
+ * fleet's private CA; they replace the built-in web roots) or `root_certificates_pem` (the
+ * same as text), `connect_timeout_ms` and `response_timeout_ms` (100 to 600,000; defaults
+ * 10 s and 30 s), `method` (the method loads load and check; default `forward`),
+ * `max_telemetry_events` (the queue's bound; default 1,000), `telemetry_autosend` (send
+ * telemetry from a background thread) and `time_runs` (default true). A key or value out of
+ * range is `FERRY_ERR_CONFIG` with `config_invalid`.
+ *
+ * # Safety
+ * String arguments are valid NUL-terminated strings (`options_json` may be NULL); `out` is a
+ * valid pointer.
+ */
+enum ferry_status ferry_client_new_with(const char *server,
+                                        const char *trust_json,
+                                        const char *cache_dir,
+                                        const char *app_version,
+                                        const char *options_json,
+                                        struct ferry_client **out);
+
+/**
  * Frees a client (NULL is ignored).
  *
  * # Safety
@@ -382,7 +394,8 @@ void ferry_client_free(struct ferry_client *client);
 /**
  * Resolves, downloads, verifies, caches and loads `model` for the device described by
  * `device_json` (`{"install_id", "platform", "os_version", "device_model", "soc", "ram_mb",
- * "claimed_backends"}`). On success `*out` owns a handle to free with `ferry_model_free`.
+ * "claimed_backends"}`; `install_id` and `platform` are required, another key is refused with
+ * `FERRY_ERR_INVALID_ARGUMENT`). On success `*out` owns a handle to free with `ferry_model_free`.
  *
  * # Safety
  * `client` is a live handle; strings are valid; `out` is a valid pointer.

@@ -168,6 +168,41 @@ pub unsafe extern "C" fn ferry_client_new(
     app_version: *const c_char,
     out: *mut *mut FerryClient,
 ) -> FerryStatus {
+    // SAFETY: forwarded caller guarantees; no options.
+    unsafe {
+        ferry_client_new_with(
+            server,
+            trust_json,
+            cache_dir,
+            app_version,
+            std::ptr::null(),
+            out,
+        )
+    }
+}
+
+/// [`ferry_client_new`] with client options as JSON (NULL for the defaults), every field
+/// optional: `cache_budget_bytes` (at least 1 MiB; default 512 MiB),
+/// `root_certificates_file` (a PEM file of the CA certificates to trust for HTTPS, e.g. a
+/// fleet's private CA; they replace the built-in web roots) or `root_certificates_pem` (the
+/// same as text), `connect_timeout_ms` and `response_timeout_ms` (100 to 600,000; defaults
+/// 10 s and 30 s), `method` (the method loads load and check; default `forward`),
+/// `max_telemetry_events` (the queue's bound; default 1,000), `telemetry_autosend` (send
+/// telemetry from a background thread) and `time_runs` (default true). A key or value out of
+/// range is `FERRY_ERR_CONFIG` with `config_invalid`.
+///
+/// # Safety
+/// String arguments are valid NUL-terminated strings (`options_json` may be NULL); `out` is a
+/// valid pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferry_client_new_with(
+    server: *const c_char,
+    trust_json: *const c_char,
+    cache_dir: *const c_char,
+    app_version: *const c_char,
+    options_json: *const c_char,
+    out: *mut *mut FerryClient,
+) -> FerryStatus {
     guard(|| {
         if out.is_null() {
             return invalid("out is NULL");
@@ -187,6 +222,30 @@ pub unsafe extern "C" fn ferry_client_new(
             Ok(x) => x,
             Err(s) => return s,
         };
+        let config_error = |m: &str| {
+            fail(
+                FerryStatus::FerryErrConfig,
+                ErrorCode::ConfigInvalid.as_str(),
+                m,
+            )
+        };
+        let options = if options_json.is_null() {
+            client_options::ClientOptionsJson::default()
+        } else {
+            // SAFETY: non-NULL, valid per the contract.
+            let text = match unsafe { arg(options_json, "options_json") } {
+                Ok(t) => t,
+                Err(s) => return s,
+            };
+            match serde_json::from_str(text) {
+                Ok(o) => o,
+                Err(e) => return config_error(&format!("options_json: {e}")),
+            }
+        };
+        let options = match options.check() {
+            Ok(o) => o,
+            Err(e) => return config_error(&format!("options_json: {e}")),
+        };
         let trust = match TrustFile::from_json(trust_json.as_bytes()) {
             Ok(t) => t,
             Err(e) => {
@@ -199,21 +258,14 @@ pub unsafe extern "C" fn ferry_client_new(
         };
         let version = match semver::Version::parse(app_version) {
             Ok(v) => v,
-            Err(e) => {
-                return fail(
-                    FerryStatus::FerryErrConfig,
-                    ErrorCode::ConfigInvalid.as_str(),
-                    &format!("app_version: {e}"),
-                );
-            }
+            Err(e) => return config_error(&format!("app_version: {e}")),
         };
-        match ClientBuilder::new(server, trust)
+        let builder = ClientBuilder::new(server, trust)
             .cache_dir(cache_dir)
             .app_version(version)
             .runtime(Arc::new(ExecuTorchRuntime::new()))
-            .sdk(concat!("ferry-client-c/", env!("CARGO_PKG_VERSION")))
-            .build()
-        {
+            .sdk(concat!("ferry-client-c/", env!("CARGO_PKG_VERSION")));
+        match options.apply(builder).build() {
             Ok(client) => {
                 // SAFETY: `out` is non-NULL and valid per the contract.
                 unsafe {
@@ -240,7 +292,10 @@ pub unsafe extern "C" fn ferry_client_free(client: *mut FerryClient) {
     }
 }
 
+/// The device as the app describes it; a misspelt key is refused rather than read as unknown
+/// (a missing `ram_mb` is 0, unknown, which variants with a RAM minimum do not fit).
 #[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct DeviceJson {
     install_id: String,
     platform: Platform,
@@ -258,7 +313,8 @@ struct DeviceJson {
 
 /// Resolves, downloads, verifies, caches and loads `model` for the device described by
 /// `device_json` (`{"install_id", "platform", "os_version", "device_model", "soc", "ram_mb",
-/// "claimed_backends"}`). On success `*out` owns a handle to free with `ferry_model_free`.
+/// "claimed_backends"}`; `install_id` and `platform` are required, another key is refused with
+/// `FERRY_ERR_INVALID_ARGUMENT`). On success `*out` owns a handle to free with `ferry_model_free`.
 ///
 /// # Safety
 /// `client` is a live handle; strings are valid; `out` is a valid pointer.
@@ -329,6 +385,9 @@ pub unsafe extern "C" fn ferry_load_with(
                 return invalid(&format!("device_json: {e}"));
             }
         };
+        if d.install_id.trim().is_empty() {
+            return invalid("device_json: install_id is empty (a random id kept per install)");
+        }
         let device = DeviceInfo {
             install_id: d.install_id,
             platform: d.platform,
@@ -485,6 +544,7 @@ pub extern "C" fn ferry_last_error_message() -> *const c_char {
     LAST_MESSAGE.with(|m| m.borrow().as_ptr())
 }
 
+mod client_options;
 mod metadata;
 mod options;
 mod telemetry;

@@ -55,7 +55,13 @@ public final class TypedApi {
                 .powerSaver(false)
                 .build();
         System.out.println("options=" + cachedFirst.toJson());
-        try (FerryClient client = new FerryClient(args[0], trust, args[2], "1.0.0")) {
+        try (FerryClient bad = new FerryClient(args[0], trust, args[2], "1.0.0", "{\"cache_budget_bytes\": 5}")) {
+            System.out.println("bad client options accepted: " + bad);
+        } catch (FerryException e) {
+            System.out.println("bad client options: " + e.errorCode());
+        }
+        try (FerryClient client = new FerryClient(
+                args[0], trust, args[2], "1.0.0", "{\"cache_budget_bytes\": 67108864, \"connect_timeout_ms\": 5000}")) {
             CompletableFuture<FerryModel> pending = client.loadAsync("demo-mlp", device, cachedFirst);
             try (FerryModel m = pending.get(120, TimeUnit.SECONDS)) {
                 System.out.println("async variant=" + m.variant() + " source=" + m.source());
@@ -64,6 +70,17 @@ public final class TypedApi {
             }
             try (FerryModel again = client.load("demo-mlp", device, cachedFirst)) {
                 System.out.println("again source=" + again.source());
+            }
+            // A misspelt key and an empty install id are refused before anything is sent.
+            for (String json : new String[] {
+                    "{\"install_id\":\"x\",\"platform\":\"linux\",\"ram_MB\":2048}",
+                    "{\"install_id\":\" \",\"platform\":\"linux\"}"}) {
+                try {
+                    client.load("demo-mlp", json);
+                    System.out.println("accepted " + json);
+                } catch (FerryException e) {
+                    System.out.println("refused device: " + e.errorCode() + " " + e.getMessage());
+                }
             }
             try {
                 client.loadAsync("no-such-model", device, LoadOptions.DEFAULT).get(120, TimeUnit.SECONDS);

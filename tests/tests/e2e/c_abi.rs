@@ -29,6 +29,11 @@ fn generated_header() -> String {
     config.enumeration.rename_variants = cbindgen::RenameRule::ScreamingSnakeCase;
     // Taken as an integer by ferry_model_info, so listed explicitly.
     config.export.include.push("FerryModelField".into());
+    // The client's own constants are not part of the C ABI, and unprefixed macros would clash
+    // with an app's (`#define BATCH 32`).
+    for name in ["BATCH", "DEFAULT_MAX_EVENTS"] {
+        config.export.exclude.push(name.into());
+    }
     config.enumeration.prefix_with_name = false;
     config
         .export
@@ -313,4 +318,61 @@ fn a_c_program_runs_integer_inputs_and_several_outputs() {
             assert!((g - e).abs() <= atol, "output {i}: {g} vs {e}");
         }
     }
+}
+
+#[test]
+fn a_c_program_trusts_a_fleets_private_ca_through_client_options() {
+    use base64::Engine as _;
+    let target = ferry_tests::ffi_library_dir();
+    let work = tempfile::tempdir().expect("tmp");
+    let exe = work.path().join("private_ca");
+    ferry_tests::compile_c(&root().join("tests/c/private_ca.c"), &exe, &target);
+    let pki = crate::client_clock_https::current();
+    let app = crate::client_clock_https::https_app(&pki, None);
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&pki.ca_der);
+    let lines: Vec<&str> = b64
+        .as_bytes()
+        .chunks(64)
+        .map(|c| std::str::from_utf8(c).expect("ascii"))
+        .collect();
+    let pem = format!(
+        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+        lines.join("\n")
+    );
+    let ca = work.path().join("fleet-ca.pem");
+    std::fs::write(&ca, pem).expect("write");
+    let run = Command::new(&exe)
+        .arg(app.url())
+        .arg(app.dir.path().join("keys/trust.json"))
+        .arg(work.path().join("cache"))
+        .arg(&ca)
+        .arg("mlp")
+        .arg(r#"{"install_id":"cam-7","platform":"linux","os_version":"6.1","device_model":"cam-x1","soc":"RK3588","ram_mb":2048}"#)
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    // Nothing cached yet: the load fails offline, and the message names the certificate (a
+    // certificate failure serves the last known good copy when there is one).
+    let without = stdout
+        .lines()
+        .find(|l| l.starts_with("without the CA:"))
+        .unwrap_or_default();
+    assert!(
+        without.contains("code=offline_no_cache") && without.contains("certificate"),
+        "{stdout}"
+    );
+    // FERRY_ERR_CONFIG is 2.
+    assert!(
+        stdout.contains("bad options: status=2 code=config_invalid"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("with the CA: variant=xnnpack-") && stdout.contains("source=downloaded"),
+        "{stdout}"
+    );
 }

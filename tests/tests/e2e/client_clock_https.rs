@@ -57,7 +57,7 @@ pub(crate) fn pki(names: &[&str], from: OffsetDateTime, to: OffsetDateTime) -> P
 }
 
 /// A certificate for the loopback address valid from yesterday for 90 days.
-fn current() -> Pki {
+pub(crate) fn current() -> Pki {
     let now = OffsetDateTime::now_utc();
     pki(
         &["127.0.0.1", "localhost"],
@@ -68,7 +68,7 @@ fn current() -> Pki {
 
 /// The server over HTTPS with `pki`'s certificate (`limit`: its fresh-signature allowance per
 /// address and minute), the demo-free catalog holding `mlp` 1.0.0.
-fn https_app(pki: &Pki, limit: Option<u32>) -> TestApp {
+pub(crate) fn https_app(pki: &Pki, limit: Option<u32>) -> TestApp {
     let (cert, key) = (pki.cert.clone(), pki.key.clone());
     let mut app = TestApp::start_with(Options {
         tweak: Some(Box::new(move |cfg| {

@@ -94,6 +94,9 @@ public final class Ferry {
         int ferry_client_new(String server, String trustJson, String cacheDir, String appVersion,
                 PointerByReference out);
 
+        int ferry_client_new_with(String server, String trustJson, String cacheDir,
+                String appVersion, String optionsJson, PointerByReference out);
+
         void ferry_client_free(Pointer client);
 
         int ferry_client_send_telemetry(Pointer client, Pointer sent, Pointer queued);

@@ -21,8 +21,21 @@ public final class FerryClient implements AutoCloseable {
      * {@code keys/trust.json}, pinned in the app), caching in {@code cacheDir}.
      */
     public FerryClient(String server, String trustJson, String cacheDir, String appVersion) {
+        this(server, trustJson, cacheDir, appVersion, null);
+    }
+
+    /**
+     * A client with options as JSON ({@code null} for the defaults): {@code cache_budget_bytes},
+     * {@code root_certificates_file} or {@code root_certificates_pem} (a fleet's private CA for
+     * HTTPS), {@code connect_timeout_ms}, {@code response_timeout_ms}, {@code method},
+     * {@code max_telemetry_events}, {@code telemetry_autosend}, {@code time_runs}; see
+     * {@code ferry_client_new_with} in {@code ferry.h}. Bad options throw {@code config_invalid}.
+     */
+    public FerryClient(
+            String server, String trustJson, String cacheDir, String appVersion, String optionsJson) {
         PointerByReference out = new PointerByReference();
-        Ferry.check(Ferry.LIB.ferry_client_new(server, trustJson, cacheDir, appVersion, out));
+        Ferry.check(Ferry.LIB.ferry_client_new_with(
+                server, trustJson, cacheDir, appVersion, optionsJson, out));
         handle = out.getValue();
     }
 
