@@ -147,7 +147,10 @@ fn the_typed_java_api_builds_loads_asynchronously_and_maps_error_codes() {
         "{stdout}"
     );
     assert!(!stdout.contains("accepted {"), "{stdout}");
-    assert!(stdout.contains("bad client options: CONFIG_INVALID"), "{stdout}");
+    assert!(
+        stdout.contains("bad client options: CONFIG_INVALID"),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("refused device: INVALID_ARGUMENT")
             && stdout.contains("unknown field `ram_MB`"),
