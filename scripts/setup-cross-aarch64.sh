@@ -59,33 +59,7 @@ if ! rustup toolchain list | grep -q "^$toolchain"; then
 fi
 
 # The aarch64 ExecuTorch runtime from the PyPI wheel.
-if [ ! -f "$dest/.complete-$version" ]; then
-  wheels="$root/.deps/wheels"
-  mkdir -p "$wheels"
-  if ! ls "$wheels"/executorch-$version-*aarch64*.whl >/dev/null 2>&1; then
-    say "downloading the executorch==$version aarch64 wheel"
-    python3 -m pip download --quiet --no-deps --only-binary=:all: \
-      --python-version 3.11 --implementation cp --abi cp311 \
-      --platform manylinux_2_28_aarch64 \
-      -d "$wheels" "executorch==$version" >&2
-  fi
-  wheel=$(ls "$wheels"/executorch-$version-*aarch64*.whl | head -n 1)
-  tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' EXIT
-  python3 - "$wheel" "$tmp" <<'PY'
-import sys, zipfile
-wheel, out = sys.argv[1], sys.argv[2]
-with zipfile.ZipFile(wheel) as z:
-    for name in z.namelist():
-        if name.startswith(("executorch/lib/", "executorch/include/")):
-            z.extract(name, out)
-PY
-  rm -rf "$dest"
-  mkdir -p "$dest"
-  cp -r "$tmp/executorch/lib" "$dest/lib"
-  cp -r "$tmp/executorch/include" "$dest/include"
-  touch "$dest/.complete-$version"
-fi
+bash "$root/scripts/unpack-executorch-wheel.sh" "$version" manylinux_2_28_aarch64 "$dest"
 
 mkdir -p "$(dirname "$env_file")"
 cat >"$env_file" <<EOF

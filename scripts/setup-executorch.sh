@@ -20,32 +20,5 @@ if ! command -v clang >/dev/null 2>&1 || ! ls /usr/lib/llvm-*/lib/libclang.so* >
   fi
 fi
 
-if [ -f "$dest/.complete-$version" ]; then
-  echo "$dest"
-  exit 0
-fi
-wheels="$root/.deps/wheels"
-mkdir -p "$wheels"
-if ! ls "$wheels"/executorch-$version-*.whl >/dev/null 2>&1; then
-  python3 -m pip download --quiet --no-deps --only-binary=:all: \
-    --python-version 3.11 --implementation cp --abi cp311 \
-    --platform manylinux_2_28_x86_64 \
-    -d "$wheels" "executorch==$version" >&2
-fi
-wheel=$(ls "$wheels"/executorch-$version-*.whl | head -n 1)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-python3 - "$wheel" "$tmp" <<'PY'
-import sys, zipfile
-wheel, out = sys.argv[1], sys.argv[2]
-with zipfile.ZipFile(wheel) as z:
-    for name in z.namelist():
-        if name.startswith(("executorch/lib/", "executorch/include/")) or name.startswith("executorch/data/lib/"):
-            z.extract(name, out)
-PY
-rm -rf "$dest"
-mkdir -p "$dest"
-cp -r "$tmp/executorch/lib" "$dest/lib"
-cp -r "$tmp/executorch/include" "$dest/include"
-touch "$dest/.complete-$version"
+bash "$root/scripts/unpack-executorch-wheel.sh" "$version" manylinux_2_28_x86_64 "$dest"
 echo "$dest"

@@ -155,6 +155,23 @@ unsafe fn arg<'a>(p: *const c_char, name: &str) -> Result<&'a str, FerryStatus> 
         .map_err(|_| invalid(&format!("{name} is not UTF-8")))
 }
 
+/// The JSON object at `p` (`T::default()` when NULL): `Err(Ok(message))` when it is not
+/// valid JSON of `T`'s shape, `Err(Err(status))` when the string itself is not usable.
+///
+/// # Safety
+/// `p` is NULL or a valid NUL-terminated string.
+unsafe fn optional_json<T: serde::de::DeserializeOwned + Default>(
+    p: *const c_char,
+    name: &str,
+) -> Result<T, Result<String, FerryStatus>> {
+    if p.is_null() {
+        return Ok(T::default());
+    }
+    // SAFETY: non-NULL, valid per the caller.
+    let text = unsafe { arg(p, name) }.map_err(Err)?;
+    serde_json::from_str(text).map_err(|e| Ok(format!("{name}: {e}")))
+}
+
 /// Creates a client. `trust_json` is the content of a server's `keys/trust.json`.
 /// On success `*out` owns a handle to free with `ferry_client_free`.
 ///
@@ -229,19 +246,13 @@ pub unsafe extern "C" fn ferry_client_new_with(
                 m,
             )
         };
-        let options = if options_json.is_null() {
-            client_options::ClientOptionsJson::default()
-        } else {
-            // SAFETY: non-NULL, valid per the contract.
-            let text = match unsafe { arg(options_json, "options_json") } {
-                Ok(t) => t,
-                Err(s) => return s,
-            };
-            match serde_json::from_str(text) {
+        // SAFETY: NULL or valid per the contract.
+        let options: client_options::ClientOptionsJson =
+            match unsafe { optional_json(options_json, "options_json") } {
                 Ok(o) => o,
-                Err(e) => return config_error(&format!("options_json: {e}")),
-            }
-        };
+                Err(Ok(message)) => return config_error(&message),
+                Err(Err(s)) => return s,
+            };
         let options = match options.check() {
             Ok(o) => o,
             Err(e) => return config_error(&format!("options_json: {e}")),
@@ -358,21 +369,13 @@ pub unsafe extern "C" fn ferry_load_with(
                 (Ok(m), Ok(d)) => (m, d),
                 (Err(s), _) | (_, Err(s)) => return s,
             };
-        let options: options::OptionsJson = if options_json.is_null() {
-            options::OptionsJson::default()
-        } else {
-            // SAFETY: non-NULL and valid per the contract.
-            let text = match unsafe { arg(options_json, "options_json") } {
-                Ok(t) => t,
-                Err(s) => return s,
-            };
-            match serde_json::from_str(text) {
+        // SAFETY: NULL or valid per the contract.
+        let options: options::OptionsJson =
+            match unsafe { optional_json(options_json, "options_json") } {
                 Ok(o) => o,
-                Err(e) => {
-                    return invalid(&format!("options_json: {e}"));
-                }
-            }
-        };
+                Err(Ok(message)) => return invalid(&message),
+                Err(Err(s)) => return s,
+            };
         let options = match options.into_options() {
             Ok(o) => o,
             Err(e) => {
