@@ -19,84 +19,104 @@ use crate::api::error::{ApiError, REQUEST_ID};
 use crate::api::ops::{healthz, metrics, readyz};
 use ferry_shared::protocol::{PROTOCOL, PROTOCOL_HEADER, Protocol, SDK_HEADER, Sdk};
 
+/// A GET route and the HEAD route HTTP requires beside it (actix sends HEAD answers without
+/// their body).
+fn get_head<F, Args>(r: actix_web::Resource, handler: F) -> actix_web::Resource
+where
+    F: actix_web::Handler<Args> + Clone,
+    Args: actix_web::FromRequest + 'static,
+    F::Output: actix_web::Responder + 'static,
+{
+    r.route(web::get().to(handler.clone()))
+        .route(web::head().to(handler))
+}
+
+/// What a route adds to its resource.
+type Routes = fn(actix_web::Resource) -> actix_web::Resource;
+
+/// Every route: path, the methods it answers (the `Allow` header of its 405), and its handlers.
+fn table() -> Vec<(&'static str, &'static str, Routes)> {
+    use crate::api::{admin, fleet, ui};
+    const GET: &str = "GET, HEAD";
+    const GET_POST: &str = "GET, HEAD, POST";
+    vec![
+        ("/healthz", GET, |r| get_head(r, healthz)),
+        ("/ui", GET, |r| get_head(r, ui::index)),
+        ("/ui/", GET, |r| get_head(r, ui::index)),
+        ("/ui/{file}", GET, |r| get_head(r, ui::file)),
+        ("/readyz", GET, |r| get_head(r, readyz)),
+        ("/metrics", GET, |r| get_head(r, metrics)),
+        ("/v1/keys", GET, |r| get_head(r, keys)),
+        ("/v1/keyring", GET, |r| get_head(r, keyring)),
+        ("/v1/resolve", "POST", |r| r.route(web::post().to(resolve))),
+        ("/v1/time", GET, |r| get_head(r, signed_time)),
+        ("/v1/releases/sha256/{hex}", GET, |r| {
+            get_head(r, release_by_digest)
+        }),
+        ("/v1/blobs/sha256/{hex}", GET, |r| get_head(r, get_blob)),
+        ("/v1/admin/blobs/sha256/{hex}", "PUT", |r| {
+            r.route(web::put().to(put_blob_handler))
+        }),
+        ("/v1/admin/models", GET, |r| get_head(r, list_models)),
+        ("/v1/admin/keyring", GET_POST, |r| {
+            get_head(r, admin::get_keyring).route(web::post().to(admin::post_keyring))
+        }),
+        ("/v1/admin/models/{model}", GET, |r| get_head(r, get_model)),
+        ("/v1/admin/models/{model}/releases", "POST", |r| {
+            r.route(web::post().to(post_release))
+        }),
+        ("/v1/admin/models/{model}/revocations", GET_POST, |r| {
+            get_head(r, admin::get_revocations).route(web::post().to(admin::post_revocations))
+        }),
+        ("/v1/admin/models/{model}/releases/{version}", GET, |r| {
+            get_head(r, get_release)
+        }),
+        ("/v1/telemetry", "POST", |r| {
+            r.route(web::post().to(fleet::post_telemetry))
+        }),
+        ("/v1/admin/models/{model}/rollout", GET_POST, |r| {
+            get_head(r, fleet::get_rollout).route(web::post().to(fleet::post_rollout))
+        }),
+        ("/v1/admin/models/{model}/health", GET, |r| {
+            get_head(r, fleet::get_health)
+        }),
+        ("/v1/admin/models/{model}/health/series", GET, |r| {
+            get_head(r, fleet::get_health_series)
+        }),
+        ("/v1/admin/models/{model}/deny", GET_POST, |r| {
+            get_head(r, fleet::get_deny).route(web::post().to(fleet::post_deny))
+        }),
+    ]
+}
+
+/// Every route's path and the methods it answers, as its 405 `Allow` header says (for the
+/// tests that hold the OpenAPI document to the server).
+pub fn allowed_methods() -> Vec<(&'static str, &'static str)> {
+    table().into_iter().map(|(p, m, _)| (p, m)).collect()
+}
+
 /// Registers every route on an actix `ServiceConfig`.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.service(resource("/healthz").route(web::get().to(healthz)))
-        .service(
-            resource("/ui")
-                .route(web::get().to(crate::api::ui::index))
-                .route(web::head().to(crate::api::ui::index)),
-        )
-        .service(
-            resource("/ui/")
-                .route(web::get().to(crate::api::ui::index))
-                .route(web::head().to(crate::api::ui::index)),
-        )
-        .service(
-            resource("/ui/{file}")
-                .route(web::get().to(crate::api::ui::file))
-                .route(web::head().to(crate::api::ui::file)),
-        )
-        .service(resource("/readyz").route(web::get().to(readyz)))
-        .service(resource("/metrics").route(web::get().to(metrics)))
-        .service(resource("/v1/keys").route(web::get().to(keys)))
-        .service(resource("/v1/keyring").route(web::get().to(keyring)))
-        .service(resource("/v1/resolve").route(web::post().to(resolve)))
-        .service(resource("/v1/time").route(web::get().to(signed_time)))
-        .service(resource("/v1/releases/sha256/{hex}").route(web::get().to(release_by_digest)))
-        .service(
-            resource("/v1/blobs/sha256/{hex}")
-                .route(web::get().to(get_blob))
-                .route(web::head().to(get_blob)),
-        )
-        .service(resource("/v1/admin/blobs/sha256/{hex}").route(web::put().to(put_blob_handler)))
-        .service(resource("/v1/admin/models").route(web::get().to(list_models)))
-        .service(
-            resource("/v1/admin/keyring")
-                .route(web::get().to(crate::api::admin::get_keyring))
-                .route(web::post().to(crate::api::admin::post_keyring)),
-        )
-        .service(resource("/v1/admin/models/{model}").route(web::get().to(get_model)))
-        .service(resource("/v1/admin/models/{model}/releases").route(web::post().to(post_release)))
-        .service(
-            resource("/v1/admin/models/{model}/revocations")
-                .route(web::get().to(crate::api::admin::get_revocations))
-                .route(web::post().to(crate::api::admin::post_revocations)),
-        )
-        .service(
-            resource("/v1/admin/models/{model}/releases/{version}")
-                .route(web::get().to(get_release)),
-        )
-        .service(resource("/v1/telemetry").route(web::post().to(crate::api::fleet::post_telemetry)))
-        .service(
-            resource("/v1/admin/models/{model}/rollout")
-                .route(web::get().to(crate::api::fleet::get_rollout))
-                .route(web::post().to(crate::api::fleet::post_rollout)),
-        )
-        .service(
-            resource("/v1/admin/models/{model}/health")
-                .route(web::get().to(crate::api::fleet::get_health)),
-        )
-        .service(
-            resource("/v1/admin/models/{model}/health/series")
-                .route(web::get().to(crate::api::fleet::get_health_series)),
-        )
-        .service(
-            resource("/v1/admin/models/{model}/deny")
-                .route(web::get().to(crate::api::fleet::get_deny))
-                .route(web::post().to(crate::api::fleet::post_deny)),
-        );
+    for (path, allow, add) in table() {
+        cfg.service(add(resource(path, allow)));
+    }
 }
 
-pub(crate) fn resource(path: &str) -> actix_web::Resource {
-    web::resource(path).default_service(web::to(method_not_allowed))
-}
-
-pub(crate) async fn method_not_allowed(req: HttpRequest) -> Result<HttpResponse, ApiError> {
-    Err(ApiError::new(
-        ErrorCode::MethodNotAllowed,
-        format!("{} is not allowed on {}", req.method(), req.path()),
-    ))
+/// A resource whose other methods get 405 with `Allow: allow`.
+pub(crate) fn resource(path: &str, allow: &'static str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(move |req: HttpRequest| async move {
+        let mut res = actix_web::ResponseError::error_response(&ApiError::new(
+            ErrorCode::MethodNotAllowed,
+            format!(
+                "{} is not allowed on {}; allowed: {allow}",
+                req.method(),
+                req.path()
+            ),
+        ));
+        res.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static(allow));
+        Ok::<_, actix_web::Error>(res)
+    }))
 }
 
 /// The catch-all for unknown paths.
