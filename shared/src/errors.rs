@@ -75,6 +75,8 @@ catalogue! {
     Internal = "internal",
     /// The object store did not answer. (server)
     StorageUnavailable = "storage_unavailable",
+    /// The object store has no room for the write (the disk is full or over its quota); nothing was stored. (server)
+    StorageFull = "storage_full",
     /// The server's online key is past the expiry its keyring gives it; devices refuse what it signs. (server)
     OnlineKeyExpired = "online_key_expired",
     /// A rollout or deny-list change lost the race to other writers too many times. (server)

@@ -22,6 +22,9 @@ use crate::storage::StoreError;
 tokio::task_local! {
     /// The id of the request being served (set by the request-id middleware).
     pub static REQUEST_ID: String;
+    /// The server's store, as errors name it ("the local store at /var/lib/ferry/store"; set
+    /// by the same middleware).
+    pub static STORE_NAME: std::sync::Arc<str>;
 }
 
 /// The current request's id, or `-` outside a request.
@@ -104,6 +107,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::PteLimitExceeded => StatusCode::UNPROCESSABLE_ENTITY,
         C::RateLimited => StatusCode::TOO_MANY_REQUESTS,
         C::StorageUnavailable | C::OnlineKeyExpired => StatusCode::SERVICE_UNAVAILABLE,
+        C::StorageFull => StatusCode::INSUFFICIENT_STORAGE,
         // The server never answers with these (they are the client's, the C ABI's or the
         // trust file's); were one to reach here it would be a bug, hence 500.
         // A keyring pushed to `POST /v1/admin/keyring`.
@@ -191,6 +195,22 @@ impl ApiError {
         }
     }
 
+    /// 507 for a write the store had no room for: names the store, logs `cause`.
+    pub fn full(cause: impl fmt::Display) -> Self {
+        let store = STORE_NAME
+            .try_with(|s| s.to_string())
+            .unwrap_or_else(|_| "the store".to_string());
+        Self {
+            code: ErrorCode::StorageFull,
+            message: format!(
+                "{store} is full (no space left or over quota); nothing was stored: free space \
+                 or grow it, then retry"
+            ),
+            internal: Some(cause.to_string()),
+            details: None,
+        }
+    }
+
     /// Adds structured detail.
     pub fn with_details(mut self, details: serde_json::Value) -> Self {
         self.details = Some(details);
@@ -258,6 +278,7 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Unavailable(cause) => ApiError::unavailable(cause),
+            StoreError::Full(cause) => ApiError::full(cause),
             StoreError::Encode(cause) => ApiError::internal(cause),
             other => ApiError::new(other.code(), other.to_string()),
         }

@@ -15,7 +15,7 @@ use crate::api::AppState;
 use crate::api::admin::{get_model, get_release, list_models, post_release};
 use crate::api::blobs::{get_blob, put_blob_handler};
 use crate::api::device::{keyring, keys, release_by_digest, resolve, signed_time};
-use crate::api::error::{ApiError, REQUEST_ID};
+use crate::api::error::{ApiError, REQUEST_ID, STORE_NAME};
 use crate::api::ops::{healthz, metrics, readyz};
 use ferry_shared::protocol::{PROTOCOL, PROTOCOL_HEADER, Protocol, SDK_HEADER, Sdk};
 
@@ -223,6 +223,7 @@ pub fn app(
             let trace_id = trace_id(req.headers());
             let started = Instant::now();
             let method = req.method().clone();
+            let store_name = state.store_name();
             let over = req
                 .conn_data::<crate::api::connections::ConnSlot>()
                 .is_some_and(crate::api::connections::ConnSlot::over);
@@ -242,7 +243,9 @@ pub fn app(
                 futures_util::future::Either::Right(srv.call(req))
             };
             async move {
-                let mut res: ServiceResponse<BoxBody> = REQUEST_ID.scope(id.clone(), fut).await?;
+                let mut res: ServiceResponse<BoxBody> = REQUEST_ID
+                    .scope(id.clone(), STORE_NAME.scope(store_name, fut))
+                    .await?;
                 if let Ok(v) = HeaderValue::from_str(&id) {
                     res.headers_mut()
                         .insert(header::HeaderName::from_static("x-request-id"), v);

@@ -52,6 +52,8 @@ pub struct Settings {
 pub struct Parts {
     /// The object store.
     pub store: Store,
+    /// How errors name it ([`StorageConfig::describe`]).
+    pub store_name: String,
     /// The server's keys.
     pub keys: crate::keys::ServerKeys,
     /// The catalog read at start.
@@ -78,6 +80,7 @@ pub struct AppState {
     request_prefix: String,
     started: std::time::Instant,
     catalog_reloaded_ms: AtomicU64,
+    store_name: Arc<str>,
 }
 
 impl AppState {
@@ -85,6 +88,7 @@ impl AppState {
     pub fn new(settings: Settings, parts: Parts) -> Self {
         let Parts {
             store,
+            store_name,
             keys,
             catalog,
             node,
@@ -139,7 +143,13 @@ impl AppState {
             started: std::time::Instant::now(),
             catalog_reloaded_ms: AtomicU64::new(0),
             request_prefix: hex::encode(prefix),
+            store_name: store_name.into(),
         }
+    }
+
+    /// The store as errors name it ("the local store at ...", "the S3 bucket ...").
+    pub fn store_name(&self) -> Arc<str> {
+        self.store_name.clone()
     }
 
     /// The API's config section.

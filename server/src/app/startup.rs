@@ -135,6 +135,7 @@ pub async fn build_state(
         .unwrap_or_else(|| stored_node_id(&config.data, &random));
     let parts = crate::api::state::Parts {
         store,
+        store_name: config.storage.describe(&config.data),
         keys: server_keys,
         catalog,
         node,

@@ -54,6 +54,17 @@ pub(crate) fn default_region() -> String {
 }
 
 impl StorageConfig {
+    /// The store as errors and logs name it, for the data directory `data`.
+    pub fn describe(&self, data: &std::path::Path) -> String {
+        match self {
+            StorageConfig::Local => format!("the local store at {}", data.join("store").display()),
+            StorageConfig::S3 { bucket, .. } => format!("the S3 bucket {bucket}"),
+            StorageConfig::Azure {
+                container, account, ..
+            } => format!("the Azure container {container} (account {account})"),
+        }
+    }
+
     /// The store from the config file's `[storage]` (`file`), overridden by the environment
     /// (`FERRY_STORAGE`, `FERRY_S3_*`, `FERRY_AZURE_*`), with names, endpoints and plain-HTTP
     /// use checked.

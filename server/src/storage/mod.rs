@@ -44,6 +44,9 @@ pub enum StoreError {
     /// The store did not answer (or answered with an error).
     #[error("storage is unavailable: {0}")]
     Unavailable(object_store::Error),
+    /// The store has no room for a write (a full disk, an exceeded quota).
+    #[error("the store is full: {0}")]
+    Full(object_store::Error),
     /// A revision log changed under us too many times in a row.
     #[error("{prefix} changed {tries} times while this change was being made; try again")]
     Contended {
@@ -78,6 +81,7 @@ impl StoreError {
         match self {
             StoreError::NotFound => ErrorCode::NotFound,
             StoreError::Unavailable(_) => ErrorCode::StorageUnavailable,
+            StoreError::Full(_) => ErrorCode::StorageFull,
             StoreError::Contended { .. } => ErrorCode::StateContended,
             StoreError::Encode(_) => ErrorCode::Internal,
             StoreError::NewerRecord { .. } => ErrorCode::StoreRecordNewer,
@@ -89,9 +93,28 @@ impl From<object_store::Error> for StoreError {
     fn from(e: object_store::Error) -> Self {
         match e {
             object_store::Error::NotFound { .. } => StoreError::NotFound,
+            other if is_full(&other) => StoreError::Full(other),
             other => StoreError::Unavailable(other),
         }
     }
+}
+
+/// True when `e`, or an error it was caused by, is the operating system saying there is no
+/// room: a full disk (`ENOSPC`) or an exceeded quota (`EDQUOT`).
+pub fn is_full(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && (matches!(
+                io.kind(),
+                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+            ) || matches!(io.raw_os_error(), Some(28 | 122)))
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
 }
 
 /// The shared store handle.

@@ -11,6 +11,7 @@ mod cli_publish_checks;
 mod cli_ramp;
 mod cli_revoke;
 mod cli_rollout;
+mod cli_storage_full;
 mod common;
 mod deploy;
 mod readme;

@@ -32,7 +32,8 @@ pub fn run_ok(cmd: &mut Command) -> String {
 
 /// A `ferry serve` child process, killed on drop.
 pub struct Server {
-    child: Child,
+    /// The process (killed on drop).
+    pub child: Child,
     /// Its URL.
     pub url: String,
 }

@@ -38,6 +38,8 @@ public enum ErrorCode {
     INTERNAL("internal"),
     /** The object store did not answer. (server) */
     STORAGE_UNAVAILABLE("storage_unavailable"),
+    /** The object store has no room for the write (the disk is full or over its quota); nothing was stored. (server) */
+    STORAGE_FULL("storage_full"),
     /** The server's online key is past the expiry its keyring gives it; devices refuse what it signs. (server) */
     ONLINE_KEY_EXPIRED("online_key_expired"),
     /** A rollout or deny-list change lost the race to other writers too many times. (server) */
