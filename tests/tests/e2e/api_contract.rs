@@ -144,6 +144,9 @@ fn documented(doc: &serde_json::Value, name: &str) -> jsonschema::Validator {
     jsonschema::validator_for(&schema).expect("compiles")
 }
 
+/// The server's own check of one concept.
+type Rule = dyn Fn(&str) -> bool;
+
 /// Random base64url-ish strings, and near-valid ones of every length around the limits.
 fn nonces(g: &mut Strings, alphabet: &[char]) -> Vec<String> {
     let mut out: Vec<String> = (0..4000).map(|_| g.from(alphabet, 46)).collect();
@@ -169,7 +172,7 @@ fn the_documented_patterns_are_the_servers_rules() {
     let hex_chars: Vec<char> = "0123456789abcdefABG".chars().collect();
     let b64_chars: Vec<char> = "AQgwEIMaz09_-+/=".chars().collect();
     let ver_chars: Vec<char> = "0123.-+aZ".chars().collect();
-    let cases: [(&str, Vec<String>, &dyn Fn(&str) -> bool); 4] = [
+    let cases: [(&str, Vec<String>, &Rule); 4] = [
         (
             "ModelName",
             (0..4000)
