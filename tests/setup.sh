@@ -53,6 +53,13 @@ if [ ! -x "$root/.deps/pytools/bin/kubernetes-validate" ] || ! "$root/.deps/pyto
   python3 -m venv "$root/.deps/pytools"
   "$root/.deps/pytools/bin/pip" install --quiet duckdb kubernetes-validate
 fi
+# The schema-driven API tester (Schemathesis, from PyPI, at one version: fixed seeds stay
+# reproducible).
+st_version=4.32.5
+if ! "$root/.deps/schemathesis/bin/st" --version 2>/dev/null | grep -q "$st_version"; then
+  python3 -m venv "$root/.deps/schemathesis"
+  "$root/.deps/schemathesis/bin/pip" install --quiet "schemathesis==$st_version"
+fi
 # The Azure Blob Storage emulator (Azurite, from npm), at the version tests/azurite's lockfile pins.
 az="$root/.deps/azurite"
 if [ ! -x "$az/node_modules/.bin/azurite-blob" ] || ! cmp -s "$root/tests/azurite/package-lock.json" "$az/package-lock.json"; then

@@ -120,7 +120,46 @@ pub(crate) async fn admin_change<T: serde::de::DeserializeOwned>(
     let caller = authorize(req, &state.config().tokens, Scope::Rollout)?;
     let model = known_model(state, model).await?;
     let body = read_body(payload, &state.config().limits, 64 * 1024).await?;
-    let change: T =
+    let mut value: serde_json::Value =
         serde_json::from_slice(&body).map_err(|e| ApiError::new(code, format!("change: {e}")))?;
+    integral(&mut value);
+    let change: T =
+        serde_json::from_value(value).map_err(|e| ApiError::new(code, format!("change: {e}")))?;
     Ok((caller, model, change))
+}
+
+/// Turns every number written with a fraction of zero (`3600.0`) into the integer it is, so a
+/// field typed as a count takes it as JSON Schema's `integer` does; other numbers stay.
+fn integral(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Number(n) if n.as_u64().is_none() && n.as_i64().is_none() => {
+            if let Some(f) = n.as_f64()
+                && f.fract() == 0.0
+                && f.abs() < 9.0e15
+            {
+                // Exact below 2^53: the cast keeps the value.
+                #[allow(clippy::cast_possible_truncation)]
+                let i = f as i64;
+                *v = serde_json::Value::from(i);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(integral),
+        serde_json::Value::Object(map) => map.values_mut().for_each(integral),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod integral_tests {
+    #[test]
+    fn integral_floats_become_integers_and_others_stay() {
+        let mut v = serde_json::json!({"every_secs": 3600.0, "rate": 0.25, "n": [2.0, -4.0, 7],
+            "huge": 1.0e300, "text": "1.0"});
+        super::integral(&mut v);
+        assert_eq!(
+            v,
+            serde_json::json!({"every_secs": 3600, "rate": 0.25, "n": [2, -4, 7],
+                "huge": 1.0e300, "text": "1.0"})
+        );
+    }
 }

@@ -241,3 +241,60 @@ fn the_documented_patterns_are_the_servers_rules() {
         );
     }
 }
+
+#[test]
+fn the_schema_driven_tester_finds_no_mismatch() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let st = root.join(".deps/schemathesis/bin/st");
+    assert!(
+        st.is_file(),
+        "{} is missing: run tests/setup.sh (Schemathesis from PyPI)",
+        st.display()
+    );
+    // The demo published; limits raised so the generated requests meet no 429.
+    let app = TestApp::start_with(Options {
+        demo: true,
+        tweak: Some(Box::new(|c| {
+            c.limits.fresh_decisions_per_minute = 1_000_000;
+            c.limits.max_connections_per_address = 10_000;
+            c.telemetry.per_install_per_minute = 1_000_000;
+            c.telemetry.per_address_per_minute = 1_000_000;
+        })),
+        ..Default::default()
+    });
+    let out = std::process::Command::new(&st)
+        .arg("--no-color")
+        .arg("--config-file")
+        .arg(root.join("tests/schemathesis.toml"))
+        .arg("run")
+        .arg(root.join("schemas/openapi.json"))
+        .args(["--url", &app.url(), "--checks", "all"])
+        .args(["-H", &format!("Authorization: Bearer {ADMIN_TOKEN}")])
+        .output()
+        .expect("run schemathesis");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "schemathesis found mismatches between schemas/openapi.json and the server:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // It really ran every operation of the document and generated requests.
+    let operations = openapi()["paths"]
+        .as_object()
+        .expect("paths")
+        .values()
+        .flat_map(|item| item.as_object().expect("item").keys())
+        .filter(|k| ["get", "head", "post", "put", "delete", "patch"].contains(&k.as_str()))
+        .count();
+    assert!(text.contains(&format!("Tested: {operations}")), "{text}");
+    let generated: u64 = text
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .split_once(" generated, ")
+                .map(|(n, _)| n.trim().to_string())
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(generated > 500, "{generated} test cases: {text}");
+}
