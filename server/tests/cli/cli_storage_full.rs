@@ -4,10 +4,8 @@
 
 use crate::common;
 
-use std::io::{BufRead as _, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 
 use common::{TOKEN, ferry};
 
@@ -18,36 +16,6 @@ impl Drop for Mount<'_> {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(self.0).status();
     }
-}
-
-/// `ferry serve` on `data` with every stderr line kept.
-fn serve(data: &Path) -> (common::Server, Arc<Mutex<Vec<String>>>) {
-    let mut child = ferry()
-        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
-        .arg(data)
-        .env("FERRY_ADMIN_TOKEN", TOKEN)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn server");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let url = loop {
-        let line = lines.next().expect("server exited").expect("read");
-        if let Some(rest) = line.strip_prefix("ferry: listening on ") {
-            break rest.split_whitespace().next().expect("url").to_string();
-        }
-    };
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let keep = log.clone();
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            if let Ok(mut l) = keep.lock() {
-                l.push(line);
-            }
-        }
-    });
-    (common::Server { child, url }, log)
 }
 
 #[test]
@@ -66,7 +34,7 @@ fn a_full_store_answers_507_naming_it_and_logs_the_cause() {
         "mounting a small tmpfs needs root (CI and the dev machines run as root)"
     );
     let guard = Mount(&store);
-    let (server, log) = serve(&s.data);
+    let (server, log) = common::serve_logged(&s.data, None, "info");
     let out = ferry()
         .arg("publish")
         .arg(&s.v1)
@@ -110,7 +78,7 @@ fn a_full_store_answers_507_naming_it_and_logs_the_cause() {
     // Room again: the same publish goes through.
     drop(server);
     drop(guard);
-    let (server, _) = serve(&s.data);
+    let server = common::serve(&s.data);
     let ok = common::run_ok(
         ferry()
             .arg("publish")

@@ -116,6 +116,15 @@ pub fn serve(data: &Path) -> Server {
 
 /// Starts `ferry serve` on a free port for `data`, with a config file.
 pub fn serve_with(data: &Path, config: Option<&Path>) -> Server {
+    serve_logged(data, config, "warn").0
+}
+
+/// The server's stderr lines so far (kept by a thread that drains the pipe).
+pub type Log = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// Starts `ferry serve` on a free port for `data` (with a config file, at log level `level`),
+/// keeping every line it writes on stderr.
+pub fn serve_logged(data: &Path, config: Option<&Path>, level: &str) -> (Server, Log) {
     let mut cmd = ferry();
     if let Some(c) = config {
         cmd.arg("serve").arg("--config").arg(c);
@@ -126,7 +135,7 @@ pub fn serve_with(data: &Path, config: Option<&Path>) -> Server {
         .args(["--listen", "127.0.0.1:0", "--data"])
         .arg(data)
         .env("FERRY_ADMIN_TOKEN", TOKEN)
-        .env("FERRY_LOG", "warn")
+        .env("FERRY_LOG", level)
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
@@ -143,8 +152,16 @@ pub fn serve_with(data: &Path, config: Option<&Path>) -> Server {
         }
     };
     // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Server { child, url }
+    let log = Log::default();
+    let keep = log.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            if let Ok(mut l) = keep.lock() {
+                l.push(line);
+            }
+        }
+    });
+    (Server { child, url }, log)
 }
 
 const SCHEMA_BASE: &str = "https://ferry.invalid/schemas/";
