@@ -27,6 +27,7 @@ mod jvm_typed;
 mod key_rotation;
 mod keyring_push;
 mod model_metadata;
+mod openapi_bundle;
 mod operators;
 mod protocol;
 mod revocation;
