@@ -128,6 +128,26 @@ pub fn ffi_library_dir() -> PathBuf {
     dir
 }
 
+/// Polls `ok` every 100 ms for up to 20 s (replicas flush each second); panics naming `what`
+/// when it never holds.
+pub fn until(what: &str, mut ok: impl FnMut() -> bool) {
+    for _ in 0..200 {
+        if ok() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("never: {what}");
+}
+
+/// Telemetry settings for tests: each replica flushes and writes its raw log every second and
+/// evaluates after every batch.
+pub fn fast_telemetry(c: &mut ferry_server::app::config::Config) {
+    c.telemetry.flush_secs = 1;
+    c.telemetry.raw_roll_secs = 1;
+    c.telemetry.evaluate_ms = 0;
+}
+
 /// Compiles the C program `source` against `client/include/ferry.h` and the library in
 /// `lib_dir` (found at run time through an rpath) with `-Wall -Werror`, into `exe`.
 pub fn compile_c(source: &Path, exe: &Path, lib_dir: &Path) {

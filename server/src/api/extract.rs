@@ -57,7 +57,9 @@ pub(crate) fn parse_model(s: &str) -> Result<ModelName, ApiError> {
         .map_err(|e: ferry_shared::NameError| ApiError::new(ErrorCode::InvalidName, e.to_string()))
 }
 
-pub(crate) fn parse_digest(s: &str) -> Result<Sha256Digest, ApiError> {
+/// A blob digest in a path: 64 lowercase hex characters (`invalid_digest` otherwise; the
+/// OpenAPI document's `Sha256Hex` says the same, and a test holds the two together).
+pub fn parse_digest(s: &str) -> Result<Sha256Digest, ApiError> {
     if s.len() != 64
         || !s
             .bytes()

@@ -115,131 +115,87 @@ fn an_undeclared_method_gets_405_with_allow_and_head_answers_like_get() {
     }
 }
 
-/// A small deterministic generator of test strings (no dependency on a random source, so a
-/// failure reproduces).
-struct Strings(u64);
-
-impl Strings {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        self.0 >> 33
-    }
-
-    /// A string of up to `max` characters from `alphabet`.
-    fn from(&mut self, alphabet: &[char], max: u64) -> String {
-        let len = self.next() % (max + 1);
-        (0..len)
-            .map(|_| alphabet[(self.next() % alphabet.len() as u64) as usize])
-            .collect()
-    }
-}
-
-/// Whether `value` is valid against the document's `components.schemas.NAME`.
-fn documented(doc: &serde_json::Value, name: &str) -> jsonschema::Validator {
-    let schema = doc["components"]["schemas"][name].clone();
+/// The document's `components.schemas.NAME`, compiled.
+fn documented(name: &str) -> jsonschema::Validator {
+    let schema = openapi()["components"]["schemas"][name].clone();
     assert!(schema.is_object(), "the document defines {name}");
     jsonschema::validator_for(&schema).expect("compiles")
 }
 
-/// The server's own check of one concept.
-type Rule = dyn Fn(&str) -> bool;
-
-/// Random base64url-ish strings, and near-valid ones of every length around the limits.
-fn nonces(g: &mut Strings, alphabet: &[char]) -> Vec<String> {
-    let mut out: Vec<String> = (0..4000).map(|_| g.from(alphabet, 46)).collect();
-    for i in 0..2000 {
-        let len = 20 + i % 26;
-        let mut s: String = (0..len)
-            .map(|_| alphabet[(g.next() % 14) as usize])
-            .collect();
-        if i % 3 == 0 {
-            s.truncate(len - 1);
-            s.push('A');
-        }
-        out.push(s);
+/// Holds the documented `name` to the server's `rule`: on the `known` strings (which must
+/// include both a valid and an invalid one) and on strings proptest draws from `chars`.
+fn same_rule(name: &str, rule: fn(&str) -> bool, known: &[&str], chars: &str) {
+    use proptest::prelude::*;
+    let v = documented(name);
+    let doc = |s: &str| v.is_valid(&serde_json::json!(s));
+    for s in known {
+        assert_eq!(doc(s), rule(s), "{name} {s:?}");
     }
-    out
+    assert!(
+        known.iter().any(|s| rule(s)) && known.iter().any(|s| !rule(s)),
+        "{name}: the known strings reach both sides of the rule"
+    );
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 4000,
+        ..ProptestConfig::default()
+    });
+    runner
+        .run(
+            &proptest::string::string_regex(chars).expect("regex"),
+            |s| {
+                prop_assert_eq!(doc(&s), rule(&s), "{} {:?}", name, s);
+                Ok(())
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]
 fn the_documented_patterns_are_the_servers_rules() {
-    let doc = openapi();
-    let mut g = Strings(35);
-    let name_chars: Vec<char> = "abz09._-AZ é/\u{0}".chars().collect();
-    let hex_chars: Vec<char> = "0123456789abcdefABG".chars().collect();
-    let b64_chars: Vec<char> = "AQgwEIMaz09_-+/=".chars().collect();
-    let ver_chars: Vec<char> = "0123.-+aZ".chars().collect();
-    let cases: [(&str, Vec<String>, &Rule); 4] = [
-        (
-            "ModelName",
-            (0..4000)
-                .map(|i| g.from(&name_chars, if i % 10 == 0 { 70 } else { 8 }))
-                .chain([
-                    "demo-mlp".into(),
-                    "a".repeat(64),
-                    "a".repeat(65),
-                    "-x".into(),
-                ])
-                .collect(),
-            &|s| s.parse::<ferry_shared::ModelName>().is_ok(),
-        ),
-        (
-            "Sha256Hex",
-            (0..2000)
-                .map(|i| {
-                    let mut s = g.from(&hex_chars[..16], 64);
-                    while i % 2 == 0 && s.len() < 64 {
-                        s.push('a');
-                    }
-                    if i % 7 == 0 {
-                        s.replace_range(0..1.min(s.len()), "G");
-                    }
-                    s
-                })
-                .collect(),
-            &|s| ferry_shared::Sha256Digest::from_hex(s).is_ok(),
-        ),
-        ("Nonce", nonces(&mut g, &b64_chars), &|s| {
-            ferry_shared::resolve::check_nonce(s).is_ok()
-        }),
-        (
-            "Version",
-            (0..6000)
-                .map(|_| g.from(&ver_chars, 14))
-                .chain([
-                    "1.0.0".into(),
-                    "1.0.0-rc.1+b.2".into(),
-                    "01.0.0".into(),
-                    "1.0.0-01".into(),
-                    "1.0.0-".into(),
-                    format!("1.0.0-{}", "a".repeat(60)),
-                ])
-                .collect(),
-            &|s| s.len() <= 64 && s.parse::<semver::Version>().is_ok(),
-        ),
-    ];
-    for (name, corpus, server) in cases {
-        let v = documented(&doc, name);
-        let mut valid = 0;
-        for s in &corpus {
-            let by_doc = v.is_valid(&serde_json::json!(s));
-            assert_eq!(
-                by_doc,
-                server(s),
-                "{name} {s:?}: the document says {by_doc}"
-            );
-            valid += usize::from(by_doc);
-        }
-        // The corpus reaches both sides of each rule.
-        assert!(
-            valid > 0 && valid < corpus.len(),
-            "{name}: {valid} of {}",
-            corpus.len()
-        );
-    }
+    same_rule(
+        "ModelName",
+        |s| s.parse::<ferry_shared::ModelName>().is_ok(),
+        &[
+            "demo-mlp",
+            &"a".repeat(64),
+            &"a".repeat(65),
+            "-x",
+            "z..0",
+            "a.b",
+            "A",
+        ],
+        "[abz09._A-Z \\u{e9}/-]{0,70}",
+    );
+    same_rule(
+        "Sha256Hex",
+        |s| ferry_server::api::extract::parse_digest(s).is_ok(),
+        &[&"a".repeat(64), &"a".repeat(63), &"A".repeat(64)],
+        "[0-9a-fA-G]{60,66}",
+    );
+    same_rule(
+        "Nonce",
+        |s| ferry_shared::resolve::check_nonce(s).is_ok(),
+        &[
+            "AAAAAAAAAAAAAAAAAAAAAA",
+            "AAAAAAAAAAAAAAAAAAAAAB",
+            &"A".repeat(21),
+            &"A".repeat(44),
+        ],
+        "[AQgwEIMaz09_+/=-]{20,46}",
+    );
+    same_rule(
+        "Version",
+        |s| s.len() <= 64 && s.parse::<semver::Version>().is_ok(),
+        &[
+            "1.0.0",
+            "1.0.0-rc.1+b.2",
+            "01.0.0",
+            "1.0.0-01",
+            "1.0.0-",
+            &format!("1.0.0-{}", "a".repeat(60)),
+        ],
+        "[0-9]{1,2}\\.[0-9]{1,2}\\.[0-9]{1,2}(-[0-9a-zA-Z.-]{0,6})?(\\+[0-9a-zA-Z.-]{0,4})?|[0-9.+aZ-]{0,12}",
+    );
 }
 
 #[test]

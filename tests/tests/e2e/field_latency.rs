@@ -4,6 +4,8 @@
 //! summaries per variant and device class and each answers the same `health`, also after a
 //! restart.
 
+use ferry_tests::fast_telemetry;
+use ferry_tests::until;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,12 +15,6 @@ use ferry_server::app::startup::RunningServer;
 use ferry_shared::manifest::{Platform, TensorValue};
 use ferry_shared::telemetry::{EventKind, Thermal};
 use ferry_tests::app::{ADMIN_TOKEN, Options, TestApp, mlp_v1};
-
-fn fast(c: &mut ferry_server::app::config::Config) {
-    c.telemetry.flush_secs = 1;
-    c.telemetry.raw_roll_secs = 1;
-    c.telemetry.evaluate_ms = 0;
-}
 
 fn device(install: &str, soc: &str) -> DeviceInfo {
     DeviceInfo {
@@ -69,27 +65,17 @@ fn inference(app: &TestApp, url: &str, variant: &str) -> serde_json::Value {
         .unwrap_or_default()
 }
 
-fn until(what: &str, mut ok: impl FnMut() -> bool) {
-    for _ in 0..150 {
-        if ok() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("never: {what}");
-}
-
 #[test]
 fn runs_are_timed_on_the_device_and_aggregated_by_three_replicas() {
     let app = TestApp::start_with(Options {
         demo: false,
         keys: None,
         store: None,
-        tweak: Some(Box::new(fast)),
+        tweak: Some(Box::new(fast_telemetry)),
     });
     app.publish(&mlp_v1());
     let replicas: Vec<RunningServer> = (0..3)
-        .map(|_| app.replica_with(None, Box::new(fast)))
+        .map(|_| app.replica_with(None, Box::new(fast_telemetry)))
         .collect();
     let urls: Vec<String> = replicas.iter().map(RunningServer::url).collect();
 
@@ -211,7 +197,7 @@ fn runs_are_timed_on_the_device_and_aggregated_by_three_replicas() {
     for r in replicas {
         r.stop();
     }
-    let fresh = app.replica_with(None, Box::new(fast));
+    let fresh = app.replica_with(None, Box::new(fast_telemetry));
     assert_eq!(
         inference(&app, &fresh.url(), &variant),
         first,
@@ -240,7 +226,7 @@ fn post(app: &TestApp, url: &str, events: &[serde_json::Value]) {
 #[test]
 fn a_ramp_whose_staged_release_is_slower_in_the_field_halts_once() {
     let quick = |c: &mut ferry_server::app::config::Config| {
-        fast(c);
+        fast_telemetry(c);
         c.ramp_check_secs = 1;
     };
     let app = TestApp::start_with(Options {
@@ -319,7 +305,7 @@ fn the_probe_times_the_top_candidates_once_never_in_power_saving_mode() {
         demo: false,
         keys: None,
         store: None,
-        tweak: Some(Box::new(fast)),
+        tweak: Some(Box::new(fast_telemetry)),
     });
     // The probe runs each candidate's signed golden input: every variant gets its sidecar.
     let mut spec = mlp_v1();

@@ -4,16 +4,12 @@
 //! Vulkan; telemetry without receipts moves nothing; an operator's override restores the
 //! order, also after a restart.
 
+use ferry_tests::fast_telemetry;
+use ferry_tests::until;
 use std::time::Duration;
 
 use ferry_server::app::startup::RunningServer;
 use ferry_tests::app::{ADMIN_TOKEN, Options, TestApp, mlp_v1};
-
-fn fast(c: &mut ferry_server::app::config::Config) {
-    c.telemetry.flush_secs = 1;
-    c.telemetry.raw_roll_secs = 1;
-    c.telemetry.evaluate_ms = 0;
-}
 
 /// One device's window of runs of `variant` of 1.0.0 on `soc` with warm p95 `p95_ms`.
 fn window(variant: &str, install: &str, soc: &str, p95_ms: f64) -> serde_json::Value {
@@ -64,23 +60,13 @@ fn ranked(app: &TestApp, url: &str, soc: &str) -> (Vec<String>, String) {
     (ids, why)
 }
 
-fn until(what: &str, mut ok: impl FnMut() -> bool) {
-    for _ in 0..200 {
-        if ok() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("never: {what}");
-}
-
 #[test]
 fn a_soc_whose_gpu_variant_is_slow_in_the_field_gets_xnnpack_first_on_every_replica() {
     let app = TestApp::start_with(Options {
         demo: false,
         keys: None,
         store: None,
-        tweak: Some(Box::new(fast)),
+        tweak: Some(Box::new(fast_telemetry)),
     });
     let mut spec = mlp_v1();
     for v in &mut spec.variants {
@@ -90,7 +76,7 @@ fn a_soc_whose_gpu_variant_is_slow_in_the_field_gets_xnnpack_first_on_every_repl
     }
     app.publish(&spec);
     let replicas: Vec<RunningServer> = (0..3)
-        .map(|_| app.replica_with(None, Box::new(fast)))
+        .map(|_| app.replica_with(None, Box::new(fast_telemetry)))
         .collect();
     let urls: Vec<String> = replicas.iter().map(RunningServer::url).collect();
     let (before, _) = ranked(&app, &urls[0], "SOC-SLOW");
@@ -218,7 +204,7 @@ fn a_soc_whose_gpu_variant_is_slow_in_the_field_gets_xnnpack_first_on_every_repl
     for r in replicas {
         r.stop();
     }
-    let fresh = app.replica_with(None, Box::new(fast));
+    let fresh = app.replica_with(None, Box::new(fast_telemetry));
     assert_eq!(
         ranked(&app, &fresh.url(), "SOC-SLOW").0,
         before,

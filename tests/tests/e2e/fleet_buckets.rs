@@ -3,7 +3,7 @@
 //! another compactor already wrote is never counted twice, retention deletes what is past it,
 //! and a new process on the same store sees the same numbers.
 
-use std::time::Duration;
+use ferry_tests::until;
 
 use ferry_server::fleet::buckets::{BucketKey, Level, Part};
 use ferry_server::fleet::rollup::Rollup;
@@ -82,16 +82,6 @@ fn health(app: &TestApp, query: &str) -> serde_json::Value {
     );
     assert_eq!(s, 200, "{h}");
     h
-}
-
-fn until(what: &str, mut ok: impl FnMut() -> bool) {
-    for _ in 0..150 {
-        if ok() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("never: {what}");
 }
 
 fn fast(c: &mut ferry_server::app::config::Config) {

@@ -2,6 +2,8 @@
 //! S3 emulator and the Azurite Azure Blob emulator) each see the whole fleet's telemetry, keep it across restarts,
 //! and write one halt for a condition all three see.
 
+use ferry_tests::fast_telemetry;
+use ferry_tests::until;
 use std::time::Duration;
 
 use ferry_server::app::startup::RunningServer;
@@ -66,22 +68,6 @@ fn numbers(app: &TestApp, url: &str) -> (u64, u64, u64, f64) {
     )
 }
 
-fn until(what: &str, mut ok: impl FnMut() -> bool) {
-    for _ in 0..150 {
-        if ok() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("never: {what}");
-}
-
-fn fast(c: &mut ferry_server::app::config::Config) {
-    c.telemetry.flush_secs = 1;
-    c.telemetry.raw_roll_secs = 1;
-    c.telemetry.evaluate_ms = 0;
-}
-
 /// A server that publishes (and stays up) and three replicas on `storage` (None: the first
 /// server's own folder store).
 fn three(storage: Option<StorageConfig>) -> (TestApp, Vec<RunningServer>) {
@@ -91,14 +77,14 @@ fn three(storage: Option<StorageConfig>) -> (TestApp, Vec<RunningServer>) {
         keys: None,
         store: None,
         tweak: Some(Box::new(move |c| {
-            fast(c);
+            fast_telemetry(c);
             if let Some(s) = s {
                 c.storage = s;
             }
         })),
     });
     let replicas = (0..3)
-        .map(|_| app.replica_with(storage.clone(), Box::new(fast)))
+        .map(|_| app.replica_with(storage.clone(), Box::new(fast_telemetry)))
         .collect();
     (app, replicas)
 }
@@ -167,7 +153,7 @@ fn spread_and_restart(storage: Option<StorageConfig>) {
         r.stop();
     }
     let fresh: Vec<RunningServer> = (0..3)
-        .map(|_| app.replica_with(storage.clone(), Box::new(fast)))
+        .map(|_| app.replica_with(storage.clone(), Box::new(fast_telemetry)))
         .collect();
     for r in &fresh {
         assert_eq!(numbers(&app, &r.url()), first, "after restarting all three");
@@ -215,7 +201,7 @@ fn halt_written_once(storage: Option<StorageConfig>) {
         keys: None,
         store: None,
         tweak: Some(Box::new(move |c| {
-            fast(c);
+            fast_telemetry(c);
             if let Some(s) = s {
                 c.storage = s;
             }
@@ -233,7 +219,7 @@ fn halt_written_once(storage: Option<StorageConfig>) {
     assert_eq!(s, 200, "{plan}");
     // The replicas start with the active plan in memory, so all three would halt it.
     let replicas: Vec<RunningServer> = (0..2)
-        .map(|_| app.replica_with(storage.clone(), Box::new(fast)))
+        .map(|_| app.replica_with(storage.clone(), Box::new(fast_telemetry)))
         .collect();
     let urls: Vec<String> = std::iter::once(app.url())
         .chain(replicas.iter().map(RunningServer::url))
@@ -283,7 +269,7 @@ fn a_damaged_rollup_in_the_store_is_skipped_and_the_server_keeps_going() {
         demo: false,
         keys: None,
         store: None,
-        tweak: Some(Box::new(fast)),
+        tweak: Some(Box::new(fast_telemetry)),
     });
     app.publish(&mlp_v1());
     let events: Vec<serde_json::Value> = (0..20)
@@ -347,11 +333,11 @@ fn restarts_of_one_replica_keep_every_run_s_counts() {
         demo: false,
         keys: None,
         store: None,
-        tweak: Some(Box::new(fast)),
+        tweak: Some(Box::new(fast_telemetry)),
     });
     app.publish(&mlp_v1());
     let named = |c: &mut ferry_server::app::config::Config| {
-        fast(c);
+        fast_telemetry(c);
         c.node_id = Some("replica-a".into());
     };
     for round in 0..3 {

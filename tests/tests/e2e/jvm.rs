@@ -57,6 +57,19 @@ pub(crate) fn compile(work: &Path) -> PathBuf {
     classes
 }
 
+/// `java` running the test program `class` from `classes`, with JNA and the C library in
+/// `target`, given a server's URL and trust file (the program's first two arguments).
+pub(crate) fn java(classes: &Path, target: &Path, class: &str, app: &TestApp) -> Command {
+    let mut cmd = Command::new("java");
+    cmd.arg("-cp")
+        .arg(format!("{}:{JNA}", classes.display()))
+        .arg(format!("-Djna.library.path={}", target.display()))
+        .arg(class)
+        .arg(app.url())
+        .arg(app.dir.path().join("keys/trust.json"));
+    cmd
+}
+
 fn floats(values: &[f64]) -> String {
     values
         .iter()
@@ -91,13 +104,7 @@ fn a_java_program_loads_a_model_through_the_binding() {
         .map(u64::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    let run = Command::new("java")
-        .arg("-cp")
-        .arg(format!("{}:{JNA}", classes.display()))
-        .arg(format!("-Djna.library.path={}", target.display()))
-        .arg("LoadModel")
-        .arg(app.url())
-        .arg(app.dir.path().join("keys/trust.json"))
+    let run = java(&classes, &target, "LoadModel", &app)
         .arg(work.path().join("cache"))
         .arg(work.path().join("in.txt"))
         .arg(shape)
@@ -232,13 +239,7 @@ fn java_runs_tensors_of_every_element_type_through_the_binding() {
         let want: Vec<TensorValue> = serde_json::from_value(side["output"].clone()).expect("out");
         let inputs = work.path().join(format!("{model}.txt"));
         std::fs::write(&inputs, tensor_lines(&input)).expect("write");
-        let run = Command::new("java")
-            .arg("-cp")
-            .arg(format!("{}:{JNA}", classes.display()))
-            .arg(format!("-Djna.library.path={}", target.display()))
-            .arg("TypedModel")
-            .arg(app.url())
-            .arg(app.dir.path().join("keys/trust.json"))
+        let run = java(&classes, &target, "TypedModel", &app)
             .arg(work.path().join(format!("cache-{model}")))
             .arg(model)
             .arg("forward")

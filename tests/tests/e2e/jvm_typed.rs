@@ -3,12 +3,10 @@
 //! newer library's codes. `client/jvm/src/dev/ferry/ErrorCode.java` is generated from
 //! `shared/src/errors.rs` and kept current here (`FERRY_BLESS=1` rewrites it).
 
-use std::process::Command;
-
 use ferry_shared::errors::ErrorCode;
 use ferry_tests::app::{Options, TestApp};
 
-use crate::jvm::{JNA, compile, root};
+use crate::jvm::{compile, java, root};
 
 /// The catalogue's codes with their doc lines, read from `shared/src/errors.rs` (the macro's
 /// `/// doc` lines before each `Variant = "code",`), in catalogue order.
@@ -94,13 +92,7 @@ fn the_typed_java_api_builds_loads_asynchronously_and_maps_error_codes() {
         store: None,
         tweak: None,
     });
-    let run = Command::new("java")
-        .arg("-cp")
-        .arg(format!("{}:{JNA}", classes.display()))
-        .arg(format!("-Djna.library.path={}", target.display()))
-        .arg("TypedApi")
-        .arg(app.url())
-        .arg(app.dir.path().join("keys/trust.json"))
+    let run = java(&classes, &target, "TypedApi", &app)
         .arg(work.path().join("cache"))
         .args(ErrorCode::ALL.iter().map(|c| c.as_str()))
         .output()
