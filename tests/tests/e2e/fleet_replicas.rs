@@ -277,21 +277,19 @@ fn a_damaged_rollup_in_the_store_is_skipped_and_the_server_keeps_going() {
         .collect();
     post_events(&app, &app.url(), &events);
     let minutes = app.store_dir().join("telemetry/buckets/minute");
-    until("the minute bucket is flushed", || {
-        std::fs::read_dir(&minutes).is_ok_and(|mut d| d.next().is_some())
-    });
-    let minute_dir = std::fs::read_dir(&minutes)
-        .expect("dir")
-        .flatten()
-        .next()
-        .expect("a minute")
-        .path();
-    let own = std::fs::read_dir(&minute_dir)
-        .expect("dir")
-        .flatten()
-        .next()
-        .expect("a bucket")
-        .path();
+    // A bucket file in a minute's folder (the folder can appear a moment before its file).
+    let bucket = || {
+        std::fs::read_dir(&minutes).ok()?.flatten().find_map(|m| {
+            std::fs::read_dir(m.path())
+                .ok()?
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| p.extension().is_some_and(|x| x == "json"))
+        })
+    };
+    until("the minute bucket is flushed", || bucket().is_some());
+    let own = bucket().expect("a bucket");
+    let minute_dir = own.parent().expect("its minute").to_path_buf();
     let mut evil: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&own).expect("read")).expect("json");
     // A sketch that claims samples its bins do not hold, over a huge key range.
