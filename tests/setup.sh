@@ -60,6 +60,13 @@ if ! "$root/.deps/schemathesis/bin/st" --version 2>/dev/null | grep -q "$st_vers
   python3 -m venv "$root/.deps/schemathesis"
   "$root/.deps/schemathesis/bin/pip" install --quiet "schemathesis==$st_version"
 fi
+# A client generator (openapi-python-client, from PyPI, at one version): the API contract test
+# generates a Python client from schemas/openapi.bundled.json and drives a real server with it.
+opc_version=0.29.1
+if ! "$root/.deps/openapi-client/bin/openapi-python-client" --version 2>/dev/null | grep -q "$opc_version"; then
+  python3 -m venv "$root/.deps/openapi-client"
+  "$root/.deps/openapi-client/bin/pip" install --quiet "openapi-python-client==$opc_version" python-dateutil
+fi
 # The Azure Blob Storage emulator (Azurite, from npm), at the version tests/azurite's lockfile pins.
 az="$root/.deps/azurite"
 if [ ! -x "$az/node_modules/.bin/azurite-blob" ] || ! cmp -s "$root/tests/azurite/package-lock.json" "$az/package-lock.json"; then

@@ -156,7 +156,7 @@ catalogue! {
     ManifestUnknownField = "manifest_unknown_field",
     /// A manifest breaks a rule (duplicate variant ids, bad ranges, names). (server, client, CLI)
     ManifestInvalid = "manifest_invalid",
-    /// A signed payload (decision, release manifest, keyring, revocation list) is in a newer format than this client reads: it keeps its last known good model; update the app. (client, C ABI)
+    /// A signed payload (decision, release manifest, keyring, revocation list) is in a newer format than this client or server reads: a client keeps its last known good model (update the app); a server refuses to publish it (upgrade the server). (server, client, C ABI)
     FormatUnsupported = "format_unsupported",
     /// A cached model's signed constraints (app or runtime range, backends, platform, OS, RAM, SoC) no longer admit this device, so the client does not load it; the message names each constraint and both values. (client, C ABI)
     CachedIncompatible = "cached_incompatible",

@@ -53,6 +53,13 @@ fn clip(s: &str) -> String {
     s.chars().take(80).collect()
 }
 
+/// Whether `s` is longer than `max` characters (Unicode scalar values): the way JSON Schema's
+/// `maxLength` counts, so a string the schemas in `schemas/` allow is one the checks written
+/// with this allow. (A string of at most `max` bytes never is.)
+pub fn longer_than(s: &str, max: usize) -> bool {
+    s.len() > max && s.chars().count() > max
+}
+
 /// Checks the common "slug" rule used by model names and variant ids:
 /// 1 to `max` characters of `[a-z0-9._-]`, starting with a letter or digit, no `..`.
 fn check_slug(kind: &'static str, s: &str, max: usize) -> Result<(), NameError> {
@@ -333,6 +340,26 @@ impl<'de> Deserialize<'de> for KeyId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lengths_count_characters_as_json_schema_does() {
+        // 100 three-byte characters: 300 bytes, 100 characters.
+        let korean = "한".repeat(100);
+        assert!(!longer_than(&korean, 128));
+        assert!(longer_than(&"한".repeat(129), 128));
+        assert!(!longer_than(&"a".repeat(128), 128));
+        assert!(longer_than(&"a".repeat(129), 128));
+        // A resolve request with a non-ASCII device model of 100 characters is taken.
+        let mut r: crate::resolve::ResolveRequest = serde_json::from_value(serde_json::json!({
+            "model": "m", "install_id": "i", "app_version": "1.0.0",
+            "runtime_version": "1.0.0", "platform": "android"
+        }))
+        .expect("request");
+        r.device_model = korean;
+        assert_eq!(r.validate(), Ok(()));
+        r.device_model = "한".repeat(129);
+        assert!(r.validate().is_err());
+    }
 
     #[test]
     fn model_names() {

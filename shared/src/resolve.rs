@@ -104,10 +104,10 @@ impl ResolveRequest {
     /// Checks the free-form fields against the limits; returns a message on failure.
     pub fn validate(&self) -> Result<(), String> {
         let check = |what: &str, s: &str, max: usize| -> Result<(), String> {
-            if s.len() > max {
+            if crate::names::longer_than(s, max) {
                 return Err(format!(
-                    "{what} is {} bytes; at most {max} are allowed",
-                    s.len()
+                    "{what} is {} characters; at most {max} are allowed",
+                    s.chars().count()
                 ));
             }
             if s.chars().any(char::is_control) {

@@ -500,7 +500,7 @@ async fn keyring_view(state: &AppState) -> Result<serde_json::Value, ApiError> {
         .collect();
     let history = crate::keyring::audit(state.store(), view.version)
         .await
-        .map_err(|e| ApiError::new(ErrorCode::StorageUnavailable, e.to_string()))?;
+        .map_err(ApiError::unavailable)?;
     Ok(serde_json::json!({
         "version": view.version,
         "keys": keys,

@@ -34,6 +34,9 @@ pub fn current_request_id() -> String {
         .unwrap_or_else(|_| "-".to_string())
 }
 
+/// The `Retry-After` of a `503 storage_unavailable` answer, in seconds.
+pub const STORE_RETRY_AFTER_SECS: &str = "10";
+
 /// The HTTP status the server answers with for `code`. Exhaustive over the catalogue, so a new
 /// code cannot be added without deciding its status here.
 pub fn status_of(code: ErrorCode) -> StatusCode {
@@ -108,13 +111,13 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         C::RateLimited => StatusCode::TOO_MANY_REQUESTS,
         C::StorageUnavailable | C::OnlineKeyExpired => StatusCode::SERVICE_UNAVAILABLE,
         C::StorageFull => StatusCode::INSUFFICIENT_STORAGE,
-        // The server never answers with these (they are the client's, the C ABI's or the
-        // trust file's); were one to reach here it would be a bug, hence 500.
         // A keyring pushed to `POST /v1/admin/keyring`.
         C::KeyringInvalid => StatusCode::UNPROCESSABLE_ENTITY,
         C::KeyringSkipped | C::KeyringRollback => StatusCode::CONFLICT,
-        C::Internal
-        | C::TrustInvalid
+        C::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        // The server never answers with these (they are the client's, the C ABI's or the
+        // trust file's); were one to reach here it would be a bug, hence 500.
+        C::TrustInvalid
         | C::ReleaseRevoked
         | C::ConfigInvalid
         | C::InvalidArgument
@@ -252,6 +255,10 @@ impl ResponseError for ApiError {
         if status == StatusCode::TOO_MANY_REQUESTS {
             // Every limit here counts per minute: a minute from now the allowance is back.
             resp.insert_header((actix_web::http::header::RETRY_AFTER, "60"));
+        } else if self.code == ErrorCode::StorageUnavailable {
+            // A store that did not answer is usually back within seconds (a restart, a
+            // failover); callers that honour Retry-After come back then, not at once.
+            resp.insert_header((actix_web::http::header::RETRY_AFTER, STORE_RETRY_AFTER_SECS));
         }
         resp.json(ErrorBody {
             code: self.code.as_str().to_string(),

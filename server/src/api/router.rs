@@ -228,13 +228,15 @@ pub fn app(
                 .conn_data::<crate::api::connections::ConnSlot>()
                 .is_some_and(crate::api::connections::ConnSlot::over);
             let fut = if over {
-                let mut res = req.error_response(ApiError::new(
-                    ErrorCode::RateLimited,
-                    format!(
-                        "more than {} open connections from this address",
-                        state.config().limits.max_connections_per_address
-                    ),
-                ));
+                // Rendered here, before the request reaches the scope below: give the body
+                // the request's id too.
+                let limit = state.config().limits.max_connections_per_address;
+                let mut res = REQUEST_ID.sync_scope(id.clone(), || {
+                    req.error_response(ApiError::new(
+                        ErrorCode::RateLimited,
+                        format!("more than {limit} open connections from this address"),
+                    ))
+                });
                 res.response_mut()
                     .head_mut()
                     .set_connection_type(actix_web::http::ConnectionType::Close);

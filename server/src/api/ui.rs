@@ -54,9 +54,11 @@ fn serve(name: &str) -> HttpResponse {
             .insert_header((header::REFERRER_POLICY, "no-referrer"))
             .insert_header((header::CACHE_CONTROL, "no-cache"))
             .body(*bytes),
-        None => HttpResponse::NotFound()
-            .insert_header((header::CONTENT_TYPE, "text/plain; charset=utf-8"))
-            .body("no such file in the dashboard\n"),
+        // The same JSON error as every other unknown path.
+        None => actix_web::ResponseError::error_response(&crate::api::error::ApiError::new(
+            ferry_shared::errors::ErrorCode::NotFound,
+            "no such file in the dashboard",
+        )),
     }
 }
 

@@ -160,9 +160,9 @@ pub fn validate(
         ("app_version", &e.app_version),
         ("runtime_version", &e.runtime_version),
     ] {
-        if s.len() > MAX_FIELD || s.chars().any(char::is_control) {
+        if ferry_shared::names::longer_than(s, MAX_FIELD) || s.chars().any(char::is_control) {
             return Err(invalid(format!(
-                "{name} is longer than {MAX_FIELD} bytes or has control characters"
+                "{name} is longer than {MAX_FIELD} characters or has control characters"
             )));
         }
     }
@@ -200,8 +200,12 @@ pub fn validate(
             "receipt is longer than {MAX_RECEIPT} bytes"
         )));
     }
-    if e.error_code.as_ref().is_some_and(|c| c.len() > MAX_FIELD) {
-        return Err(invalid("error_code is too long".into()));
+    if e.error_code.as_ref().is_some_and(|c| {
+        ferry_shared::names::longer_than(c, MAX_FIELD) || c.chars().any(char::is_control)
+    }) {
+        return Err(invalid(format!(
+            "error_code is longer than {MAX_FIELD} characters or has control characters"
+        )));
     }
     // A device's clock offset: within a century either way.
     if e.clock_offset_s

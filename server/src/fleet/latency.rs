@@ -154,7 +154,10 @@ impl Latency {
 pub fn check(e: &TelemetryEvent) -> Result<(), String> {
     let i = &e.inference;
     match &i.method {
-        Some(m) if !m.is_empty() && m.len() <= MAX_METHOD && !m.chars().any(char::is_control) => {}
+        Some(m)
+            if !m.is_empty()
+                && !ferry_shared::names::longer_than(m, MAX_METHOD)
+                && !m.chars().any(char::is_control) => {}
         _ => {
             return Err(format!(
                 "an inference event needs method (1 to {MAX_METHOD} characters, no control \

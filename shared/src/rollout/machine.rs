@@ -56,9 +56,9 @@ fn next_plan(
 ) -> Result<RolloutPlan, TransitionError> {
     let model = ctx.model;
     let reason = change.reason().unwrap_or_default().to_string();
-    if reason.len() > MAX_REASON {
+    if crate::names::longer_than(&reason, MAX_REASON) {
         return Err(TransitionError::Invalid(format!(
-            "reason is at most {MAX_REASON} bytes"
+            "reason is at most {MAX_REASON} characters"
         )));
     }
     let mut next = match (change, current) {
@@ -322,9 +322,12 @@ fn pin(
     ctx: &Context<'_>,
 ) -> Result<RolloutPlan, TransitionError> {
     let model = ctx.model;
-    if install_id.is_empty() || install_id.len() > 128 || install_id.chars().any(char::is_control) {
+    if install_id.is_empty()
+        || crate::names::longer_than(install_id, 128)
+        || install_id.chars().any(char::is_control)
+    {
         return Err(TransitionError::Invalid(
-            "install_id is 1 to 128 bytes without control characters".into(),
+            "install_id is 1 to 128 characters without control characters".into(),
         ));
     }
     if !ctx.is_published(release) {

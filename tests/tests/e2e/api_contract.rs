@@ -218,7 +218,15 @@ fn the_schema_driven_tester_finds_no_mismatch() {
         })),
         ..Default::default()
     });
+    // Schemathesis keeps a cache of crashes in `.schemathesis/` under its working directory:
+    // a directory of the test's own, never the checkout.
+    let work = tempfile::tempdir().expect("temp dir");
     let out = std::process::Command::new(&st)
+        .current_dir(work.path())
+        // ferry's own check: each error answer's code is one its operation declares.
+        .env("PYTHONPATH", root.join("tests/schemathesis_hooks"))
+        .env("SCHEMATHESIS_HOOKS", "ferry_checks")
+        .env("FERRY_OPENAPI", root.join("schemas/openapi.json"))
         .arg("--no-color")
         .arg("--config-file")
         .arg(root.join("tests/schemathesis.toml"))
@@ -253,4 +261,161 @@ fn the_schema_driven_tester_finds_no_mismatch() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
     assert!(generated > 500, "{generated} test cases: {text}");
+}
+
+/// The operations of the document with their method, path and operation object.
+fn operations(doc: &serde_json::Value) -> Vec<(String, String, serde_json::Value)> {
+    let mut out = Vec::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for (method, op) in item.as_object().expect("path item") {
+            if ["get", "head", "post", "put", "delete", "patch"].contains(&method.as_str()) {
+                out.push((method.to_uppercase(), path.clone(), op.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// Codes with an HTTP status that no operation of the document answers with.
+const NO_OPERATION: &[&str] = &[
+    // Unknown paths and methods: no operation is involved (docs/errors.md).
+    "not_found",
+    "method_not_allowed",
+    // Reported inside answers, not as one: the inspector's findings in a release's report,
+    // and the reason a variant was left out in `explain` and in the client's load report.
+    "pte_truncated",
+    "pte_not_a_program",
+    "pte_bad_header",
+    "pte_malformed",
+    "pte_limit_exceeded",
+    "operators_missing",
+    // Checked where the threshold can be above one (devices, `ferry keys`); the server's
+    // checks need one signature.
+    "signature_threshold",
+    // An automatic halt that lost a race to an operator's change; logged, never answered.
+    "rollout_changed",
+];
+
+#[test]
+fn every_error_answer_names_its_codes_and_the_catalogue_gives_them_that_status() {
+    use ferry_server::api::error::status_of;
+    use ferry_shared::errors::ErrorCode;
+    let doc = openapi();
+    let mut declared = BTreeSet::new();
+    for (method, path, op) in operations(&doc) {
+        for (status, answer) in op["responses"].as_object().expect("responses") {
+            let st: u16 = status.parse().expect("a numeric status");
+            if st < 400 {
+                continue;
+            }
+            let codes = answer["x-ferry-codes"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{method} {path} {status}: no x-ferry-codes"));
+            assert!(!codes.is_empty(), "{method} {path} {status}: no codes");
+            for c in codes {
+                let text = c.as_str().expect("a string");
+                let code = ErrorCode::parse(text)
+                    .unwrap_or_else(|| panic!("{method} {path} {status}: {text} is not a code"));
+                assert_eq!(
+                    status_of(code).as_u16(),
+                    st,
+                    "{method} {path}: the server answers {text} with {}, not {st}",
+                    status_of(code)
+                );
+                declared.insert(text.to_string());
+            }
+        }
+    }
+    // Each code the server answers with (any status but 500, and `internal`) is declared on
+    // some operation, or is one a telemetry batch refuses events with inside its 200.
+    let telemetry: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../schemas/telemetry.schema.json"),
+        )
+        .expect("read"),
+    )
+    .expect("json");
+    let per_event: BTreeSet<String> = telemetry["$defs"]["answer"]["properties"]["rejected"]
+        ["items"]["properties"]["code"]["enum"]
+        .as_array()
+        .expect("per-event codes")
+        .iter()
+        .map(|c| c.as_str().expect("code").to_string())
+        .collect();
+    let missing: Vec<&str> = ErrorCode::ALL
+        .iter()
+        .filter(|c| status_of(**c).as_u16() != 500 || **c == ErrorCode::Internal)
+        .map(|c| c.as_str())
+        .filter(|c| !declared.contains(*c) && !per_event.contains(*c))
+        .filter(|c| !NO_OPERATION.contains(c))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "codes the server answers with that no operation declares: {missing:?}"
+    );
+}
+
+#[test]
+fn each_admin_operation_needs_the_scope_it_declares() {
+    use ferry_server::tokens::Scope;
+    let tokens: Vec<(Scope, String)> = Scope::ALL
+        .iter()
+        .map(|s| (*s, format!("scope-{s}-token-0123456789abcdef")))
+        .collect();
+    let secrets = tokens.clone();
+    let app = TestApp::start_with(Options {
+        demo: true,
+        tweak: Some(Box::new(move |c| {
+            for (scope, secret) in &secrets {
+                c.tokens.push(ferry_server::tokens::TokenEntry::from_secret(
+                    &format!("only-{scope}"),
+                    secret,
+                    vec![*scope],
+                ));
+            }
+        })),
+        ..Default::default()
+    });
+    let doc = openapi();
+    let mut checked = 0;
+    for (method, path, op) in operations(&doc) {
+        let Some(needs) = op["security"][0]["bearer"][0].as_str() else {
+            assert!(
+                !path.starts_with("/v1/admin/"),
+                "{method} {path} declares no scope"
+            );
+            continue;
+        };
+        let url = app.at(&path
+            .replace("{model}", "demo-mlp")
+            .replace("{version}", "1.0.0")
+            .replace("{hex}", &"0".repeat(64)));
+        for (scope, secret) in &tokens {
+            // An empty body: a token with the scope gets past the check (to a 4xx of the
+            // request's own), one without gets 403 forbidden before the body is read.
+            let request = ureq::http::Request::builder()
+                .method(method.as_str())
+                .uri(&url)
+                .header("authorization", format!("Bearer {secret}"))
+                .header("content-type", "application/json")
+                .body(())
+                .expect("request");
+            let r = app
+                .agent
+                .run(request)
+                .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+            let status = r.status().as_u16();
+            if scope.to_string() == needs {
+                assert!(
+                    status != 401 && status != 403,
+                    "{method} {path} with a {scope} token: {status}"
+                );
+            } else {
+                assert_eq!(status, 403, "{method} {path} with a {scope} token");
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked >= 15, "{checked} admin operations");
 }

@@ -1,6 +1,7 @@
 //! ferry's end-to-end tests: one binary, one module per area (real server, real client, real
 //! `.pte` files, real runtime, real object-store emulators).
 
+mod api_client;
 mod api_contract;
 mod attacks;
 mod bucket_vectors;

@@ -142,6 +142,19 @@ fn outage(
         (503, Some("storage_unavailable")),
         "{body}"
     );
+    // The answer says when to come back.
+    let r = app
+        .agent
+        .get(app.at("/v1/admin/models/mlp/deny"))
+        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+        .call()
+        .expect("deny list");
+    let retry = r.headers().get("retry-after").and_then(|v| v.to_str().ok());
+    assert_eq!(
+        (r.status().as_u16(), retry),
+        (503, Some(ferry_server::api::error::STORE_RETRY_AFTER_SECS)),
+        "a 503 storage_unavailable says when to retry"
+    );
     // Still ready (it resolves from memory), and says what is wrong.
     let (status, body) = app.get_json("/readyz", None);
     assert_eq!(status, 200, "{body}");
