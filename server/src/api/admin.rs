@@ -386,7 +386,8 @@ pub(crate) async fn get_revocations(
 }
 
 /// `POST /v1/admin/models/{model}/revocations` (scope publish): a signed revocation list, the
-/// successor of the one in force.
+/// successor of the one in force (201), or the very envelope already in force (200: a retried
+/// request).
 pub(crate) async fn post_revocations(
     req: HttpRequest,
     state: web::Data<AppState>,
@@ -428,9 +429,19 @@ pub(crate) async fn post_revocations(
             ),
         ));
     }
-    let list =
+    let submitted =
         crate::fleet::revocation::submit(state.store(), &state.keys().release_ring, &model, &env)
             .await?;
+    let list = match submitted {
+        crate::fleet::revocation::Submitted::Stored(list) => list,
+        crate::fleet::revocation::Submitted::AlreadyInForce(list) => {
+            return Ok(HttpResponse::Ok().json(serde_json::json!({
+                "model": model,
+                "version": list.version,
+                "revoked": list.revoked,
+            })));
+        }
+    };
     tracing::warn!(
         caller = caller.name,
         %model,

@@ -11,6 +11,16 @@ use ferry_shared::revocation::{RevocationError, RevocationList, verify_revocatio
 
 use crate::storage::{StorageKey, Store, StoreError, revisions};
 
+/// What [`submit`] did with a list.
+#[derive(Debug)]
+pub enum Submitted {
+    /// The list is the new one in force.
+    Stored(RevocationList),
+    /// The very same signed envelope was already the list in force (a retried request):
+    /// nothing was written.
+    AlreadyInForce(RevocationList),
+}
+
 /// Why a revocation list was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum SubmitError {
@@ -75,7 +85,7 @@ pub async fn submit(
     ring: &KeyRing,
     model: &ModelName,
     env: &Envelope,
-) -> Result<RevocationList, SubmitError> {
+) -> Result<Submitted, SubmitError> {
     let list = verify_revocations(env, ring)?.into_inner();
     // An admin input stays strict: a field this server does not know would be dropped.
     let payload = ferry_shared::dsse::decode_payload(env, &Default::default())
@@ -94,6 +104,13 @@ pub async fn submit(
         ))
         .into());
     }
+    // A retry of the request that stored this very envelope succeeds without a new revision.
+    if let Some((_, held)) =
+        revisions::latest::<Envelope>(store, &StorageKey::revocations_log(model)).await?
+        && held == *env
+    {
+        return Ok(Submitted::AlreadyInForce(list));
+    }
     revisions::append::<Envelope, SubmitError>(
         store,
         &StorageKey::revocations_log(model),
@@ -106,5 +123,5 @@ pub async fn submit(
         },
     )
     .await?;
-    Ok(list)
+    Ok(Submitted::Stored(list))
 }

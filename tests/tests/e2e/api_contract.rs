@@ -221,17 +221,18 @@ fn the_schema_driven_tester_finds_no_mismatch() {
     // Schemathesis keeps a cache of crashes in `.schemathesis/` under its working directory:
     // a directory of the test's own, never the checkout.
     let work = tempfile::tempdir().expect("temp dir");
+    let doc = with_signed_examples(&app, work.path());
     let out = std::process::Command::new(&st)
         .current_dir(work.path())
         // ferry's own check: each error answer's code is one its operation declares.
         .env("PYTHONPATH", root.join("tests/schemathesis_hooks"))
         .env("SCHEMATHESIS_HOOKS", "ferry_checks")
-        .env("FERRY_OPENAPI", root.join("schemas/openapi.json"))
+        .env("FERRY_OPENAPI", &doc)
         .arg("--no-color")
         .arg("--config-file")
         .arg(root.join("tests/schemathesis.toml"))
         .arg("run")
-        .arg(root.join("schemas/openapi.json"))
+        .arg(&doc)
         .args(["--url", &app.url(), "--checks", "all"])
         .args(["-H", &format!("Authorization: Bearer {ADMIN_TOKEN}")])
         .output()
@@ -261,6 +262,78 @@ fn the_schema_driven_tester_finds_no_mismatch() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
     assert!(generated > 500, "{generated} test cases: {text}");
+    // The signed examples reached the handlers: 9.0.0 is published and 8.0.0 revoked.
+    let (s, b) = app.get_json(
+        "/v1/admin/models/demo-mlp/releases/9.0.0",
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(s, 200, "the example release was not published: {b}");
+    let (s, b) = app.get_json("/v1/admin/models/demo-mlp/revocations", Some(ADMIN_TOKEN));
+    assert_eq!(
+        (s, b["revoked"][0]["release"].as_str()),
+        (200, Some("8.0.0")),
+        "{b}"
+    );
+}
+
+/// A copy of `schemas/` in `dir` whose `openapi.json` has, as the request examples of the
+/// operations that take signed envelopes, envelopes this server accepts: demo-mlp 9.0.0 (its
+/// files uploaded first) and a revocation list revoking demo-mlp 8.0.0 (published here). A
+/// generator cannot forge a signature, so without them those operations would only ever meet
+/// the signature checks. Returns the copy's path.
+fn with_signed_examples(app: &TestApp, dir: &std::path::Path) -> std::path::PathBuf {
+    use ferry_shared::revocation::{REVOCATIONS_PAYLOAD_TYPE, RevocationList, Revoked};
+    let release = |version: &str| {
+        let mut spec = ferry_tests::app::mlp_v1();
+        spec.model = "demo-mlp".parse().expect("model");
+        spec.version = version.parse().expect("version");
+        spec
+    };
+    app.publish(&release("8.0.0"));
+    let spec = release("9.0.0");
+    let (manifest, envelope) = ferry_tests::app::signed_release(&spec, &app.release_key());
+    for v in &manifest.variants {
+        let bytes = ferry_tests::app::fixture_bytes_by_digest(&v.sha256);
+        assert!(matches!(app.put_blob(&bytes), 200 | 201), "upload {}", v.id);
+    }
+    let list = RevocationList {
+        format: 1,
+        model: "demo-mlp".parse().expect("model"),
+        version: 1,
+        revoked: vec![Revoked {
+            release: "8.0.0".parse().expect("version"),
+            reason: "the schema-driven test's example".into(),
+            at: time::OffsetDateTime::now_utc(),
+        }],
+    };
+    let revocations = app.release_key().pair.sign(
+        REVOCATIONS_PAYLOAD_TYPE,
+        &serde_json::to_vec(&list).expect("json"),
+    );
+    let schemas = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../schemas");
+    for entry in std::fs::read_dir(&schemas).expect("schemas") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "json") {
+            std::fs::copy(&path, dir.join(path.file_name().expect("name"))).expect("copy");
+        }
+    }
+    let mut doc = openapi();
+    for (path, example) in [
+        (
+            "/v1/admin/models/{model}/releases",
+            serde_json::to_value(&envelope),
+        ),
+        (
+            "/v1/admin/models/{model}/revocations",
+            serde_json::to_value(&revocations),
+        ),
+    ] {
+        doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["example"] =
+            example.expect("json");
+    }
+    let out = dir.join("openapi.json");
+    std::fs::write(&out, serde_json::to_vec_pretty(&doc).expect("json")).expect("write");
+    out
 }
 
 /// The operations of the document with their method, path and operation object.

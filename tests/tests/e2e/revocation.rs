@@ -254,9 +254,12 @@ fn the_server_accepts_only_signed_successor_lists() {
 
     let (s, b) = post(&app, "mlp", &first, Some(ADMIN_TOKEN));
     assert_eq!(s, 201, "{b}");
-    // Replaying version 1, or a version 2 that drops the first entry, is refused.
+    // The same request again (a retry after a lost answer) is answered 200, and writes nothing.
+    let (s, b) = post(&app, "mlp", &first, Some(ADMIN_TOKEN));
+    assert_eq!((s, b["version"].as_u64()), (200, Some(1)), "{b}");
+    // Another version 1, or a version 2 that drops the first entry, is refused.
     for (what, env) in [
-        ("version 1 again", first.clone()),
+        ("another version 1", signed(&list(1, &["2.0.0"]), &release)),
         (
             "a revocation dropped",
             signed(&list(2, &["2.0.0"]), &release),
@@ -279,6 +282,13 @@ fn the_server_accepts_only_signed_successor_lists() {
     let (_, b) = app.get_json("/v1/admin/models/mlp/revocations", Some(READ_TOKEN));
     assert_eq!(b["version"], 2);
     assert_eq!(b["revoked"].as_array().map(Vec::len), Some(2));
+    // Version 1 replayed once version 2 is in force is refused.
+    let (s, b) = post(&app, "mlp", &first, Some(ADMIN_TOKEN));
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (422, Some("revocations_invalid")),
+        "a replay of version 1: {b}"
+    );
     // The release list says which are revoked.
     let (_, m) = app.get_json("/v1/admin/models/mlp", Some(READ_TOKEN));
     let states: Vec<&str> = m["releases"]
