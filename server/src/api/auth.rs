@@ -15,12 +15,8 @@ pub struct Caller {
     pub name: String,
 }
 
-/// Checks the request's `Authorization: Bearer` token for `scope`.
-pub fn authorize(
-    req: &HttpRequest,
-    tokens: &[TokenEntry],
-    scope: Scope,
-) -> Result<Caller, ApiError> {
+/// The configured token the request's `Authorization: Bearer` header names.
+fn identify<'a>(req: &HttpRequest, tokens: &'a [TokenEntry]) -> Result<&'a TokenEntry, ApiError> {
     let unauthorized = |msg: &str| ApiError::new(ErrorCode::Unauthorized, msg.to_string());
     let header = req
         .headers()
@@ -35,7 +31,16 @@ pub fn authorize(
         .strip_prefix("Bearer ")
         .ok_or_else(|| unauthorized("the Authorization header must be \"Bearer TOKEN\""))?
         .trim();
-    let t = crate::tokens::find(tokens, secret).ok_or_else(|| unauthorized("unknown token"))?;
+    crate::tokens::find(tokens, secret).ok_or_else(|| unauthorized("unknown token"))
+}
+
+/// Checks the request's `Authorization: Bearer` token for `scope`.
+pub fn authorize(
+    req: &HttpRequest,
+    tokens: &[TokenEntry],
+    scope: Scope,
+) -> Result<Caller, ApiError> {
+    let t = identify(req, tokens)?;
     if !t.scopes.contains(&scope) {
         return Err(ApiError::new(
             ErrorCode::Forbidden,
@@ -45,4 +50,22 @@ pub fn authorize(
     Ok(Caller {
         name: t.name.clone(),
     })
+}
+
+/// `GET /v1/admin/token` (any valid token): the token's name and scopes, so a tool (the
+/// dashboard) can offer only what the token may do and say why the rest is off.
+pub async fn whoami(
+    req: HttpRequest,
+    state: actix_web::web::Data<crate::api::AppState>,
+) -> Result<actix_web::HttpResponse, ApiError> {
+    let t = identify(&req, &state.config().tokens)?;
+    let scopes: Vec<String> = Scope::ALL
+        .iter()
+        .filter(|s| t.scopes.contains(s))
+        .map(ToString::to_string)
+        .collect();
+    Ok(actix_web::HttpResponse::Ok().json(serde_json::json!({
+        "name": t.name,
+        "scopes": scopes,
+    })))
 }

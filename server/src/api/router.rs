@@ -58,6 +58,9 @@ fn table() -> Vec<(&'static str, &'static str, Routes)> {
             r.route(web::put().to(put_blob_handler))
         }),
         ("/v1/admin/models", GET, |r| get_head(r, list_models)),
+        ("/v1/admin/token", GET, |r| {
+            get_head(r, crate::api::auth::whoami)
+        }),
         ("/v1/admin/keyring", GET_POST, |r| {
             get_head(r, admin::get_keyring).route(web::post().to(admin::post_keyring))
         }),
