@@ -1,6 +1,8 @@
 "use strict";
-// ferry's operator dashboard. Plain TypeScript compiled by tsc (ui/build.sh) into
-// server/ui/app.js, served at /ui with everything it needs (no CDN). Every request to the
+// ferry's operator dashboard: shared helpers (elements, tables, the admin API, formats).
+// Plain TypeScript scripts (one per page or widget, no module loader) compiled by tsc into one
+// server/ui/app.js in the order ui/tsconfig.json lists them (ui/build.sh), served at /ui with
+// everything it needs (no CDN). Every request to the
 // admin API carries the token the operator typed, kept in sessionStorage only (gone when the
 // tab closes). All text from the server goes into the page as text, never as HTML.
 const TOKEN_KEY = "ferry.token";
@@ -132,8 +134,7 @@ function errorBox(e) {
     const msg = e instanceof ApiFailure ? `${e.code}: ${e.message}` : String(e);
     return el("p", { class: "error", role: "alert" }, msg);
 }
-// ---------------------------------------------------------------------------------------------
-// Sign in
+// Sign in, and the list of models.
 function signInView(reason) {
     const input = el("input", {
         id: "token",
@@ -203,8 +204,7 @@ async function modelsView() {
         ? table("models", ["model", "baseline", "staged", "rollout", "ramp step", "health"], rows)
         : el("p", {}, "No model is published yet."));
 }
-// ---------------------------------------------------------------------------------------------
-// One model: releases, rollout controls, history
+// One model: its rollout (summary and controls), releases and history.
 function rolloutSummary(r) {
     const cur = r.current;
     if (!cur) {
@@ -334,8 +334,7 @@ async function modelView(name) {
     ]);
     root.replaceChildren(el("h2", {}, name), el("p", {}, link(`#/health/${enc}`, "Fleet health", "health-link")), el("h3", {}, "Rollout"), rolloutSummary(rollout), rolloutControls(name, releases, () => render()), el("h3", {}, "Releases"), table("releases", ["release", "state", "variants", "evaluation", "notes"], rows), el("h3", {}, "History"), table("history", ["revision", "action", "who", "when", "release", "why"], history.reverse()));
 }
-// ---------------------------------------------------------------------------------------------
-// One release: variants and the delegation report
+// One release: variants, evaluation and the delegation report.
 /** A release's signed evaluation in a few words (the model page's list). */
 function verdict(e) {
     if (!e) {
@@ -458,8 +457,7 @@ async function releaseView(name, version) {
     }
     root.replaceChildren(el("h2", {}, `${name} ${version}`), el("p", {}, link(`#/model/${encodeURIComponent(name)}`, `back to ${name}`)), el("p", { id: "release-notes" }, r.notes ?? ""), ...evaluationSection(r.evaluation, variants), ...sections);
 }
-// ---------------------------------------------------------------------------------------------
-// Health: rates over time with the gates, breakdowns, errors, the deny list
+// A model's fleet health: rates over time with the gates, breakdowns, the deny list.
 // Why a deny-list entry is there, in words.
 function denyWhy(d) {
     const l = d.latency;
@@ -732,8 +730,7 @@ async function healthView(name) {
         chartBox.append(el("p", { class: "muted", id: "no-telemetry" }, "No telemetry in the last 6 hours."));
     }
 }
-// ---------------------------------------------------------------------------------------------
-// Explain: what a device would get, and why
+// Explain: what a device would get, and why.
 function explainView() {
     const field = (id, label, value = "") => el("label", {}, label, el("input", { id, value, type: "text" }));
     const out = el("div", { id: "explain-result" });
@@ -783,8 +780,7 @@ function explainView() {
     });
     main().replaceChildren(form);
 }
-// ---------------------------------------------------------------------------------------------
-// Routing
+// Routing: the view for the address, and the page's event handlers.
 /** Model names and versions as the server spells them; anything else is not fetched. */
 const NAME = /^[A-Za-z0-9._+-]{1,128}$/;
 async function render() {
