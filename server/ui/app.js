@@ -34,9 +34,132 @@ function el(tag, attrs = {}, ...children) {
     }
     return e;
 }
-/** A table with a header row and body rows. */
+/** A table with a header row and body rows, in a box that scrolls sideways on its own when
+ * the table is wider than the screen (the page itself never does). */
 function table(id, head, rows) {
-    return el("table", { id }, el("thead", {}, el("tr", {}, ...head.map((h) => el("th", {}, h)))), el("tbody", {}, ...rows.map((r) => el("tr", {}, ...r.map((c) => el("td", {}, c))))));
+    return scroller(el("table", { id }, el("thead", {}, el("tr", {}, ...head.map((h) => el("th", {}, h)))), el("tbody", {}, ...rows.map((r) => el("tr", {}, ...r.map((c) => el("td", {}, c)))))));
+}
+/** `inner` in a box that scrolls sideways when it is wider than the screen. */
+function scroller(inner) {
+    return el("div", { class: "scroll" }, inner);
+}
+/** Replaces the element with id `id` (in the page shown) by `node`, keeping its place. */
+function replaceById(id, node) {
+    const old = document.getElementById(id);
+    const fresh = node.id === id ? node : node.querySelector(`#${id}`);
+    if (!old || !fresh) {
+        return;
+    }
+    // A table's scrolling box goes with it.
+    const oldBox = old.parentElement?.classList.contains("scroll") ? old.parentElement : old;
+    const newBox = fresh.parentElement?.classList.contains("scroll") ? fresh.parentElement : fresh;
+    oldBox.replaceWith(newBox);
+}
+/** The scopes of the signed-in token (GET /v1/admin/token); null when the server does not say
+ * (an older one): every control is offered and the server refuses what the token may not do. */
+let tokenScopes = null;
+/** The token `tokenScopes` belongs to. */
+let scopesOf = null;
+/** Learns the signed-in token's scopes, once per token. */
+async function loadScopes() {
+    const t = token();
+    if (t === scopesOf) {
+        return;
+    }
+    try {
+        tokenScopes = (await api("/v1/admin/token")).scopes;
+    }
+    catch (e) {
+        if (e instanceof ApiFailure && e.status === 401) {
+            throw e;
+        }
+        tokenScopes = null;
+    }
+    scopesOf = t;
+}
+/** Whether the token may do what needs `scope`. */
+function may(scope) {
+    return tokenScopes === null || tokenScopes.includes(scope);
+}
+/** `box` (a fieldset) as is, or disabled with the reason when the token lacks `scope`. */
+function guarded(box, scope) {
+    if (may(scope)) {
+        return box;
+    }
+    box.disabled = true;
+    box.classList.add("read-only");
+    const note = el("p", { class: "scope-note", role: "note" }, `Read only: this token lacks the ${scope} scope, so these controls are off. An admin can make one with \`ferry keys token --scopes read,${scope}\`.`);
+    const legend = box.querySelector("legend");
+    if (legend) {
+        legend.after(note);
+    }
+    else {
+        box.prepend(note);
+    }
+    return box;
+}
+/** Releases the charts no longer on the page (a refresh replaced them). */
+function pruneCharts() {
+    charts = charts.filter((c) => {
+        if (document.body.contains(c.root)) {
+            return true;
+        }
+        c.destroy();
+        return false;
+    });
+}
+/** The time of day, UTC, to the second. */
+function clock() {
+    return new Date().toISOString().slice(11, 19);
+}
+/** Keeps the view shown current: every `secs` seconds `refresh` fetches and updates it in
+ * place (no reload, the operator's half-filled forms stay); it stops when another view is
+ * rendered, and skips while the tab is hidden. The header says when the data is from, or
+ * since when the server cannot be reached. */
+function live(secs, refresh) {
+    const gen = renderGen;
+    const status = document.getElementById("live");
+    let failingSince = null;
+    const fresh = () => {
+        failingSince = null;
+        status.className = "muted";
+        status.textContent = `live, updated ${clock()} UTC`;
+    };
+    fresh();
+    let busy = false;
+    const timer = window.setInterval(async () => {
+        if (gen !== renderGen) {
+            window.clearInterval(timer);
+            return;
+        }
+        if (busy || document.hidden) {
+            return;
+        }
+        busy = true;
+        try {
+            await refresh();
+            if (gen === renderGen) {
+                fresh();
+            }
+        }
+        catch (e) {
+            if (gen !== renderGen) {
+                return;
+            }
+            if (e instanceof ApiFailure && e.status === 401) {
+                window.clearInterval(timer);
+                void render();
+                return;
+            }
+            failingSince = failingSince ?? clock();
+            const why = e instanceof ApiFailure ? `${e.code}: ${e.message}` : "no answer";
+            status.className = "error";
+            status.textContent = `server unreachable since ${failingSince} UTC (${why}); showing the last data, retrying every ${secs} s`;
+        }
+        finally {
+            busy = false;
+        }
+    }, secs * 1000);
 }
 function token() {
     return sessionStorage.getItem(TOKEN_KEY);
@@ -110,6 +233,10 @@ function pct(rate) {
         return "–";
     }
     return `${(Math.round(rate * 10000) / 100).toString()}%`;
+}
+/** n over d, or null when d is 0. */
+function rate(n, d) {
+    return d > 0 ? n / d : null;
 }
 /** Milliseconds rounded for people. */
 function ms(v) {
@@ -204,13 +331,86 @@ async function modelsView() {
         ? table("models", ["model", "baseline", "staged", "rollout", "ramp step", "health"], rows)
         : el("p", {}, "No model is published yet."));
 }
-// One model: its rollout (summary and controls), releases and history.
+// A model's rollout: the state in force, the ramp as a timeline with its gates, and the form
+// that changes it (every action the CLI has, each previewed before it is confirmed).
+/** What the ramp waits for or does next, in words (the server's verdict). */
+function rampNow(now) {
+    switch (now?.verdict) {
+        case "wait":
+            return `waiting for ${now.waiting_for.join("; ")}`;
+        case "advance":
+            return `moves to ${(now.to / 100).toString()}% at the next check`;
+        case "halt":
+            return `halts at the next check: ${now.reason}`;
+        case "done":
+            return "the last step is in force";
+        default:
+            return "not ramping";
+    }
+}
+/** The gates of a ramp step: each one's value now against its limit. */
+function gateRows(t, h) {
+    const rows = [];
+    const row = (gate, now, limit, over) => {
+        rows.push([gate, over ? el("span", { class: "error" }, now) : now, limit]);
+    };
+    const loads = h?.loads ?? 0;
+    row("samples (staged loads)", String(loads), `at least ${t.min_samples ?? 0}`, false);
+    if (t.max_failure_rate !== undefined && t.max_failure_rate !== null) {
+        const r = rate(h?.failures ?? 0, loads);
+        row("load failure rate", pct(r), `at most ${pct(t.max_failure_rate)}`, r !== null && r > t.max_failure_rate);
+    }
+    if (t.max_fallback_rate !== undefined && t.max_fallback_rate !== null) {
+        const r = rate(h?.fallbacks ?? 0, loads);
+        row("fallback rate", pct(r), `at most ${pct(t.max_fallback_rate)}`, r !== null && r > t.max_fallback_rate);
+    }
+    if (t.max_regression !== undefined && t.max_regression !== null) {
+        const staged = rate(h?.failures ?? 0, loads);
+        const base = rate(h?.baseline_failures ?? 0, h?.baseline_loads ?? 0);
+        const ratio = staged !== null && base ? staged / base : null;
+        row("failure rate over the baseline's", ratio === null ? "–" : `${ratio.toFixed(2)}×`, `at most ${t.max_regression}×`, ratio !== null && ratio > t.max_regression);
+    }
+    if (t.max_latency_ratio !== undefined && t.max_latency_ratio !== null) {
+        const l = h?.latency;
+        row("field latency over the baseline's", l ? `${Number(l.ratio).toFixed(2)}× (${ms(l.staged_ms)} vs ${ms(l.baseline_ms)}, ${l.devices} devices)` : "–", `at most ${t.max_latency_ratio}×`, !!l && l.ratio > t.max_latency_ratio);
+    }
+    return rows;
+}
+/** The ramp as a timeline: steps done, the step in force and what it waits for, the rest. */
+function rampTimeline(r) {
+    const ramp = r.ramp;
+    if (!ramp) {
+        return null;
+    }
+    const steps = (ramp.steps ?? []);
+    const items = steps.map((s, i) => {
+        const n = i + 1;
+        const state = n < ramp.step ? "done" : n === ramp.step ? "current" : "next";
+        const li = el("li", { class: `step-${state}` }, `${s}%`);
+        if (state === "current") {
+            li.append(el("span", { class: "muted" }, ` — in force since ${when(ramp.step_started)}, at least ${Math.round(ramp.every_secs / 60)} min; ${rampNow(ramp.now)}`));
+        }
+        else if (state === "done") {
+            li.append(el("span", { class: "muted" }, " — done"));
+        }
+        return li;
+    });
+    return el("div", { id: "ramp-timeline" }, el("h4", {}, `Ramp: step ${ramp.step} of ${steps.length}`), el("ol", { class: "timeline" }, ...items), table("ramp-gates", ["gate", "this step", "limit"], gateRows(r.current?.thresholds ?? {}, ramp.step_health)));
+}
 function rolloutSummary(r) {
     const cur = r.current;
     if (!cur) {
-        return el("p", { id: "rollout-state" }, "No rollout plan yet.");
+        return el("div", { id: "rollout-state" }, el("p", {}, "No rollout plan yet."));
     }
     const back = rolledBack(cur.action, cur.state);
+    const box = el("div", { id: "rollout-state" });
+    // A halt's reason comes first: it is what the operator came for.
+    if (back) {
+        box.append(el("p", { class: "warning", id: "rollback-reason" }, `Rolled back by ${cur.actor} at ${when(cur.at)}: ${cur.reason ?? ""}. Resume would stage it again.`));
+    }
+    else if (cur.state === "halted") {
+        box.append(el("p", { class: "error", id: "halt-reason" }, `Halted: ${cur.reason ?? ""}`));
+    }
     const parts = [
         el("strong", {}, back ? "rolled back" : cur.state),
         ` — baseline ${cur.baseline ?? "none"}`,
@@ -220,57 +420,179 @@ function rolloutSummary(r) {
     }
     if (r.ramp) {
         parts.push(`, ramp step ${r.ramp.step} of ${(r.ramp.steps ?? []).length}`);
-        if (typeof r.ramp.now === "string") {
-            parts.push(` (${r.ramp.now})`);
-        }
     }
-    const box = el("div", { id: "rollout-state" }, el("p", {}, ...parts));
-    if (back) {
-        box.append(el("p", { class: "muted", id: "rollback-reason" }, `Rolled back by ${cur.actor} at ${when(cur.at)}: ${cur.reason ?? ""}. Resume would stage it again.`));
+    box.append(el("p", {}, ...parts));
+    const timeline = rampTimeline(r);
+    if (timeline) {
+        box.append(timeline);
     }
-    else if (cur.state === "halted") {
-        box.append(el("p", { class: "error", id: "halt-reason" }, `Halted: ${cur.reason ?? ""}`));
+    else {
+        const t = cur.thresholds ?? {};
+        box.append(el("p", { class: "muted" }, `gates: failure ≤ ${pct(t.max_failure_rate)}, fallback ≤ ${pct(t.max_fallback_rate)}, min samples ${t.min_samples ?? "–"}`));
     }
-    const t = cur.thresholds ?? {};
-    box.append(el("p", { class: "muted" }, `gates: failure ≤ ${pct(t.max_failure_rate)}, fallback ≤ ${pct(t.max_fallback_rate)}, min samples ${t.min_samples ?? "–"}`));
+    const pins = (cur.pins ?? []);
+    if (pins.length) {
+        box.append(el("h4", {}, "Pinned test devices"), table("pins", ["install id", "release", "expires"], pins.map((p) => [p.install_id, p.release, p.expires ? when(p.expires) : "never"])));
+    }
     return box;
 }
+// The form that changes a model's rollout: every action `ferry rollout` has, built into the
+// same JSON the CLI sends, previewed with dry_run (cohort moves, share of install ids changing
+// release, device classes left without a variant) and applied only as previewed. The
+// server's refusal is shown as it is, code and message.
+const ROLLOUT_ACTIONS = [
+    ["start", "start: stage a release (a share, or a ramp with gates)"],
+    ["set", "set: change the staged share"],
+    ["pause", "pause"],
+    ["resume", "resume"],
+    ["rollback", "rollback: withdraw the staged release"],
+    ["complete", "complete: make the staged release the baseline"],
+    ["revert", "revert: move the baseline back to an older release"],
+    ["pin", "pin a test device to a release"],
+    ["unpin", "unpin a test device"],
+];
+/** Which inputs each action takes. */
+const ROLLOUT_FIELDS = {
+    start: ["release", "mode", "gates", "supersede"],
+    set: ["percent"],
+    revert: ["to"],
+    pin: ["install", "release", "expires"],
+    unpin: ["install"],
+};
+/** A labelled input, shown or hidden with its label. */
+function labelled(label, input) {
+    return el("label", { class: "field" }, label, input);
+}
+function textInput(id, placeholder = "", mode = "text") {
+    return el("input", { id, type: "text", inputmode: mode, placeholder, autocomplete: "off" });
+}
+function versionSelect(id, releases) {
+    return el("select", { id }, ...releases.map((r) => el("option", { value: r.version }, `${r.version} (${r.state})`)));
+}
+/** A number from a text input, scaled; undefined when empty; an Error when not a number. */
+function numberOf(input, what, scale = 1) {
+    const v = input.value.trim();
+    if (!v) {
+        return undefined;
+    }
+    const n = Number(v);
+    if (!Number.isFinite(n) || n < 0) {
+        throw new Error(`${what} must be a number, not ${JSON.stringify(v)}`);
+    }
+    return Math.round(n * scale * 1e6) / 1e6;
+}
+/** What a change does, in words. */
+function describeChange(b) {
+    switch (b.action) {
+        case "start":
+            return b.steps
+                ? `start ${b.release} as a ramp ${b.steps.join("% → ")}% every ${Math.round(b.every_secs / 60)} min`
+                : `start ${b.release} at ${b.percent ?? "?"}%`;
+        case "set":
+            return `set the staged share to ${b.percent ?? "?"}%`;
+        case "revert":
+            return `revert the baseline to ${b.to}`;
+        case "pin":
+            return `pin ${b.install_id} to ${b.release}${b.expires_secs ? ` for ${b.expires_secs / 3600} h` : ""}`;
+        case "unpin":
+            return `unpin ${b.install_id}`;
+        default:
+            return b.action;
+    }
+}
 function rolloutControls(name, releases, onDone) {
-    const action = el("select", { id: "rollout-action" }, ...["start", "set", "pause", "resume", "rollback", "complete"].map((a) => el("option", { value: a }, a)));
-    const release = el("select", { id: "rollout-release" }, ...releases.map((r) => el("option", { value: r.version }, r.version)));
-    const percent = el("input", {
-        id: "rollout-percent",
-        type: "text",
-        inputmode: "decimal",
-        placeholder: "percent",
-        size: "6",
-    });
-    const reason = el("input", { id: "rollout-reason", type: "text", placeholder: "reason" });
-    const preview = el("div", { id: "rollout-preview" });
+    const action = el("select", { id: "rollout-action" }, ...ROLLOUT_ACTIONS.map(([a, text]) => el("option", { value: a }, text)));
+    const release = versionSelect("rollout-release", releases);
+    const to = versionSelect("rollout-to", releases);
+    const mode = el("select", { id: "rollout-mode" }, el("option", { value: "percent" }, "a share now"), el("option", { value: "ramp" }, "a ramp with health gates"));
+    const percent = textInput("rollout-percent", "e.g. 5", "decimal");
+    const steps = textInput("rollout-steps", "e.g. 1, 5, 25, 100");
+    const every = textInput("rollout-every", "e.g. 60", "numeric");
+    const failure = textInput("rollout-max-failure", "e.g. 2", "decimal");
+    const fallback = textInput("rollout-max-fallback", "e.g. 5", "decimal");
+    const samples = textInput("rollout-min-samples", "e.g. 200", "numeric");
+    const regression = textInput("rollout-max-regression", "e.g. 1.5", "decimal");
+    const latency = textInput("rollout-max-latency", "e.g. 1.3", "decimal");
+    const supersede = el("input", { id: "rollout-supersede", type: "checkbox" });
+    const install = textInput("rollout-install", "install id");
+    const expires = textInput("rollout-expires", "hours; empty: until unpinned", "decimal");
+    const reason = textInput("rollout-reason", "why (kept in the history)");
+    const groups = {
+        release: labelled("release", release),
+        to: labelled("back to", to),
+        mode: el("div", {}, labelled("stage", mode), labelled("percent", percent)),
+        ramp: el("div", { class: "ramp-fields" }, labelled("steps (%)", steps), labelled("each step at least (minutes)", every)),
+        gates: el("div", { class: "gate-fields" }, labelled("halt above failure rate (%)", failure), labelled("halt above fallback rate (%)", fallback), labelled("min samples per step", samples), labelled("halt above failure rate × baseline", regression), labelled("halt above field latency × baseline", latency)),
+        supersede: labelled("supersede a rollout in progress", supersede),
+        percent: labelled("percent", percent),
+        install: labelled("install id", install),
+        expires: labelled("expires after", expires),
+    };
+    const preview = el("div", { id: "rollout-preview", "aria-live": "polite" });
     const fit = () => {
-        release.hidden = action.value !== "start";
-        percent.hidden = action.value !== "start" && action.value !== "set";
+        const wanted = ROLLOUT_FIELDS[action.value] ?? [];
+        for (const [k, g] of Object.entries(groups)) {
+            g.hidden = !wanted.includes(k);
+        }
+        if (action.value === "start") {
+            groups.mode.hidden = false;
+            groups.ramp.hidden = mode.value !== "ramp";
+            groups.gates.hidden = mode.value !== "ramp";
+            percent.parentElement.hidden = mode.value === "ramp";
+        }
+        else if (action.value === "set") {
+            groups.mode.hidden = false;
+            mode.parentElement.hidden = true;
+            percent.parentElement.hidden = false;
+        }
+        else {
+            mode.parentElement.hidden = false;
+        }
         preview.replaceChildren();
     };
     action.addEventListener("change", fit);
+    mode.addEventListener("change", fit);
     fit();
-    const describe = (b) => {
-        switch (b.action) {
-            case "start":
-                return `start ${b.release}${b.percent ? ` at ${b.percent}%` : ""}`;
-            case "set":
-                return `set to ${b.percent ?? "?"}%`;
-            default:
-                return b.action;
-        }
-    };
     const body = () => {
-        const b = { action: action.value };
-        if (action.value === "start") {
+        const a = action.value;
+        const b = { action: a };
+        if (a === "start" || a === "pin") {
             b.release = release.value;
         }
-        if ((action.value === "start" || action.value === "set") && percent.value.trim()) {
+        if (a === "start" && mode.value === "ramp") {
+            b.steps = steps.value.split(",").map((s) => s.trim()).filter((s) => s);
+            b.every_secs = numberOf(every, "each step's minutes", 60);
+            const gates = [
+                ["max_failure_rate", failure, "the failure rate", 0.01],
+                ["max_fallback_rate", fallback, "the fallback rate", 0.01],
+                ["min_samples", samples, "min samples", 1],
+                ["max_regression", regression, "the failure ratio", 1],
+                ["max_latency_ratio", latency, "the latency ratio", 1],
+            ];
+            for (const [k, input, what, scale] of gates) {
+                const v = numberOf(input, what, scale);
+                if (v !== undefined) {
+                    b[k] = v;
+                }
+            }
+        }
+        else if ((a === "start" || a === "set") && percent.value.trim()) {
             b.percent = percent.value.trim();
+        }
+        if (a === "start" && supersede.checked) {
+            b.supersede = true;
+        }
+        if (a === "revert") {
+            b.to = to.value;
+        }
+        if (a === "pin" || a === "unpin") {
+            b.install_id = install.value.trim();
+        }
+        if (a === "pin") {
+            const h = numberOf(expires, "the expiry (hours)", 3600);
+            if (h !== undefined) {
+                b.expires_secs = Math.round(h);
+            }
         }
         if (reason.value.trim()) {
             b.reason = reason.value.trim();
@@ -280,51 +602,87 @@ function rolloutControls(name, releases, onDone) {
     const path = `/v1/admin/models/${encodeURIComponent(name)}/rollout`;
     const previewButton = el("button", { id: "rollout-preview-button", type: "button" }, "Preview");
     previewButton.addEventListener("click", async () => {
-        const b = body();
+        let b;
+        try {
+            b = body();
+        }
+        catch (e) {
+            preview.replaceChildren(el("p", { class: "error", role: "alert" }, e.message));
+            return;
+        }
         preview.replaceChildren(el("p", { class: "muted" }, "Previewing…"));
         try {
             const p = await post(`${path}?dry_run=true`, b);
-            const confirm = el("button", { id: "rollout-confirm", type: "button" }, "Confirm");
-            confirm.addEventListener("click", async () => {
-                // Only what was previewed is applied: a form changed since asks for a new preview.
-                if (JSON.stringify(body()) !== JSON.stringify(b)) {
-                    preview.replaceChildren(el("p", { class: "error", role: "alert" }, "The form changed since the preview: preview again."));
-                    return;
-                }
-                confirm.disabled = true;
-                try {
-                    await post(path, b);
-                    onDone();
-                }
-                catch (e) {
-                    preview.replaceChildren(errorBox(e));
-                }
+            showPreview(preview, b, p, () => JSON.stringify(body()) === JSON.stringify(b), async () => {
+                await post(path, b);
+                onDone();
             });
-            preview.replaceChildren(el("p", { id: "rollout-share" }, `${describe(b)}: ${pct(p.preview.share_changing)} of install ids change release`), el("ul", {}, ...p.preview.moves.map((m) => el("li", {}, m))), confirm, el("button", { type: "button", id: "rollout-cancel" }, "Cancel"));
-            preview.querySelector("#rollout-cancel").addEventListener("click", () => preview.replaceChildren());
         }
         catch (e) {
             preview.replaceChildren(errorBox(e));
         }
     });
-    return el("fieldset", { id: "rollout-controls" }, el("legend", {}, "Change the rollout"), action, release, percent, reason, previewButton, preview);
+    const box = el("fieldset", { id: "rollout-controls" }, el("legend", {}, "Change the rollout"), labelled("action", action), ...Object.values(groups), labelled("reason", reason), previewButton, preview);
+    return guarded(box, "rollout");
 }
-async function modelView(name) {
-    const root = main();
-    const enc = encodeURIComponent(name);
-    const [model, rollout] = await Promise.all([
-        api(`/v1/admin/models/${enc}`),
-        api(`/v1/admin/models/${enc}/rollout`),
-    ]);
-    const releases = model.releases;
-    const rows = releases.map((r) => [
+/** The dry run's answer, with Confirm (applies the change if the form still says the same)
+ * and Cancel. */
+function showPreview(box, b, p, unchanged, apply) {
+    const v = p.preview ?? {};
+    const after = `after: ${p.state}, baseline ${p.baseline ?? "none"}${p.staged ? `, staged ${p.staged} at ${(p.basis_points / 100).toString()}%` : ""}`;
+    const confirm = el("button", { id: "rollout-confirm", type: "button" }, "Confirm");
+    const cancel = el("button", { type: "button", id: "rollout-cancel" }, "Cancel");
+    confirm.addEventListener("click", async () => {
+        // Only what was previewed is applied: a form changed since asks for a new preview.
+        try {
+            if (!unchanged()) {
+                throw new Error("The form changed since the preview: preview again.");
+            }
+        }
+        catch (e) {
+            box.replaceChildren(el("p", { class: "error", role: "alert" }, e.message));
+            return;
+        }
+        confirm.disabled = true;
+        try {
+            await apply();
+        }
+        catch (e) {
+            box.replaceChildren(errorBox(e));
+        }
+    });
+    cancel.addEventListener("click", () => box.replaceChildren());
+    const stranded = (v.stranded ?? []);
+    box.replaceChildren(el("p", { id: "rollout-share" }, `${describeChange(b)}: ${pct(v.share_changing)} of install ids change release`), el("p", { class: "muted", id: "rollout-after" }, after), el("ul", { id: "rollout-moves" }, ...(v.moves ?? []).map((m) => el("li", {}, m))), stranded.length
+        ? el("div", { class: "warning", id: "rollout-stranded" }, el("p", {}, "Left without a variant:"), el("ul", {}, ...stranded.map((s) => el("li", {}, s))))
+        : "", confirm, cancel);
+    confirm.focus();
+}
+// One model: its rollout (ui/src/rollout.ts, rollout_form.ts), releases and history, kept
+// current while shown.
+function releasesTable(enc, releases) {
+    return table("releases", ["release", "state", "variants", "download", "evaluation", "notes"], releases.map((r) => [
         link(`#/model/${enc}/release/${encodeURIComponent(r.version)}`, r.version),
         r.state,
         r.variants.map((v) => `${v.id} (${v.delegate})`).join(", "),
+        downloadRange(r.variants),
         verdict(r.evaluation),
         r.notes ?? "",
-    ]);
-    const history = rollout.history.map((h) => [
+    ]));
+}
+/** The smallest and largest full download of a release's variants (program, data files and
+ * assets), or "–" when the server does not say. */
+function downloadRange(variants) {
+    const sizes = variants.map((v) => v.download_bytes).filter((n) => typeof n === "number");
+    if (!sizes.length) {
+        return "–";
+    }
+    const lo = Math.min(...sizes);
+    const hi = Math.max(...sizes);
+    return lo === hi ? bytes(lo) : `${bytes(lo)} – ${bytes(hi)}`;
+}
+function historyTable(rollout) {
+    const rows = rollout.history.map((h) => [
         String(h.revision),
         h.action,
         h.actor,
@@ -332,7 +690,21 @@ async function modelView(name) {
         h.staged ? `${h.staged} ${(h.basis_points / 100).toString()}%` : `${h.baseline ?? ""}`,
         h.reason ?? "",
     ]);
-    root.replaceChildren(el("h2", {}, name), el("p", {}, link(`#/health/${enc}`, "Fleet health", "health-link")), el("h3", {}, "Rollout"), rolloutSummary(rollout), rolloutControls(name, releases, () => render()), el("h3", {}, "Releases"), table("releases", ["release", "state", "variants", "evaluation", "notes"], rows), el("h3", {}, "History"), table("history", ["revision", "action", "who", "when", "release", "why"], history.reverse()));
+    return table("history", ["revision", "action", "who", "when", "release", "why"], rows.reverse());
+}
+async function modelView(name) {
+    const root = main();
+    const enc = encodeURIComponent(name);
+    const load = () => Promise.all([api(`/v1/admin/models/${enc}`), api(`/v1/admin/models/${enc}/rollout`)]);
+    const [model, rollout] = await load();
+    const releases = model.releases;
+    root.replaceChildren(el("h2", {}, name), el("p", {}, link(`#/health/${enc}`, "Fleet health", "health-link")), el("h3", {}, "Rollout"), rolloutSummary(rollout), rolloutControls(name, releases, () => render()), el("h3", {}, "Releases"), releasesTable(enc, releases), el("h3", {}, "History"), historyTable(rollout));
+    live(5, async () => {
+        const [m, r] = await load();
+        replaceById("rollout-state", rolloutSummary(r));
+        replaceById("releases", releasesTable(enc, m.releases));
+        replaceById("history", historyTable(r));
+    });
 }
 // One release: variants, evaluation and the delegation report.
 /** A release's signed evaluation in a few words (the model page's list). */
@@ -457,6 +829,91 @@ async function releaseView(name, version) {
     }
     root.replaceChildren(el("h2", {}, `${name} ${version}`), el("p", {}, link(`#/model/${encodeURIComponent(name)}`, `back to ${name}`)), el("p", { id: "release-notes" }, r.notes ?? ""), ...evaluationSection(r.evaluation, variants), ...sections);
 }
+// The deny list on the health page: every entry with override and clear, and a form to deny a
+// variant on a device class by hand. Each change first says what it does to which devices
+// and waits for Confirm; the server's refusal is shown as it is.
+/** What a deny-list change does, in words, naming the device class. */
+function denyEffect(c) {
+    const who = `devices with ${c.class === "soc" ? "SoC" : "device model"} ${c.value}`;
+    const what = `${c.variant} of ${c.release}`;
+    const slow = c.kind === "slow_in_field";
+    switch (c.action) {
+        case "override":
+            return slow
+                ? `${who} get ${what} ranked as the release orders it again, although the field found it slow there; new reports do not move it back until you clear the override.`
+                : `${who} are offered ${what} again, although it fell back there; new failures do not deny it again until you clear the override.`;
+        case "clear":
+            return `The entry for ${what} on ${who} is removed: they are offered it as the release orders it, and the fleet's telemetry may deny it again.`;
+        default:
+            return slow
+                ? `${who} get the next candidate ranked before ${what}.`
+                : `${who} are no longer offered ${what}; they get the next candidate (XNNPACK last).`;
+    }
+}
+/** Shows `change`'s effect in `box` with Confirm and Cancel; Confirm sends it. */
+function confirmDeny(box, enc, change, onDone) {
+    const confirm = el("button", { type: "button", class: "deny-confirm" }, `Confirm ${change.action}`);
+    const cancel = el("button", { type: "button", class: "deny-cancel" }, "Cancel");
+    confirm.addEventListener("click", async () => {
+        confirm.disabled = true;
+        try {
+            await post(`/v1/admin/models/${enc}/deny`, change);
+            onDone();
+        }
+        catch (e) {
+            box.replaceChildren(errorBox(e));
+        }
+    });
+    cancel.addEventListener("click", () => box.replaceChildren());
+    box.replaceChildren(el("p", { class: "deny-effect" }, denyEffect(change)), confirm, cancel);
+    confirm.focus();
+}
+/** The deny list with override and clear on every entry (each confirmed in `confirmBox`). */
+function denyTable(enc, h, confirmBox, onDone) {
+    const rows = h.deny.map((d) => {
+        const act = (action) => {
+            const b = el("button", { type: "button", class: `deny-${action}` }, action);
+            b.addEventListener("click", () => confirmDeny(confirmBox, enc, { action, release: d.release, variant: d.variant, class: d.class, value: d.value, kind: d.kind ?? "fallback" }, onDone));
+            if (!may("rollout")) {
+                b.disabled = true;
+                b.title = "this token lacks the rollout scope";
+            }
+            return b;
+        };
+        return [
+            d.release,
+            d.variant,
+            `${d.class} ${d.value}`,
+            d.kind === "slow_in_field" ? "slow in field (ranked after the next candidate)" : "fallback (not offered)",
+            denyWhy(d),
+            d.state,
+            el("span", {}, act("override"), act("clear")),
+        ];
+    });
+    return el("section", { id: "deny-section" }, el("h3", {}, "Deny list"), rows.length
+        ? table("deny", ["release", "variant", "devices", "kind", "why", "state", ""], rows)
+        : el("p", { id: "deny-empty" }, "Nothing is denied."));
+}
+/** The form that denies a release's variant on one SoC or device model by hand. */
+function denyForm(enc, h, confirmBox, onDone) {
+    const releases = h.releases ?? [];
+    const release = el("select", { id: "deny-release" }, ...releases.map((r) => el("option", { value: r.release }, r.release)));
+    const variant = el("select", { id: "deny-variant" });
+    const fill = () => variant.replaceChildren(...(releases.find((r) => r.release === release.value)?.variants ?? []).map((v) => el("option", { value: v.variant }, `${v.variant} (${v.delegate})`)));
+    release.addEventListener("change", fill);
+    fill();
+    const cls = el("select", { id: "deny-class" }, el("option", { value: "soc" }, "SoC"), el("option", { value: "device_model" }, "device model"));
+    const value = el("input", { id: "deny-value", type: "text", placeholder: "e.g. SM8550", autocomplete: "off" });
+    const add = el("button", { type: "button", id: "deny-add" }, "Deny…");
+    add.addEventListener("click", () => {
+        if (!value.value.trim() || !variant.value) {
+            confirmBox.replaceChildren(el("p", { class: "error", role: "alert" }, "Pick a release and variant, and name the SoC or device model."));
+            return;
+        }
+        confirmDeny(confirmBox, enc, { action: "deny", release: release.value, variant: variant.value, class: cls.value, value: value.value.trim() }, onDone);
+    });
+    return guarded(el("fieldset", { id: "deny-form" }, el("legend", {}, "Deny a variant on a device class"), labelled("release", release), labelled("variant", variant), labelled("class", cls), labelled("value", value), add), "rollout");
+}
 // A model's fleet health: rates over time with the gates, breakdowns, the deny list.
 // Why a deny-list entry is there, in words.
 function denyWhy(d) {
@@ -534,9 +991,6 @@ function latencyTables(releases, role) {
         table("latency-by-soc", ["SoC", ...cols], socRows),
     ];
 }
-function rate(n, d) {
-    return d > 0 ? n / d : null;
-}
 function chart(target, title, range, xs, series) {
     const colors = ["#c0392b", "#2471a3", "#27ae60", "#8e44ad", "#d35400", "#7f8c8d"];
     const opts = {
@@ -565,10 +1019,24 @@ function chart(target, title, range, xs, series) {
 async function healthView(name) {
     const root = main();
     const enc = encodeURIComponent(name);
-    const [h, series] = await Promise.all([
+    const load = () => Promise.all([
         api(`/v1/admin/models/${enc}/health`),
         api(`/v1/admin/models/${enc}/health/series?since=6h`),
     ]);
+    const [h, series] = await load();
+    // Outside the part that refreshes: a confirmation or a half-filled form stays.
+    const confirmBox = el("div", { id: "deny-confirm", "aria-live": "polite" });
+    const onDone = () => void render();
+    root.replaceChildren(el("h2", {}, `${name}: fleet health`), el("p", {}, link(`#/model/${enc}`, `back to ${name}`)), healthData(enc, h, series, confirmBox, onDone), confirmBox, denyForm(enc, h, confirmBox, onDone));
+    live(10, async () => {
+        const [h2, s2] = await load();
+        replaceById("health-data", healthData(enc, h2, s2, confirmBox, onDone));
+        pruneCharts();
+    });
+}
+/** Everything the health page shows from the server's data: summary, charts, tables, the
+ * deny list (rebuilt whole on each refresh). */
+function healthData(enc, h, series, confirmBox, onDone) {
     const plan = h.rollout;
     const t = plan?.thresholds ?? {};
     const staged = plan?.staged ?? null;
@@ -592,8 +1060,6 @@ async function healthView(name) {
     const role = (r) => r === staged ? `${r} (staged)` : r === baseline ? `${r} (baseline)` : r;
     const chartBox = el("div", { id: "charts" });
     const parts = [
-        el("h2", {}, `${name}: fleet health`),
-        el("p", {}, link(`#/model/${enc}`, `back to ${name}`)),
         el("p", { id: "health-summary" }, `baseline ${baseline ?? "–"}${staged ? `, staged ${staged}` : ""}; state ${plan?.state ?? "–"}; cohort devices: ${Object.entries(h.cohort_sizes ?? {})
             .map(([k, v]) => `${k} ${v}`)
             .join(", ") || "none yet"}`),
@@ -678,43 +1144,8 @@ async function healthView(name) {
             pct(rate(e.fallbacks, e.loads)),
         ])));
     }
-    // Deny list with override and clear.
-    const deny = h.deny;
-    const denyRows = deny.map((d) => {
-        const act = (action) => {
-            const b = el("button", { type: "button", class: `deny-${action}` }, action);
-            b.addEventListener("click", async () => {
-                try {
-                    await post(`/v1/admin/models/${enc}/deny`, {
-                        action,
-                        release: d.release,
-                        variant: d.variant,
-                        class: d.class,
-                        value: d.value,
-                        kind: d.kind ?? "fallback",
-                    });
-                    render();
-                }
-                catch (e) {
-                    b.replaceWith(errorBox(e));
-                }
-            });
-            return b;
-        };
-        return [
-            d.release,
-            d.variant,
-            `${d.class} ${d.value}`,
-            d.kind === "slow_in_field" ? "slow in field (ranked after the next candidate)" : "fallback (not offered)",
-            denyWhy(d),
-            d.state,
-            el("span", {}, act("override"), act("clear")),
-        ];
-    });
-    parts.push(el("h3", {}, "Deny list"), denyRows.length
-        ? table("deny", ["release", "variant", "devices", "kind", "why", "state", ""], denyRows)
-        : el("p", {}, "Nothing is denied."));
-    root.replaceChildren(...parts);
+    parts.push(denyTable(enc, h, confirmBox, onDone));
+    const box = el("div", { id: "health-data" }, ...parts);
     if (releases.length) {
         for (const [title, field, gate] of [
             ["Load failure rate", "load_failures", t.max_failure_rate],
@@ -729,6 +1160,7 @@ async function healthView(name) {
     else {
         chartBox.append(el("p", { class: "muted", id: "no-telemetry" }, "No telemetry in the last 6 hours."));
     }
+    return box;
 }
 // Explain: what a device would get, and why.
 function explainView() {
@@ -809,7 +1241,12 @@ async function render() {
         return;
     }
     nav.hidden = false;
+    // A view that keeps itself current says so (live()); the others show nothing here.
+    const status = document.getElementById("live");
+    status.textContent = "";
+    status.className = "muted";
     try {
+        await loadScopes();
         let parts;
         try {
             parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);

@@ -173,10 +173,16 @@ async function main() {
       // Override the first deny entry from the page.
       if (deny.length) {
         await page.click("#deny tbody tr:first-child button.deny-override");
+        // It says what changes for which devices before anything is sent.
+        await page.waitForSelector("#deny-confirm .deny-effect");
+        const effect = await page.textContent("#deny-confirm .deny-effect");
+        const before = await page.$eval("#deny tbody tr td:nth-child(6)", (td) => td.textContent);
+        await shot("deny-confirm");
+        await page.click("#deny-confirm .deny-confirm");
         await page.waitForFunction(
           () => document.querySelector("#deny tbody tr td:nth-child(6)")?.textContent === "allow",
         );
-        out({ step: "deny_override", row: await page.$eval("#deny tbody tr", (r) => r.textContent) });
+        out({ step: "deny_override", effect, before, row: await page.$eval("#deny tbody tr", (r) => r.textContent) });
         await shot("deny-override");
       }
       // Explain: a device profile and what it would get.

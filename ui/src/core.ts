@@ -47,14 +47,148 @@ function el(
   return e;
 }
 
-/** A table with a header row and body rows. */
+/** A table with a header row and body rows, in a box that scrolls sideways on its own when
+ * the table is wider than the screen (the page itself never does). */
 function table(id: string, head: string[], rows: (Node | string)[][]): HTMLElement {
-  return el(
-    "table",
-    { id },
-    el("thead", {}, el("tr", {}, ...head.map((h) => el("th", {}, h)))),
-    el("tbody", {}, ...rows.map((r) => el("tr", {}, ...r.map((c) => el("td", {}, c))))),
+  return scroller(
+    el(
+      "table",
+      { id },
+      el("thead", {}, el("tr", {}, ...head.map((h) => el("th", {}, h)))),
+      el("tbody", {}, ...rows.map((r) => el("tr", {}, ...r.map((c) => el("td", {}, c))))),
+    ),
   );
+}
+
+/** `inner` in a box that scrolls sideways when it is wider than the screen. */
+function scroller(inner: HTMLElement): HTMLElement {
+  return el("div", { class: "scroll" }, inner);
+}
+
+/** Replaces the element with id `id` (in the page shown) by `node`, keeping its place. */
+function replaceById(id: string, node: HTMLElement): void {
+  const old = document.getElementById(id);
+  const fresh = node.id === id ? node : (node.querySelector(`#${id}`) as HTMLElement | null);
+  if (!old || !fresh) {
+    return;
+  }
+  // A table's scrolling box goes with it.
+  const oldBox = old.parentElement?.classList.contains("scroll") ? old.parentElement : old;
+  const newBox = fresh.parentElement?.classList.contains("scroll") ? fresh.parentElement : fresh;
+  oldBox.replaceWith(newBox);
+}
+
+/** The scopes of the signed-in token (GET /v1/admin/token); null when the server does not say
+ * (an older one): every control is offered and the server refuses what the token may not do. */
+let tokenScopes: string[] | null = null;
+/** The token `tokenScopes` belongs to. */
+let scopesOf: string | null = null;
+
+/** Learns the signed-in token's scopes, once per token. */
+async function loadScopes(): Promise<void> {
+  const t = token();
+  if (t === scopesOf) {
+    return;
+  }
+  try {
+    tokenScopes = (await api("/v1/admin/token")).scopes as string[];
+  } catch (e) {
+    if (e instanceof ApiFailure && e.status === 401) {
+      throw e;
+    }
+    tokenScopes = null;
+  }
+  scopesOf = t;
+}
+
+/** Whether the token may do what needs `scope`. */
+function may(scope: string): boolean {
+  return tokenScopes === null || tokenScopes.includes(scope);
+}
+
+/** `box` (a fieldset) as is, or disabled with the reason when the token lacks `scope`. */
+function guarded(box: HTMLElement, scope: string): HTMLElement {
+  if (may(scope)) {
+    return box;
+  }
+  (box as HTMLFieldSetElement).disabled = true;
+  box.classList.add("read-only");
+  const note = el(
+    "p",
+    { class: "scope-note", role: "note" },
+    `Read only: this token lacks the ${scope} scope, so these controls are off. An admin can make one with \`ferry keys token --scopes read,${scope}\`.`,
+  );
+  const legend = box.querySelector("legend");
+  if (legend) {
+    legend.after(note);
+  } else {
+    box.prepend(note);
+  }
+  return box;
+}
+
+/** Releases the charts no longer on the page (a refresh replaced them). */
+function pruneCharts(): void {
+  charts = charts.filter((c) => {
+    if (document.body.contains(c.root)) {
+      return true;
+    }
+    c.destroy();
+    return false;
+  });
+}
+
+/** The time of day, UTC, to the second. */
+function clock(): string {
+  return new Date().toISOString().slice(11, 19);
+}
+
+/** Keeps the view shown current: every `secs` seconds `refresh` fetches and updates it in
+ * place (no reload, the operator's half-filled forms stay); it stops when another view is
+ * rendered, and skips while the tab is hidden. The header says when the data is from, or
+ * since when the server cannot be reached. */
+function live(secs: number, refresh: () => Promise<void>): void {
+  const gen = renderGen;
+  const status = document.getElementById("live") as HTMLElement;
+  let failingSince: string | null = null;
+  const fresh = () => {
+    failingSince = null;
+    status.className = "muted";
+    status.textContent = `live, updated ${clock()} UTC`;
+  };
+  fresh();
+  let busy = false;
+  const timer = window.setInterval(async () => {
+    if (gen !== renderGen) {
+      window.clearInterval(timer);
+      return;
+    }
+    if (busy || document.hidden) {
+      return;
+    }
+    busy = true;
+    try {
+      await refresh();
+      if (gen === renderGen) {
+        fresh();
+      }
+    } catch (e) {
+      if (gen !== renderGen) {
+        return;
+      }
+      if (e instanceof ApiFailure && e.status === 401) {
+        window.clearInterval(timer);
+        void render();
+        return;
+      }
+      failingSince = failingSince ?? clock();
+      const why = e instanceof ApiFailure ? `${e.code}: ${e.message}` : "no answer";
+      status.className = "error";
+      status.textContent = `server unreachable since ${failingSince} UTC (${why}); showing the last data, retrying every ${secs} s`;
+    } finally {
+      busy = false;
+    }
+  }, secs * 1000);
 }
 
 function token(): string | null {
@@ -136,6 +270,11 @@ function pct(rate: number | null | undefined): string {
     return "–";
   }
   return `${(Math.round(rate * 10000) / 100).toString()}%`;
+}
+
+/** n over d, or null when d is 0. */
+function rate(n: number, d: number): number | null {
+  return d > 0 ? n / d : null;
 }
 
 /** Milliseconds rounded for people. */

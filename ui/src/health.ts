@@ -82,10 +82,6 @@ function latencyTables(releases: Json[], role: (r: string) => string): HTMLEleme
   ];
 }
 
-function rate(n: number, d: number): number | null {
-  return d > 0 ? n / d : null;
-}
-
 function chart(
   target: HTMLElement,
   title: string,
@@ -121,10 +117,38 @@ function chart(
 async function healthView(name: string): Promise<void> {
   const root = main();
   const enc = encodeURIComponent(name);
-  const [h, series] = await Promise.all([
-    api(`/v1/admin/models/${enc}/health`),
-    api(`/v1/admin/models/${enc}/health/series?since=6h`),
-  ]);
+  const load = () =>
+    Promise.all([
+      api(`/v1/admin/models/${enc}/health`),
+      api(`/v1/admin/models/${enc}/health/series?since=6h`),
+    ]);
+  const [h, series] = await load();
+  // Outside the part that refreshes: a confirmation or a half-filled form stays.
+  const confirmBox = el("div", { id: "deny-confirm", "aria-live": "polite" });
+  const onDone = () => void render();
+  root.replaceChildren(
+    el("h2", {}, `${name}: fleet health`),
+    el("p", {}, link(`#/model/${enc}`, `back to ${name}`)),
+    healthData(enc, h, series, confirmBox, onDone),
+    confirmBox,
+    denyForm(enc, h, confirmBox, onDone),
+  );
+  live(10, async () => {
+    const [h2, s2] = await load();
+    replaceById("health-data", healthData(enc, h2, s2, confirmBox, onDone));
+    pruneCharts();
+  });
+}
+
+/** Everything the health page shows from the server's data: summary, charts, tables, the
+ * deny list (rebuilt whole on each refresh). */
+function healthData(
+  enc: string,
+  h: Json,
+  series: Json,
+  confirmBox: HTMLElement,
+  onDone: () => void,
+): HTMLElement {
   const plan = h.rollout;
   const t = plan?.thresholds ?? {};
   const staged: string | null = plan?.staged ?? null;
@@ -150,8 +174,6 @@ async function healthView(name: string): Promise<void> {
     r === staged ? `${r} (staged)` : r === baseline ? `${r} (baseline)` : r;
   const chartBox = el("div", { id: "charts" });
   const parts: HTMLElement[] = [
-    el("h2", {}, `${name}: fleet health`),
-    el("p", {}, link(`#/model/${enc}`, `back to ${name}`)),
     el(
       "p",
       { id: "health-summary" },
@@ -267,45 +289,8 @@ async function healthView(name: string): Promise<void> {
       ),
     );
   }
-  // Deny list with override and clear.
-  const deny = h.deny as Json[];
-  const denyRows = deny.map((d) => {
-    const act = (action: string) => {
-      const b = el("button", { type: "button", class: `deny-${action}` }, action);
-      b.addEventListener("click", async () => {
-        try {
-          await post(`/v1/admin/models/${enc}/deny`, {
-            action,
-            release: d.release,
-            variant: d.variant,
-            class: d.class,
-            value: d.value,
-            kind: d.kind ?? "fallback",
-          });
-          render();
-        } catch (e) {
-          b.replaceWith(errorBox(e));
-        }
-      });
-      return b;
-    };
-    return [
-      d.release,
-      d.variant,
-      `${d.class} ${d.value}`,
-      d.kind === "slow_in_field" ? "slow in field (ranked after the next candidate)" : "fallback (not offered)",
-      denyWhy(d),
-      d.state,
-      el("span", {}, act("override"), act("clear")),
-    ];
-  });
-  parts.push(
-    el("h3", {}, "Deny list"),
-    denyRows.length
-      ? table("deny", ["release", "variant", "devices", "kind", "why", "state", ""], denyRows)
-      : el("p", {}, "Nothing is denied."),
-  );
-  root.replaceChildren(...parts);
+  parts.push(denyTable(enc, h, confirmBox, onDone));
+  const box = el("div", { id: "health-data" }, ...parts);
   if (releases.length) {
     for (const [title, field, gate] of [
       ["Load failure rate", "load_failures", t.max_failure_rate],
@@ -319,4 +304,5 @@ async function healthView(name: string): Promise<void> {
   } else {
     chartBox.append(el("p", { class: "muted", id: "no-telemetry" }, "No telemetry in the last 6 hours."));
   }
+  return box;
 }

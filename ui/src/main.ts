@@ -29,7 +29,12 @@ async function render(): Promise<void> {
     return;
   }
   nav.hidden = false;
+  // A view that keeps itself current says so (live()); the others show nothing here.
+  const status = document.getElementById("live") as HTMLElement;
+  status.textContent = "";
+  status.className = "muted";
   try {
+    await loadScopes();
     let parts: string[];
     try {
       parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);

@@ -257,6 +257,7 @@ pub(crate) async fn get_model(
                 "notes": r.manifest.notes,
                 "variants": r.manifest.variants.iter().map(|v| serde_json::json!({
                     "id": v.id, "delegate": v.delegate, "quant": v.quant, "size": v.size,
+                    "download_bytes": v.download_bytes(),
                 })).collect::<Vec<_>>(),
             });
             if !census.is_empty() {

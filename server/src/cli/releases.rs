@@ -28,7 +28,14 @@ pub(crate) fn releases_cmd(model: &str, json: bool, remote: &Remote) -> anyhow::
             .as_array()
             .into_iter()
             .flatten()
-            .map(|x| x["id"].as_str().unwrap_or("").to_string())
+            .map(|x| {
+                let id = x["id"].as_str().unwrap_or("");
+                // The full download: program, data files and assets (older servers: program).
+                match x["download_bytes"].as_u64().or(x["size"].as_u64()) {
+                    Some(n) => format!("{id} ({})", human_bytes(n)),
+                    None => id.to_string(),
+                }
+            })
             .collect();
         let notes: String = r["notes"].as_str().unwrap_or("").chars().take(60).collect();
         // Per variant, the share of the devices' reported runtimes that can execute it.
@@ -79,4 +86,22 @@ fn evaluation(e: &serde_json::Value) -> String {
         out.push_str(&format!("; {} not evaluated", skipped.len()));
     }
     out
+}
+
+/// A byte count for people: B, KiB, MiB or GiB with one decimal.
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 3] = ["KiB", "MiB", "GiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = UNITS[0];
+    for u in &UNITS[1..] {
+        if v < 1024.0 {
+            break;
+        }
+        v /= 1024.0;
+        unit = u;
+    }
+    format!("{v:.1} {unit}")
 }

@@ -200,6 +200,15 @@ impl Variant {
         self.extra_files.iter().chain(&self.assets)
     }
 
+    /// What a device without any of its files downloads for it: the program, data files and
+    /// assets, each distinct file (by digest) counted once.
+    pub fn download_bytes(&self) -> u64 {
+        let mut seen = std::collections::BTreeSet::from([self.sha256]);
+        self.side_files()
+            .filter(|f| seen.insert(f.sha256))
+            .fold(self.size, |sum, f| sum.saturating_add(f.size))
+    }
+
     /// The operators it needs as far as known: none when its manifest predates the list.
     pub fn operators_needed(&self) -> &[String] {
         self.operators.as_deref().unwrap_or_default()

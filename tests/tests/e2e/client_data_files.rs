@@ -103,6 +103,13 @@ fn a_program_with_its_weights_in_a_ptd_is_published_fetched_and_matches_the_expo
         ),
         (DATA, Sha256Digest::of(&data), data.len() as u64)
     );
+    // Operators see the full download (program and data file), not the program alone.
+    let (_, m) = app.get_json("/v1/admin/models/ext", Some(ferry_tests::app::ADMIN_TOKEN));
+    assert_eq!(
+        m["releases"][0]["variants"][0]["download_bytes"],
+        (program.len() + data.len()) as u64,
+        "{m}"
+    );
 
     let cache = tempfile::tempdir().expect("tmp");
     let c = client(&app, cache.path());

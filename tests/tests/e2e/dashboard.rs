@@ -214,8 +214,15 @@ fn an_operator_runs_a_rollout_from_the_dashboard() {
         "{clients:?}"
     );
     health_tables(health);
-    // The page's override reached the server.
+    // The page said what the override does to which devices before sending it, and only
+    // then did it reach the server.
     let override_row = step(&lines, "deny_override");
+    let effect = override_row["effect"].as_str().unwrap_or_default();
+    assert!(
+        effect.contains("SoC SM8350") && effect.contains("offered") && effect.contains("again"),
+        "{override_row}"
+    );
+    assert_eq!(override_row["before"], "deny", "{override_row}");
     assert!(
         override_row["row"]
             .as_str()
@@ -257,7 +264,7 @@ fn an_operator_runs_a_rollout_from_the_dashboard() {
     );
     assert_eq!(step(&lines, "signed_out_again")["stored"], 0);
     // Every step left a screenshot: a PNG in the test output.
-    assert_eq!(screenshots.len(), 9, "{screenshots:?}");
+    assert_eq!(screenshots.len(), 10, "{screenshots:?}");
     for f in &screenshots {
         let png = std::fs::read(f).expect("screenshot");
         assert!(png.starts_with(b"\x89PNG") && png.len() > 1000, "{f}");
@@ -361,7 +368,7 @@ fn first_pass(app: &TestApp, lines: &[serde_json::Value], before: f64) {
         rollout["share"]
             .as_str()
             .unwrap_or_default()
-            .contains("set to 20%: 15% of install ids change release"),
+            .contains("set the staged share to 20%: 15% of install ids change release"),
         "{rollout}"
     );
     assert!(

@@ -1,0 +1,272 @@
+// The form that changes a model's rollout: every action `ferry rollout` has, built into the
+// same JSON the CLI sends, previewed with dry_run (cohort moves, share of install ids changing
+// release, device classes left without a variant) and applied only as previewed. The
+// server's refusal is shown as it is, code and message.
+
+const ROLLOUT_ACTIONS: [string, string][] = [
+  ["start", "start: stage a release (a share, or a ramp with gates)"],
+  ["set", "set: change the staged share"],
+  ["pause", "pause"],
+  ["resume", "resume"],
+  ["rollback", "rollback: withdraw the staged release"],
+  ["complete", "complete: make the staged release the baseline"],
+  ["revert", "revert: move the baseline back to an older release"],
+  ["pin", "pin a test device to a release"],
+  ["unpin", "unpin a test device"],
+];
+
+/** Which inputs each action takes. */
+const ROLLOUT_FIELDS: Record<string, string[]> = {
+  start: ["release", "mode", "gates", "supersede"],
+  set: ["percent"],
+  revert: ["to"],
+  pin: ["install", "release", "expires"],
+  unpin: ["install"],
+};
+
+/** A labelled input, shown or hidden with its label. */
+function labelled(label: string, input: HTMLElement): HTMLElement {
+  return el("label", { class: "field" }, label, input);
+}
+
+function textInput(id: string, placeholder = "", mode = "text"): HTMLInputElement {
+  return el("input", { id, type: "text", inputmode: mode, placeholder, autocomplete: "off" }) as HTMLInputElement;
+}
+
+function versionSelect(id: string, releases: Json[]): HTMLSelectElement {
+  return el(
+    "select",
+    { id },
+    ...releases.map((r) => el("option", { value: r.version }, `${r.version} (${r.state})`)),
+  ) as HTMLSelectElement;
+}
+
+/** A number from a text input, scaled; undefined when empty; an Error when not a number. */
+function numberOf(input: HTMLInputElement, what: string, scale = 1): number | undefined {
+  const v = input.value.trim();
+  if (!v) {
+    return undefined;
+  }
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < 0) {
+    throw new Error(`${what} must be a number, not ${JSON.stringify(v)}`);
+  }
+  return Math.round(n * scale * 1e6) / 1e6;
+}
+
+/** What a change does, in words. */
+function describeChange(b: Json): string {
+  switch (b.action) {
+    case "start":
+      return b.steps
+        ? `start ${b.release} as a ramp ${b.steps.join("% → ")}% every ${Math.round(b.every_secs / 60)} min`
+        : `start ${b.release} at ${b.percent ?? "?"}%`;
+    case "set":
+      return `set the staged share to ${b.percent ?? "?"}%`;
+    case "revert":
+      return `revert the baseline to ${b.to}`;
+    case "pin":
+      return `pin ${b.install_id} to ${b.release}${b.expires_secs ? ` for ${b.expires_secs / 3600} h` : ""}`;
+    case "unpin":
+      return `unpin ${b.install_id}`;
+    default:
+      return b.action;
+  }
+}
+
+function rolloutControls(name: string, releases: Json[], onDone: () => void): HTMLElement {
+  const action = el(
+    "select",
+    { id: "rollout-action" },
+    ...ROLLOUT_ACTIONS.map(([a, text]) => el("option", { value: a }, text)),
+  ) as HTMLSelectElement;
+  const release = versionSelect("rollout-release", releases);
+  const to = versionSelect("rollout-to", releases);
+  const mode = el(
+    "select",
+    { id: "rollout-mode" },
+    el("option", { value: "percent" }, "a share now"),
+    el("option", { value: "ramp" }, "a ramp with health gates"),
+  ) as HTMLSelectElement;
+  const percent = textInput("rollout-percent", "e.g. 5", "decimal");
+  const steps = textInput("rollout-steps", "e.g. 1, 5, 25, 100");
+  const every = textInput("rollout-every", "e.g. 60", "numeric");
+  const failure = textInput("rollout-max-failure", "e.g. 2", "decimal");
+  const fallback = textInput("rollout-max-fallback", "e.g. 5", "decimal");
+  const samples = textInput("rollout-min-samples", "e.g. 200", "numeric");
+  const regression = textInput("rollout-max-regression", "e.g. 1.5", "decimal");
+  const latency = textInput("rollout-max-latency", "e.g. 1.3", "decimal");
+  const supersede = el("input", { id: "rollout-supersede", type: "checkbox" }) as HTMLInputElement;
+  const install = textInput("rollout-install", "install id");
+  const expires = textInput("rollout-expires", "hours; empty: until unpinned", "decimal");
+  const reason = textInput("rollout-reason", "why (kept in the history)");
+  const groups: Record<string, HTMLElement> = {
+    release: labelled("release", release),
+    to: labelled("back to", to),
+    mode: el("div", {}, labelled("stage", mode), labelled("percent", percent)),
+    ramp: el("div", { class: "ramp-fields" }, labelled("steps (%)", steps), labelled("each step at least (minutes)", every)),
+    gates: el(
+      "div",
+      { class: "gate-fields" },
+      labelled("halt above failure rate (%)", failure),
+      labelled("halt above fallback rate (%)", fallback),
+      labelled("min samples per step", samples),
+      labelled("halt above failure rate × baseline", regression),
+      labelled("halt above field latency × baseline", latency),
+    ),
+    supersede: labelled("supersede a rollout in progress", supersede),
+    percent: labelled("percent", percent),
+    install: labelled("install id", install),
+    expires: labelled("expires after", expires),
+  };
+  const preview = el("div", { id: "rollout-preview", "aria-live": "polite" });
+  const fit = () => {
+    const wanted = ROLLOUT_FIELDS[action.value] ?? [];
+    for (const [k, g] of Object.entries(groups)) {
+      g.hidden = !wanted.includes(k);
+    }
+    if (action.value === "start") {
+      groups.mode.hidden = false;
+      groups.ramp.hidden = mode.value !== "ramp";
+      groups.gates.hidden = mode.value !== "ramp";
+      percent.parentElement!.hidden = mode.value === "ramp";
+    } else if (action.value === "set") {
+      groups.mode.hidden = false;
+      mode.parentElement!.hidden = true;
+      percent.parentElement!.hidden = false;
+    } else {
+      mode.parentElement!.hidden = false;
+    }
+    preview.replaceChildren();
+  };
+  action.addEventListener("change", fit);
+  mode.addEventListener("change", fit);
+  fit();
+  const body = (): Json => {
+    const a = action.value;
+    const b: Json = { action: a };
+    if (a === "start" || a === "pin") {
+      b.release = release.value;
+    }
+    if (a === "start" && mode.value === "ramp") {
+      b.steps = steps.value.split(",").map((s) => s.trim()).filter((s) => s);
+      b.every_secs = numberOf(every, "each step's minutes", 60);
+      const gates: [string, HTMLInputElement, string, number][] = [
+        ["max_failure_rate", failure, "the failure rate", 0.01],
+        ["max_fallback_rate", fallback, "the fallback rate", 0.01],
+        ["min_samples", samples, "min samples", 1],
+        ["max_regression", regression, "the failure ratio", 1],
+        ["max_latency_ratio", latency, "the latency ratio", 1],
+      ];
+      for (const [k, input, what, scale] of gates) {
+        const v = numberOf(input, what, scale);
+        if (v !== undefined) {
+          b[k] = v;
+        }
+      }
+    } else if ((a === "start" || a === "set") && percent.value.trim()) {
+      b.percent = percent.value.trim();
+    }
+    if (a === "start" && supersede.checked) {
+      b.supersede = true;
+    }
+    if (a === "revert") {
+      b.to = to.value;
+    }
+    if (a === "pin" || a === "unpin") {
+      b.install_id = install.value.trim();
+    }
+    if (a === "pin") {
+      const h = numberOf(expires, "the expiry (hours)", 3600);
+      if (h !== undefined) {
+        b.expires_secs = Math.round(h);
+      }
+    }
+    if (reason.value.trim()) {
+      b.reason = reason.value.trim();
+    }
+    return b;
+  };
+  const path = `/v1/admin/models/${encodeURIComponent(name)}/rollout`;
+  const previewButton = el("button", { id: "rollout-preview-button", type: "button" }, "Preview");
+  previewButton.addEventListener("click", async () => {
+    let b: Json;
+    try {
+      b = body();
+    } catch (e) {
+      preview.replaceChildren(el("p", { class: "error", role: "alert" }, (e as Error).message));
+      return;
+    }
+    preview.replaceChildren(el("p", { class: "muted" }, "Previewing…"));
+    try {
+      const p = await post(`${path}?dry_run=true`, b);
+      showPreview(preview, b, p, () => JSON.stringify(body()) === JSON.stringify(b), async () => {
+        await post(path, b);
+        onDone();
+      });
+    } catch (e) {
+      preview.replaceChildren(errorBox(e));
+    }
+  });
+  const box = el(
+    "fieldset",
+    { id: "rollout-controls" },
+    el("legend", {}, "Change the rollout"),
+    labelled("action", action),
+    ...Object.values(groups),
+    labelled("reason", reason),
+    previewButton,
+    preview,
+  );
+  return guarded(box, "rollout");
+}
+
+/** The dry run's answer, with Confirm (applies the change if the form still says the same)
+ * and Cancel. */
+function showPreview(
+  box: HTMLElement,
+  b: Json,
+  p: Json,
+  unchanged: () => boolean,
+  apply: () => Promise<void>,
+): void {
+  const v = p.preview ?? {};
+  const after = `after: ${p.state}, baseline ${p.baseline ?? "none"}${p.staged ? `, staged ${p.staged} at ${(p.basis_points / 100).toString()}%` : ""}`;
+  const confirm = el("button", { id: "rollout-confirm", type: "button" }, "Confirm") as HTMLButtonElement;
+  const cancel = el("button", { type: "button", id: "rollout-cancel" }, "Cancel");
+  confirm.addEventListener("click", async () => {
+    // Only what was previewed is applied: a form changed since asks for a new preview.
+    try {
+      if (!unchanged()) {
+        throw new Error("The form changed since the preview: preview again.");
+      }
+    } catch (e) {
+      box.replaceChildren(el("p", { class: "error", role: "alert" }, (e as Error).message));
+      return;
+    }
+    confirm.disabled = true;
+    try {
+      await apply();
+    } catch (e) {
+      box.replaceChildren(errorBox(e));
+    }
+  });
+  cancel.addEventListener("click", () => box.replaceChildren());
+  const stranded = (v.stranded ?? []) as string[];
+  box.replaceChildren(
+    el("p", { id: "rollout-share" }, `${describeChange(b)}: ${pct(v.share_changing)} of install ids change release`),
+    el("p", { class: "muted", id: "rollout-after" }, after),
+    el("ul", { id: "rollout-moves" }, ...((v.moves ?? []) as string[]).map((m) => el("li", {}, m))),
+    stranded.length
+      ? el(
+          "div",
+          { class: "warning", id: "rollout-stranded" },
+          el("p", {}, "Left without a variant:"),
+          el("ul", {}, ...stranded.map((s) => el("li", {}, s))),
+        )
+      : "",
+    confirm,
+    cancel,
+  );
+  confirm.focus();
+}
