@@ -453,7 +453,7 @@ const ROLLOUT_ACTIONS = [
 ];
 /** Which inputs each action takes. */
 const ROLLOUT_FIELDS = {
-    start: ["release", "mode", "gates", "supersede"],
+    start: ["release", "mode", "supersede"],
     set: ["percent"],
     revert: ["to"],
     pin: ["install", "release", "expires"],
@@ -520,7 +520,7 @@ function rolloutControls(name, releases, onDone) {
     const groups = {
         release: labelled("release", release),
         to: labelled("back to", to),
-        mode: el("div", {}, labelled("stage", mode), labelled("percent", percent)),
+        mode: labelled("stage", mode),
         ramp: el("div", { class: "ramp-fields" }, labelled("steps (%)", steps), labelled("each step at least (minutes)", every)),
         gates: el("div", { class: "gate-fields" }, labelled("halt above failure rate (%)", failure), labelled("halt above fallback rate (%)", fallback), labelled("min samples per step", samples), labelled("halt above failure rate × baseline", regression), labelled("halt above field latency × baseline", latency)),
         supersede: labelled("supersede a rollout in progress", supersede),
@@ -530,23 +530,12 @@ function rolloutControls(name, releases, onDone) {
     };
     const preview = el("div", { id: "rollout-preview", "aria-live": "polite" });
     const fit = () => {
-        const wanted = ROLLOUT_FIELDS[action.value] ?? [];
+        const wanted = [...(ROLLOUT_FIELDS[action.value] ?? [])];
+        if (action.value === "start") {
+            wanted.push(...(mode.value === "ramp" ? ["ramp", "gates"] : ["percent"]));
+        }
         for (const [k, g] of Object.entries(groups)) {
             g.hidden = !wanted.includes(k);
-        }
-        if (action.value === "start") {
-            groups.mode.hidden = false;
-            groups.ramp.hidden = mode.value !== "ramp";
-            groups.gates.hidden = mode.value !== "ramp";
-            percent.parentElement.hidden = mode.value === "ramp";
-        }
-        else if (action.value === "set") {
-            groups.mode.hidden = false;
-            mode.parentElement.hidden = true;
-            percent.parentElement.hidden = false;
-        }
-        else {
-            mode.parentElement.hidden = false;
         }
         preview.replaceChildren();
     };

@@ -176,6 +176,7 @@ pub fn compile_c(source: &Path, exe: &Path, lib_dir: &Path) {
 
 pub mod app;
 pub mod azurite;
+pub mod browser;
 pub mod duckdb;
 mod emulator;
 pub mod moto;

@@ -17,7 +17,7 @@ const ROLLOUT_ACTIONS: [string, string][] = [
 
 /** Which inputs each action takes. */
 const ROLLOUT_FIELDS: Record<string, string[]> = {
-  start: ["release", "mode", "gates", "supersede"],
+  start: ["release", "mode", "supersede"],
   set: ["percent"],
   revert: ["to"],
   pin: ["install", "release", "expires"],
@@ -103,7 +103,7 @@ function rolloutControls(name: string, releases: Json[], onDone: () => void): HT
   const groups: Record<string, HTMLElement> = {
     release: labelled("release", release),
     to: labelled("back to", to),
-    mode: el("div", {}, labelled("stage", mode), labelled("percent", percent)),
+    mode: labelled("stage", mode),
     ramp: el("div", { class: "ramp-fields" }, labelled("steps (%)", steps), labelled("each step at least (minutes)", every)),
     gates: el(
       "div",
@@ -121,21 +121,12 @@ function rolloutControls(name: string, releases: Json[], onDone: () => void): HT
   };
   const preview = el("div", { id: "rollout-preview", "aria-live": "polite" });
   const fit = () => {
-    const wanted = ROLLOUT_FIELDS[action.value] ?? [];
+    const wanted = [...(ROLLOUT_FIELDS[action.value] ?? [])];
+    if (action.value === "start") {
+      wanted.push(...(mode.value === "ramp" ? ["ramp", "gates"] : ["percent"]));
+    }
     for (const [k, g] of Object.entries(groups)) {
       g.hidden = !wanted.includes(k);
-    }
-    if (action.value === "start") {
-      groups.mode.hidden = false;
-      groups.ramp.hidden = mode.value !== "ramp";
-      groups.gates.hidden = mode.value !== "ramp";
-      percent.parentElement!.hidden = mode.value === "ramp";
-    } else if (action.value === "set") {
-      groups.mode.hidden = false;
-      mode.parentElement!.hidden = true;
-      percent.parentElement!.hidden = false;
-    } else {
-      mode.parentElement!.hidden = false;
     }
     preview.replaceChildren();
   };

@@ -6,52 +6,22 @@
 //! with its reason, charts the rates with the gates, overrides a deny entry, and explains what
 //! a device would get. Each step leaves a screenshot in `target/dashboard-screenshots/`.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 use ferry_tests::app::{ADMIN_TOKEN, Options, READ_TOKEN, TestApp, mlp_v1, mlp_v2};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use ferry_tests::browser::step;
 
 fn shots() -> PathBuf {
-    root().join("target/dashboard-screenshots")
+    ferry_tests::browser::screenshots()
 }
 
 /// Runs one phase of the browser script; returns the JSON lines it printed.
 fn browse(phase: &str, app: &TestApp) -> Vec<serde_json::Value> {
-    let modules = root().join(".deps/ui/node_modules");
-    assert!(
-        modules.join("playwright-core").is_dir() && Path::new("/usr/bin/chromium").exists(),
-        "run tests/setup.sh: it installs Debian's chromium and the npm packages of ui/"
-    );
-    let out = Command::new("node")
-        .arg(root().join("tests/ui/dashboard.cjs"))
-        .arg(phase)
-        .arg(app.url())
-        .arg(ADMIN_TOKEN)
-        .arg(shots())
-        .env("FERRY_UI_MODULES", &modules)
-        .output()
-        .expect("run node");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "browser phase {phase} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect()
-}
-
-fn step<'a>(lines: &'a [serde_json::Value], name: &str) -> &'a serde_json::Value {
-    lines
-        .iter()
-        .find(|l| l["step"] == name)
-        .unwrap_or_else(|| panic!("no step {name} in {lines:?}"))
+    let shots = shots();
+    ferry_tests::browser::run(
+        "dashboard.cjs",
+        &[phase, &app.url(), ADMIN_TOKEN, &shots.display().to_string()],
+    )
 }
 
 fn dev(install: &str, soc: &str) -> serde_json::Value {

@@ -15,6 +15,7 @@ mod client_policy;
 mod client_protocol;
 mod client_tensors;
 mod client_trust;
+mod console;
 mod dashboard;
 mod error_catalogue;
 mod evaluate;
