@@ -883,25 +883,34 @@ function denyTable(enc, h, confirmBox, onDone) {
         ? table("deny", ["release", "variant", "devices", "kind", "why", "state", ""], rows)
         : el("p", { id: "deny-empty" }, "Nothing is denied."));
 }
-/** The form that denies a release's variant on one SoC or device model by hand. */
-function denyForm(enc, h, confirmBox, onDone) {
-    const releases = h.releases ?? [];
-    const release = el("select", { id: "deny-release" }, ...releases.map((r) => el("option", { value: r.release }, r.release)));
+/** The form that denies a published release's variant on one SoC or device model by hand
+ * (`model` is the model API's answer: its releases and their variants). */
+function denyForm(enc, model, confirmBox, onDone) {
+    const releases = model.releases ?? [];
+    const release = el("select", { id: "deny-release" }, ...releases.map((r) => el("option", { value: r.version }, `${r.version} (${r.state})`)));
     const variant = el("select", { id: "deny-variant" });
-    const fill = () => variant.replaceChildren(...(releases.find((r) => r.release === release.value)?.variants ?? []).map((v) => el("option", { value: v.variant }, `${v.variant} (${v.delegate})`)));
+    const fill = () => variant.replaceChildren(...(releases.find((r) => r.version === release.value)?.variants ?? []).map((v) => el("option", { value: v.id }, `${v.id} (${v.delegate})`)));
     release.addEventListener("change", fill);
     fill();
     const cls = el("select", { id: "deny-class" }, el("option", { value: "soc" }, "SoC"), el("option", { value: "device_model" }, "device model"));
     const value = el("input", { id: "deny-value", type: "text", placeholder: "e.g. SM8550", autocomplete: "off" });
+    const kind = el("select", { id: "deny-kind" }, el("option", { value: "fallback" }, "not offered (it fails there)"), el("option", { value: "slow_in_field" }, "ranked after the next candidate (slow there)"));
     const add = el("button", { type: "button", id: "deny-add" }, "Deny…");
     add.addEventListener("click", () => {
         if (!value.value.trim() || !variant.value) {
             confirmBox.replaceChildren(el("p", { class: "error", role: "alert" }, "Pick a release and variant, and name the SoC or device model."));
             return;
         }
-        confirmDeny(confirmBox, enc, { action: "deny", release: release.value, variant: variant.value, class: cls.value, value: value.value.trim() }, onDone);
+        confirmDeny(confirmBox, enc, {
+            action: "deny",
+            release: release.value,
+            variant: variant.value,
+            class: cls.value,
+            value: value.value.trim(),
+            kind: kind.value,
+        }, onDone);
     });
-    return guarded(el("fieldset", { id: "deny-form" }, el("legend", {}, "Deny a variant on a device class"), labelled("release", release), labelled("variant", variant), labelled("class", cls), labelled("value", value), add), "rollout");
+    return guarded(el("fieldset", { id: "deny-form" }, el("legend", {}, "Deny a variant on a device class"), labelled("release", release), labelled("variant", variant), labelled("class", cls), labelled("value", value), labelled("kind", kind), add), "rollout");
 }
 // A model's fleet health: rates over time with the gates, breakdowns, the deny list.
 // Why a deny-list entry is there, in words.
@@ -1012,11 +1021,11 @@ async function healthView(name) {
         api(`/v1/admin/models/${enc}/health`),
         api(`/v1/admin/models/${enc}/health/series?since=6h`),
     ]);
-    const [h, series] = await load();
+    const [[h, series], model] = await Promise.all([load(), api(`/v1/admin/models/${enc}`)]);
     // Outside the part that refreshes: a confirmation or a half-filled form stays.
     const confirmBox = el("div", { id: "deny-confirm", "aria-live": "polite" });
     const onDone = () => void render();
-    root.replaceChildren(el("h2", {}, `${name}: fleet health`), el("p", {}, link(`#/model/${enc}`, `back to ${name}`)), healthData(enc, h, series, confirmBox, onDone), confirmBox, denyForm(enc, h, confirmBox, onDone));
+    root.replaceChildren(el("h2", {}, `${name}: fleet health`), el("p", {}, link(`#/model/${enc}`, `back to ${name}`)), healthData(enc, h, series, confirmBox, onDone), confirmBox, denyForm(enc, model, confirmBox, onDone));
     live(10, async () => {
         const [h2, s2] = await load();
         replaceById("health-data", healthData(enc, h2, s2, confirmBox, onDone));

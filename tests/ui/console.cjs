@@ -155,6 +155,25 @@ async function main() {
     );
     out({ step: "history", rows: history });
 
+    // Deny a variant on one SoC from the health page: it says what changes first.
+    await a.click("#health-link");
+    await a.waitForSelector("#deny-form");
+    await a.selectOption("#deny-release", "2.0.0");
+    await a.selectOption("#deny-variant", "vulkan-fp32");
+    await a.fill("#deny-value", "SM8450");
+    await a.selectOption("#deny-kind", "slow_in_field");
+    await a.click("#deny-add");
+    await a.waitForSelector("#deny-confirm .deny-effect");
+    const effect = await text(a, "#deny-confirm .deny-effect");
+    await a.click("#deny-confirm .deny-confirm");
+    await a.waitForSelector("#deny tbody tr");
+    const denied = await a.$$eval("#deny tbody tr", (rows) =>
+      rows.map((r) => Array.from(r.querySelectorAll("td")).map((td) => td.textContent)),
+    );
+    out({ step: "deny_add", effect, rows: denied });
+    await a.click("text=back to mlp");
+    await a.waitForSelector("#history");
+
     // The server goes away: the page keeps its data and says since when; it comes back.
     await a.route("**/v1/admin/**", (route) => route.abort());
     await a.waitForSelector("#live.error", { timeout: 20000 });

@@ -78,19 +78,20 @@ function denyTable(enc: string, h: Json, confirmBox: HTMLElement, onDone: () => 
   );
 }
 
-/** The form that denies a release's variant on one SoC or device model by hand. */
-function denyForm(enc: string, h: Json, confirmBox: HTMLElement, onDone: () => void): HTMLElement {
-  const releases = (h.releases as Json[]) ?? [];
+/** The form that denies a published release's variant on one SoC or device model by hand
+ * (`model` is the model API's answer: its releases and their variants). */
+function denyForm(enc: string, model: Json, confirmBox: HTMLElement, onDone: () => void): HTMLElement {
+  const releases = (model.releases as Json[]) ?? [];
   const release = el(
     "select",
     { id: "deny-release" },
-    ...releases.map((r) => el("option", { value: r.release }, r.release)),
+    ...releases.map((r) => el("option", { value: r.version }, `${r.version} (${r.state})`)),
   ) as HTMLSelectElement;
   const variant = el("select", { id: "deny-variant" }) as HTMLSelectElement;
   const fill = () =>
     variant.replaceChildren(
-      ...((releases.find((r) => r.release === release.value)?.variants ?? []) as Json[]).map((v) =>
-        el("option", { value: v.variant }, `${v.variant} (${v.delegate})`),
+      ...((releases.find((r) => r.version === release.value)?.variants ?? []) as Json[]).map((v) =>
+        el("option", { value: v.id }, `${v.id} (${v.delegate})`),
       ),
     );
   release.addEventListener("change", fill);
@@ -102,6 +103,12 @@ function denyForm(enc: string, h: Json, confirmBox: HTMLElement, onDone: () => v
     el("option", { value: "device_model" }, "device model"),
   ) as HTMLSelectElement;
   const value = el("input", { id: "deny-value", type: "text", placeholder: "e.g. SM8550", autocomplete: "off" }) as HTMLInputElement;
+  const kind = el(
+    "select",
+    { id: "deny-kind" },
+    el("option", { value: "fallback" }, "not offered (it fails there)"),
+    el("option", { value: "slow_in_field" }, "ranked after the next candidate (slow there)"),
+  ) as HTMLSelectElement;
   const add = el("button", { type: "button", id: "deny-add" }, "Deny…");
   add.addEventListener("click", () => {
     if (!value.value.trim() || !variant.value) {
@@ -113,7 +120,14 @@ function denyForm(enc: string, h: Json, confirmBox: HTMLElement, onDone: () => v
     confirmDeny(
       confirmBox,
       enc,
-      { action: "deny", release: release.value, variant: variant.value, class: cls.value, value: value.value.trim() },
+      {
+        action: "deny",
+        release: release.value,
+        variant: variant.value,
+        class: cls.value,
+        value: value.value.trim(),
+        kind: kind.value,
+      },
       onDone,
     );
   });
@@ -126,6 +140,7 @@ function denyForm(enc: string, h: Json, confirmBox: HTMLElement, onDone: () => v
       labelled("variant", variant),
       labelled("class", cls),
       labelled("value", value),
+      labelled("kind", kind),
       add,
     ),
     "rollout",

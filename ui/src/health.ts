@@ -122,7 +122,7 @@ async function healthView(name: string): Promise<void> {
       api(`/v1/admin/models/${enc}/health`),
       api(`/v1/admin/models/${enc}/health/series?since=6h`),
     ]);
-  const [h, series] = await load();
+  const [[h, series], model] = await Promise.all([load(), api(`/v1/admin/models/${enc}`)]);
   // Outside the part that refreshes: a confirmation or a half-filled form stays.
   const confirmBox = el("div", { id: "deny-confirm", "aria-live": "polite" });
   const onDone = () => void render();
@@ -131,7 +131,7 @@ async function healthView(name: string): Promise<void> {
     el("p", {}, link(`#/model/${enc}`, `back to ${name}`)),
     healthData(enc, h, series, confirmBox, onDone),
     confirmBox,
-    denyForm(enc, h, confirmBox, onDone),
+    denyForm(enc, model, confirmBox, onDone),
   );
   live(10, async () => {
     const [h2, s2] = await load();

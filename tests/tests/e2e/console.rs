@@ -81,6 +81,15 @@ fn an_operator_runs_the_rollout_from_the_browser_across_replicas() {
         text(&revert["state"]).contains("baseline 1.0.0"),
         "{revert}"
     );
+    // A variant denied by hand on one SoC, after the page said what it does.
+    let deny = step(&lines, "deny_add");
+    assert!(
+        text(&deny["effect"]).contains(
+            "devices with SoC SM8450 get the next candidate ranked before vulkan-fp32 of 2.0.0"
+        ),
+        "{deny}"
+    );
+    assert_eq!(deny["rows"][0][2], "soc SM8450", "{deny}");
     // Unreachable, and back.
     let down = step(&lines, "unreachable");
     assert!(
