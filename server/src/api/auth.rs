@@ -27,9 +27,12 @@ fn identify<'a>(req: &HttpRequest, tokens: &'a [TokenEntry]) -> Result<&'a Token
     let value = header
         .to_str()
         .map_err(|_| unauthorized("the Authorization header is not text"))?;
+    // The scheme is case-insensitive (RFC 9110): "Bearer", "bearer", "BEARER".
     let secret = value
-        .strip_prefix("Bearer ")
+        .split_once(' ')
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .ok_or_else(|| unauthorized("the Authorization header must be \"Bearer TOKEN\""))?
+        .1
         .trim();
     crate::tokens::find(tokens, secret).ok_or_else(|| unauthorized("unknown token"))
 }

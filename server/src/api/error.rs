@@ -255,6 +255,12 @@ impl ResponseError for ApiError {
         if status == StatusCode::TOO_MANY_REQUESTS {
             // Every limit here counts per minute: a minute from now the allowance is back.
             resp.insert_header((actix_web::http::header::RETRY_AFTER, "60"));
+        } else if status == StatusCode::UNAUTHORIZED {
+            // RFC 9110: a 401 names the scheme that would be accepted.
+            resp.insert_header((
+                actix_web::http::header::WWW_AUTHENTICATE,
+                "Bearer realm=\"ferry admin\"",
+            ));
         } else if self.code == ErrorCode::StorageUnavailable {
             // A store that did not answer is usually back within seconds (a restart, a
             // failover); callers that honour Retry-After come back then, not at once.

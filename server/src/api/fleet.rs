@@ -333,6 +333,10 @@ pub async fn get_health(
 /// Most points `GET .../health/series` answers.
 const MAX_SERIES_POINTS: i64 = 1440;
 
+/// The longest step of a health series: 30 days (points are aligned to multiples of the step,
+/// so a longer one would start the series decades before the window).
+const MAX_SERIES_STEP_SECS: i64 = 30 * 86_400;
+
 /// `GET /v1/admin/models/{model}/health/series?since=6h&step_secs=60`: per step, each
 /// release's loads, load failures and fallbacks (telemetry with valid receipts, every
 /// replica's buckets), for charts of the staged and baseline rates over time. `since`
@@ -367,12 +371,19 @@ pub async fn get_health_series(
             ));
         }
         [raw] => {
-            let step: i64 = raw.parse().ok().filter(|s| *s >= 60).ok_or_else(|| {
-                ApiError::new(
-                    ErrorCode::RequestInvalid,
-                    "step_secs must be a whole number of seconds, at least 60",
-                )
-            })?;
+            let step: i64 = raw
+                .parse()
+                .ok()
+                .filter(|s| (60..=MAX_SERIES_STEP_SECS).contains(s))
+                .ok_or_else(|| {
+                    ApiError::new(
+                        ErrorCode::RequestInvalid,
+                        format!(
+                            "step_secs must be a whole number of seconds from 60 to \
+                             {MAX_SERIES_STEP_SECS} (30 days)"
+                        ),
+                    )
+                })?;
             if step < least {
                 return Err(ApiError::new(
                     ErrorCode::RequestInvalid,

@@ -135,7 +135,7 @@ fn print_entries(entries: &serde_json::Value) {
         "RELEASE", "VARIANT", "CLASS", "VALUE", "STATE", "SOURCE", "KIND", "WHY",
     ]);
     for e in entries.as_array().into_iter().flatten() {
-        let s = |k: &str| e[k].as_str().unwrap_or("").to_string();
+        let s = |k: &str| super::remote::sanitize(e[k].as_str().unwrap_or(""));
         let kind = e["kind"].as_str().unwrap_or("fallback");
         let l = &e["latency"];
         let why = match (kind, e["samples"].as_u64()) {

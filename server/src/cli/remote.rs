@@ -8,6 +8,14 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use ferry_shared::resolve::ErrorBody;
 
+/// Text from the server with control characters (terminal escapes) made visible: what the
+/// CLI prints of free text others wrote (reasons, install ids, device classes).
+pub(crate) fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+        .collect()
+}
+
 /// Server and token for admin commands: flags, then `FERRY_SERVER` / `FERRY_TOKEN`, then
 /// the profile file (`$FERRY_PROFILE`, or `~/.config/ferry/profile.toml` with `server`,
 /// `token` and optionally `ca`).

@@ -7,7 +7,7 @@ use clap::Subcommand;
 use ferry_shared::rollout::{Percent, Preview, RolloutChange, RolloutPlan, format_percent};
 use semver::Version;
 
-use super::remote::{Remote, admin_call};
+use super::remote::{Remote, admin_call, sanitize};
 
 /// `ferry rollout ...`.
 #[derive(Debug, Subcommand)]
@@ -196,13 +196,6 @@ pub(crate) fn print_plan(p: &RolloutPlan) {
             format!(": {}", sanitize(&p.reason))
         }
     );
-}
-
-/// Text from the server with control characters (terminal escapes) made visible.
-fn sanitize(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
-        .collect()
 }
 
 /// Prints the ramp part of `rollout status`: the step, what it waits for, the next step.

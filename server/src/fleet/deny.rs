@@ -65,10 +65,15 @@ impl DenyError {
 pub fn validate(change: &DenyChange) -> Result<(), DenyError> {
     if [&change.release, &change.variant, &change.value]
         .iter()
-        .any(|s| s.is_empty() || ferry_shared::names::longer_than(s, MAX_FIELD))
+        .any(|s| {
+            s.is_empty()
+                || ferry_shared::names::longer_than(s, MAX_FIELD)
+                || s.chars().any(char::is_control)
+        })
     {
         return Err(DenyError::Invalid(format!(
-            "release, variant and value are 1 to {MAX_FIELD} characters"
+            "release, variant and value are 1 to {MAX_FIELD} characters without control \
+             characters"
         )));
     }
     Ok(())

@@ -493,6 +493,28 @@ fn each_admin_operation_needs_the_scope_it_declares() {
         checked += 1;
     }
     assert!(checked >= 15, "{checked} admin operations");
+    // A 401 names the scheme; the scheme's name is case-insensitive.
+    let r = app
+        .agent
+        .get(app.at("/v1/admin/models"))
+        .call()
+        .expect("no token");
+    let scheme = r
+        .headers()
+        .get("www-authenticate")
+        .and_then(|v| v.to_str().ok());
+    assert_eq!(r.status().as_u16(), 401);
+    assert!(
+        scheme.is_some_and(|v| v.starts_with("Bearer")),
+        "{scheme:?}"
+    );
+    let r = app
+        .agent
+        .get(app.at("/v1/admin/models"))
+        .header("authorization", format!("bearer {}", tokens[2].1))
+        .call()
+        .expect("lowercase scheme");
+    assert_eq!(r.status().as_u16(), 200);
     // A token says what it may do.
     for (scope, secret) in &tokens {
         let mut r = app

@@ -291,6 +291,15 @@ fn hostile_rollout_and_deny_changes() {
             "deny_invalid",
         ),
         (
+            // A terminal escape in a device class: it would reach operators' terminals through
+            // `ferry deny list`, and could never match a device anyway.
+            "/v1/admin/models/mlp/deny",
+            br#"{"action":"deny","release":"1.0.0","variant":"v","class":"device_model","value":"\u001b[2JPWNED\r\n"}"#
+                .to_vec(),
+            400,
+            "deny_invalid",
+        ),
+        (
             "/v1/admin/models/mlp/deny",
             br#"{"action":"clear","release":"1.0.0","variant":"v","class":"soc","value":"x"}"#
                 .to_vec(),
