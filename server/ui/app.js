@@ -53,7 +53,34 @@ function replaceById(id, node) {
     // A table's scrolling box goes with it.
     const oldBox = old.parentElement?.classList.contains("scroll") ? old.parentElement : old;
     const newBox = fresh.parentElement?.classList.contains("scroll") ? fresh.parentElement : fresh;
+    // Where the operator was stays: each sideways-scrolled box's offset, and the focus when the
+    // focused element has an id or a place among its table's buttons and links.
+    const offsets = [oldBox, ...Array.from(oldBox.querySelectorAll(".scroll"))].map((e) => e.scrollLeft);
+    const focused = document.activeElement;
+    const focusPath = focused && oldBox.contains(focused) ? pathOf(oldBox, focused) : null;
     oldBox.replaceWith(newBox);
+    [newBox, ...Array.from(newBox.querySelectorAll(".scroll"))].forEach((e, i) => {
+        e.scrollLeft = offsets[i] ?? 0;
+    });
+    if (focusPath) {
+        follow(newBox, focusPath)?.focus();
+    }
+}
+/** The child indexes from `root` down to `node`. */
+function pathOf(root, node) {
+    const path = [];
+    for (let n = node; n && n !== root; n = n.parentElement) {
+        path.unshift(Array.prototype.indexOf.call(n.parentElement?.children ?? [], n));
+    }
+    return path;
+}
+/** The element at `path` below `root`, if there is one. */
+function follow(root, path) {
+    let n = root;
+    for (const i of path) {
+        n = n?.children[i] ?? null;
+    }
+    return n;
 }
 /** The scopes of the signed-in token (GET /v1/admin/token); null when the server does not say
  * (an older one): every control is offered and the server refuses what the token may not do. */
@@ -88,7 +115,7 @@ function guarded(box, scope) {
     }
     box.disabled = true;
     box.classList.add("read-only");
-    const note = el("p", { class: "scope-note", role: "note" }, `Read only: this token lacks the ${scope} scope, so these controls are off. An admin can make one with \`ferry keys token --scopes read,${scope}\`.`);
+    const note = el("p", { class: "scope-note", role: "note" }, `Read only: this token lacks the ${scope} scope, so these controls are off. An admin can make one with: ferry keys token --scopes read,${scope}`);
     const legend = box.querySelector("legend");
     if (legend) {
         legend.after(note);
@@ -258,7 +285,13 @@ function link(href, text, id) {
     return el("a", id ? { href, id } : { href }, text);
 }
 function errorBox(e) {
-    const msg = e instanceof ApiFailure ? `${e.code}: ${e.message}` : String(e);
+    const msg = e instanceof ApiFailure
+        ? `${e.code}: ${e.message}`
+        : e instanceof TypeError
+            ? "The server did not answer (is it running, and reachable from this browser?); nothing was changed."
+            : e instanceof Error
+                ? e.message
+                : String(e);
     return el("p", { class: "error", role: "alert" }, msg);
 }
 // Sign in, and the list of models.
@@ -270,7 +303,7 @@ function signInView(reason) {
         placeholder: "admin token",
     });
     const status = el("p", { id: "signin-status" });
-    const form = el("form", { id: "signin" }, el("h2", {}, "Sign in"), el("p", {}, "An admin token with the read scope (rollout changes need the rollout scope). It is kept for this browser tab only."), input, el("button", { type: "submit" }, "Sign in"), status);
+    const form = el("form", { id: "signin" }, el("h2", {}, "Sign in"), el("p", {}, "An admin token with the read scope (rollout changes need the rollout scope). It is kept for this browser tab only."), el("label", { for: "token" }, "Admin token"), input, el("button", { type: "submit" }, "Sign in"), status);
     form.addEventListener("submit", async (ev) => {
         ev.preventDefault();
         sessionStorage.setItem(TOKEN_KEY, input.value.trim());
@@ -365,10 +398,16 @@ function gateRows(t, h) {
         row("fallback rate", pct(r), `at most ${pct(t.max_fallback_rate)}`, r !== null && r > t.max_fallback_rate);
     }
     if (t.max_regression !== undefined && t.max_regression !== null) {
-        const staged = rate(h?.failures ?? 0, loads);
-        const base = rate(h?.baseline_failures ?? 0, h?.baseline_loads ?? 0);
-        const ratio = staged !== null && base ? staged / base : null;
-        row("failure rate over the baseline's", ratio === null ? "–" : `${ratio.toFixed(2)}×`, `at most ${t.max_regression}×`, ratio !== null && ratio > t.max_regression);
+        // The regression gate holds both rates to the baseline's.
+        for (const [what, staged, base] of [
+            ["failure rate over the baseline's", h?.failures ?? 0, h?.baseline_failures ?? 0],
+            ["fallback rate over the baseline's", h?.fallbacks ?? 0, h?.baseline_fallbacks ?? 0],
+        ]) {
+            const s = rate(staged, loads);
+            const b = rate(base, h?.baseline_loads ?? 0);
+            const ratio = s !== null && b ? s / b : null;
+            row(what, ratio === null ? (s === null ? "–" : `${pct(s)} (baseline ${pct(b)})`) : `${ratio.toFixed(2)}× (${pct(s)} vs ${pct(b)})`, `at most ${t.max_regression}×`, ratio !== null && ratio > t.max_regression);
+        }
     }
     if (t.max_latency_ratio !== undefined && t.max_latency_ratio !== null) {
         const l = h?.latency;
@@ -388,7 +427,7 @@ function rampTimeline(r) {
         const state = n < ramp.step ? "done" : n === ramp.step ? "current" : "next";
         const li = el("li", { class: `step-${state}` }, `${s}%`);
         if (state === "current") {
-            li.append(el("span", { class: "muted" }, ` — in force since ${when(ramp.step_started)}, at least ${Math.round(ramp.every_secs / 60)} min; ${rampNow(ramp.now)}`));
+            li.append(el("span", { class: "muted" }, ` — in force since ${when(ramp.step_started)}, at least ${duration(ramp.every_secs)}; ${rampNow(ramp.now)}`));
         }
         else if (state === "done") {
             li.append(el("span", { class: "muted" }, " — done"));
@@ -427,14 +466,31 @@ function rolloutSummary(r) {
         box.append(timeline);
     }
     else {
-        const t = cur.thresholds ?? {};
-        box.append(el("p", { class: "muted" }, `gates: failure ≤ ${pct(t.max_failure_rate)}, fallback ≤ ${pct(t.max_fallback_rate)}, min samples ${t.min_samples ?? "–"}`));
+        box.append(el("p", { class: "muted" }, gatesText(cur.thresholds ?? {})));
     }
     const pins = (cur.pins ?? []);
     if (pins.length) {
-        box.append(el("h4", {}, "Pinned test devices"), table("pins", ["install id", "release", "expires"], pins.map((p) => [p.install_id, p.release, p.expires ? when(p.expires) : "never"])));
+        box.append(el("h4", {}, "Pinned test devices"), table("pins", ["install id", "release", "expires", ""], pins.map((p) => [p.install_id, p.release, p.expires ? when(p.expires) : "never", unpinButton(p.install_id)])));
     }
     return box;
+}
+/** A button that fills the rollout form to unpin `install` and previews it. */
+function unpinButton(install) {
+    const b = el("button", { type: "button", class: "unpin" }, "unpin…");
+    b.disabled = !may("rollout");
+    b.addEventListener("click", () => {
+        const action = document.getElementById("rollout-action");
+        const field = document.getElementById("rollout-install");
+        if (!action || !field) {
+            return;
+        }
+        action.value = "unpin";
+        action.dispatchEvent(new Event("change"));
+        field.value = install;
+        document.getElementById("rollout-preview-button")?.click();
+        action.scrollIntoView({ block: "center" });
+    });
+    return b;
 }
 // The form that changes a model's rollout: every action `ferry rollout` has, built into the
 // same JSON the CLI sends, previewed with dry_run (cohort moves, share of install ids changing
@@ -453,7 +509,7 @@ const ROLLOUT_ACTIONS = [
 ];
 /** Which inputs each action takes. */
 const ROLLOUT_FIELDS = {
-    start: ["release", "mode", "supersede"],
+    start: ["release", "mode", "gates", "supersede"],
     set: ["percent"],
     revert: ["to"],
     pin: ["install", "release", "expires"],
@@ -469,31 +525,79 @@ function textInput(id, placeholder = "", mode = "text") {
 function versionSelect(id, releases) {
     return el("select", { id }, ...releases.map((r) => el("option", { value: r.version }, `${r.version} (${r.state})`)));
 }
-/** A number from a text input, scaled; undefined when empty; an Error when not a number. */
+/** A number from a text input (a trailing % allowed), scaled; undefined when empty; an Error
+ * when not a number of zero or more. */
 function numberOf(input, what, scale = 1) {
-    const v = input.value.trim();
+    const v = input.value.trim().replace(/%$/, "").trim();
     if (!v) {
         return undefined;
     }
     const n = Number(v);
     if (!Number.isFinite(n) || n < 0) {
-        throw new Error(`${what} must be a number, not ${JSON.stringify(v)}`);
+        throw new Error(`${what} must be a number of zero or more, not ${JSON.stringify(input.value.trim())}`);
     }
     return Math.round(n * scale * 1e6) / 1e6;
+}
+/** Seconds from a duration typed as `90`, `90s`, `45m`, `6h` or `7d` (a bare number is in
+ * `unit` seconds); undefined when empty; an Error otherwise. */
+function durationOf(input, what, unit) {
+    const v = input.value.trim().toLowerCase();
+    if (!v) {
+        return undefined;
+    }
+    const m = /^(\d+(?:\.\d+)?)\s*(s|m|min|h|d)?$/.exec(v);
+    if (!m) {
+        throw new Error(`${what} must be a duration such as 90, 45m, 6h or 7d, not ${JSON.stringify(input.value.trim())}`);
+    }
+    const per = { s: 1, m: 60, min: 60, h: 3600, d: 86400 };
+    const secs = Math.round(Number(m[1]) * (m[2] ? per[m[2]] : unit));
+    if (secs < 1) {
+        throw new Error(`${what} must be at least one second`);
+    }
+    return secs;
+}
+/** A duration in seconds for people: 45 s, 30 min, 6 h, 7 d (or a mix: 1 h 30 min). */
+function duration(secs) {
+    if (secs < 60) {
+        return `${secs} s`;
+    }
+    const parts = [];
+    for (const [n, u] of [[86400, "d"], [3600, "h"], [60, "min"], [1, "s"]]) {
+        if (secs >= n) {
+            parts.push(`${Math.floor(secs / n)} ${u}`);
+            secs %= n;
+        }
+    }
+    return parts.slice(0, 2).join(" ");
+}
+/** A plan's gates in words. */
+function gatesText(t) {
+    const parts = [
+        `failure ≤ ${pct(t?.max_failure_rate)}`,
+        `fallback ≤ ${pct(t?.max_fallback_rate)}`,
+        `min samples ${t?.min_samples ?? "–"}`,
+    ];
+    if (t?.max_regression) {
+        parts.push(`failure and fallback ≤ ${t.max_regression}× the baseline's`);
+    }
+    if (t?.max_latency_ratio) {
+        parts.push(`field latency ≤ ${t.max_latency_ratio}× the baseline's`);
+    }
+    return `gates: ${parts.join(", ")}`;
 }
 /** What a change does, in words. */
 function describeChange(b) {
     switch (b.action) {
         case "start":
             return b.steps
-                ? `start ${b.release} as a ramp ${b.steps.join("% → ")}% every ${Math.round(b.every_secs / 60)} min`
+                ? `start ${b.release} as a ramp ${b.steps.join("% → ")}%, each step at least ${duration(b.every_secs)}`
                 : `start ${b.release} at ${b.percent ?? "?"}%`;
         case "set":
             return `set the staged share to ${b.percent ?? "?"}%`;
         case "revert":
             return `revert the baseline to ${b.to}`;
         case "pin":
-            return `pin ${b.install_id} to ${b.release}${b.expires_secs ? ` for ${b.expires_secs / 3600} h` : ""}`;
+            return `pin ${b.install_id} to ${b.release}${b.expires_secs ? ` for ${duration(b.expires_secs)}` : " until unpinned"}`;
         case "unpin":
             return `unpin ${b.install_id}`;
         default:
@@ -515,13 +619,14 @@ function rolloutControls(name, releases, onDone) {
     const latency = textInput("rollout-max-latency", "e.g. 1.3", "decimal");
     const supersede = el("input", { id: "rollout-supersede", type: "checkbox" });
     const install = textInput("rollout-install", "install id");
-    const expires = textInput("rollout-expires", "hours; empty: until unpinned", "decimal");
-    const reason = textInput("rollout-reason", "why (kept in the history)");
+    const expires = textInput("rollout-expires", "hours, or 30m, 7d; empty: until unpinned");
+    const reason = textInput("rollout-reason", "why (kept in the history; at most 1024 characters)");
+    reason.maxLength = 1024;
     const groups = {
         release: labelled("release", release),
         to: labelled("back to", to),
         mode: labelled("stage", mode),
-        ramp: el("div", { class: "ramp-fields" }, labelled("steps (%)", steps), labelled("each step at least (minutes)", every)),
+        ramp: el("div", { class: "ramp-fields" }, labelled("steps (%)", steps), labelled("each step at least (minutes, or 6h, 1d)", every)),
         gates: el("div", { class: "gate-fields" }, labelled("halt above failure rate (%)", failure), labelled("halt above fallback rate (%)", fallback), labelled("min samples per step", samples), labelled("halt above failure rate × baseline", regression), labelled("halt above field latency × baseline", latency)),
         supersede: labelled("supersede a rollout in progress", supersede),
         percent: labelled("percent", percent),
@@ -532,7 +637,7 @@ function rolloutControls(name, releases, onDone) {
     const fit = () => {
         const wanted = [...(ROLLOUT_FIELDS[action.value] ?? [])];
         if (action.value === "start") {
-            wanted.push(...(mode.value === "ramp" ? ["ramp", "gates"] : ["percent"]));
+            wanted.push(mode.value === "ramp" ? "ramp" : "percent");
         }
         for (const [k, g] of Object.entries(groups)) {
             g.hidden = !wanted.includes(k);
@@ -549,13 +654,18 @@ function rolloutControls(name, releases, onDone) {
             b.release = release.value;
         }
         if (a === "start" && mode.value === "ramp") {
-            b.steps = steps.value.split(",").map((s) => s.trim()).filter((s) => s);
-            b.every_secs = numberOf(every, "each step's minutes", 60);
+            b.steps = steps.value.split(",").map((s) => s.trim().replace(/%$/, "")).filter((s) => s);
+            b.every_secs = durationOf(every, "each step's length", 60);
+        }
+        else if ((a === "start" || a === "set") && percent.value.trim()) {
+            b.percent = percent.value.trim().replace(/%$/, "").trim();
+        }
+        if (a === "start") {
             const gates = [
                 ["max_failure_rate", failure, "the failure rate", 0.01],
                 ["max_fallback_rate", fallback, "the fallback rate", 0.01],
                 ["min_samples", samples, "min samples", 1],
-                ["max_regression", regression, "the failure ratio", 1],
+                ["max_regression", regression, "the ratio to the baseline", 1],
                 ["max_latency_ratio", latency, "the latency ratio", 1],
             ];
             for (const [k, input, what, scale] of gates) {
@@ -564,9 +674,6 @@ function rolloutControls(name, releases, onDone) {
                     b[k] = v;
                 }
             }
-        }
-        else if ((a === "start" || a === "set") && percent.value.trim()) {
-            b.percent = percent.value.trim();
         }
         if (a === "start" && supersede.checked) {
             b.supersede = true;
@@ -578,9 +685,9 @@ function rolloutControls(name, releases, onDone) {
             b.install_id = install.value.trim();
         }
         if (a === "pin") {
-            const h = numberOf(expires, "the expiry (hours)", 3600);
+            const h = durationOf(expires, "the expiry", 3600);
             if (h !== undefined) {
-                b.expires_secs = Math.round(h);
+                b.expires_secs = h;
             }
         }
         if (reason.value.trim()) {
@@ -602,9 +709,18 @@ function rolloutControls(name, releases, onDone) {
         preview.replaceChildren(el("p", { class: "muted" }, "Previewing…"));
         try {
             const p = await post(`${path}?dry_run=true`, b);
+            // Applied only over the plan it was previewed on: a dry run answers the revision it
+            // would write, so the plan in force was the one before (another operator's change
+            // meanwhile is refused with rollout_changed).
+            const base = Math.max(0, (p.revision ?? 1) - 1);
             showPreview(preview, b, p, () => JSON.stringify(body()) === JSON.stringify(b), async () => {
-                await post(path, b);
-                onDone();
+                const plan = await post(`${path}?if_revision=${base}`, b);
+                // A reason belongs to one change.
+                reason.value = "";
+                await onDone(plan);
+                const done = el("p", { id: "rollout-applied", role: "status", tabindex: "-1" }, `Applied as revision ${plan.revision}: ${describeChange(b)}.`);
+                preview.replaceChildren(done);
+                done.focus();
             });
         }
         catch (e) {
@@ -612,13 +728,19 @@ function rolloutControls(name, releases, onDone) {
         }
     });
     const box = el("fieldset", { id: "rollout-controls" }, el("legend", {}, "Change the rollout"), labelled("action", action), ...Object.values(groups), labelled("reason", reason), previewButton, preview);
+    // Escape drops a preview.
+    box.addEventListener("keydown", (ev) => {
+        if (ev.key === "Escape") {
+            preview.replaceChildren();
+        }
+    });
     return guarded(box, "rollout");
 }
 /** The dry run's answer, with Confirm (applies the change if the form still says the same)
  * and Cancel. */
 function showPreview(box, b, p, unchanged, apply) {
     const v = p.preview ?? {};
-    const after = `after: ${p.state}, baseline ${p.baseline ?? "none"}${p.staged ? `, staged ${p.staged} at ${(p.basis_points / 100).toString()}%` : ""}`;
+    const after = `after: ${p.state}, baseline ${p.baseline ?? "none"}${p.staged ? `, staged ${p.staged} at ${(p.basis_points / 100).toString()}%` : ""}; ${gatesText(p.thresholds)}`;
     const confirm = el("button", { id: "rollout-confirm", type: "button" }, "Confirm");
     const cancel = el("button", { type: "button", id: "rollout-cancel" }, "Cancel");
     confirm.addEventListener("click", async () => {
@@ -687,13 +809,24 @@ async function modelView(name) {
     const load = () => Promise.all([api(`/v1/admin/models/${enc}`), api(`/v1/admin/models/${enc}/rollout`)]);
     const [model, rollout] = await load();
     const releases = model.releases;
-    root.replaceChildren(el("h2", {}, name), el("p", {}, link(`#/health/${enc}`, "Fleet health", "health-link")), el("h3", {}, "Rollout"), rolloutSummary(rollout), rolloutControls(name, releases, () => render()), el("h3", {}, "Releases"), releasesTable(enc, releases), el("h3", {}, "History"), historyTable(rollout));
-    live(5, async () => {
+    let shown = JSON.stringify([model, rollout]);
+    // Updates the data in place; nothing moves when nothing changed.
+    const refresh = async () => {
         const [m, r] = await load();
+        const now = JSON.stringify([m, r]);
+        if (now === shown) {
+            return;
+        }
+        shown = now;
         replaceById("rollout-state", rolloutSummary(r));
         replaceById("releases", releasesTable(enc, m.releases));
         replaceById("history", historyTable(r));
-    });
+    };
+    root.replaceChildren(el("h2", {}, name), el("p", {}, link(`#/health/${enc}`, "Fleet health", "health-link")), el("h3", {}, "Rollout"), rolloutSummary(rollout), 
+    // After a change the page stays where it is: the data refreshes, the form says what was
+    // applied.
+    rolloutControls(name, releases, refresh), el("h3", {}, "Releases"), releasesTable(enc, releases), el("h3", {}, "History"), historyTable(rollout));
+    live(5, refresh);
 }
 // One release: variants, evaluation and the delegation report.
 /** A release's signed evaluation in a few words (the model page's list). */
@@ -823,7 +956,7 @@ async function releaseView(name, version) {
 // and waits for Confirm; the server's refusal is shown as it is.
 /** What a deny-list change does, in words, naming the device class. */
 function denyEffect(c) {
-    const who = `devices with ${c.class === "soc" ? "SoC" : "device model"} ${c.value}`;
+    const who = `devices with ${classLabel(c.class)} ${c.value}`;
     const what = `${c.variant} of ${c.release}`;
     const slow = c.kind === "slow_in_field";
     switch (c.action) {
@@ -836,8 +969,12 @@ function denyEffect(c) {
         default:
             return slow
                 ? `${who} get the next candidate ranked before ${what}.`
-                : `${who} are no longer offered ${what}; they get the next candidate (XNNPACK last).`;
+                : `${who} are no longer offered ${what}; they get the release's next candidate for them, if any.`;
     }
+}
+/** A device class as people say it. */
+function classLabel(c) {
+    return c === "soc" ? "SoC" : c === "device_model" ? "device model" : c;
 }
 /** Shows `change`'s effect in `box` with Confirm and Cancel; Confirm sends it. */
 function confirmDeny(box, enc, change, onDone) {
@@ -872,11 +1009,16 @@ function denyTable(enc, h, confirmBox, onDone) {
         return [
             d.release,
             d.variant,
-            `${d.class} ${d.value}`,
-            d.kind === "slow_in_field" ? "slow in field (ranked after the next candidate)" : "fallback (not offered)",
+            `${classLabel(d.class)} ${d.value}`,
+            d.state === "allow"
+                ? `${d.kind === "slow_in_field" ? "slow in field" : "fallback"}, overridden: offered as the release orders it`
+                : d.kind === "slow_in_field"
+                    ? "slow in field (ranked after the next candidate)"
+                    : "fallback (not offered)",
             denyWhy(d),
             d.state,
-            el("span", {}, act("override"), act("clear")),
+            // An overridden entry can only be cleared.
+            el("span", {}, d.state === "allow" ? "" : act("override"), act("clear")),
         ];
     });
     return el("section", { id: "deny-section" }, el("h3", {}, "Deny list"), rows.length
@@ -992,7 +1134,9 @@ function latencyTables(releases, role) {
 function chart(target, title, range, xs, series) {
     const colors = ["#c0392b", "#2471a3", "#27ae60", "#8e44ad", "#d35400", "#7f8c8d"];
     const opts = {
-        title,
+        title: `${title} (UTC)`,
+        // Times in UTC, as everywhere else on the page (not the browser's zone).
+        tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"),
         width: chartWidth(),
         height: 240,
         scales: {
@@ -1026,8 +1170,15 @@ async function healthView(name) {
     const confirmBox = el("div", { id: "deny-confirm", "aria-live": "polite" });
     const onDone = () => void render();
     root.replaceChildren(el("h2", {}, `${name}: fleet health`), el("p", {}, link(`#/model/${enc}`, `back to ${name}`)), healthData(enc, h, series, confirmBox, onDone), confirmBox, denyForm(enc, model, confirmBox, onDone));
+    let shown = JSON.stringify([h, series.points]);
     live(10, async () => {
         const [h2, s2] = await load();
+        // Nothing moves when nothing changed (the series' clock moves on every answer).
+        const now = JSON.stringify([h2, s2.points]);
+        if (now === shown) {
+            return;
+        }
+        shown = now;
         replaceById("health-data", healthData(enc, h2, s2, confirmBox, onDone));
         pruneCharts();
     });
@@ -1062,7 +1213,10 @@ function healthData(enc, h, series, confirmBox, onDone) {
             .map(([k, v]) => `${k} ${v}`)
             .join(", ") || "none yet"}`),
     ];
-    if (plan?.state === "halted") {
+    if (rolledBack(plan?.action, plan?.state)) {
+        parts.push(el("p", { class: "warning", id: "rollback-reason" }, `Rolled back by ${plan.actor}: ${plan.reason ?? ""}`));
+    }
+    else if (plan?.state === "halted") {
         parts.push(el("p", { class: "error", id: "halt-reason" }, `Halted: ${plan.reason ?? ""}`));
     }
     parts.push(chartBox);
@@ -1119,7 +1273,7 @@ function healthData(enc, h, series, confirmBox, onDone) {
             }
             return td;
         })));
-        parts.push(el("h3", {}, "Fallback rate by SoC"), el("table", { id: "heatmap" }, el("thead", {}, head), el("tbody", {}, ...body)));
+        parts.push(el("h3", {}, "Fallback rate by SoC"), scroller(el("table", { id: "heatmap" }, el("thead", {}, head), el("tbody", {}, ...body))));
     }
     // By device model, all variants together.
     const byModel = new Map();

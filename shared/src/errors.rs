@@ -192,7 +192,7 @@ catalogue! {
     RolloutNotActive = "rollout_not_active",
     /// `resume` needs a paused or halted rollout. (server, CLI)
     RolloutNotPaused = "rollout_not_paused",
-    /// The rollout changed while an automatic halt was being written; the halt was dropped. (server)
+    /// The rollout is at another revision than the change was made for (`if_revision`), or changed while an automatic halt was being written; nothing was written. (server, CLI)
     RolloutChanged = "rollout_changed",
     /// A staged release must be newer than the baseline (and than the release it supersedes). (server, CLI)
     RolloutNotNewer = "rollout_not_newer",

@@ -38,7 +38,7 @@ async function main() {
       if (m.type() !== "error" || m.text().includes("net::ERR_FAILED")) {
         return;
       }
-      if (m.text().includes("status of 400")) {
+      if (m.text().includes("status of 400") || m.text().includes("status of 409")) {
         refusals.push(m.text());
       } else {
         problems.push(`console error: ${m.text()}`);
@@ -129,8 +129,26 @@ async function main() {
     await change(b, "resume", { reason: "console: resume" });
     await waitText(a, "#rollout-state", "active");
 
+    // A preview made stale by another operator's change is not applied over it.
+    await a.selectOption("#rollout-action", "set");
+    await a.fill("#rollout-percent", "50");
+    await a.click("#rollout-preview-button");
+    await a.waitForSelector("#rollout-confirm");
+    await b.evaluate(async (t) => {
+      await fetch("/v1/admin/models/mlp/rollout", {
+        method: "POST",
+        headers: { authorization: `Bearer ${t}`, "content-type": "application/json" },
+        body: JSON.stringify({ action: "set", percent: "10", reason: "console: another operator" }),
+      });
+    }, token);
+    await a.click("#rollout-confirm");
+    await a.waitForSelector("#rollout-preview .error");
+    const stale = await text(a, "#rollout-preview");
+    await waitText(a, "#rollout-state", "at 10%");
+    out({ step: "stale", text: stale, state: await text(a, "#rollout-state") });
+
     // A test device pinned for two hours, then unpinned.
-    await change(a, "pin", { install: "qa-phone-1", release: "2.0.0", expires: "2" });
+    await change(a, "pin", { install: "qa-phone-1", release: "2.0.0", expires: "2h" });
     const pins = await a.$$eval("#pins tbody tr", (rows) =>
       rows.map((r) => Array.from(r.querySelectorAll("td")).map((td) => td.textContent)),
     );
@@ -222,8 +240,8 @@ async function main() {
   } finally {
     await browser.close();
   }
-  if (refusals.length !== 1) {
-    problems.push(`expected the one refused revert, got ${refusals.length} refusals: ${refusals.join("; ")}`);
+  if (refusals.length !== 2) {
+    problems.push(`expected the refused revert and the stale preview, got ${refusals.length} refusals: ${refusals.join("; ")}`);
   }
   if (problems.length) {
     throw new Error(problems.join("\n"));

@@ -75,7 +75,36 @@ function replaceById(id: string, node: HTMLElement): void {
   // A table's scrolling box goes with it.
   const oldBox = old.parentElement?.classList.contains("scroll") ? old.parentElement : old;
   const newBox = fresh.parentElement?.classList.contains("scroll") ? fresh.parentElement : fresh;
+  // Where the operator was stays: each sideways-scrolled box's offset, and the focus when the
+  // focused element has an id or a place among its table's buttons and links.
+  const offsets = [oldBox, ...Array.from(oldBox.querySelectorAll(".scroll"))].map((e) => e.scrollLeft);
+  const focused = document.activeElement;
+  const focusPath = focused && oldBox.contains(focused) ? pathOf(oldBox, focused) : null;
   oldBox.replaceWith(newBox);
+  [newBox, ...Array.from(newBox.querySelectorAll(".scroll"))].forEach((e, i) => {
+    e.scrollLeft = offsets[i] ?? 0;
+  });
+  if (focusPath) {
+    (follow(newBox, focusPath) as HTMLElement | null)?.focus();
+  }
+}
+
+/** The child indexes from `root` down to `node`. */
+function pathOf(root: Element, node: Element): number[] {
+  const path: number[] = [];
+  for (let n: Element | null = node; n && n !== root; n = n.parentElement) {
+    path.unshift(Array.prototype.indexOf.call(n.parentElement?.children ?? [], n));
+  }
+  return path;
+}
+
+/** The element at `path` below `root`, if there is one. */
+function follow(root: Element, path: number[]): Element | null {
+  let n: Element | null = root;
+  for (const i of path) {
+    n = n?.children[i] ?? null;
+  }
+  return n;
 }
 
 /** The scopes of the signed-in token (GET /v1/admin/token); null when the server does not say
@@ -116,7 +145,7 @@ function guarded(box: HTMLElement, scope: string): HTMLElement {
   const note = el(
     "p",
     { class: "scope-note", role: "note" },
-    `Read only: this token lacks the ${scope} scope, so these controls are off. An admin can make one with \`ferry keys token --scopes read,${scope}\`.`,
+    `Read only: this token lacks the ${scope} scope, so these controls are off. An admin can make one with: ferry keys token --scopes read,${scope}`,
   );
   const legend = box.querySelector("legend");
   if (legend) {
@@ -300,6 +329,13 @@ function link(href: string, text: string, id?: string): HTMLElement {
 }
 
 function errorBox(e: unknown): HTMLElement {
-  const msg = e instanceof ApiFailure ? `${e.code}: ${e.message}` : String(e);
+  const msg =
+    e instanceof ApiFailure
+      ? `${e.code}: ${e.message}`
+      : e instanceof TypeError
+        ? "The server did not answer (is it running, and reachable from this browser?); nothing was changed."
+        : e instanceof Error
+          ? e.message
+          : String(e);
   return el("p", { class: "error", role: "alert" }, msg);
 }

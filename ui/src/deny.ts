@@ -4,7 +4,7 @@
 
 /** What a deny-list change does, in words, naming the device class. */
 function denyEffect(c: Json): string {
-  const who = `devices with ${c.class === "soc" ? "SoC" : "device model"} ${c.value}`;
+  const who = `devices with ${classLabel(c.class)} ${c.value}`;
   const what = `${c.variant} of ${c.release}`;
   const slow = c.kind === "slow_in_field";
   switch (c.action) {
@@ -17,8 +17,13 @@ function denyEffect(c: Json): string {
     default:
       return slow
         ? `${who} get the next candidate ranked before ${what}.`
-        : `${who} are no longer offered ${what}; they get the next candidate (XNNPACK last).`;
+        : `${who} are no longer offered ${what}; they get the release's next candidate for them, if any.`;
   }
+}
+
+/** A device class as people say it. */
+function classLabel(c: string): string {
+  return c === "soc" ? "SoC" : c === "device_model" ? "device model" : c;
 }
 
 /** Shows `change`'s effect in `box` with Confirm and Cancel; Confirm sends it. */
@@ -61,11 +66,16 @@ function denyTable(enc: string, h: Json, confirmBox: HTMLElement, onDone: () => 
     return [
       d.release,
       d.variant,
-      `${d.class} ${d.value}`,
-      d.kind === "slow_in_field" ? "slow in field (ranked after the next candidate)" : "fallback (not offered)",
+      `${classLabel(d.class)} ${d.value}`,
+      d.state === "allow"
+        ? `${d.kind === "slow_in_field" ? "slow in field" : "fallback"}, overridden: offered as the release orders it`
+        : d.kind === "slow_in_field"
+          ? "slow in field (ranked after the next candidate)"
+          : "fallback (not offered)",
       denyWhy(d),
       d.state,
-      el("span", {}, act("override"), act("clear")),
+      // An overridden entry can only be cleared.
+      el("span", {}, d.state === "allow" ? "" : act("override"), act("clear")),
     ];
   });
   return el(

@@ -91,7 +91,9 @@ function chart(
 ): void {
   const colors = ["#c0392b", "#2471a3", "#27ae60", "#8e44ad", "#d35400", "#7f8c8d"];
   const opts = {
-    title,
+    title: `${title} (UTC)`,
+    // Times in UTC, as everywhere else on the page (not the browser's zone).
+    tzDate: (ts: number) => uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"),
     width: chartWidth(),
     height: 240,
     scales: {
@@ -133,8 +135,15 @@ async function healthView(name: string): Promise<void> {
     confirmBox,
     denyForm(enc, model, confirmBox, onDone),
   );
+  let shown = JSON.stringify([h, series.points]);
   live(10, async () => {
     const [h2, s2] = await load();
+    // Nothing moves when nothing changed (the series' clock moves on every answer).
+    const now = JSON.stringify([h2, s2.points]);
+    if (now === shown) {
+      return;
+    }
+    shown = now;
     replaceById("health-data", healthData(enc, h2, s2, confirmBox, onDone));
     pruneCharts();
   });
@@ -182,7 +191,9 @@ function healthData(
         .join(", ") || "none yet"}`,
     ),
   ];
-  if (plan?.state === "halted") {
+  if (rolledBack(plan?.action, plan?.state)) {
+    parts.push(el("p", { class: "warning", id: "rollback-reason" }, `Rolled back by ${plan.actor}: ${plan.reason ?? ""}`));
+  } else if (plan?.state === "halted") {
     parts.push(el("p", { class: "error", id: "halt-reason" }, `Halted: ${plan.reason ?? ""}`));
   }
   parts.push(chartBox);
@@ -258,7 +269,7 @@ function healthData(
     );
     parts.push(
       el("h3", {}, "Fallback rate by SoC"),
-      el("table", { id: "heatmap" }, el("thead", {}, head), el("tbody", {}, ...body)),
+      scroller(el("table", { id: "heatmap" }, el("thead", {}, head), el("tbody", {}, ...body))),
     );
   }
   // By device model, all variants together.

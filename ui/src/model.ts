@@ -47,21 +47,31 @@ async function modelView(name: string): Promise<void> {
     Promise.all([api(`/v1/admin/models/${enc}`), api(`/v1/admin/models/${enc}/rollout`)]);
   const [model, rollout] = await load();
   const releases = model.releases as Json[];
+  let shown = JSON.stringify([model, rollout]);
+  // Updates the data in place; nothing moves when nothing changed.
+  const refresh = async () => {
+    const [m, r] = await load();
+    const now = JSON.stringify([m, r]);
+    if (now === shown) {
+      return;
+    }
+    shown = now;
+    replaceById("rollout-state", rolloutSummary(r));
+    replaceById("releases", releasesTable(enc, m.releases as Json[]));
+    replaceById("history", historyTable(r));
+  };
   root.replaceChildren(
     el("h2", {}, name),
     el("p", {}, link(`#/health/${enc}`, "Fleet health", "health-link")),
     el("h3", {}, "Rollout"),
     rolloutSummary(rollout),
-    rolloutControls(name, releases, () => render()),
+    // After a change the page stays where it is: the data refreshes, the form says what was
+    // applied.
+    rolloutControls(name, releases, refresh),
     el("h3", {}, "Releases"),
     releasesTable(enc, releases),
     el("h3", {}, "History"),
     historyTable(rollout),
   );
-  live(5, async () => {
-    const [m, r] = await load();
-    replaceById("rollout-state", rolloutSummary(r));
-    replaceById("releases", releasesTable(enc, m.releases as Json[]));
-    replaceById("history", historyTable(r));
-  });
+  live(5, refresh);
 }

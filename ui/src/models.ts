@@ -13,6 +13,7 @@ function signInView(reason?: unknown): void {
     { id: "signin" },
     el("h2", {}, "Sign in"),
     el("p", {}, "An admin token with the read scope (rollout changes need the rollout scope). It is kept for this browser tab only."),
+    el("label", { for: "token" }, "Admin token"),
     input,
     el("button", { type: "submit" }, "Sign in"),
     status,

@@ -34,15 +34,21 @@ function gateRows(t: Json, h: Json): (Node | string)[][] {
     row("fallback rate", pct(r), `at most ${pct(t.max_fallback_rate)}`, r !== null && r > t.max_fallback_rate);
   }
   if (t.max_regression !== undefined && t.max_regression !== null) {
-    const staged = rate(h?.failures ?? 0, loads);
-    const base = rate(h?.baseline_failures ?? 0, h?.baseline_loads ?? 0);
-    const ratio = staged !== null && base ? staged / base : null;
-    row(
-      "failure rate over the baseline's",
-      ratio === null ? "–" : `${ratio.toFixed(2)}×`,
-      `at most ${t.max_regression}×`,
-      ratio !== null && ratio > t.max_regression,
-    );
+    // The regression gate holds both rates to the baseline's.
+    for (const [what, staged, base] of [
+      ["failure rate over the baseline's", h?.failures ?? 0, h?.baseline_failures ?? 0],
+      ["fallback rate over the baseline's", h?.fallbacks ?? 0, h?.baseline_fallbacks ?? 0],
+    ] as [string, number, number][]) {
+      const s = rate(staged, loads);
+      const b = rate(base, h?.baseline_loads ?? 0);
+      const ratio = s !== null && b ? s / b : null;
+      row(
+        what,
+        ratio === null ? (s === null ? "–" : `${pct(s)} (baseline ${pct(b)})`) : `${ratio.toFixed(2)}× (${pct(s)} vs ${pct(b)})`,
+        `at most ${t.max_regression}×`,
+        ratio !== null && ratio > t.max_regression,
+      );
+    }
   }
   if (t.max_latency_ratio !== undefined && t.max_latency_ratio !== null) {
     const l = h?.latency;
@@ -72,7 +78,7 @@ function rampTimeline(r: Json): HTMLElement | null {
         el(
           "span",
           { class: "muted" },
-          ` — in force since ${when(ramp.step_started)}, at least ${Math.round(ramp.every_secs / 60)} min; ${rampNow(ramp.now)}`,
+          ` — in force since ${when(ramp.step_started)}, at least ${duration(ramp.every_secs)}; ${rampNow(ramp.now)}`,
         ),
       );
     } else if (state === "done") {
@@ -123,14 +129,7 @@ function rolloutSummary(r: Json): HTMLElement {
   if (timeline) {
     box.append(timeline);
   } else {
-    const t = cur.thresholds ?? {};
-    box.append(
-      el(
-        "p",
-        { class: "muted" },
-        `gates: failure ≤ ${pct(t.max_failure_rate)}, fallback ≤ ${pct(t.max_fallback_rate)}, min samples ${t.min_samples ?? "–"}`,
-      ),
-    );
+    box.append(el("p", { class: "muted" }, gatesText(cur.thresholds ?? {})));
   }
   const pins = (cur.pins ?? []) as Json[];
   if (pins.length) {
@@ -138,10 +137,29 @@ function rolloutSummary(r: Json): HTMLElement {
       el("h4", {}, "Pinned test devices"),
       table(
         "pins",
-        ["install id", "release", "expires"],
-        pins.map((p) => [p.install_id, p.release, p.expires ? when(p.expires) : "never"]),
+        ["install id", "release", "expires", ""],
+        pins.map((p) => [p.install_id, p.release, p.expires ? when(p.expires) : "never", unpinButton(p.install_id)]),
       ),
     );
   }
   return box;
+}
+
+/** A button that fills the rollout form to unpin `install` and previews it. */
+function unpinButton(install: string): HTMLElement {
+  const b = el("button", { type: "button", class: "unpin" }, "unpin…") as HTMLButtonElement;
+  b.disabled = !may("rollout");
+  b.addEventListener("click", () => {
+    const action = document.getElementById("rollout-action") as HTMLSelectElement | null;
+    const field = document.getElementById("rollout-install") as HTMLInputElement | null;
+    if (!action || !field) {
+      return;
+    }
+    action.value = "unpin";
+    action.dispatchEvent(new Event("change"));
+    field.value = install;
+    (document.getElementById("rollout-preview-button") as HTMLElement | null)?.click();
+    action.scrollIntoView({ block: "center" });
+  });
+  return b;
 }

@@ -17,7 +17,7 @@ const ROLLOUT_ACTIONS: [string, string][] = [
 
 /** Which inputs each action takes. */
 const ROLLOUT_FIELDS: Record<string, string[]> = {
-  start: ["release", "mode", "supersede"],
+  start: ["release", "mode", "gates", "supersede"],
   set: ["percent"],
   revert: ["to"],
   pin: ["install", "release", "expires"],
@@ -41,17 +41,68 @@ function versionSelect(id: string, releases: Json[]): HTMLSelectElement {
   ) as HTMLSelectElement;
 }
 
-/** A number from a text input, scaled; undefined when empty; an Error when not a number. */
+/** A number from a text input (a trailing % allowed), scaled; undefined when empty; an Error
+ * when not a number of zero or more. */
 function numberOf(input: HTMLInputElement, what: string, scale = 1): number | undefined {
-  const v = input.value.trim();
+  const v = input.value.trim().replace(/%$/, "").trim();
   if (!v) {
     return undefined;
   }
   const n = Number(v);
   if (!Number.isFinite(n) || n < 0) {
-    throw new Error(`${what} must be a number, not ${JSON.stringify(v)}`);
+    throw new Error(`${what} must be a number of zero or more, not ${JSON.stringify(input.value.trim())}`);
   }
   return Math.round(n * scale * 1e6) / 1e6;
+}
+
+/** Seconds from a duration typed as `90`, `90s`, `45m`, `6h` or `7d` (a bare number is in
+ * `unit` seconds); undefined when empty; an Error otherwise. */
+function durationOf(input: HTMLInputElement, what: string, unit: number): number | undefined {
+  const v = input.value.trim().toLowerCase();
+  if (!v) {
+    return undefined;
+  }
+  const m = /^(\d+(?:\.\d+)?)\s*(s|m|min|h|d)?$/.exec(v);
+  if (!m) {
+    throw new Error(`${what} must be a duration such as 90, 45m, 6h or 7d, not ${JSON.stringify(input.value.trim())}`);
+  }
+  const per: Record<string, number> = { s: 1, m: 60, min: 60, h: 3600, d: 86400 };
+  const secs = Math.round(Number(m[1]) * (m[2] ? per[m[2]] : unit));
+  if (secs < 1) {
+    throw new Error(`${what} must be at least one second`);
+  }
+  return secs;
+}
+
+/** A duration in seconds for people: 45 s, 30 min, 6 h, 7 d (or a mix: 1 h 30 min). */
+function duration(secs: number): string {
+  if (secs < 60) {
+    return `${secs} s`;
+  }
+  const parts: string[] = [];
+  for (const [n, u] of [[86400, "d"], [3600, "h"], [60, "min"], [1, "s"]] as [number, string][]) {
+    if (secs >= n) {
+      parts.push(`${Math.floor(secs / n)} ${u}`);
+      secs %= n;
+    }
+  }
+  return parts.slice(0, 2).join(" ");
+}
+
+/** A plan's gates in words. */
+function gatesText(t: Json): string {
+  const parts = [
+    `failure ≤ ${pct(t?.max_failure_rate)}`,
+    `fallback ≤ ${pct(t?.max_fallback_rate)}`,
+    `min samples ${t?.min_samples ?? "–"}`,
+  ];
+  if (t?.max_regression) {
+    parts.push(`failure and fallback ≤ ${t.max_regression}× the baseline's`);
+  }
+  if (t?.max_latency_ratio) {
+    parts.push(`field latency ≤ ${t.max_latency_ratio}× the baseline's`);
+  }
+  return `gates: ${parts.join(", ")}`;
 }
 
 /** What a change does, in words. */
@@ -59,14 +110,14 @@ function describeChange(b: Json): string {
   switch (b.action) {
     case "start":
       return b.steps
-        ? `start ${b.release} as a ramp ${b.steps.join("% → ")}% every ${Math.round(b.every_secs / 60)} min`
+        ? `start ${b.release} as a ramp ${b.steps.join("% → ")}%, each step at least ${duration(b.every_secs)}`
         : `start ${b.release} at ${b.percent ?? "?"}%`;
     case "set":
       return `set the staged share to ${b.percent ?? "?"}%`;
     case "revert":
       return `revert the baseline to ${b.to}`;
     case "pin":
-      return `pin ${b.install_id} to ${b.release}${b.expires_secs ? ` for ${b.expires_secs / 3600} h` : ""}`;
+      return `pin ${b.install_id} to ${b.release}${b.expires_secs ? ` for ${duration(b.expires_secs)}` : " until unpinned"}`;
     case "unpin":
       return `unpin ${b.install_id}`;
     default:
@@ -74,7 +125,7 @@ function describeChange(b: Json): string {
   }
 }
 
-function rolloutControls(name: string, releases: Json[], onDone: () => void): HTMLElement {
+function rolloutControls(name: string, releases: Json[], onDone: (plan: Json) => Promise<void>): HTMLElement {
   const action = el(
     "select",
     { id: "rollout-action" },
@@ -98,13 +149,14 @@ function rolloutControls(name: string, releases: Json[], onDone: () => void): HT
   const latency = textInput("rollout-max-latency", "e.g. 1.3", "decimal");
   const supersede = el("input", { id: "rollout-supersede", type: "checkbox" }) as HTMLInputElement;
   const install = textInput("rollout-install", "install id");
-  const expires = textInput("rollout-expires", "hours; empty: until unpinned", "decimal");
-  const reason = textInput("rollout-reason", "why (kept in the history)");
+  const expires = textInput("rollout-expires", "hours, or 30m, 7d; empty: until unpinned");
+  const reason = textInput("rollout-reason", "why (kept in the history; at most 1024 characters)");
+  reason.maxLength = 1024;
   const groups: Record<string, HTMLElement> = {
     release: labelled("release", release),
     to: labelled("back to", to),
     mode: labelled("stage", mode),
-    ramp: el("div", { class: "ramp-fields" }, labelled("steps (%)", steps), labelled("each step at least (minutes)", every)),
+    ramp: el("div", { class: "ramp-fields" }, labelled("steps (%)", steps), labelled("each step at least (minutes, or 6h, 1d)", every)),
     gates: el(
       "div",
       { class: "gate-fields" },
@@ -123,7 +175,7 @@ function rolloutControls(name: string, releases: Json[], onDone: () => void): HT
   const fit = () => {
     const wanted = [...(ROLLOUT_FIELDS[action.value] ?? [])];
     if (action.value === "start") {
-      wanted.push(...(mode.value === "ramp" ? ["ramp", "gates"] : ["percent"]));
+      wanted.push(mode.value === "ramp" ? "ramp" : "percent");
     }
     for (const [k, g] of Object.entries(groups)) {
       g.hidden = !wanted.includes(k);
@@ -140,13 +192,17 @@ function rolloutControls(name: string, releases: Json[], onDone: () => void): HT
       b.release = release.value;
     }
     if (a === "start" && mode.value === "ramp") {
-      b.steps = steps.value.split(",").map((s) => s.trim()).filter((s) => s);
-      b.every_secs = numberOf(every, "each step's minutes", 60);
+      b.steps = steps.value.split(",").map((s) => s.trim().replace(/%$/, "")).filter((s) => s);
+      b.every_secs = durationOf(every, "each step's length", 60);
+    } else if ((a === "start" || a === "set") && percent.value.trim()) {
+      b.percent = percent.value.trim().replace(/%$/, "").trim();
+    }
+    if (a === "start") {
       const gates: [string, HTMLInputElement, string, number][] = [
         ["max_failure_rate", failure, "the failure rate", 0.01],
         ["max_fallback_rate", fallback, "the fallback rate", 0.01],
         ["min_samples", samples, "min samples", 1],
-        ["max_regression", regression, "the failure ratio", 1],
+        ["max_regression", regression, "the ratio to the baseline", 1],
         ["max_latency_ratio", latency, "the latency ratio", 1],
       ];
       for (const [k, input, what, scale] of gates) {
@@ -155,8 +211,6 @@ function rolloutControls(name: string, releases: Json[], onDone: () => void): HT
           b[k] = v;
         }
       }
-    } else if ((a === "start" || a === "set") && percent.value.trim()) {
-      b.percent = percent.value.trim();
     }
     if (a === "start" && supersede.checked) {
       b.supersede = true;
@@ -168,9 +222,9 @@ function rolloutControls(name: string, releases: Json[], onDone: () => void): HT
       b.install_id = install.value.trim();
     }
     if (a === "pin") {
-      const h = numberOf(expires, "the expiry (hours)", 3600);
+      const h = durationOf(expires, "the expiry", 3600);
       if (h !== undefined) {
-        b.expires_secs = Math.round(h);
+        b.expires_secs = h;
       }
     }
     if (reason.value.trim()) {
@@ -191,9 +245,22 @@ function rolloutControls(name: string, releases: Json[], onDone: () => void): HT
     preview.replaceChildren(el("p", { class: "muted" }, "Previewing…"));
     try {
       const p = await post(`${path}?dry_run=true`, b);
+      // Applied only over the plan it was previewed on: a dry run answers the revision it
+      // would write, so the plan in force was the one before (another operator's change
+      // meanwhile is refused with rollout_changed).
+      const base = Math.max(0, (p.revision ?? 1) - 1);
       showPreview(preview, b, p, () => JSON.stringify(body()) === JSON.stringify(b), async () => {
-        await post(path, b);
-        onDone();
+        const plan = await post(`${path}?if_revision=${base}`, b);
+        // A reason belongs to one change.
+        reason.value = "";
+        await onDone(plan);
+        const done = el(
+          "p",
+          { id: "rollout-applied", role: "status", tabindex: "-1" },
+          `Applied as revision ${plan.revision}: ${describeChange(b)}.`,
+        );
+        preview.replaceChildren(done);
+        done.focus();
       });
     } catch (e) {
       preview.replaceChildren(errorBox(e));
@@ -209,6 +276,12 @@ function rolloutControls(name: string, releases: Json[], onDone: () => void): HT
     previewButton,
     preview,
   );
+  // Escape drops a preview.
+  box.addEventListener("keydown", (ev) => {
+    if ((ev as KeyboardEvent).key === "Escape") {
+      preview.replaceChildren();
+    }
+  });
   return guarded(box, "rollout");
 }
 
@@ -222,7 +295,7 @@ function showPreview(
   apply: () => Promise<void>,
 ): void {
   const v = p.preview ?? {};
-  const after = `after: ${p.state}, baseline ${p.baseline ?? "none"}${p.staged ? `, staged ${p.staged} at ${(p.basis_points / 100).toString()}%` : ""}`;
+  const after = `after: ${p.state}, baseline ${p.baseline ?? "none"}${p.staged ? `, staged ${p.staged} at ${(p.basis_points / 100).toString()}%` : ""}; ${gatesText(p.thresholds)}`;
   const confirm = el("button", { id: "rollout-confirm", type: "button" }, "Confirm") as HTMLButtonElement;
   const cancel = el("button", { type: "button", id: "rollout-cancel" }, "Cancel");
   confirm.addEventListener("click", async () => {

@@ -73,7 +73,10 @@ pub async fn post_rollout(
         &model,
         &change,
         (&caller.name, &at),
-        query.dry_run,
+        rollout::ChangeMode {
+            dry_run: query.dry_run,
+            if_revision: query.if_revision,
+        },
     )
     .await?;
     if query.dry_run {
@@ -91,6 +94,9 @@ pub struct ChangeQuery {
     /// Preview only.
     #[serde(default)]
     pub dry_run: bool,
+    /// Change only if the plan in force is this revision (409 rollout_changed otherwise).
+    #[serde(default)]
+    pub if_revision: Option<u64>,
 }
 
 /// Query of the rollout view: `?limit=N` newest revisions of the history (default 100).

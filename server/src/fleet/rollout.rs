@@ -44,6 +44,17 @@ pub enum RolloutError {
     /// The plan changed while an automatic change was being made.
     #[error("the rollout changed meanwhile")]
     Changed,
+    /// The change was made for another revision than the one in force (`if_revision`).
+    #[error(
+        "the rollout is at revision {now} now, not {expected} as when this change was previewed \
+         (someone else changed it): look at it again and preview again"
+    )]
+    Stale {
+        /// The revision the caller saw.
+        expected: u64,
+        /// The revision in force.
+        now: u64,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -54,7 +65,7 @@ impl RolloutError {
     pub fn code(&self) -> ErrorCode {
         match self {
             RolloutError::Refused(e) => e.code(),
-            RolloutError::Changed => ErrorCode::RolloutChanged,
+            RolloutError::Changed | RolloutError::Stale { .. } => ErrorCode::RolloutChanged,
             RolloutError::Store(e) => e.code(),
         }
     }
@@ -92,17 +103,37 @@ pub fn salt() -> String {
     hex::encode(b)
 }
 
+/// How a change is made: `dry_run` computes and previews it without writing; `if_revision`
+/// makes it only if the plan in force is still that revision (0: no plan yet), so a change
+/// previewed on one screen is not applied over another operator's newer one.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ChangeMode {
+    /// Preview only.
+    pub dry_run: bool,
+    /// The revision the change was made for.
+    pub if_revision: Option<u64>,
+}
+
+/// Refuses a change made for another revision than `cur`'s.
+fn check_revision(cur: Option<&RolloutPlan>, mode: ChangeMode) -> Result<(), RolloutError> {
+    let now = cur.map_or(0, |p| p.revision);
+    match mode.if_revision {
+        Some(expected) if expected != now => Err(RolloutError::Stale { expected, now }),
+        _ => Ok(()),
+    }
+}
+
 /// Applies `change` to `model`'s rollout through the state machine (with optimistic
 /// concurrency: a lost race recomputes from the winner's revision), returning the plan written
-/// and the preview of what it changed. With `dry_run`, computes both from the plan in force now
-/// and writes nothing.
+/// and the preview of what it changed. With `mode.dry_run`, computes both from the plan in
+/// force now and writes nothing.
 pub async fn change(
     store: &Store,
     catalog: &Catalog,
     model: &ModelName,
     change: &RolloutChange,
     (actor, at): (&str, &str),
-    dry_run: bool,
+    mode: ChangeMode,
 ) -> Result<(RolloutPlan, Preview), RolloutError> {
     let salt = salt();
     let releases = catalog.releases_newest_first(model);
@@ -116,16 +147,18 @@ pub async fn change(
         at,
         classes: Some(&classes),
     };
-    if dry_run {
+    if mode.dry_run {
         let current = revisions::latest::<RolloutPlan>(store, &StorageKey::rollout_log(model))
             .await?
             .map(|(_, p)| p);
+        check_revision(current.as_ref(), mode)?;
         let next = transition(current.as_ref(), change, &ctx)?;
         let preview = preview(current.as_ref(), &next, &ctx);
         return Ok((next, preview));
     }
     let previous = std::sync::Mutex::new(None);
     let plan = apply(store, model, |cur| {
+        check_revision(cur, mode)?;
         let next = transition(cur, change, &ctx)?;
         *ferry_shared::sync::lock(&previous) = cur.cloned();
         Ok(next)
@@ -168,7 +201,9 @@ pub async fn record_publish(
     .await
     {
         Ok(p) => Ok(Some(p)),
-        Err(RolloutError::Changed | RolloutError::Refused(_)) => Ok(None),
+        Err(RolloutError::Changed | RolloutError::Stale { .. } | RolloutError::Refused(_)) => {
+            Ok(None)
+        }
         Err(RolloutError::Store(e)) => Err(e),
     }
 }

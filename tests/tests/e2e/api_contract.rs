@@ -365,8 +365,6 @@ const NO_OPERATION: &[&str] = &[
     // Checked where the threshold can be above one (devices, `ferry keys`); the server's
     // checks need one signature.
     "signature_threshold",
-    // An automatic halt that lost a race to an operator's change; logged, never answered.
-    "rollout_changed",
 ];
 
 #[test]

@@ -37,7 +37,8 @@ fn an_operator_runs_the_rollout_from_the_browser_across_replicas() {
     // The ramp: previewed, then shown as a timeline with its gates against their limits.
     let ramp = step(&lines, "ramp");
     assert!(
-        text(&ramp["preview"]).contains("start 2.0.0 as a ramp 5% → 25% → 100% every 60 min"),
+        text(&ramp["preview"])
+            .contains("start 2.0.0 as a ramp 5% → 25% → 100%, each step at least 1 h"),
         "{ramp}"
     );
     let steps = ramp["steps"].as_array().expect("steps");
@@ -55,6 +56,7 @@ fn an_operator_runs_the_rollout_from_the_browser_across_replicas() {
         "load failure rate | at most 2%",
         "fallback rate | at most 5%",
         "failure rate over the baseline's | at most 1.5×",
+        "fallback rate over the baseline's | at most 1.5×",
         "field latency over the baseline's | at most 1.3×",
     ] {
         assert!(gates.contains(&want.to_string()), "{want}: {gates:?}");
@@ -67,6 +69,13 @@ fn an_operator_runs_the_rollout_from_the_browser_across_replicas() {
     );
     assert!(text(&live["b_after"]).starts_with("paused"), "{live}");
     assert!(text(&live["b_live"]).starts_with("live, updated"), "{live}");
+    // A change previewed before another operator's is refused, not applied over it.
+    let stale = step(&lines, "stale");
+    assert!(
+        text(&stale["text"]).starts_with("rollout_changed: the rollout is at revision"),
+        "{stale}"
+    );
+    assert!(text(&stale["state"]).contains("at 10%"), "{stale}");
     // Pin with expiry, then unpin.
     let pins = step(&lines, "pins");
     assert_eq!(pins["pins"][0][0], "qa-phone-1", "{pins}");
@@ -89,7 +98,7 @@ fn an_operator_runs_the_rollout_from_the_browser_across_replicas() {
         ),
         "{deny}"
     );
-    assert_eq!(deny["rows"][0][2], "soc SM8450", "{deny}");
+    assert_eq!(deny["rows"][0][2], "SoC SM8450", "{deny}");
     // Unreachable, and back.
     let down = step(&lines, "unreachable");
     assert!(

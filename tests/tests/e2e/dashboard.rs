@@ -152,7 +152,7 @@ fn an_operator_runs_a_rollout_from_the_dashboard() {
     let health = step(&lines, "health");
     assert_eq!(
         health["titles"],
-        serde_json::json!(["Load failure rate", "Fallback rate"])
+        serde_json::json!(["Load failure rate (UTC)", "Fallback rate (UTC)"])
     );
     // Only 2.0.0 reported in the window: it and the gate are drawn.
     for legend in ["2.0.0 (staged)", "halt threshold"] {
@@ -360,13 +360,13 @@ fn first_pass(app: &TestApp, lines: &[serde_json::Value], before: f64) {
 fn health_tables(health: &serde_json::Value) {
     let deny = health["deny"].as_array().expect("deny");
     assert!(
-        deny.iter().any(|r| r[2] == "soc SM8350"
+        deny.iter().any(|r| r[2] == "SoC SM8350"
             && r[3] == "fallback (not offered)"
             && r[4].as_str().unwrap_or_default().contains("fallback of")),
         "the learned deny entry is listed: {deny:?}"
     );
     assert!(
-        deny.iter().any(|r| r[2] == "soc SM8550"
+        deny.iter().any(|r| r[2] == "SoC SM8550"
             && r[3]
                 .as_str()
                 .unwrap_or_default()
