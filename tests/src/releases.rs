@@ -25,6 +25,32 @@ pub fn signed_release(spec: &VariantsFile, key: &RoleKey) -> (ReleaseManifest, E
     (manifest, envelope)
 }
 
+/// [`signed_release`] with the files to upload for it: every program, data file and asset
+/// path, each once, in manifest order.
+pub fn signed_release_files(
+    spec: &VariantsFile,
+    key: &RoleKey,
+) -> (ReleaseManifest, Envelope, Vec<std::path::PathBuf>) {
+    let read = |p: &Path| -> anyhow::Result<Vec<u8>> { Ok(std::fs::read(p)?) };
+    let (manifest, built) = build_manifest(
+        spec,
+        &fixtures_dir().join("pte"),
+        &read,
+        time::OffsetDateTime::now_utc(),
+    )
+    .expect("manifest builds");
+    let envelope = sign(&manifest, key).expect("signs");
+    let mut files: Vec<std::path::PathBuf> = Vec::new();
+    for f in &built {
+        for s in std::iter::once(f).chain(&f.data).chain(&f.assets) {
+            if !files.contains(&s.path) {
+                files.push(s.path.clone());
+            }
+        }
+    }
+    (manifest, envelope, files)
+}
+
 /// Re-signs a (possibly altered) manifest, bypassing the local checks `ferry sign` makes.
 pub fn sign_manifest(manifest: &ReleaseManifest, key: &RoleKey) -> Envelope {
     key.pair.sign(

@@ -8,23 +8,12 @@
 "use strict";
 
 const path = require("path");
-const modules = process.env.FERRY_UI_MODULES || path.join(__dirname, "../../.deps/ui/node_modules");
-const { chromium } = require(path.join(modules, "playwright-core"));
+const { out, launch, run } = require("./browser.cjs");
 
 const [urlA, urlB, token, readToken, shots] = process.argv.slice(2);
-const out = (obj) => console.log(JSON.stringify(obj));
-
-function expect(cond, what) {
-  if (!cond) {
-    throw new Error(`expected: ${what}`);
-  }
-}
 
 async function main() {
-  const browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    args: ["--no-sandbox"],
-  });
+  const browser = await launch();
   const problems = [];
   const refusals = [];
   let n = 0;
@@ -248,10 +237,4 @@ async function main() {
   }
 }
 
-main().then(
-  () => process.exit(0),
-  (e) => {
-    console.error(e.stack || String(e));
-    process.exit(1);
-  },
-);
+run(main);

@@ -6,23 +6,12 @@
 "use strict";
 
 const path = require("path");
-const modules = process.env.FERRY_UI_MODULES || path.join(__dirname, "../../.deps/ui/node_modules");
-const { chromium } = require(path.join(modules, "playwright-core"));
+const { out, expect, launch, run } = require("./browser.cjs");
 
 const [phase, base, token, shots] = process.argv.slice(2);
-const out = (obj) => console.log(JSON.stringify(obj));
-
-function expect(cond, what) {
-  if (!cond) {
-    throw new Error(`expected: ${what}`);
-  }
-}
 
 async function main() {
-  const browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    args: ["--no-sandbox"],
-  });
+  const browser = await launch();
   const problems = [];
   const context = await browser.newContext({ viewport: { width: 1200, height: 900 } });
   const page = await context.newPage();
@@ -216,10 +205,4 @@ async function main() {
   }
 }
 
-main().then(
-  () => process.exit(0),
-  (e) => {
-    console.error(e.stack || String(e));
-    process.exit(1);
-  },
-);
+run(main);

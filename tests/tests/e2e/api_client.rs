@@ -28,29 +28,12 @@ fn run(cmd: &mut Command, what: &str) -> String {
 /// `spec` built and signed with the app's release key, as `ferry sign` would: its version, the
 /// envelope, and the files to upload (each once).
 fn signed(app: &TestApp, spec: &VariantsFile) -> serde_json::Value {
-    let read = |p: &Path| -> anyhow::Result<Vec<u8>> { Ok(std::fs::read(p)?) };
-    let built = ferry_server::release::sign::build(
-        spec,
-        &ferry_tests::fixtures_dir().join("pte"),
-        &read,
-        time::OffsetDateTime::now_utc(),
-    )
-    .expect("manifest builds");
-    let envelope =
-        ferry_server::release::sign::sign(&built.manifest, &app.release_key()).expect("signs");
-    let mut files: Vec<String> = Vec::new();
-    for f in &built.files {
-        for s in std::iter::once(f).chain(&f.data).chain(&f.assets) {
-            let p = s.path.display().to_string();
-            if !files.contains(&p) {
-                files.push(p);
-            }
-        }
-    }
+    let (manifest, envelope, files) =
+        ferry_tests::app::signed_release_files(spec, &app.release_key());
     serde_json::json!({
-        "version": built.manifest.version.to_string(),
+        "version": manifest.version.to_string(),
         "envelope": envelope,
-        "files": files,
+        "files": files.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
     })
 }
 

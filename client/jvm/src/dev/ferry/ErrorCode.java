@@ -118,7 +118,7 @@ public enum ErrorCode {
     MANIFEST_UNKNOWN_FIELD("manifest_unknown_field"),
     /** A manifest breaks a rule (duplicate variant ids, bad ranges, names). (server, client, CLI) */
     MANIFEST_INVALID("manifest_invalid"),
-    /** A signed payload (decision, release manifest, keyring, revocation list) is in a newer format than this client reads: it keeps its last known good model; update the app. (client, C ABI) */
+    /** A signed payload (decision, release manifest, keyring, revocation list) is in a newer format than this client or server reads: a client keeps its last known good model (update the app); a server refuses to publish it (upgrade the server). (server, client, C ABI) */
     FORMAT_UNSUPPORTED("format_unsupported"),
     /** A cached model's signed constraints (app or runtime range, backends, platform, OS, RAM, SoC) no longer admit this device, so the client does not load it; the message names each constraint and both values. (client, C ABI) */
     CACHED_INCOMPATIBLE("cached_incompatible"),
@@ -154,7 +154,7 @@ public enum ErrorCode {
     ROLLOUT_NOT_ACTIVE("rollout_not_active"),
     /** `resume` needs a paused or halted rollout. (server, CLI) */
     ROLLOUT_NOT_PAUSED("rollout_not_paused"),
-    /** The rollout changed while an automatic halt was being written; the halt was dropped. (server) */
+    /** The rollout is at another revision than the change was made for (`if_revision`), or changed while an automatic halt was being written; nothing was written. (server, CLI) */
     ROLLOUT_CHANGED("rollout_changed"),
     /** A staged release must be newer than the baseline (and than the release it supersedes). (server, CLI) */
     ROLLOUT_NOT_NEWER("rollout_not_newer"),
