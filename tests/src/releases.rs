@@ -13,15 +13,7 @@ use crate::fixtures_dir;
 
 /// Builds and signs a release from a spec whose files live in `tests/fixtures/pte`.
 pub fn signed_release(spec: &VariantsFile, key: &RoleKey) -> (ReleaseManifest, Envelope) {
-    let read = |p: &Path| -> anyhow::Result<Vec<u8>> { Ok(std::fs::read(p)?) };
-    let (manifest, _) = build_manifest(
-        spec,
-        &fixtures_dir().join("pte"),
-        &read,
-        time::OffsetDateTime::now_utc(),
-    )
-    .expect("manifest builds");
-    let envelope = sign(&manifest, key).expect("signs");
+    let (manifest, envelope, _) = signed_release_files(spec, key);
     (manifest, envelope)
 }
 
