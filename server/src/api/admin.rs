@@ -433,30 +433,32 @@ pub(crate) async fn post_revocations(
     let submitted =
         crate::fleet::revocation::submit(state.store(), &state.keys().release_ring, &model, &env)
             .await?;
-    let list = match submitted {
-        crate::fleet::revocation::Submitted::Stored(list) => list,
-        crate::fleet::revocation::Submitted::AlreadyInForce(list) => {
-            return Ok(HttpResponse::Ok().json(serde_json::json!({
-                "model": model,
-                "version": list.version,
-                "revoked": list.revoked,
-            })));
-        }
+    let (list, stored) = match submitted {
+        crate::fleet::revocation::Submitted::Stored(list) => (list, true),
+        crate::fleet::revocation::Submitted::AlreadyInForce(list) => (list, false),
     };
-    tracing::warn!(
-        caller = caller.name,
-        %model,
-        version = list.version,
-        revoked = %list.revoked.iter().map(|r| r.release.to_string()).collect::<Vec<_>>().join(","),
-        "revocation list changed"
-    );
+    if stored {
+        tracing::warn!(
+            caller = caller.name,
+            %model,
+            version = list.version,
+            revoked = %list.revoked.iter().map(|r| r.release.to_string()).collect::<Vec<_>>().join(","),
+            "revocation list changed"
+        );
+    }
     let view = serde_json::json!({
         "model": model,
         "version": list.version,
         "revoked": list.revoked,
     });
+    // Also for a retry: this replica may not have read the list another one stored.
     state.views().set_revocations(list, Some(env));
-    Ok(HttpResponse::Created().json(view))
+    let mut answer = if stored {
+        HttpResponse::Created()
+    } else {
+        HttpResponse::Ok()
+    };
+    Ok(answer.json(view))
 }
 
 /// `POST /v1/admin/keyring` (scope `publish`): the next keyring version, signed offline by
