@@ -124,6 +124,8 @@ catalogue! {
     BlobMissing = "blob_missing",
     /// A stored blob's size differs from the signed size. (server)
     BlobSizeMismatch = "blob_size_mismatch",
+    /// A file's chunk index (for delta updates) is not the one its bytes give: it does not parse, does not add up to the file, or a chunk's SHA-256 differs from the stored bytes. Sign the release again with this ferry. (server, CLI)
+    ChunkIndexMismatch = "chunk_index_mismatch",
     /// The version is already published with other content; releases are immutable. (server, CLI)
     ReleaseExists = "release_exists",
     /// The release is not published. (server, CLI)
@@ -240,6 +242,8 @@ catalogue! {
     TooLarge = "too_large",
     /// No space left while writing the cache. (client)
     DiskFull = "disk_full",
+    /// The cache's filesystem has too little free space for the download (the file plus the cache's headroom), even after evicting unpinned files the app does not use; nothing was downloaded, and the message gives the figures. (client, C ABI)
+    InsufficientStorage = "insufficient_storage",
     /// Another file-system error in the cache. (client)
     CacheIo = "cache_io",
     /// The client's cache folder is on a filesystem without working file locks (some network and FUSE mounts), which the processes sharing it need. (client, C ABI)

@@ -20,6 +20,7 @@
 //!
 //! Imports no other ferry crate: the server and the client import it.
 
+pub mod chunks;
 pub mod clock;
 pub mod deny;
 pub mod dsse;

@@ -98,6 +98,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::PteSchemaUnsupported
         | C::BlobMissing
         | C::BlobSizeMismatch
+        | C::ChunkIndexMismatch
         | C::ManifestMalformed
         | C::ManifestUnknownField
         | C::ManifestInvalid
@@ -137,6 +138,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::SizeMismatch
         | C::TooLarge
         | C::DiskFull
+        | C::InsufficientStorage
         | C::CacheIo
         | C::CacheLockUnsupported
         | C::AllCandidatesFailed

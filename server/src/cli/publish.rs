@@ -141,6 +141,7 @@ pub(crate) fn publish_cmd(
         say(format!("{id}: uploaded {} ({size} bytes)", path.display()));
         blobs.push(entry(true));
     }
+    upload_chunk_indexes(&agent, server, &auth, &manifest, &found, &say)?;
     let (model, version) = (manifest.model.to_string(), manifest.version.to_string());
     if identical {
         finish("identical", &blobs, &model, &version);
@@ -188,6 +189,72 @@ pub(crate) fn publish_cmd(
         return Err(refusal);
     }
     Err(http_error("publish", resp))
+}
+
+/// Uploads the chunk index of every file the release signs one for (made again from the
+/// file, which must give the signed digest), unless the server has it.
+fn upload_chunk_indexes(
+    agent: &ureq::Agent,
+    server: &str,
+    auth: &str,
+    manifest: &ReleaseManifest,
+    found: &[FoundFile],
+    say: &dyn Fn(String),
+) -> anyhow::Result<()> {
+    let mut refs: Vec<(Sha256Digest, String, ferry_shared::chunks::ChunkIndexRef)> = Vec::new();
+    for v in &manifest.variants {
+        let files = std::iter::once((v.sha256, v.id.to_string(), v.chunk_index)).chain(
+            v.side_files()
+                .map(|f| (f.sha256, format!("{} (file {})", v.id, f.name), f.chunk_index)),
+        );
+        for (digest, id, index) in files {
+            if let Some(index) = index
+                && !refs.iter().any(|r| r.2 == index)
+            {
+                refs.push((digest, id, index));
+            }
+        }
+    }
+    for (digest, id, signed) in refs {
+        let Some((_, path)) = found.iter().find(|(d, _)| *d == digest) else {
+            bail!("variant {id}: no file has sha256 {digest}");
+        };
+        let index = crate::release::chunking::index_of_file(path)?;
+        if index.reference() != signed {
+            bail!(
+                "variant {id}: the chunk index of {} is not the one the release signs (it was \
+                 signed by another ferry version): sign the release again with this one",
+                path.display()
+            );
+        }
+        let url = format!("{server}/v1/blobs/sha256/{}", signed.sha256.to_hex());
+        let head = agent
+            .head(&url)
+            .call()
+            .with_context(|| format!("cannot reach {server}"))?;
+        if head.status() == 200 {
+            continue;
+        }
+        let put = format!("{server}/v1/admin/blobs/sha256/{}", signed.sha256.to_hex());
+        let resp = agent
+            .put(&put)
+            .header("authorization", auth)
+            .header("content-type", "application/octet-stream")
+            .send(&index.to_bytes()[..])
+            .with_context(|| format!("uploading the chunk index of {}", path.display()))?;
+        if !resp.status().is_success() {
+            return Err(http_error(
+                &format!("upload of the chunk index of {}", path.display()),
+                resp,
+            ));
+        }
+        say(format!(
+            "{id}: uploaded its chunk index ({} chunks, {} bytes)",
+            index.chunks.len(),
+            signed.size
+        ));
+    }
+    Ok(())
 }
 
 pub(crate) fn hash_file(path: &Path) -> anyhow::Result<Sha256Digest> {

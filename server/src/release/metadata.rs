@@ -172,7 +172,12 @@ pub fn variant_metadata(
         }
         let sha256 = Sha256Digest::of(&bytes);
         let size = bytes.len() as u64;
-        out.assets.push(ExtraFile { name, sha256, size });
+        out.assets.push(ExtraFile {
+            name,
+            sha256,
+            size,
+            chunk_index: None,
+        });
         out.signed.push(SignedFile {
             path,
             sha256,

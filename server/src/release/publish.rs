@@ -105,6 +105,16 @@ pub enum PublishError {
         /// Signed size.
         signed: u64,
     },
+    /// A file's signed chunk index does not fit its stored bytes.
+    #[error("variant {variant}: {what}: {why}")]
+    ChunkIndexMismatch {
+        /// Variant.
+        variant: String,
+        /// Which file.
+        what: String,
+        /// What does not fit.
+        why: String,
+    },
     /// A blob is not an ExecuTorch program.
     #[error("blob {digest} is not a valid .pte: {why}")]
     NotAPte {
@@ -191,6 +201,7 @@ impl PublishError {
             PublishError::Exists { .. } => ErrorCode::ReleaseExists,
             PublishError::BlobMissing { .. } => ErrorCode::BlobMissing,
             PublishError::BlobSizeMismatch { .. } => ErrorCode::BlobSizeMismatch,
+            PublishError::ChunkIndexMismatch { .. } => ErrorCode::ChunkIndexMismatch,
             PublishError::NotAPte { .. } => ErrorCode::NotAPte,
             PublishError::DelegateMismatch(_) => ErrorCode::DelegateMismatch,
             PublishError::DataFilesMissing { .. } => ErrorCode::DataFilesMissing,
@@ -515,6 +526,7 @@ pub async fn publish_release(
                 Err(e) => return Err(e.into()),
             }
         }
+        super::chunking::check_variant(store, v).await?;
         let mut data = Vec::new();
         for f in &v.extra_files {
             data.push((

@@ -300,9 +300,10 @@ pub fn build(
             preprocess: meta.preprocess,
             labels: meta.labels,
             latency_budget_ms: v.latency_budget_ms.or(spec.latency_budget_ms),
+            chunk_index: None,
         });
     }
-    let manifest = ReleaseManifest {
+    let mut manifest = ReleaseManifest {
         format: 1,
         model: spec.model.clone(),
         version: spec.version.clone(),
@@ -311,6 +312,7 @@ pub fn build(
         variants,
         evaluation: None,
     };
+    super::chunking::attach(&mut manifest, &files)?;
     manifest.validate(&ManifestLimits::default())?;
     warnings.extend(contract_warnings(&manifest));
     Ok(Built {
@@ -366,7 +368,12 @@ fn data_files(
         reports.push((name.clone(), ptd));
         let sha256 = Sha256Digest::of(&bytes);
         let size = bytes.len() as u64;
-        extra.push(ExtraFile { name, sha256, size });
+        extra.push(ExtraFile {
+            name,
+            sha256,
+            size,
+            chunk_index: None,
+        });
         signed.push(SignedFile {
             path,
             sha256,

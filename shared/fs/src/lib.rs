@@ -153,9 +153,123 @@ pub fn sha256_file(path: &Path) -> io::Result<[u8; 32]> {
     Ok(h.finalize().into())
 }
 
+/// The sizes of a content-defined chunker (FastCDC, 2020 variant), in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkSizes {
+    /// Smallest chunk (except the last).
+    pub min: u32,
+    /// Typical chunk.
+    pub avg: u32,
+    /// Largest chunk.
+    pub max: u32,
+}
+
+/// Splits everything `reader` yields into content-defined chunks and returns each chunk's
+/// length and SHA-256, in order. Memory stays within about two of the largest chunks, whatever
+/// the input's length. The same bytes always give the same chunks.
+pub fn content_chunks<R: Read>(reader: R, sizes: ChunkSizes) -> io::Result<Vec<(u64, [u8; 32])>> {
+    let chunker = fastcdc::v2020::StreamCDC::new(
+        reader,
+        sizes.min as usize,
+        sizes.avg as usize,
+        sizes.max as usize,
+    );
+    let mut out = Vec::new();
+    for chunk in chunker {
+        let chunk = chunk.map_err(|e| match e {
+            fastcdc::v2020::Error::IoError(e) => e,
+            other => io::Error::other(other.to_string()),
+        })?;
+        out.push((chunk.length as u64, Sha256::digest(&chunk.data).into()));
+    }
+    Ok(out)
+}
+
+/// [`content_chunks`] of a whole file.
+pub fn chunk_file(path: &Path, sizes: ChunkSizes) -> io::Result<Vec<(u64, [u8; 32])>> {
+    content_chunks(io::BufReader::with_capacity(1 << 20, File::open(path)?), sizes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Pseudo-random bytes from a fixed seed (xorshift), so the tests need no files.
+    fn noise(len: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect()
+    }
+
+    const SMALL: ChunkSizes = ChunkSizes {
+        min: 4096,
+        avg: 16384,
+        max: 65536,
+    };
+
+    #[test]
+    fn chunking_is_deterministic_and_covers_the_input() {
+        let data = noise(3 << 20, 7);
+        let a = content_chunks(&data[..], SMALL).expect("chunks");
+        // The same bytes through a reader that hands out a few bytes at a time.
+        struct Dribble<'a>(&'a [u8]);
+        impl Read for Dribble<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                let n = buf.len().min(self.0.len()).min(1000);
+                buf[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let b = content_chunks(Dribble(&data), SMALL).expect("chunks");
+        assert_eq!(a, b);
+        assert_eq!(a.iter().map(|c| c.0).sum::<u64>(), data.len() as u64);
+        assert!(a.len() > 50, "{} chunks", a.len());
+        assert!(a.iter().all(|c| c.0 <= u64::from(SMALL.max)));
+        let mut at = 0usize;
+        for (len, digest) in &a {
+            let d: [u8; 32] = Sha256::digest(&data[at..at + *len as usize]).into();
+            assert_eq!(&d, digest);
+            at += *len as usize;
+        }
+    }
+
+    #[test]
+    fn an_edit_moves_only_nearby_chunks() {
+        let data = noise(4 << 20, 11);
+        let mut edited = data.clone();
+        // Rewrite 64 KiB in the middle and insert 100 bytes before it.
+        for b in &mut edited[2 << 20..(2 << 20) + 65536] {
+            *b = b.wrapping_add(1);
+        }
+        edited.splice(1 << 20..1 << 20, std::iter::repeat_n(9u8, 100));
+        let old = content_chunks(&data[..], SMALL).expect("chunks");
+        let new = content_chunks(&edited[..], SMALL).expect("chunks");
+        let known: std::collections::HashSet<_> = old.iter().map(|c| c.1).collect();
+        let changed: u64 = new
+            .iter()
+            .filter(|c| !known.contains(&c.1))
+            .map(|c| c.0)
+            .sum();
+        // The edits touch 64 KiB + 100 bytes; with the chunks around them a little more.
+        assert!(changed < 400 << 10, "{changed} bytes in changed chunks");
+        assert!(changed >= 65536, "{changed}");
+    }
+
+    #[test]
+    fn chunking_a_missing_file_is_an_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert!(chunk_file(&dir.path().join("absent"), SMALL).is_err());
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, b"").expect("write");
+        assert!(chunk_file(&empty, SMALL).expect("chunks").is_empty());
+    }
 
     #[test]
     fn write_replaces_and_leaves_no_staging_files() {

@@ -240,6 +240,9 @@ pub(super) fn check_files(
         if f.size == 0 || f.size > limits.max_blob_size {
             return bad(format!("{ctx}: {what} {} has size {}", f.name, f.size));
         }
+        if let Some(Err(why)) = f.chunk_index.map(|r| r.validate()) {
+            return bad(format!("{ctx}: {what} {}: {why}", f.name));
+        }
     }
     Ok(())
 }

@@ -106,6 +106,11 @@ pub struct ExtraFile {
     pub sha256: Sha256Digest,
     /// Exact size in bytes.
     pub size: u64,
+    /// Its chunk index, for delta updates (files of at least
+    /// [`crate::chunks::CHUNKED_FILE_MIN`] bytes signed by a ferry that makes them; absent
+    /// otherwise, and then the file is downloaded whole).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_index: Option<crate::chunks::ChunkIndexRef>,
 }
 
 /// Which devices a variant may go to, besides runtime and app ranges.
@@ -150,6 +155,9 @@ pub struct Variant {
     pub sha256: Sha256Digest,
     /// Exact size of the `.pte` in bytes.
     pub size: u64,
+    /// The program's chunk index, for delta updates (absent: downloaded whole).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_index: Option<crate::chunks::ChunkIndexRef>,
     /// Extra data files (`.ptd`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extra_files: Vec<ExtraFile>,
@@ -262,7 +270,7 @@ pub struct ManifestLimits {
     pub max_golden_elements: usize,
     /// Most methods besides `forward` with a golden, per variant (default 16).
     pub max_golden_methods: usize,
-    /// Largest blob (default 4 GiB).
+    /// Largest blob (default 16 GiB).
     pub max_blob_size: u64,
 }
 
@@ -277,7 +285,7 @@ impl Default for ManifestLimits {
             max_short_string: 128,
             max_golden_elements: 65_536,
             max_golden_methods: 16,
-            max_blob_size: 4 << 30,
+            max_blob_size: 16 << 30,
         }
     }
 }
@@ -420,6 +428,9 @@ impl ReleaseManifest {
                 ));
             }
             check_backends(&ctx, v, limits)?;
+            if let Some(Err(why)) = v.chunk_index.map(|r| r.validate()) {
+                return bad(format!("{ctx}: {why}"));
+            }
             if let Some(ops) = &v.operators
                 && let Err(e) = crate::operators::check_list(ops)
             {

@@ -190,6 +190,7 @@ fn metadata_round_trips_and_its_values_are_checked() {
         name: "labels.txt".into(),
         sha256: digest,
         size: 40,
+        chunk_index: None,
     }];
     m.variants[0].labels = Some("labels.txt".into());
     m.variants[0].preprocess = Some(Preprocess {

@@ -250,6 +250,7 @@ fn data_file_refusals(
             name: "weights.ptd".into(),
             sha256: Sha256Digest::of(file),
             size: file.len() as u64,
+            chunk_index: None,
         }];
         let (status, body) = app.post_release("mlp", &sign_manifest(&with_data, key));
         assert_eq!((status, body["code"].as_str()), (422, Some(code)), "{body}");
@@ -266,6 +267,7 @@ fn data_file_refusals(
         name: name.into(),
         sha256: Sha256Digest::of(&ptd),
         size: ptd.len() as u64,
+        chunk_index: None,
     };
     for (names, code, says) in [
         (

@@ -1,0 +1,168 @@
+//! Chunk indexes of the files a release names, for delta updates: made by `ferry sign` (and
+//! again by `ferry publish`, which uploads them), checked by the server at publish against the
+//! stored bytes.
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use ferry_shared::Sha256Digest;
+use ferry_shared::chunks::{
+    CHUNK_AVG, CHUNK_MAX, CHUNK_MIN, CHUNKED_FILE_MIN, ChunkIndex, ChunkIndexRef,
+};
+use ferry_shared::manifest::ReleaseManifest;
+use futures_util::StreamExt as _;
+use object_store::ObjectStoreExt as _;
+use sha2::{Digest as _, Sha256};
+
+use super::sign::SignedFile;
+use crate::storage::{StorageKey, Store};
+
+/// Format 1's chunker sizes.
+pub fn sizes() -> ferry_fs::ChunkSizes {
+    ferry_fs::ChunkSizes {
+        min: CHUNK_MIN,
+        avg: CHUNK_AVG,
+        max: CHUNK_MAX,
+    }
+}
+
+fn from_pieces(pieces: Vec<(u64, [u8; 32])>) -> ChunkIndex {
+    ChunkIndex::new(
+        pieces
+            .into_iter()
+            .map(|(size, d)| ferry_shared::chunks::Chunk {
+                size,
+                sha256: Sha256Digest::from_bytes(d),
+            })
+            .collect(),
+    )
+}
+
+/// The chunk index of the file at `path`, read in bounded memory.
+pub fn index_of_file(path: &Path) -> anyhow::Result<ChunkIndex> {
+    let pieces = ferry_fs::chunk_file(path, sizes())
+        .with_context(|| format!("cannot read {} to chunk it", path.display()))?;
+    Ok(from_pieces(pieces))
+}
+
+/// Gives every file of `manifest` of at least [`CHUNKED_FILE_MIN`] bytes its chunk index
+/// reference; `files` are the signed files in the manifest's order.
+pub fn attach(manifest: &mut ReleaseManifest, files: &[SignedFile]) -> anyhow::Result<()> {
+    let chunked = |f: &SignedFile| -> anyhow::Result<Option<ChunkIndexRef>> {
+        if f.size < CHUNKED_FILE_MIN {
+            return Ok(None);
+        }
+        let index = index_of_file(&f.path)?;
+        if index.size != f.size {
+            anyhow::bail!(
+                "{} changed while it was signed ({} bytes, then {})",
+                f.path.display(),
+                f.size,
+                index.size
+            );
+        }
+        Ok(Some(index.reference()))
+    };
+    for (v, f) in manifest.variants.iter_mut().zip(files) {
+        v.chunk_index = chunked(f)?;
+        for (x, s) in v.extra_files.iter_mut().zip(&f.data) {
+            x.chunk_index = chunked(s)?;
+        }
+        for (x, s) in v.assets.iter_mut().zip(&f.assets) {
+            x.chunk_index = chunked(s)?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks a stored blob against the chunk index its release signs: the index blob is stored
+/// with the signed size, parses, adds up to the blob, and every chunk's SHA-256 is that of the
+/// stored bytes at its place (streamed: memory stays within one chunk). `Ok(Err(why))` is a
+/// refusal; `Err` a store failure.
+pub async fn check_stored(
+    store: &Store,
+    blob: &Sha256Digest,
+    blob_size: u64,
+    index_ref: &ChunkIndexRef,
+) -> Result<Result<(), String>, object_store::Error> {
+    let key = StorageKey::blob(&index_ref.sha256);
+    let meta = match store.head(&key).await {
+        Ok(m) => m,
+        Err(object_store::Error::NotFound { .. }) => {
+            return Ok(Err(format!(
+                "its chunk index {} has not been uploaded (ferry publish uploads it)",
+                index_ref.sha256
+            )));
+        }
+        Err(e) => return Err(e),
+    };
+    if meta.size != index_ref.size {
+        return Ok(Err(format!(
+            "its chunk index is stored with {} bytes, the manifest says {}",
+            meta.size, index_ref.size
+        )));
+    }
+    let bytes = store.get(&key).await?.bytes().await?;
+    if Sha256Digest::of(&bytes) != index_ref.sha256 {
+        return Ok(Err("its stored chunk index does not hash to the signed digest".into()));
+    }
+    let index = match ChunkIndex::parse(&bytes, blob_size) {
+        Ok(i) => i,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    let mut stream = store.get(&StorageKey::blob(blob)).await?.into_stream();
+    let mut chunks = index.with_offsets();
+    let mut current = chunks.next();
+    let mut hasher = Sha256::new();
+    let mut filled = 0u64;
+    while let Some(piece) = stream.next().await {
+        let mut piece = &piece?[..];
+        while !piece.is_empty() {
+            let Some((at, c)) = current else {
+                return Ok(Err("the blob is longer than its chunk index".into()));
+            };
+            let take = (c.size - filled).min(piece.len() as u64) as usize;
+            hasher.update(&piece[..take]);
+            piece = &piece[take..];
+            filled += take as u64;
+            if filled == c.size {
+                let digest = Sha256Digest::from_bytes(hasher.finalize_reset().into());
+                if digest != c.sha256 {
+                    return Ok(Err(format!(
+                        "the chunk at byte {at} ({} bytes) hashes to {digest}, the index says {}",
+                        c.size, c.sha256
+                    )));
+                }
+                filled = 0;
+                current = chunks.next();
+            }
+        }
+    }
+    if current.is_some() {
+        return Ok(Err("the blob is shorter than its chunk index".into()));
+    }
+    Ok(Ok(()))
+}
+
+/// [`check_stored`] for every file of a variant that has a chunk index.
+pub async fn check_variant(
+    store: &Store,
+    v: &ferry_shared::manifest::Variant,
+) -> Result<(), super::publish::PublishError> {
+    let files = std::iter::once((format!("blob {}", v.sha256), v.sha256, v.size, v.chunk_index))
+        .chain(
+            v.side_files()
+                .map(|f| (format!("file {}", f.name), f.sha256, f.size, f.chunk_index)),
+        );
+    for (what, digest, size, index) in files {
+        let Some(index) = index else { continue };
+        if let Err(why) = check_stored(store, &digest, size, &index).await? {
+            return Err(super::publish::PublishError::ChunkIndexMismatch {
+                variant: v.id.to_string(),
+                what,
+                why,
+            });
+        }
+    }
+    Ok(())
+}
