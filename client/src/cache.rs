@@ -485,6 +485,17 @@ impl Cache {
         &mut self,
         in_use: &BTreeSet<Sha256Digest>,
     ) -> Result<Vec<Sha256Digest>, ClientError> {
+        let budget = self.budget;
+        self.evict_below(in_use, budget)
+    }
+
+    /// [`Cache::evict`] down to `limit` bytes instead of the budget (to free space for a
+    /// download).
+    pub(crate) fn evict_below(
+        &mut self,
+        in_use: &BTreeSet<Sha256Digest>,
+        limit: u64,
+    ) -> Result<Vec<Sha256Digest>, ClientError> {
         let _lock = crate::locks::exclusive(&self.root.join(".lock"))?;
         self.reload(true);
         // A model's last known good files are kept, unless an app or runtime update left them
@@ -509,7 +520,7 @@ impl Cache {
         candidates.sort_by_key(|c| c.2);
         let mut removed = Vec::new();
         for (hex, size, _) in candidates {
-            if total <= self.budget {
+            if total <= limit {
                 break;
             }
             let Ok(d) = Sha256Digest::from_hex(&hex) else {

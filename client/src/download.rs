@@ -37,7 +37,8 @@ pub type ProgressFn = Arc<dyn Fn(&str, u64, u64) + Send + Sync>;
 /// Retry and size limits for downloads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DownloadLimits {
-    /// Largest blob the client will download (default 2 GiB).
+    /// Largest blob the client will download (default 16 GiB; sizes come from the signed
+    /// manifest).
     pub max_bytes: u64,
     /// Attempts after the first one (default 5).
     pub retries: u32,
@@ -54,12 +55,21 @@ pub struct DownloadLimits {
     /// file into the shared cache (default 5 minutes); after that it downloads on its own,
     /// into a file of its own.
     pub shared_wait: Duration,
+    /// Free space to leave on the cache's filesystem after a download (default 64 MiB): a
+    /// download that would leave less is refused before it starts (`insufficient_storage`),
+    /// after evicting unpinned files that nothing uses.
+    pub headroom: u64,
+    /// Build a file from chunks the cache already holds and fetch only the others, when its
+    /// release signs a chunk index (default on; off downloads every file whole).
+    pub delta: bool,
 }
 
 impl Default for DownloadLimits {
     fn default() -> Self {
         Self {
-            max_bytes: 2 << 30,
+            max_bytes: 16 << 30,
+            headroom: 64 << 20,
+            delta: true,
             retries: 5,
             backoff: Duration::from_millis(200),
             backoff_cap: Duration::from_secs(5),
@@ -258,7 +268,7 @@ fn copy_hashing(
     })
 }
 
-fn hash_prefix(path: &Path, len: u64) -> Result<Sha256, ClientError> {
+pub(crate) fn hash_prefix(path: &Path, len: u64) -> Result<Sha256, ClientError> {
     let mut h = Sha256::new();
     if len > 0 {
         ferry_fs::hash_into(&mut h, path, Some(len)).map_err(|e| ClientError::io(path, e))?;
@@ -266,7 +276,7 @@ fn hash_prefix(path: &Path, len: u64) -> Result<Sha256, ClientError> {
     Ok(h)
 }
 
-fn part_len(path: &Path) -> u64 {
+pub(crate) fn part_len(path: &Path) -> u64 {
     std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
 }
 
@@ -276,7 +286,7 @@ fn etag_path(part: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
-fn truncate(part: &Path) -> Result<(), ClientError> {
+pub(crate) fn truncate(part: &Path) -> Result<(), ClientError> {
     let _ = std::fs::remove_file(etag_path(part));
     match std::fs::remove_file(part) {
         Ok(()) => Ok(()),
@@ -374,7 +384,7 @@ fn rejected(url: &str, status: u16, why: &str) -> ClientError {
 }
 
 /// The partial download `part`, cut to `start` bytes and open for writing from there.
-fn open_at(part: &Path, start: u64) -> Result<std::fs::File, ClientError> {
+pub(crate) fn open_at(part: &Path, start: u64) -> Result<std::fs::File, ClientError> {
     let mut file = OpenOptions::new()
         .create(true)
         .write(true)

@@ -188,6 +188,22 @@ pub enum ClientError {
         /// Limit.
         limit: u64,
     },
+    /// Too little free space for a download, checked before it starts (after evicting what
+    /// could be evicted): nothing was downloaded.
+    #[error(
+        "not enough free space in {path} for {variant}: {needed} bytes needed (the download plus \
+         the cache's headroom), {available} free"
+    )]
+    InsufficientStorage {
+        /// The cache folder.
+        path: PathBuf,
+        /// The variant being downloaded.
+        variant: String,
+        /// Bytes needed: what is left to download plus the headroom.
+        needed: u64,
+        /// Bytes free on its filesystem.
+        available: u64,
+    },
     /// The disk is full.
     #[error("no space left while writing {path}")]
     DiskFull {
@@ -286,6 +302,7 @@ impl ClientError {
             ClientError::SizeMismatch { .. } => ErrorCode::SizeMismatch.as_str(),
             ClientError::TooLarge { .. } => ErrorCode::TooLarge.as_str(),
             ClientError::DiskFull { .. } => ErrorCode::DiskFull.as_str(),
+            ClientError::InsufficientStorage { .. } => ErrorCode::InsufficientStorage.as_str(),
             ClientError::CacheIo { .. } => ErrorCode::CacheIo.as_str(),
             ClientError::CacheLockUnsupported { .. } => ErrorCode::CacheLockUnsupported.as_str(),
             ClientError::AllCandidatesFailed { .. } => ErrorCode::AllCandidatesFailed.as_str(),

@@ -120,6 +120,7 @@ fn status_of(e: &ClientError) -> FerryStatus {
             FerryStatus::FerryErrLoad
         }
         ClientError::DiskFull { .. }
+        | ClientError::InsufficientStorage { .. }
         | ClientError::CacheIo { .. }
         | ClientError::CacheLockUnsupported { .. } => FerryStatus::FerryErrStorage,
     }

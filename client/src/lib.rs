@@ -21,6 +21,7 @@
 mod builder;
 pub mod cache;
 mod cached;
+mod delta;
 pub mod download;
 pub mod error;
 #[cfg(feature = "executorch")]

@@ -190,9 +190,7 @@ impl ChunkIndex {
             sum = sum.saturating_add(c.size);
         }
         if sum != file_size {
-            return bad(format!(
-                "its chunks add up to {sum} bytes, not {file_size}"
-            ));
+            return bad(format!("its chunks add up to {sum} bytes, not {file_size}"));
         }
         Ok(())
     }

@@ -293,6 +293,20 @@ impl TestApp {
                 );
             }
         }
+        // The chunk indexes the release signs, as `ferry publish` uploads them.
+        for (v, f) in manifest.variants.iter().zip(&built.files) {
+            let indexes = std::iter::once(v.chunk_index)
+                .chain(v.side_files().map(|x| x.chunk_index))
+                .zip(std::iter::once(f).chain(&f.data).chain(&f.assets));
+            for (index, file) in indexes {
+                if index.is_some() {
+                    let made = ferry_server::release::chunking::index_of_file(&file.path)
+                        .expect("chunk index");
+                    assert_eq!(Some(made.reference()), index);
+                    assert!(matches!(self.put_blob(&made.to_bytes()), 200 | 201));
+                }
+            }
+        }
         let (status, body) = self.post_release(manifest.model.as_str(), &envelope);
         assert_eq!(status, 201, "publish: {body}");
         (manifest, envelope)

@@ -34,6 +34,9 @@ pub enum Fault {
     Replace(Vec<u8>),
     /// Change the release manifest inside a resolve response without re-signing it.
     TamperRelease,
+    /// Answer a `Range` request with other bytes of the blob (the range moved by 1 MiB) while
+    /// claiming the range asked for in `Content-Range`: a lying range answer.
+    LieRange,
     /// Answer 503.
     Unavailable,
     /// Send the real status and headers, then a body that never ends (no length, filler bytes
@@ -212,6 +215,23 @@ fn handle(conn: TcpStream, upstream: SocketAddr, shared: &Mutex<Shared>) -> std:
     if fault == Fault::IgnoreRange {
         headers.retain(|(k, _)| k != "range" && k != "if-range");
     }
+    // The range the client asked for, when the answer is to lie about it.
+    let mut asked = None;
+    if fault == Fault::LieRange
+        && let Some((a, b)) = header(&headers, "range")
+            .and_then(|r| r.strip_prefix("bytes="))
+            .and_then(|r| r.split_once('-'))
+            .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)))
+    {
+        let (x, y) = if a >= 1 << 20 {
+            (a - (1 << 20), b - (1 << 20))
+        } else {
+            (a + (1 << 20), b + (1 << 20))
+        };
+        headers.retain(|(k, _)| k != "range");
+        headers.push(("range".into(), format!("bytes={x}-{y}")));
+        asked = Some((a, b));
+    }
     // Forward.
     let mut up = TcpStream::connect(upstream)?;
     let mut req = format!("{line}\r\n");
@@ -224,7 +244,16 @@ fn handle(conn: TcpStream, upstream: SocketAddr, shared: &Mutex<Shared>) -> std:
     up.write_all(req.as_bytes())?;
     up.write_all(&body)?;
     let mut ur = BufReader::new(up);
-    let (status_line, resp_headers) = read_head(&mut ur)?;
+    let (status_line, mut resp_headers) = read_head(&mut ur)?;
+    if let Some((a, b)) = asked {
+        for (k, v) in &mut resp_headers {
+            if k == "content-range"
+                && let Some((_, total)) = v.split_once('/')
+            {
+                *v = format!("bytes {a}-{b}/{total}");
+            }
+        }
+    }
     let mut resp_body = Vec::new();
     ur.read_to_end(&mut resp_body)?;
     if resp_headers

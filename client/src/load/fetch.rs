@@ -85,6 +85,12 @@ impl Client {
                 reason,
             });
         }
+        if to_fetch > 0 {
+            self.ensure_space(v.id.as_str(), to_fetch, &wanted)?;
+        }
+        let indexes: Vec<_> = std::iter::once(v.chunk_index)
+            .chain(v.side_files().map(|f| f.chunk_index))
+            .collect();
         let mut downloaded = false;
         // Bytes of the variant's files already complete, for one progress count over all.
         let mut done: u64 = wanted
@@ -94,7 +100,7 @@ impl Client {
             .map(|(w, _)| w.size)
             .sum();
         let mut blobs = Vec::with_capacity(wanted.len());
-        for (w, h) in wanted.iter().zip(have) {
+        for ((w, h), index) in wanted.iter().zip(have).zip(&indexes) {
             if let Some(blob) = h {
                 blobs.push(blob);
                 continue;
@@ -125,14 +131,37 @@ impl Client {
                     Arc::new(move |_: &str, n: u64, _: u64| p(&id, offset + n, total));
                 f
             });
-            let result = download::fetch(
-                &self.agent,
-                &url,
-                &part,
-                *w,
-                &self.limits,
-                progress.as_ref(),
-            );
+            let delta = match index {
+                Some(r) => {
+                    let index_url = self.data_url(&c.url, &v.sha256, &r.sha256);
+                    // Taken out so that the cache is not locked while the file is built.
+                    let cache_root = self.cache().root().to_path_buf();
+                    crate::delta::DeltaJob {
+                        agent: &self.agent,
+                        url: &url,
+                        index_url: &index_url,
+                        index: *r,
+                        cache_root: &cache_root,
+                        part: &part,
+                        wanted: *w,
+                        limits: &self.limits,
+                        progress: progress.as_ref(),
+                    }
+                    .run()?
+                }
+                None => Err("no chunk index".to_string()),
+            };
+            let result = match &delta {
+                Ok(_) => Ok(()),
+                Err(_) => download::fetch(
+                    &self.agent,
+                    &url,
+                    &part,
+                    *w,
+                    &self.limits,
+                    progress.as_ref(),
+                ),
+            };
             if let Err(e) = result {
                 *spent += part_len(&part).saturating_sub(had);
                 if matches!(e, ClientError::DiskFull { .. }) {
@@ -141,7 +170,10 @@ impl Client {
                 }
                 return Err(e);
             }
-            *spent += w.size.saturating_sub(had);
+            *spent += match &delta {
+                Ok(d) => d.fetched,
+                Err(_) => w.size.saturating_sub(had),
+            };
             done += w.size;
             downloaded = true;
             blobs.push(self.cache().commit_file(&part, &w.sha256, w.size)?);
@@ -153,6 +185,45 @@ impl Client {
             .ok_or_else(|| ClientError::DecisionMismatch("no program".into()))?;
         let data: Vec<VerifiedBlob> = blobs.by_ref().take(v.extra_files.len()).collect();
         Ok((program.with_side_files(data, blobs.collect()), downloaded))
+    }
+
+    /// Refuses a download of `to_fetch` bytes that would leave less than the cache's headroom
+    /// free on its filesystem, after evicting unused unpinned files (never the variant's own
+    /// files, `wanted`). A filesystem that cannot say how much is free is not refused.
+    fn ensure_space(
+        &self,
+        variant: &str,
+        to_fetch: u64,
+        wanted: &[download::Wanted<'_>],
+    ) -> Result<(), ClientError> {
+        let root = self.cache().root().to_path_buf();
+        let needed = to_fetch.saturating_add(self.limits.headroom);
+        let Some(free) = free_space(&root) else {
+            return Ok(());
+        };
+        if free >= needed {
+            return Ok(());
+        }
+        let keep: std::collections::BTreeSet<Sha256Digest> = wanted
+            .iter()
+            .map(|w| w.sha256)
+            .chain(ferry_shared::sync::lock(&self.in_use).keys().copied())
+            .collect();
+        let mut cache = self.cache();
+        let shortfall = needed - free;
+        let limit = cache.used_bytes().saturating_sub(shortfall);
+        cache.evict_below(&keep, limit)?;
+        drop(cache);
+        let free = free_space(&root).unwrap_or(0);
+        if free >= needed {
+            return Ok(());
+        }
+        Err(ClientError::InsufficientStorage {
+            path: root,
+            variant: variant.to_string(),
+            needed,
+            available: free,
+        })
     }
 
     /// Where a data file of the variant whose program is at `program_url` is: the same place
@@ -206,4 +277,27 @@ impl Client {
         };
         Ok((program, diff))
     }
+}
+
+/// Bytes free for this process on the filesystem that holds `path`.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+pub(crate) fn free_space(path: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero statvfs is a valid value of the plain C struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path that outlives the call; `st` is a valid out pointer.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    if rc != 0 {
+        return None;
+    }
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    Some(u64::from(st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+/// Bytes free on the filesystem that holds `path` (unknown on this platform).
+#[cfg(not(unix))]
+pub(crate) fn free_space(_path: &std::path::Path) -> Option<u64> {
+    None
 }

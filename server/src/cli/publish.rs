@@ -204,8 +204,13 @@ fn upload_chunk_indexes(
     let mut refs: Vec<(Sha256Digest, String, ferry_shared::chunks::ChunkIndexRef)> = Vec::new();
     for v in &manifest.variants {
         let files = std::iter::once((v.sha256, v.id.to_string(), v.chunk_index)).chain(
-            v.side_files()
-                .map(|f| (f.sha256, format!("{} (file {})", v.id, f.name), f.chunk_index)),
+            v.side_files().map(|f| {
+                (
+                    f.sha256,
+                    format!("{} (file {})", v.id, f.name),
+                    f.chunk_index,
+                )
+            }),
         );
         for (digest, id, index) in files {
             if let Some(index) = index

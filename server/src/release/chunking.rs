@@ -104,7 +104,9 @@ pub async fn check_stored(
     }
     let bytes = store.get(&key).await?.bytes().await?;
     if Sha256Digest::of(&bytes) != index_ref.sha256 {
-        return Ok(Err("its stored chunk index does not hash to the signed digest".into()));
+        return Ok(Err(
+            "its stored chunk index does not hash to the signed digest".into(),
+        ));
     }
     let index = match ChunkIndex::parse(&bytes, blob_size) {
         Ok(i) => i,
@@ -149,11 +151,16 @@ pub async fn check_variant(
     store: &Store,
     v: &ferry_shared::manifest::Variant,
 ) -> Result<(), super::publish::PublishError> {
-    let files = std::iter::once((format!("blob {}", v.sha256), v.sha256, v.size, v.chunk_index))
-        .chain(
-            v.side_files()
-                .map(|f| (format!("file {}", f.name), f.sha256, f.size, f.chunk_index)),
-        );
+    let files = std::iter::once((
+        format!("blob {}", v.sha256),
+        v.sha256,
+        v.size,
+        v.chunk_index,
+    ))
+    .chain(
+        v.side_files()
+            .map(|f| (format!("file {}", f.name), f.sha256, f.size, f.chunk_index)),
+    );
     for (what, digest, size, index) in files {
         let Some(index) = index else { continue };
         if let Err(why) = check_stored(store, &digest, size, &index).await? {

@@ -187,7 +187,10 @@ pub fn content_chunks<R: Read>(reader: R, sizes: ChunkSizes) -> io::Result<Vec<(
 
 /// [`content_chunks`] of a whole file.
 pub fn chunk_file(path: &Path, sizes: ChunkSizes) -> io::Result<Vec<(u64, [u8; 32])>> {
-    content_chunks(io::BufReader::with_capacity(1 << 20, File::open(path)?), sizes)
+    content_chunks(
+        io::BufReader::with_capacity(1 << 20, File::open(path)?),
+        sizes,
+    )
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ mod client_tensors;
 mod client_trust;
 mod console;
 mod dashboard;
+mod delta;
 mod error_catalogue;
 mod evaluate;
 mod field_latency;

@@ -1,0 +1,442 @@
+//! Delta downloads: a file whose release signs a chunk index is built from the chunks the cache
+//! already holds (in any cached blob: another release, variant or model), and only the other
+//! chunks are fetched, with `Range` requests on the blob itself (one per run of adjacent
+//! missing chunks, so any static server or CDN serves them).
+//!
+//! Trust: the index is fetched by the digest the signed manifest gives and checked against
+//! it; every chunk, copied or fetched, is checked against the index's SHA-256 before it is
+//! written; the finished file is checked against the signed SHA-256 before it reaches the
+//! cache. On anything unexpected (a server that ignores or misreports ranges, a wrong chunk, an
+//! index that does not fit) the delta stops and the caller downloads the file whole, resuming
+//! after the chunks already written (each was checked).
+//!
+//! The file is written in order into the same `.part` file a whole download uses, so after an
+//! interruption (even SIGKILL) the next attempt keeps every complete chunk and fetches at most
+//! the one that was in flight.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use ferry_shared::Sha256Digest;
+use ferry_shared::chunks::{
+    CHUNK_AVG, CHUNK_MAX, CHUNK_MIN, CHUNKED_FILE_MIN, Chunk, ChunkIndex, ChunkIndexRef,
+};
+use sha2::{Digest as _, Sha256};
+
+use crate::download::{
+    DownloadLimits, ProgressFn, Wanted, backoff, hash_prefix, open_at, parse_content_range,
+    part_len, truncate,
+};
+use crate::error::ClientError;
+
+/// Format 1's chunker sizes.
+fn sizes() -> ferry_fs::ChunkSizes {
+    ferry_fs::ChunkSizes {
+        min: CHUNK_MIN,
+        avg: CHUNK_AVG,
+        max: CHUNK_MAX,
+    }
+}
+
+/// What a delta download did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeltaOutcome {
+    /// Bytes fetched from the server (the index and the missing chunks).
+    pub fetched: u64,
+    /// Bytes copied from files the cache held.
+    pub reused: u64,
+}
+
+/// Why a delta stopped before the file was complete.
+enum Stop {
+    /// A network failure or a short answer: try again, keeping what was written.
+    Transient(String),
+    /// Something a retry cannot fix: download the file whole instead.
+    Refused(String),
+    /// The cache failed (a full disk): the download fails.
+    Client(ClientError),
+}
+
+impl From<ClientError> for Stop {
+    fn from(e: ClientError) -> Self {
+        Stop::Client(e)
+    }
+}
+
+/// Where the cache keeps the chunk index of blob `d` (made once, from the blob or as fetched).
+fn memo_path(root: &Path, d: &Sha256Digest) -> PathBuf {
+    root.join("chunks").join(format!("{}.json", d.to_hex()))
+}
+
+/// Keeps `index` as the chunk index of the cached blob `d` (best effort).
+pub(crate) fn remember(root: &Path, d: &Sha256Digest, index: &ChunkIndex) {
+    let path = memo_path(root, d);
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let _ = ferry_fs::write(&path, &index.to_bytes(), ferry_fs::Mode::Public);
+}
+
+/// The chunk index of the cached blob at `path` (`size` bytes): the one kept for it, or made
+/// now from its bytes and kept.
+fn index_of_cached(root: &Path, d: &Sha256Digest, path: &Path, size: u64) -> Option<ChunkIndex> {
+    let memo = memo_path(root, d);
+    if let Ok(bytes) = std::fs::read(&memo)
+        && let Ok(index) = ChunkIndex::parse(&bytes, size)
+    {
+        return Some(index);
+    }
+    let pieces = ferry_fs::chunk_file(path, sizes()).ok()?;
+    let index = ChunkIndex::new(
+        pieces
+            .into_iter()
+            .map(|(size, d)| Chunk {
+                size,
+                sha256: Sha256Digest::from_bytes(d),
+            })
+            .collect(),
+    );
+    if index.size != size {
+        return None;
+    }
+    remember(root, d, &index);
+    Some(index)
+}
+
+/// A chunk the cache holds: the file and where in it.
+#[derive(Debug, Clone)]
+struct Source {
+    path: PathBuf,
+    offset: u64,
+}
+
+/// Every chunk of `wanted` that some cached blob holds (blobs of at least
+/// [`CHUNKED_FILE_MIN`] bytes; chunk indexes kept for blobs no longer cached are removed).
+fn local_sources(
+    root: &Path,
+    target: &Sha256Digest,
+    wanted: &ChunkIndex,
+) -> HashMap<Sha256Digest, Source> {
+    let needed: HashSet<Sha256Digest> = wanted.chunks.iter().map(|c| c.sha256).collect();
+    let mut found = HashMap::new();
+    let blobs = root.join("blobs/sha256");
+    let Ok(entries) = std::fs::read_dir(&blobs) else {
+        return found;
+    };
+    let mut cached = HashSet::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Ok(d) = Sha256Digest::from_hex(&name) else {
+            continue;
+        };
+        cached.insert(d);
+        let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
+        if d == *target || size < CHUNKED_FILE_MIN || found.len() == needed.len() {
+            continue;
+        }
+        let path = entry.path();
+        let Some(index) = index_of_cached(root, &d, &path, size) else {
+            continue;
+        };
+        for (offset, c) in index.with_offsets() {
+            if needed.contains(&c.sha256) && !found.contains_key(&c.sha256) {
+                found.insert(
+                    c.sha256,
+                    Source {
+                        path: path.clone(),
+                        offset,
+                    },
+                );
+            }
+        }
+    }
+    if let Ok(memos) = std::fs::read_dir(root.join("chunks")) {
+        for memo in memos.flatten() {
+            let name = memo.file_name().to_string_lossy().into_owned();
+            let stale = name
+                .strip_suffix(".json")
+                .and_then(|hex| Sha256Digest::from_hex(hex).ok())
+                .is_some_and(|d| !cached.contains(&d) && d != *target);
+            if stale {
+                let _ = std::fs::remove_file(memo.path());
+            }
+        }
+    }
+    found
+}
+
+/// Fetches the chunk index `r` describing a file of `file_size` bytes from `url`, checking its
+/// size and digest against the signed reference.
+fn fetch_index(
+    agent: &ureq::Agent,
+    url: &str,
+    r: &ChunkIndexRef,
+    file_size: u64,
+    limits: &DownloadLimits,
+) -> Result<ChunkIndex, Stop> {
+    let mut resp = agent
+        .get(url)
+        .config()
+        .timeout_recv_body(Some(limits.min_body_time))
+        .build()
+        .call()
+        .map_err(|e| Stop::Transient(format!("chunk index: {e}")))?;
+    if resp.status().as_u16() != 200 {
+        return Err(Stop::Refused(format!(
+            "chunk index: HTTP {}",
+            resp.status().as_u16()
+        )));
+    }
+    let bytes = resp
+        .body_mut()
+        .with_config()
+        .limit(r.size + 1)
+        .read_to_vec()
+        .map_err(|e| Stop::Transient(format!("chunk index: {e}")))?;
+    if bytes.len() as u64 != r.size || Sha256Digest::of(&bytes) != r.sha256 {
+        return Err(Stop::Refused(
+            "the chunk index the server sent is not the signed one".into(),
+        ));
+    }
+    ChunkIndex::parse(&bytes, file_size).map_err(|e| Stop::Refused(e.to_string()))
+}
+
+/// The file being built: the `.part` file, the hash of what it holds, and the counts.
+struct Builder<'a> {
+    file: File,
+    hasher: Sha256,
+    written: u64,
+    outcome: DeltaOutcome,
+    buf: Vec<u8>,
+    wanted: Wanted<'a>,
+    progress: Option<&'a ProgressFn>,
+}
+
+impl Builder<'_> {
+    /// Checks `self.buf` against chunk `c` and appends it.
+    fn append(&mut self, c: &Chunk, what: &str) -> Result<(), Stop> {
+        let digest = Sha256Digest::from_bytes(Sha256::digest(&self.buf).into());
+        if digest != c.sha256 {
+            return Err(Stop::Refused(format!(
+                "{what} chunk at byte {} hashes to {digest}, the signed index says {}",
+                self.written, c.sha256
+            )));
+        }
+        self.file
+            .write_all(&self.buf)
+            .map_err(|e| ClientError::io(PathBuf::from(self.wanted.id), e))?;
+        self.hasher.update(&self.buf);
+        self.written += c.size;
+        if let Some(p) = self.progress {
+            p(self.wanted.id, self.written, self.wanted.size);
+        }
+        Ok(())
+    }
+
+    /// Copies chunk `c` from the cached file `src`.
+    fn copy(&mut self, c: &Chunk, src: &Source) -> Result<(), Stop> {
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.resize(c.size as usize, 0);
+        let read = File::open(&src.path).and_then(|mut f| {
+            f.seek(SeekFrom::Start(src.offset))?;
+            f.read_exact(&mut buf)
+        });
+        self.buf = buf;
+        read.map_err(|e| Stop::Refused(format!("cannot read cached {}: {e}", src.path.display())))?;
+        self.append(c, "a cached")?;
+        self.outcome.reused += c.size;
+        Ok(())
+    }
+
+    /// Fetches the chunks `run` (adjacent, in order) with one `Range` request.
+    fn fetch(
+        &mut self,
+        agent: &ureq::Agent,
+        url: &str,
+        run: &[Chunk],
+        limits: &DownloadLimits,
+    ) -> Result<(), Stop> {
+        let from = self.written;
+        let len: u64 = run.iter().map(|c| c.size).sum();
+        let to = from + len - 1;
+        let body_time = limits.min_body_time
+            + limits
+                .body_time_per_mib
+                .mul_f64(len as f64 / (1 << 20) as f64);
+        let mut resp = agent
+            .get(url)
+            .config()
+            .timeout_recv_body(Some(body_time))
+            .build()
+            .header("range", format!("bytes={from}-{to}"))
+            .call()
+            .map_err(|e| Stop::Transient(e.to_string()))?;
+        let status = resp.status().as_u16();
+        match status {
+            206 => {}
+            408 | 429 | 500..=599 => return Err(Stop::Transient(format!("HTTP {status}"))),
+            200 => return Err(Stop::Refused("the server ignores Range requests".into())),
+            other => return Err(Stop::Refused(format!("HTTP {other} to a Range request"))),
+        }
+        let range = resp
+            .headers()
+            .get("content-range")
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_content_range);
+        if range != Some((from, to, self.wanted.size)) {
+            return Err(Stop::Refused(format!(
+                "asked for bytes {from}-{to}/{}, the server answered {range:?}",
+                self.wanted.size
+            )));
+        }
+        let mut reader = resp.body_mut().with_config().limit(len).reader();
+        for c in run {
+            let mut buf = std::mem::take(&mut self.buf);
+            buf.resize(c.size as usize, 0);
+            reader
+                .read_exact(&mut buf)
+                .map_err(|e| Stop::Transient(format!("range body: {e}")))?;
+            self.buf = buf;
+            self.append(c, "a fetched")?;
+            self.outcome.fetched += c.size;
+        }
+        Ok(())
+    }
+}
+
+/// A delta download: what to build, from where.
+pub(crate) struct DeltaJob<'a> {
+    /// The HTTP agent.
+    pub agent: &'a ureq::Agent,
+    /// The file's URL (ranges are asked of it).
+    pub url: &'a str,
+    /// The URL of its chunk index.
+    pub index_url: &'a str,
+    /// The signed reference to its chunk index.
+    pub index: ChunkIndexRef,
+    /// The cache's root folder (its blobs are the chunks' sources).
+    pub cache_root: &'a Path,
+    /// The partial file to build.
+    pub part: &'a Path,
+    /// The file, as signed.
+    pub wanted: Wanted<'a>,
+    /// Retry and time limits.
+    pub limits: &'a DownloadLimits,
+    /// Progress, as a whole download reports it.
+    pub progress: Option<&'a ProgressFn>,
+}
+
+impl DeltaJob<'_> {
+    /// One pass over the file from the last complete chunk in the part file to its end.
+    fn build_once(
+        &self,
+        index: &ChunkIndex,
+        sources: &HashMap<Sha256Digest, Source>,
+        outcome: &mut DeltaOutcome,
+    ) -> Result<(), Stop> {
+        let part = self.part;
+        // Keep the complete chunks already written; the one in flight is fetched again.
+        let have = part_len(part);
+        let mut start = 0u64;
+        let mut first = 0usize;
+        for (offset, c) in index.with_offsets() {
+            if offset + c.size > have {
+                break;
+            }
+            start = offset + c.size;
+            first += 1;
+        }
+        let hasher = hash_prefix(part, start)?;
+        let file = open_at(part, start)?;
+        let mut b = Builder {
+            file,
+            hasher,
+            written: start,
+            outcome: std::mem::take(outcome),
+            buf: Vec::new(),
+            wanted: self.wanted,
+            progress: self.progress,
+        };
+        let chunks = &index.chunks[first..];
+        let mut i = 0;
+        let mut result = Ok(());
+        while i < chunks.len() && result.is_ok() {
+            if let Some(src) = sources.get(&chunks[i].sha256) {
+                result = b.copy(&chunks[i], src);
+                i += 1;
+                continue;
+            }
+            let mut j = i;
+            while j < chunks.len() && !sources.contains_key(&chunks[j].sha256) {
+                j += 1;
+            }
+            result = b.fetch(self.agent, self.url, &chunks[i..j], self.limits);
+            i = j;
+        }
+        *outcome = std::mem::take(&mut b.outcome);
+        b.file.flush().map_err(|e| ClientError::io(part, e))?;
+        result?;
+        b.file.sync_all().map_err(|e| ClientError::io(part, e))?;
+        let digest = Sha256Digest::from_bytes(b.hasher.finalize().into());
+        if digest != self.wanted.sha256 {
+            truncate(part)?;
+            return Err(Stop::Refused(format!(
+                "the built file hashes to {digest}, not the signed {}",
+                self.wanted.sha256
+            )));
+        }
+        Ok(())
+    }
+
+    /// Builds the file into the part file from cached chunks and ranges of its URL, when the
+    /// cache holds some of its chunks. `Ok(Ok)`: the part file holds the verified file.
+    /// `Ok(Err(why))`: no delta (nothing to reuse, or it stopped), so download the file whole:
+    /// the part file holds only checked chunks, which a whole download resumes after. `Err`:
+    /// the cache failed.
+    pub(crate) fn run(&self) -> Result<Result<DeltaOutcome, String>, ClientError> {
+        let (limits, wanted) = (self.limits, self.wanted);
+        if !limits.delta || wanted.size < CHUNKED_FILE_MIN {
+            return Ok(Err("no delta for this file".into()));
+        }
+        let mut failures = 0u32;
+        let index = loop {
+            match fetch_index(self.agent, self.index_url, &self.index, wanted.size, limits) {
+                Ok(i) => break i,
+                Err(Stop::Transient(_)) if failures < limits.retries => {
+                    failures += 1;
+                    std::thread::sleep(backoff(limits, failures));
+                }
+                Err(Stop::Transient(why) | Stop::Refused(why)) => return Ok(Err(why)),
+                Err(Stop::Client(e)) => return Err(e),
+            }
+        };
+        let sources = local_sources(self.cache_root, &wanted.sha256, &index);
+        if sources.is_empty() {
+            return Ok(Err("the cache holds none of its chunks".into()));
+        }
+        let mut outcome = DeltaOutcome {
+            fetched: self.index.size,
+            reused: 0,
+        };
+        let mut failures = 0u32;
+        loop {
+            match self.build_once(&index, &sources, &mut outcome) {
+                Ok(()) => {
+                    remember(self.cache_root, &wanted.sha256, &index);
+                    return Ok(Ok(outcome));
+                }
+                Err(Stop::Transient(why)) => {
+                    failures += 1;
+                    if failures > limits.retries {
+                        return Ok(Err(format!("gave up after {failures} attempts: {why}")));
+                    }
+                    std::thread::sleep(backoff(limits, failures));
+                }
+                Err(Stop::Refused(why)) => return Ok(Err(why)),
+                Err(Stop::Client(e)) => return Err(e),
+            }
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! Delta updates end to end: releases signed with chunk indexes by `ferry sign`'s builder,
+//! published to the real server, and a real client (real ExecuTorch runtime) that builds the
+//! new release's large file from the chunks its cache holds, fetching only the rest with
+//! `Range` requests; a hostile server (a wrong chunk, a lying range answer, ranges ignored, an
+//! index that is not the signed one) never gets a wrong byte into the cache; a download killed
+//! part way keeps its complete chunks.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ferry_client::executorch_runtime::ExecuTorchRuntime;
+use ferry_client::{Client, ClientBuilder, DeviceInfo};
+use ferry_server::release::sign::VariantsFile;
+use ferry_shared::Sha256Digest;
+use ferry_shared::manifest::{Delegate, Platform};
+use ferry_tests::app::{TestApp, variant};
+use ferry_tests::proxy::{Fault, FaultProxy};
+
+/// Size of the large asset (a stand-in for a `.ptd` of weights or a tokenizer).
+const LARGE: usize = 24 << 20;
+
+/// Pseudo-random bytes from a seed (xorshift): incompressible, like weights.
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 32) as u8
+        })
+        .collect()
+}
+
+/// `v1` with 5% of its bytes rewritten in one region (a fine-tune of the last layers).
+fn fine_tuned(v1: &[u8]) -> Vec<u8> {
+    let mut v2 = v1.to_vec();
+    let from = v2.len() / 2;
+    let to = from + v2.len() / 20;
+    for (i, b) in v2[from..to].iter_mut().enumerate() {
+        *b = b.wrapping_add(1 + (i % 7) as u8);
+    }
+    v2
+}
+
+/// Model `delta` at `version`: the portable MLP with `asset` as its `weights.bin`.
+fn spec(version: &str, asset: &Path) -> VariantsFile {
+    let mut v = variant(
+        "portable-fp32",
+        "mlp-v1-portable.pte",
+        Delegate::Portable,
+        ">=1.0.0",
+        "*",
+    );
+    v.assets = vec![asset.to_path_buf()];
+    VariantsFile {
+        model: "delta".parse().expect("model"),
+        version: version.parse().expect("version"),
+        notes: String::new(),
+        evaluation: None,
+        labels: None,
+        assets: Vec::new(),
+        preprocess: None,
+        latency_budget_ms: None,
+        variants: vec![v],
+    }
+}
+
+fn client(url: &str, app: &TestApp, cache: &Path) -> Arc<Client> {
+    Arc::new(
+        ClientBuilder::new(url, app.trust())
+            .cache_dir(cache)
+            .app_version(semver::Version::new(1, 0, 0))
+            .runtime(Arc::new(ExecuTorchRuntime::new()))
+            .download_limits(ferry_client::DownloadLimits {
+                retries: 2,
+                backoff: std::time::Duration::from_millis(10),
+                ..Default::default()
+            })
+            .build()
+            .expect("client"),
+    )
+}
+
+fn device() -> DeviceInfo {
+    DeviceInfo {
+        install_id: "delta-device".into(),
+        platform: Platform::Linux,
+        os_version: String::new(),
+        device_model: String::new(),
+        soc: String::new(),
+        ram_mb: 4096,
+        claimed_backends: Vec::new(),
+    }
+}
+
+/// The server's count of blob bytes it served.
+fn served(app: &TestApp) -> u64 {
+    let text = ureq::get(format!("{}/metrics", app.url()))
+        .call()
+        .expect("metrics")
+        .body_mut()
+        .read_to_string()
+        .expect("text");
+    text.lines()
+        .find(|l| l.starts_with("ferry_blob_bytes_served"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse::<f64>().ok())
+        .expect("ferry_blob_bytes_served") as u64
+}
+
+/// A test's world: a server with `delta` 1.0.0 (asset `v1`) published and loaded once by a
+/// client into `cache`, and 2.0.0 (asset `v2`) published and shipped.
+struct World {
+    app: TestApp,
+    dir: tempfile::TempDir,
+    v2: Vec<u8>,
+}
+
+impl World {
+    fn new(v1: &[u8], v2: Vec<u8>) -> World {
+        let app = TestApp::start();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (p1, p2) = (dir.path().join("v1"), dir.path().join("v2"));
+        std::fs::create_dir_all(&p1).expect("dir");
+        std::fs::create_dir_all(&p2).expect("dir");
+        std::fs::write(p1.join("weights.bin"), v1).expect("write");
+        std::fs::write(p2.join("weights.bin"), &v2).expect("write");
+        let (m1, _) = app.publish(&spec("1.0.0", &p1.join("weights.bin")));
+        let asset = &m1.variants[0].assets[0];
+        assert!(
+            asset.chunk_index.is_some(),
+            "a {LARGE}-byte asset is signed with a chunk index"
+        );
+        let world = World { app, dir, v2 };
+        let c = client(&world.app.url(), &world.app, &world.cache());
+        c.load("delta", &device()).expect("1.0.0 loads");
+        let (m2, _) = world.app.publish(&spec("2.0.0", &p2.join("weights.bin")));
+        assert_ne!(m2.variants[0].assets[0].sha256, asset.sha256);
+        world.app.ship_model("delta", "2.0.0");
+        world
+    }
+
+    fn cache(&self) -> PathBuf {
+        self.dir.path().join("cache")
+    }
+
+    /// Loads 2.0.0 through `url`; checks that the asset is exactly v2 and that no file in the
+    /// cache holds other bytes than its name says.
+    fn load_v2(&self, url: &str) {
+        let c = client(url, &self.app, &self.cache());
+        let m = c.load("delta", &device()).expect("2.0.0 loads");
+        assert_eq!(m.release, "2.0.0");
+        let got = std::fs::read(m.asset("weights.bin").expect("asset")).expect("read");
+        assert!(got == self.v2, "the asset is v2's bytes");
+        self.assert_cache_verified();
+    }
+
+    /// Every blob in the cache hashes to its name.
+    fn assert_cache_verified(&self) {
+        let blobs = self.cache().join("blobs/sha256");
+        for e in std::fs::read_dir(&blobs).expect("blobs").flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Ok(d) = Sha256Digest::from_hex(&name) {
+                let bytes = std::fs::read(e.path()).expect("blob");
+                assert_eq!(Sha256Digest::of(&bytes), d, "cached blob {name}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_fine_tune_downloads_only_the_changed_chunks() {
+    let v1 = noise(LARGE, 1);
+    let world = World::new(&v1, fine_tuned(&v1));
+    let before = served(&world.app);
+    world.load_v2(&world.app.url());
+    let sent = served(&world.app) - before;
+    // 5% of the file changed; the chunks around the change and the index come with it.
+    assert!(
+        sent <= LARGE as u64 / 10,
+        "{sent} bytes sent for a {LARGE}-byte file with 5% changed"
+    );
+    assert!(sent >= LARGE as u64 / 20, "{sent}: the changed bytes came");
+}
+
+#[test]
+fn an_unrelated_file_is_downloaded_whole_and_only_once() {
+    let world = World::new(&noise(LARGE, 1), noise(LARGE, 2));
+    let before = served(&world.app);
+    world.load_v2(&world.app.url());
+    let sent = served(&world.app) - before;
+    // The index (small) and the file once: no chunk of it is in the cache.
+    assert!(sent >= LARGE as u64, "{sent}");
+    assert!(sent <= LARGE as u64 + LARGE as u64 / 100, "{sent}");
+}
+
+#[test]
+fn a_hostile_server_never_gets_a_wrong_byte_into_the_cache() {
+    let v1 = noise(LARGE, 3);
+    // Each case: the faults on the blob answers after 2.0.0's release is fetched.
+    let cases: Vec<(&str, Vec<Fault>)> = vec![
+        // The index fetch answered with other bytes (not the signed index).
+        (
+            "index not signed",
+            vec![Fault::Replace(b"{\"format\":1}".to_vec())],
+        ),
+        // A fetched chunk with one bit flipped.
+        ("wrong chunk", vec![Fault::Pass, Fault::FlipByte(1000)]),
+        // Other bytes under the Content-Range asked for.
+        ("lying range", vec![Fault::Pass, Fault::LieRange]),
+        // Ranges ignored: the whole blob comes back.
+        ("ranges ignored", vec![Fault::Pass, Fault::IgnoreRange]),
+    ];
+    for (what, faults) in cases {
+        let world = World::new(&v1, fine_tuned(&v1));
+        let proxy = FaultProxy::start(world.app.server.addr);
+        proxy.blob_faults(faults);
+        world.load_v2(&proxy.url());
+        let ranges: Vec<Option<String>> = proxy
+            .log()
+            .into_iter()
+            .filter(|l| l.line.contains("/v1/blobs/"))
+            .map(|l| l.range)
+            .collect();
+        // The delta stopped at the fault and the file came whole: from byte 0 when the index
+        // was refused, else resuming after the chunks already checked (an open range).
+        let last = ranges.last().cloned().flatten();
+        if what == "index not signed" {
+            assert_eq!(ranges, vec![None, None], "{what}");
+        } else {
+            assert!(
+                ranges.len() == 3 && ranges[1].is_some(),
+                "{what}: {ranges:?}"
+            );
+            assert!(last.is_some_and(|r| r.ends_with('-')), "{what}: {ranges:?}");
+        }
+    }
+}
+
+#[test]
+fn an_interrupted_delta_keeps_its_complete_chunks() {
+    let v1 = noise(LARGE, 5);
+    let world = World::new(&v1, fine_tuned(&v1));
+    let proxy = FaultProxy::start(world.app.server.addr);
+    // The index, then the changed run cut 1.5 MiB in: the retry resumes after the last
+    // complete chunk.
+    proxy.blob_faults([Fault::Pass, Fault::CutAt(3 << 19)]);
+    let before = served(&world.app);
+    world.load_v2(&proxy.url());
+    let sent = served(&world.app) - before;
+    let ranges: Vec<String> = proxy.log().into_iter().filter_map(|l| l.range).collect();
+    assert!(
+        ranges.len() >= 2,
+        "a second range request resumed: {ranges:?}"
+    );
+    // The cut cost at most one chunk again (2 MiB), beyond the 10% a clean delta takes.
+    assert!(
+        sent <= LARGE as u64 / 10 + (2 << 20),
+        "{sent} bytes sent; ranges {ranges:?}"
+    );
+}
