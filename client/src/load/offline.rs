@@ -24,7 +24,10 @@ impl Client {
         let first = Attempt {
             variant: String::new(),
             delegate: String::new(),
-            stage: if matches!(cause, ClientError::DownloadDeferred { .. }) {
+            stage: if matches!(
+                cause,
+                ClientError::DownloadDeferred { .. } | ClientError::InsufficientStorage { .. }
+            ) {
                 Stage::Download
             } else {
                 Stage::Resolve

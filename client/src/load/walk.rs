@@ -80,9 +80,12 @@ impl Client {
             }
             let (blob, downloaded) = match self.ensure_blob(model, c, opts, &mut spent) {
                 Ok(x) => x,
-                Err(e @ ClientError::DownloadDeferred { .. }) => {
-                    // Not the variant's failure: no telemetry; a cached candidate after it or
-                    // the last known good may still load.
+                Err(
+                    e @ (ClientError::DownloadDeferred { .. }
+                    | ClientError::InsufficientStorage { .. }),
+                ) => {
+                    // Not the variant's failure: no telemetry; a cached candidate after it, a
+                    // smaller one, or the last known good may still load.
                     walk.deferred(i, e.code(), e.to_string(), ms());
                     deferred.get_or_insert(e);
                     continue;

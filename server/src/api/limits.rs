@@ -7,7 +7,7 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
-    /// Largest blob accepted by `PUT /v1/admin/blobs/...` (default 4 GiB).
+    /// Largest blob accepted by `PUT /v1/admin/blobs/...` (default 8 GiB, at most 16 GiB).
     pub max_blob_bytes: u64,
     /// Largest JSON body (default 1 MiB; release manifests with golden data can be large).
     pub max_json_bytes: usize,
@@ -41,7 +41,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            max_blob_bytes: 4 << 30,
+            max_blob_bytes: 8 << 30,
             max_json_bytes: 1 << 20,
             max_resolve_bytes: 256 << 10,
             body_timeout_secs: 10,
@@ -54,9 +54,18 @@ impl Default for Limits {
     }
 }
 
+/// The most `max_blob_bytes` may be: 16 GiB, the largest file a manifest signs.
+pub const MAX_BLOB_BYTES: u64 = 16 << 30;
+
 impl Limits {
     /// Checks every value is in its range; the error names the key.
     pub fn validate(&self) -> Result<(), String> {
+        if !(1..=MAX_BLOB_BYTES).contains(&self.max_blob_bytes) {
+            return Err(format!(
+                "max_blob_bytes must be between 1 and {MAX_BLOB_BYTES} (16 GiB, the largest file \
+                 a release manifest may sign)"
+            ));
+        }
         if !(1..=600).contains(&self.store_timeout_secs) {
             return Err("store_timeout_secs must be between 1 and 600".into());
         }

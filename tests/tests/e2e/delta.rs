@@ -45,6 +45,11 @@ fn fine_tuned(v1: &[u8]) -> Vec<u8> {
 
 /// Model `delta` at `version`: the portable MLP with `asset` as its `weights.bin`.
 fn spec(version: &str, asset: &Path) -> VariantsFile {
+    spec_of("delta", version, asset)
+}
+
+/// [`spec`] for another model.
+fn spec_of(model: &str, version: &str, asset: &Path) -> VariantsFile {
     let mut v = variant(
         "portable-fp32",
         "mlp-v1-portable.pte",
@@ -54,7 +59,7 @@ fn spec(version: &str, asset: &Path) -> VariantsFile {
     );
     v.assets = vec![asset.to_path_buf()];
     VariantsFile {
-        model: "delta".parse().expect("model"),
+        model: model.parse().expect("model"),
         version: version.parse().expect("version"),
         notes: String::new(),
         evaluation: None,
@@ -67,6 +72,11 @@ fn spec(version: &str, asset: &Path) -> VariantsFile {
 }
 
 fn client(url: &str, app: &TestApp, cache: &Path) -> Arc<Client> {
+    client_with(url, app, cache, 64 << 20)
+}
+
+/// [`client`] that keeps `headroom` bytes free on the cache's filesystem.
+fn client_with(url: &str, app: &TestApp, cache: &Path, headroom: u64) -> Arc<Client> {
     Arc::new(
         ClientBuilder::new(url, app.trust())
             .cache_dir(cache)
@@ -75,6 +85,7 @@ fn client(url: &str, app: &TestApp, cache: &Path) -> Arc<Client> {
             .download_limits(ferry_client::DownloadLimits {
                 retries: 2,
                 backoff: std::time::Duration::from_millis(10),
+                headroom,
                 ..Default::default()
             })
             .build()
@@ -259,4 +270,82 @@ fn an_interrupted_delta_keeps_its_complete_chunks() {
         sent <= LARGE as u64 / 10 + (2 << 20),
         "{sent} bytes sent; ranges {ranges:?}"
     );
+}
+
+#[test]
+fn a_file_is_built_from_chunks_of_several_cached_blobs() {
+    // 2.0.0's file: the first half of 1.0.0's, then the second half of another model's.
+    let a = noise(LARGE, 7);
+    let b = noise(LARGE, 8);
+    let mut v2 = a[..LARGE / 2].to_vec();
+    v2.extend_from_slice(&b[LARGE / 2..]);
+    let world = World::new(&a, v2);
+    let other = world.dir.path().join("other");
+    std::fs::create_dir_all(&other).expect("dir");
+    std::fs::write(other.join("weights.bin"), &b).expect("write");
+    world
+        .app
+        .publish(&spec_of("other", "1.0.0", &other.join("weights.bin")));
+    client(&world.app.url(), &world.app, &world.cache())
+        .load("other", &device())
+        .expect("other loads");
+    let before = served(&world.app);
+    world.load_v2(&world.app.url());
+    let sent = served(&world.app) - before;
+    // Only the chunks around the seam (at most two of 2 MiB) and the index.
+    assert!(
+        sent <= 5 << 20,
+        "{sent} bytes sent for a file both blobs hold"
+    );
+}
+
+#[test]
+fn too_little_free_space_is_refused_before_any_byte_and_the_last_good_serves() {
+    let v1 = noise(LARGE, 9);
+    let world = World::new(&v1, fine_tuned(&v1));
+    let before = served(&world.app);
+    // More headroom than any disk has: a fresh cache gets the typed error, having fetched
+    // nothing and left no partial file.
+    let fresh = world.dir.path().join("fresh");
+    let err = client_with(&world.app.url(), &world.app, &fresh, 1 << 60)
+        .load("delta", &device())
+        .expect_err("no space");
+    assert_eq!(err.code(), "insufficient_storage", "{err}");
+    assert!(err.to_string().contains("bytes needed"), "{err}");
+    assert_eq!(served(&world.app), before, "nothing was downloaded");
+    let parts: Vec<_> = walk(&fresh)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "part"))
+        .collect();
+    assert!(parts.is_empty(), "{parts:?}");
+    // The cache that holds 1.0.0 keeps serving it.
+    let m = client_with(&world.app.url(), &world.app, &world.cache(), 1 << 60)
+        .load("delta", &device())
+        .expect("the last known good loads");
+    assert_eq!(m.release, "1.0.0");
+    assert!(
+        matches!(&m.source, ferry_client::Source::LastKnownGood { code, .. } if code == "insufficient_storage"),
+        "{:?}",
+        m.source
+    );
+    let first = &m.report.attempts[0];
+    assert_eq!(
+        (first.error_code.as_str(), first.stage),
+        ("insufficient_storage", ferry_client::Stage::Download)
+    );
+    assert_eq!(served(&world.app), before);
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }
