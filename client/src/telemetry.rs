@@ -304,6 +304,8 @@ mod tests {
             stage: None,
             clock_offset_s: None,
             inference: Default::default(),
+            bytes_fetched: None,
+            bytes_total: None,
             kind: EventKind::Load,
             model: "m".into(),
             release: "1.0.0".into(),

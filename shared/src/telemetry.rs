@@ -153,6 +153,13 @@ pub struct TelemetryEvent {
     /// For `inference` events: the summary of the runs.
     #[serde(flatten)]
     pub inference: InferenceFields,
+    /// For `download` events: the bytes fetched from the server for the variant's files
+    /// (with delta updates, less than `bytes_total`). Additive in v1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_fetched: Option<u64>,
+    /// For `download` events: the size of the variant's files that were not already cached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_total: Option<u64>,
 }
 
 /// The body of `POST /v1/telemetry`.
@@ -163,7 +170,7 @@ pub struct TelemetryBatch {
 }
 
 /// The fields of a v1 telemetry event this build knows.
-pub const EVENT_FIELDS: [&str; 29] = [
+pub const EVENT_FIELDS: [&str; 31] = [
     "kind",
     "model",
     "release",
@@ -193,6 +200,8 @@ pub const EVENT_FIELDS: [&str; 29] = [
     "sustained_s",
     "thermal",
     "probe",
+    "bytes_fetched",
+    "bytes_total",
 ];
 
 /// The event kinds this build knows, as they appear on the wire.
@@ -299,6 +308,8 @@ mod tests {
                 thermal: Some(Thermal::Fair),
                 probe: Some(false),
             },
+            bytes_fetched: Some(1),
+            bytes_total: Some(2),
         };
         let v = serde_json::to_value(&e).expect("json");
         let back: TelemetryEvent = serde_json::from_value(v.clone()).expect("round trip");

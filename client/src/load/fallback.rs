@@ -50,10 +50,15 @@ impl<'a> Walk<'a> {
         });
     }
 
-    /// Candidate `i` was downloaded: a download event.
-    pub(crate) fn downloaded(&mut self, i: usize) {
+    /// Candidate `i` was downloaded (`t`: bytes fetched of the bytes missing): a download
+    /// event.
+    pub(crate) fn downloaded(&mut self, i: usize, t: super::fetch::Transfer) {
         let v = self.candidates[i];
-        self.events.push((self.base)(EventKind::Download, v));
+        self.events.push(TelemetryEvent {
+            bytes_fetched: Some(t.fetched),
+            bytes_total: Some(t.total),
+            ..(self.base)(EventKind::Download, v)
+        });
     }
 
     /// Candidate `i` loaded in `load_ms`: a load event.

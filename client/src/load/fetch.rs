@@ -15,6 +15,15 @@ use crate::runtime::Program;
 use crate::verify::PlannedVariant;
 use crate::{Client, download};
 
+/// What one load downloaded of a variant's files.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Transfer {
+    /// Bytes fetched from the server (less than `total` with delta updates).
+    pub fetched: u64,
+    /// The size of the files that were not cached.
+    pub total: u64,
+}
+
 /// The length of a partial download (0 when there is none).
 pub(crate) fn part_len(part: &std::path::Path) -> u64 {
     std::fs::metadata(part).map(|m| m.len()).unwrap_or(0)
@@ -22,7 +31,7 @@ pub(crate) fn part_len(part: &std::path::Path) -> u64 {
 
 impl Client {
     /// Makes sure the variant's verified files (its program, data files and assets) are all in
-    /// the cache; returns the program with them and whether anything was downloaded now.
+    /// the cache; returns the program with them and what was downloaded now, if anything.
     /// A download `opts` does not allow is refused before any byte is fetched
     /// (`DownloadDeferred`); `spent` counts the bytes this load fetched so far (for the byte
     /// budget) and grows by what this call fetches. Each file is kept once by its digest, so
@@ -33,7 +42,7 @@ impl Client {
         c: &PlannedVariant,
         opts: &LoadOptions,
         spent: &mut u64,
-    ) -> Result<(VerifiedBlob, bool), ClientError> {
+    ) -> Result<(VerifiedBlob, Option<Transfer>), ClientError> {
         let v = &c.variant;
         let data_ids: Vec<String> = v
             .extra_files
@@ -91,7 +100,7 @@ impl Client {
         let indexes: Vec<_> = std::iter::once(v.chunk_index)
             .chain(v.side_files().map(|f| f.chunk_index))
             .collect();
-        let mut downloaded = false;
+        let mut downloaded: Option<Transfer> = None;
         // Bytes of the variant's files already complete, for one progress count over all.
         let mut done: u64 = wanted
             .iter()
@@ -170,12 +179,15 @@ impl Client {
                 }
                 return Err(e);
             }
-            *spent += match &delta {
+            let fetched = match &delta {
                 Ok(d) => d.fetched,
                 Err(_) => w.size.saturating_sub(had),
             };
+            *spent += fetched;
             done += w.size;
-            downloaded = true;
+            let t = downloaded.get_or_insert_default();
+            t.fetched += fetched;
+            t.total += w.size;
             blobs.push(self.cache().commit_file(&part, &w.sha256, w.size)?);
             drop(lock);
         }

@@ -99,6 +99,8 @@ impl Client {
             stage: None,
             clock_offset_s: self.clock_offset_secs(),
             inference: Default::default(),
+            bytes_fetched: None,
+            bytes_total: None,
         }
     }
 

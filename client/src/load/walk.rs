@@ -106,8 +106,8 @@ impl Client {
                     continue;
                 }
             };
-            if downloaded {
-                walk.downloaded(i);
+            if let Some(t) = downloaded {
+                walk.downloaded(i, t);
             }
             let started = Instant::now();
             match self.open_and_check(&blob, v) {
@@ -122,7 +122,7 @@ impl Client {
                             blob,
                             program,
                             golden,
-                            downloaded,
+                            downloaded: downloaded.is_some(),
                         },
                         walk.into_attempts(),
                         load_started,

@@ -97,6 +97,8 @@ pub fn schema() -> Arc<Schema> {
         Field::new("sustained_s", DataType::Float64, true),
         maybe_text("thermal"),
         Field::new("probe", DataType::Boolean, true),
+        Field::new("bytes_fetched", DataType::Int64, true),
+        Field::new("bytes_total", DataType::Int64, true),
     ]))
 }
 
@@ -154,6 +156,8 @@ pub fn encode(events: &[RawEvent], node: &str) -> Result<Vec<u8>, parquet::error
     let (mut max_ms, mut sustained_s) = (floats(), floats());
     let mut thermal = strings();
     let mut probe = BooleanBuilder::with_capacity(n);
+    let mut bytes_fetched = arrow_array::builder::Int64Builder::with_capacity(n);
+    let mut bytes_total = arrow_array::builder::Int64Builder::with_capacity(n);
     for r in events {
         let e = &r.event;
         received.append_value(micros(r.received_at));
@@ -192,6 +196,8 @@ pub fn encode(events: &[RawEvent], node: &str) -> Result<Vec<u8>, parquet::error
         sustained_s.append_option(i.sustained_s);
         thermal.append_option(i.thermal.map(|t| t.as_str()));
         probe.append_option(i.probe);
+        bytes_fetched.append_option(e.bytes_fetched.and_then(|b| i64::try_from(b).ok()));
+        bytes_total.append_option(e.bytes_total.and_then(|b| i64::try_from(b).ok()));
     }
     let columns: Vec<ArrayRef> = vec![
         Arc::new(received.finish()),
@@ -225,6 +231,8 @@ pub fn encode(events: &[RawEvent], node: &str) -> Result<Vec<u8>, parquet::error
         Arc::new(sustained_s.finish()),
         Arc::new(thermal.finish()),
         Arc::new(probe.finish()),
+        Arc::new(bytes_fetched.finish()),
+        Arc::new(bytes_total.finish()),
     ];
     let batch = RecordBatch::try_new(schema(), columns)?;
     let props = WriterProperties::builder()
@@ -280,6 +288,8 @@ mod tests {
             stage: None,
             clock_offset_s: None,
             inference: Default::default(),
+            bytes_fetched: None,
+            bytes_total: None,
         }
     }
 

@@ -131,6 +131,9 @@ pub struct EventError {
 pub const MAX_CLOCK_OFFSET_S: u64 = 100 * 366 * 86_400;
 
 pub(crate) const MAX_FIELD: usize = 128;
+/// Largest byte count a download event may report (1 TiB: a variant of 16 GiB files, many
+/// times over).
+pub(crate) const MAX_EVENT_BYTES: u64 = 1 << 40;
 /// Longest receipt (a MAC and up to 64 variant ids).
 pub(crate) const MAX_RECEIPT: usize = 8192;
 /// Devices tracked per variant for the per-device event cap.
@@ -186,6 +189,14 @@ pub fn validate(
     }
     if e.kind == EventKind::Inference {
         crate::fleet::latency::check(&e).map_err(invalid)?;
+    }
+    if e.bytes_fetched
+        .max(e.bytes_total)
+        .is_some_and(|n| n > MAX_EVENT_BYTES)
+    {
+        return Err(invalid(format!(
+            "bytes_fetched and bytes_total must be at most {MAX_EVENT_BYTES}"
+        )));
     }
     if e.kind == EventKind::Fallback && e.to_variant.as_deref().is_none_or(str::is_empty) {
         return Err(invalid("a fallback event needs to_variant".into()));

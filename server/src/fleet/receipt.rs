@@ -141,6 +141,8 @@ mod tests {
             stage: None,
             clock_offset_s: None,
             inference: Default::default(),
+            bytes_fetched: None,
+            bytes_total: None,
         }
     }
 

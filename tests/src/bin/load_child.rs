@@ -103,6 +103,8 @@ fn event(tag: &str, i: usize) -> TelemetryEvent {
         stage: None,
         clock_offset_s: None,
         inference: Default::default(),
+        bytes_fetched: None,
+        bytes_total: None,
     }
 }
 

@@ -130,7 +130,12 @@ struct World {
 
 impl World {
     fn new(v1: &[u8], v2: Vec<u8>) -> World {
-        let app = TestApp::start();
+        let app = TestApp::start_with(ferry_tests::app::Options {
+            demo: false,
+            keys: None,
+            store: None,
+            tweak: Some(Box::new(ferry_tests::fast_telemetry)),
+        });
         let dir = tempfile::tempdir().expect("tempdir");
         let (p1, p2) = (dir.path().join("v1"), dir.path().join("v2"));
         std::fs::create_dir_all(&p1).expect("dir");
@@ -158,13 +163,14 @@ impl World {
 
     /// Loads 2.0.0 through `url`; checks that the asset is exactly v2 and that no file in the
     /// cache holds other bytes than its name says.
-    fn load_v2(&self, url: &str) {
+    fn load_v2(&self, url: &str) -> Arc<Client> {
         let c = client(url, &self.app, &self.cache());
         let m = c.load("delta", &device()).expect("2.0.0 loads");
         assert_eq!(m.release, "2.0.0");
         let got = std::fs::read(m.asset("weights.bin").expect("asset")).expect("read");
         assert!(got == self.v2, "the asset is v2's bytes");
         self.assert_cache_verified();
+        c
     }
 
     /// Every blob in the cache hashes to its name.
@@ -185,7 +191,7 @@ fn a_fine_tune_downloads_only_the_changed_chunks() {
     let v1 = noise(LARGE, 1);
     let world = World::new(&v1, fine_tuned(&v1));
     let before = served(&world.app);
-    world.load_v2(&world.app.url());
+    let c = world.load_v2(&world.app.url());
     let sent = served(&world.app) - before;
     // 5% of the file changed; the chunks around the change and the index come with it.
     assert!(
@@ -193,6 +199,31 @@ fn a_fine_tune_downloads_only_the_changed_chunks() {
         "{sent} bytes sent for a {LARGE}-byte file with 5% changed"
     );
     assert!(sent >= LARGE as u64 / 20, "{sent}: the changed bytes came");
+    // The download event says so, as DuckDB reads it from the raw log.
+    assert!(c.send_telemetry().sent >= 1);
+    let table = ferry_tests::duckdb::events_table(&world.app.store_dir());
+    let mut rows = Vec::new();
+    ferry_tests::until("the download event is in the raw log", || {
+        let written = world
+            .app
+            .stored_files()
+            .iter()
+            .any(|f| f.starts_with("telemetry/events/"));
+        if !written {
+            return false;
+        }
+        rows = ferry_tests::duckdb::query(&format!(
+            "SELECT bytes_fetched, bytes_total FROM {table} \
+             WHERE kind = 'download' AND release = '2.0.0'"
+        ));
+        !rows.is_empty()
+    });
+    assert_eq!(rows[0]["bytes_total"].as_u64(), Some(LARGE as u64));
+    let fetched = rows[0]["bytes_fetched"].as_u64().expect("bytes_fetched");
+    assert!(
+        fetched <= sent && fetched >= LARGE as u64 / 20,
+        "{fetched} of {sent}"
+    );
 }
 
 #[test]

@@ -37,6 +37,8 @@ fn event(i: usize) -> TelemetryEvent {
         stage: None,
         clock_offset_s: None,
         inference: Default::default(),
+        bytes_fetched: None,
+        bytes_total: None,
     }
 }
 

@@ -193,6 +193,8 @@ fn event(i: usize, soc: &str) -> TelemetryEvent {
         stage: None,
         clock_offset_s: None,
         inference: Default::default(),
+        bytes_fetched: None,
+        bytes_total: None,
     }
 }
 

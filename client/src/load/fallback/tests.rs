@@ -46,6 +46,8 @@ fn base(kind: EventKind, v: &Variant) -> TelemetryEvent {
         stage: None,
         clock_offset_s: None,
         inference: Default::default(),
+        bytes_fetched: None,
+        bytes_total: None,
     }
 }
 
@@ -109,10 +111,24 @@ fn downloads_and_loads_are_reported_in_order() {
         "bytes differ".into(),
         2.0,
     );
-    walk.downloaded(1);
+    walk.downloaded(
+        1,
+        crate::load::fetch::Transfer {
+            fetched: 10,
+            total: 100,
+        },
+    );
     walk.loaded(1, 7.5);
-    let kinds: Vec<(EventKind, Outcome, String)> = walk
-        .take_events()
+    let events = walk.take_events();
+    assert_eq!(
+        (events[2].bytes_fetched, events[2].bytes_total),
+        (Some(10), Some(100))
+    );
+    assert_eq!(
+        (events[3].bytes_fetched, events[3].bytes_total),
+        (None, None)
+    );
+    let kinds: Vec<(EventKind, Outcome, String)> = events
         .into_iter()
         .map(|e| (e.kind, e.outcome, e.variant))
         .collect();

@@ -86,6 +86,8 @@ public enum ErrorCode {
     BLOB_MISSING("blob_missing"),
     /** A stored blob's size differs from the signed size. (server) */
     BLOB_SIZE_MISMATCH("blob_size_mismatch"),
+    /** A file's chunk index (for delta updates) is not the one its bytes give: it does not parse, does not add up to the file, or a chunk's SHA-256 differs from the stored bytes. Sign the release again with this ferry. (server, CLI) */
+    CHUNK_INDEX_MISMATCH("chunk_index_mismatch"),
     /** The version is already published with other content; releases are immutable. (server, CLI) */
     RELEASE_EXISTS("release_exists"),
     /** The release is not published. (server, CLI) */
@@ -202,6 +204,8 @@ public enum ErrorCode {
     TOO_LARGE("too_large"),
     /** No space left while writing the cache. (client) */
     DISK_FULL("disk_full"),
+    /** The cache's filesystem has too little free space for the download (the file plus the cache's headroom), even after evicting unpinned files the app does not use; nothing was downloaded, and the message gives the figures. (client, C ABI) */
+    INSUFFICIENT_STORAGE("insufficient_storage"),
     /** Another file-system error in the cache. (client) */
     CACHE_IO("cache_io"),
     /** The client's cache folder is on a filesystem without working file locks (some network and FUSE mounts), which the processes sharing it need. (client, C ABI) */
