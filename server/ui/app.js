@@ -772,19 +772,21 @@ function showPreview(box, b, p, unchanged, apply) {
 // One model: its rollout (ui/src/rollout.ts, rollout_form.ts), releases and history, kept
 // current while shown.
 function releasesTable(enc, releases) {
-    return table("releases", ["release", "state", "variants", "download", "evaluation", "notes"], releases.map((r) => [
+    return table("releases", ["release", "state", "variants", "download", "update", "evaluation", "notes"], releases.map((r) => [
         link(`#/model/${enc}/release/${encodeURIComponent(r.version)}`, r.version),
         r.state,
         r.variants.map((v) => `${v.id} (${v.delegate})`).join(", "),
-        downloadRange(r.variants),
+        downloadRange(r.variants, "download_bytes"),
+        downloadRange(r.variants, "update_bytes"),
         verdict(r.evaluation),
         r.notes ?? "",
     ]));
 }
-/** The smallest and largest full download of a release's variants (program, data files and
- * assets), or "–" when the server does not say. */
-function downloadRange(variants) {
-    const sizes = variants.map((v) => v.download_bytes).filter((n) => typeof n === "number");
+/** The smallest and largest download of a release's variants, or "–" when the server does not
+ * say: `download_bytes` is the full download (program, data files and assets),
+ * `update_bytes` what a device on the previous release downloads (delta updates). */
+function downloadRange(variants, field) {
+    const sizes = variants.map((v) => v[field]).filter((n) => typeof n === "number");
     if (!sizes.length) {
         return "–";
     }

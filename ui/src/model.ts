@@ -4,22 +4,24 @@
 function releasesTable(enc: string, releases: Json[]): HTMLElement {
   return table(
     "releases",
-    ["release", "state", "variants", "download", "evaluation", "notes"],
+    ["release", "state", "variants", "download", "update", "evaluation", "notes"],
     releases.map((r) => [
       link(`#/model/${enc}/release/${encodeURIComponent(r.version)}`, r.version),
       r.state,
       (r.variants as Json[]).map((v) => `${v.id} (${v.delegate})`).join(", "),
-      downloadRange(r.variants as Json[]),
+      downloadRange(r.variants as Json[], "download_bytes"),
+      downloadRange(r.variants as Json[], "update_bytes"),
       verdict(r.evaluation),
       r.notes ?? "",
     ]),
   );
 }
 
-/** The smallest and largest full download of a release's variants (program, data files and
- * assets), or "–" when the server does not say. */
-function downloadRange(variants: Json[]): string {
-  const sizes = variants.map((v) => v.download_bytes).filter((n) => typeof n === "number") as number[];
+/** The smallest and largest download of a release's variants, or "–" when the server does not
+ * say: `download_bytes` is the full download (program, data files and assets),
+ * `update_bytes` what a device on the previous release downloads (delta updates). */
+function downloadRange(variants: Json[], field: string): string {
+  const sizes = variants.map((v) => v[field]).filter((n) => typeof n === "number") as number[];
   if (!sizes.length) {
     return "–";
   }

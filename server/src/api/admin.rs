@@ -240,9 +240,23 @@ pub(crate) async fn get_model(
     let revoked = state.revocations().get(&model).cloned();
     // The runtimes devices reported, and what each release's variants need of them.
     let census = state.runtime_census(&model).await;
+    // Per release, what a device on the release before it downloads for each variant.
+    let mut updates = Vec::with_capacity(releases.len());
+    for pair in releases.windows(2) {
+        updates.push(Some(
+            crate::release::update_size::update_bytes(
+                state.store(),
+                &pair[0].manifest,
+                &pair[1].manifest,
+            )
+            .await,
+        ));
+    }
+    updates.push(None);
     let list: Vec<serde_json::Value> = releases
         .iter()
-        .map(|r| {
+        .zip(&updates)
+        .map(|(r, update)| {
             let lifecycle = release_state(&r.manifest.version, plan.as_ref(), &releases);
             let shown = match revoked
                 .as_ref()
@@ -255,10 +269,16 @@ pub(crate) async fn get_model(
                 "version": r.manifest.version.to_string(),
                 "state": shown,
                 "notes": r.manifest.notes,
-                "variants": r.manifest.variants.iter().map(|v| serde_json::json!({
-                    "id": v.id, "delegate": v.delegate, "quant": v.quant, "size": v.size,
-                    "download_bytes": v.download_bytes(),
-                })).collect::<Vec<_>>(),
+                "variants": r.manifest.variants.iter().map(|v| {
+                    let mut x = serde_json::json!({
+                        "id": v.id, "delegate": v.delegate, "quant": v.quant, "size": v.size,
+                        "download_bytes": v.download_bytes(),
+                    });
+                    if let Some(n) = update.as_ref().and_then(|u| u.get(v.id.as_str())) {
+                        x["update_bytes"] = serde_json::json!(n);
+                    }
+                    x
+                }).collect::<Vec<_>>(),
             });
             if !census.is_empty() {
                 row["runtimes"] = crate::fleet::runtimes::coverage(&census, &r.manifest);

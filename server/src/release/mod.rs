@@ -11,3 +11,4 @@ pub mod evaluate;
 pub mod metadata;
 pub mod publish;
 pub mod sign;
+pub mod update_size;

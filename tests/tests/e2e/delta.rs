@@ -224,6 +224,21 @@ fn a_fine_tune_downloads_only_the_changed_chunks() {
         fetched <= sent && fetched >= LARGE as u64 / 20,
         "{fetched} of {sent}"
     );
+    // The server's figure of what a device on 1.0.0 downloads is what this one fetched.
+    let (status, model) = world.app.get_json(
+        "/v1/admin/models/delta",
+        Some(ferry_tests::app::ADMIN_TOKEN),
+    );
+    assert_eq!(status, 200, "{model}");
+    let variant = |version: &str| {
+        model["releases"]
+            .as_array()
+            .and_then(|r| r.iter().find(|r| r["version"] == version))
+            .map(|r| r["variants"][0].clone())
+            .expect("release")
+    };
+    assert_eq!(variant("2.0.0")["update_bytes"].as_u64(), Some(fetched));
+    assert!(variant("1.0.0").get("update_bytes").is_none());
 }
 
 #[test]
