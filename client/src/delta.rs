@@ -112,6 +112,19 @@ struct Source {
     offset: u64,
 }
 
+/// Whether the cache holds any blob (besides `target`) large enough to have chunks worth
+/// reusing: when not (a first install), the index is not even fetched.
+fn holds_candidates(root: &Path, target: &Sha256Digest) -> bool {
+    std::fs::read_dir(root.join("blobs/sha256"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| {
+            Sha256Digest::from_hex(&e.file_name().to_string_lossy()).is_ok_and(|d| d != *target)
+                && e.metadata().is_ok_and(|m| m.len() >= CHUNKED_FILE_MIN)
+        })
+}
+
 /// Every chunk of `wanted` that some cached blob holds (blobs of at least
 /// [`CHUNKED_FILE_MIN`] bytes; chunk indexes kept for blobs no longer cached are removed).
 fn local_sources(
@@ -399,6 +412,9 @@ impl DeltaJob<'_> {
         let (limits, wanted) = (self.limits, self.wanted);
         if !limits.delta || wanted.size < CHUNKED_FILE_MIN {
             return Ok(Err("no delta for this file".into()));
+        }
+        if !holds_candidates(self.cache_root, &wanted.sha256) {
+            return Ok(Err("the cache holds no file to take chunks from".into()));
         }
         let mut failures = 0u32;
         let index = loop {

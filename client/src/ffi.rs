@@ -49,14 +49,17 @@ pub enum FerryStatus {
     FerryErrInternal = 99,
 }
 
-/// Opaque client handle.
+/// Opaque client handle. Every function taking one may be called from several threads at
+/// once (a UI thread asking for progress while a worker loads).
 pub struct FerryClient {
     client: Arc<Client>,
+    progress: Arc<progress::ProgressSlot>,
 }
 
-/// Opaque loaded-model handle.
+/// Opaque loaded-model handle. It may be used from several threads at once: runs of one
+/// model take turns (the runtime's methods are not reentrant).
 pub struct FerryModel {
-    model: LoadedModel,
+    model: std::sync::Mutex<LoadedModel>,
     variant: CString,
     release: CString,
     delegate: CString,
@@ -272,7 +275,9 @@ pub unsafe extern "C" fn ferry_client_new_with(
             Ok(v) => v,
             Err(e) => return config_error(&format!("app_version: {e}")),
         };
+        let slot = Arc::new(progress::ProgressSlot::default());
         let builder = ClientBuilder::new(server, trust)
+            .progress(slot.progress_fn())
             .cache_dir(cache_dir)
             .app_version(version)
             .runtime(Arc::new(ExecuTorchRuntime::new()))
@@ -283,6 +288,7 @@ pub unsafe extern "C" fn ferry_client_new_with(
                 unsafe {
                     *out = Box::into_raw(Box::new(FerryClient {
                         client: Arc::new(client),
+                        progress: slot,
                     }))
                 };
                 FerryStatus::FerryOk
@@ -422,7 +428,7 @@ pub unsafe extern "C" fn ferry_load_with(
                         &serde_json::to_string(&m.preprocess()).unwrap_or_default(),
                     ),
                     meta: metadata::MetadataOut::of(&m),
-                    model: m,
+                    model: std::sync::Mutex::new(m),
                 };
                 // SAFETY: `out` is non-NULL and valid per the contract.
                 unsafe { *out = Box::into_raw(Box::new(h)) };
@@ -485,8 +491,8 @@ pub unsafe extern "C" fn ferry_model_run_f32(
             data: data.iter().map(|x| *x as f64).collect(),
         };
         // SAFETY: live handle per the contract.
-        let m = unsafe { &mut *model };
-        let outs = match m.model.run(&[t]) {
+        let m = unsafe { &*model };
+        let outs = match ferry_shared::sync::lock(&m.model).run(&[t]) {
             Ok(o) => o,
             Err(e) => return fail(FerryStatus::FerryErrRun, e.code.as_str(), &e.message),
         };
@@ -551,6 +557,7 @@ pub extern "C" fn ferry_last_error_message() -> *const c_char {
 mod client_options;
 mod metadata;
 mod options;
+mod progress;
 mod telemetry;
 mod tensors;
 

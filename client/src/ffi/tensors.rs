@@ -209,10 +209,11 @@ fn tensor_out(t: &TensorValue) -> Result<(u32, Vec<i64>, Vec<u8>), String> {
 /// success `*out` owns the outputs, read with [`ferry_outputs_len`] and [`ferry_outputs_get`]
 /// and freed with [`ferry_outputs_free`]. The count and element types are checked against the
 /// method's metadata before any input is read, at most 1 GiB of inputs in all, then each
-/// shape; another method is loaded on its first run. One call per model handle at a time.
+/// shape; another method is loaded on its first run. Calls on one model handle from several
+/// threads take turns.
 ///
 /// # Safety
-/// `model` is a live handle not used by another thread meanwhile; `method` is NULL or a valid
+/// `model` is a live handle (not freed meanwhile); `method` is NULL or a valid
 /// string; `inputs` holds `n_inputs` tensors following the `ferry_tensor` contract; `out` is a
 /// valid pointer.
 #[unsafe(no_mangle)]
@@ -245,12 +246,14 @@ pub unsafe extern "C" fn ferry_model_run(
             // SAFETY: `inputs` holds `n_inputs` tensors per the contract.
             unsafe { std::slice::from_raw_parts(inputs, n_inputs) }
         };
-        // SAFETY: live handle per the contract (one call at a time).
-        let m = unsafe { &mut *model };
-        let method_name = method.map_or_else(|| m.model.method.clone(), str::to_string);
+        // SAFETY: live handle per the contract.
+        let m = unsafe { &*model };
+        // Runs of one model take turns; other threads wait here.
+        let mut loaded = ferry_shared::sync::lock(&m.model);
+        let method_name = method.map_or_else(|| loaded.method.clone(), str::to_string);
         // The method's declared inputs first: nothing is read or expanded for a call that
         // cannot be right.
-        let declared = match m.model.signature(&method_name) {
+        let declared = match loaded.signature(&method_name) {
             Ok(sig) => sig,
             Err(e) => return fail(FerryStatus::FerryErrRun, e.code.as_str(), &e.message),
         };
@@ -290,8 +293,8 @@ pub unsafe extern "C" fn ferry_model_run(
             }
         }
         let result = match method {
-            Some(name) => m.model.run_method(name, &values),
-            None => m.model.run(&values),
+            Some(name) => loaded.run_method(name, &values),
+            None => loaded.run(&values),
         };
         let outs = match result {
             Ok(o) => o,

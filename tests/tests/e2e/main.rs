@@ -6,6 +6,7 @@ mod api_contract;
 mod attacks;
 mod bucket_vectors;
 mod c_abi;
+mod c_progress;
 mod client_clock;
 mod client_clock_https;
 mod client_constraints;

@@ -1,0 +1,88 @@
+//! Download progress through the C ABI, and handles shared by threads: a C program loads a
+//! model with a large asset on a worker thread (the download slowed by a proxy) while its main
+//! thread asks the same client handle for the progress; a callback sees every step; two threads
+//! then run one model handle at once.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use ferry_server::release::sign::VariantsFile;
+use ferry_shared::manifest::Delegate;
+use ferry_tests::app::{TestApp, variant};
+use ferry_tests::proxy::{Fault, FaultProxy};
+
+#[test]
+fn a_c_app_follows_a_download_from_another_thread_and_shares_a_model_handle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let work = tempfile::tempdir().expect("tmp");
+    let exe = work.path().join("progress");
+    ferry_tests::compile_c(
+        &root.join("tests/c/progress.c"),
+        &exe,
+        &ferry_tests::ffi_library_dir(),
+    );
+    let app = TestApp::start();
+    // 12 MiB of asset: slowed to about 0.4 s below, so the other thread sees it move.
+    let asset = work.path().join("weights.bin");
+    let bytes: Vec<u8> = (0..12u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&asset, &bytes).expect("asset");
+    let mut v = variant(
+        "portable-fp32",
+        "mlp-v1-portable.pte",
+        Delegate::Portable,
+        ">=1.0.0",
+        "*",
+    );
+    v.assets = vec![asset.clone()];
+    let (manifest, _) = app.publish(&VariantsFile {
+        model: "big".parse().expect("model"),
+        version: semver::Version::new(1, 0, 0),
+        notes: String::new(),
+        evaluation: None,
+        labels: None,
+        assets: Vec::new(),
+        preprocess: None,
+        latency_budget_ms: None,
+        variants: vec![v],
+    });
+    let total = manifest.variants[0].size + bytes.len() as u64;
+    let proxy = FaultProxy::start(app.server.addr);
+    // The program passes; the asset comes 256 KiB at a time with a pause after each.
+    proxy.blob_faults([
+        Fault::Pass,
+        Fault::Trickle(256 << 10, Duration::from_millis(8)),
+    ]);
+    let run = Command::new(&exe)
+        .arg(proxy.url())
+        .arg(app.dir.path().join("keys/trust.json"))
+        .arg(work.path().join("cache"))
+        .arg("big")
+        .arg(r#"{"install_id":"c-progress","platform":"linux"}"#)
+        .output()
+        .expect("run the C program");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let field = |name: &str| -> String {
+        stdout
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("no {name} in {stdout}"))
+            .to_string()
+    };
+    let num = |name: &str| -> u64 { field(name).parse().expect("number") };
+    // The callback saw the download move forward, never back, to the whole variant.
+    assert!(num("callbacks") >= 20, "{stdout}");
+    assert_eq!(num("backwards"), 0, "{stdout}");
+    assert_eq!(field("last"), format!("{total}/{total}"), "{stdout}");
+    // The main thread saw it part way, through the same handle, while the load ran.
+    assert!(num("mid_polls") >= 3, "{stdout}");
+    // 400 runs from two threads on one model handle, none failed.
+    assert_eq!(num("run_errors"), 0, "{stdout}");
+}
