@@ -6,6 +6,7 @@ import com.sun.jna.Memory;
 import com.sun.jna.Native;
 import com.sun.jna.Pointer;
 import com.sun.jna.Structure;
+import com.sun.jna.ptr.LongByReference;
 import com.sun.jna.ptr.PointerByReference;
 import java.util.Map;
 
@@ -89,6 +90,12 @@ public final class Ferry {
         public double[] std = new double[4];
     }
 
+    /** {@code ferry_progress_fn}: called on the thread that downloads. */
+    interface ProgressCallback extends com.sun.jna.Callback {
+        /** One step of a download: bytes of the variant's files on disk of {@code total}. */
+        void invoke(Pointer userData, String variant, long done, long total);
+    }
+
     /** The C functions, one for one. */
     interface Native64 extends Library {
         int ferry_client_new(String server, String trustJson, String cacheDir, String appVersion,
@@ -102,6 +109,11 @@ public final class Ferry {
         int ferry_client_send_telemetry(Pointer client, Pointer sent, Pointer queued);
 
         int ferry_client_set_thermal_state(Pointer client, String state);
+
+        int ferry_client_set_progress(Pointer client, ProgressCallback callback,
+                Pointer userData);
+
+        int ferry_client_progress(Pointer client, LongByReference done, LongByReference total);
 
         int ferry_load(Pointer client, String model, String deviceJson, PointerByReference out);
 

@@ -6,15 +6,21 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.Executor;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.locks.ReentrantReadWriteLock;
 
 /**
  * A ferry client: resolves, downloads, verifies, caches and loads models. Close it when done
- * (models it loaded stay valid until they are closed themselves). Calls are serialised on the
- * object.
+ * (models it loaded stay valid until they are closed themselves). It may be used from several
+ * threads at once: a UI thread asks for {@link #progress()} while a worker loads; only
+ * {@link #close()} waits for the calls in progress.
  */
 public final class FerryClient implements AutoCloseable {
-    private Pointer handle;
+    private volatile Pointer handle;
     private ExecutorService loader;
+    /** Calls hold it shared; close holds it alone, so a handle is never freed under a call. */
+    private final ReentrantReadWriteLock lock = new ReentrantReadWriteLock();
+    /** The callback the library holds (kept reachable here, or the JVM would collect it). */
+    private Ferry.ProgressCallback progressCallback;
 
     /**
      * A client of {@code server} trusting {@code trustJson} (the content of the server's
@@ -44,8 +50,18 @@ public final class FerryClient implements AutoCloseable {
      * ({@code {"install_id", "platform", "os_version", "device_model", "soc", "ram_mb",
      * "claimed_backends"}}), falling back through the candidates.
      */
-    public synchronized FerryModel load(String model, String deviceJson) {
+    public FerryModel load(String model, String deviceJson) {
         return load(model, deviceJson, null);
+    }
+
+    /** The open handle, with the shared lock held; the caller unlocks. */
+    private Pointer open() {
+        lock.readLock().lock();
+        if (handle == null) {
+            lock.readLock().unlock();
+            throw new IllegalStateException("the client is closed");
+        }
+        return handle;
     }
 
     /**
@@ -57,13 +73,51 @@ public final class FerryClient implements AutoCloseable {
      * never in power-saving mode). A download the policy does not allow throws
      * {@code download_deferred} when nothing is cached.
      */
-    public synchronized FerryModel load(String model, String deviceJson, String optionsJson) {
-        if (handle == null) {
-            throw new IllegalStateException("the client is closed");
+    public FerryModel load(String model, String deviceJson, String optionsJson) {
+        Pointer h = open();
+        try {
+            PointerByReference out = new PointerByReference();
+            Ferry.check(Ferry.LIB.ferry_load_with(h, model, deviceJson, optionsJson, out));
+            return new FerryModel(out.getValue());
+        } finally {
+            lock.readLock().unlock();
         }
-        PointerByReference out = new PointerByReference();
-        Ferry.check(Ferry.LIB.ferry_load_with(handle, model, deviceJson, optionsJson, out));
-        return new FerryModel(out.getValue());
+    }
+
+    /**
+     * Sets (or with {@code null} clears) the listener of download progress. It is called on
+     * the thread that downloads, for every file of the variant being loaded.
+     */
+    public void setProgressListener(ProgressListener listener) {
+        Pointer h = open();
+        try {
+            synchronized (this) {
+                Ferry.ProgressCallback cb = listener == null
+                        ? null
+                        : (userData, variant, done, total) -> listener.onProgress(variant, done, total);
+                Ferry.check(Ferry.LIB.ferry_client_set_progress(h, cb, null));
+                progressCallback = cb;
+            }
+        } finally {
+            lock.readLock().unlock();
+        }
+    }
+
+    /**
+     * The latest download progress: {@code {done, total}} bytes of the variant being (or last)
+     * downloaded, {@code {0, 0}} before any download. Never waits for a load: call it from the
+     * UI thread.
+     */
+    public long[] progress() {
+        Pointer h = open();
+        try {
+            com.sun.jna.ptr.LongByReference done = new com.sun.jna.ptr.LongByReference();
+            com.sun.jna.ptr.LongByReference total = new com.sun.jna.ptr.LongByReference();
+            Ferry.check(Ferry.LIB.ferry_client_progress(h, done, total));
+            return new long[] {done.getValue(), total.getValue()};
+        } finally {
+            lock.readLock().unlock();
+        }
     }
 
     /** Loads {@code model} for {@code device} with the default options. */
@@ -113,14 +167,16 @@ public final class FerryClient implements AutoCloseable {
      * call it from a background thread. The events stay queued when the server cannot be
      * reached.
      */
-    public synchronized long[] sendTelemetry() {
-        if (handle == null) {
-            throw new IllegalStateException("the client is closed");
+    public long[] sendTelemetry() {
+        Pointer h = open();
+        try {
+            com.sun.jna.Memory sent = Ferry.sizeOut();
+            com.sun.jna.Memory queued = Ferry.sizeOut();
+            Ferry.check(Ferry.LIB.ferry_client_send_telemetry(h, sent, queued));
+            return new long[] {Ferry.sizeIn(sent), Ferry.sizeIn(queued)};
+        } finally {
+            lock.readLock().unlock();
         }
-        com.sun.jna.Memory sent = Ferry.sizeOut();
-        com.sun.jna.Memory queued = Ferry.sizeOut();
-        Ferry.check(Ferry.LIB.ferry_client_send_telemetry(handle, sent, queued));
-        return new long[] {Ferry.sizeIn(sent), Ferry.sizeIn(queued)};
     }
 
     /**
@@ -129,24 +185,34 @@ public final class FerryClient implements AutoCloseable {
      * none and light to nominal, moderate to fair, severe to serious, critical, emergency and
      * shutdown to critical.
      */
-    public synchronized void setThermalState(String state) {
-        if (handle == null) {
-            throw new IllegalStateException("the client is closed");
+    public void setThermalState(String state) {
+        Pointer h = open();
+        try {
+            Ferry.check(Ferry.LIB.ferry_client_set_thermal_state(h, state));
+        } finally {
+            lock.readLock().unlock();
         }
-        Ferry.check(Ferry.LIB.ferry_client_set_thermal_state(handle, state));
     }
 
     @Override
-    public synchronized void close() {
-        if (loader != null) {
-            // Loads queued after this fail with "the client is closed"; one running now has
-            // finished (close waits for the client's lock).
-            loader.shutdown();
-            loader = null;
+    public void close() {
+        synchronized (this) {
+            if (loader != null) {
+                // Loads queued after this fail with "the client is closed".
+                loader.shutdown();
+                loader = null;
+            }
         }
-        if (handle != null) {
-            Ferry.LIB.ferry_client_free(handle);
-            handle = null;
+        // Waits for the calls in progress (a running load finishes first).
+        lock.writeLock().lock();
+        try {
+            if (handle != null) {
+                Ferry.LIB.ferry_client_free(handle);
+                handle = null;
+                progressCallback = null;
+            }
+        } finally {
+            lock.writeLock().unlock();
         }
     }
 }
