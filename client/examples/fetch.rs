@@ -110,10 +110,27 @@ fn run(args: &Args) -> Result<(), (String, String)> {
             )
         })?;
     let quiet = args.json;
+    // A progress bar on stderr, redrawn once per percent.
+    let shown = Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX));
     let progress: ferry_client::ProgressFn =
         Arc::new(move |variant: &str, done: u64, total: u64| {
-            if !quiet && done == total {
-                eprintln!("  downloaded {variant}: {done} bytes");
+            if quiet || total == 0 {
+                return;
+            }
+            let percent = done.saturating_mul(100) / total;
+            if shown.swap(percent, std::sync::atomic::Ordering::Relaxed) == percent {
+                return;
+            }
+            let filled = (percent / 4) as usize;
+            eprint!(
+                "\r  {variant} [{}{}] {percent:>3}% {:.1}/{:.1} MB",
+                "#".repeat(filled),
+                ".".repeat(25 - filled),
+                done as f64 / 1e6,
+                total as f64 / 1e6
+            );
+            if done == total {
+                eprintln!();
             }
         });
     let client = ClientBuilder::new(&args.server, trust)

@@ -16,13 +16,31 @@ use crate::runtime::{MethodSignature, Program, Runtime, RuntimeError};
 pub const RUNTIME_VERSION: &str = et::RUNTIME_VERSION;
 
 /// The linked ExecuTorch runtime.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct ExecuTorchRuntime;
+#[derive(Debug, Clone, Copy)]
+pub struct ExecuTorchRuntime {
+    mmap_from: u64,
+}
+
+impl Default for ExecuTorchRuntime {
+    fn default() -> Self {
+        Self {
+            mmap_from: et::MMAP_FROM_BYTES,
+        }
+    }
+}
 
 impl ExecuTorchRuntime {
-    /// The runtime (the libraries are loaded with the process).
+    /// The runtime (the libraries are loaded with the process). Programs whose bytes with
+    /// their data files reach 16 MiB are memory-mapped.
     pub fn new() -> Self {
-        Self
+        Self::default()
+    }
+
+    /// Memory-maps programs whose bytes with their data files reach `bytes` (0: every
+    /// program), and reads smaller ones into memory. The load report's `load_mode` says which.
+    pub fn mmap_from(mut self, bytes: u64) -> Self {
+        self.mmap_from = bytes;
+        self
     }
 }
 
@@ -43,7 +61,11 @@ impl Runtime for ExecuTorchRuntime {
         // Data files (.ptd) were verified with the program; the runtime finds the tensors the
         // program keeps outside in them by name.
         let data: Vec<&std::path::Path> = blob.data_files().iter().map(|d| d.path()).collect();
-        Ok(Box::new(ExecuTorchProgram::open(blob.path(), &data)?))
+        Ok(Box::new(ExecuTorchProgram::open_with(
+            blob.path(),
+            &data,
+            self.mmap_from,
+        )?))
     }
 }
 
@@ -54,6 +76,10 @@ impl Program for ExecuTorchProgram {
 
     fn signature(&mut self, method: &str) -> Result<MethodSignature, RuntimeError> {
         ExecuTorchProgram::signature(self, method)
+    }
+
+    fn load_mode(&self) -> Option<&'static str> {
+        Some(ExecuTorchProgram::load_mode(self))
     }
 
     fn load_method(&mut self, method: &str) -> Result<(), RuntimeError> {

@@ -38,6 +38,11 @@ pub trait Program: Send {
             "this runtime cannot read the signature of {method}"
         )))
     }
+    /// How the runtime reads the program and its data files: `mmap` (pages mapped from the
+    /// cached files, read on demand) or `file` (read into memory); `None` when it does not say.
+    fn load_mode(&self) -> Option<&'static str> {
+        None
+    }
     /// Loads (initialises) a method; delegates are initialised here.
     fn load_method(&mut self, method: &str) -> Result<(), RuntimeError>;
     /// Runs a loaded method.

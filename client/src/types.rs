@@ -122,6 +122,10 @@ pub struct LoadReport {
     /// ([`crate::LoadOptions::probe`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeReport>,
+    /// How the runtime read the program and its data files: `mmap` (large programs: mapped
+    /// from the cache, paged in on demand) or `file` (read into memory).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load_mode: Option<String>,
 }
 
 /// What the on-device probe did after a load.

@@ -24,6 +24,10 @@ use crate::{MethodSignature, RuntimeError, TensorSpec};
 /// The ExecuTorch version of the linked runtime.
 pub const RUNTIME_VERSION: &str = "1.5.1";
 
+/// Programs whose bytes with their data files reach this size (16 MiB) are memory-mapped
+/// (`LoadMode::Mmap`); smaller ones are read into memory.
+pub const MMAP_FROM_BYTES: u64 = 16 << 20;
+
 unsafe extern "C" {
     fn ferry_et_num_registered_backends() -> usize;
     fn ferry_et_registered_backend_name(index: usize, out: *mut c_char, cap: usize) -> c_long;
@@ -149,6 +153,7 @@ pub fn registered_operators() -> Vec<String> {
 /// A program opened in the linked runtime (methods are loaded on demand).
 pub struct ExecuTorchProgram {
     module: Module<'static>,
+    mapped: bool,
 }
 
 impl std::fmt::Debug for ExecuTorchProgram {
@@ -165,15 +170,43 @@ impl ExecuTorchProgram {
         program: &std::path::Path,
         data: &[&std::path::Path],
     ) -> Result<Self, RuntimeError> {
+        Self::open_with(program, data, MMAP_FROM_BYTES)
+    }
+
+    /// [`ExecuTorchProgram::open`], memory-mapping the files when they reach `mmap_from` bytes
+    /// together (0: always) and reading them into memory otherwise.
+    pub fn open_with(
+        program: &std::path::Path,
+        data: &[&std::path::Path],
+        mmap_from: u64,
+    ) -> Result<Self, RuntimeError> {
         default_log_level();
+        // Large programs and data files are mapped, not read: the pages come from the file on
+        // demand and the kernel may drop them again, so a 2 GB model does not need 2 GB of
+        // heap. (The files are never changed in place: the cache replaces files whole.)
+        let bytes: u64 = std::iter::once(program)
+            .chain(data.iter().copied())
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len())
+            .sum();
+        let mapped = bytes >= mmap_from;
         let mut module: Module<'static> = ModuleBuilder::new(program)
             .data_files(data)
-            .load_mode(LoadMode::File)
+            .load_mode(if mapped {
+                LoadMode::Mmap
+            } else {
+                LoadMode::File
+            })
             .build();
         module
             .load(Some(ProgramVerification::InternalConsistency), None)
             .map_err(|e| RuntimeError::load(et_error("program load failed", e)))?;
-        Ok(Self { module })
+        Ok(Self { module, mapped })
+    }
+
+    /// `mmap` when the program and its data files were mapped, `file` when they were read.
+    pub fn load_mode(&self) -> &'static str {
+        if self.mapped { "mmap" } else { "file" }
     }
 }
 

@@ -282,6 +282,7 @@ impl Client {
             protocol_sunset: self.protocol_sunset(),
             clock_offset_s: self.clock_offset_secs(),
             probe: None,
+            load_mode: None,
         }
     }
 }

@@ -120,13 +120,14 @@ impl Client {
                     }],
                 })?;
         let entry_release = entry.release.clone();
-        let report = self.report(
+        let mut report = self.report(
             model,
             Some((&entry_release, &variant, &blob)),
             &source,
             first.as_slice(),
             load_started,
         );
+        report.load_mode = program.load_mode().map(str::to_string);
         Ok(Ok(LoadedModel {
             model: model.to_string(),
             release: entry.release,

@@ -227,13 +227,14 @@ impl Client {
         } else {
             Source::Cached
         };
-        let report = self.report(
+        let mut report = self.report(
             model,
             Some((&release, v, &blob)),
             &source,
             &attempts,
             load_started,
         );
+        report.load_mode = program.load_mode().map(str::to_string);
         Ok(LoadedModel {
             model: model.to_string(),
             release,

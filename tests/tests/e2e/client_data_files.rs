@@ -271,3 +271,31 @@ fn a_data_file_cut_short_in_the_store_is_a_size_mismatch_at_once() {
     );
     assert!(c.cached("ext").is_none());
 }
+
+#[test]
+fn a_mapped_program_and_data_file_load_and_match_the_exporter() {
+    let app = TestApp::start();
+    app.publish(&spec("mapped"));
+    let side = sidecar();
+    for (mmap_from, mode) in [(0, "mmap"), (u64::MAX, "file")] {
+        let cache = tempfile::tempdir().expect("tmp");
+        let c = Arc::new(
+            ClientBuilder::new(app.url(), app.trust())
+                .cache_dir(cache.path())
+                .app_version(semver::Version::new(1, 0, 0))
+                .runtime(Arc::new(ExecuTorchRuntime::new().mmap_from(mmap_from)))
+                .build()
+                .expect("client"),
+        );
+        let mut loaded = c.load("mapped", &device()).expect("loads");
+        assert_eq!(loaded.report.load_mode.as_deref(), Some(mode));
+        // The golden ran at load, and forward matches the exporter's eager output.
+        assert!(loaded.golden_max_abs_diff.is_some(), "{:?}", loaded.report);
+        let got = loaded.run(&tensors(&side["input"])).expect("forward runs");
+        let diff = max_abs_diff(&got, &tensors(&side["output"])).expect("comparable");
+        assert!(
+            diff <= side["atol"].as_f64().expect("atol"),
+            "{mode}: {diff}"
+        );
+    }
+}
