@@ -109,30 +109,7 @@ fn run(args: &Args) -> Result<(), (String, String)> {
                 format!("unknown platform {}", args.platform),
             )
         })?;
-    let quiet = args.json;
-    // A progress bar on stderr, redrawn once per percent.
-    let shown = Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX));
-    let progress: ferry_client::ProgressFn =
-        Arc::new(move |variant: &str, done: u64, total: u64| {
-            if quiet || total == 0 {
-                return;
-            }
-            let percent = done.saturating_mul(100) / total;
-            if shown.swap(percent, std::sync::atomic::Ordering::Relaxed) == percent {
-                return;
-            }
-            let filled = (percent / 4) as usize;
-            eprint!(
-                "\r  {variant} [{}{}] {percent:>3}% {:.1}/{:.1} MB",
-                "#".repeat(filled),
-                ".".repeat(25 - filled),
-                done as f64 / 1e6,
-                total as f64 / 1e6
-            );
-            if done == total {
-                eprintln!();
-            }
-        });
+    let progress = progress_bar(args.json);
     let client = ClientBuilder::new(&args.server, trust)
         .cache_dir(&args.cache)
         .app_version(args.app_version.clone())
@@ -263,4 +240,29 @@ fn run(args: &Args) -> Result<(), (String, String)> {
         }
     }
     Ok(())
+}
+
+/// A progress bar on stderr, redrawn once per percent (nothing with `quiet`).
+fn progress_bar(quiet: bool) -> ferry_client::ProgressFn {
+    let shown = Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX));
+    Arc::new(move |variant: &str, done: u64, total: u64| {
+        if quiet || total == 0 {
+            return;
+        }
+        let percent = done.saturating_mul(100) / total;
+        if shown.swap(percent, std::sync::atomic::Ordering::Relaxed) == percent {
+            return;
+        }
+        let filled = (percent / 4) as usize;
+        eprint!(
+            "\r  {variant} [{}{}] {percent:>3}% {:.1}/{:.1} MB",
+            "#".repeat(filled),
+            ".".repeat(25 - filled),
+            done as f64 / 1e6,
+            total as f64 / 1e6
+        );
+        if done == total {
+            eprintln!();
+        }
+    })
 }

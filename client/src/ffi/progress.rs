@@ -16,16 +16,14 @@ pub type FerryProgressFn = Option<
     unsafe extern "C" fn(user_data: *mut c_void, variant: *const c_char, done: u64, total: u64),
 >;
 
+/// The callback itself (a [`FerryProgressFn`] that is set).
+type RawProgressFn = unsafe extern "C" fn(*mut c_void, *const c_char, u64, u64);
+
 /// The app's callback and the last figures, shared by a client handle and its downloads.
 #[derive(Default)]
 pub(crate) struct ProgressSlot {
     /// The callback and its `user_data` (kept as an address).
-    callback: std::sync::Mutex<
-        Option<(
-            unsafe extern "C" fn(*mut c_void, *const c_char, u64, u64),
-            usize,
-        )>,
-    >,
+    callback: std::sync::Mutex<Option<(RawProgressFn, usize)>>,
     done: AtomicU64,
     total: AtomicU64,
 }
