@@ -1,7 +1,8 @@
 //! A child process for the kill-during-download test: prefetches a model through the given
 //! server URL into the given cache, then prints the variant it stored.
 //!
-//! Usage: `download-child SERVER TRUST_JSON CACHE_DIR MODEL`
+//! Usage: `download-child SERVER TRUST_JSON CACHE_DIR MODEL`. After the variant it prints
+//! `rss_start_kb=N hwm_kb=M`: the resident memory before the download and the process's peak.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -48,9 +49,17 @@ fn main() -> ExitCode {
         ram_mb: 4096,
         claimed_backends: Vec::new(),
     };
+    // The resident memory before the download (the client built, the runtime linked).
+    let rss_start = status_kb("VmRSS");
     match client.prefetch(&args[4], &device) {
         Ok(p) => {
             println!("{} {}", p.variant, p.path.display());
+            // The peak over the whole process, for tests that bound a download's memory.
+            println!(
+                "rss_start_kb={} hwm_kb={}",
+                rss_start.unwrap_or(0),
+                status_kb("VmHWM").unwrap_or(0)
+            );
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -58,4 +67,17 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A `kB` field of `/proc/self/status` (Linux), e.g. `VmRSS` or `VmHWM`.
+fn status_kb(field: &str) -> Option<u64> {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?
+        .trim()
+        .trim_end_matches(" kB")
+        .trim()
+        .parse()
+        .ok()
 }

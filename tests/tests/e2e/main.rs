@@ -30,6 +30,7 @@ mod jvm;
 mod jvm_typed;
 mod key_rotation;
 mod keyring_push;
+mod large_files;
 mod model_metadata;
 mod openapi_bundle;
 mod operators;
