@@ -9,8 +9,10 @@
 //!   --cache /tmp/ferry-cache
 //! ```
 //!
-//! Prints one JSON object: `release`, `variant`, `path`, `bytes`, `seconds` and `peak_rss_kb`
-//! (the process's high-water resident memory, from `/proc/self/status` where there is one).
+//! Prints one JSON object: `release`, `variant`, `path`, `bytes` (the program file's size),
+//! `seconds`, `rss_start_kb` (resident memory before the download) and `peak_rss_kb` (the
+//! process's high-water resident memory), both from `/proc/self/status` where there is one.
+//! `--no-delta` downloads files whole even when the cache holds chunks of them.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -53,6 +55,9 @@ struct Args {
     /// Install id.
     #[arg(long, default_value = "prefetch-example")]
     install_id: String,
+    /// Download every file whole, never from cached chunks (delta updates off).
+    #[arg(long)]
+    no_delta: bool,
 }
 
 /// A runtime that announces a version and backends but loads nothing.
@@ -98,6 +103,10 @@ fn run(args: &Args) -> Result<serde_json::Value, String> {
     let client = ClientBuilder::new(&args.server, trust)
         .cache_dir(&args.cache)
         .app_version(args.app_version.clone())
+        .download_limits(ferry_client::DownloadLimits {
+            delta: !args.no_delta,
+            ..ferry_client::DownloadLimits::default()
+        })
         .runtime(Arc::new(Announce {
             version: args.runtime_version.clone(),
             backends: args.backends.clone(),
@@ -113,6 +122,7 @@ fn run(args: &Args) -> Result<serde_json::Value, String> {
         ram_mb: 4096,
         claimed_backends: Vec::new(),
     };
+    let rss_start_kb = status_kb("VmRSS");
     let got = client
         .prefetch(&args.model, &device)
         .map_err(|e| format!("{e} ({})", e.code()))?;
@@ -123,13 +133,16 @@ fn run(args: &Args) -> Result<serde_json::Value, String> {
         "path": got.path,
         "bytes": bytes,
         "seconds": started.elapsed().as_secs_f64(),
-        "peak_rss_kb": peak_rss_kb(),
+        "rss_start_kb": rss_start_kb,
+        "peak_rss_kb": status_kb("VmHWM"),
     }))
 }
 
-/// `VmHWM` of this process in KiB, where `/proc` has it.
-fn peak_rss_kb() -> Option<u64> {
+/// A KiB figure of this process's `/proc/self/status` (`VmRSS`, `VmHWM`), where there is one.
+fn status_kb(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status
+        .lines()
+        .find(|l| l.strip_prefix(field).is_some_and(|r| r.starts_with(':')))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }

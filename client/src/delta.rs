@@ -49,6 +49,20 @@ pub struct DeltaOutcome {
     pub reused: u64,
 }
 
+/// What [`DeltaJob::run`] did.
+pub(crate) struct DeltaRun {
+    /// `Ok`: the part file holds the verified file. `Err(why)`: no delta (nothing to reuse, or
+    /// it stopped), so download the file whole; the part file holds only checked chunks, which
+    /// a whole download resumes after.
+    pub built: Result<DeltaOutcome, String>,
+    /// The file's chunk index when it was fetched (checked against the signed reference), to
+    /// keep for the blob once it is cached, so that a later update need not cut it again.
+    pub index: Option<ChunkIndex>,
+    /// The index was not fetched because the cache held nothing to reuse: fetch it after the
+    /// whole download ([`DeltaJob::index_for_later`]) rather than delay the first byte.
+    pub fetch_later: bool,
+}
+
 /// Why a delta stopped before the file was complete.
 enum Stop {
     /// A network failure or a short answer: try again, keeping what was written.
@@ -403,18 +417,41 @@ impl DeltaJob<'_> {
         Ok(())
     }
 
+    /// The file's chunk index, fetched once after a whole download (no retries; `None` on any
+    /// failure), so that the cache knows the new blob's chunks without cutting it.
+    pub(crate) fn index_for_later(&self) -> Option<ChunkIndex> {
+        let limits = DownloadLimits {
+            retries: 0,
+            ..*self.limits
+        };
+        fetch_index(
+            self.agent,
+            self.index_url,
+            &self.index,
+            self.wanted.size,
+            &limits,
+        )
+        .ok()
+    }
+
     /// Builds the file into the part file from cached chunks and ranges of its URL, when the
-    /// cache holds some of its chunks. `Ok(Ok)`: the part file holds the verified file.
-    /// `Ok(Err(why))`: no delta (nothing to reuse, or it stopped), so download the file whole:
-    /// the part file holds only checked chunks, which a whole download resumes after. `Err`:
-    /// the cache failed.
-    pub(crate) fn run(&self) -> Result<Result<DeltaOutcome, String>, ClientError> {
+    /// cache holds some of its chunks (see [`DeltaRun`]). `Err`: the cache failed.
+    pub(crate) fn run(&self) -> Result<DeltaRun, ClientError> {
         let (limits, wanted) = (self.limits, self.wanted);
+        let whole = |why: &str, index, fetch_later| DeltaRun {
+            built: Err(why.to_string()),
+            index,
+            fetch_later,
+        };
         if !limits.delta || wanted.size < CHUNKED_FILE_MIN {
-            return Ok(Err("no delta for this file".into()));
+            return Ok(whole("no delta for this file", None, false));
         }
         if !holds_candidates(self.cache_root, &wanted.sha256) {
-            return Ok(Err("the cache holds no file to take chunks from".into()));
+            return Ok(whole(
+                "the cache holds no file to take chunks from",
+                None,
+                true,
+            ));
         }
         let mut failures = 0u32;
         let index = loop {
@@ -424,13 +461,19 @@ impl DeltaJob<'_> {
                     failures += 1;
                     std::thread::sleep(backoff(limits, failures));
                 }
-                Err(Stop::Transient(why) | Stop::Refused(why)) => return Ok(Err(why)),
+                Err(Stop::Transient(why) | Stop::Refused(why)) => {
+                    return Ok(whole(&why, None, false));
+                }
                 Err(Stop::Client(e)) => return Err(e),
             }
         };
         let sources = local_sources(self.cache_root, &wanted.sha256, &index);
         if sources.is_empty() {
-            return Ok(Err("the cache holds none of its chunks".into()));
+            return Ok(whole(
+                "the cache holds none of its chunks",
+                Some(index),
+                false,
+            ));
         }
         let mut outcome = DeltaOutcome {
             fetched: self.index.size,
@@ -440,17 +483,21 @@ impl DeltaJob<'_> {
         loop {
             match self.build_once(&index, &sources, &mut outcome) {
                 Ok(()) => {
-                    remember(self.cache_root, &wanted.sha256, &index);
-                    return Ok(Ok(outcome));
+                    return Ok(DeltaRun {
+                        built: Ok(outcome),
+                        index: Some(index),
+                        fetch_later: false,
+                    });
                 }
                 Err(Stop::Transient(why)) => {
                     failures += 1;
                     if failures > limits.retries {
-                        return Ok(Err(format!("gave up after {failures} attempts: {why}")));
+                        let why = format!("gave up after {failures} attempts: {why}");
+                        return Ok(whole(&why, Some(index), false));
                     }
                     std::thread::sleep(backoff(limits, failures));
                 }
-                Err(Stop::Refused(why)) => return Ok(Err(why)),
+                Err(Stop::Refused(why)) => return Ok(whole(&why, Some(index), false)),
                 Err(Stop::Client(e)) => return Err(e),
             }
         }

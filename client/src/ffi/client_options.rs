@@ -32,6 +32,10 @@ pub(super) struct ClientOptionsJson {
     telemetry_autosend: Option<bool>,
     #[serde(default)]
     time_runs: Option<bool>,
+    #[serde(default)]
+    storage_headroom_bytes: Option<u64>,
+    #[serde(default)]
+    delta_updates: Option<bool>,
 }
 
 /// The DER certificates in `pem` (at least one), or why not.
@@ -56,6 +60,8 @@ pub(super) struct ClientOptions {
     max_telemetry_events: Option<usize>,
     telemetry_autosend: Option<bool>,
     time_runs: Option<bool>,
+    headroom: Option<u64>,
+    delta: Option<bool>,
 }
 
 impl ClientOptionsJson {
@@ -107,6 +113,9 @@ impl ClientOptionsJson {
         {
             return Err("max_telemetry_events must be 1 to 1,000,000".into());
         }
+        if self.storage_headroom_bytes.is_some_and(|n| n > (1 << 40)) {
+            return Err("storage_headroom_bytes must be at most 1 TiB (1099511627776)".into());
+        }
         Ok(ClientOptions {
             cache_budget: self.cache_budget_bytes,
             roots,
@@ -115,6 +124,8 @@ impl ClientOptionsJson {
             max_telemetry_events: self.max_telemetry_events,
             telemetry_autosend: self.telemetry_autosend,
             time_runs: self.time_runs,
+            headroom: self.storage_headroom_bytes,
+            delta: self.delta_updates,
         })
     }
 }
@@ -143,6 +154,14 @@ impl ClientOptions {
         if let Some(on) = self.time_runs {
             b = b.time_runs(on);
         }
+        if self.headroom.is_some() || self.delta.is_some() {
+            let defaults = crate::DownloadLimits::default();
+            b = b.download_limits(crate::DownloadLimits {
+                headroom: self.headroom.unwrap_or(defaults.headroom),
+                delta: self.delta.unwrap_or(defaults.delta),
+                ..defaults
+            });
+        }
         b
     }
 }
@@ -169,6 +188,8 @@ mod tests {
             o.timeouts,
             Some((Duration::from_millis(500), Duration::from_secs(30)))
         );
+        let o = check(r#"{"storage_headroom_bytes": 0, "delta_updates": false}"#).expect("valid");
+        assert_eq!((o.headroom, o.delta), (Some(0), Some(false)));
         for (bad, why) in [
             (r#"{"cache_budget_bytes": 10}"#, "at least 1 MiB"),
             (r#"{"connect_timeout_ms": 5}"#, "connect_timeout_ms must be"),
@@ -186,6 +207,11 @@ mod tests {
                 "root_certificates_file /nonexistent/ca.pem",
             ),
             (r#"{"cache_budget": 1}"#, "unknown field"),
+            (
+                r#"{"storage_headroom_bytes": 2000000000000}"#,
+                "storage_headroom_bytes must be",
+            ),
+            (r#"{"delta_updates": "yes"}"#, "invalid type"),
         ] {
             let e = check(bad).err().unwrap_or_default();
             assert!(e.contains(why), "{bad}: {e}");

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use ferry_shared::Sha256Digest;
+use ferry_shared::chunks::{ChunkIndex, ChunkIndexRef};
 use ferry_shared::manifest::Variant;
 
 use crate::cache::VerifiedBlob;
@@ -109,7 +110,7 @@ impl Client {
             .map(|(w, _)| w.size)
             .sum();
         let mut blobs = Vec::with_capacity(wanted.len());
-        for ((w, h), index) in wanted.iter().zip(have).zip(&indexes) {
+        for ((w, h), &index) in wanted.iter().zip(have).zip(&indexes) {
             if let Some(blob) = h {
                 blobs.push(blob);
                 continue;
@@ -129,59 +130,23 @@ impl Client {
                 self.cache().private_part_path(&w.sha256)
             };
             let had = part_len(&part);
-            let url = if w.sha256 == v.sha256 {
-                self.url_for(&c.url)
-            } else {
-                self.data_url(&c.url, &v.sha256, &w.sha256)
-            };
             let progress: Option<crate::download::ProgressFn> = self.progress.as_ref().map(|p| {
                 let (p, id, offset) = (p.clone(), v.id.to_string(), done);
                 let f: crate::download::ProgressFn =
                     Arc::new(move |_: &str, n: u64, _: u64| p(&id, offset + n, total));
                 f
             });
-            let delta = match index {
-                Some(r) => {
-                    let index_url = self.data_url(&c.url, &v.sha256, &r.sha256);
-                    // Taken out so that the cache is not locked while the file is built.
-                    let cache_root = self.cache().root().to_path_buf();
-                    crate::delta::DeltaJob {
-                        agent: &self.agent,
-                        url: &url,
-                        index_url: &index_url,
-                        index: *r,
-                        cache_root: &cache_root,
-                        part: &part,
-                        wanted: *w,
-                        limits: &self.limits,
-                        progress: progress.as_ref(),
+            let (fetched, memo) = match self.fetch_file(c, w, index, &part, had, progress.as_ref())
+            {
+                Ok(got) => got,
+                Err(e) => {
+                    *spent += part_len(&part).saturating_sub(had);
+                    if matches!(e, ClientError::DiskFull { .. }) {
+                        // Free what the failed download took; the cache stays as it was.
+                        let _ = std::fs::remove_file(&part);
                     }
-                    .run()?
+                    return Err(e);
                 }
-                None => Err("no chunk index".to_string()),
-            };
-            let result = match &delta {
-                Ok(_) => Ok(()),
-                Err(_) => download::fetch(
-                    &self.agent,
-                    &url,
-                    &part,
-                    *w,
-                    &self.limits,
-                    progress.as_ref(),
-                ),
-            };
-            if let Err(e) = result {
-                *spent += part_len(&part).saturating_sub(had);
-                if matches!(e, ClientError::DiskFull { .. }) {
-                    // Free what the failed download took; the cache stays as it was.
-                    let _ = std::fs::remove_file(&part);
-                }
-                return Err(e);
-            }
-            let fetched = match &delta {
-                Ok(d) => d.fetched,
-                Err(_) => w.size.saturating_sub(had),
             };
             *spent += fetched;
             done += w.size;
@@ -189,6 +154,9 @@ impl Client {
             t.fetched += fetched;
             t.total += w.size;
             blobs.push(self.cache().commit_file(&part, &w.sha256, w.size)?);
+            if let Some(m) = memo {
+                crate::delta::remember(self.cache().root(), &w.sha256, &m);
+            }
             drop(lock);
         }
         let mut blobs = blobs.into_iter();
@@ -197,6 +165,66 @@ impl Client {
             .ok_or_else(|| ClientError::DecisionMismatch("no program".into()))?;
         let data: Vec<VerifiedBlob> = blobs.by_ref().take(v.extra_files.len()).collect();
         Ok((program.with_side_files(data, blobs.collect()), downloaded))
+    }
+
+    /// Downloads file `w` of candidate `c` into `part` (holding `had` bytes already): built
+    /// from cached chunks when its release signs a chunk index `index` and the cache holds
+    /// some, else whole. Returns the bytes fetched and the file's chunk index to keep with it.
+    fn fetch_file(
+        &self,
+        c: &PlannedVariant,
+        w: &download::Wanted<'_>,
+        index: Option<ChunkIndexRef>,
+        part: &std::path::Path,
+        had: u64,
+        progress: Option<&download::ProgressFn>,
+    ) -> Result<(u64, Option<ChunkIndex>), ClientError> {
+        let v = &c.variant;
+        let url = if w.sha256 == v.sha256 {
+            self.url_for(&c.url)
+        } else {
+            self.data_url(&c.url, &v.sha256, &w.sha256)
+        };
+        // Taken out so that the cache is not locked while a file is built from chunks.
+        let cache_root = self.cache().root().to_path_buf();
+        let index_url = index.map(|r| self.data_url(&c.url, &v.sha256, &r.sha256));
+        let job = index
+            .zip(index_url.as_deref())
+            .map(|(r, index_url)| crate::delta::DeltaJob {
+                agent: &self.agent,
+                url: &url,
+                index_url,
+                index: r,
+                cache_root: &cache_root,
+                part,
+                wanted: *w,
+                limits: &self.limits,
+                progress,
+            });
+        let run = job.as_ref().map(crate::delta::DeltaJob::run).transpose()?;
+        let built = run.as_ref().and_then(|r| r.built.as_ref().ok());
+        if built.is_none() {
+            download::fetch(&self.agent, &url, part, *w, &self.limits, progress)?;
+        }
+        let mut fetched = match built {
+            Some(d) => d.fetched,
+            None => w.size.saturating_sub(had),
+        };
+        // The file's chunks, kept for a later update: the index fetched for the delta, or
+        // after a first download (one small request).
+        let mut memo = run.as_ref().and_then(|r| r.index.clone());
+        if built.is_none() && memo.is_some() {
+            fetched += index.map_or(0, |r| r.size);
+        }
+        if run.as_ref().is_some_and(|r| r.fetch_later)
+            && let Some(later) = job
+                .as_ref()
+                .and_then(crate::delta::DeltaJob::index_for_later)
+        {
+            fetched += index.map_or(0, |r| r.size);
+            memo = Some(later);
+        }
+        Ok((fetched, memo))
     }
 
     /// Refuses a download of `to_fetch` bytes that would leave less than the cache's headroom

@@ -151,6 +151,13 @@ impl World {
         let world = World { app, dir, v2 };
         let c = client(&world.app.url(), &world.app, &world.cache());
         c.load("delta", &device()).expect("1.0.0 loads");
+        // A first install downloads the file whole, then keeps its signed index (fetched
+        // after the file), so that an update need not cut the cached file again.
+        assert_eq!(
+            world.memo(&asset.sha256).map(|i| i.reference()),
+            asset.chunk_index,
+            "the cache keeps 1.0.0's chunk index"
+        );
         let (m2, _) = world.app.publish(&spec("2.0.0", &p2.join("weights.bin")));
         assert_ne!(m2.variants[0].assets[0].sha256, asset.sha256);
         world.app.ship_model("delta", "2.0.0");
@@ -159,6 +166,16 @@ impl World {
 
     fn cache(&self) -> PathBuf {
         self.dir.path().join("cache")
+    }
+
+    /// The chunk index the cache keeps for blob `d`, if any.
+    fn memo(&self, d: &Sha256Digest) -> Option<ferry_shared::chunks::ChunkIndex> {
+        let path = self
+            .cache()
+            .join("chunks")
+            .join(format!("{}.json", d.to_hex()));
+        let bytes = std::fs::read(path).ok()?;
+        serde_json::from_slice(&bytes).ok()
     }
 
     /// Loads 2.0.0 through `url`; checks that the asset is exactly v2 and that no file in the
@@ -250,6 +267,13 @@ fn an_unrelated_file_is_downloaded_whole_and_only_once() {
     // The index (small) and the file once: no chunk of it is in the cache.
     assert!(sent >= LARGE as u64, "{sent}");
     assert!(sent <= LARGE as u64 + LARGE as u64 / 100, "{sent}");
+    // The index fetched for the delta is kept for the new blob.
+    let v2 = Sha256Digest::of(&world.v2);
+    assert_eq!(
+        world.memo(&v2).map(|i| i.size),
+        Some(LARGE as u64),
+        "the cache keeps 2.0.0's chunk index"
+    );
 }
 
 #[test]
