@@ -152,13 +152,26 @@ pub fn variant_metadata(
             );
         }
         seen.push((name.clone(), rel));
-        let bytes =
-            read(&path).with_context(|| format!("{ctx}: cannot read asset {}", path.display()))?;
-        if bytes.is_empty() {
+        let is_labels = labels.is_some_and(|l| same_path(l, rel));
+        // The labels file is read whole (it is checked line by line, and bounded); any other
+        // asset only for its digest and size, streamed when large (a tokenizer, weights).
+        let file = if is_labels {
+            let bytes = read(&path)
+                .with_context(|| format!("{ctx}: cannot read asset {}", path.display()))?;
+            crate::release::files::Described {
+                size: bytes.len() as u64,
+                sha256: Sha256Digest::of(&bytes),
+                bytes,
+            }
+        } else {
+            crate::release::files::describe(&path, read, &|_| None)
+                .with_context(|| format!("{ctx}: cannot read asset {}", path.display()))?
+        };
+        if file.size == 0 {
             bail!("{ctx}: asset {} is empty", path.display());
         }
-        if labels.is_some_and(|l| same_path(l, rel)) {
-            let count = check_labels(&labels_ctx, &path, &bytes)?;
+        if is_labels {
+            let count = check_labels(&labels_ctx, &path, &file.bytes)?;
             if let Some(classes) = signature.and_then(classes_of)
                 && classes != count as u64
             {
@@ -170,8 +183,7 @@ pub fn variant_metadata(
             }
             out.labels = Some(name.clone());
         }
-        let sha256 = Sha256Digest::of(&bytes);
-        let size = bytes.len() as u64;
+        let (sha256, size) = (file.sha256, file.size);
         out.assets.push(ExtraFile {
             name,
             sha256,

@@ -8,6 +8,7 @@
 pub mod chunking;
 pub mod decide;
 pub mod evaluate;
+pub mod files;
 pub mod metadata;
 pub mod publish;
 pub mod sign;

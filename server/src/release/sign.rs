@@ -208,9 +208,13 @@ pub fn build(
     let mut warnings = Vec::new();
     for v in &spec.variants {
         let path = base.join(&v.file);
-        let bytes = read(&path)
-            .with_context(|| format!("variant {}: cannot read {}", v.id, path.display()))?;
-        if pte::is_ptd(&bytes) {
+        let limits = pte::PteLimits::default();
+        let file = super::files::describe(&path, read, &|head| {
+            pte::required_prefix(head, &limits).ok()
+        })
+        .with_context(|| format!("variant {}: cannot read {}", v.id, path.display()))?;
+        let bytes = &file.bytes;
+        if pte::is_ptd(bytes) {
             bail!(
                 "variant {}: {} is a data file (.ptd), not a program: give the program as file \
                  and list the data file with data = [\"NAME.ptd\"]",
@@ -218,7 +222,7 @@ pub fn build(
                 path.display()
             );
         }
-        let report = pte::inspect(&bytes).map_err(|e| {
+        let report = pte::inspect_prefix(bytes, file.size, &limits).map_err(|e| {
             anyhow::anyhow!(
                 "variant {}: {} is not a valid .pte ({}): {e}",
                 v.id,
@@ -256,11 +260,11 @@ pub fn build(
             .find(|m| m.name == "forward")
             .map(|m| &m.signature);
         let meta = crate::release::metadata::variant_metadata(spec, v, base, read, forward)?;
-        let sha256 = Sha256Digest::of(&bytes);
+        let sha256 = file.sha256;
         files.push(SignedFile {
             path: path.clone(),
             sha256,
-            size: bytes.len() as u64,
+            size: file.size,
             data: extra_signed,
             assets: meta.signed,
         });
@@ -284,7 +288,7 @@ pub fn build(
                     .collect(),
             ),
             sha256,
-            size: bytes.len() as u64,
+            size: file.size,
             extra_files,
             runtime: v.runtime.clone(),
             app: v.app.clone(),
@@ -354,10 +358,11 @@ fn data_files(
                 v.id
             );
         }
-        let bytes = read(&path).with_context(|| {
-            format!("variant {}: cannot read data file {}", v.id, path.display())
-        })?;
-        let ptd = pte::inspect_ptd(&bytes).map_err(|e| {
+        let file = super::files::describe(&path, read, &|head| pte::ptd_required_prefix(head).ok())
+            .with_context(|| {
+                format!("variant {}: cannot read data file {}", v.id, path.display())
+            })?;
+        let ptd = pte::inspect_ptd_prefix(&file.bytes, file.size).map_err(|e| {
             anyhow::anyhow!(
                 "variant {}: data file {} is not a valid .ptd ({}): {e}",
                 v.id,
@@ -366,8 +371,7 @@ fn data_files(
             )
         })?;
         reports.push((name.clone(), ptd));
-        let sha256 = Sha256Digest::of(&bytes);
-        let size = bytes.len() as u64;
+        let (sha256, size) = (file.sha256, file.size);
         extra.push(ExtraFile {
             name,
             sha256,
