@@ -253,6 +253,7 @@ impl Cache {
             root.to_path_buf(),
             blobs.clone(),
             root.join("releases/sha256"),
+            root.join("chunks"),
         ] {
             if let Ok(rd) = std::fs::read_dir(&dir) {
                 for e in rd.flatten() {

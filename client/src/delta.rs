@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use ferry_shared::Sha256Digest;
 use ferry_shared::chunks::{
     CHUNK_AVG, CHUNK_MAX, CHUNK_MIN, CHUNKED_FILE_MIN, Chunk, ChunkIndex, ChunkIndexRef,
+    MAX_CHUNK_INDEX_BYTES,
 };
 use sha2::{Digest as _, Sha256};
 
@@ -59,7 +60,7 @@ pub(crate) struct DeltaRun {
     /// keep for the blob once it is cached, so that a later update need not cut it again.
     pub index: Option<ChunkIndex>,
     /// The index was not fetched because the cache held nothing to reuse: fetch it after the
-    /// whole download ([`DeltaJob::index_for_later`]) rather than delay the first byte.
+    /// whole download ([`index_for_later`]) rather than delay the first byte.
     pub fetch_later: bool,
 }
 
@@ -93,11 +94,39 @@ pub(crate) fn remember(root: &Path, d: &Sha256Digest, index: &ChunkIndex) {
     let _ = ferry_fs::write(&path, &index.to_bytes(), ferry_fs::Mode::Public);
 }
 
+/// Forgets the kept chunk index of blob `d` (a chunk it promised was not there): the next
+/// delta cuts the blob again.
+fn forget(root: &Path, d: &Sha256Digest) {
+    let _ = std::fs::remove_file(memo_path(root, d));
+}
+
+/// The bytes of a kept chunk index: a regular file (not a link, a pipe or a device) of at most
+/// [`MAX_CHUNK_INDEX_BYTES`]; `None` otherwise.
+fn read_memo(path: &Path) -> Option<Vec<u8>> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        opts.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    }
+    let file = opts.open(path).ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || meta.len() > MAX_CHUNK_INDEX_BYTES {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_CHUNK_INDEX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    (bytes.len() as u64 <= MAX_CHUNK_INDEX_BYTES).then_some(bytes)
+}
+
 /// The chunk index of the cached blob at `path` (`size` bytes): the one kept for it, or made
 /// now from its bytes and kept.
 fn index_of_cached(root: &Path, d: &Sha256Digest, path: &Path, size: u64) -> Option<ChunkIndex> {
     let memo = memo_path(root, d);
-    if let Ok(bytes) = std::fs::read(&memo)
+    if let Some(bytes) = read_memo(&memo)
         && let Ok(index) = ChunkIndex::parse(&bytes, size)
     {
         return Some(index);
@@ -119,12 +148,17 @@ fn index_of_cached(root: &Path, d: &Sha256Digest, path: &Path, size: u64) -> Opt
     Some(index)
 }
 
-/// A chunk the cache holds: the file and where in it.
+/// A chunk the cache holds: the file (blob `digest`) and where in it.
 #[derive(Debug, Clone)]
 struct Source {
+    digest: Sha256Digest,
     path: PathBuf,
     offset: u64,
 }
+
+/// The largest file a client downloads ([`DownloadLimits::max_bytes`] at most): a larger
+/// "blob" in the cache is not one, and is not cut into chunks.
+const MAX_SOURCE_BYTES: u64 = 16 << 30;
 
 /// Whether the cache holds any blob (besides `target`) large enough to have chunks worth
 /// reusing: when not (a first install), the index is not even fetched.
@@ -160,7 +194,10 @@ fn local_sources(
         };
         cached.insert(d);
         let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
-        if d == *target || size < CHUNKED_FILE_MIN || found.len() == needed.len() {
+        if d == *target
+            || !(CHUNKED_FILE_MIN..=MAX_SOURCE_BYTES).contains(&size)
+            || found.len() == needed.len()
+        {
             continue;
         }
         let path = entry.path();
@@ -172,6 +209,7 @@ fn local_sources(
                 found.insert(
                     c.sha256,
                     Source {
+                        digest: d,
                         path: path.clone(),
                         offset,
                     },
@@ -202,11 +240,13 @@ fn fetch_index(
     r: &ChunkIndexRef,
     file_size: u64,
     limits: &DownloadLimits,
+    whole_request: Option<std::time::Duration>,
 ) -> Result<ChunkIndex, Stop> {
     let mut resp = agent
         .get(url)
         .config()
         .timeout_recv_body(Some(limits.min_body_time))
+        .timeout_global(whole_request)
         .build()
         .call()
         .map_err(|e| Stop::Transient(format!("chunk index: {e}")))?;
@@ -232,6 +272,8 @@ fn fetch_index(
 
 /// The file being built: the `.part` file, the hash of what it holds, and the counts.
 struct Builder<'a> {
+    root: &'a Path,
+    part: &'a Path,
     file: File,
     hasher: Sha256,
     written: u64,
@@ -253,7 +295,7 @@ impl Builder<'_> {
         }
         self.file
             .write_all(&self.buf)
-            .map_err(|e| ClientError::io(PathBuf::from(self.wanted.id), e))?;
+            .map_err(|e| ClientError::io(self.part, e))?;
         self.hasher.update(&self.buf);
         self.written += c.size;
         if let Some(p) = self.progress {
@@ -271,8 +313,19 @@ impl Builder<'_> {
             f.read_exact(&mut buf)
         });
         self.buf = buf;
-        read.map_err(|e| Stop::Refused(format!("cannot read cached {}: {e}", src.path.display())))?;
-        self.append(c, "a cached")?;
+        let result = match read {
+            Ok(()) => self.append(c, "a cached"),
+            Err(e) => Err(Stop::Refused(format!(
+                "cannot read cached {}: {e}",
+                src.path.display()
+            ))),
+        };
+        if let Err(Stop::Refused(_)) = &result {
+            // The kept index promised a chunk the blob does not hold (changed, evicted or
+            // damaged): cut it again next time rather than trust it.
+            forget(self.root, &src.digest);
+        }
+        result?;
         self.outcome.reused += c.size;
         Ok(())
     }
@@ -378,6 +431,8 @@ impl DeltaJob<'_> {
         let hasher = hash_prefix(part, start)?;
         let file = open_at(part, start)?;
         let mut b = Builder {
+            root: self.cache_root,
+            part,
             file,
             hasher,
             written: start,
@@ -417,23 +472,6 @@ impl DeltaJob<'_> {
         Ok(())
     }
 
-    /// The file's chunk index, fetched once after a whole download (no retries; `None` on any
-    /// failure), so that the cache knows the new blob's chunks without cutting it.
-    pub(crate) fn index_for_later(&self) -> Option<ChunkIndex> {
-        let limits = DownloadLimits {
-            retries: 0,
-            ..*self.limits
-        };
-        fetch_index(
-            self.agent,
-            self.index_url,
-            &self.index,
-            self.wanted.size,
-            &limits,
-        )
-        .ok()
-    }
-
     /// Builds the file into the part file from cached chunks and ranges of its URL, when the
     /// cache holds some of its chunks (see [`DeltaRun`]). `Err`: the cache failed.
     pub(crate) fn run(&self) -> Result<DeltaRun, ClientError> {
@@ -455,7 +493,14 @@ impl DeltaJob<'_> {
         }
         let mut failures = 0u32;
         let index = loop {
-            match fetch_index(self.agent, self.index_url, &self.index, wanted.size, limits) {
+            match fetch_index(
+                self.agent,
+                self.index_url,
+                &self.index,
+                wanted.size,
+                limits,
+                None,
+            ) {
                 Ok(i) => break i,
                 Err(Stop::Transient(_)) if failures < limits.retries => {
                     failures += 1;
@@ -502,4 +547,29 @@ impl DeltaJob<'_> {
             }
         }
     }
+}
+
+/// The chunk index `r` of a file of `file_size` bytes just downloaded whole, fetched once from
+/// `url` (no retries, at most ten seconds; `None` on any failure) after the file is in the
+/// cache, so that the cache knows the new blob's chunks without cutting it.
+pub(crate) fn index_for_later(
+    agent: &ureq::Agent,
+    url: &str,
+    r: &ChunkIndexRef,
+    file_size: u64,
+    limits: &DownloadLimits,
+) -> Option<ChunkIndex> {
+    let quick = DownloadLimits {
+        min_body_time: std::time::Duration::from_secs(10),
+        ..*limits
+    };
+    fetch_index(
+        agent,
+        url,
+        r,
+        file_size,
+        &quick,
+        Some(std::time::Duration::from_secs(10)),
+    )
+    .ok()
 }

@@ -136,8 +136,8 @@ impl Client {
                     Arc::new(move |_: &str, n: u64, _: u64| p(&id, offset + n, total));
                 f
             });
-            let (fetched, memo) = match self.fetch_file(c, w, index, &part, had, progress.as_ref())
-            {
+            let fetched_file = self.fetch_file(c, w, index, &part, had, progress.as_ref());
+            let (fetched, memo, later) = match fetched_file {
                 Ok(got) => got,
                 Err(e) => {
                     *spent += part_len(&part).saturating_sub(had);
@@ -154,10 +154,30 @@ impl Client {
             t.fetched += fetched;
             t.total += w.size;
             blobs.push(self.cache().commit_file(&part, &w.sha256, w.size)?);
+            drop(lock);
+            // The file's chunks, kept for a later update: the index fetched for the delta, or
+            // after a first download (one small request, once the file is in and unlocked).
+            let memo = match (memo, later, index) {
+                (Some(m), _, _) => Some(m),
+                (None, Some(index_url), Some(r)) => {
+                    let got = crate::delta::index_for_later(
+                        &self.agent,
+                        &index_url,
+                        &r,
+                        w.size,
+                        &self.limits,
+                    );
+                    if got.is_some() {
+                        *spent += r.size;
+                        t.fetched += r.size;
+                    }
+                    got
+                }
+                _ => None,
+            };
             if let Some(m) = memo {
                 crate::delta::remember(self.cache().root(), &w.sha256, &m);
             }
-            drop(lock);
         }
         let mut blobs = blobs.into_iter();
         let program = blobs
@@ -169,7 +189,8 @@ impl Client {
 
     /// Downloads file `w` of candidate `c` into `part` (holding `had` bytes already): built
     /// from cached chunks when its release signs a chunk index `index` and the cache holds
-    /// some, else whole. Returns the bytes fetched and the file's chunk index to keep with it.
+    /// some, else whole. Returns the bytes fetched, the file's chunk index to keep with it,
+    /// and when there is none yet (a first install), the URL to fetch it from afterwards.
     fn fetch_file(
         &self,
         c: &PlannedVariant,
@@ -178,8 +199,16 @@ impl Client {
         part: &std::path::Path,
         had: u64,
         progress: Option<&download::ProgressFn>,
-    ) -> Result<(u64, Option<ChunkIndex>), ClientError> {
+    ) -> Result<(u64, Option<ChunkIndex>, Option<String>), ClientError> {
         let v = &c.variant;
+        // The same bound as a whole download's, before any byte (a delta writes the file too).
+        if w.size > self.limits.max_bytes {
+            return Err(ClientError::TooLarge {
+                variant: w.id.to_string(),
+                size: w.size,
+                limit: self.limits.max_bytes,
+            });
+        }
         let url = if w.sha256 == v.sha256 {
             self.url_for(&c.url)
         } else {
@@ -210,21 +239,16 @@ impl Client {
             Some(d) => d.fetched,
             None => w.size.saturating_sub(had),
         };
-        // The file's chunks, kept for a later update: the index fetched for the delta, or
-        // after a first download (one small request).
-        let mut memo = run.as_ref().and_then(|r| r.index.clone());
+        let memo = run.as_ref().and_then(|r| r.index.clone());
         if built.is_none() && memo.is_some() {
             fetched += index.map_or(0, |r| r.size);
         }
-        if run.as_ref().is_some_and(|r| r.fetch_later)
-            && let Some(later) = job
-                .as_ref()
-                .and_then(crate::delta::DeltaJob::index_for_later)
-        {
-            fetched += index.map_or(0, |r| r.size);
-            memo = Some(later);
-        }
-        Ok((fetched, memo))
+        let later = run
+            .as_ref()
+            .is_some_and(|r| r.fetch_later)
+            .then(|| index_url.clone())
+            .flatten();
+        Ok((fetched, memo, later))
     }
 
     /// Refuses a download of `to_fetch` bytes that would leave less than the cache's headroom

@@ -146,10 +146,12 @@ pub async fn check_stored(
     Ok(Ok(()))
 }
 
-/// [`check_stored`] for every file of a variant that has a chunk index.
+/// [`check_stored`] for every file of a variant that has a chunk index, except the (file,
+/// index) pairs in `checked` (an earlier variant of the release named them); adds the others.
 pub async fn check_variant(
     store: &Store,
     v: &ferry_shared::manifest::Variant,
+    checked: &mut std::collections::HashSet<(Sha256Digest, Sha256Digest)>,
 ) -> Result<(), super::publish::PublishError> {
     let files = std::iter::once((
         format!("blob {}", v.sha256),
@@ -163,6 +165,9 @@ pub async fn check_variant(
     );
     for (what, digest, size, index) in files {
         let Some(index) = index else { continue };
+        if !checked.insert((digest, index.sha256)) {
+            continue;
+        }
         if let Err(why) = check_stored(store, &digest, size, &index).await? {
             return Err(super::publish::PublishError::ChunkIndexMismatch {
                 variant: v.id.to_string(),

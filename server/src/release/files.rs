@@ -15,8 +15,10 @@ pub const STREAM_FROM: u64 = 64 << 20;
 /// Leading bytes read first, to learn how many the inspector needs.
 const HEAD: u64 = 64 << 10;
 /// The most leading bytes held for a streamed file (the program part of a `.pte`, the
-/// flatbuffer of a `.ptd`; each is far smaller in practice).
-const MAX_PREFIX: u64 = 256 << 20;
+/// flatbuffer of a `.ptd`; each is far smaller in practice): the inspector's own bound.
+fn max_prefix() -> u64 {
+    ferry_shared::pte::PteLimits::default().max_program_size
+}
 
 /// A file to sign.
 pub(crate) struct Described {
@@ -46,7 +48,7 @@ pub(crate) fn describe(
         });
     }
     let head = prefix(path, HEAD)?;
-    let want = need(&head).unwrap_or(HEAD).clamp(HEAD, MAX_PREFIX);
+    let want = need(&head).unwrap_or(HEAD).clamp(HEAD, max_prefix());
     let bytes = if want > head.len() as u64 {
         prefix(path, want)?
     } else {

@@ -484,6 +484,8 @@ pub async fn publish_release(
         return Err(release_exists(&manifest));
     }
     let mut reports = BTreeMap::new();
+    // Each (file, index) pair is checked once, however many variants name it.
+    let mut checked = std::collections::HashSet::new();
     for v in &manifest.variants {
         let key = StorageKey::blob(&v.sha256);
         let meta = match store.head(&key).await {
@@ -526,7 +528,7 @@ pub async fn publish_release(
                 Err(e) => return Err(e.into()),
             }
         }
-        super::chunking::check_variant(store, v).await?;
+        super::chunking::check_variant(store, v, &mut checked).await?;
         let mut data = Vec::new();
         for f in &v.extra_files {
             data.push((

@@ -4,7 +4,7 @@
 //! releases` and the dashboard (`update_bytes`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use ferry_shared::Sha256Digest;
 use ferry_shared::chunks::{ChunkIndex, ChunkIndexRef};
@@ -31,16 +31,45 @@ fn files(v: &Variant) -> impl Iterator<Item = (Sha256Digest, u64, Option<ChunkIn
         .chain(v.side_files().map(|f| (f.sha256, f.size, f.chunk_index)))
 }
 
-/// The chunk index `r` of a file of `size` bytes, from the store (`None` when it cannot be read
-/// or does not fit).
-async fn index(store: &Store, r: &ChunkIndexRef, size: u64) -> Option<ChunkIndex> {
-    let bytes = store
-        .get(&StorageKey::blob(&r.sha256))
-        .await
-        .ok()?
-        .bytes()
-        .await
-        .ok()?;
+/// Chunk indexes read from the store, each once per computation.
+struct Indexes<'a> {
+    store: &'a Store,
+    read: HashMap<Sha256Digest, Option<Arc<ChunkIndex>>>,
+}
+
+impl Indexes<'_> {
+    /// The chunk index `r` of a file of `size` bytes (`None` when it cannot be read, is not
+    /// the size the manifest signs, or does not fit the file).
+    async fn get(&mut self, r: &ChunkIndexRef, size: u64) -> Option<Arc<ChunkIndex>> {
+        if let Some(hit) = self.read.get(&r.sha256) {
+            return hit.clone();
+        }
+        let got = read_index(self.store, r, size).await.map(Arc::new);
+        self.read.insert(r.sha256, got.clone());
+        got
+    }
+
+    /// Every chunk of the files of `held`.
+    async fn chunks_of(&mut self, held: &[&Variant]) -> HashSet<Sha256Digest> {
+        let mut chunks = HashSet::new();
+        for (_, s, hr) in held.iter().flat_map(|h| files(h)) {
+            if let Some(hr) = hr
+                && let Some(i) = self.get(&hr, s).await
+            {
+                chunks.extend(i.chunks.iter().map(|c| c.sha256));
+            }
+        }
+        chunks
+    }
+}
+
+/// The chunk index `r` from the store, read only when it has the signed size.
+async fn read_index(store: &Store, r: &ChunkIndexRef, size: u64) -> Option<ChunkIndex> {
+    let key = StorageKey::blob(&r.sha256);
+    if store.head(&key).await.ok()?.size != r.size {
+        return None;
+    }
+    let bytes = store.get(&key).await.ok()?.bytes().await.ok()?;
     (Sha256Digest::of(&bytes) == r.sha256)
         .then(|| ChunkIndex::parse(&bytes, size).ok())
         .flatten()
@@ -60,15 +89,23 @@ pub async fn update_bytes(
     if let Some(hit) = ferry_shared::sync::lock(kept()).get(&key) {
         return hit.clone();
     }
+    let mut indexes = Indexes {
+        store,
+        read: HashMap::new(),
+    };
+    // The chunks a device holds, per held set (one variant of `old` by id, or all of them:
+    // `None`), made once.
+    let mut held_sets: HashMap<Option<&str>, Arc<HashSet<Sha256Digest>>> = HashMap::new();
     let mut out = BTreeMap::new();
     for v in &new.variants {
-        let held: Vec<&Variant> = match old.variant_named(v.id.as_str()) {
+        let same = old.variant_named(v.id.as_str());
+        let held: Vec<&Variant> = match same {
             Some(same) => vec![same],
             None => old.variants.iter().collect(),
         };
+        let held_key = same.map(|s| s.id.as_str());
         let held_files: HashSet<Sha256Digest> =
             held.iter().flat_map(|h| files(h).map(|f| f.0)).collect();
-        let mut held_chunks: Option<HashSet<Sha256Digest>> = None;
         let mut total = 0u64;
         for (digest, size, r) in files(v) {
             if held_files.contains(&digest) {
@@ -78,23 +115,17 @@ pub async fn update_bytes(
                 total += size;
                 continue;
             };
-            let Some(wanted) = index(store, &r, size).await else {
+            let Some(wanted) = indexes.get(&r, size).await else {
                 total += size;
                 continue;
             };
-            if held_chunks.is_none() {
-                let mut chunks = HashSet::new();
-                for (_, s, hr) in held.iter().flat_map(|h| files(h)) {
-                    if let Some(hr) = hr
-                        && let Some(i) = index(store, &hr, s).await
-                    {
-                        chunks.extend(i.chunks.iter().map(|c| c.sha256));
-                    }
+            let have = match held_sets.get(&held_key) {
+                Some(h) => h.clone(),
+                None => {
+                    let h = Arc::new(indexes.chunks_of(&held).await);
+                    held_sets.insert(held_key, h.clone());
+                    h
                 }
-                held_chunks = Some(chunks);
-            }
-            let Some(have) = held_chunks.as_ref() else {
-                continue;
             };
             let missing: u64 = wanted
                 .chunks
