@@ -109,7 +109,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' \
     "$bin/ferry" sign "$3/VARIANTS.toml" --key "$1/keys/release.key" -o "$work/$2.json")
   sign_us=$(($(now_us) - t0))
   FERRY_TOKEN=$token "$bin/ferry" publish "$work/$2.json" --files "$3" --server "$url" \
-    >/dev/null 2>&1
+    >"$work/publish.log" 2>&1 || { cat "$work/publish.log" >&2; exit 1; }
 }
 served() { # the server's count (a Prometheus counter: its name ends in _total)
   curl -sf "$url/metrics" | awk '$1 == "ferry_blob_bytes_served_total" {printf "%.0f\n", $2}'
@@ -199,12 +199,22 @@ PY
   prefetch "$work/big" big >/dev/null &
   pid=$!
   until [ "$(find "$work/big/blobs" -name '*.part' -size +$((big_mib / 2))M 2>/dev/null | head -1)" ]; do
+    kill -0 "$pid" 2>/dev/null || { echo "the download ended before it was half way" >&2; exit 1; }
     sleep 0.05
   done
   kill -9 "$pid"
   wait "$pid" 2>/dev/null || true
   prefetch "$work/big" big >/dev/null
-  echo "big_resume_extra_mb $(($(served) - before - total)) 1048576" >>"$raw"
+  # Beyond the files, a first install fetches the chunk indexes (kept for the next update).
+  indexes=$(python3 - "$work/big.json" <<'PY'
+import base64, json, sys
+m = json.loads(base64.b64decode(json.load(open(sys.argv[1]))["payload"]))
+refs = [v.get("chunk_index") for v in m["variants"]]
+refs += [f.get("chunk_index") for v in m["variants"] for f in v.get("extra_files", [])]
+print(sum(r["size"] for r in refs if r))
+PY
+)
+  echo "big_resume_extra_mb $(($(served) - before - total - indexes)) 1048576" >>"$raw"
   # The load into the real runtime (the program and its .ptd memory-mapped).
   t0=$(now_us)
   out=$("$bin/examples/fetch" --server "$url" --model big --trust "$data/keys/trust.json" \

@@ -784,7 +784,7 @@ function releasesTable(enc, releases) {
 }
 /** The smallest and largest download of a release's variants, or "–" when the server does not
  * say: `download_bytes` is the full download (program, data files and assets),
- * `update_bytes` what a device on the previous release downloads (delta updates). */
+ * `update_bytes` what a device on the live release (`update_from`) downloads (delta updates). */
 function downloadRange(variants, field) {
     const sizes = variants.map((v) => v[field]).filter((n) => typeof n === "number");
     if (!sizes.length) {

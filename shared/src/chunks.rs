@@ -91,7 +91,7 @@ pub enum ChunkIndexError {
     Malformed(String),
     /// A format or algorithm this code does not know (a newer signer): not an error of the
     /// index, but this device cannot use it.
-    #[error("chunk index format {format} ({algorithm}) is not one this device knows")]
+    #[error("chunk index format {format} ({algorithm}) is not one this version of ferry knows")]
     Unknown {
         /// The index's format.
         format: u32,

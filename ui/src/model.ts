@@ -19,7 +19,7 @@ function releasesTable(enc: string, releases: Json[]): HTMLElement {
 
 /** The smallest and largest download of a release's variants, or "–" when the server does not
  * say: `download_bytes` is the full download (program, data files and assets),
- * `update_bytes` what a device on the previous release downloads (delta updates). */
+ * `update_bytes` what a device on the live release (`update_from`) downloads (delta updates). */
 function downloadRange(variants: Json[], field: string): string {
   const sizes = variants.map((v) => v[field]).filter((n) => typeof n === "number") as number[];
   if (!sizes.length) {

@@ -86,8 +86,21 @@ impl Client {
                     .saturating_sub(part_len(&self.cache().part_path(&w.sha256)));
             }
         }
+        // Over a byte budget whole, an update may fit it as a delta: what that fetches is known
+        // from the indexes (fetched now, and used for the deltas) and the cache's chunks.
+        let mut budgeted = to_fetch;
+        let mut prefetched = std::collections::HashMap::new();
         if to_fetch > 0
-            && let Some(reason) = opts.policy.refusal(to_fetch, *spent, &opts.conditions)
+            && opts.policy.refusal(0, *spent, &opts.conditions).is_none()
+            && opts
+                .policy
+                .refusal(to_fetch, *spent, &opts.conditions)
+                .is_some()
+        {
+            (budgeted, prefetched) = self.delta_estimate(c, &wanted, &have);
+        }
+        if to_fetch > 0
+            && let Some(reason) = opts.policy.refusal(budgeted, *spent, &opts.conditions)
         {
             return Err(ClientError::DownloadDeferred {
                 model: model.to_string(),
@@ -136,14 +149,15 @@ impl Client {
                     Arc::new(move |_: &str, n: u64, _: u64| p(&id, offset + n, total));
                 f
             });
-            let fetched_file = self.fetch_file(c, w, index, &part, had, progress.as_ref());
+            let known = prefetched.remove(&w.sha256);
+            let fetched_file = self.fetch_file(c, w, (index, known), &part, had, progress.as_ref());
             let (fetched, memo, later) = match fetched_file {
                 Ok(got) => got,
                 Err(e) => {
                     *spent += part_len(&part).saturating_sub(had);
                     if matches!(e, ClientError::DiskFull { .. }) {
                         // Free what the failed download took; the cache stays as it was.
-                        let _ = std::fs::remove_file(&part);
+                        let _ = download::truncate(&part);
                     }
                     return Err(e);
                 }
@@ -195,7 +209,7 @@ impl Client {
         &self,
         c: &PlannedVariant,
         w: &download::Wanted<'_>,
-        index: Option<ChunkIndexRef>,
+        (index, prefetched): (Option<ChunkIndexRef>, Option<ChunkIndex>),
         part: &std::path::Path,
         had: u64,
         progress: Option<&download::ProgressFn>,
@@ -229,6 +243,7 @@ impl Client {
                 wanted: *w,
                 limits: &self.limits,
                 progress,
+                prefetched,
             });
         let run = job.as_ref().map(crate::delta::DeltaJob::run).transpose()?;
         let built = run.as_ref().and_then(|r| r.built.as_ref().ok());
@@ -249,6 +264,43 @@ impl Client {
             .then(|| index_url.clone())
             .flatten();
         Ok((fetched, memo, later))
+    }
+
+    /// What downloading the files of `wanted` not in `have` fetches when each file with a
+    /// chunk index is built from the chunks the cache holds (its index and missing chunks; a
+    /// file without, its size), with the indexes fetched for it, by file digest.
+    fn delta_estimate(
+        &self,
+        c: &PlannedVariant,
+        wanted: &[download::Wanted<'_>],
+        have: &[Option<VerifiedBlob>],
+    ) -> (u64, std::collections::HashMap<Sha256Digest, ChunkIndex>) {
+        let v = &c.variant;
+        let indexes = std::iter::once(v.chunk_index).chain(v.side_files().map(|f| f.chunk_index));
+        let root = self.cache().root().to_path_buf();
+        let mut total = 0u64;
+        let mut fetched = std::collections::HashMap::new();
+        let mut counted = std::collections::BTreeSet::new();
+        for ((w, h), r) in wanted.iter().zip(have).zip(indexes) {
+            if h.is_some() || !counted.insert(w.sha256) {
+                continue;
+            }
+            let whole = w
+                .size
+                .saturating_sub(part_len(&self.cache().part_path(&w.sha256)));
+            let delta = r.and_then(|r| {
+                let url = self.data_url(&c.url, &v.sha256, &r.sha256);
+                crate::delta::estimate(&self.agent, &url, &r, w, &root, &self.limits)
+            });
+            match delta {
+                Some((index, bytes)) if bytes < whole => {
+                    total += bytes;
+                    fetched.insert(w.sha256, index);
+                }
+                _ => total += whole,
+            }
+        }
+        (total, fetched)
     }
 
     /// Refuses a download of `to_fetch` bytes that would leave less than the cache's headroom
@@ -293,7 +345,12 @@ impl Client {
     /// Where a data file of the variant whose program is at `program_url` is: the same place
     /// with the data file's digest in place of the program's (blob addresses end in the
     /// digest), else the server's blob endpoint.
-    fn data_url(&self, program_url: &str, program: &Sha256Digest, data: &Sha256Digest) -> String {
+    pub(crate) fn data_url(
+        &self,
+        program_url: &str,
+        program: &Sha256Digest,
+        data: &Sha256Digest,
+    ) -> String {
         match program_url.strip_suffix(program.to_hex().as_str()) {
             Some(base) => self.url_for(&format!("{base}{}", data.to_hex())),
             None => self.url_for(&format!("/v1/blobs/sha256/{}", data.to_hex())),

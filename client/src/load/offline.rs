@@ -22,7 +22,12 @@ impl Client {
     ) -> Result<LoadedModel, ClientError> {
         // Why the server's answer was not used, as the report's first step.
         let first = Attempt {
-            variant: String::new(),
+            // The variant whose download was not allowed, when that is the cause.
+            variant: match &cause {
+                ClientError::DownloadDeferred { variant, .. }
+                | ClientError::InsufficientStorage { variant, .. } => variant.clone(),
+                _ => String::new(),
+            },
             delegate: String::new(),
             stage: if matches!(
                 cause,

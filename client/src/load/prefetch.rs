@@ -33,9 +33,10 @@ impl Client {
         })
     }
 
-    /// What [`Client::prefetch`] would download, known before any byte is fetched: the
+    /// What [`Client::prefetch`] would download, known before any file is fetched: the
     /// release, variant, signed size and the bytes still to fetch (0 when a file of the signed
-    /// size is cached; its digest is checked when it is used). A load tries the same variant
+    /// size is cached, its digest checked when it is used; for a file the cache can build
+    /// from chunks it holds, its chunk index, fetched now, and the chunks it lacks). A load tries the same variant
     /// first unless the device claims backends the runtime lacks (then the server may offer a
     /// variant for those first, which the load tries and falls back from).
     pub fn plan_download(
@@ -46,16 +47,30 @@ impl Client {
         let plan = self.resolve(model, device)?;
         let c = self.prefetch_candidate(&plan)?;
         let v = &c.variant;
-        let files =
-            std::iter::once((v.sha256, v.size)).chain(v.side_files().map(|f| (f.sha256, f.size)));
+        let files = std::iter::once((v.sha256, v.size, v.chunk_index))
+            .chain(v.side_files().map(|f| (f.sha256, f.size, f.chunk_index)));
         let (mut size, mut to_download) = (0u64, 0u64);
         let mut seen = std::collections::BTreeSet::new();
-        for (d, n) in files.filter(|(d, _)| seen.insert(*d)) {
+        let root = self.cache().root().to_path_buf();
+        for (d, n, r) in files.filter(|(d, _, _)| seen.insert(*d)) {
             size += n;
             let cached = self.cache().blob_path(&d);
-            if !std::fs::metadata(&cached).is_ok_and(|m| m.len() == n) {
-                to_download += n.saturating_sub(part_len(&self.cache().part_path(&d)));
+            if std::fs::metadata(&cached).is_ok_and(|m| m.len() == n) {
+                continue;
             }
+            let whole = n.saturating_sub(part_len(&self.cache().part_path(&d)));
+            // A file the cache can build from chunks it holds costs its index and the rest.
+            let id = v.id.to_string();
+            let wanted = crate::download::Wanted {
+                id: &id,
+                sha256: d,
+                size: n,
+            };
+            let delta = r.and_then(|r| {
+                let url = self.data_url(&c.url, &v.sha256, &r.sha256);
+                crate::delta::estimate(&self.agent, &url, &r, &wanted, &root, &self.limits)
+            });
+            to_download += delta.map_or(whole, |(_, bytes)| bytes.min(whole));
         }
         Ok(DownloadPlan {
             release: plan.manifest.version.to_string(),

@@ -240,19 +240,34 @@ pub(crate) async fn get_model(
     let revoked = state.revocations().get(&model).cloned();
     // The runtimes devices reported, and what each release's variants need of them.
     let census = state.runtime_census(&model).await;
-    // Per release, what a device on the release before it downloads for each variant.
+    // Per release, what a device updating to it downloads for each variant: from the live
+    // release (what devices run) for a newer one, else from the release before it.
+    let live = match plan.as_ref() {
+        Some(p) => p.baseline.clone(),
+        None => releases.first().map(|r| r.manifest.version.clone()),
+    };
+    let live_release = releases
+        .iter()
+        .find(|r| Some(&r.manifest.version) == live.as_ref());
     let mut updates = Vec::with_capacity(releases.len());
-    for pair in releases.windows(2) {
-        updates.push(Some(
-            crate::release::update_size::update_bytes(
-                state.store(),
-                &pair[0].manifest,
-                &pair[1].manifest,
-            )
-            .await,
-        ));
+    for (i, r) in releases.iter().enumerate() {
+        let from = match live_release {
+            Some(l) if r.manifest.version > l.manifest.version => Some(l),
+            _ => releases.get(i + 1),
+        };
+        updates.push(match from {
+            Some(from) => Some((
+                from.manifest.version.to_string(),
+                crate::release::update_size::update_bytes(
+                    state.store(),
+                    &r.manifest,
+                    &from.manifest,
+                )
+                .await,
+            )),
+            None => None,
+        });
     }
-    updates.push(None);
     let list: Vec<serde_json::Value> = releases
         .iter()
         .zip(&updates)
@@ -274,8 +289,11 @@ pub(crate) async fn get_model(
                         "id": v.id, "delegate": v.delegate, "quant": v.quant, "size": v.size,
                         "download_bytes": v.download_bytes(),
                     });
-                    if let Some(n) = update.as_ref().and_then(|u| u.get(v.id.as_str())) {
+                    if let Some((from, u)) = update.as_ref()
+                        && let Some(n) = u.get(v.id.as_str())
+                    {
                         x["update_bytes"] = serde_json::json!(n);
+                        x["update_from"] = serde_json::json!(from);
                     }
                     x
                 }).collect::<Vec<_>>(),

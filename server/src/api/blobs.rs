@@ -102,7 +102,14 @@ pub(crate) async fn get_blob(
     if etag_matches(header_str(header::IF_NONE_MATCH), &etag) {
         return Ok(builder(StatusCode::NOT_MODIFIED).finish());
     }
-    let range = parse_range(header_str(header::RANGE), size);
+    // A Range with an If-Range naming another representation gets the whole blob (RFC 9110:
+    // the client's partial copy is of something else). Only the strong ETag matches; blobs are
+    // immutable, so a date never does.
+    let range_header = match header_str(header::IF_RANGE) {
+        Some(v) if v.trim() != etag => None,
+        _ => header_str(header::RANGE),
+    };
+    let range = parse_range(range_header, size);
     let (status, start, end) = match range {
         RangeSpec::Full => (StatusCode::OK, 0, size),
         RangeSpec::Part(a, b) => (StatusCode::PARTIAL_CONTENT, a, b + 1),

@@ -32,10 +32,11 @@ pub(crate) fn releases_cmd(model: &str, json: bool, remote: &Remote) -> anyhow::
                 let id = x["id"].as_str().unwrap_or("");
                 // The full download: program, data files and assets (older servers: program).
                 // With delta updates, what a device on the previous release downloads.
-                let update = x["update_bytes"]
-                    .as_u64()
-                    .map(|n| format!(", update {}", human_bytes(n)))
-                    .unwrap_or_default();
+                let update = match (x["update_bytes"].as_u64(), x["update_from"].as_str()) {
+                    (Some(n), Some(from)) => format!(", update {} from {from}", human_bytes(n)),
+                    (Some(n), None) => format!(", update {}", human_bytes(n)),
+                    _ => String::new(),
+                };
                 match x["download_bytes"].as_u64().or(x["size"].as_u64()) {
                     Some(n) => format!("{id} ({}{update})", human_bytes(n)),
                     None => id.to_string(),

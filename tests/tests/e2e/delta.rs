@@ -255,7 +255,36 @@ fn a_fine_tune_downloads_only_the_changed_chunks() {
             .expect("release")
     };
     assert_eq!(variant("2.0.0")["update_bytes"].as_u64(), Some(fetched));
+    assert_eq!(variant("2.0.0")["update_from"], "1.0.0");
     assert!(variant("1.0.0").get("update_bytes").is_none());
+    // A release newer than the live one is measured from the live one (what devices run),
+    // not from the release published just before it.
+    let p3 = world.dir.path().join("v3");
+    std::fs::create_dir_all(&p3).expect("dir");
+    std::fs::write(p3.join("weights.bin"), noise(LARGE, 21)).expect("write");
+    world.app.publish(&spec("3.0.0", &p3.join("weights.bin")));
+    let p4 = world.dir.path().join("v4");
+    std::fs::create_dir_all(&p4).expect("dir");
+    std::fs::write(p4.join("weights.bin"), &world.v2).expect("write");
+    world.app.publish(&spec("4.0.0", &p4.join("weights.bin")));
+    let (_, model) = world.app.get_json(
+        "/v1/admin/models/delta",
+        Some(ferry_tests::app::ADMIN_TOKEN),
+    );
+    let variant = |version: &str| {
+        model["releases"]
+            .as_array()
+            .and_then(|r| r.iter().find(|r| r["version"] == version))
+            .map(|r| r["variants"][0].clone())
+            .expect("release")
+    };
+    assert_eq!(variant("4.0.0")["update_from"], "2.0.0");
+    assert_eq!(
+        variant("4.0.0")["update_bytes"].as_u64(),
+        Some(0),
+        "4.0.0 has 2.0.0's bytes (and the same program)"
+    );
+    assert_eq!(variant("3.0.0")["update_from"], "2.0.0");
 }
 
 #[test]
@@ -400,8 +429,16 @@ fn too_little_free_space_is_refused_before_any_byte_and_the_last_good_serves() {
     );
     let first = &m.report.attempts[0];
     assert_eq!(
-        (first.error_code.as_str(), first.stage),
-        ("insufficient_storage", ferry_client::Stage::Download)
+        (
+            first.variant.as_str(),
+            first.error_code.as_str(),
+            first.stage
+        ),
+        (
+            "portable-fp32",
+            "insufficient_storage",
+            ferry_client::Stage::Download
+        )
     );
     assert_eq!(served(&world.app), before);
 }
@@ -527,4 +564,53 @@ fn a_delta_keeps_to_the_download_size_limit() {
         })
         .collect();
     assert!(held.is_empty(), "nothing of 2.0.0 in the cache: {held:?}");
+}
+
+#[test]
+fn a_byte_budget_counts_what_the_delta_fetches() {
+    use ferry_client::{DownloadPolicy, LoadOptions};
+    let v1 = noise(LARGE, 15);
+    let world = World::new(&v1, fine_tuned(&v1));
+    let c = client(&world.app.url(), &world.app, &world.cache());
+    // The plan counts the index and the missing chunks, not the whole file.
+    let plan = c.plan_download("delta", &device()).expect("plan");
+    assert_eq!(plan.release, "2.0.0");
+    assert!(
+        plan.to_download >= LARGE as u64 / 20 && plan.to_download <= LARGE as u64 / 8,
+        "{plan:?}"
+    );
+    // A budget the whole file is over and the delta is within: the update loads.
+    let budget = LARGE as u64 / 5;
+    let opts = LoadOptions {
+        policy: DownloadPolicy {
+            max_download_bytes: Some(budget),
+            ..DownloadPolicy::default()
+        },
+        ..LoadOptions::default()
+    };
+    let before = served(&world.app);
+    let m = c.load_with("delta", &device(), &opts).expect("loads");
+    assert_eq!(m.release, "2.0.0", "{:?}", m.source);
+    let sent = served(&world.app) - before;
+    assert!(sent <= budget, "{sent} over the budget of {budget}");
+    // A budget under the delta too defers, before any chunk is fetched.
+    let v1 = noise(LARGE, 17);
+    let world = World::new(&v1, fine_tuned(&v1));
+    let c = client(&world.app.url(), &world.app, &world.cache());
+    let tight = LoadOptions {
+        policy: DownloadPolicy {
+            max_download_bytes: Some(LARGE as u64 / 50),
+            ..DownloadPolicy::default()
+        },
+        ..LoadOptions::default()
+    };
+    let m = c
+        .load_with("delta", &device(), &tight)
+        .expect("the last known good");
+    assert_eq!(m.release, "1.0.0");
+    assert!(
+        matches!(&m.source, ferry_client::Source::LastKnownGood { code, .. } if code == "download_deferred"),
+        "{:?}",
+        m.source
+    );
 }

@@ -226,3 +226,22 @@ fn keys_and_operations_endpoints() {
         (405, Some("method_not_allowed"))
     );
 }
+
+#[test]
+fn if_range_serves_a_range_only_for_this_blob() {
+    let app = TestApp::start();
+    let (m, _) = app.publish(&mlp_v1());
+    let v = &m.variants[0];
+    let url = app.at(&format!("/v1/blobs/sha256/{}", v.sha256.to_hex()));
+    let etag = format!("\"{}\"", v.sha256.to_hex());
+    // The ETag matches: the range.
+    let (status, _, body) = fetch(&app, &url, &[("range", "bytes=0-9"), ("if-range", &etag)]);
+    assert_eq!((status, body.len()), (206, 10));
+    // Another representation's ETag, or a date: the whole blob, from byte 0.
+    for other in ["\"nope\"", "W/\"weak\"", "Wed, 21 Oct 2015 07:28:00 GMT"] {
+        let (status, h, body) = fetch(&app, &url, &[("range", "bytes=0-9"), ("if-range", other)]);
+        assert_eq!(status, 200, "{other}");
+        assert_eq!(Sha256Digest::of(&body), v.sha256, "{other}");
+        assert!(header(&h, "content-range").is_none(), "{other}");
+    }
+}
