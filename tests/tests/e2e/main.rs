@@ -19,6 +19,7 @@ mod client_trust;
 mod console;
 mod dashboard;
 mod delta;
+mod delta_limits;
 mod error_catalogue;
 mod evaluate;
 mod field_latency;
