@@ -130,6 +130,21 @@ impl TestApp {
         self.server.url()
     }
 
+    /// The server's count of blob bytes it served (`ferry_blob_bytes_served` in `/metrics`).
+    pub fn blob_bytes_served(&self) -> u64 {
+        let text = ureq::get(self.at("/metrics"))
+            .call()
+            .expect("metrics")
+            .body_mut()
+            .read_to_string()
+            .expect("text");
+        text.lines()
+            .find(|l| l.starts_with("ferry_blob_bytes_served"))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no ferry_blob_bytes_served in\n{text}")) as u64
+    }
+
     /// `url() + path`.
     pub fn at(&self, path: &str) -> String {
         format!("{}{path}", self.url())

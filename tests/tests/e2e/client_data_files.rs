@@ -71,21 +71,6 @@ fn spec(model: &str) -> VariantsFile {
     }
 }
 
-/// The server's count of blob bytes it served (`/metrics`).
-fn blob_bytes_served(app: &TestApp) -> u64 {
-    let text = ureq::get(format!("{}/metrics", app.url()))
-        .call()
-        .expect("metrics")
-        .body_mut()
-        .read_to_string()
-        .expect("text");
-    text.lines()
-        .find(|l| l.starts_with("ferry_blob_bytes_served"))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("no ferry_blob_bytes_served in\n{text}")) as u64
-}
-
 #[test]
 fn a_program_with_its_weights_in_a_ptd_is_published_fetched_and_matches_the_exporter() {
     let app = TestApp::start();
@@ -120,10 +105,10 @@ fn a_program_with_its_weights_in_a_ptd_is_published_fetched_and_matches_the_expo
         (total, total),
         "the plan counts the program and its data file"
     );
-    let served_before = blob_bytes_served(&app);
+    let served_before = app.blob_bytes_served();
     let mut loaded = c.load("ext", &device()).expect("loads with its data file");
     assert_eq!(loaded.source, Source::Downloaded);
-    assert_eq!(blob_bytes_served(&app) - served_before, total);
+    assert_eq!(app.blob_bytes_served() - served_before, total);
     // The signed golden (the exporter's eager output) ran at load time and passed.
     assert!(
         loaded.golden_max_abs_diff.is_some(),
@@ -182,17 +167,17 @@ fn a_data_file_two_programs_share_is_downloaded_once() {
     let c = client(&app, cache.path());
     let (program, data) = (fixture(PROGRAM).len() as u64, fixture(DATA).len() as u64);
 
-    let before = blob_bytes_served(&app);
+    let before = app.blob_bytes_served();
     let a = c.load("ext-a", &device()).expect("a loads");
-    assert_eq!(blob_bytes_served(&app) - before, program + data);
+    assert_eq!(app.blob_bytes_served() - before, program + data);
     drop(a);
     // The second model names the same files: the plan and the load fetch nothing.
     let plan = c.plan_download("ext-b", &device()).expect("plan");
     assert_eq!((plan.size, plan.to_download), (program + data, 0));
-    let before = blob_bytes_served(&app);
+    let before = app.blob_bytes_served();
     let b = c.load("ext-b", &device()).expect("b loads");
     assert_eq!(
-        blob_bytes_served(&app),
+        app.blob_bytes_served(),
         before,
         "nothing was downloaded again"
     );

@@ -37,21 +37,6 @@ fn device() -> DeviceInfo {
     }
 }
 
-/// The server's count of blob bytes it served (`/metrics`).
-fn blob_bytes_served(app: &TestApp) -> f64 {
-    let text = ureq::get(format!("{}/metrics", app.url()))
-        .call()
-        .expect("metrics")
-        .body_mut()
-        .read_to_string()
-        .expect("text");
-    text.lines()
-        .find(|l| l.starts_with("ferry_blob_bytes_served"))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no ferry_blob_bytes_served in\n{text}"))
-}
-
 /// Files in the cache's blob folder (complete and partial).
 fn blob_files(cache: &Path) -> Vec<String> {
     let dir = cache.join("blobs/sha256");
@@ -84,7 +69,7 @@ fn a_metered_network_defers_the_download_and_serves_the_cached_copy() {
     app.publish(&mlp_v2());
     app.ship("2.0.0");
     let files_before = blob_files(cache.path());
-    let served_before = blob_bytes_served(&app);
+    let served_before = app.blob_bytes_served();
 
     let metered = LoadOptions {
         policy: DownloadPolicy {
@@ -113,7 +98,7 @@ fn a_metered_network_defers_the_download_and_serves_the_cached_copy() {
     drop(loaded);
     // Nothing of 2.0.0 was fetched: no new file in the cache, no byte served.
     assert_eq!(blob_files(cache.path()), files_before);
-    assert_eq!(blob_bytes_served(&app), served_before);
+    assert_eq!(app.blob_bytes_served(), served_before);
 
     // Not charging, when the policy asks for it: the same.
     let unplugged = LoadOptions {
@@ -140,7 +125,7 @@ fn a_metered_network_defers_the_download_and_serves_the_cached_copy() {
     let loaded = c.load_with("mlp", &device(), &unknown).expect("cache");
     assert_eq!(loaded.release, "1.0.0");
     drop(loaded);
-    assert_eq!(blob_bytes_served(&app), served_before);
+    assert_eq!(app.blob_bytes_served(), served_before);
 
     // On Wi-Fi the new release downloads.
     let wifi = LoadOptions {
@@ -192,7 +177,7 @@ fn a_byte_budget_smaller_than_the_variant_refuses_before_any_byte_is_fetched() {
         .expect_err("over budget");
     assert_eq!(e.code(), "download_deferred");
     assert!(blob_files(cache.path()).is_empty());
-    assert_eq!(blob_bytes_served(&app), 0.0);
+    assert_eq!(app.blob_bytes_served(), 0);
 
     // A budget of exactly the size is enough; afterwards nothing is left to download.
     let enough = LoadOptions {
@@ -204,7 +189,7 @@ fn a_byte_budget_smaller_than_the_variant_refuses_before_any_byte_is_fetched() {
     };
     c.prefetch_with("mlp", &device(), &enough)
         .expect("prefetches");
-    assert_eq!(blob_bytes_served(&app), plan.size as f64);
+    assert_eq!(app.blob_bytes_served(), plan.size);
     let plan = c.plan_download("mlp", &device()).expect("plan");
     assert_eq!(plan.to_download, 0);
 }

@@ -107,17 +107,7 @@ pub(crate) fn device() -> DeviceInfo {
 
 /// The server's count of blob bytes it served.
 pub(crate) fn served(app: &TestApp) -> u64 {
-    let text = ureq::get(format!("{}/metrics", app.url()))
-        .call()
-        .expect("metrics")
-        .body_mut()
-        .read_to_string()
-        .expect("text");
-    text.lines()
-        .find(|l| l.starts_with("ferry_blob_bytes_served"))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|v| v.parse::<f64>().ok())
-        .expect("ferry_blob_bytes_served") as u64
+    app.blob_bytes_served()
 }
 
 /// A test's world: a server with `delta` 1.0.0 (asset `v1`) published and loaded once by a

@@ -160,20 +160,6 @@ fn cached_digest(cache: &Path, d: &Sha256Digest) -> Sha256Digest {
     Sha256Digest::from_bytes(ferry_fs::sha256_file(&path).expect("cached blob"))
 }
 
-fn served(app: &TestApp) -> u64 {
-    let text = ureq::get(app.at("/metrics"))
-        .call()
-        .expect("metrics")
-        .body_mut()
-        .read_to_string()
-        .expect("text");
-    text.lines()
-        .find(|l| l.starts_with("ferry_blob_bytes_served"))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|v| v.parse::<f64>().ok())
-        .expect("ferry_blob_bytes_served") as u64
-}
-
 #[test]
 fn half_a_gigabyte_is_published_downloaded_and_updated_in_bounded_memory() {
     if !ferry_tests::in_own_process(
@@ -196,14 +182,14 @@ fn half_a_gigabyte_is_published_downloaded_and_updated_in_bounded_memory() {
     );
 
     let cache = work.path().join("cache");
-    let before = served(&app);
+    let before = app.blob_bytes_served();
     let (_, client_mib) = download(&app.url(), &app, &cache);
     println!("download 1.0.0: client resident memory grew {client_mib} MiB");
     assert!(
         client_mib <= 64,
         "client grew {client_mib} MiB downloading 512 MiB"
     );
-    assert!(served(&app) - before >= SIZE);
+    assert!(app.blob_bytes_served() - before >= SIZE);
     assert_eq!(cached_digest(&cache, &d1), d1);
 
     let (_, server_mib) = publish(&app, "2.0.0", &v2.join("weights.bin"));
@@ -239,7 +225,7 @@ fn half_a_gigabyte_is_published_downloaded_and_updated_in_bounded_memory() {
         .expect("the part file survives")
         .len();
     let logged = proxy.log().len();
-    let before = served(&app);
+    let before = app.blob_bytes_served();
     let (_, client_mib) = download(&proxy.url(), &app, &cache);
     assert!(client_mib <= 64, "client grew {client_mib} MiB updating");
     assert_eq!(cached_digest(&cache, &d2), d2, "the update is v2's bytes");
@@ -257,7 +243,7 @@ fn half_a_gigabyte_is_published_downloaded_and_updated_in_bounded_memory() {
         "resumed at {resumed_at}, had {kept}"
     );
     // The whole update, both processes, sent a small share of the file.
-    let sent = served(&app) - before;
+    let sent = app.blob_bytes_served() - before;
     println!("update after the kill: {sent} bytes sent (kept {kept})");
     assert!(sent <= SIZE / 10, "{sent} bytes sent for a 5% rewrite");
 }
