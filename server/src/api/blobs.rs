@@ -149,19 +149,24 @@ pub(crate) async fn get_blob(
         .get_opts(&key, opts)
         .await
         .map_err(ApiError::unavailable)?;
-    state.metrics().blob_bytes(len);
+    let sent = state.metrics().blob_bytes_counter();
+    let count = move |piece: &Bytes| {
+        sent.inc_by(piece.len() as u64);
+    };
     let range = got.range.clone();
     match got.payload {
         // The local store would stream a file in 8 KiB pieces; read it in larger ones on the
         // blocking pool instead (bench/server.sh: about 5x the throughput on a 64 MiB blob).
         object_store::GetResultPayload::File(file, _) => Ok(b
             .no_chunking(len)
-            .streaming(file_chunks(file, range.start, range.end))),
+            .streaming(file_chunks(file, range.start, range.end).inspect_ok(count))),
         object_store::GetResultPayload::Stream(stream) => {
-            let stream = stream.map_err(|e| {
-                tracing::error!("blob stream failed: {e}");
-                std::io::Error::other(e.to_string())
-            });
+            let stream = stream
+                .map_err(|e| {
+                    tracing::error!("blob stream failed: {e}");
+                    std::io::Error::other(e.to_string())
+                })
+                .inspect_ok(count);
             Ok(b.no_chunking(len).streaming(stream))
         }
     }

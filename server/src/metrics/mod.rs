@@ -199,7 +199,7 @@ impl Metrics {
         );
         registry.register(
             "ferry_blob_bytes_served",
-            "Bytes of model blobs sent to clients",
+            "Bytes of model blobs sent to clients (counted as they are sent)",
             self.blob_bytes.clone(),
         );
         registry.register(
@@ -344,9 +344,10 @@ impl Metrics {
             .inc_by(rejected);
     }
 
-    /// Adds blob bytes sent.
-    pub fn blob_bytes(&self, n: u64) {
-        self.blob_bytes.inc_by(n);
+    /// The counter of blob bytes sent, for a body that adds its pieces as they go out (a cut
+    /// download counts what was sent, not what was asked for).
+    pub fn blob_bytes_counter(&self) -> Counter {
+        self.blob_bytes.clone()
     }
 
     /// Brings the raw-telemetry drop counter up to `total` (kept by the telemetry writer).

@@ -245,3 +245,35 @@ fn if_range_serves_a_range_only_for_this_blob() {
         assert!(header(&h, "content-range").is_none(), "{other}");
     }
 }
+
+#[test]
+fn a_download_cut_short_counts_what_was_sent_not_what_was_asked() {
+    use std::io::{Read as _, Write as _};
+    let app = TestApp::start();
+    let blob: Vec<u8> = (0..64u32 << 20).map(|i| (i % 251) as u8).collect();
+    assert_eq!(app.put_blob(&blob), 201);
+    let before = app.blob_bytes_served();
+    // A client that reads 1 MiB of the 64 MiB and hangs up.
+    let mut sock = std::net::TcpStream::connect(app.server.addr).expect("connect");
+    let path = format!("/v1/blobs/sha256/{}", Sha256Digest::of(&blob).to_hex());
+    write!(
+        sock,
+        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut got = vec![0u8; 1 << 20];
+    sock.read_exact(&mut got).expect("read");
+    drop(sock);
+    // The server notices at its next writes; what it counts stays far below the blob.
+    let mut counted = 0;
+    ferry_tests::until("the cut answer is counted", || {
+        counted = app.blob_bytes_served() - before;
+        counted >= 1 << 20
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    counted = app.blob_bytes_served() - before;
+    assert!(
+        counted < 32 << 20,
+        "{counted} bytes counted for a 1 MiB read"
+    );
+}
