@@ -349,6 +349,7 @@ impl DeltaJob<'_> {
             if let Some(i) = &self.prefetched {
                 break i.clone();
             }
+            // Only without an estimate's index: fetched here, with retries.
             match fetch_index(
                 self.agent,
                 self.index_url,
@@ -430,10 +431,11 @@ pub(crate) fn index_for_later(
     .ok()
 }
 
-/// What a delta of file `wanted` would fetch, known before it starts (for a download budget):
-/// its chunk index, fetched and checked, and the bytes of the index and of the chunks no
-/// cached blob holds. `None` when no delta would run: delta updates off, a small file, nothing
-/// cached to take chunks from, none of its chunks cached, or no index to be had.
+/// What [`DeltaJob::run`] would fetch for file `wanted`, known before it starts (for a
+/// download budget): its chunk index, fetched and checked (for the job to use), and the bytes
+/// of the index and of the chunks no cached blob holds (all of them when none is cached: the
+/// file then comes whole). `None` when the job would not fetch the index: delta updates off, a
+/// small file, nothing cached to take chunks from, or no index to be had.
 pub(crate) fn estimate(
     agent: &ureq::Agent,
     index_url: &str,
@@ -450,9 +452,6 @@ pub(crate) fn estimate(
     }
     let index = fetch_index(agent, index_url, r, wanted.size, limits, None).ok()?;
     let sources = local_sources(cache_root, &wanted.sha256, &index);
-    if sources.is_empty() {
-        return None;
-    }
     let missing: u64 = index
         .chunks
         .iter()

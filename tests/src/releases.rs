@@ -167,6 +167,31 @@ fn mlp(
     }
 }
 
+/// Model `model` at `version`: one variant, `portable-fp32` (the portable MLP fixture, any
+/// runtime from 1.0.0 and any app), with `asset` (a large file, for delta updates and
+/// downloads of large models).
+pub fn portable_with_asset(model: &str, version: &str, asset: &std::path::Path) -> VariantsFile {
+    let mut v = variant(
+        "portable-fp32",
+        "mlp-v1-portable.pte",
+        Delegate::Portable,
+        ">=1.0.0",
+        "*",
+    );
+    v.assets = vec![asset.to_path_buf()];
+    VariantsFile {
+        model: model.parse().expect("model"),
+        version: version.parse().expect("version"),
+        notes: String::new(),
+        evaluation: None,
+        labels: None,
+        assets: Vec::new(),
+        preprocess: None,
+        latency_budget_ms: None,
+        variants: vec![v],
+    }
+}
+
 /// `mlp` 1.0.0: every delegate including int8, runtime >=1.0.0, any app.
 pub fn mlp_v1() -> VariantsFile {
     mlp("1.0.0", "v1", ">=1.0.0", "*", true, "v1")

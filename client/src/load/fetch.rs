@@ -266,9 +266,32 @@ impl Client {
         Ok((fetched, memo, later))
     }
 
-    /// What downloading the files of `wanted` not in `have` fetches when each file with a
-    /// chunk index is built from the chunks the cache holds (its index and missing chunks; a
-    /// file without, its size), with the indexes fetched for it, by file digest.
+    /// What fetching file `w` of candidate `c` costs, known before any of its bytes come:
+    /// with a signed chunk index `r` and cached blobs to take chunks from, what the delta
+    /// fetches (the index, fetched now and returned for the delta to use, and the chunks the
+    /// cache lacks); else what a whole download fetches (less what a partial download holds).
+    pub(crate) fn file_cost(
+        &self,
+        c: &PlannedVariant,
+        w: &download::Wanted<'_>,
+        r: Option<ChunkIndexRef>,
+    ) -> (u64, Option<ChunkIndex>) {
+        let whole = w
+            .size
+            .saturating_sub(part_len(&self.cache().part_path(&w.sha256)));
+        let root = self.cache().root().to_path_buf();
+        let delta = r.and_then(|r| {
+            let url = self.data_url(&c.url, &c.variant.sha256, &r.sha256);
+            crate::delta::estimate(&self.agent, &url, &r, w, &root, &self.limits)
+        });
+        match delta {
+            Some((index, bytes)) => (bytes, Some(index)),
+            None => (whole, None),
+        }
+    }
+
+    /// [`Client::file_cost`] over the files of `wanted` not in `have` (each distinct file once),
+    /// with the indexes fetched for it, by file digest.
     fn delta_estimate(
         &self,
         c: &PlannedVariant,
@@ -277,7 +300,6 @@ impl Client {
     ) -> (u64, std::collections::HashMap<Sha256Digest, ChunkIndex>) {
         let v = &c.variant;
         let indexes = std::iter::once(v.chunk_index).chain(v.side_files().map(|f| f.chunk_index));
-        let root = self.cache().root().to_path_buf();
         let mut total = 0u64;
         let mut fetched = std::collections::HashMap::new();
         let mut counted = std::collections::BTreeSet::new();
@@ -285,19 +307,10 @@ impl Client {
             if h.is_some() || !counted.insert(w.sha256) {
                 continue;
             }
-            let whole = w
-                .size
-                .saturating_sub(part_len(&self.cache().part_path(&w.sha256)));
-            let delta = r.and_then(|r| {
-                let url = self.data_url(&c.url, &v.sha256, &r.sha256);
-                crate::delta::estimate(&self.agent, &url, &r, w, &root, &self.limits)
-            });
-            match delta {
-                Some((index, bytes)) if bytes < whole => {
-                    total += bytes;
-                    fetched.insert(w.sha256, index);
-                }
-                _ => total += whole,
+            let (bytes, index) = self.file_cost(c, w, r);
+            total += bytes;
+            if let Some(index) = index {
+                fetched.insert(w.sha256, index);
             }
         }
         (total, fetched)

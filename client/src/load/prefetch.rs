@@ -1,7 +1,6 @@
 //! Prefetching: a model's best variant downloaded and verified ahead of its first load, and
 //! the download plan an app can show before it asks.
 
-use super::fetch::part_len;
 use crate::Client;
 use crate::error::ClientError;
 use crate::policy::{DownloadPlan, LoadOptions};
@@ -51,26 +50,19 @@ impl Client {
             .chain(v.side_files().map(|f| (f.sha256, f.size, f.chunk_index)));
         let (mut size, mut to_download) = (0u64, 0u64);
         let mut seen = std::collections::BTreeSet::new();
-        let root = self.cache().root().to_path_buf();
+        let id = v.id.to_string();
         for (d, n, r) in files.filter(|(d, _, _)| seen.insert(*d)) {
             size += n;
             let cached = self.cache().blob_path(&d);
             if std::fs::metadata(&cached).is_ok_and(|m| m.len() == n) {
                 continue;
             }
-            let whole = n.saturating_sub(part_len(&self.cache().part_path(&d)));
-            // A file the cache can build from chunks it holds costs its index and the rest.
-            let id = v.id.to_string();
             let wanted = crate::download::Wanted {
                 id: &id,
                 sha256: d,
                 size: n,
             };
-            let delta = r.and_then(|r| {
-                let url = self.data_url(&c.url, &v.sha256, &r.sha256);
-                crate::delta::estimate(&self.agent, &url, &r, &wanted, &root, &self.limits)
-            });
-            to_download += delta.map_or(whole, |(_, bytes)| bytes.min(whole));
+            to_download += self.file_cost(c, &wanted, r).0;
         }
         Ok(DownloadPlan {
             release: plan.manifest.version.to_string(),

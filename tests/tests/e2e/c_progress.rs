@@ -8,9 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use ferry_server::release::sign::VariantsFile;
-use ferry_shared::manifest::Delegate;
-use ferry_tests::app::{TestApp, variant};
+use ferry_tests::app::TestApp;
 use ferry_tests::proxy::{Fault, FaultProxy};
 
 /// A server with model `big` (the portable MLP with a 12 MiB asset) and a proxy that passes the
@@ -22,25 +20,9 @@ pub(crate) fn slow_big_model(work: &Path) -> (TestApp, FaultProxy, u64) {
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
     std::fs::write(&asset, &bytes).expect("asset");
-    let mut v = variant(
-        "portable-fp32",
-        "mlp-v1-portable.pte",
-        Delegate::Portable,
-        ">=1.0.0",
-        "*",
-    );
-    v.assets = vec![asset];
-    let (manifest, _) = app.publish(&VariantsFile {
-        model: "big".parse().expect("model"),
-        version: semver::Version::new(1, 0, 0),
-        notes: String::new(),
-        evaluation: None,
-        labels: None,
-        assets: Vec::new(),
-        preprocess: None,
-        latency_budget_ms: None,
-        variants: vec![v],
-    });
+    let (manifest, _) = app.publish(&ferry_tests::releases::portable_with_asset(
+        "big", "1.0.0", &asset,
+    ));
     let total = manifest.variants[0].size + bytes.len() as u64;
     let proxy = FaultProxy::start(app.server.addr);
     // The program passes; the asset comes 256 KiB at a time with a pause after each.

@@ -12,8 +12,8 @@ use ferry_client::executorch_runtime::ExecuTorchRuntime;
 use ferry_client::{Client, ClientBuilder, DeviceInfo};
 use ferry_server::release::sign::VariantsFile;
 use ferry_shared::Sha256Digest;
-use ferry_shared::manifest::{Delegate, Platform};
-use ferry_tests::app::{TestApp, variant};
+use ferry_shared::manifest::Platform;
+use ferry_tests::app::TestApp;
 use ferry_tests::proxy::{Fault, FaultProxy};
 
 /// Size of the large asset (a stand-in for a `.ptd` of weights or a tokenizer).
@@ -50,25 +50,7 @@ fn spec(version: &str, asset: &Path) -> VariantsFile {
 
 /// [`spec`] for another model.
 fn spec_of(model: &str, version: &str, asset: &Path) -> VariantsFile {
-    let mut v = variant(
-        "portable-fp32",
-        "mlp-v1-portable.pte",
-        Delegate::Portable,
-        ">=1.0.0",
-        "*",
-    );
-    v.assets = vec![asset.to_path_buf()];
-    VariantsFile {
-        model: model.parse().expect("model"),
-        version: version.parse().expect("version"),
-        notes: String::new(),
-        evaluation: None,
-        labels: None,
-        assets: Vec::new(),
-        preprocess: None,
-        latency_budget_ms: None,
-        variants: vec![v],
-    }
+    ferry_tests::releases::portable_with_asset(model, version, asset)
 }
 
 pub(crate) fn client(url: &str, app: &TestApp, cache: &Path) -> Arc<Client> {

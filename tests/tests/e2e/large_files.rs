@@ -11,10 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use ferry_server::release::sign::VariantsFile;
 use ferry_shared::Sha256Digest;
-use ferry_shared::manifest::{Delegate, ReleaseManifest};
-use ferry_tests::app::{ADMIN_TOKEN, TestApp, variant};
+use ferry_shared::manifest::ReleaseManifest;
+use ferry_tests::app::{ADMIN_TOKEN, TestApp};
 use ferry_tests::proxy::{Fault, FaultProxy};
 
 const SIZE: u64 = 512 << 20;
@@ -62,25 +61,7 @@ fn status_kb(field: &str) -> u64 {
 /// asset from its file (streamed, never in memory); returns the manifest and the peak growth
 /// of this process's resident memory (the server's) over the upload and publish, in MiB.
 fn publish(app: &TestApp, version: &str, large: &Path) -> (ReleaseManifest, u64) {
-    let mut v = variant(
-        "portable-fp32",
-        "mlp-v1-portable.pte",
-        Delegate::Portable,
-        ">=1.0.0",
-        "*",
-    );
-    v.assets = vec![large.to_path_buf()];
-    let spec = VariantsFile {
-        model: "large".parse().expect("model"),
-        version: version.parse().expect("version"),
-        notes: String::new(),
-        evaluation: None,
-        labels: None,
-        assets: Vec::new(),
-        preprocess: None,
-        latency_budget_ms: None,
-        variants: vec![v],
-    };
+    let spec = ferry_tests::releases::portable_with_asset("large", version, large);
     // Signing reads the files (the operator's machine); the server's bound is measured after.
     let (manifest, envelope, files) =
         ferry_tests::releases::signed_release_files(&spec, &app.release_key());
