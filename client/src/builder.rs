@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ferry_shared::keyring::TrustState;
 use ferry_shared::trust::TrustFile;
+use ferry_shared::trust::keyring::TrustState;
 use semver::Version;
 
 use crate::Client;
@@ -75,7 +75,7 @@ impl ClientBuilder {
     /// header rule refuses (`[a-z0-9._-]{1,40}/[A-Za-z0-9.+-]{1,24}`) keeps the default.
     pub fn sdk(mut self, name_version: impl Into<String>) -> Self {
         let v = name_version.into();
-        if ferry_shared::protocol::Sdk::from_header(Some(v.as_bytes())).is_some() {
+        if ferry_shared::wire::protocol::Sdk::from_header(Some(v.as_bytes())).is_some() {
             self.sdk = v;
         }
         self
@@ -263,13 +263,16 @@ impl ClientBuilder {
 /// clients are in the field (`docs/protocol.md`).
 fn protocol_headers(sdk: &str) -> impl ureq::middleware::Middleware {
     use ureq::http::HeaderValue;
-    let protocol = HeaderValue::from(ferry_shared::protocol::PROTOCOL);
+    let protocol = HeaderValue::from(ferry_shared::wire::protocol::PROTOCOL);
     // Checked by [`ClientBuilder::sdk`]: ASCII without control characters.
     let sdk = HeaderValue::from_str(sdk).unwrap_or(HeaderValue::from_static(RUST_SDK));
     move |mut req: ureq::http::Request<ureq::SendBody>, next: ureq::middleware::MiddlewareNext| {
         let headers = req.headers_mut();
-        headers.insert(ferry_shared::protocol::PROTOCOL_HEADER, protocol.clone());
-        headers.insert(ferry_shared::protocol::SDK_HEADER, sdk.clone());
+        headers.insert(
+            ferry_shared::wire::protocol::PROTOCOL_HEADER,
+            protocol.clone(),
+        );
+        headers.insert(ferry_shared::wire::protocol::SDK_HEADER, sdk.clone());
         next.handle(req)
     }
 }

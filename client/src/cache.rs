@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use ferry_shared::Sha256Digest;
-use ferry_shared::dsse::Envelope;
+use ferry_shared::trust::dsse::Envelope;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ClientError;

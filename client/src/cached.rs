@@ -17,7 +17,7 @@
 use ferry_shared::errors::ErrorCode;
 use ferry_shared::manifest::{ReleaseManifest, Variant};
 use ferry_shared::select::incompatibilities;
-use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
+use ferry_shared::wire::telemetry::{EventKind, Outcome, TelemetryEvent};
 
 use crate::Client;
 use crate::cache::{ModelEntry, VerifiedBlob};

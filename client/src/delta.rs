@@ -20,7 +20,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use ferry_shared::Sha256Digest;
-use ferry_shared::chunks::{
+use ferry_shared::manifest::chunks::{
     CHUNK_AVG, CHUNK_MAX, CHUNK_MIN, CHUNKED_FILE_MIN, Chunk, ChunkIndex, ChunkIndexRef,
 };
 use sha2::{Digest as _, Sha256};

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use ferry_shared::telemetry::{InferenceFields, TelemetryEvent, Thermal};
+use ferry_shared::wire::telemetry::{InferenceFields, TelemetryEvent, Thermal};
 
 /// Buckets of the warm-call histogram.
 const BUCKETS: usize = 470;

@@ -45,7 +45,7 @@ pub mod verify;
 
 use std::sync::{Arc, Mutex};
 
-use ferry_shared::keyring::TrustState;
+use ferry_shared::trust::keyring::TrustState;
 use semver::Version;
 
 pub use crate::builder::{ClientBuilder, RUST_SDK};
@@ -66,7 +66,7 @@ pub use crate::verify::{Plan, PlannedVariant};
 /// The signed model metadata types a [`LoadedModel`] hands out (see
 /// [`LoadedModel::preprocess`]).
 pub use ferry_shared::manifest::{ColorOrder, Layout, Preprocess, Resize, ResizeFilter};
-use ferry_shared::telemetry::TelemetryEvent;
+use ferry_shared::wire::telemetry::TelemetryEvent;
 
 /// The client. Cheap to share behind an `Arc`; calls are blocking.
 pub struct Client {
@@ -188,7 +188,7 @@ impl Client {
     /// Android's `PowerManager` states: none and light to `Nominal`, moderate to `Fair`,
     /// severe to `Serious`, critical, emergency and shutdown to `Critical`; iOS's four map
     /// one to one.
-    pub fn set_thermal_state(&self, state: Option<ferry_shared::telemetry::Thermal>) {
+    pub fn set_thermal_state(&self, state: Option<ferry_shared::wire::telemetry::Thermal>) {
         self.inference.thermal.store(
             inference::thermal_code(state),
             std::sync::atomic::Ordering::Relaxed,

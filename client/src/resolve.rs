@@ -2,9 +2,9 @@
 //! retries of transient failures, and verification of the answer into a [`Plan`].
 
 use ferry_shared::BackendId;
-use ferry_shared::dsse::{Envelope, Verified};
-use ferry_shared::keyring::{Keyring, KeyringResponse};
-use ferry_shared::resolve::{ErrorBody, ResolveRequest, ResolveResponse};
+use ferry_shared::trust::dsse::{Envelope, Verified};
+use ferry_shared::trust::keyring::{Keyring, KeyringResponse};
+use ferry_shared::wire::resolve::{ErrorBody, ResolveRequest, ResolveResponse};
 
 use crate::error::ClientError;
 use crate::types::DeviceInfo;
@@ -25,8 +25,10 @@ impl Client {
         let operators = self
             .runtime
             .registered_operators()
-            .filter(|ops| ops.len() <= ferry_shared::operators::MAX_OPERATORS);
-        let operators_digest = operators.as_deref().map(ferry_shared::operators::digest);
+            .filter(|ops| ops.len() <= ferry_shared::select::operators::MAX_OPERATORS);
+        let operators_digest = operators
+            .as_deref()
+            .map(ferry_shared::select::operators::digest);
         let mut backends: Vec<String> = self.runtime.registered_backends();
         for b in &device.claimed_backends {
             if !backends.contains(b) {
@@ -266,10 +268,11 @@ impl Client {
         if !held.is_rooted() {
             return Ok(());
         }
-        let claimed = ferry_shared::dsse::decode_payload(&resp.decision, &Default::default())
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Peek>(&b).ok())
-            .map_or(0, |p| p.keyring_version);
+        let claimed =
+            ferry_shared::trust::dsse::decode_payload(&resp.decision, &Default::default())
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Peek>(&b).ok())
+                .map_or(0, |p| p.keyring_version);
         let floor = self.cache().last_sequence(model).0;
         if claimed.max(floor) <= held.version() {
             return Ok(());
@@ -354,11 +357,11 @@ impl Client {
         let ring =
             self.trust()
                 .ring_at(crate::verify::key_time(request, &resp.decision, self.now()));
-        let decision = ferry_shared::dsse::verify(
+        let decision = ferry_shared::trust::dsse::verify(
             &resp.decision,
-            ferry_shared::resolve::DECISION_PAYLOAD_TYPE,
+            ferry_shared::wire::resolve::DECISION_PAYLOAD_TYPE,
             &ring,
-            ferry_shared::dsse::KeyRole::Online,
+            ferry_shared::trust::dsse::KeyRole::Online,
             1,
             &Default::default(),
         )
@@ -366,7 +369,7 @@ impl Client {
             code: e.code(),
             message: e.to_string(),
         })?;
-        let named = ferry_shared::resolve::Decision::from_json(decision.value())
+        let named = ferry_shared::wire::resolve::Decision::from_json(decision.value())
             .map_err(|e| ClientError::Verify {
                 code: e.code(),
                 message: e.to_string(),

@@ -23,7 +23,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use ferry_shared::telemetry::{TelemetryBatch, TelemetryEvent};
+use ferry_shared::wire::telemetry::{TelemetryBatch, TelemetryEvent};
 
 use crate::cache::write_durable;
 use crate::error::ClientError;
@@ -296,7 +296,7 @@ fn ends_with_newline(f: &std::fs::File, len: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_shared::telemetry::{EventKind, Outcome};
+    use ferry_shared::wire::telemetry::{EventKind, Outcome};
 
     fn event(i: usize) -> TelemetryEvent {
         TelemetryEvent {

@@ -2,11 +2,11 @@
 //! nonce, through the pool whose certificate check leaves out the dates (`tls.rs`), answered
 //! with the server's time for that nonce, signed by the online key.
 
-use ferry_shared::clock::{SignedTime, TIME_PAYLOAD_TYPE, TimeResponse};
-use ferry_shared::dsse::KeyRole;
 use ferry_shared::errors::ErrorCode;
-use ferry_shared::keyring::TrustState;
-use ferry_shared::resolve::ErrorBody;
+use ferry_shared::trust::clock::{SignedTime, TIME_PAYLOAD_TYPE, TimeResponse};
+use ferry_shared::trust::dsse::KeyRole;
+use ferry_shared::trust::keyring::TrustState;
+use ferry_shared::wire::resolve::ErrorBody;
 use time::OffsetDateTime;
 
 use crate::Client;
@@ -58,7 +58,7 @@ impl Client {
         let answer: TimeResponse = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
         // The claims are read before any check, to pick the keyring and the ring's time; the
         // signature over these same bytes is checked next.
-        let claimed = ferry_shared::dsse::decode_payload(&answer.time, &Default::default())
+        let claimed = ferry_shared::trust::dsse::decode_payload(&answer.time, &Default::default())
             .ok()
             .and_then(|b| SignedTime::from_json(&b).ok())
             .ok_or_else(|| bad("the signed time does not parse".into()))?;
@@ -95,14 +95,14 @@ pub(crate) fn check_signed_time(
     nonce: &str,
     trust: &TrustState,
 ) -> Result<SignedTime, ClientError> {
-    let claimed = ferry_shared::dsse::decode_payload(&answer.time, &Default::default())
+    let claimed = ferry_shared::trust::dsse::decode_payload(&answer.time, &Default::default())
         .ok()
         .and_then(|b| SignedTime::from_json(&b).ok())
         .ok_or_else(|| ClientError::Verify {
             code: ErrorCode::EnvelopeMalformed,
             message: "the signed time does not parse".into(),
         })?;
-    let verified = ferry_shared::dsse::verify(
+    let verified = ferry_shared::trust::dsse::verify(
         &answer.time,
         TIME_PAYLOAD_TYPE,
         &trust.ring_at(claimed.time),

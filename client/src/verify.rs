@@ -9,15 +9,15 @@
 //! digest and size) and against this device (every constraint the release key signed). Only [`verify_response`]
 //! builds a [`Plan`], and only through [`Verified`].
 
-use ferry_shared::dsse::{DsseLimits, Envelope, KeyRing, KeyRole, Verified, verify};
 use ferry_shared::errors::ErrorCode;
-use ferry_shared::keyring::TrustState;
 use ferry_shared::manifest::{ReleaseManifest, Variant, verify_release_envelope};
-use ferry_shared::resolve::{
+use ferry_shared::select::incompatibilities;
+use ferry_shared::trust::dsse::{DsseLimits, Envelope, KeyRing, KeyRole, Verified, verify};
+use ferry_shared::trust::keyring::TrustState;
+use ferry_shared::trust::revocation::{RevocationList, verify_revocations};
+use ferry_shared::wire::resolve::{
     Cohort, DECISION_PAYLOAD_TYPE, Decision, ResolveRequest, ResolveResponse,
 };
-use ferry_shared::revocation::{RevocationList, verify_revocations};
-use ferry_shared::select::incompatibilities;
 use time::OffsetDateTime;
 
 use crate::error::ClientError;
@@ -78,7 +78,7 @@ impl Plan {
     }
 }
 
-fn dsse_error(e: ferry_shared::dsse::DsseError) -> ClientError {
+fn dsse_error(e: ferry_shared::trust::dsse::DsseError) -> ClientError {
     ClientError::Verify {
         code: e.code(),
         message: e.to_string(),
@@ -138,7 +138,7 @@ pub(crate) fn key_time(
     let Some(ours) = &request.nonce else {
         return now;
     };
-    ferry_shared::dsse::decode_payload(decision, &DsseLimits::default())
+    ferry_shared::trust::dsse::decode_payload(decision, &DsseLimits::default())
         .ok()
         .and_then(|b| Decision::from_json(&b).ok())
         .and_then(|d| match (d.nonce, d.time) {
@@ -253,8 +253,11 @@ pub fn verify_response(
     }
     if decision.cohort == Cohort::Staged && decision.pinned.is_none() {
         let staged_here = decision.cohort_rule.as_ref().is_some_and(|r| {
-            ferry_shared::rollout::bucket(&r.salt, decision.model.as_str(), &request.install_id)
-                < r.basis_points
+            ferry_shared::select::rollout::bucket(
+                &r.salt,
+                decision.model.as_str(),
+                &request.install_id,
+            ) < r.basis_points
         });
         if !staged_here {
             return Err(ClientError::DecisionMismatch(
@@ -421,8 +424,8 @@ pub fn revoked(model: &str, release: &str, list: Option<&RevocationList>) -> Opt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_shared::dsse::{KeyPair, KeyRole};
-    use ferry_shared::revocation::{REVOCATIONS_PAYLOAD_TYPE, Revoked};
+    use ferry_shared::trust::dsse::{KeyPair, KeyRole};
+    use ferry_shared::trust::revocation::{REVOCATIONS_PAYLOAD_TYPE, Revoked};
 
     fn signed(key: &KeyPair, version: u64, releases: &[&str]) -> Envelope {
         let list = RevocationList {

@@ -8,11 +8,11 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use ferry_shared::deny::DenyEntry;
-use ferry_shared::dsse::{Envelope, KeyRing};
-use ferry_shared::keyring::TrustState;
-use ferry_shared::revocation::RevocationList;
-use ferry_shared::rollout::RolloutPlan;
+use ferry_shared::select::deny::DenyEntry;
+use ferry_shared::select::rollout::RolloutPlan;
+use ferry_shared::trust::dsse::{Envelope, KeyRing};
+use ferry_shared::trust::keyring::TrustState;
+use ferry_shared::trust::revocation::RevocationList;
 use ferry_shared::{KeyId, ModelName};
 use time::OffsetDateTime;
 
@@ -104,10 +104,9 @@ impl KeyView {
         let mut state = self.state.clone();
         state.advance(env).map_err(|e| e.to_string())?;
         let now = OffsetDateTime::now_utc();
-        let listed = state
-            .keys()
-            .iter()
-            .any(|k| k.key.keyid == *online && k.key.role == ferry_shared::dsse::KeyRole::Online);
+        let listed = state.keys().iter().any(|k| {
+            k.key.keyid == *online && k.key.role == ferry_shared::trust::dsse::KeyRole::Online
+        });
         if !listed || state.ring_at(now).get(online).is_none() {
             return Err(format!(
                 "keyring version {} does not list this server's online key {} as a current \

@@ -350,11 +350,12 @@ mod tests {
         assert!(!longer_than(&"a".repeat(128), 128));
         assert!(longer_than(&"a".repeat(129), 128));
         // A resolve request with a non-ASCII device model of 100 characters is taken.
-        let mut r: crate::resolve::ResolveRequest = serde_json::from_value(serde_json::json!({
-            "model": "m", "install_id": "i", "app_version": "1.0.0",
-            "runtime_version": "1.0.0", "platform": "android"
-        }))
-        .expect("request");
+        let mut r: crate::wire::resolve::ResolveRequest =
+            serde_json::from_value(serde_json::json!({
+                "model": "m", "install_id": "i", "app_version": "1.0.0",
+                "runtime_version": "1.0.0", "platform": "android"
+            }))
+            .expect("request");
         r.device_model = korean;
         assert_eq!(r.validate(), Ok(()));
         r.device_model = "한".repeat(129);

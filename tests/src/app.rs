@@ -7,11 +7,11 @@ use ferry_server::app::config::{Config, Flags};
 use ferry_server::app::startup::{RunningServer, spawn};
 use ferry_server::keys::{self, RoleKey};
 use ferry_server::release::sign::VariantsFile;
-use ferry_shared::dsse::{DsseLimits, Envelope, KeyRole, Verified, verify};
-use ferry_shared::keyring::TrustState;
 use ferry_shared::manifest::ReleaseManifest;
-use ferry_shared::resolve::{DECISION_PAYLOAD_TYPE, Decision, ResolveResponse};
 use ferry_shared::trust::TrustFile;
+use ferry_shared::trust::dsse::{DsseLimits, Envelope, KeyRole, Verified, verify};
+use ferry_shared::trust::keyring::TrustState;
+use ferry_shared::wire::resolve::{DECISION_PAYLOAD_TYPE, Decision, ResolveResponse};
 
 pub use crate::releases::*;
 

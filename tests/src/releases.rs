@@ -6,8 +6,8 @@ use std::path::Path;
 use base64::Engine as _;
 use ferry_server::keys::RoleKey;
 use ferry_server::release::sign::{VariantSpec, VariantsFile, build_manifest, sign};
-use ferry_shared::dsse::Envelope;
 use ferry_shared::manifest::{Delegate, Platform, ReleaseManifest};
+use ferry_shared::trust::dsse::Envelope;
 
 use crate::fixtures_dir;
 

@@ -109,7 +109,7 @@ pub fn record(dest: &Path) -> anyhow::Result<()> {
             let list = json!({"model": expect::MODEL, "version": 1, "revoked": [
                 {"release": expect::REVOKED, "reason": "recorded store: bad build", "at": "2026-12-01T00:00:00Z"}]});
             let env = keys.release.pair.sign(
-                ferry_shared::revocation::REVOCATIONS_PAYLOAD_TYPE,
+                ferry_shared::trust::revocation::REVOCATIONS_PAYLOAD_TYPE,
                 &serde_json::to_vec(&list)?,
             );
             ok(
@@ -123,16 +123,15 @@ pub fn record(dest: &Path) -> anyhow::Result<()> {
         }
     }
     // Keyring version 2 (the same keys), pushed as `ferry keys push` does: stored under keys/.
-    let k1: ferry_shared::dsse::Envelope =
+    let k1: ferry_shared::trust::dsse::Envelope =
         serde_json::from_slice(&std::fs::read(vectors::dir().join("keyring-1.json"))?)?;
-    let mut k2: serde_json::Value = serde_json::from_slice(&ferry_shared::dsse::decode_payload(
-        &k1,
-        &Default::default(),
-    )?)?;
+    let mut k2: serde_json::Value = serde_json::from_slice(
+        &ferry_shared::trust::dsse::decode_payload(&k1, &Default::default())?,
+    )?;
     k2["version"] = 2.into();
     k2["created"] = "2026-12-01T00:00:00Z".into();
     let env = keys.root.pair.sign(
-        ferry_shared::keyring::KEYRING_PAYLOAD_TYPE,
+        ferry_shared::trust::keyring::KEYRING_PAYLOAD_TYPE,
         &serde_json::to_vec(&k2)?,
     );
     ok(

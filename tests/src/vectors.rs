@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 
 use ferry_server::keys::{self, RoleKey};
 use ferry_server::release::sign::{VariantsFile, build_manifest, sign};
-use ferry_shared::dsse::{Envelope, KeyPair};
 use ferry_shared::manifest::{Delegate, ReleaseManifest};
-use ferry_shared::resolve::{
+use ferry_shared::trust::dsse::{Envelope, KeyPair};
+use ferry_shared::wire::resolve::{
     Candidate, Cohort, DECISION_PAYLOAD_TYPE, Decision, ReleaseRef, ResolveRequest, SEQUENCE_BASE,
 };
 use serde_json::{Value, json};

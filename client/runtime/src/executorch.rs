@@ -141,10 +141,10 @@ pub fn registered_operators() -> Vec<String> {
         .get_or_init(|| {
             // SAFETY: the shim only reads the runtime's static registry.
             let n = unsafe { ferry_et_num_registered_kernels() };
-            ferry_shared::operators::normalize(
+            ferry_shared::select::operators::normalize(
                 (0..n.min(1 << 16))
                     .filter_map(|i| registry_name(i, ferry_et_registered_kernel_name))
-                    .filter(|name| ferry_shared::operators::check_name(name).is_ok()),
+                    .filter(|name| ferry_shared::select::operators::check_name(name).is_ok()),
             )
         })
         .clone()

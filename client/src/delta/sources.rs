@@ -6,7 +6,7 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use ferry_shared::Sha256Digest;
-use ferry_shared::chunks::{CHUNKED_FILE_MIN, Chunk, ChunkIndex, MAX_CHUNK_INDEX_BYTES};
+use ferry_shared::manifest::chunks::{CHUNKED_FILE_MIN, Chunk, ChunkIndex, MAX_CHUNK_INDEX_BYTES};
 
 use super::sizes;
 

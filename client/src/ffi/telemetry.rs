@@ -4,7 +4,7 @@
 use std::ffi::c_char;
 
 use ferry_shared::errors::ErrorCode;
-use ferry_shared::telemetry::Thermal;
+use ferry_shared::wire::telemetry::Thermal;
 
 use super::{FerryClient, FerryStatus, arg, fail, guard};
 

@@ -5,7 +5,7 @@
 //! tested without a server or a runtime.
 
 use ferry_shared::manifest::Variant;
-use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
+use ferry_shared::wire::telemetry::{EventKind, Outcome, TelemetryEvent};
 
 use crate::error::{Attempt, Stage};
 use crate::golden::LoadFailure;

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use ferry_shared::Sha256Digest;
-use ferry_shared::chunks::{ChunkIndex, ChunkIndexRef};
 use ferry_shared::manifest::Variant;
+use ferry_shared::manifest::chunks::{ChunkIndex, ChunkIndexRef};
 
 use crate::cache::VerifiedBlob;
 use crate::error::{ClientError, Stage};

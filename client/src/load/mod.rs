@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ferry_shared::manifest::Variant;
-use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
+use ferry_shared::wire::telemetry::{EventKind, Outcome, TelemetryEvent};
 
 use crate::Client;
 use crate::cache::VerifiedBlob;

@@ -7,7 +7,7 @@ use std::fs::OpenOptions;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use ferry_shared::telemetry::{EventKind, TelemetryEvent};
+use ferry_shared::wire::telemetry::{EventKind, TelemetryEvent};
 
 use super::stamped;
 use crate::Client;

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use ferry_shared::Sha256Digest;
 use ferry_shared::errors::ErrorCode;
-use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
+use ferry_shared::wire::telemetry::{EventKind, Outcome, TelemetryEvent};
 
 use super::fallback::Walk;
 use super::stamped;
@@ -160,7 +160,7 @@ impl Client {
             return None;
         }
         let have: BTreeSet<String> = self.runtime.registered_operators()?.into_iter().collect();
-        let missing = ferry_shared::operators::missing(v.operators_needed(), &have);
+        let missing = ferry_shared::select::operators::missing(v.operators_needed(), &have);
         (!missing.is_empty()).then(|| {
             format!(
                 "variant {} calls {} operator(s) this runtime did not register: {}",

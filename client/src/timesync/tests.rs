@@ -1,5 +1,5 @@
-use ferry_shared::dsse::{Envelope, KeyPair};
-use ferry_shared::keyring::{KEYRING_PAYLOAD_TYPE, Keyring, KeyringKey, RootSet};
+use ferry_shared::trust::dsse::{Envelope, KeyPair};
+use ferry_shared::trust::keyring::{KEYRING_PAYLOAD_TYPE, Keyring, KeyringKey, RootSet};
 use ferry_shared::trust::{TrustFile, TrustedKeyEntry};
 use time::OffsetDateTime;
 

@@ -4,7 +4,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use std::sync::Arc;
 
 use ferry_shared::errors::ErrorCode;
-use ferry_shared::rollout::{RolloutPlan, RolloutState, format_percent};
+use ferry_shared::select::rollout::{RolloutPlan, RolloutState, format_percent};
 use semver::Version;
 
 use crate::api::AppState;
@@ -31,7 +31,7 @@ pub(crate) async fn post_release(
     .await?;
     // Signed by a key this replica does not know: another replica may have taken a newer
     // keyring that trusts it; adopt what the store holds before judging the signature.
-    if let Ok(env) = serde_json::from_slice::<ferry_shared::dsse::Envelope>(&body) {
+    if let Ok(env) = serde_json::from_slice::<ferry_shared::trust::dsse::Envelope>(&body) {
         let ring = state.keys().release_ring.clone();
         let known = env.signatures.iter().any(|s| {
             s.keyid
@@ -441,7 +441,7 @@ pub(crate) async fn post_revocations(
         state.config().limits.max_json_bytes,
     )
     .await?;
-    let env: ferry_shared::dsse::Envelope = serde_json::from_slice(&body).map_err(|e| {
+    let env: ferry_shared::trust::dsse::Envelope = serde_json::from_slice(&body).map_err(|e| {
         ApiError::new(
             ErrorCode::EnvelopeMalformed,
             format!("revocation envelope: {e}"),
@@ -452,7 +452,7 @@ pub(crate) async fn post_revocations(
     // no longer loaded (signed by a rotated-out key).
     let catalog = state.catalog();
     let held = state.revocations().get(&model).cloned();
-    if let Ok(list) = ferry_shared::revocation::RevocationList::from_accepted_envelope(&env)
+    if let Ok(list) = ferry_shared::trust::revocation::RevocationList::from_accepted_envelope(&env)
         && let Some(r) = list.revoked.iter().find(|r| {
             catalog.release(&model, &r.release).is_none()
                 && held

@@ -1,7 +1,7 @@
 //! Signed resolve answers kept for reuse: sign once, serve many.
 //!
 //! A decision depends only on the model's state (named by its sequence), the request fields
-//! selection uses ([`ferry_shared::resolve::ResolveRequest::selection_digest`], which includes
+//! selection uses ([`ferry_shared::wire::resolve::ResolveRequest::selection_digest`], which includes
 //! the model) and the device's cohort, so devices that share those share one signed decision.
 //! Each is kept with its answer pre-rendered up to the per-device receipt, and reused while the
 //! model's state is unchanged (a [`Generation`]: each part of it, not only their sum, the
@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use ferry_shared::Sha256Digest;
-use ferry_shared::resolve::Cohort;
+use ferry_shared::wire::resolve::Cohort;
 use time::OffsetDateTime;
 
 /// Most answers kept per shard (16 shards, so 16,384 answers of about 2.5 KB: 40 MiB at most);

@@ -3,8 +3,8 @@
 use actix_web::http::header;
 use actix_web::{HttpResponse, web};
 use ferry_shared::errors::ErrorCode;
-use ferry_shared::protocol::{PROTOCOL_HEADER, Protocol, SDK_HEADER, Sdk};
-use ferry_shared::resolve::{
+use ferry_shared::wire::protocol::{PROTOCOL_HEADER, Protocol, SDK_HEADER, Sdk};
+use ferry_shared::wire::resolve::{
     Cohort, DECISION_PAYLOAD_TYPE, REQUEST_FIELDS, ReleaseRef, ResolveRequest, ResolveResponse,
 };
 use serde::Deserialize;
@@ -21,7 +21,7 @@ pub(crate) async fn keys(state: web::Data<AppState>) -> HttpResponse {
 }
 
 pub(crate) async fn keyring(state: web::Data<AppState>) -> HttpResponse {
-    HttpResponse::Ok().json(ferry_shared::keyring::KeyringResponse {
+    HttpResponse::Ok().json(ferry_shared::trust::keyring::KeyringResponse {
         version: state.keys().version,
         keyrings: state.keys().chain.clone(),
     })
@@ -41,7 +41,7 @@ pub(crate) async fn signed_time(
     state: web::Data<AppState>,
     query: Result<web::Query<TimeQuery>, actix_web::Error>,
 ) -> Result<HttpResponse, ApiError> {
-    use ferry_shared::clock::{SignedTime, TIME_PAYLOAD_TYPE, TimeResponse};
+    use ferry_shared::trust::clock::{SignedTime, TIME_PAYLOAD_TYPE, TimeResponse};
     let nonce = query
         .map_err(|e| ApiError::new(ErrorCode::RequestInvalid, format!("bad query string: {e}")))?
         .into_inner()
@@ -52,7 +52,7 @@ pub(crate) async fn signed_time(
                 "a nonce is required: GET /v1/time?nonce=<16 to 32 random bytes, base64url>",
             )
         })?;
-    ferry_shared::resolve::check_nonce(&nonce)
+    ferry_shared::wire::resolve::check_nonce(&nonce)
         .map_err(|m| ApiError::new(ErrorCode::RequestInvalid, m))?;
     if !state.allow_fresh_decision(req.peer_addr().map(|a| a.ip())) {
         state.metrics().signed_time("limited");
@@ -144,7 +144,7 @@ pub(crate) async fn resolve_inner(
     let device: ResolveRequest =
         serde_json::from_slice(&body).map_err(|e| resolve_error(&body, e))?;
     // Protocol v1: fields a newer client added are ignored, and counted by name.
-    let unknown = ferry_shared::protocol::unknown_fields(&body, &REQUEST_FIELDS);
+    let unknown = ferry_shared::wire::protocol::unknown_fields(&body, &REQUEST_FIELDS);
     if !unknown.is_empty() {
         state.metrics().protocol.unknown_fields("resolve", &unknown);
     }

@@ -12,7 +12,7 @@ use std::fmt;
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use ferry_shared::errors::ErrorCode;
-use ferry_shared::resolve::ErrorBody;
+use ferry_shared::wire::resolve::ErrorBody;
 
 use crate::fleet::deny::DenyError;
 use crate::fleet::rollout::RolloutError;

@@ -2,9 +2,9 @@
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use ferry_shared::ModelName;
-use ferry_shared::deny::{DenyAction, DenyChange};
 use ferry_shared::errors::ErrorCode;
-use ferry_shared::rollout::{Preview, RolloutChange, RolloutPlan};
+use ferry_shared::select::deny::{DenyAction, DenyChange};
+use ferry_shared::select::rollout::{Preview, RolloutChange, RolloutPlan};
 use serde::Deserialize;
 use time::OffsetDateTime;
 
@@ -132,10 +132,10 @@ pub async fn get_rollout(
         let (verdict, health) = crate::fleet::ramp::status(state.fleet(), &model, p);
         Some(serde_json::json!({
             "step": r.step + 1,
-            "steps": r.steps.iter().map(|b| ferry_shared::rollout::format_percent(*b)).collect::<Vec<_>>(),
+            "steps": r.steps.iter().map(|b| ferry_shared::select::rollout::format_percent(*b)).collect::<Vec<_>>(),
             "every_secs": r.every_secs,
             "step_started": r.step_started,
-            "next": r.next().map(ferry_shared::rollout::format_percent),
+            "next": r.next().map(ferry_shared::select::rollout::format_percent),
             "now": verdict,
             "step_health": health,
         }))
@@ -143,7 +143,7 @@ pub async fn get_rollout(
     Ok(HttpResponse::Ok().json(serde_json::json!({
         "model": model,
         "current": current,
-        "percent": current.as_ref().map(|p| ferry_shared::rollout::format_percent(p.basis_points)),
+        "percent": current.as_ref().map(|p| ferry_shared::select::rollout::format_percent(p.basis_points)),
         "ramp": ramp,
         "history_total": total,
         "history": history,
@@ -206,7 +206,7 @@ pub async fn post_telemetry(
         let catalog = worker.catalog();
         // A valid receipt proves some replica answered for that release (this one may not
         // have read the catalog since it was published).
-        let known = |e: &ferry_shared::telemetry::TelemetryEvent| {
+        let known = |e: &ferry_shared::wire::telemetry::TelemetryEvent| {
             known_target(&catalog, e)
                 .or_else(|m| if receipts.verifies(e) { Ok(()) } else { Err(m) })
         };
@@ -253,7 +253,7 @@ pub async fn post_telemetry(
 /// would only create state). Revoked releases are still published: their devices report.
 fn known_target(
     catalog: &crate::storage::catalog::Catalog,
-    e: &ferry_shared::telemetry::TelemetryEvent,
+    e: &ferry_shared::wire::telemetry::TelemetryEvent,
 ) -> Result<(), String> {
     let model: ModelName = e.model.parse().map_err(|err| format!("model: {err}"))?;
     if !catalog.has_model(&model) {

@@ -78,8 +78,10 @@ pub(crate) async fn metrics(state: web::Data<AppState>) -> HttpResponse {
         };
         let figures = crate::metrics::ModelState {
             staged_basis_points: live.map_or(0, |p| p.basis_points),
-            active: live.is_some_and(|p| p.state == ferry_shared::rollout::RolloutState::Active),
-            halted: plan.is_some_and(|p| p.state == ferry_shared::rollout::RolloutState::Halted),
+            active: live
+                .is_some_and(|p| p.state == ferry_shared::select::rollout::RolloutState::Active),
+            halted: plan
+                .is_some_and(|p| p.state == ferry_shared::select::rollout::RolloutState::Halted),
             ramp_step: plan
                 .and_then(|p| p.ramp.as_ref())
                 .map(|r| u32::try_from(r.step).unwrap_or(u32::MAX)),

@@ -17,7 +17,7 @@ use crate::api::blobs::{get_blob, put_blob_handler};
 use crate::api::device::{keyring, keys, release_by_digest, resolve, signed_time};
 use crate::api::error::{ApiError, REQUEST_ID, STORE_NAME};
 use crate::api::ops::{healthz, metrics, readyz};
-use ferry_shared::protocol::{PROTOCOL, PROTOCOL_HEADER, Protocol, SDK_HEADER, Sdk};
+use ferry_shared::wire::protocol::{PROTOCOL, PROTOCOL_HEADER, Protocol, SDK_HEADER, Sdk};
 
 /// A GET route and the HEAD route HTTP requires beside it (actix sends HEAD answers without
 /// their body).

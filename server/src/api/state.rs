@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ferry_shared::ModelName;
-use ferry_shared::dsse::KeyPair;
-use ferry_shared::rollout::RolloutPlan;
 use ferry_shared::select::Preference;
+use ferry_shared::select::rollout::RolloutPlan;
 use ferry_shared::trust::TrustFile;
+use ferry_shared::trust::dsse::KeyPair;
 
 use crate::api::limits::Limits;
 use crate::fleet::Fleet;

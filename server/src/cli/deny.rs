@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use comfy_table::Table;
-use ferry_shared::deny::{DenyAction, DenyChange, DenyKind, DeviceClass};
+use ferry_shared::select::deny::{DenyAction, DenyChange, DenyKind, DeviceClass};
 
 use super::remote::{Remote, admin_call};
 

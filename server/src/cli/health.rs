@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use ferry_shared::rollout::RolloutPlan;
+use ferry_shared::select::rollout::RolloutPlan;
 
 use super::remote::{Remote, admin_call};
 use super::rollout::print_plan;
@@ -75,8 +75,8 @@ pub(crate) fn health_cmd(
         }
     }
     for d in v["deny"].as_array().into_iter().flatten() {
-        let why = match serde_json::from_value::<ferry_shared::deny::DenyEntry>(d.clone()) {
-            Ok(e) if e.kind == ferry_shared::deny::DenyKind::SlowInField => e.reason(),
+        let why = match serde_json::from_value::<ferry_shared::select::deny::DenyEntry>(d.clone()) {
+            Ok(e) if e.kind == ferry_shared::select::deny::DenyKind::SlowInField => e.reason(),
             _ => format!(
                 "{:.0}% fallback, n={}",
                 d["fallback_rate"].as_f64().unwrap_or(0.0) * 100.0,

@@ -223,7 +223,7 @@ pub(crate) fn keys_push(
     let mut sent = Vec::new();
     let mut last = serde_json::Value::Null;
     for env in &chain {
-        let Some(v) = ferry_shared::keyring::Keyring::peek_version(env) else {
+        let Some(v) = ferry_shared::trust::keyring::Keyring::peek_version(env) else {
             bail!("a keyring in {} has no version", dir.display());
         };
         last = crate::cli::remote::admin_call(

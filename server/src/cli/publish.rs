@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use base64::Engine as _;
 use ferry_shared::Sha256Digest;
-use ferry_shared::dsse::Envelope;
 use ferry_shared::manifest::ReleaseManifest;
+use ferry_shared::trust::dsse::Envelope;
 
 use super::remote::{http_agent, http_error};
 
@@ -201,7 +201,11 @@ fn upload_chunk_indexes(
     found: &[FoundFile],
     say: &dyn Fn(String),
 ) -> anyhow::Result<()> {
-    let mut refs: Vec<(Sha256Digest, String, ferry_shared::chunks::ChunkIndexRef)> = Vec::new();
+    let mut refs: Vec<(
+        Sha256Digest,
+        String,
+        ferry_shared::manifest::chunks::ChunkIndexRef,
+    )> = Vec::new();
     for v in &manifest.variants {
         let files = std::iter::once((v.sha256, v.id.to_string(), v.chunk_index)).chain(
             v.side_files().map(|f| {

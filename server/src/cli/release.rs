@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use clap::Subcommand;
-use ferry_shared::dsse::KeyRole;
-use ferry_shared::revocation::{REVOCATIONS_PAYLOAD_TYPE, RevocationList, Revoked};
+use ferry_shared::trust::dsse::KeyRole;
+use ferry_shared::trust::revocation::{REVOCATIONS_PAYLOAD_TYPE, RevocationList, Revoked};
 use semver::Version;
 
 use super::exit::Usage;
@@ -95,7 +95,7 @@ fn revoke(
     // Build on the signed list itself (its payload), not on the server's summary of it.
     let held: Option<RevocationList> = match current.get("envelope") {
         Some(env) if !env.is_null() => {
-            let env: ferry_shared::dsse::Envelope = serde_json::from_value(env.clone())
+            let env: ferry_shared::trust::dsse::Envelope = serde_json::from_value(env.clone())
                 .context("the server's revocation envelope is not readable")?;
             let list = RevocationList::from_accepted_envelope(&env)?;
             if list.model != model_name {

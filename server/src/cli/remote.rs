@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use ferry_shared::resolve::ErrorBody;
+use ferry_shared::wire::resolve::ErrorBody;
 
 /// Text from the server with control characters (terminal escapes) made visible: what the
 /// CLI prints of free text others wrote (reasons, install ids, device classes).

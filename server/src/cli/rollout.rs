@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Subcommand;
-use ferry_shared::rollout::{Percent, Preview, RolloutChange, RolloutPlan, format_percent};
+use ferry_shared::select::rollout::{Percent, Preview, RolloutChange, RolloutPlan, format_percent};
 use semver::Version;
 
 use super::remote::{Remote, admin_call, sanitize};
@@ -170,7 +170,9 @@ pub struct SimpleRollout {
 pub(crate) fn print_plan(p: &RolloutPlan) {
     let show = |v: &Option<Version>| v.as_ref().map_or("-".to_string(), Version::to_string);
     let what = match (&p.staged, p.state) {
-        (Some(staged), state) if state != ferry_shared::rollout::RolloutState::Completed => {
+        (Some(staged), state)
+            if state != ferry_shared::select::rollout::RolloutState::Completed =>
+        {
             format!(
                 "{}, staged {staged} at {}% (baseline {})",
                 state.as_str(),

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
-use ferry_shared::dsse::KeyRole;
+use ferry_shared::trust::dsse::KeyRole;
 
 use crate::keys;
 use crate::release::sign;

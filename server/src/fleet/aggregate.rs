@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use ferry_shared::telemetry::TelemetryEvent;
+use ferry_shared::wire::telemetry::TelemetryEvent;
 use serde::Serialize;
 use time::OffsetDateTime;
 
@@ -30,7 +30,7 @@ use crate::fleet::events::RawEvent;
 use crate::fleet::ingest::{EventError, MAX_DEVICES, TelemetryConfig, validate};
 use crate::fleet::limits::{IpKey, Limiter};
 use crate::fleet::rollup::Rollup;
-use ferry_shared::deny::DenyEntry;
+use ferry_shared::select::deny::DenyEntry;
 
 /// Most events one device adds to one variant's counts on one replica in an hour: a device
 /// (even one with a real receipt) weighs at most this much in rates, halts, ramps and deny
@@ -173,7 +173,7 @@ impl Telemetry {
         let mut report = IngestReport::default();
         let mut good = Vec::new();
         for (i, v) in events.iter().enumerate() {
-            let peek = ferry_shared::telemetry::peek_event(v);
+            let peek = ferry_shared::wire::telemetry::peek_event(v);
             if report.unknown_fields.len() < 256 {
                 report.unknown_fields.extend(peek.unknown_fields);
             }

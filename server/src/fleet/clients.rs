@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use ferry_shared::protocol::{Protocol, Sdk};
+use ferry_shared::wire::protocol::{Protocol, Sdk};
 
 use crate::fleet::devices::Devices;
 

@@ -1,12 +1,12 @@
 //! The deny list of each model, kept as a revision log in the store
 //! (`state/<model>/deny/<revision>.json`, see [`StorageKey::deny_log`]).
 //!
-//! Entries and changes are the typed [`ferry_shared::deny`] values; [`apply_change`] is the pure
+//! Entries and changes are the typed [`ferry_shared::select::deny`] values; [`apply_change`] is the pure
 //! rule for an operator's change, and [`change`] / [`add_learned`] append a revision with it.
 
 use ferry_shared::ModelName;
-use ferry_shared::deny::{DenyAction, DenyChange, DenyEntry, DenySource, DenyState};
 use ferry_shared::errors::ErrorCode;
+use ferry_shared::select::deny::{DenyAction, DenyChange, DenyEntry, DenySource, DenyState};
 use serde::{Deserialize, Serialize};
 
 use crate::storage::{StorageKey, Store, StoreError, revisions};
@@ -251,7 +251,7 @@ pub async fn add_learned(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_shared::deny::DeviceClass;
+    use ferry_shared::select::deny::DeviceClass;
 
     fn change(action: DenyAction) -> DenyChange {
         DenyChange {
@@ -303,7 +303,7 @@ mod tests {
 #[cfg(test)]
 mod learned_tests {
     use super::*;
-    use ferry_shared::deny::{DenyState, DeviceClass};
+    use ferry_shared::select::deny::{DenyState, DeviceClass};
 
     #[tokio::test]
     async fn learned_entries_stop_at_the_cap_and_hand_made_ones_do_not() {
@@ -319,7 +319,7 @@ mod learned_tests {
             samples: 100,
             source: DenySource::Telemetry,
             state: DenyState::Deny,
-            kind: ferry_shared::deny::DenyKind::Fallback,
+            kind: ferry_shared::select::deny::DenyKind::Fallback,
             latency: None,
         };
         let fresh: Vec<DenyEntry> = (0..MAX_LEARNED + 40).map(entry).collect();

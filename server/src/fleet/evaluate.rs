@@ -2,7 +2,7 @@
 //! variant to a device class whose fallback rate crosses the deny threshold.
 
 use ferry_shared::ModelName;
-use ferry_shared::rollout::{RolloutPlan, RolloutState};
+use ferry_shared::select::rollout::{RolloutPlan, RolloutState};
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -72,7 +72,7 @@ pub async fn run_queue(fleet: Arc<Fleet>) {
 /// the thresholds or has too few samples. The samples must come from enough devices that no
 /// few of them can halt a rollout (each weighs at most `PER_DEVICE_EVENTS` an hour).
 pub fn halt_reason(
-    t: &ferry_shared::rollout::Thresholds,
+    t: &ferry_shared::select::rollout::Thresholds,
     staged: &semver::Version,
     (loads, failures, fallbacks): (u64, u64, u64),
     devices: u64,
@@ -175,7 +175,7 @@ mod tests {
 
     #[test]
     fn a_halt_needs_the_samples_from_enough_devices() {
-        let t = ferry_shared::rollout::Thresholds {
+        let t = ferry_shared::select::rollout::Thresholds {
             max_failure_rate: Some(0.05),
             max_fallback_rate: None,
             min_samples: 100,

@@ -2,7 +2,7 @@
 
 use ferry_shared::ModelName;
 use ferry_shared::errors::ErrorCode;
-use ferry_shared::telemetry::{EventKind, TelemetryEvent};
+use ferry_shared::wire::telemetry::{EventKind, TelemetryEvent};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use ferry_shared::telemetry::{TelemetryEvent, Thermal};
+use ferry_shared::wire::telemetry::{TelemetryEvent, Thermal};
 use serde::{Deserialize, Serialize};
 
 use crate::fleet::rollup::{Devices, LoadTimes};
@@ -307,7 +307,7 @@ pub fn compare(
     model: &str,
     staged: &str,
     baseline: &str,
-) -> Option<ferry_shared::rollout::ramp::LatencyCompare> {
+) -> Option<ferry_shared::select::rollout::ramp::LatencyCompare> {
     let staged_devices = devices(r, model, staged);
     if staged_devices < MIN_GATE_DEVICES || devices(r, model, baseline) < MIN_GATE_DEVICES {
         return None;
@@ -328,7 +328,7 @@ pub fn compare(
     }
     ratios.sort_by(f64::total_cmp);
     let ratio = *ratios.get(ratios.len().checked_sub(1)? / 2)?;
-    Some(ferry_shared::rollout::ramp::LatencyCompare {
+    Some(ferry_shared::select::rollout::ramp::LatencyCompare {
         staged_ms: median(&sm)?,
         baseline_ms: median(&bm)?,
         ratio,

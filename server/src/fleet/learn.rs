@@ -6,8 +6,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ferry_shared::ModelName;
-use ferry_shared::deny::{DenyEntry, DenyKind, DenySource, DenyState, DeviceClass, SlowFigures};
 use ferry_shared::manifest::{Delegate, Platform, ReleaseManifest, Variant};
+use ferry_shared::select::deny::{
+    DenyEntry, DenyKind, DenySource, DenyState, DeviceClass, SlowFigures,
+};
 use ferry_shared::select::{self, Preference};
 
 use crate::fleet::ingest::TelemetryConfig;
@@ -244,7 +246,7 @@ pub async fn learn(fleet: &Fleet, model: &ModelName, view: &Rollup) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_shared::telemetry::TelemetryEvent;
+    use ferry_shared::wire::telemetry::TelemetryEvent;
 
     fn manifest(budget: Option<f64>) -> ReleaseManifest {
         with_variants(&[

@@ -37,7 +37,7 @@ pub mod stored;
 use std::sync::Arc;
 
 use ferry_shared::ModelName;
-use ferry_shared::rollout::RolloutPlan;
+use ferry_shared::select::rollout::RolloutPlan;
 
 use crate::keyring::Ring;
 use crate::metrics::Metrics;

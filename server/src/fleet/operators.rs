@@ -33,7 +33,7 @@ pub const NEW_SETS_PER_HOUR: u32 = 256;
 /// One stored set.
 #[derive(Debug, Serialize, Deserialize)]
 struct StoredSet {
-    #[serde(default = "ferry_shared::protocol::format_one")]
+    #[serde(default = "ferry_shared::wire::protocol::format_one")]
     format: u32,
     operators: Vec<String>,
 }
@@ -76,7 +76,7 @@ impl OperatorSets {
             Ok(got) => got.bytes().await.ok().and_then(|b| {
                 serde_json::from_slice::<StoredSet>(&b)
                     .ok()
-                    .filter(|s| ferry_shared::operators::digest(&s.operators) == *d)
+                    .filter(|s| ferry_shared::select::operators::digest(&s.operators) == *d)
             }),
             Err(_) => None,
         };
@@ -99,8 +99,9 @@ impl OperatorSets {
     /// no replica did, and in memory, within [`NEW_SETS_PER_HOUR`]; past it the set serves
     /// this answer only. A store that cannot take it now costs a device a second list later.
     pub async fn remember(&self, store: &Store, operators: &[String]) -> Arc<BTreeSet<String>> {
-        let normal = ferry_shared::operators::normalize(operators.iter().map(String::as_str));
-        let d = ferry_shared::operators::digest(&normal);
+        let normal =
+            ferry_shared::select::operators::normalize(operators.iter().map(String::as_str));
+        let d = ferry_shared::select::operators::digest(&normal);
         if let Some(set) = ferry_shared::sync::lock(&self.known).sets.get(&d) {
             return set.clone();
         }
@@ -199,10 +200,10 @@ mod tests {
         assert_eq!(stored, NEW_SETS_PER_HOUR as usize);
         // A stored set is found again by another replica (a fresh memory).
         let other = OperatorSets::default();
-        let d = ferry_shared::operators::digest(&list(0));
+        let d = ferry_shared::select::operators::digest(&list(0));
         assert!(other.lookup(&store, &d).await.is_some());
         // One past the budget is not.
-        let past = ferry_shared::operators::digest(&list(NEW_SETS_PER_HOUR as usize + 1));
+        let past = ferry_shared::select::operators::digest(&list(NEW_SETS_PER_HOUR as usize + 1));
         assert!(other.lookup(&store, &past).await.is_none());
     }
 

@@ -11,8 +11,8 @@
 //! are kept in the raw log but change no decision.
 
 use base64::Engine as _;
-use ferry_shared::dsse::KeyPair;
-use ferry_shared::telemetry::TelemetryEvent;
+use ferry_shared::trust::dsse::KeyPair;
+use ferry_shared::wire::telemetry::TelemetryEvent;
 use hmac::{KeyInit as _, Mac as _};
 use sha2::{Digest as _, Sha256};
 
@@ -116,7 +116,7 @@ impl ReceiptKey {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_shared::telemetry::{EventKind, Outcome};
+    use ferry_shared::wire::telemetry::{EventKind, Outcome};
 
     fn event(receipt: Option<String>) -> TelemetryEvent {
         TelemetryEvent {

@@ -5,9 +5,9 @@
 //! lost race.
 
 use ferry_shared::ModelName;
-use ferry_shared::dsse::{Envelope, KeyRing};
 use ferry_shared::errors::ErrorCode;
-use ferry_shared::revocation::{RevocationError, RevocationList, verify_revocations};
+use ferry_shared::trust::dsse::{Envelope, KeyRing};
+use ferry_shared::trust::revocation::{RevocationError, RevocationList, verify_revocations};
 
 use crate::storage::{StorageKey, Store, StoreError, revisions};
 
@@ -88,9 +88,9 @@ pub async fn submit(
 ) -> Result<Submitted, SubmitError> {
     let list = verify_revocations(env, ring)?.into_inner();
     // An admin input stays strict: a field this server does not know would be dropped.
-    let payload = ferry_shared::dsse::decode_payload(env, &Default::default())
+    let payload = ferry_shared::trust::dsse::decode_payload(env, &Default::default())
         .map_err(RevocationError::from)?;
-    if let Some(field) = ferry_shared::protocol::unknown_field_path(&payload, &list) {
+    if let Some(field) = ferry_shared::wire::protocol::unknown_field_path(&payload, &list) {
         return Err(RevocationError::Invalid(format!(
             "unknown field {field}: this server does not know it (sign with the `ferry` of this \
              server's version, or upgrade the server)"

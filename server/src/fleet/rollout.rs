@@ -11,11 +11,11 @@ use std::sync::Arc;
 use ferry_shared::ModelName;
 use ferry_shared::errors::ErrorCode;
 use ferry_shared::manifest::ReleaseManifest;
-use ferry_shared::resolve::Cohort;
-use ferry_shared::rollout::{
+use ferry_shared::select::rollout::{
     Context, Preview, RolloutChange, RolloutPlan, TransitionError, classes, live_releases,
     on_publish, preview, transition,
 };
+use ferry_shared::wire::resolve::Cohort;
 use semver::Version;
 
 use crate::storage::catalog::{Catalog, Release};

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
+use ferry_shared::wire::telemetry::{EventKind, Outcome, TelemetryEvent};
 use serde::{Deserialize, Serialize};
 use sketches_ddsketch::{Config as SketchConfig, DDSketch};
 

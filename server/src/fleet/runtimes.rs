@@ -110,7 +110,7 @@ pub fn coverage(census: &[Runtime], manifest: &ReleaseManifest) -> serde_json::V
             .filter(meant)
             .filter(|r| {
                 r.operators.as_ref().is_some_and(|ops| {
-                    ferry_shared::operators::missing(v.operators_needed(), ops).is_empty()
+                    ferry_shared::select::operators::missing(v.operators_needed(), ops).is_empty()
                 })
             })
             .map(|r| r.devices)
@@ -138,13 +138,13 @@ pub fn coverage(census: &[Runtime], manifest: &ReleaseManifest) -> serde_json::V
         }
         if meant
             .iter()
-            .any(|v| ferry_shared::operators::missing(v.operators_needed(), ops).is_empty())
+            .any(|v| ferry_shared::select::operators::missing(v.operators_needed(), ops).is_empty())
         {
             continue;
         }
         let lacking: BTreeSet<&str> = meant
             .iter()
-            .flat_map(|v| ferry_shared::operators::missing(v.operators_needed(), ops))
+            .flat_map(|v| ferry_shared::select::operators::missing(v.operators_needed(), ops))
             .collect();
         stranded.push(serde_json::json!({
             "app_version": r.app,

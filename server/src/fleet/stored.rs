@@ -49,7 +49,7 @@ pub(crate) async fn read_whole<T: serde::de::DeserializeOwned + serde::Serialize
         let v = serde_json::from_slice::<T>(&bytes).map_err(|e| e.to_string())?;
         probe_merge(rollup_of(&v));
         let lost = if whole {
-            ferry_shared::protocol::unknown_field_path(&bytes, &v)
+            ferry_shared::wire::protocol::unknown_field_path(&bytes, &v)
         } else {
             None
         };

@@ -13,9 +13,9 @@
 use std::path::PathBuf;
 
 use ferry_shared::KeyId;
-use ferry_shared::dsse::Envelope;
 use ferry_shared::errors::ErrorCode;
-use ferry_shared::keyring::{Keyring, TrustState};
+use ferry_shared::trust::dsse::Envelope;
+use ferry_shared::trust::keyring::{Keyring, TrustState};
 use futures_util::TryStreamExt as _;
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore as _, ObjectStoreExt as _, PutMode, PutOptions, PutPayload};

@@ -4,7 +4,7 @@
 //! with hex keys, written with mode 0600; an encrypted one holds `sealed` instead of `secret`
 //! ([`crate::keys::sealed`]). `trust.json` beside them holds the root keys apps pin
 //! ([`ferry_shared::trust::TrustFile`]) and `keyring/<version>.json` the keyrings they sign
-//! ([`ferry_shared::keyring`]). A server needs `online.key`, `trust.json` and `keyring/`; the
+//! ([`ferry_shared::trust::keyring`]). A server needs `online.key`, `trust.json` and `keyring/`; the
 //! root and release keys stay on the operator's offline machine.
 //!
 //! Bottom layer: imports only `ferry-shared` and `ferry-fs`.
@@ -20,8 +20,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 use ferry_shared::KeyId;
-use ferry_shared::dsse::{Envelope, KeyPair, KeyRole};
-use ferry_shared::keyring::{KEYRING_PAYLOAD_TYPE, Keyring, KeyringKey, RootSet, TrustState};
+use ferry_shared::trust::dsse::{Envelope, KeyPair, KeyRole};
+use ferry_shared::trust::keyring::{
+    KEYRING_PAYLOAD_TYPE, Keyring, KeyringKey, RootSet, TrustState,
+};
 use ferry_shared::trust::{TrustFile, TrustedKeyEntry};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;

@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
-use ferry_shared::protocol::{Protocol, Sdk};
+use ferry_shared::wire::protocol::{Protocol, Sdk};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

@@ -6,10 +6,10 @@ use std::path::Path;
 
 use anyhow::Context as _;
 use ferry_shared::Sha256Digest;
-use ferry_shared::chunks::{
+use ferry_shared::manifest::ReleaseManifest;
+use ferry_shared::manifest::chunks::{
     CHUNK_AVG, CHUNK_MAX, CHUNK_MIN, CHUNKED_FILE_MIN, ChunkIndex, ChunkIndexRef,
 };
-use ferry_shared::manifest::ReleaseManifest;
 use futures_util::StreamExt as _;
 use object_store::ObjectStoreExt as _;
 use sha2::{Digest as _, Sha256};
@@ -30,7 +30,7 @@ fn from_pieces(pieces: Vec<(u64, [u8; 32])>) -> ChunkIndex {
     ChunkIndex::new(
         pieces
             .into_iter()
-            .map(|(size, d)| ferry_shared::chunks::Chunk {
+            .map(|(size, d)| ferry_shared::manifest::chunks::Chunk {
                 size,
                 sha256: Sha256Digest::from_bytes(d),
             })

@@ -8,12 +8,14 @@
 
 use std::sync::Arc;
 
-use ferry_shared::deny::DenyEntry;
 use ferry_shared::errors::ErrorCode;
 use ferry_shared::manifest::{ReleaseManifest, Variant};
-use ferry_shared::resolve::{Candidate, Cohort, CohortRule, Decision, Explanation, ResolveRequest};
-use ferry_shared::rollout::{Pin, RolloutPlan};
+use ferry_shared::select::deny::DenyEntry;
+use ferry_shared::select::rollout::{Pin, RolloutPlan};
 use ferry_shared::select::{self, Preference, Rule};
+use ferry_shared::wire::resolve::{
+    Candidate, Cohort, CohortRule, Decision, Explanation, ResolveRequest,
+};
 use time::OffsetDateTime;
 
 use crate::snapshot::Revocations;
@@ -68,12 +70,12 @@ impl ModelState<'_> {
         if signed { version } else { 0 }
     }
 
-    /// The decision sequence: [`ferry_shared::resolve::SEQUENCE_BASE`] plus the state
+    /// The decision sequence: [`ferry_shared::wire::resolve::SEQUENCE_BASE`] plus the state
     /// generation. Every input only grows and comes from the store, so replicas that have
     /// caught up agree and no clock can push it ahead.
     pub fn sequence(&self) -> u64 {
         let (rollout, deny, releases, _, _) = self.generation();
-        ferry_shared::resolve::SEQUENCE_BASE
+        ferry_shared::wire::resolve::SEQUENCE_BASE
             + rollout
             + deny
             + releases
@@ -196,7 +198,7 @@ pub fn decide(
     let manifests: Vec<&ReleaseManifest> = releases.iter().map(|r| &r.manifest).collect();
     let deny = |m: &ReleaseManifest, v: &Variant, d: &ResolveRequest| {
         if let Some(have) = policy.operators {
-            let missing = ferry_shared::operators::missing(v.operators_needed(), have);
+            let missing = ferry_shared::select::operators::missing(v.operators_needed(), have);
             if !missing.is_empty() {
                 return Some(Rule::Exclude(format!(
                     "operators_missing: the device's runtime does not register {}",

@@ -69,7 +69,7 @@ pub fn parse_preprocess(ctx: &str, table: &toml::Value) -> anyhow::Result<Prepro
         .clone()
         .try_into()
         .map_err(|e| anyhow::anyhow!("{ctx} is not valid: {}", one_line(&e.to_string())))?;
-    if let Some(field) = ferry_shared::protocol::unknown_field_path(&json, &p) {
+    if let Some(field) = ferry_shared::wire::protocol::unknown_field_path(&json, &p) {
         bail!(
             "{ctx} has an unknown key {field:?} (known: resize = {{ width, height, filter }}, \
              color, layout, range, mean, std)"

@@ -9,11 +9,11 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use ferry_shared::dsse::{DsseError, Envelope, KeyRing};
 use ferry_shared::errors::ErrorCode;
 use ferry_shared::manifest::{ManifestError, ReleaseManifest, verify_release_envelope};
 use ferry_shared::pte::{self, PteLimits, PteReport};
-use ferry_shared::rollout::RolloutPlan;
+use ferry_shared::select::rollout::RolloutPlan;
+use ferry_shared::trust::dsse::{DsseError, Envelope, KeyRing};
 use ferry_shared::{ModelName, Sha256Digest};
 use futures_util::{Stream, StreamExt as _};
 use object_store::{ObjectStoreExt as _, PutMode, PutOptions, PutPayload, WriteMultipart};
@@ -417,7 +417,7 @@ fn check_delegation(
     variant: &ferry_shared::manifest::Variant,
     report: &PteReport,
 ) -> Result<(), PublishError> {
-    if let Some(why) = pte::delegation_mismatch(
+    if let Some(why) = ferry_shared::manifest::delegation_mismatch(
         variant.id.as_str(),
         &variant.delegate,
         &variant.backends,

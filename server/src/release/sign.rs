@@ -28,11 +28,11 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
-use ferry_shared::dsse::Envelope;
 use ferry_shared::manifest::{
     Delegate, DeviceConstraints, ExtraFile, Golden, ManifestLimits, Platform, RELEASE_PAYLOAD_TYPE,
     ReleaseManifest, Variant,
 };
+use ferry_shared::trust::dsse::Envelope;
 use ferry_shared::{BackendId, ModelName, Sha256Digest, VariantId, pte};
 use semver::{Version, VersionReq};
 use serde::Deserialize;
@@ -236,8 +236,12 @@ pub fn build(
             .map(BackendId::new)
             .collect::<Result<_, _>>()
             .with_context(|| format!("variant {}: odd backend id in {}", v.id, path.display()))?;
-        if let Some(why) = pte::delegation_mismatch(v.id.as_str(), &v.delegate, &backends, &report)
-        {
+        if let Some(why) = ferry_shared::manifest::delegation_mismatch(
+            v.id.as_str(),
+            &v.delegate,
+            &backends,
+            &report,
+        ) {
             bail!("{why}");
         }
         let (extra_files, extra_signed) = data_files(v, base, read, &report)?;
@@ -273,7 +277,7 @@ pub fn build(
             id: v.id.clone(),
             delegate: v.delegate.clone(),
             backends,
-            operators: Some(ferry_shared::operators::normalize(
+            operators: Some(ferry_shared::select::operators::normalize(
                 report
                     .methods
                     .iter()
@@ -441,7 +445,7 @@ pub fn parse_golden(bytes: &[u8]) -> anyhow::Result<Golden> {
 
 /// Signs a manifest with a release key.
 pub fn sign(manifest: &ReleaseManifest, key: &RoleKey) -> anyhow::Result<Envelope> {
-    if key.role != ferry_shared::dsse::KeyRole::Release {
+    if key.role != ferry_shared::trust::dsse::KeyRole::Release {
         bail!(
             "releases must be signed with a release key; this is a {} key",
             key.role

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use ferry_shared::Sha256Digest;
-use ferry_shared::chunks::{ChunkIndex, ChunkIndexRef};
+use ferry_shared::manifest::chunks::{ChunkIndex, ChunkIndexRef};
 use ferry_shared::manifest::{ReleaseManifest, Variant};
 use object_store::ObjectStoreExt as _;
 

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ferry_shared::ModelName;
-use ferry_shared::dsse::{Envelope, KeyRing};
 use ferry_shared::manifest::{ReleaseManifest, verify_release_envelope};
+use ferry_shared::trust::dsse::{Envelope, KeyRing};
 use futures_util::TryStreamExt as _;
 use object_store::ObjectStoreExt as _;
 use semver::Version;

@@ -36,7 +36,7 @@ fn lost_in_rewrite<T: Serialize + DeserializeOwned>(raw: &serde_json::Value) -> 
     }
     let typed: T = serde_json::from_value(raw.clone()).ok()?;
     let text = serde_json::to_vec(raw).ok()?;
-    ferry_shared::protocol::unknown_field_path(&text, &typed).map(|f| format!("field {f}"))
+    ferry_shared::wire::protocol::unknown_field_path(&text, &typed).map(|f| format!("field {f}"))
 }
 
 /// How many times a change is retried after losing a race.

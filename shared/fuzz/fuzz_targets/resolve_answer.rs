@@ -4,9 +4,9 @@
 //! against fixed trusted keys. It must refuse, never panic.
 #![no_main]
 
-use ferry_shared::dsse::{KeyPair, KeyRole};
-use ferry_shared::keyring::TrustState;
-use ferry_shared::resolve::{ResolveRequest, ResolveResponse};
+use ferry_shared::trust::dsse::{KeyPair, KeyRole};
+use ferry_shared::trust::keyring::TrustState;
+use ferry_shared::wire::resolve::{ResolveRequest, ResolveResponse};
 use ferry_shared::trust::TrustFile;
 use libfuzzer_sys::fuzz_target;
 

@@ -4,8 +4,8 @@
 //! a value or an error, never a panic.
 #![no_main]
 
-use ferry_shared::dsse::{Envelope, KeyPair, KeyRole};
-use ferry_shared::keyring::{Keyring, KeyringResponse, TrustState};
+use ferry_shared::trust::dsse::{Envelope, KeyPair, KeyRole};
+use ferry_shared::trust::keyring::{Keyring, KeyringResponse, TrustState};
 use ferry_shared::trust::TrustFile;
 use libfuzzer_sys::fuzz_target;
 
@@ -15,12 +15,12 @@ fuzz_target!(|data: &[u8]| {
         let _ = TrustState::from_trust_file(&file);
     }
     let _ = Keyring::from_json(data);
-    let _ = ferry_shared::revocation::RevocationList::from_json(data);
-    if let Ok(r) = serde_json::from_slice::<ferry_shared::resolve::ResolveRequest>(data) {
+    let _ = ferry_shared::trust::revocation::RevocationList::from_json(data);
+    if let Ok(r) = serde_json::from_slice::<ferry_shared::wire::resolve::ResolveRequest>(data) {
         let _ = r.validate();
     }
-    let _ = serde_json::from_slice::<ferry_shared::resolve::Decision>(data);
-    let _ = serde_json::from_slice::<ferry_shared::telemetry::TelemetryEvent>(data);
+    let _ = serde_json::from_slice::<ferry_shared::wire::resolve::Decision>(data);
+    let _ = serde_json::from_slice::<ferry_shared::wire::telemetry::TelemetryEvent>(data);
     // Walk whatever chain the bytes hold from a pinned root: the walk must refuse, never panic.
     let root = KeyPair::from_seed(&[7; 32]);
     let mut pinned = TrustFile::default();
@@ -34,7 +34,7 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(env) = serde_json::from_slice::<Envelope>(data) {
         let _ = state.advance(&env);
         let _ = Keyring::peek_version(&env);
-        let _ = ferry_shared::revocation::verify_revocations(&env, &state.ring_at(time_zero()));
+        let _ = ferry_shared::trust::revocation::verify_revocations(&env, &state.ring_at(time_zero()));
     }
 });
 

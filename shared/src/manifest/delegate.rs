@@ -268,6 +268,50 @@ impl<'de> Deserialize<'de> for Platform {
     }
 }
 
+/// Checks that a variant declared as `delegate` with backend list `declared` is what its
+/// program really contains ("partitioners fail open": a variant labelled Vulkan may call no
+/// Vulkan at all). Returns why not, for people, or `None` when it matches.
+pub fn delegation_mismatch(
+    variant: &str,
+    delegate: &Delegate,
+    declared: &[crate::names::BackendId],
+    report: &crate::pte::PteReport,
+) -> Option<String> {
+    use std::collections::BTreeSet;
+    let found: BTreeSet<String> = report.backends().into_iter().collect();
+    let declared: BTreeSet<String> = declared.iter().map(|b| b.to_string()).collect();
+    let summary = report
+        .methods
+        .iter()
+        .map(|m| format!("{}: {}", m.name, m.summary))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let list = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(", ");
+    match delegate.backend_id() {
+        None if !found.is_empty() => {
+            return Some(format!(
+                "variant {variant} is declared portable but calls {} ({summary})",
+                list(&found)
+            ));
+        }
+        Some(id) if !found.contains(id) => {
+            return Some(format!(
+                "variant {variant} is declared {delegate} but its program never calls {id} \
+                 ({summary}); the partitioner probably declined the graph"
+            ));
+        }
+        _ => {}
+    }
+    if found != declared {
+        return Some(format!(
+            "variant {variant} lists backends [{}] but its program calls [{}]",
+            list(&declared),
+            list(&found)
+        ));
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,11 +17,12 @@ use time::OffsetDateTime;
 
 use crate::names::{BackendId, ModelName, NameError, Sha256Digest, VariantId};
 
+pub mod chunks;
 mod delegate;
 mod evaluation;
 mod metadata;
 
-pub use delegate::{Delegate, HardwareClass, Platform};
+pub use delegate::{Delegate, HardwareClass, Platform, delegation_mismatch};
 pub use evaluation::{
     BaselineRef, Evaluation, EvaluationOverride, EvaluationResult, MAX_EVALUATION_TEXT,
 };
@@ -36,16 +37,16 @@ pub const RELEASE_PAYLOAD_TYPE: &str = "application/vnd.ferry.release+json";
 /// Verifies a release envelope: payload type, and one valid signature by a trusted release key
 /// (default limits). The bytes still need [`ReleaseManifest::from_json`] or `_strict`.
 pub fn verify_release_envelope(
-    env: &crate::dsse::Envelope,
-    ring: &crate::dsse::KeyRing,
-) -> Result<crate::dsse::Verified<Vec<u8>>, crate::dsse::DsseError> {
-    crate::dsse::verify(
+    env: &crate::trust::dsse::Envelope,
+    ring: &crate::trust::dsse::KeyRing,
+) -> Result<crate::trust::dsse::Verified<Vec<u8>>, crate::trust::dsse::DsseError> {
+    crate::trust::dsse::verify(
         env,
         RELEASE_PAYLOAD_TYPE,
         ring,
-        crate::dsse::KeyRole::Release,
+        crate::trust::dsse::KeyRole::Release,
         1,
-        &crate::dsse::DsseLimits::default(),
+        &crate::trust::dsse::DsseLimits::default(),
     )
 }
 
@@ -107,10 +108,10 @@ pub struct ExtraFile {
     /// Exact size in bytes.
     pub size: u64,
     /// Its chunk index, for delta updates (files of at least
-    /// [`crate::chunks::CHUNKED_FILE_MIN`] bytes signed by a ferry that makes them; absent
+    /// [`crate::manifest::chunks::CHUNKED_FILE_MIN`] bytes signed by a ferry that makes them; absent
     /// otherwise, and then the file is downloaded whole).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub chunk_index: Option<crate::chunks::ChunkIndexRef>,
+    pub chunk_index: Option<crate::manifest::chunks::ChunkIndexRef>,
 }
 
 /// Which devices a variant may go to, besides runtime and app ranges.
@@ -157,7 +158,7 @@ pub struct Variant {
     pub size: u64,
     /// The program's chunk index, for delta updates (absent: downloaded whole).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub chunk_index: Option<crate::chunks::ChunkIndexRef>,
+    pub chunk_index: Option<crate::manifest::chunks::ChunkIndexRef>,
     /// Extra data files (`.ptd`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extra_files: Vec<ExtraFile>,
@@ -226,10 +227,10 @@ impl Variant {
 /// A signed-to-be description of one release of one model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReleaseManifest {
-    /// The payload's format (absent: 1; see [`crate::protocol::FORMAT`]).
+    /// The payload's format (absent: 1; see [`crate::wire::protocol::FORMAT`]).
     #[serde(
-        default = "crate::protocol::format_one",
-        skip_serializing_if = "crate::protocol::is_format_one"
+        default = "crate::wire::protocol::format_one",
+        skip_serializing_if = "crate::wire::protocol::is_format_one"
     )]
     pub format: u32,
     /// The model.
@@ -310,7 +311,7 @@ pub enum ManifestError {
     Invalid(String),
     /// The manifest is in a format this build cannot read.
     #[error(transparent)]
-    Format(#[from] crate::protocol::FormatError),
+    Format(#[from] crate::wire::protocol::FormatError),
 }
 
 impl ManifestError {
@@ -357,7 +358,7 @@ impl ReleaseManifest {
 
     /// Parses JSON leniently (unknown fields are ignored), then validates with default limits.
     pub fn from_json(bytes: &[u8]) -> Result<Self, ManifestError> {
-        crate::protocol::check_format("release manifest", bytes)?;
+        crate::wire::protocol::check_format("release manifest", bytes)?;
         let m: ReleaseManifest =
             serde_json::from_slice(bytes).map_err(|e| ManifestError::Malformed(e.to_string()))?;
         m.validate(&ManifestLimits::default())?;
@@ -367,7 +368,7 @@ impl ReleaseManifest {
     /// Parses JSON and refuses any field the schema does not define (what publishing uses).
     pub fn from_json_strict(bytes: &[u8]) -> Result<Self, ManifestError> {
         let m = Self::from_json(bytes)?;
-        if let Some(field) = crate::protocol::unknown_field_path(bytes, &m) {
+        if let Some(field) = crate::wire::protocol::unknown_field_path(bytes, &m) {
             return Err(ManifestError::UnknownField { field });
         }
         Ok(m)
@@ -432,7 +433,7 @@ impl ReleaseManifest {
                 return bad(format!("{ctx}: {why}"));
             }
             if let Some(ops) = &v.operators
-                && let Err(e) = crate::operators::check_list(ops)
+                && let Err(e) = crate::select::operators::check_list(ops)
             {
                 return bad(format!("{ctx}: {e}"));
             }

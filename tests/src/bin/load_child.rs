@@ -17,8 +17,8 @@ use std::sync::Arc;
 use ferry_client::executorch_runtime::ExecuTorchRuntime;
 use ferry_client::{ClientBuilder, DeviceInfo};
 use ferry_shared::manifest::Platform;
-use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
 use ferry_shared::trust::TrustFile;
+use ferry_shared::wire::telemetry::{EventKind, Outcome, TelemetryEvent};
 
 fn device() -> DeviceInfo {
     DeviceInfo {

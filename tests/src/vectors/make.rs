@@ -255,7 +255,7 @@ fn keyrings(out: &mut Out, k: &Keys) -> anyhow::Result<()> {
     // Keyrings.
     let k1 = std::fs::read(dir().join("keys/keyring/00000001.json"))?;
     let k1_env: Envelope = serde_json::from_slice(&k1)?;
-    let k1_payload: Value = serde_json::from_slice(&ferry_shared::dsse::decode_payload(
+    let k1_payload: Value = serde_json::from_slice(&ferry_shared::trust::dsse::decode_payload(
         &k1_env,
         &Default::default(),
     )?)?;
@@ -275,7 +275,7 @@ fn keyrings(out: &mut Out, k: &Keys) -> anyhow::Result<()> {
         "keyring-2-future.json",
         bytes(&signed(
             &k.root.pair,
-            ferry_shared::keyring::KEYRING_PAYLOAD_TYPE,
+            ferry_shared::trust::keyring::KEYRING_PAYLOAD_TYPE,
             &k2,
         )),
         json!({"kind": "keyring", "schema": "keyring.schema.json", "chain": ["keyring-1.json"],
@@ -289,7 +289,7 @@ fn keyrings(out: &mut Out, k: &Keys) -> anyhow::Result<()> {
         "keyring-2-format-2.json",
         bytes(&signed(
             &k.root.pair,
-            ferry_shared::keyring::KEYRING_PAYLOAD_TYPE,
+            ferry_shared::trust::keyring::KEYRING_PAYLOAD_TYPE,
             &k2f,
         )),
         json!({"kind": "keyring", "schema": null, "chain": ["keyring-1.json"],
@@ -305,7 +305,7 @@ fn revocation_lists(out: &mut Out, k: &Keys) {
     // Revocation lists.
     let rev = json!({"model": "vec", "version": 1,
                      "revoked": [{"release": "1.0.0", "reason": "vector: bad build", "at": ISSUED}]});
-    let rev_type = ferry_shared::revocation::REVOCATIONS_PAYLOAD_TYPE;
+    let rev_type = ferry_shared::trust::revocation::REVOCATIONS_PAYLOAD_TYPE;
     out.add(
         "revocations-v1.json",
         bytes(&signed(&k.release.pair, rev_type, &rev)),

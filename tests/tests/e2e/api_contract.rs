@@ -174,7 +174,7 @@ fn the_documented_patterns_are_the_servers_rules() {
     );
     same_rule(
         "Nonce",
-        |s| ferry_shared::resolve::check_nonce(s).is_ok(),
+        |s| ferry_shared::wire::resolve::check_nonce(s).is_ok(),
         &[
             "AAAAAAAAAAAAAAAAAAAAAA",
             "AAAAAAAAAAAAAAAAAAAAAB",
@@ -282,7 +282,7 @@ fn the_schema_driven_tester_finds_no_mismatch() {
 /// generator cannot forge a signature, so without them those operations would only ever meet
 /// the signature checks. Returns the copy's path.
 fn with_signed_examples(app: &TestApp, dir: &std::path::Path) -> std::path::PathBuf {
-    use ferry_shared::revocation::{REVOCATIONS_PAYLOAD_TYPE, RevocationList, Revoked};
+    use ferry_shared::trust::revocation::{REVOCATIONS_PAYLOAD_TYPE, RevocationList, Revoked};
     let release = |version: &str| {
         let mut spec = ferry_tests::app::mlp_v1();
         spec.model = "demo-mlp".parse().expect("model");

@@ -3,7 +3,7 @@
 //! `tests/fixtures/bucket_vectors.py`) agrees with both. Other client languages check
 //! themselves against the same file.
 
-use ferry_shared::rollout::bucket;
+use ferry_shared::select::rollout::bucket;
 
 fn vectors() -> serde_json::Value {
     let mut cases = Vec::new();

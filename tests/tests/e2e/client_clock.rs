@@ -75,7 +75,9 @@ pub(crate) fn teach_operators(app: &TestApp) {
         .registered_operators()
         .expect("operators");
     let mut req = ferry_tests::app::device("linux", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096);
-    req["operators_digest"] = ferry_shared::operators::digest(&ops).to_hex().into();
+    req["operators_digest"] = ferry_shared::select::operators::digest(&ops)
+        .to_hex()
+        .into();
     req["operators"] = serde_json::json!(ops);
     let (status, body) = app.resolve(&req, false);
     assert_eq!(status, 200, "{body}");
@@ -198,7 +200,7 @@ fn a_decision_for_another_nonce_or_none_is_judged_as_such() {
     let time = d.time.expect("the server's time");
     assert!((time - OffsetDateTime::now_utc()).abs() < time::Duration::minutes(1));
     // The same answer shown to a request with another nonce, or with none: refused.
-    let resp: ferry_shared::resolve::ResolveResponse =
+    let resp: ferry_shared::wire::resolve::ResolveResponse =
         serde_json::from_value(body.clone()).expect("answer");
     let release = resp.release.clone().expect("release");
     let trust = app.trust_state();
@@ -207,7 +209,7 @@ fn a_decision_for_another_nonce_or_none_is_judged_as_such() {
         None,
     ] {
         req["nonce"] = other.clone().map_or(serde_json::Value::Null, Into::into);
-        let request: ferry_shared::resolve::ResolveRequest =
+        let request: ferry_shared::wire::resolve::ResolveRequest =
             serde_json::from_value(req.clone()).expect("request");
         let got = ferry_client::verify::verify_response(
             &resp,
@@ -506,7 +508,7 @@ fn a_device_far_ahead_still_trusts_an_online_key_that_expires_later_by_the_serve
 
 #[test]
 fn skewed_devices_honour_a_revocation_and_refuse_a_replayed_answer() {
-    use ferry_shared::revocation::{REVOCATIONS_PAYLOAD_TYPE, RevocationList, Revoked};
+    use ferry_shared::trust::revocation::{REVOCATIONS_PAYLOAD_TYPE, RevocationList, Revoked};
     let (m, d) = (time::Duration::minutes(1), time::Duration::days(1));
     for offset in [-d * (55 * 365), -d * 2, m * 90, d * (14 * 365)] {
         let app = TestApp::start();

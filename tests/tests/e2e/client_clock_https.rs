@@ -294,7 +294,7 @@ fn a_real_client_process_in_1970_and_2040_loads_over_https() {
 #[test]
 fn the_signed_time_endpoint_answers_one_nonce_and_refuses_bad_ones() {
     use base64::Engine as _;
-    use ferry_shared::clock::{SignedTime, TIME_PAYLOAD_TYPE, TimeResponse};
+    use ferry_shared::trust::clock::{SignedTime, TIME_PAYLOAD_TYPE, TimeResponse};
     let app = TestApp::start_with(Options {
         tweak: Some(Box::new(|c| c.limits.fresh_decisions_per_minute = 3)),
         ..Default::default()
@@ -315,8 +315,8 @@ fn the_signed_time_endpoint_answers_one_nonce_and_refuses_bad_ones() {
     let answer: TimeResponse =
         serde_json::from_str(&resp.body_mut().read_to_string().expect("body")).expect("json");
     let mut trust =
-        ferry_shared::keyring::TrustState::from_trust_file(&app.trust()).expect("trust");
-    let chain: ferry_shared::keyring::KeyringResponse = serde_json::from_str(
+        ferry_shared::trust::keyring::TrustState::from_trust_file(&app.trust()).expect("trust");
+    let chain: ferry_shared::trust::keyring::KeyringResponse = serde_json::from_str(
         &app.agent
             .get(app.at("/v1/keyring"))
             .call()
@@ -327,11 +327,11 @@ fn the_signed_time_endpoint_answers_one_nonce_and_refuses_bad_ones() {
     )
     .expect("keyring json");
     trust.advance_all(&chain.keyrings).expect("walk");
-    let verified = ferry_shared::dsse::verify(
+    let verified = ferry_shared::trust::dsse::verify(
         &answer.time,
         TIME_PAYLOAD_TYPE,
         &trust.ring_at(OffsetDateTime::now_utc()),
-        ferry_shared::dsse::KeyRole::Online,
+        ferry_shared::trust::dsse::KeyRole::Online,
         1,
         &Default::default(),
     )

@@ -11,7 +11,7 @@ use ferry_client::{
 };
 use ferry_shared::Sha256Digest;
 use ferry_shared::manifest::{Golden, Platform};
-use ferry_shared::telemetry::{EventKind, Outcome};
+use ferry_shared::wire::telemetry::{EventKind, Outcome};
 use ferry_tests::app::{Options, TestApp};
 use ferry_tests::proxy::{Fault, FaultProxy};
 
@@ -87,7 +87,7 @@ pub(crate) fn assert_cache_clean(cache: &Path) {
 fn with_run_timings(
     c: &ferry_client::Client,
     events: usize,
-) -> Vec<ferry_shared::telemetry::TelemetryEvent> {
+) -> Vec<ferry_shared::wire::telemetry::TelemetryEvent> {
     c.flush_inference();
     let queued = c.telemetry_pending();
     assert_eq!(

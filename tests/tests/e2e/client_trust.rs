@@ -7,7 +7,7 @@ use ferry_client::executorch_runtime::ExecuTorchRuntime;
 use ferry_client::{ClientBuilder, DeviceInfo, Source, max_abs_diff};
 use ferry_shared::Sha256Digest;
 use ferry_shared::manifest::Platform;
-use ferry_shared::telemetry::EventKind;
+use ferry_shared::wire::telemetry::EventKind;
 use ferry_tests::app::TestApp;
 use ferry_tests::proxy::{Fault, FaultProxy};
 use std::path::Path;
@@ -226,7 +226,7 @@ fn a_cached_entry_that_its_signed_release_does_not_list_is_never_offered() {
 
 /// A resolve answer for the test device, its decision edited by `edit` and re-signed with the
 /// server's online key: what an attacker who stole only the online key can send.
-fn forged(app: &TestApp, edit: impl FnOnce(&mut ferry_shared::resolve::Decision)) -> Vec<u8> {
+fn forged(app: &TestApp, edit: impl FnOnce(&mut ferry_shared::wire::resolve::Decision)) -> Vec<u8> {
     // Exactly what the test client asks for `device(Platform::Linux, &[])`, so that the
     // decision matches its request and only the edit can be refused.
     use ferry_client::Runtime as _;
@@ -239,20 +239,20 @@ fn forged(app: &TestApp, edit: impl FnOnce(&mut ferry_shared::resolve::Decision)
         false,
     );
     assert_eq!(status, 200);
-    let mut resp: ferry_shared::resolve::ResolveResponse =
+    let mut resp: ferry_shared::wire::resolve::ResolveResponse =
         serde_json::from_value(body).expect("response");
     let payload = base64::Engine::decode(
         &base64::engine::general_purpose::STANDARD,
         resp.decision.payload.as_bytes(),
     )
     .expect("base64");
-    let mut decision: ferry_shared::resolve::Decision =
+    let mut decision: ferry_shared::wire::resolve::Decision =
         serde_json::from_slice(&payload).expect("decision");
     edit(&mut decision);
     let online =
         ferry_server::keys::load(&app.dir.path().join("keys/online.key")).expect("online key");
     resp.decision = online.pair.sign(
-        ferry_shared::resolve::DECISION_PAYLOAD_TYPE,
+        ferry_shared::wire::resolve::DECISION_PAYLOAD_TYPE,
         &serde_json::to_vec(&decision).expect("json"),
     );
     serde_json::to_vec(&resp).expect("json")
@@ -292,7 +292,7 @@ fn the_online_key_cannot_send_a_device_what_the_release_key_did_not_sign_for_it(
     let app = demo();
     let proxy = FaultProxy::start(app.server.addr);
     let dev = device(Platform::Linux, &[]);
-    let coreml = |d: &mut ferry_shared::resolve::Decision| {
+    let coreml = |d: &mut ferry_shared::wire::resolve::Decision| {
         // Core ML is signed for iOS and macOS only; this device is Linux.
         let signed = app
             .verify_response(
@@ -322,8 +322,8 @@ fn the_online_key_cannot_send_a_device_what_the_release_key_did_not_sign_for_it(
         (
             "a staged decision for a device outside the staged cohort",
             forged(&app, |d| {
-                d.cohort = ferry_shared::resolve::Cohort::Staged;
-                d.cohort_rule = Some(ferry_shared::resolve::CohortRule {
+                d.cohort = ferry_shared::wire::resolve::Cohort::Staged;
+                d.cohort_rule = Some(ferry_shared::wire::resolve::CohortRule {
                     salt: "salt".into(),
                     basis_points: 0,
                 });

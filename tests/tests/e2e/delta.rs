@@ -141,7 +141,10 @@ impl World {
     }
 
     /// The chunk index the cache keeps for blob `d`, if any.
-    pub(crate) fn memo(&self, d: &Sha256Digest) -> Option<ferry_shared::chunks::ChunkIndex> {
+    pub(crate) fn memo(
+        &self,
+        d: &Sha256Digest,
+    ) -> Option<ferry_shared::manifest::chunks::ChunkIndex> {
         let path = self
             .cache()
             .join("chunks")

@@ -13,7 +13,7 @@ use ferry_client::executorch_runtime::ExecuTorchRuntime;
 use ferry_client::{ClientBuilder, DeviceInfo};
 use ferry_server::app::startup::RunningServer;
 use ferry_shared::manifest::{Platform, TensorValue};
-use ferry_shared::telemetry::{EventKind, Thermal};
+use ferry_shared::wire::telemetry::{EventKind, Thermal};
 use ferry_tests::app::{ADMIN_TOKEN, Options, TestApp, mlp_v1};
 
 fn device(install: &str, soc: &str) -> DeviceInfo {

@@ -7,7 +7,7 @@ use ferry_tests::until;
 
 use ferry_server::fleet::buckets::{BucketKey, Level, Part};
 use ferry_server::fleet::rollup::Rollup;
-use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
+use ferry_shared::wire::telemetry::{EventKind, Outcome, TelemetryEvent};
 use ferry_tests::app::{ADMIN_TOKEN, Options, READ_TOKEN, TestApp, mlp_v1};
 
 fn event(i: usize) -> TelemetryEvent {

@@ -9,8 +9,8 @@ use ferry_client::executorch_runtime::ExecuTorchRuntime;
 use ferry_client::{Client, ClientBuilder, DeviceInfo, Source};
 use ferry_server::keys::{self, RotateRole};
 use ferry_shared::manifest::Platform;
-use ferry_shared::resolve::{DECISION_PAYLOAD_TYPE, Decision, ResolveResponse};
 use ferry_shared::trust::TrustFile;
+use ferry_shared::wire::resolve::{DECISION_PAYLOAD_TYPE, Decision, ResolveResponse};
 use ferry_tests::app::{TestApp, mlp_v1, payload};
 use ferry_tests::proxy::{Fault, FaultProxy};
 
@@ -80,7 +80,7 @@ fn a_client_pinned_to_the_first_root_follows_two_online_rotations_and_a_release_
         pinned
             .keys
             .iter()
-            .all(|k| k.role == ferry_shared::dsse::KeyRole::Root),
+            .all(|k| k.role == ferry_shared::trust::dsse::KeyRole::Root),
         "apps pin the root key only"
     );
     let proxy = FaultProxy::start(app.server.addr);
@@ -235,7 +235,7 @@ fn rotating_root_needs_both_roots_and_the_client_follows() {
         Source::Cached
     );
     assert_eq!(c.keyring_version(), 3);
-    let v2: ferry_shared::dsse::Envelope =
+    let v2: ferry_shared::trust::dsse::Envelope =
         serde_json::from_slice(&std::fs::read(keys_dir.join("keyring/00000002.json")).expect("v2"))
             .expect("envelope");
     assert_eq!(

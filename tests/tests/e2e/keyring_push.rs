@@ -265,7 +265,7 @@ fn a_stray_file_blocks_only_its_version(
 fn wrong_pushes_refused(app: &TestApp, urls: &[String], v2: &[u8]) {
     // Hostile or wrong keyrings are refused with their reason, and nothing is stored.
     let forged = {
-        let mut env: ferry_shared::dsse::Envelope = serde_json::from_slice(v2).expect("env");
+        let mut env: ferry_shared::trust::dsse::Envelope = serde_json::from_slice(v2).expect("env");
         env.signatures[0].sig = env.signatures[0].sig.chars().rev().collect();
         serde_json::to_vec(&env).expect("json")
     };

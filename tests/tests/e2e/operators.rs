@@ -200,7 +200,7 @@ fn a_runtime_that_cannot_list_its_operators_downloads_both_as_before() {
 fn llm_request(ops: &[String], with_list: bool) -> serde_json::Value {
     let mut req = ferry_tests::app::device("linux", &[], "1.5.1", "1.0.0", 4096);
     req["model"] = "tinyllm".into();
-    req["operators_digest"] = ferry_shared::operators::digest(ops).to_hex().into();
+    req["operators_digest"] = ferry_shared::select::operators::digest(ops).to_hex().into();
     if with_list {
         req["operators"] = serde_json::json!(ops);
     }
@@ -308,7 +308,7 @@ fn old_clients_unknown_digests_and_runtimes_with_the_kernels_get_what_they_shoul
         "llama::custom_sdpa.out".into(),
         "llama::update_cache.out".into(),
     ]);
-    let with_llm = ferry_shared::operators::normalize(with_llm);
+    let with_llm = ferry_shared::select::operators::normalize(with_llm);
     let (status, body) = app.resolve(&llm_request(&with_llm, true), false);
     assert_eq!(status, 200, "{body}");
     assert_eq!(candidate_ids(&app, &body), ["custom-kernels", "standard"]);
@@ -424,7 +424,7 @@ fn the_runtime_census_and_the_pre_ramp_warning_hold_across_three_replicas_and_a_
         "llama::custom_sdpa.out".into(),
         "llama::update_cache.out".into(),
     ]);
-    let with_llm = ferry_shared::operators::normalize(with_llm);
+    let with_llm = ferry_shared::select::operators::normalize(with_llm);
     // Six devices on app 1.0.0 with the wheel's runtime and two on app 2.0.0 whose runtime
     // links the recipe's kernels, spread over the replicas; the first of each sends its list.
     let mut sent = 0;

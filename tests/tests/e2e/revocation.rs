@@ -7,9 +7,9 @@ use std::sync::Arc;
 use ferry_client::executorch_runtime::ExecuTorchRuntime;
 use ferry_client::{Client, ClientBuilder, DeviceInfo, Source};
 use ferry_server::keys::{self, RoleKey};
-use ferry_shared::dsse::Envelope;
 use ferry_shared::manifest::Platform;
-use ferry_shared::revocation::{REVOCATIONS_PAYLOAD_TYPE, RevocationList, Revoked};
+use ferry_shared::trust::dsse::Envelope;
+use ferry_shared::trust::revocation::{REVOCATIONS_PAYLOAD_TYPE, RevocationList, Revoked};
 use ferry_tests::app::{ADMIN_TOKEN, READ_TOKEN, TestApp, mlp_v1, mlp_v2};
 use ferry_tests::proxy::{Fault, FaultProxy};
 
@@ -169,7 +169,7 @@ fn the_server_accepts_only_signed_successor_lists() {
     app.publish(&mlp_v2());
     let release = app.release_key();
     let online = keys::load(&app.dir.path().join("keys/online.key")).expect("online key");
-    let stranger = keys::generate(ferry_shared::dsse::KeyRole::Release).expect("key");
+    let stranger = keys::generate(ferry_shared::trust::dsse::KeyRole::Release).expect("key");
     let first = signed(&list(1, &["1.0.0"]), &release);
     let cases: Vec<Case> = vec![
         (

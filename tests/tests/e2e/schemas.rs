@@ -52,7 +52,7 @@ fn real_responses_match_the_schemas() {
     let list = serde_json::json!({"model": "mlp", "version": 1, "revoked": [
         {"release": "0.9.0", "reason": "withdrawn", "at": "2026-12-01T00:00:00Z"}]});
     let env = app.release_key().pair.sign(
-        ferry_shared::revocation::REVOCATIONS_PAYLOAD_TYPE,
+        ferry_shared::trust::revocation::REVOCATIONS_PAYLOAD_TYPE,
         &serde_json::to_vec(&list).expect("json"),
     );
     let (status, b) = app.post_raw(
@@ -65,15 +65,15 @@ fn real_responses_match_the_schemas() {
     let (status, body) = app.resolve(&dev, true);
     assert_eq!(status, 200);
     check("resolve-response.schema.json", &body);
-    let env: ferry_shared::dsse::Envelope =
+    let env: ferry_shared::trust::dsse::Envelope =
         serde_json::from_value(body["decision"].clone()).expect("envelope");
     let decision: serde_json::Value = serde_json::from_slice(&payload(&env)).expect("decision");
     check("decision.schema.json", &decision);
-    let env: ferry_shared::dsse::Envelope =
+    let env: ferry_shared::trust::dsse::Envelope =
         serde_json::from_value(body["revocations"].clone()).expect("revocations envelope");
     let list: serde_json::Value = serde_json::from_slice(&payload(&env)).expect("list");
     check("revocations.schema.json", &list);
-    let env: ferry_shared::dsse::Envelope =
+    let env: ferry_shared::trust::dsse::Envelope =
         serde_json::from_value(body["release"].clone()).expect("envelope");
     let manifest: serde_json::Value = serde_json::from_slice(&payload(&env)).expect("manifest");
     check("release-manifest.schema.json", &manifest);
@@ -100,7 +100,7 @@ fn real_responses_match_the_schemas() {
     wrapped["$id"] = format!("{BASE}keyring-check.json").into();
     check_value(&wrapped, &chain);
     for env in chain["keyrings"].as_array().expect("keyrings") {
-        let env: ferry_shared::dsse::Envelope =
+        let env: ferry_shared::trust::dsse::Envelope =
             serde_json::from_value(env.clone()).expect("envelope");
         let keyring: serde_json::Value = serde_json::from_slice(&payload(&env)).expect("json");
         check("keyring.schema.json", &keyring);
@@ -111,7 +111,7 @@ fn real_responses_match_the_schemas() {
     wrapped["$schema"] = "https://json-schema.org/draft/2020-12/schema".into();
     wrapped["$id"] = format!("{BASE}time-check.json").into();
     check_value(&wrapped, &answer);
-    let env: ferry_shared::dsse::Envelope =
+    let env: ferry_shared::trust::dsse::Envelope =
         serde_json::from_value(answer["time"].clone()).expect("envelope");
     let signed: serde_json::Value = serde_json::from_slice(&payload(&env)).expect("json");
     check("time.schema.json", &signed);

@@ -2,7 +2,7 @@
 
 use base64::Engine as _;
 use ferry_server::keys;
-use ferry_shared::dsse::KeyRole;
+use ferry_shared::trust::dsse::KeyRole;
 use ferry_shared::{BackendId, Sha256Digest};
 use ferry_tests::app::{
     ADMIN_TOKEN, READ_TOKEN, TestApp, fixture_bytes_by_digest, mlp_v1, sign_manifest,
@@ -36,7 +36,7 @@ fn assert_not_published(app: &TestApp, version: &str) {
     );
 }
 
-fn refused(app: &TestApp, env: &ferry_shared::dsse::Envelope, status: u16, code: &str) {
+fn refused(app: &TestApp, env: &ferry_shared::trust::dsse::Envelope, status: u16, code: &str) {
     let (got, body) = app.post_release("mlp", env);
     assert_eq!((got, body["code"].as_str()), (status, Some(code)), "{body}");
     assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()));

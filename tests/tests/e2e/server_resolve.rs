@@ -183,8 +183,8 @@ fn decisions_expire_and_sequences_follow_the_model_state() {
         let (d, _) = app.verify_response(&body);
         let ttl = d.expires_at - d.issued_at;
         assert_eq!(ttl.whole_seconds(), 3600);
-        assert_eq!(d.cohort, ferry_shared::resolve::Cohort::Baseline);
-        let request: ferry_shared::resolve::ResolveRequest =
+        assert_eq!(d.cohort, ferry_shared::wire::resolve::Cohort::Baseline);
+        let request: ferry_shared::wire::resolve::ResolveRequest =
             serde_json::from_value(dev.clone()).expect("request");
         assert_eq!(d.request, request.selection_digest());
         assert_eq!(d.pinned, None);

@@ -11,7 +11,7 @@ use std::time::Duration;
 use ferry_server::fleet::rollup::Rollup;
 use ferry_server::storage::config::StorageConfig;
 use ferry_server::storage::{Store, revisions};
-use ferry_shared::telemetry::{EventKind, Outcome, TelemetryEvent};
+use ferry_shared::wire::telemetry::{EventKind, Outcome, TelemetryEvent};
 use futures_util::TryStreamExt as _;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt as _, PutMode, PutOptions, PutPayload};

@@ -12,10 +12,10 @@
 
 use base64::Engine as _;
 use ferry_client::verify::{verify_release, verify_response};
-use ferry_shared::dsse::Envelope;
-use ferry_shared::keyring::TrustState;
-use ferry_shared::resolve::{Decision, ResolveRequest, ResolveResponse};
 use ferry_shared::trust::TrustFile;
+use ferry_shared::trust::dsse::Envelope;
+use ferry_shared::trust::keyring::TrustState;
+use ferry_shared::wire::resolve::{Decision, ResolveRequest, ResolveResponse};
 use ferry_tests::app::{ADMIN_TOKEN, Options, TestApp};
 use ferry_tests::schemas::check;
 use ferry_tests::vectors;
@@ -183,7 +183,7 @@ fn the_client_reads_every_vector_as_recorded() {
     for v in of_kind("revocations") {
         let name = v["file"].as_str().expect("file");
         let env: Envelope = serde_json::from_slice(&read(name)).expect("envelope");
-        let got = ferry_shared::revocation::verify_revocations(&env, &ring);
+        let got = ferry_shared::trust::revocation::verify_revocations(&env, &ring);
         let code = outcome(
             got.as_ref()
                 .map(|_| ())

@@ -38,7 +38,7 @@ fn minutes_beyond_the_cap_fold_into_later_ones_and_keep_their_counts() {
     );
     assert_eq!(devices(&pending[&540]), 1);
 }
-use ferry_shared::deny::DeviceClass;
+use ferry_shared::select::deny::DeviceClass;
 
 /// Ingests JSON values as a batch's event texts, every one counted as receipted.
 fn ingest_values(

@@ -164,9 +164,9 @@ pub fn evaluate(
 fn read_release(path: &Path) -> anyhow::Result<ReleaseManifest> {
     let bytes = std::fs::read(path)
         .with_context(|| format!("cannot read the baseline {}", path.display()))?;
-    let env: ferry_shared::dsse::Envelope = serde_json::from_slice(&bytes)
+    let env: ferry_shared::trust::dsse::Envelope = serde_json::from_slice(&bytes)
         .with_context(|| format!("{} is not a signed release", path.display()))?;
-    let payload = ferry_shared::dsse::decode_payload(&env, &Default::default())?;
+    let payload = ferry_shared::trust::dsse::decode_payload(&env, &Default::default())?;
     ReleaseManifest::from_json(&payload)
         .with_context(|| format!("{} does not hold a release manifest", path.display()))
 }

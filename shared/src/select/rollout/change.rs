@@ -6,7 +6,7 @@ use semver::Version;
 use crate::errors::ErrorCode;
 use crate::manifest::ReleaseManifest;
 use crate::names::ModelName;
-use crate::rollout::RolloutPlan;
+use crate::select::rollout::RolloutPlan;
 
 /// Longest reason kept in the history.
 pub const MAX_REASON: usize = 1024;
@@ -26,7 +26,7 @@ pub struct Context<'a> {
     pub at: &'a str,
     /// The device classes of `published`, when the caller computed them once for several
     /// transitions (they are computed on demand otherwise).
-    pub classes: Option<&'a [crate::rollout::DeviceClass]>,
+    pub classes: Option<&'a [crate::select::rollout::DeviceClass]>,
 }
 
 impl Context<'_> {

@@ -15,8 +15,8 @@ use semver::{Comparator, Version, VersionReq};
 
 use crate::manifest::{Platform, ReleaseManifest};
 use crate::names::{BackendId, ModelName};
-use crate::resolve::ResolveRequest;
 use crate::select::fits;
+use crate::wire::resolve::ResolveRequest;
 
 /// Most probes examined; manifests whose constraints would need more are checked on the
 /// platform, backend and version dimensions only (RAM, OS and SoC at permissive values).

@@ -3,8 +3,8 @@
 
 use semver::Version;
 
-use crate::rollout::change::Context;
-use crate::rollout::{FULL, RolloutPlan, RolloutState};
+use crate::select::rollout::change::Context;
+use crate::select::rollout::{FULL, RolloutPlan, RolloutState};
 
 /// The plan revision a publish of `version` writes, if any: the first release of a model
 /// becomes its baseline; a model published before plans existed adopts its newest release as

@@ -1,5 +1,5 @@
 use super::*;
-use crate::dsse::KeyPair;
+use crate::trust::dsse::KeyPair;
 
 fn entry(role: KeyRole, k: &KeyPair) -> TrustedKeyEntry {
     TrustedKeyEntry {

@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use crate::ModelName;
-use crate::dsse::{DsseError, DsseLimits, Envelope, KeyRing, KeyRole, Verified, verify};
 use crate::errors::ErrorCode;
+use crate::trust::dsse::{DsseError, DsseLimits, Envelope, KeyRing, KeyRole, Verified, verify};
 
 /// DSSE payload type of a revocation list.
 pub const REVOCATIONS_PAYLOAD_TYPE: &str = "application/vnd.ferry.revocations+json";
@@ -43,10 +43,10 @@ pub struct Revoked {
 /// ignored (protocol v1); a newer `format` is refused with `format_unsupported`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RevocationList {
-    /// The payload's format (absent: 1; see [`crate::protocol::FORMAT`]).
+    /// The payload's format (absent: 1; see [`crate::wire::protocol::FORMAT`]).
     #[serde(
-        default = "crate::protocol::format_one",
-        skip_serializing_if = "crate::protocol::is_format_one"
+        default = "crate::wire::protocol::format_one",
+        skip_serializing_if = "crate::wire::protocol::is_format_one"
     )]
     pub format: u32,
     /// The model.
@@ -68,7 +68,7 @@ pub enum RevocationError {
     Invalid(String),
     /// The list is in a format this build cannot read.
     #[error(transparent)]
-    Format(#[from] crate::protocol::FormatError),
+    Format(#[from] crate::wire::protocol::FormatError),
     /// The list does not follow the one held (not the next version, or an entry dropped).
     #[error("revocation list version {got} does not follow version {held}: {why}")]
     NotSuccessor {
@@ -97,7 +97,7 @@ impl RevocationError {
 impl RevocationList {
     /// Parses a payload and checks its rules (not its signature).
     pub fn from_json(bytes: &[u8]) -> Result<Self, RevocationError> {
-        crate::protocol::check_format("revocation list", bytes)?;
+        crate::wire::protocol::check_format("revocation list", bytes)?;
         let list: RevocationList =
             serde_json::from_slice(bytes).map_err(|e| RevocationError::Invalid(e.to_string()))?;
         if list.version == 0 {
@@ -130,7 +130,7 @@ impl RevocationList {
     /// only for a list that was verified when it was accepted (kept by a device, stored by a
     /// server) or that is about to be signed anew.
     pub fn from_accepted_envelope(env: &Envelope) -> Result<Self, RevocationError> {
-        let bytes = crate::dsse::decode_payload(env, &DsseLimits::default())?;
+        let bytes = crate::trust::dsse::decode_payload(env, &DsseLimits::default())?;
         Self::from_json(&bytes)
     }
 
@@ -192,7 +192,7 @@ pub fn verify_revocations(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dsse::KeyPair;
+    use crate::trust::dsse::KeyPair;
 
     fn list(version: u64, releases: &[&str]) -> RevocationList {
         RevocationList {

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::dsse::Envelope;
+use crate::trust::dsse::Envelope;
 
 /// The DSSE payload type of a signed time.
 pub const TIME_PAYLOAD_TYPE: &str = "application/vnd.ferry.time+json";
@@ -15,13 +15,13 @@ pub const TIME_PAYLOAD_TYPE: &str = "application/vnd.ferry.time+json";
 /// The signed payload: the server's time when it answered one nonce.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SignedTime {
-    /// The payload's format (absent: 1; see [`crate::protocol::FORMAT`]).
+    /// The payload's format (absent: 1; see [`crate::wire::protocol::FORMAT`]).
     #[serde(
-        default = "crate::protocol::format_one",
-        skip_serializing_if = "crate::protocol::is_format_one"
+        default = "crate::wire::protocol::format_one",
+        skip_serializing_if = "crate::wire::protocol::is_format_one"
     )]
     pub format: u32,
-    /// The request's nonce ([`crate::resolve::check_nonce`]).
+    /// The request's nonce ([`crate::wire::resolve::check_nonce`]).
     pub nonce: String,
     /// The server's time when it signed.
     #[serde(with = "time::serde::rfc3339")]
@@ -36,7 +36,7 @@ impl SignedTime {
     /// Parses a signed time payload: its `format` first, then the fields; unknown fields are
     /// ignored.
     pub fn from_json(bytes: &[u8]) -> Result<SignedTime, String> {
-        crate::protocol::check_format("time", bytes).map_err(|e| e.to_string())?;
+        crate::wire::protocol::check_format("time", bytes).map_err(|e| e.to_string())?;
         serde_json::from_slice(bytes).map_err(|e| format!("signed time: {e}"))
     }
 }

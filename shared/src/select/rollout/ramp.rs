@@ -11,7 +11,7 @@
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::rollout::{RolloutPlan, RolloutState, format_percent};
+use crate::select::rollout::{RolloutPlan, RolloutState, format_percent};
 
 /// Most steps in a ramp.
 pub const MAX_STEPS: usize = 20;
@@ -42,7 +42,7 @@ impl Ramp {
         if steps[0] == 0 || steps.windows(2).any(|w| w[0] >= w[1]) {
             return Err("ramp steps must be above 0 and strictly increasing".into());
         }
-        if steps.iter().any(|s| *s > crate::rollout::FULL) {
+        if steps.iter().any(|s| *s > crate::select::rollout::FULL) {
             return Err("a ramp step is at most 100%".into());
         }
         if !(1..=MAX_EVERY_SECS).contains(&every_secs) {
@@ -277,7 +277,7 @@ pub fn halt(plan: &RolloutPlan, reason: &str, at: &str) -> RolloutPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rollout::Thresholds;
+    use crate::select::rollout::Thresholds;
     use semver::Version;
 
     fn plan(bp: u32, started: &str) -> RolloutPlan {

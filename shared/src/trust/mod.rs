@@ -1,14 +1,23 @@
-//! The trust file: the public keys a client (or a server) trusts, with their roles.
+//! Trust: what a device believes and why. This file holds the trust file, the public keys a
+//! client (or a server) trusts, with their roles; the rooms below hold [`dsse`] envelopes and
+//! [`dsse::Verified`], versioned [`keyring`]s signed by the pinned root keys (key rotation),
+//! release-key-signed [`revocation`] lists, and the signed time ([`clock`]) a device learns its
+//! clock from.
 //!
 //! `keys/trust.json` in a server's data directory and `GET /v1/keys` use this format; apps pin
 //! it. Each entry's key id must be the SHA-256 of its public key, so a typo cannot silently
 //! trust another key.
 
+pub mod clock;
+pub mod dsse;
+pub mod keyring;
+pub mod revocation;
+
 use crate::errors::ErrorCode;
 use serde::{Deserialize, Serialize};
 
-use crate::dsse::{KeyRing, KeyRole};
 use crate::names::KeyId;
+use crate::trust::dsse::{KeyRing, KeyRole};
 
 /// One trusted public key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,7 +31,7 @@ pub struct TrustedKeyEntry {
 }
 
 /// A list of trusted keys: root keys (with a threshold; their keyrings name the current
-/// release and online keys, see [`crate::keyring`]), or, in the fixed form, release and online
+/// release and online keys, see [`crate::trust::keyring`]), or, in the fixed form, release and online
 /// keys directly.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrustFile {
@@ -92,7 +101,7 @@ impl TrustFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dsse::KeyPair;
+    use crate::trust::dsse::KeyPair;
 
     #[test]
     fn round_trip_and_mismatch() {

@@ -29,9 +29,9 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::dsse::{DsseError, DsseLimits, Envelope, KeyRing, KeyRole, verify};
 use crate::errors::ErrorCode;
 use crate::names::KeyId;
+use crate::trust::dsse::{DsseError, DsseLimits, Envelope, KeyRing, KeyRole, verify};
 use crate::trust::{TrustError, TrustFile, TrustedKeyEntry};
 
 /// DSSE payload type of a keyring.
@@ -67,10 +67,10 @@ pub struct KeyringKey {
 /// The keyring document (the payload of a keyring envelope).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Keyring {
-    /// The payload's format (absent: 1; see [`crate::protocol::FORMAT`]).
+    /// The payload's format (absent: 1; see [`crate::wire::protocol::FORMAT`]).
     #[serde(
-        default = "crate::protocol::format_one",
-        skip_serializing_if = "crate::protocol::is_format_one"
+        default = "crate::wire::protocol::format_one",
+        skip_serializing_if = "crate::wire::protocol::is_format_one"
     )]
     pub format: u32,
     /// 1, 2, ...: each version is signed by the root set of the one before (version 1 by the
@@ -115,7 +115,7 @@ pub enum KeyringError {
     },
     /// The keyring is in a format this build cannot read.
     #[error(transparent)]
-    Format(#[from] crate::protocol::FormatError),
+    Format(#[from] crate::wire::protocol::FormatError),
     /// A version was skipped.
     #[error("keyring version {got} follows version {held}: version {} is missing", held + 1)]
     Skipped {
@@ -155,7 +155,7 @@ impl KeyringError {
 impl Keyring {
     /// Parses a keyring payload and checks its rules (not its signatures).
     pub fn from_json(bytes: &[u8]) -> Result<Self, KeyringError> {
-        crate::protocol::check_format("keyring", bytes)?;
+        crate::wire::protocol::check_format("keyring", bytes)?;
         let k: Keyring = serde_json::from_slice(bytes).map_err(|e| KeyringError::Invalid {
             version: 0,
             why: e.to_string(),
@@ -208,7 +208,7 @@ impl Keyring {
         struct Peek {
             version: u64,
         }
-        let bytes = crate::dsse::decode_payload(env, &DsseLimits::default()).ok()?;
+        let bytes = crate::trust::dsse::decode_payload(env, &DsseLimits::default()).ok()?;
         serde_json::from_slice::<Peek>(&bytes)
             .ok()
             .map(|p| p.version)

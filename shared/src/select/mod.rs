@@ -1,4 +1,6 @@
-//! Variant selection: which release and which variants a device should try, in what order.
+//! Selection, the pure decisions: [`rollout`] plans and cohort bucketing, learned and operator
+//! [`deny`] entries, [`operators`] sets and what a runtime lacks; and, in this file, variant
+//! selection: which release and which variants a device should try, in what order.
 //!
 //! A pure function over the catalog's manifests and the device's capabilities. For each
 //! release (newest first, or the one a rollout cohort names) every variant is checked against
@@ -9,12 +11,16 @@
 //! variants come last as the tested fallback. Portable-only variants are offered only when no
 //! XNNPACK variant is compatible (they are slower and XNNPACK is the tested fallback).
 
+pub mod deny;
+pub mod operators;
+pub mod rollout;
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::manifest::{Delegate, ReleaseManifest, Variant, compare_dotted};
-use crate::resolve::{Explanation, ResolveRequest};
+use crate::wire::resolve::{Explanation, ResolveRequest};
 
 /// Delegate preference, by platform.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -4,10 +4,10 @@
 
 use semver::Version;
 
-use crate::resolve::Cohort;
-use crate::rollout::change::{Context, TransitionError};
-use crate::rollout::classes::{DeviceClass, classes};
-use crate::rollout::{FULL, RolloutPlan, live_releases};
+use crate::select::rollout::change::{Context, TransitionError};
+use crate::select::rollout::classes::{DeviceClass, classes};
+use crate::select::rollout::{FULL, RolloutPlan, live_releases};
+use crate::wire::resolve::Cohort;
 
 pub(crate) fn check_strands(
     current: Option<&RolloutPlan>,

@@ -212,7 +212,7 @@ pub const EVENT_KINDS: [&str; 5] = ["download", "verify", "load", "fallback", "i
 /// are ignored, not refused, so the client does not send them again).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct EventPeek {
-    /// Unknown top-level fields (at most [`crate::protocol::MAX_UNKNOWN_FIELDS`]).
+    /// Unknown top-level fields (at most [`crate::wire::protocol::MAX_UNKNOWN_FIELDS`]).
     pub unknown_fields: Vec<String>,
     /// The event's `kind` is a well-formed name (1–32 of `[a-z0-9_]`) this build does not know.
     pub unknown_kind: bool,
@@ -245,7 +245,7 @@ pub fn peek_event(raw: &str) -> EventPeek {
         unknown_fields: map
             .keys()
             .filter(|k| !EVENT_FIELDS.contains(k))
-            .take(crate::protocol::MAX_UNKNOWN_FIELDS)
+            .take(crate::wire::protocol::MAX_UNKNOWN_FIELDS)
             .map(|k| k.to_string())
             .collect(),
         unknown_kind,

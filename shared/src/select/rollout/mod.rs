@@ -15,7 +15,7 @@ use semver::Version;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::resolve::Cohort;
+use crate::wire::resolve::Cohort;
 
 mod change;
 mod classes;

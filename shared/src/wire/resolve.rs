@@ -17,9 +17,9 @@ use semver::Version;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::dsse::Envelope;
 use crate::manifest::{Delegate, Platform};
 use crate::names::{BackendId, ModelName, Sha256Digest, VariantId};
+use crate::trust::dsse::Envelope;
 
 /// The DSSE payload type of a signed resolve decision.
 pub const DECISION_PAYLOAD_TYPE: &str = "application/vnd.ferry.decision+json";
@@ -34,7 +34,7 @@ pub const MAX_DEVICE_BACKENDS: usize = 32;
 /// A device's capabilities, as posted to `POST /v1/resolve`.
 ///
 /// Read tolerantly (protocol v1): fields this build does not know are ignored (the server
-/// counts them by name, see [`crate::protocol::unknown_fields`]), an unknown platform or backend id is kept as
+/// counts them by name, see [`crate::wire::protocol::unknown_fields`]), an unknown platform or backend id is kept as
 /// sent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResolveRequest {
@@ -69,7 +69,7 @@ pub struct ResolveRequest {
     /// (see [`MIN_NONCE_BYTES`]). Absent: the shared, pre-signed answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nonce: Option<String>,
-    /// [`crate::operators::digest`] of the operators the runtime registered: variants needing
+    /// [`crate::select::operators::digest`] of the operators the runtime registered: variants needing
     /// one it lacks are left out once the server knows the set (absent: not checked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operators_digest: Option<Sha256Digest>,
@@ -136,18 +136,18 @@ impl ResolveRequest {
             check_nonce(n)?;
         }
         if let Some(ops) = &self.operators {
-            if ops.len() > crate::operators::MAX_OPERATORS {
+            if ops.len() > crate::select::operators::MAX_OPERATORS {
                 return Err(format!(
                     "{} operators; at most {} are allowed",
                     ops.len(),
-                    crate::operators::MAX_OPERATORS
+                    crate::select::operators::MAX_OPERATORS
                 ));
             }
             for op in ops {
-                crate::operators::check_name(op)?;
+                crate::select::operators::check_name(op)?;
             }
             match &self.operators_digest {
-                Some(d) if *d == crate::operators::digest(ops) => {}
+                Some(d) if *d == crate::select::operators::digest(ops) => {}
                 Some(_) => {
                     return Err(
                         "operators do not hash to operators_digest (SHA-256 of the sorted, \
@@ -216,7 +216,7 @@ impl ResolveRequest {
 }
 
 /// How a live rollout places devices: staged when
-/// [`crate::rollout::bucket`]`(salt, model, install id) < basis_points`.
+/// [`crate::select::rollout::bucket`]`(salt, model, install id) < basis_points`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct CohortRule {
     /// The rollout's salt.
@@ -272,10 +272,10 @@ pub const SEQUENCE_BASE: u64 = 1 << 50;
 /// The signed answer to a resolve request (the DSSE payload).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Decision {
-    /// The payload's format (absent: 1; see [`crate::protocol::FORMAT`]).
+    /// The payload's format (absent: 1; see [`crate::wire::protocol::FORMAT`]).
     #[serde(
-        default = "crate::protocol::format_one",
-        skip_serializing_if = "crate::protocol::is_format_one"
+        default = "crate::wire::protocol::format_one",
+        skip_serializing_if = "crate::wire::protocol::is_format_one"
     )]
     pub format: u32,
     /// The model.
@@ -333,10 +333,10 @@ pub struct Decision {
 
 impl Decision {
     /// Parses a decision payload: its `format` first (a newer one is a
-    /// [`crate::protocol::FormatError`], whatever else changed), then the fields. Unknown
+    /// [`crate::wire::protocol::FormatError`], whatever else changed), then the fields. Unknown
     /// fields are ignored.
     pub fn from_json(bytes: &[u8]) -> Result<Decision, DecisionError> {
-        crate::protocol::check_format("decision", bytes)?;
+        crate::wire::protocol::check_format("decision", bytes)?;
         serde_json::from_slice(bytes).map_err(|e| DecisionError::Malformed(e.to_string()))
     }
 }
@@ -346,7 +346,7 @@ impl Decision {
 pub enum DecisionError {
     /// In a format this build cannot read.
     #[error(transparent)]
-    Format(#[from] crate::protocol::FormatError),
+    Format(#[from] crate::wire::protocol::FormatError),
     /// Not a decision.
     #[error("malformed decision: {0}")]
     Malformed(String),
@@ -392,7 +392,7 @@ pub struct ResolveResponse {
     /// Present with `?explain=true`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explain: Option<Vec<Explanation>>,
-    /// The model's revocation list, signed by a release key (see [`crate::revocation`]).
+    /// The model's revocation list, signed by a release key (see [`crate::trust::revocation`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revocations: Option<Envelope>,
     /// The telemetry receipt for this answer: an opaque server MAC over the install id, model,

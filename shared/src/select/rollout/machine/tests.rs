@@ -2,9 +2,9 @@ use super::*;
 use crate::manifest::Platform;
 use crate::manifest::ReleaseManifest;
 use crate::names::BackendId;
-use crate::resolve::Cohort;
-use crate::rollout::{live_releases, on_publish};
+use crate::select::rollout::{live_releases, on_publish};
 use crate::select::{Preference, no_deny, select};
+use crate::wire::resolve::Cohort;
 use proptest::prelude::*;
 
 const RUNTIMES: [&str; 3] = [">=1.0.0", ">=1.5.0", ">=1.2.0, <1.6.0"];
@@ -89,7 +89,7 @@ fn device() -> impl Strategy<Value = ResolveRequestParts> {
 
 type ResolveRequestParts = (usize, Vec<bool>, (u64, u64), (u64, u64));
 
-fn request(parts: &ResolveRequestParts) -> crate::resolve::ResolveRequest {
+fn request(parts: &ResolveRequestParts) -> crate::wire::resolve::ResolveRequest {
     let (p, b, (rmaj, rmin), (amaj, amin)) = parts;
     let platforms = [
         Platform::Android,
@@ -98,7 +98,7 @@ fn request(parts: &ResolveRequestParts) -> crate::resolve::ResolveRequest {
         Platform::Macos,
     ];
     let names = ["XnnpackBackend", "VulkanBackend", "CoreMLBackend"];
-    crate::resolve::ResolveRequest {
+    crate::wire::resolve::ResolveRequest {
         model: "m".parse().expect("name"),
         install_id: String::new(),
         app_version: Version::new(*amaj, *amin, 0),
@@ -125,7 +125,7 @@ fn served(
     releases: &[&ReleaseManifest],
     plan: Option<&RolloutPlan>,
     cohort: Cohort,
-    device: &crate::resolve::ResolveRequest,
+    device: &crate::wire::resolve::ResolveRequest,
 ) -> bool {
     let mut published: Vec<Version> = releases.iter().map(|m| m.version.clone()).collect();
     published.sort_by(|a, b| b.cmp(a));

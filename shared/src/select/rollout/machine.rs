@@ -23,11 +23,11 @@
 use semver::Version;
 
 use crate::names::ModelName;
-pub use crate::rollout::change::{Context, MAX_REASON, TransitionError};
-use crate::rollout::change::{baseline_of, rate};
-use crate::rollout::guard::check_strands;
-use crate::rollout::ramp::Ramp;
-use crate::rollout::{
+pub use crate::select::rollout::change::{Context, MAX_REASON, TransitionError};
+use crate::select::rollout::change::{baseline_of, rate};
+use crate::select::rollout::guard::check_strands;
+use crate::select::rollout::ramp::Ramp;
+use crate::select::rollout::{
     FULL, MAX_PINS, Percent, Pin, RolloutChange, RolloutPlan, RolloutState, Thresholds,
 };
 

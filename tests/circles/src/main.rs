@@ -1,0 +1,59 @@
+//! `ferry-circles [ROOT...]`: prints the import circles between the files of each crate whose
+//! root file is given (the workspace's crates by default) and exits 1 when there is one.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// The roots checked when none is given, relative to the workspace.
+const ROOTS: &[&str] = &[
+    "shared/src/lib.rs",
+    "shared/fs/src/lib.rs",
+    "client/src/lib.rs",
+    "client/runtime/src/lib.rs",
+    "client/ffi/src/lib.rs",
+    "server/src/lib.rs",
+    "server/src/main.rs",
+    "tests/src/lib.rs",
+    "tests/circles/src/lib.rs",
+];
+
+fn main() -> ExitCode {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let args: Vec<PathBuf> = std::env::args_os().skip(1).map(PathBuf::from).collect();
+    let roots: Vec<PathBuf> = if args.is_empty() {
+        // Relative to the workspace, so that circles name files as the tree does.
+        if let Err(e) = std::env::set_current_dir(&workspace) {
+            eprintln!("ferry-circles: {}: {e}", workspace.display());
+            return ExitCode::from(2);
+        }
+        ROOTS.iter().map(PathBuf::from).collect()
+    } else {
+        args
+    };
+    let mut found = 0;
+    for root in &roots {
+        match ferry_circles::Crate::read(root) {
+            Ok(krate) => {
+                for c in krate.circles() {
+                    found += 1;
+                    eprint!("{}: {c}", root.display());
+                }
+            }
+            Err(e) => {
+                eprintln!("ferry-circles: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if found > 0 {
+        eprintln!(
+            "{found} import circle(s): break each by moving the shared names to a file both may import (docs/architecture.md)"
+        );
+        return ExitCode::FAILURE;
+    }
+    println!(
+        "ok: no import circle between the files of {} crates",
+        roots.len()
+    );
+    ExitCode::SUCCESS
+}
