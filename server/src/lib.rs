@@ -3,7 +3,7 @@
 //! Layers, from the bottom up. A module imports only modules on its own row or an earlier one (no
 //! `crate::app` below `app`, no `AppState` outside `api` and `app`, no `ApiError` outside
 //! `api`). Where to look: device endpoints in `api/device.rs`, admin endpoints in
-//! `api/admin.rs` and `api/fleet.rs`, fleet logic in `fleet/`, storage in `storage/`, the CLI in
+//! `api/admin.rs` and `api/fleet.rs`, telemetry in `fleet/`, model plans in `plans/`, storage in `storage/`, the CLI in
 //! `cli/`; `docs/architecture.md` draws the whole picture.
 //!
 //! | layer | module | owns | may import |
@@ -14,7 +14,8 @@
 //! | bottom | [`metrics`] | the Prometheus registry and its series | `ferry-shared` |
 //! | views | [`snapshot`] | what resolve reads without touching storage: catalog, rollouts, deny lists, revocations, keys, each a [`snapshot::Snapshot`] | bottom |
 //! | keyring | [`keyring`] | newer keyring versions: adopt from the store, take from an operator, audit | views, bottom |
-//! | fleet | [`fleet`] | telemetry ingest and aggregates, flushes, health, the deny list, halts and ramps, rollout plans; jobs take a [`fleet::Fleet`] handle | keyring, views, bottom |
+//! | plans | [`plans`] | each model's rollout plan, deny list and revocation lists as revision logs | views, bottom |
+//! | fleet | [`fleet`] | telemetry: intake, counts, persistence, census, and the automatic actions (halts, ramps, learned deny entries); jobs take a [`fleet::Fleet`] handle | plans, keyring, views, bottom |
 //! | release | [`release`] | resolve's decision as a pure function ([`release::decide`]); release manifests: build, sign, admit, upload blobs | fleet, keyring, views, bottom |
 //! | api | [`api`] | [`api::AppState`], the router and middleware, the HTTP handlers, the one mapping from domain errors to HTTP, `[limits]` config | everything above |
 //! | app | [`app`] | config assembly, start-up, background loops, the demo | api and everything above |
@@ -27,6 +28,7 @@ pub mod fleet;
 pub mod keyring;
 pub mod keys;
 pub mod metrics;
+pub mod plans;
 pub mod release;
 pub mod snapshot;
 pub mod storage;

@@ -461,7 +461,7 @@ impl TestApp {
     /// device that resolved would send. Uses the server's online key, as the server does.
     pub fn with_receipts(&self, events: &[serde_json::Value]) -> Vec<serde_json::Value> {
         let online = keys::load(&self.dir.path().join("keys/online.key")).expect("online key");
-        let key = ferry_server::fleet::receipt::ReceiptKey::derive(&online.pair);
+        let key = ferry_server::fleet::intake::receipt::ReceiptKey::derive(&online.pair);
         events
             .iter()
             .map(|e| {
@@ -479,7 +479,7 @@ impl TestApp {
                     (field("install_id"), field("model"), field("release"));
                 let (platform, soc, device_model) =
                     (field("platform"), field("soc"), field("device_model"));
-                let facts = ferry_server::fleet::receipt::Facts {
+                let facts = ferry_server::fleet::intake::receipt::Facts {
                     install_id: &install_id,
                     model: &model,
                     release: &release,

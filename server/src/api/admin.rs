@@ -88,7 +88,7 @@ pub(crate) async fn post_release(
     // A model new to this replica's catalog (its first release, or the first one loadable
     // after a key rotation) gets its revocation list in force before its first resolve.
     if state.revocations().get(&model).is_none() {
-        match crate::fleet::revocation::load(state.store(), &state.keys().release_ring, &model)
+        match crate::plans::revocation::load(state.store(), &state.keys().release_ring, &model)
             .await
         {
             Ok(Some((list, env, signed))) => {
@@ -299,7 +299,7 @@ pub(crate) async fn get_model(
                 }).collect::<Vec<_>>(),
             });
             if !census.is_empty() {
-                row["runtimes"] = crate::fleet::runtimes::coverage(&census, &r.manifest);
+                row["runtimes"] = crate::fleet::census::runtimes::coverage(&census, &r.manifest);
             }
             if let Some(e) = &r.manifest.evaluation {
                 row["evaluation"] = evaluation_summary(e);
@@ -469,11 +469,11 @@ pub(crate) async fn post_revocations(
         ));
     }
     let submitted =
-        crate::fleet::revocation::submit(state.store(), &state.keys().release_ring, &model, &env)
+        crate::plans::revocation::submit(state.store(), &state.keys().release_ring, &model, &env)
             .await?;
     let (list, stored) = match submitted {
-        crate::fleet::revocation::Submitted::Stored(list) => (list, true),
-        crate::fleet::revocation::Submitted::AlreadyInForce(list) => (list, false),
+        crate::plans::revocation::Submitted::Stored(list) => (list, true),
+        crate::plans::revocation::Submitted::AlreadyInForce(list) => (list, false),
     };
     if stored {
         tracing::warn!(

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::fleet::limits::IpKey;
+use crate::fleet::intake::limits::IpKey;
 
 /// Open connections per address.
 #[derive(Debug)]

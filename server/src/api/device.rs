@@ -92,7 +92,7 @@ pub(crate) async fn resolve(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let h = req.headers();
-    let client = crate::fleet::clients::key(
+    let client = crate::fleet::census::clients::key(
         Protocol::from_header(h.get(PROTOCOL_HEADER).map(|v| v.as_bytes())),
         Sdk::from_header(h.get(SDK_HEADER).map(|v| v.as_bytes())).as_ref(),
     );
@@ -307,7 +307,7 @@ async fn runtime_operators(
     if let (Some(_), Some(d)) = (&found, &device.operators_digest) {
         state.telemetry().record_runtime(
             device.model.as_str(),
-            &crate::fleet::runtimes::key(&device.app_version, d),
+            &crate::fleet::census::runtimes::key(&device.app_version, d),
             &device.install_id,
         );
     }
@@ -331,7 +331,7 @@ fn note_cohort(state: &AppState, device: &ResolveRequest, cohort: Cohort) {
 fn receipt(state: &AppState, device: &ResolveRequest, answer: &Answer) -> String {
     let ids: Vec<&str> = answer.variants.iter().map(String::as_str).collect();
     state.receipts().issue(
-        &crate::fleet::receipt::Facts {
+        &crate::fleet::intake::receipt::Facts {
             install_id: &device.install_id,
             model: device.model.as_str(),
             release: &answer.release,

@@ -14,8 +14,8 @@ use actix_web::{HttpResponse, ResponseError};
 use ferry_shared::errors::ErrorCode;
 use ferry_shared::wire::resolve::ErrorBody;
 
-use crate::fleet::deny::DenyError;
-use crate::fleet::rollout::RolloutError;
+use crate::plans::deny::DenyError;
+use crate::plans::rollout::RolloutError;
 use crate::release::publish::PublishError;
 use crate::storage::StoreError;
 
@@ -328,10 +328,10 @@ impl From<DenyError> for ApiError {
     }
 }
 
-impl From<crate::fleet::revocation::SubmitError> for ApiError {
-    fn from(e: crate::fleet::revocation::SubmitError) -> Self {
+impl From<crate::plans::revocation::SubmitError> for ApiError {
+    fn from(e: crate::plans::revocation::SubmitError) -> Self {
         match e {
-            crate::fleet::revocation::SubmitError::Store(s) => s.into(),
+            crate::plans::revocation::SubmitError::Store(s) => s.into(),
             other => ApiError::new(other.code(), other.to_string()),
         }
     }

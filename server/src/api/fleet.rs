@@ -11,8 +11,9 @@ use time::OffsetDateTime;
 use crate::api::AppState;
 use crate::api::error::ApiError;
 use crate::api::extract::{admin_change, read_body, read_view};
-use crate::fleet::flush::flush;
-use crate::fleet::{deny, now_text, rollout};
+use crate::fleet::now_text;
+use crate::fleet::persist::flush::flush;
+use crate::plans::{deny, rollout};
 
 /// `POST /v1/admin/models/{model}/rollout`.
 pub async fn post_rollout(
@@ -48,8 +49,8 @@ pub async fn post_rollout(
             match catalog.release_named(&model, &release.to_string()) {
                 Some(r) => {
                     let census = state.runtime_census(&model).await;
-                    let coverage = crate::fleet::runtimes::coverage(&census, &r.manifest);
-                    let warnings = crate::fleet::runtimes::warnings(&coverage, &r.manifest);
+                    let coverage = crate::fleet::census::runtimes::coverage(&census, &r.manifest);
+                    let warnings = crate::fleet::census::runtimes::warnings(&coverage, &r.manifest);
                     (!census.is_empty()).then_some((coverage, warnings))
                 }
                 None => None,
@@ -129,7 +130,7 @@ pub async fn get_rollout(
     }
     let ramp = current.as_ref().and_then(|p| {
         let r = p.ramp.as_ref()?;
-        let (verdict, health) = crate::fleet::ramp::status(state.fleet(), &model, p);
+        let (verdict, health) = crate::fleet::actions::ramp::status(state.fleet(), &model, p);
         Some(serde_json::json!({
             "step": r.step + 1,
             "steps": r.steps.iter().map(|b| ferry_shared::select::rollout::format_percent(*b)).collect::<Vec<_>>(),
@@ -216,7 +217,7 @@ pub async fn post_telemetry(
             &cfg,
             &known,
             &|e| receipts.verifies(e),
-            crate::fleet::limits::IpKey::network(addr),
+            crate::fleet::intake::limits::IpKey::network(addr),
         ))
     })
     .await
@@ -317,7 +318,7 @@ pub async fn get_health(
             }
         }
     }
-    crate::fleet::latency::add_budgets(&mut h, &rollup, model.as_str(), &|r, v| {
+    crate::fleet::counts::gates::add_budgets(&mut h, &rollup, model.as_str(), &|r, v| {
         catalog
             .release_named(&model, r)?
             .manifest

@@ -15,8 +15,8 @@ use ferry_shared::trust::dsse::KeyPair;
 
 use crate::api::limits::Limits;
 use crate::fleet::Fleet;
-use crate::fleet::aggregate::Telemetry;
-use crate::fleet::ingest::TelemetryConfig;
+use crate::fleet::intake::aggregate::Telemetry;
+use crate::fleet::intake::ingest::TelemetryConfig;
 use crate::metrics::Metrics;
 use crate::snapshot::{DenyInForce, KeyView, Revocations, Views};
 use crate::storage::Store;
@@ -70,12 +70,12 @@ pub struct AppState {
     fleet: Arc<Fleet>,
     online: KeyPair,
     trust: TrustFile,
-    receipts: crate::fleet::receipt::ReceiptKey,
+    receipts: crate::fleet::intake::receipt::ReceiptKey,
     answers: crate::api::answers::Answers,
     connections: Arc<crate::api::connections::Connections>,
     upload_slots: tokio::sync::Semaphore,
     ingest_permits: tokio::sync::Semaphore,
-    fresh_limiter: crate::fleet::limits::Limiter,
+    fresh_limiter: crate::fleet::intake::limits::Limiter,
     request_counter: AtomicU64,
     request_prefix: String,
     started: std::time::Instant,
@@ -96,15 +96,17 @@ impl AppState {
         } = parts;
         let online = keys.online.pair;
         let view = KeyView::new(keys.state, keys.chain, &online.id());
-        let receipts = crate::fleet::receipt::ReceiptKey::derive(&online);
+        let receipts = crate::fleet::intake::receipt::ReceiptKey::derive(&online);
         let mut prefix = [0u8; 4];
         let _ = getrandom::fill(&mut prefix);
         let mut run = [0u8; 4];
         let _ = getrandom::fill(&mut run);
         let uploads = settings.limits.max_concurrent_uploads.max(1);
         let per_address = settings.limits.max_connections_per_address;
-        let fresh_limiter =
-            crate::fleet::limits::Limiter::new(settings.limits.fresh_decisions_per_minute, 1);
+        let fresh_limiter = crate::fleet::intake::limits::Limiter::new(
+            settings.limits.fresh_decisions_per_minute,
+            1,
+        );
         let views = Arc::new(Views::new(catalog, view));
         let fleet = Fleet {
             ring: crate::keyring::Ring {
@@ -193,7 +195,7 @@ impl AppState {
     }
 
     /// Keys telemetry receipts (derived from the online key: the same on every replica).
-    pub fn receipts(&self) -> &crate::fleet::receipt::ReceiptKey {
+    pub fn receipts(&self) -> &crate::fleet::intake::receipt::ReceiptKey {
         &self.receipts
     }
 
@@ -223,11 +225,11 @@ impl AppState {
         self.settings.limits.fresh_decisions_per_minute == 0
             || self
                 .fresh_limiter
-                .address(crate::fleet::limits::IpKey::of(addr))
+                .address(crate::fleet::intake::limits::IpKey::of(addr))
     }
 
     /// The operator sets devices' runtimes reported.
-    pub fn operator_sets(&self) -> &crate::fleet::operators::OperatorSets {
+    pub fn operator_sets(&self) -> &crate::fleet::census::operators::OperatorSets {
         &self.fleet.operators
     }
 
@@ -235,9 +237,9 @@ impl AppState {
     pub async fn runtime_census(
         &self,
         model: &ferry_shared::ModelName,
-    ) -> Vec<crate::fleet::runtimes::Runtime> {
+    ) -> Vec<crate::fleet::census::runtimes::Runtime> {
         let fleet = self.telemetry().fleet(model.as_str());
-        crate::fleet::runtimes::census(
+        crate::fleet::census::runtimes::census(
             fleet.runtimes.get(model.as_str()),
             self.operator_sets(),
             self.store(),
@@ -246,7 +248,7 @@ impl AppState {
     }
 
     /// Models telemetry asked to evaluate.
-    pub fn evaluations(&self) -> &crate::fleet::evaluate::Queue {
+    pub fn evaluations(&self) -> &crate::fleet::actions::evaluate::Queue {
         &self.fleet.evaluations
     }
 

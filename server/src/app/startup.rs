@@ -149,7 +149,7 @@ pub async fn build_state(
         .map_err(|e| anyhow::anyhow!("cannot load rollout state from the store: {e}"))?;
     // Fleet-wide telemetry: every replica's rollup so far, including this replica's earlier
     // runs, before the first request.
-    crate::fleet::flush::flush_rollups(state.fleet()).await;
+    crate::fleet::persist::flush::flush_rollups(state.fleet()).await;
     let plans = state.rollouts().len();
     notes.push(format!("rollout plans: {plans}"));
     Ok((Arc::new(state), notes))
@@ -315,10 +315,10 @@ pub fn spawn_refresh(state: Arc<AppState>, config: &Config) {
         let mut tick = actix_web::rt::time::interval(Duration::from_secs(ramp_secs));
         loop {
             tick.tick().await;
-            crate::fleet::ramp::tick(&ramp_fleet).await;
+            crate::fleet::actions::ramp::tick(&ramp_fleet).await;
         }
     });
-    actix_web::rt::spawn(crate::fleet::evaluate::run_queue(fleet.clone()));
+    actix_web::rt::spawn(crate::fleet::actions::evaluate::run_queue(fleet.clone()));
     let flush_state = fleet;
     actix_web::rt::spawn(async move {
         let secs = flush_state.config.flush_secs.max(1);
@@ -326,12 +326,12 @@ pub fn spawn_refresh(state: Arc<AppState>, config: &Config) {
         tick.tick().await;
         loop {
             tick.tick().await;
-            crate::fleet::flush::flush(&flush_state).await;
+            crate::fleet::persist::flush::flush(&flush_state).await;
             // The merged view just changed: check every model's halts and deny list against
             // the whole fleet (in this background task, never on a request worker).
             let models = flush_state.views.catalog.get().model_names();
             for m in models {
-                crate::fleet::evaluate::evaluate(&flush_state, &m).await;
+                crate::fleet::actions::evaluate::evaluate(&flush_state, &m).await;
             }
         }
     });

@@ -102,7 +102,7 @@ pub(crate) fn serve(flags: Flags, demo: bool, json: bool) -> anyhow::Result<Exit
         let stopped = srv.await;
         // A graceful stop (SIGTERM, SIGINT) writes what is buffered: raw telemetry and this
         // replica's rollup, so a deploy loses no counts.
-        crate::fleet::flush::flush_all(for_shutdown.fleet()).await;
+        crate::fleet::persist::flush::flush_all(for_shutdown.fleet()).await;
         say(json, "stopped; buffered telemetry written");
         stopped.context("server stopped with an error")
     })?;

@@ -1,38 +1,24 @@
-//! Fleet state: telemetry ingestion and aggregates, rate limits, the deny list, the checks that
-//! halt a rollout or deny a variant, and rollout plans with their history.
+//! The fleet: what devices report and what the server does about it, in rooms by concern:
 //!
-//! The decisions themselves (bucketing, selection) are pure functions in `ferry-shared`; this
-//! module gathers their inputs from telemetry and stores their outputs as revision logs.
+//! - [`intake`]: validation, rate limits, receipts and this replica's accepted counts;
+//! - [`counts`]: the mergeable rollups, field latency and distinct-device sketches;
+//! - [`persist`]: time buckets, flushes, compaction and the raw Parquet event log;
+//! - [`census`]: clients by protocol and SDK, runtimes by their operator sets;
+//! - [`actions`]: halts, ramps and learned deny entries.
 //!
-//! May import `keyring`, `snapshot`, `metrics`, `storage` and `ferry-shared`; jobs take a
+//! The plans those actions change (rollout, deny, revocation) are model state, not
+//! telemetry: they live in [`crate::plans`]. The decisions themselves (bucketing, selection,
+//! ramp verdicts) are pure functions in `ferry-shared`; this module gathers their inputs from
+//! telemetry and stores their outputs.
+//!
+//! May import `plans`, `keyring`, `snapshot`, `metrics`, `storage` and `ferry-shared`; jobs take a
 //! [`Fleet`] handle (never the HTTP state), and errors carry their catalogue code.
-//!
-//! Modules: `devices` (distinct-device counts, id hashes), `limits`, `ingest` (validation,
-//! `[telemetry]` config), `clients`, `rollup`, `aggregate` (this replica's counts), `buckets`,
-//! `events`, `stored`, `flush` and `compact` (the store's buckets), `deny`, `revocation`,
-//! `rollout`, `ramp`, `evaluate`, `receipt`.
 
-pub mod aggregate;
-pub mod buckets;
-pub mod clients;
-pub mod compact;
-pub mod deny;
-pub mod devices;
-pub mod evaluate;
-pub mod events;
-pub mod flush;
-pub mod ingest;
-pub mod latency;
-pub mod learn;
-pub mod limits;
-pub mod operators;
-pub mod ramp;
-pub mod receipt;
-pub mod revocation;
-pub mod rollout;
-pub mod rollup;
-pub mod runtimes;
-pub mod stored;
+pub mod actions;
+pub mod census;
+pub mod counts;
+pub mod intake;
+pub mod persist;
 
 use std::sync::Arc;
 
@@ -56,13 +42,13 @@ pub struct Fleet {
     /// The keyring handle (newer keyrings adopted by the jobs).
     pub ring: Ring,
     /// Telemetry aggregates.
-    pub telemetry: aggregate::Telemetry,
+    pub telemetry: intake::aggregate::Telemetry,
     /// Where each ramp step began in this replica's telemetry.
-    pub ramp_marks: ramp::RampMarks,
+    pub ramp_marks: actions::ramp::RampMarks,
     /// The metrics registry (store health, flush figures).
     pub metrics: Arc<Metrics>,
     /// The `[telemetry]` config section.
-    pub config: ingest::TelemetryConfig,
+    pub config: intake::ingest::TelemetryConfig,
     /// The delegate preference resolve ranks by (the field-latency learner orders candidates
     /// the same way).
     pub preference: ferry_shared::select::Preference,
@@ -72,16 +58,16 @@ pub struct Fleet {
     /// that a restart never overwrites what the previous run wrote.
     pub writer: String,
     /// Models telemetry asked to evaluate (drained by a background task).
-    pub evaluations: evaluate::Queue,
+    pub evaluations: actions::evaluate::Queue,
     /// What the last flush read from the store.
-    pub store_cache: std::sync::Mutex<flush::StoreCache>,
+    pub store_cache: std::sync::Mutex<persist::flush::StoreCache>,
     /// The operator sets devices' runtimes reported, by digest.
-    pub operators: operators::OperatorSets,
+    pub operators: census::operators::OperatorSets,
 }
 
 impl Fleet {
     /// What the last flush read from the store (a panicked flush leaves what it held).
-    pub fn store_cache(&self) -> std::sync::MutexGuard<'_, flush::StoreCache> {
+    pub fn store_cache(&self) -> std::sync::MutexGuard<'_, persist::flush::StoreCache> {
         ferry_shared::sync::lock(&self.store_cache)
     }
 
@@ -111,15 +97,15 @@ pub async fn load_state(
     fleet: &Fleet,
     models: Vec<ModelName>,
 ) -> Result<(), crate::storage::StoreError> {
-    let plans = rollout::load_all(&fleet.store, models.iter()).await?;
+    let plans = crate::plans::rollout::load_all(&fleet.store, models.iter()).await?;
     fleet.replace_rollouts(plans);
     let views = &fleet.views;
     for m in &models {
-        if let Some((revision, entries)) = deny::load(&fleet.store, m).await? {
+        if let Some((revision, entries)) = crate::plans::deny::load(&fleet.store, m).await? {
             views.set_deny(m, revision, entries);
         }
         if let Some((list, env, signed)) =
-            revocation::load(&fleet.store, &views.keys.get().release_ring, m).await?
+            crate::plans::revocation::load(&fleet.store, &views.keys.get().release_ring, m).await?
         {
             views.set_revocations(list, signed.then_some(env));
         }

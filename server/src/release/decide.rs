@@ -188,7 +188,7 @@ pub fn decide(
             return Err(Refusal::AllRevoked(model));
         }
     }
-    let mut releases = crate::fleet::rollout::releases_for(&all, plan, wanted_cohort);
+    let mut releases = crate::plans::rollout::releases_for(&all, plan, wanted_cohort);
     if let Some(pin) = &pin
         && let Some(r) = all.iter().find(|r| r.manifest.version == pin.release)
     {

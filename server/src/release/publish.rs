@@ -19,7 +19,7 @@ use futures_util::{Stream, StreamExt as _};
 use object_store::{ObjectStoreExt as _, PutMode, PutOptions, PutPayload, WriteMultipart};
 use sha2::{Digest as _, Sha256};
 
-use crate::fleet::rollout;
+use crate::plans::rollout;
 use crate::storage::catalog::{Catalog, Release};
 use crate::storage::{StorageKey, Store, StoreError};
 

@@ -13,7 +13,7 @@ use common::{TOKEN, ferry, run_ok, serve_with};
 /// does).
 fn load_events(keys: &std::path::Path, from: usize, n: usize) -> Vec<u8> {
     let online = ferry_server::keys::load(&keys.join("online.key")).expect("online key");
-    let receipts = ferry_server::fleet::receipt::ReceiptKey::derive(&online.pair);
+    let receipts = ferry_server::fleet::intake::receipt::ReceiptKey::derive(&online.pair);
     let at = time::OffsetDateTime::now_utc()
         .format(&time::format_description::well_known::Rfc3339)
         .expect("time");
@@ -25,7 +25,7 @@ fn load_events(keys: &std::path::Path, from: usize, n: usize) -> Vec<u8> {
                 "platform": "linux", "soc": "x86", "device_model": "pc", "os_version": "6",
                 "app_version": "1.0.0", "runtime_version": "1.5.1", "load_ms": 5.0, "at": at,
                 "receipt": receipts.issue(
-                    &ferry_server::fleet::receipt::Facts {
+                    &ferry_server::fleet::intake::receipt::Facts {
                         install_id: &format!("dev-{i}"),
                         model: "ramp",
                         release: "2.0.0",

@@ -338,12 +338,12 @@ fn revocation_lists(out: &mut Out, k: &Keys) {
 fn telemetry(out: &mut Out, k: &Keys) {
     let online = &k.online.pair;
     // A telemetry receipt (a MAC under a key derived from the online key).
-    let receipt_key = ferry_server::fleet::receipt::ReceiptKey::derive(online);
+    let receipt_key = ferry_server::fleet::intake::receipt::ReceiptKey::derive(online);
     let facts = json!({"install_id": "vector-install-1", "model": "vec", "release": "1.0.0",
                        "platform": "linux", "soc": "RK3588", "device_model": "vector-board",
                        "variants": ["xnnpack-fp32"]});
     let receipt = receipt_key.issue(
-        &ferry_server::fleet::receipt::Facts {
+        &ferry_server::fleet::intake::receipt::Facts {
             install_id: "vector-install-1",
             model: "vec",
             release: "1.0.0",

@@ -15,7 +15,7 @@
 //! | slow retrieval | `client_e2e::downloads_cut_at_many_offsets_resume_to_the_exact_file` (stall), `server_hostile::bodies_trickled_byte_by_byte_are_cut_off_and_resolve_keeps_answering` |
 //! | key compromise (online, release, root) | `key_rotation::*`, `revocation::*` |
 //! | 1. forged telemetry denies or halts | `rollout::forged_telemetry_without_a_receipt_changes_no_decision` |
-//! | 1. forged failures deny the last usable variant, one host or subnet drives a deny, the list grows without end | [`a_learned_deny_never_takes_the_xnnpack_floor_and_can_require_several_networks`], `ferry-server` `fleet::deny` cap unit test |
+//! | 1. forged failures deny the last usable variant, one host or subnet drives a deny, the list grows without end | [`a_learned_deny_never_takes_the_xnnpack_floor_and_can_require_several_networks`], `ferry-server` `plans::deny` cap unit test |
 //! | 1. events for models that do not exist create state | [`events_about_unpublished_models_releases_or_variants_are_refused`] |
 //! | 2. unbounded telemetry memory, a limiter reset by random ids | [`random_names_and_made_up_devices_cannot_grow_telemetry_state`], `ferry-server` `fleet::limits` unit tests |
 //! | 3. slow request bodies hold every descriptor | `server_hostile::bodies_trickled_byte_by_byte_are_cut_off_and_resolve_keeps_answering`, [`one_address_cannot_hold_every_connection`] |
@@ -216,13 +216,15 @@ fn random_names_and_made_up_devices_cannot_grow_telemetry_state() {
     };
     let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let mut classes = classes_now();
-    while classes < ferry_server::fleet::rollup::MAX_CLASSES && std::time::Instant::now() < until {
+    while classes < ferry_server::fleet::counts::rollup::MAX_CLASSES
+        && std::time::Instant::now() < until
+    {
         std::thread::sleep(std::time::Duration::from_millis(200));
         classes = classes_now();
     }
     assert_eq!(
         classes,
-        ferry_server::fleet::rollup::MAX_CLASSES,
+        ferry_server::fleet::counts::rollup::MAX_CLASSES,
         "{classes}"
     );
     // 101,500 hostile events later the process has not grown by anything like the old 1 GB.

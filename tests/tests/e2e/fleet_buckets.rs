@@ -5,8 +5,8 @@
 
 use ferry_tests::until;
 
-use ferry_server::fleet::buckets::{BucketKey, Level, Part};
-use ferry_server::fleet::rollup::Rollup;
+use ferry_server::fleet::counts::rollup::Rollup;
+use ferry_server::fleet::persist::buckets::{BucketKey, Level, Part};
 use ferry_shared::wire::telemetry::{EventKind, Outcome, TelemetryEvent};
 use ferry_tests::app::{ADMIN_TOKEN, Options, READ_TOKEN, TestApp, mlp_v1};
 

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferry_server::fleet::rollup::Rollup;
+use ferry_server::fleet::counts::rollup::Rollup;
 use ferry_server::storage::config::StorageConfig;
 use ferry_server::storage::{Store, revisions};
 use ferry_shared::wire::telemetry::{EventKind, Outcome, TelemetryEvent};

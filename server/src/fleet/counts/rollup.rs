@@ -17,9 +17,9 @@ use std::collections::BTreeMap;
 
 use ferry_shared::wire::telemetry::{EventKind, Outcome, TelemetryEvent};
 use serde::{Deserialize, Serialize};
-use sketches_ddsketch::{Config as SketchConfig, DDSketch};
 
-pub use crate::fleet::devices::Devices;
+pub use crate::fleet::counts::devices::Devices;
+pub use crate::fleet::counts::sketches::LoadTimes;
 
 /// Most device classes (SoCs, device models, platforms) counted per variant; events of further
 /// classes still count toward the variant.
@@ -101,39 +101,6 @@ impl ClassCounts {
     }
 }
 
-impl std::fmt::Debug for LoadTimes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "LoadTimes({} samples)", self.0.count())
-    }
-}
-
-/// Load times as a DDSketch (default configuration: 1% relative error). An empty sketch has
-/// infinite min and max, which JSON cannot carry, so it travels as `null`.
-#[derive(Clone)]
-pub struct LoadTimes(pub DDSketch);
-
-impl Default for LoadTimes {
-    fn default() -> Self {
-        LoadTimes(DDSketch::new(SketchConfig::defaults()))
-    }
-}
-
-impl Serialize for LoadTimes {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        if self.0.count() == 0 {
-            s.serialize_none()
-        } else {
-            s.serialize_some(&self.0)
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for LoadTimes {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Ok(Option::<DDSketch>::deserialize(d)?.map_or_else(LoadTimes::default, LoadTimes))
-    }
-}
-
 /// Counts of one variant of one release.
 #[derive(Clone, Serialize, Deserialize)]
 pub struct VariantCounts {
@@ -171,7 +138,7 @@ pub struct VariantCounts {
     pub by_runtime_version: BTreeMap<String, ClassCounts>,
     /// Run times reported in `inference` events.
     #[serde(default)]
-    pub latency: crate::fleet::latency::Latency,
+    pub latency: crate::fleet::counts::latency::Latency,
 }
 
 impl std::fmt::Debug for VariantCounts {
@@ -381,7 +348,7 @@ pub struct Rollup {
     pub models: BTreeMap<String, BTreeMap<String, BTreeMap<String, VariantCounts>>>,
     /// model → cohort (`staged`, `baseline`) → distinct devices served it.
     pub cohorts: BTreeMap<String, BTreeMap<String, Devices>>,
-    /// model → `PROTOCOL SDK` (see [`crate::fleet::clients`]) → distinct devices that
+    /// model → `PROTOCOL SDK` (see [`crate::fleet::census::clients`]) → distinct devices that
     /// resolved with it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub clients: BTreeMap<String, BTreeMap<String, Devices>>,
@@ -389,7 +356,7 @@ pub struct Rollup {
     /// server's time) → distinct devices that reported their clock offset.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub clocks: BTreeMap<String, BTreeMap<String, Devices>>,
-    /// model → `APP_VERSION OPERATORS_DIGEST` (see [`crate::fleet::runtimes`]) → distinct
+    /// model → `APP_VERSION OPERATORS_DIGEST` (see [`crate::fleet::census::runtimes`]) → distinct
     /// devices that resolved with that runtime.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub runtimes: BTreeMap<String, BTreeMap<String, Devices>>,
@@ -540,7 +507,7 @@ impl Rollup {
         serde_json::json!({
             "releases": list.into_iter().map(|(_, r, v)| serde_json::json!({"release": r, "variants": v})).collect::<Vec<_>>(),
             "cohort_sizes": cohorts,
-            "clients": crate::fleet::clients::view(self.clients.get(model)),
+            "clients": crate::fleet::census::clients::view(self.clients.get(model)),
             "clocks": {
                 "reporting": self.clocks.get(model).map_or(0, |c| {
                     let mut all = Devices::new();

@@ -28,7 +28,7 @@ use object_store::path::Path as StorePath;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::fleet::rollup::Rollup;
+use crate::fleet::counts::rollup::Rollup;
 
 /// The prefix of every bucket.
 pub const PREFIX: &str = crate::storage::StorageKey::BUCKETS;

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use ferry_shared::wire::protocol::{Protocol, Sdk};
 
-use crate::fleet::devices::Devices;
+use crate::fleet::counts::devices::Devices;
 
 /// Most distinct keys noted per model in one rollup; a further key keeps its protocol and
 /// folds its SDK into `other` (the protocols are a small fixed set, see [`Protocol::label`],
@@ -103,7 +103,7 @@ pub fn view(clients: Option<&BTreeMap<String, Devices>>) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::rollup::Rollup;
+    use crate::fleet::counts::rollup::Rollup;
 
     #[test]
     fn shares_are_of_distinct_devices_and_keys_stay_bounded() {

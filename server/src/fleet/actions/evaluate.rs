@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::fleet::Fleet;
-use crate::fleet::rollout::RolloutError;
-use crate::fleet::{now_text, rollout};
+use crate::fleet::now_text;
+use crate::plans::rollout;
+use crate::plans::rollout::RolloutError;
 
 /// Models waiting for an evaluation. Telemetry handlers only note a model here; one background
 /// task (on the server's own thread, never a request worker) drains it, so a batch's answer
@@ -79,7 +80,9 @@ pub fn halt_reason(
 ) -> Option<String> {
     let devices_needed = t
         .min_samples
-        .div_ceil(u64::from(crate::fleet::aggregate::PER_DEVICE_EVENTS))
+        .div_ceil(u64::from(
+            crate::fleet::intake::aggregate::PER_DEVICE_EVENTS,
+        ))
         .max(1);
     if loads < t.min_samples || loads == 0 || devices < devices_needed {
         return None;
@@ -166,7 +169,7 @@ pub async fn evaluate(fleet: &Fleet, model: &ModelName) {
             }
         }
     }
-    crate::fleet::learn::learn(fleet, model, &view).await;
+    crate::fleet::actions::learn::learn(fleet, model, &view).await;
 }
 
 #[cfg(test)]

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use crate::fleet::Fleet;
-use crate::fleet::buckets::{BucketKey, Level, Part};
-use crate::fleet::rollup::Rollup;
+use crate::fleet::counts::rollup::Rollup;
+use crate::fleet::persist::buckets::{BucketKey, Level, Part};
 
 /// Reads one JSON object of at most [`MAX_ROLLUP_BYTES`]: `None` when it does not exist. A
 /// damaged object must not take the replica down: the sketch and estimator parsers trust their

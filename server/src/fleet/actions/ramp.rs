@@ -21,7 +21,7 @@ use time::OffsetDateTime;
 
 use crate::fleet::Fleet;
 use crate::fleet::now_text;
-use crate::fleet::rollout::{self, RolloutError};
+use crate::plans::rollout::{self, RolloutError};
 use crate::storage::{StorageKey, revisions};
 
 /// Loads, failures and fallbacks.
@@ -49,7 +49,7 @@ impl RampMarks {
     /// start of its window when the revision is new to this replica.
     pub fn note_revision(
         &self,
-        telemetry: &crate::fleet::aggregate::Telemetry,
+        telemetry: &crate::fleet::intake::aggregate::Telemetry,
         model: &ModelName,
         plan: &RolloutPlan,
     ) {
@@ -128,7 +128,7 @@ impl RampMarks {
             version(&plan.staged),
             version(&plan.baseline),
         ) {
-            (Some(_), Some(staged), Some(baseline)) => crate::fleet::latency::compare(
+            (Some(_), Some(staged), Some(baseline)) => crate::fleet::counts::gates::compare(
                 &fleet.telemetry.window(model.as_str(), since).0,
                 model.as_str(),
                 &staged,

@@ -4,10 +4,10 @@
 use time::OffsetDateTime;
 
 use crate::fleet::Fleet;
-use crate::fleet::buckets::{self, Lease, Level, Part};
-use crate::fleet::events;
-use crate::fleet::rollup::Rollup;
-use crate::fleet::stored::read_bucket_whole;
+use crate::fleet::counts::rollup::Rollup;
+use crate::fleet::persist::buckets::{self, Lease, Level, Part};
+use crate::fleet::persist::events;
+use crate::fleet::persist::stored::read_bucket_whole;
 
 /// Takes or renews the compaction lease: true when this run holds it.
 async fn take_lease(fleet: &Fleet, now: i64) -> bool {
@@ -105,7 +105,7 @@ async fn delete_under(fleet: &Fleet, prefix: &object_store::path::Path) {
     );
 }
 
-/// Compacts old buckets (see [`crate::fleet::buckets::plan`]) when this run holds the lease,
+/// Compacts old buckets (see [`crate::fleet::persist::buckets::plan`]) when this run holds the lease,
 /// and deletes raw telemetry past its retention.
 pub(crate) async fn compact(fleet: &Fleet, listing: &buckets::Listing, now: i64) {
     use object_store::{ObjectStoreExt as _, PutMode, PutOptions, PutPayload};

@@ -12,9 +12,10 @@ use ferry_shared::select::deny::{
 };
 use ferry_shared::select::{self, Preference};
 
-use crate::fleet::ingest::TelemetryConfig;
-use crate::fleet::rollup::{ClassCounts, Rollup, VariantCounts};
-use crate::fleet::{Fleet, deny, now_text};
+use crate::fleet::counts::rollup::{ClassCounts, Rollup, VariantCounts};
+use crate::fleet::intake::ingest::TelemetryConfig;
+use crate::fleet::{Fleet, now_text};
+use crate::plans::deny;
 use crate::storage::catalog::Catalog;
 
 /// How many times slower than the next candidate on a class (both measured) a variant may be

@@ -2,10 +2,10 @@
 //!
 //! `POST /v1/telemetry` takes `{"events": [...]}`. Each event is validated on its own; bad ones
 //! are listed in the answer with their index and code, the rest are kept. Events with a valid
-//! receipt are counted per minute in mergeable rollups ([`crate::fleet::rollup`]) per model /
+//! receipt are counted per minute in mergeable rollups ([`crate::fleet::counts::rollup`]) per model /
 //! release / variant and per device class; every accepted event is buffered and written as
-//! Parquet under `telemetry/events/date=YYYY-MM-DD/` ([`crate::fleet::events`]). The minutes go
-//! to the store as time buckets ([`crate::fleet::buckets`]), and the views (health, halts, deny)
+//! Parquet under `telemetry/events/date=YYYY-MM-DD/` ([`crate::fleet::persist::events`]). The minutes go
+//! to the store as time buckets ([`crate::fleet::persist::buckets`]), and the views (health, halts, deny)
 //! merge every replica's. Ingestion never takes a lock that resolve takes: resolve reads
 //! only the rollout and deny snapshots.
 //!
@@ -24,12 +24,12 @@ use ferry_shared::wire::telemetry::TelemetryEvent;
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use crate::fleet::buckets::Level;
-use crate::fleet::devices::hash_id;
-use crate::fleet::events::RawEvent;
-use crate::fleet::ingest::{EventError, MAX_DEVICES, TelemetryConfig, validate};
-use crate::fleet::limits::{IpKey, Limiter};
-use crate::fleet::rollup::Rollup;
+use crate::fleet::counts::devices::hash_id;
+use crate::fleet::counts::rollup::Rollup;
+use crate::fleet::intake::ingest::{EventError, MAX_DEVICES, TelemetryConfig, validate};
+use crate::fleet::intake::limits::{IpKey, Limiter};
+use crate::fleet::persist::buckets::Level;
+use crate::fleet::persist::events::RawEvent;
 use ferry_shared::select::deny::DenyEntry;
 
 /// Most events one device adds to one variant's counts on one replica in an hour: a device
@@ -45,7 +45,7 @@ type VariantKey = (String, String, String);
 /// (those minutes then count in the later minute's bucket).
 pub const MAX_PENDING_MINUTES: usize = 1440;
 
-/// What the store holds, as last read and merged (see [`crate::fleet::buckets`]).
+/// What the store holds, as last read and merged (see [`crate::fleet::persist::buckets`]).
 #[derive(Debug, Default)]
 pub struct View {
     /// Each bucket counted (its objects that no part lists, merged).
@@ -343,11 +343,11 @@ impl Telemetry {
     }
 
     /// Notes that `install_id` resolved `model` with the protocol and SDK `key` (see
-    /// [`crate::fleet::clients`]).
+    /// [`crate::fleet::census::clients`]).
     pub fn record_client(&self, model: &str, key: &str, install_id: &str) {
         let minute = self.minute_of(OffsetDateTime::now_utc());
         let mut cohorts = lock(&self.cohorts);
-        crate::fleet::clients::note(
+        crate::fleet::census::clients::note(
             &mut cohorts.entry(minute).or_default().clients,
             model,
             key,
@@ -356,11 +356,11 @@ impl Telemetry {
     }
 
     /// Notes that `install_id` resolved `model` with the runtime `key`
-    /// ([`crate::fleet::runtimes::key`]).
+    /// ([`crate::fleet::census::runtimes::key`]).
     pub fn record_runtime(&self, model: &str, key: &str, install_id: &str) {
         let minute = self.minute_of(OffsetDateTime::now_utc());
         let mut cohorts = lock(&self.cohorts);
-        crate::fleet::runtimes::note(
+        crate::fleet::census::runtimes::note(
             &mut cohorts.entry(minute).or_default().runtimes,
             model,
             key,
@@ -560,7 +560,7 @@ impl Telemetry {
 
     /// Device classes of `model` over the deny thresholds, fleet-wide.
     pub fn deny_candidates(&self, model: &str, cfg: &TelemetryConfig) -> Vec<DenyEntry> {
-        crate::fleet::learn::fallbacks(&self.fleet(model), model, cfg)
+        crate::fleet::actions::learn::fallbacks(&self.fleet(model), model, cfg)
     }
 
     /// The fleet-wide health view of `model` (releases newest first).

@@ -188,7 +188,7 @@ pub fn validate(
         ));
     }
     if e.kind == EventKind::Inference {
-        crate::fleet::latency::check(&e).map_err(invalid)?;
+        crate::fleet::counts::latency::check(&e).map_err(invalid)?;
     }
     if e.bytes_fetched
         .max(e.bytes_total)

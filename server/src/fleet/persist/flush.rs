@@ -1,6 +1,6 @@
 //! Flushing buffered raw events and this replica run's minute buckets to the store, reading
 //! every replica's buckets back into the fleet-wide view; compaction (under a lease) is in
-//! [`crate::fleet::compact`] (see [`crate::fleet::buckets`]).
+//! [`crate::fleet::persist::compact`] (see [`crate::fleet::persist::buckets`]).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -8,16 +8,16 @@ use std::sync::Arc;
 use time::OffsetDateTime;
 
 use crate::fleet::Fleet;
-use crate::fleet::aggregate::View;
-use crate::fleet::buckets::{self, BucketKey, Lease, Level};
-use crate::fleet::compact::compact;
-use crate::fleet::events::{self, RawEvent};
-use crate::fleet::rollup::Rollup;
-use crate::fleet::stored::{read_bucket, read_checked};
+use crate::fleet::counts::rollup::Rollup;
+use crate::fleet::intake::aggregate::View;
+use crate::fleet::persist::buckets::{self, BucketKey, Lease, Level};
+use crate::fleet::persist::compact::compact;
+use crate::fleet::persist::events::{self, RawEvent};
+use crate::fleet::persist::stored::{read_bucket, read_checked};
 use crate::storage::StorageKey;
 
 /// Flushes this replica's rollup to the store (and reads the others'), and writes the raw
-/// events when they are due (see [`crate::fleet::events`]).
+/// events when they are due (see [`crate::fleet::persist::events`]).
 pub async fn flush(fleet: &Fleet) {
     flush_with(fleet, false).await;
 }
@@ -70,19 +70,7 @@ async fn write_events(fleet: &Fleet, raw: Vec<RawEvent>, now: OffsetDateTime) ->
             unwritten.extend(part);
             continue;
         }
-        let node = fleet.node.clone();
-        let (part, encoded) = match tokio::task::spawn_blocking(move || {
-            let bytes = events::encode(&part, &node);
-            (part, bytes)
-        })
-        .await
-        {
-            Ok(done) => done,
-            Err(e) => {
-                tracing::error!("raw telemetry encoding stopped: {e}");
-                continue;
-            }
-        };
+        let (part, encoded) = encode_off_thread(part, fleet.node.clone(), events::encode).await;
         let bytes = match encoded {
             Ok(b) => b,
             Err(e) => {
@@ -101,6 +89,34 @@ async fn write_events(fleet: &Fleet, raw: Vec<RawEvent>, now: OffsetDateTime) ->
         }
     }
     unwritten
+}
+
+/// Encodes one day's events on a blocking thread and hands them back whatever happens: an
+/// encoder that fails or panics (or a task that is cancelled) leaves the events with the
+/// caller, kept for the next flush, never dropped.
+async fn encode_off_thread<E>(
+    part: Vec<RawEvent>,
+    node: String,
+    encode: fn(&[RawEvent], &str) -> Result<Vec<u8>, E>,
+) -> (Vec<RawEvent>, Result<Vec<u8>, String>)
+where
+    E: std::fmt::Display + Send + 'static,
+{
+    let part = Arc::new(part);
+    let held = Arc::clone(&part);
+    let done = tokio::task::spawn_blocking(move || {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| encode(&held, &node)))
+    })
+    .await;
+    let encoded = match done {
+        Ok(Ok(Ok(bytes))) => Ok(bytes),
+        Ok(Ok(Err(e))) => Err(e.to_string()),
+        Ok(Err(_)) => Err("the Parquet encoder panicked".to_string()),
+        Err(e) => Err(format!("the encoding task stopped: {e}")),
+    };
+    // The task has ended (its clone is gone), so the events are ours alone again.
+    let part = Arc::try_unwrap(part).unwrap_or_else(|shared| (*shared).clone());
+    (part, encoded)
 }
 
 /// What the flushes read from the store, kept between them.
@@ -327,5 +343,63 @@ pub async fn flush_rollups(fleet: &Fleet) {
     let every = std::time::Duration::from_secs(fleet.config.compact_secs.max(1));
     if fleet.telemetry.compaction_due(every) {
         compact(fleet, &listing, now).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_shared::wire::telemetry::TelemetryEvent;
+
+    fn raw(n: usize) -> Vec<RawEvent> {
+        (0..n)
+            .map(|i| {
+                let event: TelemetryEvent = serde_json::from_value(serde_json::json!({
+                    "kind": "load", "model": "m", "release": "1.0.0", "variant": "v",
+                    "delegate": "xnnpack", "outcome": "ok", "install_id": format!("i{i}"),
+                    "platform": "android", "soc": "s", "device_model": "d", "os_version": "14",
+                    "app_version": "1.0.0", "runtime_version": "1.5.1",
+                    "at": "2026-12-01T00:00:00Z",
+                }))
+                .expect("event");
+                RawEvent {
+                    event,
+                    received_at: OffsetDateTime::UNIX_EPOCH,
+                    counted: true,
+                }
+            })
+            .collect()
+    }
+
+    fn panics(_: &[RawEvent], _: &str) -> Result<Vec<u8>, String> {
+        panic!("an encoder bug")
+    }
+
+    fn fails(_: &[RawEvent], _: &str) -> Result<Vec<u8>, String> {
+        Err("no space in the schema".into())
+    }
+
+    #[tokio::test]
+    async fn an_encoder_that_panics_hands_every_event_back() {
+        let (kept, encoded) = encode_off_thread(raw(250), "node-a".into(), panics).await;
+        assert!(encoded.is_err_and(|e| e.contains("panicked")));
+        assert_eq!(kept.len(), 250);
+        let ids: Vec<&str> = kept.iter().map(|r| r.event.install_id.as_str()).collect();
+        assert_eq!(ids[0], "i0");
+        assert_eq!(ids[249], "i249");
+    }
+
+    #[tokio::test]
+    async fn an_encoder_that_fails_hands_every_event_back() {
+        let (kept, encoded) = encode_off_thread(raw(3), "node-a".into(), fails).await;
+        assert_eq!(encoded, Err("no space in the schema".to_string()));
+        assert_eq!(kept.len(), 3);
+    }
+
+    #[tokio::test]
+    async fn encoded_events_come_back_with_their_bytes() {
+        let (kept, encoded) = encode_off_thread(raw(10), "node-a".into(), events::encode).await;
+        assert_eq!(kept.len(), 10);
+        assert!(encoded.is_ok_and(|b| b.starts_with(b"PAR1")));
     }
 }

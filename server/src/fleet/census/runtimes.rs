@@ -1,7 +1,7 @@
 //! The runtimes in the field, by what they can execute: each resolve with an
 //! `operators_digest` notes its install id (hashed) under `APP_VERSION DIGEST` in the model's
 //! rollup, which replicas flush and merge like every other count. With the operator sets
-//! ([`crate::fleet::operators`]) that says, before a ramp, what share of the fleet's runtimes
+//! ([`crate::fleet::census::operators`]) that says, before a ramp, what share of the fleet's runtimes
 //! can execute each variant of a release, and which devices no variant of it would run on.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -10,8 +10,8 @@ use std::sync::Arc;
 use ferry_shared::Sha256Digest;
 use ferry_shared::manifest::ReleaseManifest;
 
-use crate::fleet::devices::Devices;
-use crate::fleet::operators::OperatorSets;
+use crate::fleet::census::operators::OperatorSets;
+use crate::fleet::counts::devices::Devices;
 use crate::storage::Store;
 
 /// Most distinct runtime keys noted per model in one rollup; further ones are counted under

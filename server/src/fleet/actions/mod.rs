@@ -1,0 +1,10 @@
+//! Automatic actions: what the fleet's counts make the server do. Halting a staged release and
+//! queueing evaluations ([`evaluate`]), driving health-gated ramps ([`ramp`]), and learning
+//! deny entries from fallbacks and slow loads ([`learn`]). Each reads counts, asks a pure
+//! decision in `ferry-shared`, and writes a revision to a plan (`crate::plans`).
+//!
+//! May import everything else in `fleet`, `crate::plans` and the layers below.
+
+pub mod evaluate;
+pub mod learn;
+pub mod ramp;
