@@ -315,7 +315,7 @@ impl TestApp {
                 .zip(std::iter::once(f).chain(&f.data).chain(&f.assets));
             for (index, file) in indexes {
                 if index.is_some() {
-                    let made = ferry_server::release::chunking::index_of_file(&file.path)
+                    let made = ferry_server::release::sign::chunks::index_of_file(&file.path)
                         .expect("chunk index");
                     assert_eq!(Some(made.reference()), index);
                     assert!(matches!(self.put_blob(&made.to_bytes()), 200 | 201));

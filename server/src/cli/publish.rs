@@ -228,7 +228,7 @@ fn upload_chunk_indexes(
         let Some((_, path)) = found.iter().find(|(d, _)| *d == digest) else {
             bail!("variant {id}: no file has sha256 {digest}");
         };
-        let index = crate::release::chunking::index_of_file(path)?;
+        let index = crate::release::sign::chunks::index_of_file(path)?;
         if index.reference() != signed {
             bail!(
                 "variant {id}: the chunk index of {} is not the one the release signs (it was \

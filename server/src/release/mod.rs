@@ -5,11 +5,8 @@
 //! resolve's decision as a pure function; [`publish`] admits releases and blob uploads;
 //! [`sign`] builds and signs manifests; [`evaluate`] scores variants on a held-out set.
 
-pub mod chunking;
 pub mod decide;
 pub mod evaluate;
-pub mod files;
-pub mod metadata;
 pub mod publish;
 pub mod sign;
 pub mod update_size;

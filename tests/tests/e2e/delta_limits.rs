@@ -42,9 +42,10 @@ fn a_planted_or_wrong_kept_index_never_breaks_an_update() {
         .cache()
         .join("chunks")
         .join(format!("{}.json", v1_digest.to_hex()));
-    let v2_index =
-        ferry_server::release::chunking::index_of_file(&world.dir.path().join("v2/weights.bin"))
-            .expect("index");
+    let v2_index = ferry_server::release::sign::chunks::index_of_file(
+        &world.dir.path().join("v2/weights.bin"),
+    )
+    .expect("index");
     std::fs::write(&memo, v2_index.to_bytes()).expect("plant");
     let before = served(&world.app);
     world.load_v2(&world.app.url());

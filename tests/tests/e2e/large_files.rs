@@ -92,7 +92,7 @@ fn publish(app: &TestApp, version: &str, large: &Path) -> (ReleaseManifest, u64)
             .unwrap_or_else(|e| panic!("upload {}: {e}", path.display()));
         assert!(matches!(status, 200 | 201), "{status}");
     }
-    let made = ferry_server::release::chunking::index_of_file(large).expect("index");
+    let made = ferry_server::release::sign::chunks::index_of_file(large).expect("index");
     assert_eq!(made.reference(), index);
     assert!(matches!(app.put_blob(&made.to_bytes()), 200 | 201));
     let (status, body) = app.post_release("large", &envelope);

@@ -25,119 +25,25 @@
 //! file that is not a `.ptd`, and a program that keeps tensors outside the file (exported
 //! with `external_constants=True`) whose data files do not provide every one of them.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context as _, bail};
 use ferry_shared::manifest::{
-    Delegate, DeviceConstraints, ExtraFile, Golden, ManifestLimits, Platform, RELEASE_PAYLOAD_TYPE,
-    ReleaseManifest, Variant,
+    DeviceConstraints, ExtraFile, Golden, ManifestLimits, RELEASE_PAYLOAD_TYPE, ReleaseManifest,
+    Variant,
 };
 use ferry_shared::trust::dsse::Envelope;
-use ferry_shared::{BackendId, ModelName, Sha256Digest, VariantId, pte};
-use semver::{Version, VersionReq};
-use serde::Deserialize;
+use ferry_shared::{BackendId, pte};
 use time::OffsetDateTime;
 
 use crate::keys::RoleKey;
 
-/// The VARIANTS.toml file.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct VariantsFile {
-    /// Model name.
-    pub model: ModelName,
-    /// Release version.
-    pub version: Version,
-    /// Release notes.
-    #[serde(default)]
-    pub notes: String,
-    /// `[evaluation]`: score the variants on a held-out set through the real runtime before
-    /// signing, and refuse a variant past its bound (see [`crate::release::evaluate`]).
-    #[serde(default)]
-    pub evaluation: Option<crate::release::evaluate::EvaluationSpec>,
-    /// Every variant's labels file (one label per line, in output order), signed as an asset;
-    /// a variant's own `labels` replaces it (see [`crate::release::metadata`]).
-    #[serde(default)]
-    pub labels: Option<PathBuf>,
-    /// Files every variant's app reads (a tokenizer, a config), signed as assets.
-    #[serde(default)]
-    pub assets: Vec<PathBuf>,
-    /// `[preprocess]`: how the app prepares the first input, for every variant; a variant's
-    /// own replaces it whole.
-    #[serde(default)]
-    pub preprocess: Option<toml::Value>,
-    /// Every variant's latency budget: the warm p95 (ms) it should run in on a device; a
-    /// variant's own replaces it. Signed per variant as `latency_budget_ms`.
-    #[serde(default)]
-    pub latency_budget_ms: Option<f64>,
-    /// The variants.
-    #[serde(rename = "variant")]
-    pub variants: Vec<VariantSpec>,
-}
+pub mod chunks;
+pub mod files;
+pub mod metadata;
+pub mod variants;
 
-/// One `[[variant]]` table.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct VariantSpec {
-    /// Variant id.
-    pub id: VariantId,
-    /// The `.pte` file, relative to the VARIANTS.toml.
-    pub file: PathBuf,
-    /// Declared delegate.
-    pub delegate: Delegate,
-    /// Quantisation label.
-    pub quant: String,
-    /// ExecuTorch runtime range.
-    pub runtime: VersionReq,
-    /// App version range.
-    pub app: VersionReq,
-    /// Allowed platforms.
-    #[serde(default)]
-    pub platforms: Vec<Platform>,
-    /// Lowest OS version.
-    pub min_os_version: Option<String>,
-    /// Least RAM in MiB.
-    pub min_ram_mb: Option<u64>,
-    /// SoC allow list.
-    #[serde(default)]
-    pub socs: Vec<String>,
-    /// SoC deny list.
-    #[serde(default)]
-    pub deny_socs: Vec<String>,
-    /// Golden check file (JSON with `input`, `output`, `atol`).
-    pub golden: Option<PathBuf>,
-    /// Data files (`.ptd`) the program is loaded with, relative to the VARIANTS.toml; the
-    /// runtime finds tensors in them by name, so their order does not matter.
-    #[serde(default)]
-    pub data: Vec<PathBuf>,
-    /// Its labels file, replacing the release-wide one.
-    #[serde(default)]
-    pub labels: Option<PathBuf>,
-    /// Files its app reads besides the release-wide ones, signed as assets.
-    #[serde(default)]
-    pub assets: Vec<PathBuf>,
-    /// Its own `[variant.preprocess]`, replacing the release-wide one.
-    #[serde(default)]
-    pub preprocess: Option<toml::Value>,
-    /// Its own latency budget (ms), replacing the release-wide one.
-    #[serde(default)]
-    pub latency_budget_ms: Option<f64>,
-}
-
-/// A file the manifest refers to, for `ferry publish`.
-#[derive(Debug, Clone)]
-pub struct SignedFile {
-    /// Where it is.
-    pub path: PathBuf,
-    /// Its digest.
-    pub sha256: Sha256Digest,
-    /// Its size.
-    pub size: u64,
-    /// For a program: its data files, in the manifest's order.
-    pub data: Vec<SignedFile>,
-    /// For a program: its assets, in the manifest's order.
-    pub assets: Vec<SignedFile>,
-}
+pub use variants::{SignedFile, VariantSpec, VariantsFile, read_variants};
 
 /// What `ferry sign` warns about in a manifest's method contracts: an input whose sizes are
 /// unbounded (the runtime cannot plan its memory; any size reaches the program), and one whose
@@ -209,7 +115,7 @@ pub fn build(
     for v in &spec.variants {
         let path = base.join(&v.file);
         let limits = pte::PteLimits::default();
-        let file = super::files::describe(&path, read, &|head| {
+        let file = files::describe(&path, read, &|head| {
             pte::required_prefix(head, &limits).ok()
         })
         .with_context(|| format!("variant {}: cannot read {}", v.id, path.display()))?;
@@ -263,7 +169,7 @@ pub fn build(
             .iter()
             .find(|m| m.name == "forward")
             .map(|m| &m.signature);
-        let meta = crate::release::metadata::variant_metadata(spec, v, base, read, forward)?;
+        let meta = metadata::variant_metadata(spec, v, base, read, forward)?;
         let sha256 = file.sha256;
         files.push(SignedFile {
             path: path.clone(),
@@ -320,7 +226,7 @@ pub fn build(
         variants,
         evaluation: None,
     };
-    super::chunking::attach(&mut manifest, &files)?;
+    chunks::attach(&mut manifest, &files)?;
     manifest.validate(&ManifestLimits::default())?;
     warnings.extend(contract_warnings(&manifest));
     Ok(Built {
@@ -362,7 +268,7 @@ fn data_files(
                 v.id
             );
         }
-        let file = super::files::describe(&path, read, &|head| pte::ptd_required_prefix(head).ok())
+        let file = files::describe(&path, read, &|head| pte::ptd_required_prefix(head).ok())
             .with_context(|| {
                 format!("variant {}: cannot read data file {}", v.id, path.display())
             })?;
@@ -452,12 +358,4 @@ pub fn sign(manifest: &ReleaseManifest, key: &RoleKey) -> anyhow::Result<Envelop
         );
     }
     Ok(key.pair.sign(RELEASE_PAYLOAD_TYPE, &manifest.to_json()))
-}
-
-/// Reads and parses a VARIANTS.toml.
-pub fn read_variants(path: &Path) -> anyhow::Result<VariantsFile> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    toml::from_str(&text)
-        .with_context(|| format!("{} is not a valid VARIANTS.toml", path.display()))
 }

@@ -26,7 +26,7 @@ use anyhow::{Context as _, bail};
 use ferry_shared::manifest::{ExtraFile, MAX_LABELS, MAX_LABELS_BYTES, Preprocess};
 use ferry_shared::{Sha256Digest, pte};
 
-use super::sign::{SignedFile, VariantSpec, VariantsFile};
+use crate::release::sign::variants::{SignedFile, VariantSpec, VariantsFile};
 
 /// A variant's metadata, ready for its manifest entry, and what `ferry sign` warns about.
 #[derive(Debug, Default)]
@@ -158,13 +158,13 @@ pub fn variant_metadata(
         let file = if is_labels {
             let bytes = read(&path)
                 .with_context(|| format!("{ctx}: cannot read asset {}", path.display()))?;
-            crate::release::files::Described {
+            crate::release::sign::files::Described {
                 size: bytes.len() as u64,
                 sha256: Sha256Digest::of(&bytes),
                 bytes,
             }
         } else {
-            crate::release::files::describe(&path, read, &|_| None)
+            crate::release::sign::files::describe(&path, read, &|_| None)
                 .with_context(|| format!("{ctx}: cannot read asset {}", path.display()))?
         };
         if file.size == 0 {

@@ -1,79 +1,15 @@
-//! Chunk indexes of the files a release names, for delta updates: made by `ferry sign` (and
-//! again by `ferry publish`, which uploads them), checked by the server at publish against the
-//! stored bytes.
+//! The admission half of chunk indexes: at publish, every chunk index a release signs is
+//! checked against the stored bytes of its file, streamed, so a delta built from it can never
+//! assemble other bytes than the ones signed.
 
-use std::path::Path;
-
-use anyhow::Context as _;
 use ferry_shared::Sha256Digest;
-use ferry_shared::manifest::ReleaseManifest;
-use ferry_shared::manifest::chunks::{
-    CHUNK_AVG, CHUNK_MAX, CHUNK_MIN, CHUNKED_FILE_MIN, ChunkIndex, ChunkIndexRef,
-};
+use ferry_shared::manifest::chunks::{ChunkIndex, ChunkIndexRef};
 use futures_util::StreamExt as _;
 use object_store::ObjectStoreExt as _;
 use sha2::{Digest as _, Sha256};
 
-use super::sign::SignedFile;
+use crate::release::publish::PublishError;
 use crate::storage::{StorageKey, Store};
-
-/// Format 1's chunker sizes.
-pub fn sizes() -> ferry_fs::ChunkSizes {
-    ferry_fs::ChunkSizes {
-        min: CHUNK_MIN,
-        avg: CHUNK_AVG,
-        max: CHUNK_MAX,
-    }
-}
-
-fn from_pieces(pieces: Vec<(u64, [u8; 32])>) -> ChunkIndex {
-    ChunkIndex::new(
-        pieces
-            .into_iter()
-            .map(|(size, d)| ferry_shared::manifest::chunks::Chunk {
-                size,
-                sha256: Sha256Digest::from_bytes(d),
-            })
-            .collect(),
-    )
-}
-
-/// The chunk index of the file at `path`, read in bounded memory.
-pub fn index_of_file(path: &Path) -> anyhow::Result<ChunkIndex> {
-    let pieces = ferry_fs::chunk_file(path, sizes())
-        .with_context(|| format!("cannot read {} to chunk it", path.display()))?;
-    Ok(from_pieces(pieces))
-}
-
-/// Gives every file of `manifest` of at least [`CHUNKED_FILE_MIN`] bytes its chunk index
-/// reference; `files` are the signed files in the manifest's order.
-pub fn attach(manifest: &mut ReleaseManifest, files: &[SignedFile]) -> anyhow::Result<()> {
-    let chunked = |f: &SignedFile| -> anyhow::Result<Option<ChunkIndexRef>> {
-        if f.size < CHUNKED_FILE_MIN {
-            return Ok(None);
-        }
-        let index = index_of_file(&f.path)?;
-        if index.size != f.size {
-            anyhow::bail!(
-                "{} changed while it was signed ({} bytes, then {})",
-                f.path.display(),
-                f.size,
-                index.size
-            );
-        }
-        Ok(Some(index.reference()))
-    };
-    for (v, f) in manifest.variants.iter_mut().zip(files) {
-        v.chunk_index = chunked(f)?;
-        for (x, s) in v.extra_files.iter_mut().zip(&f.data) {
-            x.chunk_index = chunked(s)?;
-        }
-        for (x, s) in v.assets.iter_mut().zip(&f.assets) {
-            x.chunk_index = chunked(s)?;
-        }
-    }
-    Ok(())
-}
 
 /// Checks a stored blob against the chunk index its release signs: the index blob is stored
 /// with the signed size, parses, adds up to the blob, and every chunk's SHA-256 is that of the
@@ -152,7 +88,7 @@ pub async fn check_variant(
     store: &Store,
     v: &ferry_shared::manifest::Variant,
     checked: &mut std::collections::HashSet<(Sha256Digest, Sha256Digest)>,
-) -> Result<(), super::publish::PublishError> {
+) -> Result<(), PublishError> {
     let files = std::iter::once((
         format!("blob {}", v.sha256),
         v.sha256,
@@ -169,7 +105,7 @@ pub async fn check_variant(
             continue;
         }
         if let Err(why) = check_stored(store, &digest, size, &index).await? {
-            return Err(super::publish::PublishError::ChunkIndexMismatch {
+            return Err(PublishError::ChunkIndexMismatch {
                 variant: v.id.to_string(),
                 what,
                 why,

@@ -6,6 +6,8 @@
 //! is written first and the signed manifest last with a create-if-absent put, so a release is
 //! visible exactly when it is complete, and a second publish of the same version loses.
 
+pub mod chunks;
+
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
@@ -528,7 +530,7 @@ pub async fn publish_release(
                 Err(e) => return Err(e.into()),
             }
         }
-        super::chunking::check_variant(store, v, &mut checked).await?;
+        chunks::check_variant(store, v, &mut checked).await?;
         let mut data = Vec::new();
         for f in &v.extra_files {
             data.push((
