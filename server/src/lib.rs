@@ -16,7 +16,8 @@
 //! | keyring | [`keyring`] | newer keyring versions: adopt from the store, take from an operator, audit | views, bottom |
 //! | plans | [`plans`] | each model's rollout plan, deny list and revocation lists as revision logs | views, bottom |
 //! | fleet | [`fleet`] | telemetry: intake, counts, persistence, census, and the automatic actions (halts, ramps, learned deny entries); jobs take a [`fleet::Fleet`] handle | plans, keyring, views, bottom |
-//! | release | [`release`] | resolve's decision as a pure function ([`release::decide`]); release manifests: build, sign, admit, upload blobs | fleet, keyring, views, bottom |
+//! | release | [`release`] | release manifests: build, sign, admit, upload blobs; evaluation; update sizes | fleet, plans, keyring, views, bottom |
+//! | resolve | [`resolve`] | what a device gets: the pure decision ([`resolve::decide`]), the releases it may get, the signed answers kept for reuse, the census notes of a resolve | fleet, plans, views, bottom |
 //! | api | [`api`] | [`api::AppState`], the router and middleware, the HTTP handlers, the one mapping from domain errors to HTTP, `[limits]` config | everything above |
 //! | app | [`app`] | config assembly, start-up, background loops, the demo | api and everything above |
 //! | cli | [`cli`] | the `ferry` command line, one module per command group | everything |
@@ -30,6 +31,7 @@ pub mod keys;
 pub mod metrics;
 pub mod plans;
 pub mod release;
+pub mod resolve;
 pub mod snapshot;
 pub mod storage;
 pub mod tokens;

@@ -5,16 +5,17 @@ use actix_web::{HttpResponse, web};
 use ferry_shared::errors::ErrorCode;
 use ferry_shared::wire::protocol::{PROTOCOL_HEADER, Protocol, SDK_HEADER, Sdk};
 use ferry_shared::wire::resolve::{
-    Cohort, DECISION_PAYLOAD_TYPE, REQUEST_FIELDS, ReleaseRef, ResolveRequest, ResolveResponse,
+    DECISION_PAYLOAD_TYPE, REQUEST_FIELDS, ReleaseRef, ResolveRequest, ResolveResponse,
 };
 use serde::Deserialize;
 use time::OffsetDateTime;
 
 use crate::api::AppState;
-use crate::api::answers::Answer;
 use crate::api::error::ApiError;
 use crate::api::extract::read_body;
-use crate::release::decide::{Decided, ModelState, Policy, Refusal, decide};
+use crate::resolve::answers::Answer;
+use crate::resolve::decide::{Decided, ModelState, Policy, Refusal, decide};
+use crate::resolve::notes::Notes;
 
 pub(crate) async fn keys(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok().json(state.trust())
@@ -97,7 +98,9 @@ pub(crate) async fn resolve(
         Sdk::from_header(h.get(SDK_HEADER).map(|v| v.as_bytes())).as_ref(),
     );
     let peer = req.peer_addr().map(|a| a.ip());
-    let outcome = resolve_inner(&state, query, payload, &client, peer).await;
+    let mut notes = Notes::default();
+    let outcome = resolve_inner(&state, query, payload, peer, &mut notes).await;
+    notes.hand_over(state.telemetry(), &client);
     let label = match &outcome {
         Ok(_) => "ok",
         Err(e) => e.code.as_str(),
@@ -129,8 +132,8 @@ pub(crate) async fn resolve_inner(
     state: &AppState,
     query: Result<web::Query<ResolveQuery>, actix_web::Error>,
     payload: web::Payload,
-    client: &str,
     peer: Option<std::net::IpAddr>,
+    notes: &mut Notes,
 ) -> Result<HttpResponse, ApiError> {
     let explain = query
         .map_err(|e| ApiError::new(ErrorCode::RequestInvalid, format!("bad query string: {e}")))?
@@ -151,6 +154,7 @@ pub(crate) async fn resolve_inner(
     device
         .validate()
         .map_err(|m| ApiError::new(ErrorCode::RequestInvalid, m))?;
+    notes.device(device.model.as_str(), &device.install_id);
     if device.nonce.is_some() {
         // A decision of its own costs a signature: bounded per client address (an IPv4 address, an IPv6 /64).
         if !state.allow_fresh_decision(peer) {
@@ -170,10 +174,8 @@ pub(crate) async fn resolve_inner(
     if published == 0 {
         return Err(Refusal::NotPublished(device.model.to_string()).into());
     }
-    let (operators, operators_wanted) = runtime_operators(state, &device, peer).await?;
-    state
-        .telemetry()
-        .record_client(device.model.as_str(), client, &device.install_id);
+    let (operators, operators_wanted) = runtime_operators(state, &device, peer, notes).await?;
+    notes.counted();
     let now = OffsetDateTime::now_utc();
     let (revocations, rollouts, deny_lists) =
         (state.revocations(), state.rollouts(), state.deny_lists());
@@ -193,6 +195,7 @@ pub(crate) async fn resolve_inner(
         && device.nonce.is_none()
         && model_state.pin_of(&device.install_id, now).is_none();
     if shared && let Some(answer) = state.answers().get(&digest, wanted_cohort, generation, now) {
+        notes.served(answer.cohort);
         return Ok(render(state, &device, &answer, false));
     }
     let base = state.config().public_url.clone().unwrap_or_default();
@@ -256,6 +259,7 @@ pub(crate) async fn resolve_inner(
         if shared {
             state.answers().put(digest, wanted_cohort, answer.clone());
         }
+        notes.served(answer.cohort);
         return Ok(render(state, &device, &answer, operators_wanted));
     }
     let response = ResolveResponse {
@@ -267,7 +271,7 @@ pub(crate) async fn resolve_inner(
         explain: Some(explanation),
         operators_wanted,
     };
-    note_cohort(state, &device, cohort);
+    notes.served(cohort);
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(response))
@@ -283,6 +287,7 @@ async fn runtime_operators(
     state: &AppState,
     device: &ResolveRequest,
     peer: Option<std::net::IpAddr>,
+    notes: &mut Notes,
 ) -> Result<
     (
         Option<std::sync::Arc<std::collections::BTreeSet<String>>>,
@@ -305,26 +310,10 @@ async fn runtime_operators(
         (None, None) => return Ok((None, false)),
     };
     if let (Some(_), Some(d)) = (&found, &device.operators_digest) {
-        state.telemetry().record_runtime(
-            device.model.as_str(),
-            &crate::fleet::census::runtimes::key(&device.app_version, d),
-            &device.install_id,
-        );
+        notes.runtime(crate::fleet::census::runtimes::key(&device.app_version, d));
     }
     let wanted = found.is_none();
     Ok((found, wanted))
-}
-
-fn note_cohort(state: &AppState, device: &ResolveRequest, cohort: Cohort) {
-    state.telemetry().record_cohort(
-        device.model.as_str(),
-        if cohort == Cohort::Staged {
-            "staged"
-        } else {
-            "baseline"
-        },
-        &device.install_id,
-    );
 }
 
 /// The telemetry receipt of `device` for `answer`.
@@ -351,7 +340,6 @@ fn render(
     answer: &Answer,
     operators_wanted: bool,
 ) -> HttpResponse {
-    note_cohort(state, device, answer.cohort);
     let receipt = receipt(state, device, answer);
     let revocations = answer.revocations.as_deref().unwrap_or_default();
     let mut body = Vec::with_capacity(answer.head.len() + revocations.len() + receipt.len() + 32);

@@ -277,9 +277,9 @@ impl ResponseError for ApiError {
     }
 }
 
-impl From<crate::release::decide::Refusal> for ApiError {
-    fn from(r: crate::release::decide::Refusal) -> Self {
-        use crate::release::decide::Refusal;
+impl From<crate::resolve::decide::Refusal> for ApiError {
+    fn from(r: crate::resolve::decide::Refusal) -> Self {
+        use crate::resolve::decide::Refusal;
         match &r {
             Refusal::Inconsistent => ApiError::internal(r.message()),
             Refusal::NoFit { explain, .. } => ApiError::new(r.code(), r.message())

@@ -27,7 +27,6 @@
 //! `tokens`, `keys`, `metrics`); never `app` or `cli`.
 
 pub mod admin;
-pub mod answers;
 pub mod auth;
 pub mod blobs;
 pub mod connections;

@@ -71,7 +71,7 @@ pub struct AppState {
     online: KeyPair,
     trust: TrustFile,
     receipts: crate::fleet::intake::receipt::ReceiptKey,
-    answers: crate::api::answers::Answers,
+    answers: crate::resolve::answers::Answers,
     connections: Arc<crate::api::connections::Connections>,
     upload_slots: tokio::sync::Semaphore,
     ingest_permits: tokio::sync::Semaphore,
@@ -200,7 +200,7 @@ impl AppState {
     }
 
     /// Signed resolve answers kept for reuse.
-    pub fn answers(&self) -> &crate::api::answers::Answers {
+    pub fn answers(&self) -> &crate::resolve::answers::Answers {
         &self.answers
     }
 

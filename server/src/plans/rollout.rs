@@ -6,34 +6,18 @@
 //! lost, on any backend, and the revisions are the history (who, when, what, why).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use ferry_shared::ModelName;
 use ferry_shared::errors::ErrorCode;
 use ferry_shared::manifest::ReleaseManifest;
 use ferry_shared::select::rollout::{
-    Context, Preview, RolloutChange, RolloutPlan, TransitionError, classes, live_releases,
-    on_publish, preview, transition,
+    Context, Preview, RolloutChange, RolloutPlan, TransitionError, classes, on_publish, preview,
+    transition,
 };
-use ferry_shared::wire::resolve::Cohort;
 use semver::Version;
 
-use crate::storage::catalog::{Catalog, Release};
+use crate::storage::catalog::Catalog;
 use crate::storage::{StorageKey, Store, StoreError, revisions};
-
-/// The releases a device in `cohort` may get, in the order to try them (see
-/// [`live_releases`]).
-pub fn releases_for(
-    all: &[Arc<Release>],
-    plan: Option<&RolloutPlan>,
-    cohort: Cohort,
-) -> Vec<Arc<Release>> {
-    let versions: Vec<Version> = all.iter().map(|r| r.manifest.version.clone()).collect();
-    live_releases(&versions, plan, cohort)
-        .into_iter()
-        .filter_map(|v| all.iter().find(|r| r.manifest.version == v).cloned())
-        .collect()
-}
 
 /// Why a rollout change was refused.
 #[derive(Debug, thiserror::Error)]

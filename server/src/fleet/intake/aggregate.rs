@@ -20,10 +20,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use ferry_shared::wire::resolve::Cohort;
 use ferry_shared::wire::telemetry::TelemetryEvent;
 use serde::Serialize;
 use time::OffsetDateTime;
 
+use crate::fleet::census::ResolveNote;
 use crate::fleet::counts::devices::hash_id;
 use crate::fleet::counts::rollup::Rollup;
 use crate::fleet::intake::ingest::{EventError, MAX_DEVICES, TelemetryConfig, validate};
@@ -332,40 +334,28 @@ impl Telemetry {
         prev.max(m)
     }
 
-    /// Notes that `install_id` was served `cohort` of `model` (for cohort sizes).
-    pub fn record_cohort(&self, model: &str, cohort: &str, install_id: &str) {
+    /// Notes what one resolve established about a device: its protocol and SDK (the client
+    /// census), its runtime (the runtime census) and the cohort it was served (cohort sizes),
+    /// each when known, under one lock.
+    pub fn note_resolve(&self, note: &ResolveNote<'_>) {
         let minute = self.minute_of(OffsetDateTime::now_utc());
-        lock(&self.cohorts).entry(minute).or_default().note_cohort(
-            model,
-            cohort,
-            hash_id(install_id),
-        );
-    }
-
-    /// Notes that `install_id` resolved `model` with the protocol and SDK `key` (see
-    /// [`crate::fleet::census::clients`]).
-    pub fn record_client(&self, model: &str, key: &str, install_id: &str) {
-        let minute = self.minute_of(OffsetDateTime::now_utc());
+        let id = hash_id(note.install_id);
         let mut cohorts = lock(&self.cohorts);
-        crate::fleet::census::clients::note(
-            &mut cohorts.entry(minute).or_default().clients,
-            model,
-            key,
-            hash_id(install_id),
-        );
-    }
-
-    /// Notes that `install_id` resolved `model` with the runtime `key`
-    /// ([`crate::fleet::census::runtimes::key`]).
-    pub fn record_runtime(&self, model: &str, key: &str, install_id: &str) {
-        let minute = self.minute_of(OffsetDateTime::now_utc());
-        let mut cohorts = lock(&self.cohorts);
-        crate::fleet::census::runtimes::note(
-            &mut cohorts.entry(minute).or_default().runtimes,
-            model,
-            key,
-            hash_id(install_id),
-        );
+        let at = cohorts.entry(minute).or_default();
+        if let Some(runtime) = note.runtime {
+            crate::fleet::census::runtimes::note(&mut at.runtimes, note.model, runtime, id);
+        }
+        if let Some(client) = note.client {
+            crate::fleet::census::clients::note(&mut at.clients, note.model, client, id);
+        }
+        if let Some(cohort) = note.cohort {
+            let name = if cohort == Cohort::Staged {
+                "staged"
+            } else {
+                "baseline"
+            };
+            at.note_cohort(note.model, name, id);
+        }
     }
 
     /// Everything this run still holds in memory (pending and written but not yet seen),

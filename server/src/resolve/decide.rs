@@ -3,8 +3,7 @@
 //! [`Decision`] out, or a [`Refusal`] that says why. No HTTP, no clock, no store: the handler
 //! in `api/device.rs` reads the request and the views, calls [`decide`], signs and renders.
 //!
-//! May import `fleet` (which releases a cohort gets), `snapshot` and `storage` types and
-//! `ferry-shared`.
+//! May import `resolve::releases`, `snapshot` and `storage` types and `ferry-shared`.
 
 use std::sync::Arc;
 
@@ -18,6 +17,7 @@ use ferry_shared::wire::resolve::{
 };
 use time::OffsetDateTime;
 
+use crate::resolve::releases::offered;
 use crate::snapshot::Revocations;
 use crate::storage::catalog::Release;
 
@@ -180,21 +180,14 @@ pub fn decide(
     let plan = state.plan;
     let wanted_cohort = state.cohort_of(&device.install_id);
     let pin = state.pin_of(&device.install_id, now);
-    let mut all = releases.to_vec();
-    // A revoked release is never offered, whatever the rollout plan says.
-    if let Some(r) = state.revocations {
-        all.retain(|rel| r.list.revokes(&rel.manifest.version).is_none());
-        if all.is_empty() {
-            return Err(Refusal::AllRevoked(model));
-        }
-    }
-    let mut releases = crate::plans::rollout::releases_for(&all, plan, wanted_cohort);
-    if let Some(pin) = &pin
-        && let Some(r) = all.iter().find(|r| r.manifest.version == pin.release)
-    {
-        releases.retain(|x| x.manifest.version != pin.release);
-        releases.insert(0, r.clone());
-    }
+    let releases = offered(
+        releases,
+        plan,
+        state.revocations,
+        wanted_cohort,
+        pin.as_ref(),
+    )
+    .ok_or_else(|| Refusal::AllRevoked(model.clone()))?;
     let manifests: Vec<&ReleaseManifest> = releases.iter().map(|r| &r.manifest).collect();
     let deny = |m: &ReleaseManifest, v: &Variant, d: &ResolveRequest| {
         if let Some(have) = policy.operators {
