@@ -11,11 +11,11 @@ use semver::Version;
 
 use crate::Client;
 use crate::cache::Cache;
-use crate::download::{DownloadLimits, ProgressFn};
 use crate::error::ClientError;
 use crate::runtime::Runtime;
 use crate::telemetry;
-use crate::types::{Clock, SystemClock};
+use crate::transfer::download::{DownloadLimits, ProgressFn};
+use crate::trust::timekeeping::{Clock, SystemClock};
 
 /// Builds a [`Client`].
 pub struct ClientBuilder {
@@ -201,30 +201,32 @@ impl ClientBuilder {
             // next resolve fetches the server's chain).
             let _ = trust.advance_all(cache.keyrings());
         }
-        let time = Arc::new(crate::timekeeping::TimeKeeper::open(&cache_dir));
+        let time = Arc::new(crate::trust::timekeeping::TimeKeeper::open(&cache_dir));
         let (keeper, clock) = (time.clone(), self.clock.clone());
         // The time pool follows no redirect: its answers are trusted for their signature
         // alone, and nothing should take its requests anywhere else, or to plain HTTP.
         let https = self.server.starts_with("https://");
-        let pool = |dates: crate::tls::Dates| {
+        let pool = |dates: crate::transfer::tls::Dates| {
             let config = match dates {
-                crate::tls::Dates::Unchecked => base().max_redirects(0).https_only(https).build(),
-                crate::tls::Dates::Trusted(_) => base().build(),
+                crate::transfer::tls::Dates::Unchecked => {
+                    base().max_redirects(0).https_only(https).build()
+                }
+                crate::transfer::tls::Dates::Trusted(_) => base().build(),
             };
-            crate::tls::client_config(&self.root_certs, dates)
+            crate::transfer::tls::client_config(&self.root_certs, dates)
                 .map(|tls| {
                     ureq::Agent::with_parts(
                         config,
-                        crate::tls::connector(tls),
+                        crate::transfer::tls::connector(tls),
                         ureq::unversioned::resolver::DefaultResolver::default(),
                     )
                 })
                 .map_err(|e| ClientError::Config(format!("TLS: {e}")))
         };
-        let agent = pool(crate::tls::Dates::Trusted(Arc::new(move || {
+        let agent = pool(crate::transfer::tls::Dates::Trusted(Arc::new(move || {
             keeper.now(&*clock)
         })))?;
-        let time_agent = pool(crate::tls::Dates::Unchecked)?;
+        let time_agent = pool(crate::transfer::tls::Dates::Unchecked)?;
         let client = Client {
             server: self.server,
             trust: Mutex::new(trust),
@@ -246,7 +248,7 @@ impl ClientBuilder {
             progress: self.progress,
             method: self.method,
             in_use: Arc::new(Mutex::new(BTreeMap::new())),
-            inference: Arc::new(crate::inference::Registry::default()),
+            inference: Arc::new(crate::run::inference::Registry::default()),
             updating: Mutex::new(Default::default()),
             sunset: Mutex::new(None),
             time,

@@ -17,181 +17,48 @@
 //! hands the runtime a byte whose SHA-256 has not matched the signed manifest. Build one with
 //! [`ClientBuilder`]. The real ExecuTorch runtime is behind the `executorch` feature
 //! ([`executorch_runtime`]); any other runtime implements [`Runtime`].
+//!
+//! The rooms: [`Client`] (`client.rs`) and its [`ClientBuilder`]; `load/` (the load core: the
+//! candidate walk as a pure plan, and the shell that fetches and loads what it says); [`trust`]
+//! (verifying answers and releases, time the device can trust); [`transfer`] (resolve,
+//! downloads, deltas, HTTPS); [`cache`] (the content-addressed cache, its locks, the last known
+//! good); [`run`] (the loaded model, golden checks, field latency, signed metadata);
+//! [`telemetry`] (the on-disk event queue); [`ffi`] (the C ABI, feature `ffi`). This file only
+//! declares and re-exports.
 
 mod builder;
 pub mod cache;
-mod cached;
-mod delta;
-pub mod download;
+mod client;
 pub mod error;
 #[cfg(feature = "executorch")]
 pub mod executorch_runtime;
 #[cfg(feature = "ffi")]
 pub mod ffi;
-mod golden;
-mod inference;
 mod load;
-pub mod locks;
-mod metadata;
 pub mod policy;
-mod resolve;
+pub mod run;
 pub mod runtime;
 pub mod telemetry;
-mod timekeeping;
-mod timesync;
-mod tls;
+pub mod transfer;
+pub mod trust;
 mod types;
-pub mod verify;
-
-use std::sync::{Arc, Mutex};
-
-use ferry_shared::trust::keyring::TrustState;
-use semver::Version;
 
 pub use crate::builder::{ClientBuilder, RUST_SDK};
 pub use crate::cache::{Cache, ModelEntry, VerifiedBlob};
-pub use crate::download::{DownloadLimits, ProgressFn};
+pub use crate::client::Client;
 pub use crate::error::{Attempt, ClientError, Stage};
 pub use crate::policy::{Conditions, DownloadPlan, DownloadPolicy, LoadMode, LoadOptions, Probe};
+pub use crate::run::model::LoadedModel;
 pub use crate::runtime::{
     MethodSignature, Program, Runtime, RuntimeError, TensorSpec, max_abs_diff,
 };
 pub use crate::telemetry::SendReport;
-use crate::types::InUse;
+pub use crate::transfer::download::{DownloadLimits, ProgressFn};
+pub use crate::trust::timekeeping::{Clock, SystemClock};
+pub use crate::trust::verify::{Plan, PlannedVariant};
 pub use crate::types::{
-    CachedModel, Clock, DeviceInfo, LoadReport, LoadedModel, Prefetched, ProbeReport, ProbeTiming,
-    Source, SystemClock,
+    CachedModel, DeviceInfo, LoadReport, Prefetched, ProbeReport, ProbeTiming, Source,
 };
-pub use crate::verify::{Plan, PlannedVariant};
 /// The signed model metadata types a [`LoadedModel`] hands out (see
 /// [`LoadedModel::preprocess`]).
 pub use ferry_shared::manifest::{ColorOrder, Layout, Preprocess, Resize, ResizeFilter};
-use ferry_shared::wire::telemetry::TelemetryEvent;
-
-/// The client. Cheap to share behind an `Arc`; calls are blocking.
-pub struct Client {
-    server: String,
-    trust: Mutex<TrustState>,
-    /// Every request; certificates judged at [`Client::now`] (`tls.rs`).
-    agent: ureq::Agent,
-    /// `GET /v1/time` only; certificates checked except their dates (`tls.rs`).
-    time_agent: ureq::Agent,
-    cache: Mutex<Cache>,
-    runtime: Arc<dyn Runtime>,
-    app_version: Version,
-    clock: Arc<dyn Clock>,
-    limits: DownloadLimits,
-    max_response_bytes: u64,
-    progress: Option<ProgressFn>,
-    method: String,
-    telemetry: Arc<telemetry::TelemetryQueue>,
-    autosend: bool,
-    /// Whether loaded models time their runs ([`ClientBuilder::time_runs`]).
-    time_runs: bool,
-    sending: Arc<std::sync::atomic::AtomicBool>,
-    in_use: InUse,
-    /// The live models' run timings, sent as `inference` events at each telemetry flush.
-    inference: Arc<inference::Registry>,
-    /// Models a background update is running for ([`LoadMode::CachedThenUpdate`]).
-    updating: Mutex<std::collections::BTreeSet<String>>,
-    /// The last `Ferry-Protocol-Sunset` the server sent (see [`Client::protocol_sunset`]).
-    sunset: Mutex<Option<String>>,
-    /// The server's time as this client last learned it (see [`Client::now`]).
-    time: Arc<timekeeping::TimeKeeper>,
-}
-
-impl Client {
-    /// The day after which the server may stop answering this client's protocol (v1), as the
-    /// server announced it in its last resolve answer (`Ferry-Protocol-Sunset`, `YYYY-MM-DD`);
-    /// `None` while no retirement is planned. An app should surface it to its developers (a
-    /// log line, a crash-reporter breadcrumb): updating the app before that day keeps models
-    /// coming. Also in every [`LoadReport`] as `protocol_sunset`.
-    pub fn protocol_sunset(&self) -> Option<String> {
-        ferry_shared::sync::lock(&self.sunset).clone()
-    }
-
-    /// The time every check is judged by: the server's time as learned from a decision made
-    /// for one of this client's requests, carried by the boot clock, while that holds; else
-    /// the device's wall clock.
-    pub fn now(&self) -> time::OffsetDateTime {
-        self.time.now(&*self.clock)
-    }
-
-    /// How far the device's wall clock is from the server's time, in seconds (positive: ahead),
-    /// when the client has learned it.
-    pub fn clock_offset_secs(&self) -> Option<i64> {
-        self.time.offset_secs(&*self.clock)
-    }
-
-    pub(crate) fn note_sunset(&self, value: Option<String>) {
-        let mut g = ferry_shared::sync::lock(&self.sunset);
-        *g = value;
-    }
-
-    /// The cache, with what other processes changed in its index since this one last read it
-    /// (a stat of the index file when nothing changed).
-    pub(crate) fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
-        let mut g = ferry_shared::sync::lock(&self.cache);
-        // A failure keeps this process's copy; the next change re-reads under the lock anyway.
-        let _ = g.refresh();
-        g
-    }
-
-    /// What the client trusts now: the pinned root walked through the keyrings accepted.
-    pub(crate) fn trust(&self) -> TrustState {
-        ferry_shared::sync::lock(&self.trust).clone()
-    }
-
-    /// The keyring version the client holds (0: none yet, or a fixed trust file).
-    pub fn keyring_version(&self) -> u64 {
-        self.trust().version()
-    }
-
-    /// Backends the runtime really registered.
-    pub fn registered_backends(&self) -> Vec<String> {
-        self.runtime.registered_backends()
-    }
-
-    /// Queued telemetry events.
-    pub fn telemetry_pending(&self) -> Vec<TelemetryEvent> {
-        self.telemetry.pending()
-    }
-
-    /// Sends queued telemetry (call it from a background thread; it never affects loads),
-    /// after queuing the run timings of the loaded models since the last flush
-    /// ([`Client::flush_inference`]).
-    pub fn send_telemetry(&self) -> SendReport {
-        self.flush_inference();
-        self.telemetry.send(&self.agent, &self.server)
-    }
-
-    /// Queues one `inference` event per loaded model, method and variant that ran since the
-    /// last flush: runs, the cold first call, warm p50, p95 and max, the longest sustained
-    /// stretch and the most severe thermal state reported (`docs/client.md`, field latency).
-    /// Offline-tolerant like every event: they wait in the queue until a send succeeds.
-    pub fn flush_inference(&self) {
-        let events = self.inference.drain(&self.now_rfc3339());
-        if !events.is_empty() {
-            let _ = self.telemetry.push(&events);
-        }
-    }
-
-    /// [`Client::now`] as RFC 3339, as events carry it.
-    pub(crate) fn now_rfc3339(&self) -> String {
-        self.now()
-            .format(&time::format_description::well_known::Rfc3339)
-            .unwrap_or_default()
-    }
-
-    /// The device's thermal state as the app learns it from the OS (`None`: not known). The
-    /// most severe state reported while a method runs goes with its `inference` event. Map
-    /// Android's `PowerManager` states: none and light to `Nominal`, moderate to `Fair`,
-    /// severe to `Serious`, critical, emergency and shutdown to `Critical`; iOS's four map
-    /// one to one.
-    pub fn set_thermal_state(&self, state: Option<ferry_shared::wire::telemetry::Thermal>) {
-        self.inference.thermal.store(
-            inference::thermal_code(state),
-            std::sync::atomic::Ordering::Relaxed,
-        );
-    }
-}

@@ -25,9 +25,9 @@ use std::sync::Mutex;
 
 use ferry_shared::wire::telemetry::{TelemetryBatch, TelemetryEvent};
 
+use crate::cache::locks;
 use crate::cache::write_durable;
 use crate::error::ClientError;
-use crate::locks;
 
 /// Default bound on queued events.
 pub const DEFAULT_MAX_EVENTS: usize = 1000;

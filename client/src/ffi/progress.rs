@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{FerryClient, FerryStatus, guard, invalid};
-use crate::download::ProgressFn;
+use crate::transfer::download::ProgressFn;
 
 /// A download progress callback: `user_data` as given to `ferry_client_set_progress`, the
 /// variant being downloaded, the bytes of its files on disk and their total. Called on the

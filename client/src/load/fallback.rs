@@ -8,7 +8,7 @@ use ferry_shared::manifest::Variant;
 use ferry_shared::wire::telemetry::{EventKind, Outcome, TelemetryEvent};
 
 use crate::error::{Attempt, Stage};
-use crate::golden::LoadFailure;
+use crate::run::golden::LoadFailure;
 
 /// Makes the event of `kind` about a variant (the client's device, release and clock).
 pub(crate) type EventBase<'a> = dyn Fn(EventKind, &Variant) -> TelemetryEvent + 'a;

@@ -8,13 +8,14 @@ use ferry_shared::Sha256Digest;
 use ferry_shared::manifest::Variant;
 use ferry_shared::manifest::chunks::{ChunkIndex, ChunkIndexRef};
 
+use crate::Client;
 use crate::cache::VerifiedBlob;
 use crate::error::{ClientError, Stage};
-use crate::golden::{LoadFailure, check_golden};
 use crate::policy::LoadOptions;
+use crate::run::golden::{LoadFailure, check_golden};
 use crate::runtime::Program;
-use crate::verify::PlannedVariant;
-use crate::{Client, download};
+use crate::transfer::download;
+use crate::trust::verify::PlannedVariant;
 
 /// What one load downloaded of a variant's files.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -131,7 +132,7 @@ impl Client {
             // One process of the app downloads a file into the shared cache; the others wait
             // for it (bounded), then take the finished file or download on their own.
             let lock_path = self.cache().download_lock_path(&w.sha256);
-            let lock = crate::locks::exclusive_within(&lock_path, self.limits.shared_wait)?;
+            let lock = crate::cache::locks::exclusive_within(&lock_path, self.limits.shared_wait)?;
             if let Some(blob) = self.cache().verified_blob(&w.sha256, w.size)? {
                 done += w.size;
                 blobs.push(blob);
@@ -143,12 +144,13 @@ impl Client {
                 self.cache().private_part_path(&w.sha256)
             };
             let had = part_len(&part);
-            let progress: Option<crate::download::ProgressFn> = self.progress.as_ref().map(|p| {
-                let (p, id, offset) = (p.clone(), v.id.to_string(), done);
-                let f: crate::download::ProgressFn =
-                    Arc::new(move |_: &str, n: u64, _: u64| p(&id, offset + n, total));
-                f
-            });
+            let progress: Option<crate::transfer::download::ProgressFn> =
+                self.progress.as_ref().map(|p| {
+                    let (p, id, offset) = (p.clone(), v.id.to_string(), done);
+                    let f: crate::transfer::download::ProgressFn =
+                        Arc::new(move |_: &str, n: u64, _: u64| p(&id, offset + n, total));
+                    f
+                });
             let known = prefetched.remove(&w.sha256);
             let fetched_file = self.fetch_file(c, w, (index, known), &part, had, progress.as_ref());
             let (fetched, memo, later) = match fetched_file {
@@ -174,7 +176,7 @@ impl Client {
             let memo = match (memo, later, index) {
                 (Some(m), _, _) => Some(m),
                 (None, Some(index_url), Some(r)) => {
-                    let got = crate::delta::index_for_later(
+                    let got = crate::transfer::delta::index_for_later(
                         &self.agent,
                         &index_url,
                         &r,
@@ -190,7 +192,7 @@ impl Client {
                 _ => None,
             };
             if let Some(m) = memo {
-                crate::delta::remember(self.cache().root(), &w.sha256, &m);
+                crate::transfer::delta::remember(self.cache().root(), &w.sha256, &m);
             }
         }
         let mut blobs = blobs.into_iter();
@@ -231,9 +233,8 @@ impl Client {
         // Taken out so that the cache is not locked while a file is built from chunks.
         let cache_root = self.cache().root().to_path_buf();
         let index_url = index.map(|r| self.data_url(&c.url, &v.sha256, &r.sha256));
-        let job = index
-            .zip(index_url.as_deref())
-            .map(|(r, index_url)| crate::delta::DeltaJob {
+        let job = index.zip(index_url.as_deref()).map(|(r, index_url)| {
+            crate::transfer::delta::DeltaJob {
                 agent: &self.agent,
                 url: &url,
                 index_url,
@@ -244,8 +245,12 @@ impl Client {
                 limits: &self.limits,
                 progress,
                 prefetched,
-            });
-        let run = job.as_ref().map(crate::delta::DeltaJob::run).transpose()?;
+            }
+        });
+        let run = job
+            .as_ref()
+            .map(crate::transfer::delta::DeltaJob::run)
+            .transpose()?;
         let built = run.as_ref().and_then(|r| r.built.as_ref().ok());
         if built.is_none() {
             download::fetch(&self.agent, &url, part, *w, &self.limits, progress)?;
@@ -282,7 +287,7 @@ impl Client {
         let root = self.cache().root().to_path_buf();
         let delta = r.and_then(|r| {
             let url = self.data_url(&c.url, &c.variant.sha256, &r.sha256);
-            crate::delta::estimate(&self.agent, &url, &r, w, &root, &self.limits)
+            crate::transfer::delta::estimate(&self.agent, &url, &r, w, &root, &self.limits)
         });
         match delta {
             Some((index, bytes)) => (bytes, Some(index)),

@@ -13,7 +13,8 @@ use crate::Client;
 use crate::cache::VerifiedBlob;
 use crate::error::{Attempt, ClientError};
 use crate::policy::{LoadMode, LoadOptions};
-use crate::types::{DeviceInfo, LoadReport, LoadedModel, Source};
+use crate::run::model::LoadedModel;
+use crate::types::{DeviceInfo, LoadReport, Source};
 
 mod fallback;
 mod fetch;
@@ -213,7 +214,7 @@ impl Client {
         template.variant.clone_from(&loaded.variant);
         template.delegate.clone_from(&loaded.delegate);
         template.receipt.clone_from(&loaded.receipt);
-        loaded.times = Some(crate::types::Timing {
+        loaded.times = Some(crate::run::model::Timing {
             times: self.inference.start(template),
             queue: self.telemetry.clone(),
             offset_s: self.clock_offset_secs().unwrap_or(0),

@@ -6,9 +6,11 @@ use std::time::Instant;
 use ferry_shared::errors::ErrorCode;
 
 use crate::Client;
-use crate::cached::{CacheMiss, LastGood};
+use crate::cache::cached::{CacheMiss, LastGood};
+use crate::cache::in_use::InUseGuard;
 use crate::error::{Attempt, ClientError, Stage};
-use crate::types::{DeviceInfo, InUseGuard, LoadedModel, Source};
+use crate::run::model::LoadedModel;
+use crate::types::{DeviceInfo, Source};
 
 impl Client {
     /// Loads the last known good variant after the server could not be used or a download
@@ -150,7 +152,7 @@ impl Client {
             golden_max_abs_diff: golden,
             golden: variant.golden.clone(),
             contract: variant.methods.clone(),
-            metadata: crate::metadata::ModelMetadata::of(&variant, &blob)?,
+            metadata: crate::run::metadata::ModelMetadata::of(&variant, &blob)?,
             times: None,
             receipt: None,
             method: self.method.clone(),

@@ -4,8 +4,8 @@
 use crate::Client;
 use crate::error::ClientError;
 use crate::policy::{DownloadPlan, LoadOptions};
+use crate::trust::verify::PlannedVariant;
 use crate::types::{DeviceInfo, Prefetched};
-use crate::verify::PlannedVariant;
 
 impl Client {
     /// Resolves and downloads (without loading) the best candidate whose backends the runtime
@@ -57,7 +57,7 @@ impl Client {
             if std::fs::metadata(&cached).is_ok_and(|m| m.len() == n) {
                 continue;
             }
-            let wanted = crate::download::Wanted {
+            let wanted = crate::transfer::download::Wanted {
                 id: &id,
                 sha256: d,
                 size: n,
@@ -76,7 +76,7 @@ impl Client {
     /// The best candidate whose backends the runtime registers, else the last (XNNPACK).
     fn prefetch_candidate<'p>(
         &self,
-        plan: &'p crate::verify::Plan,
+        plan: &'p crate::trust::verify::Plan,
     ) -> Result<&'p PlannedVariant, ClientError> {
         let registered = self.runtime.registered_backends();
         plan.candidates

@@ -11,10 +11,10 @@ use ferry_shared::wire::telemetry::{EventKind, TelemetryEvent};
 
 use super::stamped;
 use crate::Client;
-use crate::inference::MethodTimes;
 use crate::policy::{LoadOptions, Probe};
+use crate::run::inference::MethodTimes;
+use crate::trust::verify::Plan;
 use crate::types::{DeviceInfo, ProbeReport, ProbeTiming};
-use crate::verify::Plan;
 
 impl Client {
     /// Runs the probe after `loaded` (a variant of `plan`) loaded, when `opts` asks for one,

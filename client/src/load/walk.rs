@@ -14,11 +14,13 @@ use super::stamped;
 use crate::Client;
 use crate::cache::ModelEntry;
 use crate::cache::VerifiedBlob;
+use crate::cache::in_use::InUseGuard;
 use crate::error::{Attempt, ClientError, Stage};
 use crate::policy::LoadOptions;
+use crate::run::model::LoadedModel;
 use crate::runtime::Program;
-use crate::types::{DeviceInfo, InUseGuard, LoadedModel, Source};
-use crate::verify::Plan;
+use crate::trust::verify::Plan;
+use crate::types::{DeviceInfo, Source};
 use ferry_shared::manifest::Variant;
 
 impl Client {
@@ -201,7 +203,7 @@ impl Client {
         let release = plan.manifest.version.to_string();
         // Read before the entry is recorded: a load that fails here leaves the last known
         // good as it was.
-        let metadata = crate::metadata::ModelMetadata::of(v, &blob)?;
+        let metadata = crate::run::metadata::ModelMetadata::of(v, &blob)?;
         let entry = ModelEntry {
             release: release.clone(),
             variant: v.id.to_string(),

@@ -35,9 +35,9 @@ fuzz_target!(|data: &[u8]| {
         .release
         .clone()
         .unwrap_or_else(|| resp.decision.clone());
-    let _ = ferry_client::verify::verify_response(&resp, &release, &request, &trust, now, (0, 0));
+    let _ = ferry_client::trust::verify::verify_response(&resp, &release, &request, &trust, now, (0, 0));
     let ring = trust.ring_at(now);
-    let _ = ferry_client::verify::effective_revocations(
+    let _ = ferry_client::trust::verify::effective_revocations(
         "mlp",
         resp.revocations.as_ref().map(|e| (e, 0)),
         resp.revocations.as_ref(),

@@ -211,7 +211,7 @@ fn a_decision_for_another_nonce_or_none_is_judged_as_such() {
         req["nonce"] = other.clone().map_or(serde_json::Value::Null, Into::into);
         let request: ferry_shared::wire::resolve::ResolveRequest =
             serde_json::from_value(req.clone()).expect("request");
-        let got = ferry_client::verify::verify_response(
+        let got = ferry_client::trust::verify::verify_response(
             &resp,
             &release,
             &request,

@@ -11,7 +11,7 @@
 //!   refuses the newer signer's ones (admin inputs stay strict).
 
 use base64::Engine as _;
-use ferry_client::verify::{verify_release, verify_response};
+use ferry_client::trust::verify::{verify_release, verify_response};
 use ferry_shared::trust::TrustFile;
 use ferry_shared::trust::dsse::Envelope;
 use ferry_shared::trust::keyring::TrustState;

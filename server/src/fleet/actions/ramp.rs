@@ -1,6 +1,6 @@
 //! Drives health-gated ramps and keeps rollout plans current: every `ramp_check_secs` each
 //! replica re-reads the plans from the store, then asks the pure
-//! [`verdict`](ferry_shared::select::rollout::ramp::verdict) about every ramping rollout and writes the
+//! [`ferry_shared::select::rollout::ramp::verdict`] about every ramping rollout and writes the
 //! step or the halt it calls for.
 //!
 //! A step is written once however many replicas decide it at the same time: the write is the

@@ -11,11 +11,11 @@ use time::OffsetDateTime;
 
 use crate::Client;
 use crate::error::ClientError;
-use crate::resolve::fresh_nonce;
+use crate::transfer::resolve::fresh_nonce;
 
 impl Client {
     /// Asks the server for its signed time for a fresh nonce and, when the answer verifies and
-    /// came back within [`crate::timekeeping::MAX_LEARNING_ROUND_TRIP`], keeps it as the
+    /// came back within [`crate::trust::timekeeping::MAX_LEARNING_ROUND_TRIP`], keeps it as the
     /// client's estimate (what every later time check and certificate check uses).
     ///
     /// The answer is trusted for its signature (an online key of the keyring the client
@@ -36,7 +36,8 @@ impl Client {
             message,
         };
         let mut got = self.time_agent.get(&url).call().map_err(|e| {
-            crate::tls::certificate_error(&url, &e).unwrap_or_else(|| network(e.to_string()))
+            crate::transfer::tls::certificate_error(&url, &e)
+                .unwrap_or_else(|| network(e.to_string()))
         })?;
         let status = got.status().as_u16();
         let text = got
@@ -71,7 +72,7 @@ impl Client {
             (Some((id, then)), Some((now_id, now))) if *id == now_id => now.saturating_sub(*then),
             _ => started.elapsed(),
         };
-        if round_trip > crate::timekeeping::MAX_LEARNING_ROUND_TRIP {
+        if round_trip > crate::trust::timekeeping::MAX_LEARNING_ROUND_TRIP {
             return Err(network(format!(
                 "the signed time took {} s to arrive: too long to learn the time from",
                 round_trip.as_secs()

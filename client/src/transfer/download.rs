@@ -335,7 +335,7 @@ pub fn fetch(
         let mut resp = match request(agent, url, part, have, size, limits).call() {
             Ok(r) => r,
             Err(e) => {
-                if let Some(refused) = crate::tls::certificate_error(url, &e) {
+                if let Some(refused) = crate::transfer::tls::certificate_error(url, &e) {
                     return Err(refused);
                 }
                 failures += 1;

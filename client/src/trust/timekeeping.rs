@@ -17,7 +17,33 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::types::Clock;
+/// Where time comes from (injectable so tests can play an expired decision).
+pub trait Clock: Send + Sync {
+    /// The current UTC time (the wall clock, which may be wrong).
+    fn now(&self) -> OffsetDateTime;
+
+    /// This boot's id and the time since it started, counting suspend: what the client's
+    /// estimate of the server's time is carried by (`docs/client.md`, device clocks). `None`
+    /// (the default) keeps the client on [`Clock::now`].
+    fn since_boot(&self) -> Option<(String, std::time::Duration)> {
+        None
+    }
+}
+
+/// The system clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> OffsetDateTime {
+        OffsetDateTime::now_utc()
+    }
+
+    /// Linux and Android: the kernel's boot id and `CLOCK_BOOTTIME` (`/proc/uptime`).
+    fn since_boot(&self) -> Option<(String, std::time::Duration)> {
+        system_since_boot()
+    }
+}
 
 /// How long an estimate is used before the next resolve learns the time again (a server whose
 /// clock was wrong, or a boot id that repeats, cannot mislead a device for longer).

@@ -6,10 +6,11 @@ use ferry_shared::trust::dsse::{Envelope, Verified};
 use ferry_shared::trust::keyring::{Keyring, KeyringResponse};
 use ferry_shared::wire::resolve::{ErrorBody, ResolveRequest, ResolveResponse};
 
+use crate::Client;
 use crate::error::ClientError;
+use crate::transfer::download;
+use crate::trust::verify::{Plan, effective_revocations, revoked, verify_response};
 use crate::types::DeviceInfo;
-use crate::verify::{Plan, effective_revocations, revoked, verify_response};
-use crate::{Client, download};
 
 impl Client {
     pub(crate) fn request(
@@ -174,7 +175,7 @@ impl Client {
                         break (status, text, date);
                     }
                 }
-                Err(e) => match crate::tls::certificate_error(&url, &e) {
+                Err(e) => match crate::transfer::tls::certificate_error(&url, &e) {
                     Some(refused) => return Err(refused),
                     None => e.to_string(),
                 },
@@ -291,9 +292,11 @@ impl Client {
             message,
         };
         let mut got = agent.get(&url).call().map_err(|e| {
-            crate::tls::certificate_error(&url, &e).unwrap_or_else(|| ClientError::Network {
-                url: url.clone(),
-                message: e.to_string(),
+            crate::transfer::tls::certificate_error(&url, &e).unwrap_or_else(|| {
+                ClientError::Network {
+                    url: url.clone(),
+                    message: e.to_string(),
+                }
             })
         })?;
         if got.status().as_u16() != 200 {
@@ -354,9 +357,11 @@ impl Client {
         // Nothing is fetched or stored for an answer whose decision does not verify, or names
         // another manifest than the reference: only then do the bytes at the (unsigned) URL
         // count, by their digest.
-        let ring =
-            self.trust()
-                .ring_at(crate::verify::key_time(request, &resp.decision, self.now()));
+        let ring = self.trust().ring_at(crate::trust::verify::key_time(
+            request,
+            &resp.decision,
+            self.now(),
+        ));
         let decision = ferry_shared::trust::dsse::verify(
             &resp.decision,
             ferry_shared::wire::resolve::DECISION_PAYLOAD_TYPE,
@@ -418,7 +423,7 @@ impl Client {
                     }
                     format!("HTTP {status}")
                 }
-                Err(e) => match crate::tls::certificate_error(&url, &e) {
+                Err(e) => match crate::transfer::tls::certificate_error(&url, &e) {
                     Some(refused) => return Err(refused),
                     None => e.to_string(),
                 },
@@ -489,7 +494,9 @@ impl Client {
         match server_date {
             Some(date) => {
                 let offset = (self.clock.now() - date).whole_seconds();
-                if offset.unsigned_abs() > crate::verify::MAX_CLOCK_SKEW.whole_seconds() as u64 {
+                if offset.unsigned_abs()
+                    > crate::trust::verify::MAX_CLOCK_SKEW.whole_seconds() as u64
+                {
                     ClientError::ClockSkewed {
                         offset_secs: offset,
                         message: e.to_string(),
@@ -530,7 +537,7 @@ impl Client {
                         now: latest.to_string(),
                     });
                 }
-                if round_trip <= crate::timekeeping::MAX_LEARNING_ROUND_TRIP {
+                if round_trip <= crate::trust::timekeeping::MAX_LEARNING_ROUND_TRIP {
                     self.time
                         .learn(time, sent, true, self.trust().created())
                         .map_err(|message| ClientError::Verify {

@@ -22,8 +22,8 @@ use ferry_shared::wire::telemetry::{EventKind, Outcome, TelemetryEvent};
 use crate::Client;
 use crate::cache::{ModelEntry, VerifiedBlob};
 use crate::error::{Attempt, ClientError, Stage};
+use crate::trust::verify::verify_release;
 use crate::types::{CachedModel, DeviceInfo};
-use crate::verify::verify_release;
 
 /// Why [`Client::load_cached`] found nothing to load.
 pub(crate) enum CacheMiss {
@@ -67,14 +67,14 @@ impl Client {
             .cache()
             .revocations(model)
             .map(|(e, kv)| (e.clone(), kv));
-        if let Ok((list, _)) = crate::verify::effective_revocations(
+        if let Ok((list, _)) = crate::trust::verify::effective_revocations(
             model,
             held.as_ref().map(|(e, kv)| (e, *kv)),
             None,
             0,
             &ring,
             0,
-        ) && let Some(e) = crate::verify::revoked(model, &entry.release, list.as_ref())
+        ) && let Some(e) = crate::trust::verify::revoked(model, &entry.release, list.as_ref())
         {
             return Err(e);
         }

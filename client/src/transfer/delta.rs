@@ -25,11 +25,11 @@ use ferry_shared::manifest::chunks::{
 };
 use sha2::{Digest as _, Sha256};
 
-use crate::download::{
+use crate::error::ClientError;
+use crate::transfer::download::{
     DownloadLimits, ProgressFn, Wanted, backoff, hash_prefix, open_at, parse_content_range,
     part_len, truncate,
 };
-use crate::error::ClientError;
 
 mod sources;
 pub(crate) use sources::remember;

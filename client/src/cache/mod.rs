@@ -15,9 +15,13 @@
 //! ([`Cache::evict`]) is LRU under a byte budget and never removes a blob in use (in any
 //! process) or a model's last known good variant.
 //!
-//! Several processes may share one cache (see [`crate::locks`]): every change to the index is
+//! Several processes may share one cache (see [`crate::cache::locks`]): every change to the index is
 //! a read-modify-write under the exclusive lock on `<root>/.lock`, and a process re-reads the
 //! index whenever another one changed it, so no process's change is lost.
+
+pub(crate) mod cached;
+pub(crate) mod in_use;
+pub mod locks;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -133,7 +137,7 @@ pub struct VerifiedBlob {
 /// A shared lock on a blob file, shared by the clones of a [`VerifiedBlob`].
 #[derive(Debug, Clone, Default)]
 struct Held {
-    _lock: Option<std::sync::Arc<crate::locks::FileLock>>,
+    _lock: Option<std::sync::Arc<crate::cache::locks::FileLock>>,
 }
 
 impl PartialEq for Held {
@@ -247,7 +251,7 @@ impl Cache {
         let locks = root.join("locks");
         std::fs::create_dir_all(&locks).map_err(|e| ClientError::io(&locks, e))?;
         // Repairs happen under the index lock, so no other process writes the index meanwhile.
-        let _lock = crate::locks::exclusive(&root.join(".lock"))?;
+        let _lock = crate::cache::locks::exclusive(&root.join(".lock"))?;
         let mut rec = Recovery::default();
         for dir in [
             root.to_path_buf(),
@@ -353,7 +357,7 @@ impl Cache {
         if stamp_of(&self.root.join("index.json")) == self.stamp {
             return Ok(());
         }
-        let _lock = crate::locks::shared(&self.root.join(".lock"))?;
+        let _lock = crate::cache::locks::shared(&self.root.join(".lock"))?;
         self.reload(false);
         Ok(())
     }
@@ -361,7 +365,7 @@ impl Cache {
     /// Changes the index as one read-modify-write under the exclusive index lock: the newest
     /// index on disk (another process's changes included), `change`, then a durable write.
     fn update<R>(&mut self, change: impl FnOnce(&mut Index) -> R) -> Result<R, ClientError> {
-        let _lock = crate::locks::exclusive(&self.root.join(".lock"))?;
+        let _lock = crate::cache::locks::exclusive(&self.root.join(".lock"))?;
         // Always read under the lock: a rewrite of equal size within the file system's time
         // resolution would look unchanged, and this change must not undo it.
         self.reload(true);
@@ -410,7 +414,7 @@ impl Cache {
     ) -> Result<Option<VerifiedBlob>, ClientError> {
         let path = self.blob_path(d);
         // Held from before the check: another process cannot evict what is being checked.
-        let Some(lock) = crate::locks::shared_existing(&path)? else {
+        let Some(lock) = crate::cache::locks::shared_existing(&path)? else {
             return Ok(None);
         };
         let len = lock
@@ -451,14 +455,14 @@ impl Cache {
         // Another process may have committed the same file meanwhile (it waited no longer, or
         // finished first): its file stays, so the shared locks others hold on it keep guarding
         // the file its path names, and this process's copy goes.
-        let held = match crate::locks::shared_existing(&dest)? {
+        let held = match crate::cache::locks::shared_existing(&dest)? {
             Some(existing) if existing.file().metadata().map(|m| m.len()).ok() == Some(size) => {
                 let _ = std::fs::remove_file(part);
                 Some(existing)
             }
             _ => {
                 ferry_fs::commit(part, &dest).map_err(|e| ClientError::io(&dest, e))?;
-                crate::locks::shared_existing(&dest)?
+                crate::cache::locks::shared_existing(&dest)?
             }
         };
         self.update(|i| i.touch(d, size))?;
@@ -497,7 +501,7 @@ impl Cache {
         in_use: &BTreeSet<Sha256Digest>,
         limit: u64,
     ) -> Result<Vec<Sha256Digest>, ClientError> {
-        let _lock = crate::locks::exclusive(&self.root.join(".lock"))?;
+        let _lock = crate::cache::locks::exclusive(&self.root.join(".lock"))?;
         self.reload(true);
         // A model's last known good files are kept, unless an app or runtime update left them
         // outside their signed constraints.
@@ -528,11 +532,11 @@ impl Cache {
                 continue;
             };
             let path = self.blob_path(&d);
-            match crate::locks::try_exclusive_existing(&path)? {
+            match crate::cache::locks::try_exclusive_existing(&path)? {
                 // Loaded by another process: it stays.
-                crate::locks::Exclusive::Held => continue,
-                crate::locks::Exclusive::Missing => {}
-                crate::locks::Exclusive::Locked(held) => {
+                crate::cache::locks::Exclusive::Held => continue,
+                crate::cache::locks::Exclusive::Missing => {}
+                crate::cache::locks::Exclusive::Locked(held) => {
                     match std::fs::remove_file(&path) {
                         Ok(()) => {}
                         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
