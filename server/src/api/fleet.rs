@@ -104,8 +104,17 @@ pub struct ChangeQuery {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HistoryQuery {
-    /// How many of the newest revisions to list.
-    pub limit: Option<usize>,
+    /// How many of the newest revisions to list: any non-negative integer, clamped to 1 to
+    /// 10,000 (one too large for a number is clamped too, as the document promises).
+    pub limit: Option<String>,
+}
+
+/// `limit` as a count: digits only (saturating), else `None`.
+fn history_limit(text: &str) -> Option<usize> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(text.parse::<usize>().unwrap_or(usize::MAX))
 }
 
 /// `GET /v1/admin/models/{model}/rollout`: the plan in force and its newest history.
@@ -116,11 +125,20 @@ pub async fn get_rollout(
     query: Result<web::Query<HistoryQuery>, actix_web::Error>,
 ) -> Result<HttpResponse, ApiError> {
     let model = read_view(&req, &state, &model).await?;
-    let limit = query
+    let limit = match query
         .map_err(|e| ApiError::new(ErrorCode::RequestInvalid, format!("bad query string: {e}")))?
+        .into_inner()
         .limit
-        .unwrap_or(100)
-        .clamp(1, 10_000);
+    {
+        None => 100,
+        Some(text) => history_limit(&text).ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::RequestInvalid,
+                format!("limit must be a non-negative integer, not {text:?}"),
+            )
+        })?,
+    }
+    .clamp(1, 10_000);
     let mut history = rollout::history(state.store(), &model).await?;
     let total = history.len();
     history.drain(..total.saturating_sub(limit));
@@ -187,6 +205,14 @@ pub async fn post_telemetry(
         .map_err(ApiError::internal)?;
     let worker = state.clone().into_inner();
     let report = web::block(move || -> Result<_, ApiError> {
+        // The envelope is an object: serde would also read a struct from an array (its fields
+        // in order), which no client sends and the document does not allow.
+        if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(ApiError::new(
+                ErrorCode::TelemetryMalformed,
+                "expected {\"events\": [...]}: the body is not a JSON object",
+            ));
+        }
         let batch: BatchShape = serde_json::from_slice(&body).map_err(|e| {
             ApiError::new(
                 ErrorCode::TelemetryMalformed,
@@ -445,7 +471,8 @@ pub async fn get_health_series(
 
 /// The `since` query parameter of the health view, as unix seconds: a duration back from now
 /// (`90s`, `30m`, `1h`, `7d`), an RFC 3339 time, or `step` (when the current rollout step, or
-/// the current rollout revision, began). `None`: no window (everything).
+/// the current rollout revision, began). `None`: no window (everything). A time in the future
+/// gives an empty window.
 fn health_since(
     req: &HttpRequest,
     state: &AppState,
@@ -498,9 +525,8 @@ fn health_since(
         now.checked_sub(d)
             .ok_or_else(|| bad("too far back".into()))?
     };
-    if t > now {
-        return Err(bad("in the future".into()));
-    }
+    // A time ahead of this server's clock (a dashboard or device whose clock runs ahead) is an
+    // empty window, not an error.
     Ok(Some(t.unix_timestamp()))
 }
 

@@ -200,3 +200,33 @@ fn racing_writers_lose_no_update() {
     app.race_rollout(&[app.url(), replica.url()], 8, 10);
     replica.stop();
 }
+
+#[test]
+fn the_history_limit_takes_any_integer_and_refuses_anything_else() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    let get = |q: &str| {
+        app.get_json(
+            &format!("/v1/admin/models/mlp/rollout{q}"),
+            Some(READ_TOKEN),
+        )
+    };
+    // Too large for a number is clamped like any large limit (the document allows it).
+    for q in [
+        "?limit=0",
+        "?limit=5",
+        &format!("?limit={}", "9".repeat(29)),
+    ] {
+        let (s, b) = get(q);
+        assert_eq!(s, 200, "{q}: {b}");
+        assert_eq!(b["history"].as_array().map(Vec::len), Some(1), "{q}: {b}");
+    }
+    for q in ["?limit=-1", "?limit=1.5", "?limit=ten", "?limit="] {
+        let (s, b) = get(q);
+        assert_eq!(
+            (s, b["code"].as_str()),
+            (400, Some("request_invalid")),
+            "{q}: {b}"
+        );
+    }
+}

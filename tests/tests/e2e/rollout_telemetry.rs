@@ -287,6 +287,13 @@ fn malformed_oversized_and_out_of_order_telemetry() {
         (b"not json".to_vec(), 400, "telemetry_malformed"),
         (b"{\"events\": 5}".to_vec(), 400, "telemetry_malformed"),
         (b"[]".to_vec(), 400, "telemetry_malformed"),
+        // A struct read from an array (its fields in order) is not the envelope either.
+        (b"[[]]".to_vec(), 400, "telemetry_malformed"),
+        (
+            b" \n[[{\"kind\": \"load\"}]]".to_vec(),
+            400,
+            "telemetry_malformed",
+        ),
         (vec![b' '; 2 << 20], 413, "body_too_large"),
         (
             serde_json::to_vec(&serde_json::json!({"events": vec![serde_json::json!({}); 501]}))
