@@ -20,9 +20,7 @@ use ferry_shared::pte::{self, PteLimits, PteReport};
 use ferry_shared::select::rollout::RolloutPlan;
 use ferry_shared::trust::dsse::{DsseError, Envelope, KeyRing};
 use ferry_shared::{ModelName, Sha256Digest};
-use futures_util::StreamExt as _;
 use object_store::{ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
-use sha2::Digest as _;
 
 use crate::plans::rollout;
 use crate::storage::catalog::{Catalog, Release};
