@@ -16,7 +16,7 @@ use crate::policy::{LoadMode, LoadOptions};
 use crate::run::model::LoadedModel;
 use crate::types::{DeviceInfo, LoadReport, Source};
 
-mod fallback;
+mod drive;
 mod fetch;
 mod offline;
 mod prefetch;

@@ -1,266 +1,291 @@
-//! The fallback walk: each verified candidate in turn, best first, until one loads (its
-//! attempts and telemetry kept by [`super::fallback::Walk`]), and the last known good when
-//! the server cannot be used or a download is not allowed.
+//! The fallback walk as a state machine without I/O: it says what to do next with the
+//! candidates (fetch one, open one, hand one over, fall back to the last known good, stop),
+//! takes what happened, and keeps what each outcome adds to the load report's attempts and to
+//! the telemetry. The shell (`drive.rs`) only does what [`Walk::next`] says and reports back
+//! with [`Walk::fetched`] and [`Walk::opened`]. No clock: durations come in as milliseconds,
+//! and events are made by the caller's `base` function, so every fallback order is tested
+//! here without a server, a runtime or a file.
+//!
+//! ```text
+//! Fetch(0) ─ready─► Open(0) ─loaded─► Loaded(0)
+//!    │                 └─failed─► Fetch(1) …
+//!    ├─operators missing / failed / deferred─► Fetch(1) …
+//!    └─failed on a full disk─► Stop
+//! after the last candidate: LastKnownGood when a download was deferred, else AllFailed
+//! ```
 
-use std::collections::BTreeSet;
-use std::time::Instant;
-
-use ferry_shared::Sha256Digest;
 use ferry_shared::errors::ErrorCode;
+use ferry_shared::manifest::Variant;
 use ferry_shared::wire::telemetry::{EventKind, Outcome, TelemetryEvent};
 
-use super::fallback::Walk;
-use super::stamped;
-use crate::Client;
-use crate::cache::ModelEntry;
-use crate::cache::VerifiedBlob;
-use crate::cache::in_use::InUseGuard;
-use crate::error::{Attempt, ClientError, Stage};
-use crate::policy::LoadOptions;
-use crate::run::model::LoadedModel;
-use crate::runtime::Program;
-use crate::trust::verify::Plan;
-use crate::types::{DeviceInfo, Source};
-use ferry_shared::manifest::Variant;
+use crate::error::{Attempt, Stage};
+use crate::load::fetch::Transfer;
+use crate::run::golden::LoadFailure;
 
-impl Client {
-    pub(crate) fn load_inner(
-        &self,
-        model: &str,
-        device: &DeviceInfo,
-        opts: &LoadOptions,
-    ) -> Result<LoadedModel, ClientError> {
-        let load_started = Instant::now();
-        let plan = match self.resolve(model, device) {
-            Ok(p) => p,
-            Err(e) => {
-                if matches!(
-                    e,
-                    ClientError::Verify { .. }
-                        | ClientError::Expired { .. }
-                        | ClientError::ClockSkewed { .. }
-                        | ClientError::Replay { .. }
-                        | ClientError::DecisionMismatch(_)
-                ) {
-                    let ev = TelemetryEvent {
-                        outcome: Outcome::Failed,
-                        error_code: Some(e.code().to_string()),
-                        stage: Some(Stage::Resolve.as_str().to_string()),
-                        ..self.event(EventKind::Verify, "", model, None, device)
-                    };
-                    let _ = self.telemetry.push(&[ev]);
-                }
-                return self.load_last_good(model, device, e, load_started);
-            }
+/// Makes the event of `kind` about a variant (the client's device, release and clock).
+pub(crate) type EventBase<'a> = dyn Fn(EventKind, &Variant) -> TelemetryEvent + 'a;
+
+/// What the shell does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Check candidate `i`'s operators against the runtime, then make sure its files are
+    /// cached (downloading them if allowed); report with [`Walk::fetched`].
+    Fetch(usize),
+    /// Open candidate `i`'s program and run its checks; report with [`Walk::opened`].
+    Open(usize),
+    /// Candidate `i` loaded: send the events and hand it over.
+    Loaded(usize),
+    /// Every candidate was tried and a download was not allowed: send the events; the last
+    /// known good serves (or the first deferral is the error).
+    LastKnownGood,
+    /// Every candidate was tried and failed: send the events; the attempts are the error.
+    AllFailed,
+    /// A failure that ends the walk (a full disk: no other candidate can be stored either):
+    /// send the events and stop with it.
+    Stop,
+}
+
+/// How making sure of a candidate's files went.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Fetched {
+    /// The runtime lacks operators the variant's program calls (checked before a download).
+    OperatorsMissing(String),
+    /// Its files are cached; `Some` when this load downloaded them.
+    Ready(Option<Transfer>),
+    /// Its download is not allowed now (the download policy, the free space): not the
+    /// variant's failure.
+    Deferred {
+        /// The catalogue code.
+        code: String,
+        /// Why.
+        message: String,
+    },
+    /// The download or its checks failed.
+    Failed {
+        /// The download, or the hash or size check.
+        stage: Stage,
+        /// The catalogue code.
+        code: String,
+        /// What happened.
+        message: String,
+        /// Whether no candidate after it can do better (a full disk).
+        ends_walk: bool,
+    },
+}
+
+/// How opening a candidate's program went.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Opened {
+    /// It loaded (and passed its checks) in this many milliseconds.
+    Loaded(f64),
+    /// It failed after this many milliseconds.
+    Failed(LoadFailure, f64),
+}
+
+/// Where the walk stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum At {
+    Fetch(usize),
+    Open(usize),
+    Done(Next),
+}
+
+/// The attempts and events of one walk over the candidates, best first, and where it stands.
+pub(crate) struct Walk<'a> {
+    candidates: Vec<&'a Variant>,
+    base: &'a EventBase<'a>,
+    attempts: Vec<Attempt>,
+    events: Vec<TelemetryEvent>,
+    at: At,
+    deferred: bool,
+}
+
+impl<'a> Walk<'a> {
+    /// A walk over `candidates`, best first.
+    pub(crate) fn new(candidates: Vec<&'a Variant>, base: &'a EventBase<'a>) -> Self {
+        let mut walk = Self {
+            candidates,
+            base,
+            attempts: Vec::new(),
+            events: Vec::new(),
+            at: At::Fetch(0),
+            deferred: false,
         };
-        let release = plan.manifest.version.to_string();
-        let base =
-            |kind: EventKind, v: &Variant| self.event(kind, &release, model, Some(v), device);
-        let mut walk = Walk::new(plan.candidates.iter().map(|c| &c.variant).collect(), &base);
-        let send = |events: Vec<TelemetryEvent>| {
-            let _ = self
-                .telemetry
-                .push(&stamped(events, plan.receipt.as_deref()));
-        };
-        let mut deferred = None;
-        let mut spent = 0u64;
-        for (i, c) in plan.candidates.iter().enumerate() {
-            let v = &c.variant;
-            let candidate_started = Instant::now();
-            let ms = || candidate_started.elapsed().as_secs_f64() * 1000.0;
-            // Defence in depth: whatever the server knew, a program calling operators this
-            // runtime lacks would fail `load_method` after its whole download.
-            if let Some(message) = self.missing_operators(v) {
-                walk.failed(
+        walk.at = walk.from(0);
+        walk
+    }
+
+    /// What to do next.
+    pub(crate) fn next(&self) -> Next {
+        match self.at {
+            At::Fetch(i) => Next::Fetch(i),
+            At::Open(i) => Next::Open(i),
+            At::Done(n) => n,
+        }
+    }
+
+    /// Candidate `i`'s files, after `ms` on it: what the walk does with each outcome.
+    pub(crate) fn fetched(&mut self, i: usize, outcome: Fetched, ms: f64) {
+        if self.at != At::Fetch(i) {
+            return;
+        }
+        self.at = match outcome {
+            Fetched::OperatorsMissing(message) => {
+                self.failed(
                     i,
                     Stage::Select,
                     ErrorCode::OperatorsMissing.as_str(),
                     message,
-                    ms(),
+                    ms,
                 );
-                continue;
+                self.from(i + 1)
             }
-            let (blob, downloaded) = match self.ensure_blob(model, c, opts, &mut spent) {
-                Ok(x) => x,
-                Err(
-                    e @ (ClientError::DownloadDeferred { .. }
-                    | ClientError::InsufficientStorage { .. }),
-                ) => {
-                    // Not the variant's failure: no telemetry; a cached candidate after it, a
-                    // smaller one, or the last known good may still load.
-                    walk.deferred(i, e.code(), e.to_string(), ms());
-                    deferred.get_or_insert(e);
-                    continue;
+            Fetched::Ready(transfer) => {
+                if let Some(t) = transfer {
+                    self.downloaded(i, t);
                 }
-                Err(e) => {
-                    let stage = match e {
-                        ClientError::HashMismatch { .. } | ClientError::SizeMismatch { .. } => {
-                            Stage::Verify
-                        }
-                        _ => Stage::Download,
-                    };
-                    walk.download_failed(i, stage, e.code());
-                    if matches!(e, ClientError::DiskFull { .. }) {
-                        send(walk.take_events());
-                        return Err(e);
-                    }
-                    walk.failed(i, stage, e.code(), e.to_string(), ms());
-                    continue;
-                }
-            };
-            if let Some(t) = downloaded {
-                walk.downloaded(i, t);
+                At::Open(i)
             }
-            let started = Instant::now();
-            match self.open_and_check(&blob, v) {
-                Ok((program, golden)) => {
-                    walk.loaded(i, started.elapsed().as_secs_f64() * 1000.0);
-                    send(walk.take_events());
-                    let mut loaded = self.loaded(
-                        model,
-                        &plan,
-                        v,
-                        Opened {
-                            blob,
-                            program,
-                            golden,
-                            downloaded: downloaded.is_some(),
-                        },
-                        walk.into_attempts(),
-                        load_started,
-                    );
-                    if let Ok(m) = &mut loaded {
-                        let (plan, loaded) = (&plan, v.id.as_str());
-                        m.report.probe =
-                            self.probe_after_load(model, device, (plan, loaded), opts, &mut spent);
-                    }
-                    return loaded;
-                }
-                Err(failure) => {
-                    let load_ms = started.elapsed().as_secs_f64() * 1000.0;
-                    walk.load_failed(i, failure, load_ms, ms());
+            Fetched::Deferred { code, message } => {
+                self.deferred(i, &code, message, ms);
+                self.deferred = true;
+                self.from(i + 1)
+            }
+            Fetched::Failed {
+                stage,
+                code,
+                message,
+                ends_walk,
+            } => {
+                self.download_failed(i, stage, &code);
+                if ends_walk {
+                    At::Done(Next::Stop)
+                } else {
+                    self.failed(i, stage, &code, message, ms);
+                    self.from(i + 1)
                 }
             }
-        }
-        send(walk.take_events());
-        if let Some(e) = deferred {
-            // A download was not allowed: what is cached serves, or the deferral is the error.
-            return self.load_last_good(model, device, e, load_started);
-        }
-        Err(ClientError::AllCandidatesFailed {
-            attempts: walk.into_attempts(),
-        })
-    }
-}
-
-impl Client {
-    /// The operators `v` needs (as its signed manifest says) that this runtime did not
-    /// register, as a message naming them; `None` when none is missing or either side is
-    /// unknown.
-    pub(crate) fn missing_operators(&self, v: &Variant) -> Option<String> {
-        if v.operators_needed().is_empty() {
-            return None;
-        }
-        let have: BTreeSet<String> = self.runtime.registered_operators()?.into_iter().collect();
-        let missing = ferry_shared::select::operators::missing(v.operators_needed(), &have);
-        (!missing.is_empty()).then(|| {
-            format!(
-                "variant {} calls {} operator(s) this runtime did not register: {}",
-                v.id,
-                missing.len(),
-                missing.join(", ")
-            )
-        })
-    }
-}
-
-/// A candidate that opened, passed its checks and is about to be handed over.
-struct Opened {
-    blob: VerifiedBlob,
-    program: Box<dyn Program>,
-    golden: Option<f64>,
-    downloaded: bool,
-}
-
-impl Client {
-    /// Candidate `v` loaded: it becomes the model's last known good, the cache evicts what no
-    /// process holds, and the app gets the model with its report.
-    fn loaded(
-        &self,
-        model: &str,
-        plan: &Plan,
-        v: &Variant,
-        opened: Opened,
-        attempts: Vec<Attempt>,
-        load_started: Instant,
-    ) -> Result<LoadedModel, ClientError> {
-        let Opened {
-            blob,
-            program,
-            golden,
-            downloaded,
-        } = opened;
-        let release = plan.manifest.version.to_string();
-        // Read before the entry is recorded: a load that fails here leaves the last known
-        // good as it was.
-        let metadata = crate::run::metadata::ModelMetadata::of(v, &blob)?;
-        let entry = ModelEntry {
-            release: release.clone(),
-            variant: v.id.to_string(),
-            delegate: v.delegate.to_string(),
-            sha256: v.sha256,
-            size: v.size,
-            data: v.side_files().map(|f| f.sha256).collect(),
-            release_envelope: plan.release_envelope.clone(),
-            incompatible: None,
         };
-        let guard = InUseGuard::new(&self.in_use, &blob);
-        {
-            let mut cache = self.cache();
-            cache.set_last_good(model, entry)?;
-            let in_use: BTreeSet<Sha256Digest> = ferry_shared::sync::lock(&self.in_use)
-                .keys()
-                .copied()
-                .collect();
-            cache.evict(&in_use)?;
+    }
+
+    /// Candidate `i`'s program, `ms` after the candidate's turn began.
+    pub(crate) fn opened(&mut self, i: usize, outcome: Opened, ms: f64) {
+        if self.at != At::Open(i) {
+            return;
         }
-        let source = if downloaded {
-            Source::Downloaded
+        self.at = match outcome {
+            Opened::Loaded(load_ms) => {
+                self.loaded(i, load_ms);
+                At::Done(Next::Loaded(i))
+            }
+            Opened::Failed(failure, load_ms) => {
+                self.load_failed(i, failure, load_ms, ms);
+                self.from(i + 1)
+            }
+        };
+    }
+
+    /// The turn of candidate `i`, or the end of the walk when there is none.
+    fn from(&self, i: usize) -> At {
+        if i < self.candidates.len() {
+            At::Fetch(i)
+        } else if self.deferred {
+            At::Done(Next::LastKnownGood)
         } else {
-            Source::Cached
-        };
-        let mut report = self.report(
-            model,
-            Some((&release, v, &blob)),
-            &source,
-            &attempts,
-            load_started,
-        );
-        report.load_mode = program.load_mode().map(str::to_string);
-        Ok(LoadedModel {
-            model: model.to_string(),
-            release,
+            At::Done(Next::AllFailed)
+        }
+    }
+
+    /// Candidate `i`'s download was not allowed (the download policy): an attempt in the
+    /// report, and no telemetry (it is not the variant's failure).
+    pub(crate) fn deferred(&mut self, i: usize, code: &str, message: String, ms: f64) {
+        self.attempt(i, Stage::Download, code, message, ms);
+    }
+
+    /// Candidate `i`'s download failed at `stage` (the download, or the hash or size check):
+    /// a failed download event.
+    pub(crate) fn download_failed(&mut self, i: usize, stage: Stage, code: &str) {
+        let v = self.candidates[i];
+        self.events.push(TelemetryEvent {
+            outcome: Outcome::Failed,
+            error_code: Some(code.to_string()),
+            stage: Some(stage.as_str().to_string()),
+            ..(self.base)(EventKind::Download, v)
+        });
+    }
+
+    /// Candidate `i` was downloaded (`t`: bytes fetched of the bytes missing): a download
+    /// event.
+    pub(crate) fn downloaded(&mut self, i: usize, t: Transfer) {
+        let v = self.candidates[i];
+        self.events.push(TelemetryEvent {
+            bytes_fetched: Some(t.fetched),
+            bytes_total: Some(t.total),
+            ..(self.base)(EventKind::Download, v)
+        });
+    }
+
+    /// Candidate `i` loaded in `load_ms`: a load event.
+    pub(crate) fn loaded(&mut self, i: usize, load_ms: f64) {
+        let v = self.candidates[i];
+        self.events.push(TelemetryEvent {
+            load_ms: Some(load_ms),
+            ..(self.base)(EventKind::Load, v)
+        });
+    }
+
+    /// Candidate `i`'s program did not load (`failure`, after `load_ms`): a failed load event,
+    /// then the failure as for [`Walk::failed`].
+    pub(crate) fn load_failed(&mut self, i: usize, failure: LoadFailure, load_ms: f64, ms: f64) {
+        let v = self.candidates[i];
+        self.events.push(TelemetryEvent {
+            outcome: Outcome::Failed,
+            error_code: Some(failure.code.to_string()),
+            stage: Some(failure.stage.as_str().to_string()),
+            load_ms: Some(load_ms),
+            ..(self.base)(EventKind::Load, v)
+        });
+        self.failed(i, failure.stage, failure.code.as_str(), failure.message, ms);
+    }
+
+    /// Candidate `i` failed at `stage` after `ms`: an attempt in the report and, when a next
+    /// candidate exists, a fallback event from this variant to it.
+    pub(crate) fn failed(&mut self, i: usize, stage: Stage, code: &str, message: String, ms: f64) {
+        self.attempt(i, stage, code, message, ms);
+        if let Some(next) = self.candidates.get(i + 1) {
+            let v = self.candidates[i];
+            self.events.push(TelemetryEvent {
+                error_code: Some(code.to_string()),
+                outcome: Outcome::Failed,
+                to_variant: Some(next.id.to_string()),
+                stage: Some(stage.as_str().to_string()),
+                ..(self.base)(EventKind::Fallback, v)
+            });
+        }
+    }
+
+    /// The events so far, taken (the walk goes on with none).
+    pub(crate) fn take_events(&mut self) -> Vec<TelemetryEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// The attempts, for the report or the error.
+    pub(crate) fn into_attempts(self) -> Vec<Attempt> {
+        self.attempts
+    }
+
+    fn attempt(&mut self, i: usize, stage: Stage, code: &str, message: String, ms: f64) {
+        let v = self.candidates[i];
+        self.attempts.push(Attempt {
             variant: v.id.to_string(),
             delegate: v.delegate.to_string(),
-            path: blob.path().to_path_buf(),
-            data_files: blob
-                .data_files()
-                .iter()
-                .map(|d| d.path().to_path_buf())
-                .collect(),
-            source,
-            report,
-            attempts,
-            golden_max_abs_diff: golden,
-            golden: v.golden.clone(),
-            contract: v.methods.clone(),
-            metadata,
-            times: None,
-            receipt: plan.receipt.clone(),
-            method: self.method.clone(),
-            program,
-            other_methods: Vec::new(),
-            _guard: guard,
-        })
+            stage,
+            error_code: code.to_string(),
+            message,
+            duration_ms: ms,
+        });
     }
 }
+
+#[cfg(test)]
+mod tests;
