@@ -9,7 +9,8 @@ use ferry_shared::wire::resolve::{ErrorBody, ResolveRequest, ResolveResponse};
 use crate::Client;
 use crate::error::ClientError;
 use crate::transfer::download;
-use crate::trust::verify::{Plan, effective_revocations, revoked, verify_response};
+use crate::trust::record::{Held, after_verify};
+use crate::trust::verify::{Plan, verify_response};
 use crate::types::DeviceInfo;
 
 impl Client {
@@ -230,26 +231,22 @@ impl Client {
             .cache()
             .revocations(model)
             .map(|(e, kv)| (e.clone(), kv));
-        let (list, keep) = effective_revocations(
+        let records = after_verify(
             model,
-            held.as_ref().map(|(e, kv)| (e, *kv)),
+            &plan,
             resp.revocations.as_ref(),
-            plan.decision().revocations_version,
-            &ring,
-            trust.version(),
+            Held {
+                revocations: held.as_ref().map(|(e, kv)| (e, *kv)),
+                ring: &ring,
+                keyring: trust.version(),
+            },
         )?;
-        if let Some(env) = keep {
+        if let Some(env) = records.revocations {
             self.cache()
                 .record_revocations(model, env, trust.version())?;
         }
-        if let Some(e) = revoked(model, &plan.decision().release.to_string(), list.as_ref()) {
-            return Err(e);
-        }
-        self.cache().record_sequence(
-            model,
-            plan.decision().keyring_version,
-            plan.decision().sequence,
-        )?;
+        let (keyring, sequence) = records.sequence?;
+        self.cache().record_sequence(model, keyring, sequence)?;
         Ok(plan)
     }
 
