@@ -264,7 +264,7 @@ pub async fn post_telemetry(
             state.evaluations().request(model);
         }
     }
-    if state.telemetry().wants_flush(&cfg) {
+    if state.telemetry().outbox().wants_flush(&cfg) {
         let fleet = state.fleet().clone();
         actix_web::rt::spawn(async move { flush(&fleet).await });
     }

@@ -53,7 +53,7 @@ pub(crate) async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, A
 pub(crate) async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     state
         .metrics()
-        .telemetry_raw_dropped(state.telemetry().dropped());
+        .telemetry_raw_dropped(state.telemetry().outbox().dropped());
     state.metrics().sample_process();
     // One label set per published model (a bounded set: the catalog's).
     let rollouts = state.rollouts();

@@ -326,6 +326,8 @@ pub fn spawn_refresh(state: Arc<AppState>, config: &Config) {
         tick.tick().await;
         loop {
             tick.tick().await;
+            // Idle rate-limit buckets go at each flush (intake's housekeeping, not the flush's).
+            flush_state.telemetry.prune_limits();
             crate::fleet::persist::flush::flush(&flush_state).await;
             // The merged view just changed: check every model's halts and deny list against
             // the whole fleet (in this background task, never on a request worker).

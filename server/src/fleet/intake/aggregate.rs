@@ -32,6 +32,8 @@ use crate::fleet::intake::ingest::{EventError, MAX_DEVICES, TelemetryConfig, val
 use crate::fleet::intake::limits::{IpKey, Limiter};
 use crate::fleet::persist::buckets::Level;
 use crate::fleet::persist::events::RawEvent;
+use crate::fleet::persist::outbox::Outbox;
+use crate::fleet::persist::seen::Seen;
 use ferry_shared::select::deny::DenyEntry;
 
 /// Most events one device adds to one variant's counts on one replica in an hour: a device
@@ -42,51 +44,21 @@ pub const PER_DEVICE_EVENTS: u8 = 8;
 /// (model, release, variant).
 type VariantKey = (String, String, String);
 
-/// Most minutes of counts kept in memory while they cannot be written (a day): during a longer
-/// store outage the oldest fold into the next one, so counts are kept and memory stays bounded
-/// (those minutes then count in the later minute's bucket).
-pub const MAX_PENDING_MINUTES: usize = 1440;
-
-/// What the store holds, as last read and merged (see [`crate::fleet::persist::buckets`]).
-#[derive(Debug, Default)]
-pub struct View {
-    /// Each bucket counted (its objects that no part lists, merged).
-    pub buckets: Vec<(Level, i64, std::sync::Arc<Rollup>)>,
-    /// Their merge, with the rollups of earlier versions (`telemetry/rollups/`).
-    pub total: Rollup,
-}
-
-/// Counts this run wrote to the store but has not yet seen in a listing: counted from memory
-/// until the view holds them.
-type Written = Vec<(String, i64, std::sync::Arc<Rollup>)>;
-
-/// The in-memory telemetry state of one server.
+/// The in-memory telemetry state of one server: intake's own (the per-device cap, the rate
+/// limits, when each model was last evaluated), what waits to be written ([`Outbox`]) and what
+/// this run has seen of the store ([`Seen`]). The flush works on the last two alone.
 #[derive(Debug, Default)]
 pub struct Telemetry {
     /// Events counted per device per variant this hour (the [`PER_DEVICE_EVENTS`] cap).
     caps: Mutex<HashMap<VariantKey, HashMap<u64, u8>>>,
     /// The hour `caps` counts.
     caps_hour: Mutex<i64>,
-    /// This run's counts not yet written, per minute (start, unix seconds). Each flush writes
-    /// them as new, immutable objects and starts again from nothing.
-    pending: Mutex<BTreeMap<i64, Rollup>>,
-    /// Written but not yet seen in the store's listing.
-    written: Mutex<Written>,
-    /// Numbers this run's objects.
-    written_seq: std::sync::atomic::AtomicU64,
-    /// The newest minute counted: events never go to an older one, even if the clock steps back.
-    newest_minute: std::sync::atomic::AtomicI64,
-    /// Cohort devices per minute, not yet written (resolve notes them; kept apart from
-    /// `pending` so resolve never waits on ingestion).
-    cohorts: Mutex<BTreeMap<i64, Rollup>>,
-    /// The store's buckets, merged; refreshed at each flush.
-    view: std::sync::RwLock<std::sync::Arc<View>>,
-    /// When this replica last tried to compact.
-    compacted_at: Mutex<Option<Instant>>,
-    raw: Mutex<Vec<RawEvent>>,
     limiter: std::sync::OnceLock<Limiter>,
     evaluated: Mutex<HashMap<String, Instant>>,
-    dropped: std::sync::atomic::AtomicU64,
+    /// What this run counted and accepted, not yet written.
+    outbox: Outbox,
+    /// The store as this run last saw it, and what it wrote since.
+    seen: Seen,
 }
 
 /// What a replica's telemetry state holds (see [`Telemetry::footprint`]).
@@ -151,11 +123,8 @@ impl Telemetry {
             limiter_buckets: addresses + installs,
             capped_variants: caps.len(),
             capped_devices: caps.values().map(HashMap::len).sum(),
-            rollup_variants: lock(&self.pending)
-                .values()
-                .map(Rollup::variant_count)
-                .sum(),
-            raw_events: ferry_shared::sync::lock(&self.raw).len(),
+            rollup_variants: self.outbox.pending_variants(),
+            raw_events: self.outbox.raw_len(),
         }
     }
 
@@ -234,7 +203,7 @@ impl Telemetry {
         report.rejected.sort_by_key(|e| e.index);
         report.accepted = kept.len();
         {
-            let minute = self.minute_of(now);
+            let minute = self.outbox.minute_of(now);
             let mut caps = lock(&self.caps);
             // The per-device weight holds per hour: a device that keeps failing keeps counting
             // (at most PER_DEVICE_EVENTS an hour), and windows see it.
@@ -245,7 +214,7 @@ impl Telemetry {
                 *epoch = hour;
             }
             drop(epoch);
-            let mut pending = lock(&self.pending);
+            let mut pending = self.outbox.pending();
             let mut bucket = kept
                 .iter()
                 .any(|(_, ok)| *ok)
@@ -283,34 +252,13 @@ impl Telemetry {
                 }
             }
         }
-        {
-            let mut raw = ferry_shared::sync::lock(&self.raw);
-            for (e, ok) in kept {
-                raw.push(RawEvent {
-                    event: e,
-                    received_at: now,
-                    counted: ok,
-                });
-            }
-            let cap = cfg.raw_buffer_events.max(1) * 5;
-            if raw.len() > cap {
-                let excess = raw.len() - cap;
-                raw.drain(..excess);
-                self.dropped
-                    .fetch_add(excess as u64, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
+        let raw = kept.into_iter().map(|(event, counted)| RawEvent {
+            event,
+            received_at: now,
+            counted,
+        });
+        self.outbox.keep_raw(raw, cfg.raw_buffer_events.max(1) * 5);
         report
-    }
-
-    /// True when enough raw events are buffered to flush before the timer.
-    pub fn wants_flush(&self, cfg: &TelemetryConfig) -> bool {
-        ferry_shared::sync::lock(&self.raw).len() >= cfg.raw_buffer_events.max(1)
-    }
-
-    /// Raw events dropped because the store could not keep up.
-    pub fn dropped(&self) -> u64 {
-        self.dropped.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// True when `model` is due for a threshold evaluation (and marks it evaluated).
@@ -326,21 +274,13 @@ impl Telemetry {
         }
     }
 
-    /// The minute an event received at `now` counts in: never older than the newest so far.
-    fn minute_of(&self, now: OffsetDateTime) -> i64 {
-        use std::sync::atomic::Ordering;
-        let m = Level::Minute.floor(now.unix_timestamp());
-        let prev = self.newest_minute.fetch_max(m, Ordering::Relaxed);
-        prev.max(m)
-    }
-
     /// Notes what one resolve established about a device: its protocol and SDK (the client
     /// census), its runtime (the runtime census) and the cohort it was served (cohort sizes),
     /// each when known, under one lock.
     pub fn note_resolve(&self, note: &ResolveNote<'_>) {
-        let minute = self.minute_of(OffsetDateTime::now_utc());
+        let minute = self.outbox.minute_of(OffsetDateTime::now_utc());
         let id = hash_id(note.install_id);
-        let mut cohorts = lock(&self.cohorts);
+        let mut cohorts = self.outbox.cohorts();
         let at = cohorts.entry(minute).or_default();
         if let Some(runtime) = note.runtime {
             crate::fleet::census::runtimes::note(&mut at.runtimes, note.model, runtime, id);
@@ -358,97 +298,27 @@ impl Telemetry {
         }
     }
 
-    /// Everything this run still holds in memory (pending and written but not yet seen),
-    /// merged.
-    pub fn local_rollup(&self) -> Rollup {
-        let mut r = Rollup::default();
-        for (_, _, w) in lock(&self.written).iter() {
-            r.merge(w);
-        }
-        for p in lock(&self.pending).values() {
-            r.merge(p);
-        }
-        for c in lock(&self.cohorts).values() {
-            r.merge(c);
-        }
-        r
+    /// What waits to be written (the flush takes from it).
+    pub fn outbox(&self) -> &Outbox {
+        &self.outbox
     }
 
-    /// Takes what was counted since the last flush, per minute (cohorts included), to write.
-    pub fn take_pending(&self) -> Vec<(i64, Rollup)> {
-        let mut pending = std::mem::take(&mut *lock(&self.pending));
-        for (start, c) in std::mem::take(&mut *lock(&self.cohorts)) {
-            pending.entry(start).or_default().merge(&c);
-        }
-        pending.into_iter().collect()
-    }
-
-    /// Puts back what could not be written (merged with what arrived since), folding the
-    /// oldest minutes together beyond [`MAX_PENDING_MINUTES`].
-    pub fn restore_pending(&self, back: Vec<(i64, Rollup)>) {
-        let mut pending = lock(&self.pending);
-        for (start, r) in back {
-            pending.entry(start).or_default().merge(&r);
-        }
-        fold_oldest(&mut pending, MAX_PENDING_MINUTES);
-    }
-
-    /// A new object name for this run's `writer` prefix.
-    pub fn next_object_name(&self, writer: &str) -> String {
-        let n = self
-            .written_seq
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        format!("{writer}-{n:06}")
-    }
-
-    /// Notes an object this run wrote (its key) for minute `start`.
-    pub fn note_written(&self, key: String, start: i64, rollup: std::sync::Arc<Rollup>) {
-        lock(&self.written).push((key, start, rollup));
-    }
-
-    /// Installs the view read from the store, and forgets the written objects that the listing
-    /// it was built from holds (`listed`): from now on they count through the view. Done under
-    /// the `written` lock, which every reader takes first, so nothing counts twice or not at
-    /// all in between.
-    pub fn install_view(&self, view: View, listed: &dyn Fn(&str) -> bool) {
-        let mut written = lock(&self.written);
-        written.retain(|(key, _, _)| !listed(key));
-        let next = std::sync::Arc::new(view);
-        *ferry_shared::sync::write(&self.view) = next
-    }
-
-    /// True (and noted) when `every` has passed since the last compaction attempt.
-    pub fn compaction_due(&self, every: std::time::Duration) -> bool {
-        let mut last = lock(&self.compacted_at);
-        let now = Instant::now();
-        if last.is_some_and(|t| now.duration_since(t) < every) {
-            return false;
-        }
-        *last = Some(now);
-        true
-    }
-
-    fn view(&self) -> std::sync::Arc<View> {
-        ferry_shared::sync::read(&self.view).clone()
+    /// What this run has seen of the store (the flush installs what it read).
+    pub fn seen(&self) -> &Seen {
+        &self.seen
     }
 
     /// The whole fleet's counts for `model`: the store's buckets merged with what this run
     /// holds in memory.
     pub fn fleet(&self, model: &str) -> Rollup {
-        let written = lock(&self.written);
-        let view = self.view();
         let mut out = Rollup::default();
-        out.merge_model(&view.total, model);
-        for (_, _, w) in written.iter() {
-            out.merge_model(w, model);
-        }
-        drop(written);
-        for p in lock(&self.pending).values() {
-            out.merge_model(p, model);
-        }
-        for c in lock(&self.cohorts).values() {
-            out.merge_model(c, model);
-        }
+        self.seen.read(|view, written| {
+            out.merge_model(&view.total, model);
+            for (_, _, w) in written {
+                out.merge_model(w, model);
+            }
+        });
+        self.outbox.each_minute(|_, r| out.merge_model(r, model));
         out
     }
 
@@ -456,8 +326,6 @@ impl Telemetry {
     /// and the start of the earliest bucket counted (`since` itself when it falls on a
     /// bucket boundary or nothing was counted).
     pub fn window(&self, model: &str, since: i64) -> (Rollup, i64) {
-        let written = lock(&self.written);
-        let view = self.view();
         let mut out = Rollup::default();
         let mut from = since;
         let mut add = |start: i64, len: i64, r: &Rollup| {
@@ -466,19 +334,8 @@ impl Telemetry {
                 from = from.min(start);
             }
         };
-        for (level, start, r) in &view.buckets {
-            add(*start, level.secs(), r);
-        }
-        for (_, start, w) in written.iter() {
-            add(*start, 60, w);
-        }
-        drop(written);
-        for (start, p) in lock(&self.pending).iter() {
-            add(*start, 60, p);
-        }
-        for (start, c) in lock(&self.cohorts).iter() {
-            add(*start, 60, c);
-        }
+        self.seen.each_bucket(&mut add);
+        self.outbox.each_minute(|start, r| add(start, 60, r));
         (out, from)
     }
 
@@ -488,8 +345,6 @@ impl Telemetry {
     /// its start). Buckets that start before `since` are left out.
     pub fn series(&self, model: &str, since: i64, step: i64) -> BTreeMap<i64, Rollup> {
         let step = step.max(60);
-        let written = lock(&self.written);
-        let view = self.view();
         let mut out: BTreeMap<i64, Rollup> = BTreeMap::new();
         let mut add = |start: i64, r: &Rollup| {
             if start >= since {
@@ -497,50 +352,9 @@ impl Telemetry {
                 out.entry(at).or_default().merge_model(r, model);
             }
         };
-        for (_, start, r) in &view.buckets {
-            add(*start, r);
-        }
-        for (_, start, w) in written.iter() {
-            add(*start, w);
-        }
-        drop(written);
-        for (start, p) in lock(&self.pending).iter() {
-            add(*start, p);
-        }
-        for (start, c) in lock(&self.cohorts).iter() {
-            add(*start, c);
-        }
+        self.seen.each_bucket(|start, _, r| add(start, r));
+        self.outbox.each_minute(&mut add);
         out
-    }
-
-    /// Takes the buffered raw events for a flush: all of them when `force` (a graceful stop) or
-    /// when the buffer is full or its oldest event has waited `raw_roll_secs`; none otherwise.
-    pub fn take_raw(
-        &self,
-        force: bool,
-        cfg: &TelemetryConfig,
-        now: OffsetDateTime,
-    ) -> Vec<RawEvent> {
-        let mut r = ferry_shared::sync::lock(&self.raw);
-        let due = force
-            || r.len() >= cfg.raw_buffer_events.max(1)
-            || r.first().is_some_and(|e| {
-                now - e.received_at >= time::Duration::seconds(cfg.raw_roll_secs as i64)
-            });
-        if due {
-            std::mem::take(&mut *r)
-        } else {
-            Vec::new()
-        }
-    }
-
-    /// Puts events back after a failed flush (ahead of those that arrived since).
-    pub fn restore_raw(&self, mut events: Vec<RawEvent>) {
-        {
-            let mut r = ferry_shared::sync::lock(&self.raw);
-            events.append(&mut r);
-            *r = events;
-        }
     }
 
     /// Loads, failures and fallbacks of all variants of `release` of `model`, fleet-wide.
@@ -556,18 +370,6 @@ impl Telemetry {
     /// The fleet-wide health view of `model` (releases newest first).
     pub fn health(&self, model: &str) -> serde_json::Value {
         self.fleet(model).health(model)
-    }
-}
-
-/// Folds the oldest minutes into the minute after them until at most `cap` remain.
-fn fold_oldest(pending: &mut BTreeMap<i64, Rollup>, cap: usize) {
-    while pending.len() > cap.max(1) {
-        let Some((_, oldest)) = pending.pop_first() else {
-            return;
-        };
-        if let Some(mut next) = pending.first_entry() {
-            next.get_mut().merge(&oldest);
-        }
     }
 }
 

@@ -9,10 +9,10 @@ use time::OffsetDateTime;
 
 use crate::fleet::Fleet;
 use crate::fleet::counts::rollup::Rollup;
-use crate::fleet::intake::aggregate::View;
 use crate::fleet::persist::buckets::{self, BucketKey, Lease, Level};
 use crate::fleet::persist::compact::compact;
 use crate::fleet::persist::events::{self, RawEvent};
+use crate::fleet::persist::seen::View;
 use crate::fleet::persist::stored::{read_bucket, read_checked};
 use crate::storage::StorageKey;
 
@@ -48,13 +48,12 @@ async fn release_lease(fleet: &Fleet) {
 }
 
 async fn flush_with(fleet: &Fleet, force: bool) {
-    fleet.telemetry.prune_limits();
     let now = OffsetDateTime::now_utc();
-    let raw = fleet.telemetry.take_raw(force, &fleet.config, now);
+    let raw = fleet.telemetry.outbox().take_raw(force, &fleet.config, now);
     if !raw.is_empty() {
         let unwritten = write_events(fleet, raw, now).await;
         if !unwritten.is_empty() {
-            fleet.telemetry.restore_raw(unwritten);
+            fleet.telemetry.outbox().restore_raw(unwritten);
         }
     }
     flush_rollups(fleet).await;
@@ -137,7 +136,7 @@ pub struct StoreCache {
 async fn write_pending(fleet: &Fleet) {
     use object_store::{ObjectStoreExt as _, PutPayload};
     let mut unwritten = Vec::new();
-    for (start, rollup) in fleet.telemetry.take_pending() {
+    for (start, rollup) in fleet.telemetry.outbox().take_pending() {
         if rollup.models.is_empty()
             && rollup.cohorts.is_empty()
             && rollup.clients.is_empty()
@@ -149,15 +148,15 @@ async fn write_pending(fleet: &Fleet) {
         let key = BucketKey {
             level: Level::Minute,
             start,
-            name: fleet.telemetry.next_object_name(&fleet.writer),
+            name: fleet.telemetry.seen().next_object_name(&fleet.writer),
         };
         match serde_json::to_vec(&rollup) {
             Ok(bytes) => match fleet.store.put(&key.path(), PutPayload::from(bytes)).await {
-                Ok(_) => {
-                    fleet
-                        .telemetry
-                        .note_written(key.path().to_string(), start, Arc::new(rollup))
-                }
+                Ok(_) => fleet.telemetry.seen().note_written(
+                    key.path().to_string(),
+                    start,
+                    Arc::new(rollup),
+                ),
                 Err(e) => {
                     tracing::warn!("telemetry bucket flush failed, kept in memory: {e}");
                     unwritten.push((start, rollup));
@@ -167,7 +166,7 @@ async fn write_pending(fleet: &Fleet) {
         }
     }
     if !unwritten.is_empty() {
-        fleet.telemetry.restore_pending(unwritten);
+        fleet.telemetry.outbox().restore_pending(unwritten);
     }
 }
 
@@ -339,9 +338,10 @@ pub async fn flush_rollups(fleet: &Fleet) {
     *fleet.store_cache() = cache;
     fleet
         .telemetry
+        .seen()
         .install_view(view, &|name| listed.contains_key(name));
     let every = std::time::Duration::from_secs(fleet.config.compact_secs.max(1));
-    if fleet.telemetry.compaction_due(every) {
+    if fleet.telemetry.seen().compaction_due(every) {
         compact(fleet, &listing, now).await;
     }
 }

@@ -17,27 +17,6 @@ fn a_device_weighs_at_most_eight_events_an_hour() {
     }
 }
 
-#[test]
-fn minutes_beyond_the_cap_fold_into_later_ones_and_keep_their_counts() {
-    let mut pending = BTreeMap::new();
-    for m in 0..10i64 {
-        let mut r = Rollup::default();
-        r.note_cohort("m", "staged", m as u64);
-        pending.insert(m * 60, r);
-    }
-    fold_oldest(&mut pending, 4);
-    assert_eq!(
-        pending.keys().copied().collect::<Vec<_>>(),
-        [360, 420, 480, 540]
-    );
-    let devices = |r: &Rollup| r.cohorts["m"]["staged"].estimate();
-    assert_eq!(
-        devices(&pending[&360]),
-        7,
-        "minutes 0..=6 in the oldest kept"
-    );
-    assert_eq!(devices(&pending[&540]), 1);
-}
 use ferry_shared::select::deny::DeviceClass;
 
 /// Ingests JSON values as a batch's event texts, every one counted as receipted.
