@@ -179,6 +179,7 @@ pub mod azurite;
 pub mod browser;
 pub mod duckdb;
 mod emulator;
+pub mod kit;
 pub mod moto;
 pub mod proxy;
 pub mod releases;

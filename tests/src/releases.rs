@@ -209,8 +209,8 @@ pub fn mlp_v2() -> VariantsFile {
     )
 }
 
-/// A device profile as resolve JSON.
-pub fn device(
+/// A device profile as resolve JSON (the body of `POST /v1/resolve`).
+pub fn profile(
     platform: &str,
     backends: &[&str],
     runtime: &str,

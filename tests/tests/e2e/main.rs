@@ -1,57 +1,12 @@
-//! ferry's end-to-end tests: one binary, one module per area (real server, real client, real
-//! `.pte` files, real runtime, real object-store emulators).
+//! ferry's end-to-end tests: one binary, one folder per area (real server, real client, real
+//! `.pte` files, real runtime, real object-store emulators). `docs/architecture.md` lists
+//! which folder tests which documented feature.
 
-mod api_client;
-mod api_contract;
-mod attacks;
-mod bucket_vectors;
-mod c_abi;
-mod c_progress;
-mod client_clock;
-mod client_clock_https;
-mod client_constraints;
-mod client_data_files;
-mod client_e2e;
-mod client_policy;
-mod client_protocol;
-mod client_tensors;
-mod client_trust;
+mod bindings;
+mod client;
 mod console;
-mod dashboard;
-mod delta;
-mod delta_limits;
-mod error_catalogue;
-mod evaluate;
-mod field_latency;
-mod field_selection;
-mod fleet_buckets;
-mod fleet_replicas;
-mod inspector_ground_truth;
-mod jvm;
-mod jvm_typed;
-mod key_rotation;
-mod keyring_push;
-mod large_files;
-mod model_metadata;
-mod openapi_bundle;
-mod operators;
-mod protocol;
-mod revocation;
+mod contract;
+mod fleet;
 mod rollout;
-mod rollout_ramp;
-mod rollout_safety;
-mod rollout_telemetry;
-mod s3;
-mod schemas;
-mod server_blobs;
-mod server_hostile;
-mod server_publish;
-mod server_resolve;
-mod server_tls;
-mod shared_cache;
-mod storage_conformance;
-mod store_formats;
-mod store_integrity;
-mod store_outage;
-mod telemetry_parquet;
-mod vectors;
+mod server;
+mod store;

@@ -1,0 +1,19 @@
+//! The client against a real server: loads, fallbacks and the last known good, the cache shared by
+//! processes, download policies, deltas and large files, device clocks, trust, constraints, data
+//! files, tensors, metadata, runtime operators.
+
+pub(crate) mod clock;
+pub(crate) mod clock_https;
+mod constraints;
+mod data_files;
+pub(crate) mod delta;
+mod delta_limits;
+pub(crate) mod e2e;
+mod large_files;
+mod model_metadata;
+mod operators;
+mod policy;
+mod protocol;
+mod shared_cache;
+mod tensors;
+mod trust;

@@ -1,0 +1,4 @@
+//! The operator console and dashboard in a real browser (Chromium).
+
+mod dashboard;
+mod operator;
