@@ -7,7 +7,7 @@
 //! "from the future": fields, values, headers and formats a newer peer sends, which v1 code
 //! must read (or, for a newer format, refuse with `format_unsupported`).
 //!
-//! [`generate`] is deterministic: `tests/tests/e2e/vectors.rs` checks that it writes exactly the
+//! [`generate`] is deterministic: `tests/tests/e2e/contract/vectors.rs` checks that it writes exactly the
 //! committed files, so a change to a v1 message fails the tests until the vectors are
 //! regenerated on purpose (`cargo run -p ferry-tests --bin vectors`), with the reason in the
 //! commit.

@@ -164,7 +164,7 @@ impl StorageKey {
         format!("state/{model}/deny")
     }
 
-    /// A device runtime's operator set, by its digest (`fleet/operators.rs`).
+    /// A device runtime's operator set, by its digest (`fleet/census/operators.rs`).
     pub fn operator_set(digest: &Sha256Digest) -> StorePath {
         StorePath::from(format!("operators/sha256/{}.json", digest.to_hex()))
     }

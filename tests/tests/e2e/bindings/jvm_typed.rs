@@ -32,7 +32,7 @@ fn catalogue() -> Vec<(String, String)> {
 /// The Java source of `dev.ferry.ErrorCode`.
 fn java_enum(codes: &[(String, String)]) -> String {
     let mut s = String::from(
-        "// Generated from shared/src/errors.rs by tests/tests/e2e/jvm_typed.rs; do not edit.\n\
+        "// Generated from shared/src/errors.rs by tests/tests/e2e/bindings/jvm_typed.rs; do not edit.\n\
          // Regenerate: FERRY_BLESS=1 cargo test -p ferry-tests --test e2e jvm_typed\n\
          package dev.ferry;\n\n\
          /**\n * Every error code of ferry's catalogue (docs/errors.md), to switch on. A code this\n\

@@ -3,6 +3,7 @@
 
 mod api_client;
 mod api_contract;
+mod architecture;
 mod bucket_vectors;
 mod error_catalogue;
 mod openapi_bundle;

@@ -1,4 +1,4 @@
-// Generated from shared/src/errors.rs by tests/tests/e2e/jvm_typed.rs; do not edit.
+// Generated from shared/src/errors.rs by tests/tests/e2e/bindings/jvm_typed.rs; do not edit.
 // Regenerate: FERRY_BLESS=1 cargo test -p ferry-tests --test e2e jvm_typed
 package dev.ferry;
 
