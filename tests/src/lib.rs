@@ -216,13 +216,22 @@ pub fn ptd_with_scalar_type(key: &str, scalar_type: i8) -> Vec<u8> {
     panic!("no single byte of the fixture gives {key} scalar type {scalar_type}")
 }
 
-/// Runs the test `name` (its full path in the test binary, `module::function`) in a process of
-/// its own, for a test that measures the whole process (resident memory, open files) and would
+/// Runs a test in a process of its own, for a test that measures the whole process (resident memory, open files) and would
 /// count its neighbours' work in a shared one. Returns `true` inside that process: the caller
 /// then does the work. Returns `false` in the test binary's own process after the child
 /// passed; panics with the child's output when it failed.
-pub fn in_own_process(name: &str) -> bool {
+///
+/// `module` is the test's `module_path!()` and `test` its function's name, so that the test is
+/// found wherever its module moves.
+pub fn in_own_process(module: &str, test: &str) -> bool {
     const MARK: &str = "FERRY_TEST_OWN_PROCESS";
+    // The harness names a test by its path inside the test crate (no crate name).
+    let inside = module.split_once("::").map_or("", |(_, rest)| rest);
+    let name = &if inside.is_empty() {
+        test.to_string()
+    } else {
+        format!("{inside}::{test}")
+    };
     if std::env::var_os(MARK).is_some() {
         return true;
     }

@@ -144,7 +144,8 @@ fn cached_digest(cache: &Path, d: &Sha256Digest) -> Sha256Digest {
 #[test]
 fn half_a_gigabyte_is_published_downloaded_and_updated_in_bounded_memory() {
     if !ferry_tests::in_own_process(
-        "large_files::half_a_gigabyte_is_published_downloaded_and_updated_in_bounded_memory",
+        module_path!(),
+        "half_a_gigabyte_is_published_downloaded_and_updated_in_bounded_memory",
     ) {
         return;
     }

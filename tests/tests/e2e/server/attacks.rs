@@ -142,7 +142,8 @@ fn events_about_unpublished_models_releases_or_variants_are_refused() {
 fn random_names_and_made_up_devices_cannot_grow_telemetry_state() {
     // Resident memory is the whole process's: measured where no other test runs.
     if !ferry_tests::in_own_process(
-        "attacks::random_names_and_made_up_devices_cannot_grow_telemetry_state",
+        module_path!(),
+        "random_names_and_made_up_devices_cannot_grow_telemetry_state",
     ) {
         return;
     }
