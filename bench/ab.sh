@@ -8,8 +8,9 @@
 # (a counter), 64 connections, request logging at `warn` on both sides.
 #
 # Needs wrk (Debian; installed here if missing, as root). Loopback only. The other commit is
-# checked out in target/ab/src-<rev> (a git worktree) and built into the same target folder,
-# so dependencies are built once.
+# checked out in target/ab/src-<rev> (a git worktree) and built in a target folder of its own
+# (target/ab/target): cargo names a workspace's crates by their path inside the workspace, so
+# two checkouts sharing one target folder would take each other's builds for fresh.
 # Usage: bench/ab.sh REV [--runs N] [--secs S]     (defaults: 6 pairs of 5 s)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,8 +35,8 @@ if [ ! -d "$src" ]; then
   git -C "$root" worktree add --detach "$src" "$rev" >/dev/null
 fi
 echo "building $rev and this checkout (release)..." >&2
-cargo build --release -q -p ferry-server --manifest-path "$src/Cargo.toml" --target-dir "$root/target"
-cp "$root/target/release/ferry" "$out/ferry-$rev"
+cargo build --release -q -p ferry-server --manifest-path "$src/Cargo.toml" --target-dir "$out/target"
+cp "$out/target/release/ferry" "$out/ferry-$rev"
 cargo build --release -q -p ferry-server --manifest-path "$root/Cargo.toml"
 cp "$root/target/release/ferry" "$out/ferry-head"
 
