@@ -1,6 +1,7 @@
-//! [`Client`]: the handle an app holds. This file holds its fields and the small calls that
-//! read them; each room adds its calls in its own `impl Client` (loading in `load/`, resolve in
-//! `transfer/resolve.rs`, downloads in `transfer/`, telemetry in `telemetry.rs`).
+//! [`Client`]: the handle an app holds. This file holds its fields, the small calls that read
+//! them and the telemetry calls; each room adds its calls in its own `impl Client`: loading,
+//! downloads and prefetch in `load/`, resolve in `transfer/resolve.rs`, learning the server's
+//! time in `trust/timesync.rs`, the last known good in `cache/cached.rs`.
 
 use std::sync::{Arc, Mutex};
 
@@ -21,9 +22,9 @@ use crate::trust::timekeeping::{self, Clock};
 pub struct Client {
     pub(crate) server: String,
     pub(crate) trust: Mutex<TrustState>,
-    /// Every request; certificates judged at [`Client::now`] (`tls.rs`).
+    /// Every request; certificates judged at [`Client::now`] (`transfer/tls.rs`).
     pub(crate) agent: ureq::Agent,
-    /// `GET /v1/time` only; certificates checked except their dates (`tls.rs`).
+    /// `GET /v1/time` only; certificates checked except their dates (`transfer/tls.rs`).
     pub(crate) time_agent: ureq::Agent,
     pub(crate) cache: Mutex<Cache>,
     pub(crate) runtime: Arc<dyn Runtime>,

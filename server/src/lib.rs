@@ -18,8 +18,8 @@
 //! | fleet | [`fleet`] | telemetry: intake, counts, persistence, census, and the automatic actions (halts, ramps, learned deny entries); jobs take a [`fleet::Fleet`] handle | plans, keyring, views, bottom |
 //! | release | [`release`] | release manifests: build, sign, admit, upload blobs; evaluation; update sizes | fleet, plans, keyring, views, bottom |
 //! | resolve | [`resolve`] | what a device gets: the pure decision ([`resolve::decide`]), the releases it may get, the signed answers kept for reuse, the census notes of a resolve | fleet, plans, views, bottom |
-//! | api | [`api`] | [`api::AppState`], the router and middleware, the HTTP handlers, the one mapping from domain errors to HTTP, `[limits]` config | everything above |
-//! | app | [`app`] | config assembly, start-up, background loops, the demo | api and everything above |
+//! | api | [`api`] | [`api::AppState`], the router and middleware, the HTTP handlers, the one mapping from domain errors to HTTP, `[limits]` config | every row before it |
+//! | app | [`app`] | config assembly, start-up, background loops, the demo | api and every row before it |
 //! | cli | [`cli`] | the `ferry` command line, one module per command group | everything |
 
 pub mod api;

@@ -16,9 +16,11 @@
 //! - [`errors`]: the error catalogue (every stable code, the one list both sides map from);
 //! - [`sync`]: locks that outlive a panicked holder (the one place that rule is written).
 //!
-//! Imports no other ferry crate: the server and the client import it. Rooms import `names`,
-//! `errors` and `sync`; `manifest` imports `pte`; `trust` imports `manifest`; `wire` imports
-//! `trust` and `manifest`; `select` imports all of these.
+//! Imports no other ferry crate: the server and the client import it. Every room may import
+//! `names`, `errors` and `sync`; rooms name each other's types where a concept is shared
+//! (`manifest` verifies with `trust::dsse` and reads formats with `wire::protocol`; `wire`
+//! validates operator names with `select::operators`; `select` ranks a `wire::resolve`
+//! request), and no two files import each other in a circle (`tests/circles`).
 
 pub mod errors;
 pub mod manifest;

@@ -6,7 +6,7 @@ import java.nio.file.Path;
 
 /**
  * Loads a model through the Java binding and compares its output with a reference: run by
- * tests/tests/jvm.rs against a real server. Arguments: server, trust.json, cache folder,
+ * tests/tests/e2e/bindings/jvm.rs against a real server. Arguments: server, trust.json, cache folder,
  * input file, shape (comma-separated), expected-output file (both whitespace-separated
  * floats), tolerance.
  */

@@ -8,7 +8,7 @@ import java.util.ArrayList;
 import java.util.List;
 
 /**
- * Runs a model with typed tensors through the Java binding: run by tests/tests/jvm.rs against a
+ * Runs a model with typed tensors through the Java binding: run by tests/tests/e2e/bindings/jvm_typed.rs against a
  * real server. Arguments: server, trust.json, cache folder, model, method, inputs file. Each
  * line of the inputs file is one tensor: its element type (float32, float16, bfloat16, int8,
  * int16, int32, int64, uint8, bool, float64), its shape (comma-separated, "-" for a scalar) and

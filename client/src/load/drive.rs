@@ -1,7 +1,6 @@
 //! The shell of the fallback walk: resolve, then do what the walk ([`super::walk::Walk`])
 //! says (fetch a candidate's files, open its program, hand it over, fall back to the last
-//! known good) and tell it what happened; and the last known good when the server cannot be
-//! used.
+//! known good, which `offline.rs` loads) and tell it what happened.
 
 use std::collections::BTreeSet;
 use std::time::Instant;

@@ -10,6 +10,7 @@ use crate::Client;
 use crate::error::ClientError;
 use crate::transfer::download;
 use crate::trust::record::{Held, after_verify};
+use crate::trust::timesync::fresh_nonce;
 use crate::trust::verify::{Plan, verify_response};
 use crate::types::DeviceInfo;
 
@@ -73,7 +74,7 @@ impl Client {
         let mut learn_first =
             self.clock.since_boot().is_some() && self.time.estimate(&*self.clock).is_none();
         // Over HTTPS the certificate check needs the time too: learn it first through the
-        // pool that leaves the certificate's dates out (`tls.rs`); the resolve then takes the
+        // pool that leaves the certificate's dates out (`transfer/tls.rs`); the resolve then takes the
         // shared answer, judged by what was learned. A server without `GET /v1/time` (404,
         // 405) or one that refuses it now (429) is asked for a decision of its own instead.
         if learn_first && self.server.starts_with("https://") {
@@ -452,15 +453,6 @@ impl Client {
             format!("{}{url}", self.server)
         }
     }
-}
-
-/// A fresh request nonce: 24 random bytes, base64url without padding; `None` without system
-/// randomness (the request then asks for the shared answer).
-pub(crate) fn fresh_nonce() -> Option<String> {
-    use base64::Engine as _;
-    let mut bytes = [0u8; 24];
-    getrandom::fill(&mut bytes).ok()?;
-    Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
 }
 
 /// A decision refused by a time check (expired, or issued after this device's time).

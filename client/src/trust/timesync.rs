@@ -1,5 +1,5 @@
 //! Learning the server's time before anything needs a clock: `GET /v1/time` with a fresh
-//! nonce, through the pool whose certificate check leaves out the dates (`tls.rs`), answered
+//! nonce, through the pool whose certificate check leaves out the dates (`transfer/tls.rs`), answered
 //! with the server's time for that nonce, signed by the online key.
 
 use ferry_shared::errors::ErrorCode;
@@ -11,7 +11,6 @@ use time::OffsetDateTime;
 
 use crate::Client;
 use crate::error::ClientError;
-use crate::transfer::resolve::fresh_nonce;
 
 impl Client {
     /// Asks the server for its signed time for a fresh nonce and, when the answer verifies and
@@ -133,6 +132,15 @@ pub(crate) fn check_signed_time(
         )));
     }
     Ok(signed)
+}
+
+/// A fresh request nonce: 24 random bytes, base64url without padding; `None` without system
+/// randomness (the request then asks for the shared answer).
+pub(crate) fn fresh_nonce() -> Option<String> {
+    use base64::Engine as _;
+    let mut bytes = [0u8; 24];
+    getrandom::fill(&mut bytes).ok()?;
+    Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 //! Handlers return [`ApiError`]. Its [`ErrorCode`] comes from the one catalogue in
 //! `ferry-shared` (see `docs/errors.md`), and [`status_of`] is the one place that decides the
 //! HTTP status of each code. Domain modules return their own error enums (`StoreError`,
-//! `PublishError`, `RolloutError`, `DenyError`, `KeyringError`), each with a `code()`; the `From` impls below
+//! `PublishError`, `RolloutError`, `DenyError`, `KeyringError`, resolve's `Refusal`, revocation's
+//! `SubmitError`), each with a `code()`; the `From` impls below
 //! are the only bridge from them to HTTP. For 5xx the real cause goes to the log only; the
 //! caller gets a short message and the request id to quote.
 

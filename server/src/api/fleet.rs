@@ -11,9 +11,9 @@ use time::OffsetDateTime;
 use crate::api::AppState;
 use crate::api::error::ApiError;
 use crate::api::extract::{admin_change, read_body, read_view};
-use crate::fleet::now_text;
 use crate::fleet::persist::flush::flush;
 use crate::plans::{deny, rollout};
+use crate::storage::revisions::now_text;
 
 /// `POST /v1/admin/models/{model}/rollout`.
 pub async fn post_rollout(

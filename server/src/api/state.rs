@@ -15,8 +15,8 @@ use ferry_shared::trust::dsse::KeyPair;
 
 use crate::api::limits::Limits;
 use crate::fleet::Fleet;
+use crate::fleet::config::TelemetryConfig;
 use crate::fleet::intake::aggregate::Telemetry;
-use crate::fleet::intake::ingest::TelemetryConfig;
 use crate::metrics::Metrics;
 use crate::snapshot::{DenyInForce, KeyView, Revocations, Views};
 use crate::storage::Store;

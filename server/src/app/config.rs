@@ -50,7 +50,7 @@ pub struct Config {
     /// Log format.
     pub log_json: bool,
     /// Telemetry ingestion limits and thresholds.
-    pub telemetry: crate::fleet::intake::ingest::TelemetryConfig,
+    pub telemetry: crate::fleet::config::TelemetryConfig,
     /// The object store.
     pub storage: StorageConfig,
     /// This replica's stable name in the store (`node_id`, `FERRY_NODE_ID`): its telemetry
@@ -89,7 +89,7 @@ struct FileConfig {
     protocol_v1_sunset: Option<toml::Value>,
     log_format: Option<String>,
     #[serde(default)]
-    telemetry: crate::fleet::intake::ingest::TelemetryConfig,
+    telemetry: crate::fleet::config::TelemetryConfig,
     storage: Option<StorageConfig>,
     node_id: Option<String>,
 }

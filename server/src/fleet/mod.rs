@@ -1,22 +1,30 @@
-//! The fleet: what devices report and what the server does about it, in rooms by concern:
+//! The fleet: what devices report and what the server does about it, in rooms by concern,
+//! from the bottom up (a room may import the rooms before it):
 //!
-//! - [`intake`]: validation, rate limits, receipts and this replica's accepted counts;
-//! - [`counts`]: the mergeable rollups, field latency and distinct-device sketches;
-//! - [`persist`]: time buckets, flushes, compaction and the raw Parquet event log;
+//! - [`config`]: the `[telemetry]` section every room is configured by;
+//! - [`devices`]: the pinned hash of an install id and the distinct-device sketch;
 //! - [`census`]: clients by protocol and SDK, runtimes by their operator sets;
+//! - [`counts`]: the mergeable rollups (carrying the census maps), field latency and its gates;
+//! - [`persist`]: the outbox of what waits to be written, what this run has seen of the store,
+//!   time buckets, flushes, compaction and the raw Parquet event log;
+//! - [`intake`]: validation, rate limits, receipts, and `Telemetry` (counting into the outbox,
+//!   the views over the outbox and the store);
 //! - [`actions`]: halts, ramps and learned deny entries.
 //!
 //! The plans those actions change (rollout, deny, revocation) are model state, not
 //! telemetry: they live in [`crate::plans`]. The decisions themselves (bucketing, selection,
 //! ramp verdicts) are pure functions in `ferry-shared`; this module gathers their inputs from
-//! telemetry and stores their outputs.
+//! telemetry and stores their outputs. This file holds the [`Fleet`] handle the jobs (flushes,
+//! evaluations, ramps, reloads) take, made of the rooms' parts.
 //!
-//! May import `plans`, `keyring`, `snapshot`, `metrics`, `storage` and `ferry-shared`; jobs take a
-//! [`Fleet`] handle (never the HTTP state), and errors carry their catalogue code.
+//! May import `plans`, `keyring`, `snapshot`, `metrics`, `storage` and `ferry-shared`; never
+//! the HTTP state; errors carry their catalogue code.
 
 pub mod actions;
 pub mod census;
+pub mod config;
 pub mod counts;
+pub mod devices;
 pub mod intake;
 pub mod persist;
 
@@ -48,7 +56,7 @@ pub struct Fleet {
     /// The metrics registry (store health, flush figures).
     pub metrics: Arc<Metrics>,
     /// The `[telemetry]` config section.
-    pub config: intake::ingest::TelemetryConfig,
+    pub config: config::TelemetryConfig,
     /// The delegate preference resolve ranks by (the field-latency learner orders candidates
     /// the same way).
     pub preference: ferry_shared::select::Preference,
@@ -89,8 +97,6 @@ impl Fleet {
         self.views.rollouts.replace(plans);
     }
 }
-
-pub(crate) use crate::storage::revisions::now_text;
 
 /// Loads the rollout plans, deny lists and revocation lists of `models` into memory.
 pub async fn load_state(

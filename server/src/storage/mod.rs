@@ -8,7 +8,7 @@
 //! state/<model>/deny/<revision>.json                  deny-list revisions (create-if-absent)
 //! state/<model>/revocations/<revision>.json           signed revocation lists (create-if-absent)
 //! telemetry/events/date=YYYY-MM-DD/<node>-<ns>-<n>.parquet raw telemetry events (Parquet, zstd)
-//! telemetry/buckets/{minute,hour,day}/<time>/<name>.json  mergeable aggregates per time bucket (fleet::buckets)
+//! telemetry/buckets/{minute,hour,day}/<time>/<name>.json  mergeable aggregates per time bucket (fleet::persist::buckets)
 //! telemetry/buckets/lease.json                        which replica compacts the buckets, until when
 //! telemetry/rollups/<node>.json                       per-replica rollups of earlier versions (read only)
 //! keys/keyring/<version, 20 digits>.json              keyring versions taken through the API (create-if-absent)
@@ -202,7 +202,7 @@ impl StorageKey {
         ))
     }
 
-    /// The prefix of the telemetry buckets (their layout below it is `fleet::buckets`').
+    /// The prefix of the telemetry buckets (their layout below it is `fleet::persist::buckets`').
     pub const BUCKETS: &'static str = "telemetry/buckets";
 
     /// A telemetry bucket object: `level` (`minute`, `hour`, `day`), the bucket's time stamp

@@ -1,5 +1,7 @@
-//! `ferry-circles [ROOT...]`: prints the import circles between the files of each crate whose
-//! root file is given (the workspace's crates by default) and exits 1 when there is one.
+//! `ferry-circles [--strict] [ROOT...]`: prints the import circles between the files of each
+//! crate whose root file is given (the workspace's crates by default) and exits 1 when there
+//! is one. `--strict` also counts a parent's arrows to its own children (see the library's
+//! `Rule`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -19,7 +21,14 @@ const ROOTS: &[&str] = &[
 
 fn main() -> ExitCode {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let args: Vec<PathBuf> = std::env::args_os().skip(1).map(PathBuf::from).collect();
+    let mut args: Vec<PathBuf> = std::env::args_os().skip(1).map(PathBuf::from).collect();
+    let strict = args.iter().any(|a| a.as_os_str() == "--strict");
+    args.retain(|a| a.as_os_str() != "--strict");
+    let rule = if strict {
+        ferry_circles::Rule::Strict
+    } else {
+        ferry_circles::Rule::Rooms
+    };
     let roots: Vec<PathBuf> = if args.is_empty() {
         // Relative to the workspace, so that circles name files as the tree does.
         if let Err(e) = std::env::set_current_dir(&workspace) {
@@ -34,7 +43,7 @@ fn main() -> ExitCode {
     for root in &roots {
         match ferry_circles::Crate::read(root) {
             Ok(krate) => {
-                for c in krate.circles() {
+                for c in krate.circles(rule) {
                     found += 1;
                     eprint!("{}: {c}", root.display());
                 }

@@ -15,7 +15,14 @@ fn circles(files: &[(&str, &str)]) -> Vec<Circle> {
     let dir = tree(files);
     Crate::read(&dir.path().join("lib.rs"))
         .expect("read")
-        .circles()
+        .circles(Rule::Rooms)
+}
+
+fn strict_circles(files: &[(&str, &str)]) -> Vec<Circle> {
+    let dir = tree(files);
+    Crate::read(&dir.path().join("lib.rs"))
+        .expect("read")
+        .circles(Rule::Strict)
 }
 
 #[test]
@@ -52,12 +59,12 @@ fn a_circle_through_three_files_in_nested_folders_is_found() {
 }
 
 #[test]
-fn a_parent_naming_its_children_is_not_a_circle() {
+fn a_parent_declaring_and_re_exporting_its_children_is_not_a_circle() {
     let found = circles(&[
         ("lib.rs", "pub mod x;\n"),
         (
             "x/mod.rs",
-            "pub mod a;\npub use a::A;\npub struct Shared;\npub fn g() -> a::A { a::A }\n",
+            "pub mod a;\npub use a::A;\npub use self::a::*;\npub struct Shared;\n",
         ),
         (
             "x/a.rs",
@@ -65,6 +72,30 @@ fn a_parent_naming_its_children_is_not_a_circle() {
         ),
     ]);
     assert!(found.is_empty(), "{found:?}");
+    assert!(
+        strict_circles(&[
+            ("lib.rs", "pub mod x;\n"),
+            (
+                "x/mod.rs",
+                "pub mod a;\npub use a::A;\npub struct Shared;\n"
+            ),
+            ("x/a.rs", "use super::Shared;\npub struct A;\n"),
+        ])
+        .is_empty()
+    );
+    // A re-exported name the parent's own code uses is imported (counted by the strict rule).
+    let found = strict_circles(&[
+        ("lib.rs", "pub mod x;\n"),
+        (
+            "x/mod.rs",
+            "pub mod a;\npub use a::A;\npub struct Shared;\npub fn g() -> A { A }\n",
+        ),
+        (
+            "x/a.rs",
+            "use super::Shared;\npub struct A;\npub fn f(_: Shared) {}\n",
+        ),
+    ]);
+    assert_eq!(found.len(), 1, "{found:?}");
 }
 
 #[test]
@@ -94,7 +125,7 @@ fn names_from_other_crates_and_locals_are_not_arrows() {
     ]);
     let arrows = Crate::read(&dir.path().join("lib.rs"))
         .expect("read")
-        .arrows();
+        .arrows(Rule::Strict);
     assert!(arrows.is_empty(), "{arrows:?}");
 }
 
@@ -103,4 +134,57 @@ fn a_missing_module_file_is_an_error_not_a_panic() {
     let dir = tree(&[("lib.rs", "mod gone;\n")]);
     let err = Crate::read(&dir.path().join("lib.rs")).expect_err("missing");
     assert!(err.to_string().contains("mod gone;"), "{err}");
+}
+
+#[test]
+fn a_parent_whose_code_uses_a_child_that_imports_it_is_one_room_or_a_strict_circle() {
+    let files = [
+        ("lib.rs", "pub mod x;\n"),
+        ("x/mod.rs", "pub mod a;\npub struct Handle(pub a::Marks);\n"),
+        (
+            "x/a.rs",
+            "pub struct Marks;\npub fn tick(_: &super::Handle) {}\n",
+        ),
+    ];
+    assert!(circles(&files).is_empty());
+    assert_eq!(strict_circles(&files).len(), 1);
+}
+
+#[test]
+fn a_name_re_exported_by_the_root_points_at_the_file_that_declares_it() {
+    // a.rs uses crate::B, which lib.rs re-exports from b.rs; b.rs uses a.rs.
+    let found = circles(&[
+        ("lib.rs", "mod a;\nmod b;\npub use b::B;\n"),
+        ("a.rs", "pub struct A;\npub fn f(_: crate::B) {}\n"),
+        ("b.rs", "pub struct B(pub crate::a::A);\n"),
+    ]);
+    assert_eq!(found.len(), 1, "{found:?}");
+    // Through a glob re-export and a rename too.
+    let found = circles(&[
+        (
+            "lib.rs",
+            "mod a;\nmod b;\nmod c;\npub use b::*;\npub use c::C as Renamed;\n",
+        ),
+        ("a.rs", "pub struct A;\nuse crate::{B, Renamed};\n"),
+        ("b.rs", "pub struct B(pub crate::a::A);\n"),
+        ("c.rs", "pub struct C(pub crate::a::A);\n"),
+    ]);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].files.len(), 3, "{found:?}");
+}
+
+#[test]
+fn paths_inside_macro_calls_are_arrows() {
+    let found = circles(&[
+        ("lib.rs", "mod a;\nmod b;\n"),
+        (
+            "a.rs",
+            "pub fn f() -> String { format!(\"{}\", crate::b::name()) }\npub fn g() {}\n",
+        ),
+        (
+            "b.rs",
+            "pub fn name() -> &'static str { \"b\" }\npub fn h() { m!({\"key\": crate::a::g()}) }\n",
+        ),
+    ]);
+    assert_eq!(found.len(), 1, "{found:?}");
 }

@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::fleet::Fleet;
-use crate::fleet::now_text;
 use crate::plans::rollout;
 use crate::plans::rollout::RolloutError;
+use crate::storage::revisions::now_text;
 
 /// Models waiting for an evaluation. Telemetry handlers only note a model here; one background
 /// task (on the server's own thread, never a request worker) drains it, so a batch's answer

@@ -12,11 +12,12 @@ use ferry_shared::select::deny::{
 };
 use ferry_shared::select::{self, Preference};
 
+use crate::fleet::Fleet;
+use crate::fleet::config::TelemetryConfig;
 use crate::fleet::counts::rollup::{ClassCounts, Rollup, VariantCounts};
-use crate::fleet::intake::ingest::TelemetryConfig;
-use crate::fleet::{Fleet, now_text};
 use crate::plans::deny;
 use crate::storage::catalog::Catalog;
+use crate::storage::revisions::now_text;
 
 /// How many times slower than the next candidate on a class (both measured) a variant may be
 /// before it is ranked after it there, whatever its budget.

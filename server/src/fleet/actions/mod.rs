@@ -3,7 +3,8 @@
 //! deny entries from fallbacks and slow loads ([`learn`]). Each reads counts, asks a pure
 //! decision in `ferry-shared`, and writes a revision to a plan (`crate::plans`).
 //!
-//! May import everything else in `fleet`, `crate::plans` and the layers below.
+//! May import everything else in `fleet` (the `Fleet` handle its jobs take too), `crate::plans`
+//! and the layers below.
 
 pub mod evaluate;
 pub mod learn;

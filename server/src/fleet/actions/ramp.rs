@@ -20,8 +20,8 @@ use ferry_shared::select::rollout::{RolloutPlan, RolloutState};
 use time::OffsetDateTime;
 
 use crate::fleet::Fleet;
-use crate::fleet::now_text;
 use crate::plans::rollout::{self, RolloutError};
+use crate::storage::revisions::now_text;
 use crate::storage::{StorageKey, revisions};
 
 /// Loads, failures and fallbacks.

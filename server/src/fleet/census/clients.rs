@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use ferry_shared::wire::protocol::{Protocol, Sdk};
 
-use crate::fleet::counts::devices::Devices;
+use crate::fleet::devices::Devices;
 
 /// Most distinct keys noted per model in one rollup; a further key keeps its protocol and
 /// folds its SDK into `other` (the protocols are a small fixed set, see [`Protocol::label`],

@@ -2,7 +2,7 @@
 //! what they can execute ([`runtimes`]), and the operator sets those runtimes reported
 //! ([`operators`]).
 //!
-//! May import `fleet::counts::devices` and the layers below `fleet`.
+//! May import `fleet::devices` and the layers below `fleet`.
 
 pub mod clients;
 pub mod operators;

@@ -11,7 +11,7 @@ use ferry_shared::Sha256Digest;
 use ferry_shared::manifest::ReleaseManifest;
 
 use crate::fleet::census::operators::OperatorSets;
-use crate::fleet::counts::devices::Devices;
+use crate::fleet::devices::Devices;
 use crate::storage::Store;
 
 /// Most distinct runtime keys noted per model in one rollup; further ones are counted under

@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::fleet::counts::devices::Devices;
 use crate::fleet::counts::latency::share_over;
 use crate::fleet::counts::rollup::Rollup;
 use crate::fleet::counts::sketches::LoadTimes;
+use crate::fleet::devices::Devices;
 
 /// Adds each budgeted variant's `budget_ms` and `over_budget` (the share of device windows
 /// whose warm p95 was over it) to a health view `h` made from `r`: in the variant's

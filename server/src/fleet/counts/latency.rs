@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use ferry_shared::wire::telemetry::{TelemetryEvent, Thermal};
 use serde::{Deserialize, Serialize};
 
-use crate::fleet::counts::devices::Devices;
 use crate::fleet::counts::sketches::LoadTimes;
+use crate::fleet::devices::Devices;
 
 /// A window of at least this many seconds of calls without a pause counts as sustained use.
 pub const SUSTAINED_S: f64 = 60.0;

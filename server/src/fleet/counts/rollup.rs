@@ -18,8 +18,8 @@ use std::collections::BTreeMap;
 use ferry_shared::wire::telemetry::{EventKind, Outcome, TelemetryEvent};
 use serde::{Deserialize, Serialize};
 
-pub use crate::fleet::counts::devices::Devices;
 pub use crate::fleet::counts::sketches::LoadTimes;
+pub use crate::fleet::devices::Devices;
 
 /// Most device classes (SoCs, device models, platforms) counted per variant; events of further
 /// classes still count toward the variant.

@@ -1,19 +1,18 @@
-//! Telemetry ingestion, fleet health, the learned deny list and the automatic halt.
+//! `Telemetry`: what one replica does with telemetry as it arrives, and the fleet-wide views.
 //!
 //! `POST /v1/telemetry` takes `{"events": [...]}`. Each event is validated on its own; bad ones
 //! are listed in the answer with their index and code, the rest are kept. Events with a valid
-//! receipt are counted per minute in mergeable rollups ([`crate::fleet::counts::rollup`]) per model /
-//! release / variant and per device class; every accepted event is buffered and written as
-//! Parquet under `telemetry/events/date=YYYY-MM-DD/` ([`crate::fleet::persist::events`]). The minutes go
-//! to the store as time buckets ([`crate::fleet::persist::buckets`]), and the views (health, halts, deny)
-//! merge every replica's. Ingestion never takes a lock that resolve takes: resolve reads
-//! only the rollout and deny snapshots.
+//! receipt are counted per minute (at most [`PER_DEVICE_EVENTS`] per device and variant an
+//! hour) into the outbox ([`crate::fleet::persist::outbox`]) as mergeable rollups
+//! ([`crate::fleet::counts::rollup`]) per model, release, variant and device class; every
+//! accepted event is kept there for the Parquet log ([`crate::fleet::persist::events`]). The
+//! flush writes the minutes as time buckets ([`crate::fleet::persist::buckets`]) and installs
+//! what it read of every replica's ([`crate::fleet::persist::seen`]); the views here (fleet
+//! counts, windows, series, health) merge the store's buckets with the outbox. Ingestion
+//! never takes a lock that resolve takes: resolve reads only the rollout and deny snapshots
+//! (and notes the census in the outbox's own minute maps).
 //!
-//! The views are checked in a background task (never on a request worker) after batches that
-//! counted something and after each merge: a staged release over its
-//! rollout's thresholds (with at least `min_samples` loads since its revision began) is halted;
-//! a variant whose fallback rate on one SoC or device model crosses the deny threshold (with
-//! enough samples and devices) is denied to that class.
+//! What the views lead to (halts, ramps, learned deny entries) is in `crate::fleet::actions`.
 
 use ferry_shared::errors::ErrorCode;
 use std::collections::{BTreeMap, HashMap};
@@ -26,15 +25,15 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::fleet::census::ResolveNote;
-use crate::fleet::counts::devices::hash_id;
+use crate::fleet::config::TelemetryConfig;
 use crate::fleet::counts::rollup::Rollup;
-use crate::fleet::intake::ingest::{EventError, MAX_DEVICES, TelemetryConfig, validate};
+use crate::fleet::devices::hash_id;
+use crate::fleet::intake::ingest::{EventError, MAX_DEVICES, validate};
 use crate::fleet::intake::limits::{IpKey, Limiter};
 use crate::fleet::persist::buckets::Level;
 use crate::fleet::persist::events::RawEvent;
 use crate::fleet::persist::outbox::Outbox;
 use crate::fleet::persist::seen::Seen;
-use ferry_shared::select::deny::DenyEntry;
 
 /// Most events one device adds to one variant's counts on one replica in an hour: a device
 /// (even one with a real receipt) weighs at most this much in rates, halts, ramps and deny
@@ -360,11 +359,6 @@ impl Telemetry {
     /// Loads, failures and fallbacks of all variants of `release` of `model`, fleet-wide.
     pub fn release_totals(&self, model: &str, release: &str) -> (u64, u64, u64) {
         self.fleet(model).release_totals(model, release)
-    }
-
-    /// Device classes of `model` over the deny thresholds, fleet-wide.
-    pub fn deny_candidates(&self, model: &str, cfg: &TelemetryConfig) -> Vec<DenyEntry> {
-        crate::fleet::actions::learn::fallbacks(&self.fleet(model), model, cfg)
     }
 
     /// The fleet-wide health view of `model` (releases newest first).

@@ -114,7 +114,7 @@ impl IpKey {
             }
             None => {}
         }
-        crate::fleet::counts::devices::hash_id_bytes(&prefix)
+        crate::fleet::devices::hash_id_bytes(&prefix)
     }
 }
 

@@ -1,9 +1,11 @@
-//! Intake: what arrives from devices. Validation of each event and the `[telemetry]` config
-//! ([`ingest`]), rate limits per address and install ([`limits`]), telemetry receipts
-//! ([`receipt`]), and this replica's counts of what it accepted ([`aggregate`]).
+//! Intake: what arrives from devices. Validation of each event ([`ingest`]), rate limits per
+//! address and install ([`limits`]), telemetry receipts ([`receipt`]), and [`aggregate`]'s
+//! `Telemetry`: intake's own state (the per-device cap, the limiters), counting accepted events
+//! into the persist outbox, and the fleet-wide views over the outbox and the store.
 //!
-//! May import `fleet::counts`, `fleet::census`, `fleet::persist::events` (the raw event type)
-//! and the layers below `fleet`.
+//! May import `fleet::persist` (the outbox, what was seen, the bucket levels, the raw event
+//! type), `fleet::counts`, `fleet::census`, `fleet::devices`, `fleet::config` and the layers
+//! below `fleet`.
 
 pub mod aggregate;
 pub mod ingest;

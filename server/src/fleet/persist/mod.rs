@@ -5,9 +5,11 @@
 //! minutes and raw events, [`compact`]ion under a lease, and the raw event log as Parquet
 //! ([`events`]).
 //!
-//! May import `fleet::counts`, `fleet::intake::ingest` (the `[telemetry]` config) and the
-//! layers below `fleet`; the flush works on the [`outbox::Outbox`] and [`seen::Seen`] a
-//! [`crate::fleet::Fleet`] holds, never on intake's state.
+//! May import `fleet::counts`, `fleet::census`, `fleet::devices`, `fleet::config`, the
+//! [`crate::fleet::Fleet`] handle its jobs take, and the layers below `fleet`. The flush works
+//! on the [`outbox::Outbox`] and [`seen::Seen`] that [`crate::fleet::intake::aggregate::Telemetry`]
+//! holds (handed out by its `outbox()` and `seen()`), never on intake's own state; what it read
+//! of the store between flushes is its `StoreCache` (`flush.rs`).
 
 pub mod buckets;
 pub mod compact;

@@ -10,8 +10,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use time::OffsetDateTime;
 
+use crate::fleet::config::TelemetryConfig;
 use crate::fleet::counts::rollup::Rollup;
-use crate::fleet::intake::ingest::TelemetryConfig;
 use crate::fleet::persist::buckets::Level;
 use crate::fleet::persist::events::RawEvent;
 

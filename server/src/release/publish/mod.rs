@@ -424,7 +424,7 @@ pub async fn publish_release(
         &manifest.version,
         lifecycle.goes_live,
         lifecycle.actor,
-        &crate::fleet::now_text(),
+        &crate::storage::revisions::now_text(),
     )
     .await?;
     let env_bytes =

@@ -1,6 +1,6 @@
-//! The C ABI: the committed header is what cbindgen generates from `client/src/ffi.rs`,
-//! `client/src/ffi/tensors.rs` and `client/src/ffi/metadata.rs`, and a C program compiled with the system C compiler against it
-//! loads a model end to end.
+//! The C ABI: the committed header is what cbindgen generates from `client/src/ffi.rs` and
+//! `client/src/ffi/{tensors,metadata,telemetry,progress}.rs`, and a C program compiled with the
+//! system C compiler against it loads a model end to end.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

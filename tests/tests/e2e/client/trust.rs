@@ -54,7 +54,7 @@ fn tampered_untrusted_expired_and_replayed_responses_are_refused() {
 
     // Expired: a decision past its expiry, served again by a proxy (also to the request the
     // client then makes with a nonce), is refused (freeze protection). A device whose own
-    // clock is off gets a fresh decision instead (client_clock).
+    // clock is off gets a fresh decision instead (client/clock.rs).
     let past = time::OffsetDateTime::now_utc() - time::Duration::hours(3);
     let stale = forged(&app, |d| {
         d.issued_at = past;

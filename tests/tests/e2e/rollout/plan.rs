@@ -1,5 +1,5 @@
 //! Rollouts by percentage and racing writers (telemetry-driven deny lists and halts are in
-//! `rollout_telemetry`).
+//! `rollout/telemetry.rs`).
 
 use std::collections::BTreeSet;
 

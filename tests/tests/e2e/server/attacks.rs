@@ -6,24 +6,24 @@
 //!
 //! | attack | test |
 //! |---|---|
-//! | arbitrary software (swapped or corrupted bytes) | `client_e2e::corrupted_and_swapped_bytes_never_reach_the_cache_or_runtime` |
-//! | rollback (an older answer, an older keyring) | `client_e2e::tampered_untrusted_expired_and_replayed_responses_are_refused`, `key_rotation::a_skipped_or_older_keyring_version_is_refused` |
-//! | indefinite freeze (expired, far-future, too long-lived decisions) | `client_e2e::tampered_untrusted_expired_and_replayed_responses_are_refused` |
-//! | fast-forward (sequence `u64::MAX`) | `key_rotation::a_poisoned_sequence_is_recovered_by_rotating_the_online_key` |
-//! | mix-and-match (another device's decision, a digest swapped by the online key, an iOS-only variant on Android) | `client_e2e::a_decision_re_signed_with_the_online_key_cannot_swap_a_digest`, `client_e2e::the_online_key_cannot_send_a_device_what_the_release_key_did_not_sign_for_it` |
+//! | arbitrary software (swapped or corrupted bytes) | `client::e2e::corrupted_and_swapped_bytes_never_reach_the_cache_or_runtime` |
+//! | rollback (an older answer, an older keyring) | `client::trust::tampered_untrusted_expired_and_replayed_responses_are_refused`, `server::key_rotation::a_skipped_or_older_keyring_version_is_refused` |
+//! | indefinite freeze (expired, far-future, too long-lived decisions) | `client::trust::tampered_untrusted_expired_and_replayed_responses_are_refused` |
+//! | fast-forward (sequence `u64::MAX`) | `server::key_rotation::a_poisoned_sequence_is_recovered_by_rotating_the_online_key` |
+//! | mix-and-match (another device's decision, a digest swapped by the online key, an iOS-only variant on Android) | `client::trust::a_decision_re_signed_with_the_online_key_cannot_swap_a_digest`, `client::trust::the_online_key_cannot_send_a_device_what_the_release_key_did_not_sign_for_it` |
 //! | endless data | [`endless_answers_are_cut_off_and_nothing_is_loaded_or_cached`] |
-//! | slow retrieval | `client_e2e::downloads_cut_at_many_offsets_resume_to_the_exact_file` (stall), `server_hostile::bodies_trickled_byte_by_byte_are_cut_off_and_resolve_keeps_answering` |
-//! | key compromise (online, release, root) | `key_rotation::*`, `revocation::*` |
-//! | 1. forged telemetry denies or halts | `rollout::forged_telemetry_without_a_receipt_changes_no_decision` |
+//! | slow retrieval | `client::e2e::downloads_cut_at_many_offsets_resume_to_the_exact_file` (stall), `server::hostile::bodies_trickled_byte_by_byte_are_cut_off_and_resolve_keeps_answering` |
+//! | key compromise (online, release, root) | `server::key_rotation::*`, `server::revocation::*` |
+//! | 1. forged telemetry denies or halts | `rollout::telemetry::forged_telemetry_without_a_receipt_changes_no_decision` |
 //! | 1. forged failures deny the last usable variant, one host or subnet drives a deny, the list grows without end | [`a_learned_deny_never_takes_the_xnnpack_floor_and_can_require_several_networks`], `ferry-server` `plans::deny` cap unit test |
 //! | 1. events for models that do not exist create state | [`events_about_unpublished_models_releases_or_variants_are_refused`] |
-//! | 2. unbounded telemetry memory, a limiter reset by random ids | [`random_names_and_made_up_devices_cannot_grow_telemetry_state`], `ferry-server` `fleet::limits` unit tests |
-//! | 3. slow request bodies hold every descriptor | `server_hostile::bodies_trickled_byte_by_byte_are_cut_off_and_resolve_keeps_answering`, [`one_address_cannot_hold_every_connection`] |
+//! | 2. unbounded telemetry memory, a limiter reset by random ids | [`random_names_and_made_up_devices_cannot_grow_telemetry_state`], `ferry-server` `fleet::intake::limits` unit tests |
+//! | 3. slow request bodies hold every descriptor | `server::hostile::bodies_trickled_byte_by_byte_are_cut_off_and_resolve_keeps_answering`, [`one_address_cannot_hold_every_connection`] |
 //! | 4. the HTTP method as a metrics label | [`random_methods_do_not_grow_the_metrics`] |
-//! | 5. online-key compromise (replay floor, expiry 9999, another install, signed constraints, old releases, clock jumps) | `key_rotation::*`, `client_e2e::*` above, `revocation::*`, `server_resolve::decisions_expire_and_sequences_follow_the_model_state` |
+//! | 5. online-key compromise (replay floor, expiry 9999, another install, signed constraints, old releases, clock jumps) | `server::key_rotation::*`, `client::e2e::*` and `client::trust::*` above, `server::revocation::*`, `server::resolve::decisions_expire_and_sequences_follow_the_model_state` |
 //! | 6. keys on the online host | `ferry-server` `cli_keys::*` |
-//! | 7. torn writes | `store_integrity::*`, `ferry-server` `cli_durability::publish_again_repairs_a_torn_blob` |
-//! | 8. staging leftovers, memory per upload | `store_integrity::staging_files_of_killed_uploads_are_removed_at_start`, [`uploads_are_capped_in_number_and_time`] |
+//! | 7. torn writes | `store::integrity::*`, `ferry-server` `cli_durability::publish_again_repairs_a_torn_blob` |
+//! | 8. staging leftovers, memory per upload | `store::integrity::staging_files_of_killed_uploads_are_removed_at_start`, [`uploads_are_capped_in_number_and_time`] |
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;

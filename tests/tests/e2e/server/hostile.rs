@@ -1,7 +1,7 @@
 //! Hostile input: oversized bodies, malformed JSON, traversal in names, huge versions,
 //! malformed platform names. Each gets a clear 4xx with a JSON error, nothing panics, nothing is
 //! stored. (Unknown fields and well-formed unknown platforms are protocol v1's business: they are
-//! accepted, see `protocol.rs`.)
+//! accepted, see `contract/protocol.rs`.)
 
 use ferry_tests::app::{ADMIN_TOKEN, TestApp, mlp_v1, profile};
 

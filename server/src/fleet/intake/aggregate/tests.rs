@@ -1,5 +1,13 @@
 use super::*;
 
+/// Device classes of `m` over the deny thresholds, fleet-wide (what the learner reads).
+fn deny_candidates(
+    t: &Telemetry,
+    cfg: &TelemetryConfig,
+) -> Vec<ferry_shared::select::deny::DenyEntry> {
+    crate::fleet::actions::learn::fallbacks(&t.fleet("m"), "m", cfg)
+}
+
 #[test]
 fn a_device_weighs_at_most_eight_events_an_hour() {
     let t = Telemetry::default();
@@ -131,7 +139,7 @@ fn deny_candidates_need_samples_and_rate() {
         batch.push(fb);
     }
     ingest_values(&t, &batch, &cfg);
-    let c = t.deny_candidates("m", &cfg);
+    let c = deny_candidates(&t, &cfg);
     assert_eq!(c.len(), 2, "{c:?}");
     assert!(
         c.iter()
@@ -171,7 +179,7 @@ fn one_device_cannot_deny_a_class_however_much_it_sends() {
     let one = Telemetry::default();
     ingest_values(&one, &batch(1), &cfg);
     assert!(
-        one.deny_candidates("m", &cfg).is_empty(),
+        deny_candidates(&one, &cfg).is_empty(),
         "one device denied a class"
     );
     let (loads, failures, fallbacks) = one.release_totals("m", "1.0.0");
@@ -183,13 +191,13 @@ fn one_device_cannot_deny_a_class_however_much_it_sends() {
     let few = Telemetry::default();
     ingest_values(&few, &batch(19), &cfg);
     assert!(
-        few.deny_candidates("m", &cfg).is_empty(),
+        deny_candidates(&few, &cfg).is_empty(),
         "19 devices denied a class"
     );
     let many = Telemetry::default();
     ingest_values(&many, &batch(20), &cfg);
     assert!(
-        !many.deny_candidates("m", &cfg).is_empty(),
+        !deny_candidates(&many, &cfg).is_empty(),
         "20 devices are enough"
     );
 }

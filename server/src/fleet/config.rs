@@ -1,0 +1,115 @@
+//! The `[telemetry]` config section: what every room of the fleet is configured by (intake's
+//! limits, the deny and latency thresholds the actions apply, the flush, buffering, compaction
+//! and retention of persist). The bottom of `fleet`: imports nothing of the crate.
+
+use serde::Deserialize;
+
+/// The `[telemetry]` section: ingestion limits, thresholds, flushing and retention.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// Most events per request (default 500).
+    pub max_events: usize,
+    /// Largest body (default 1 MiB).
+    pub max_body_bytes: usize,
+    /// Events one install id may send per minute (default 600).
+    pub per_install_per_minute: u32,
+    /// Requests one client address may make per minute (default 6,000).
+    pub per_address_per_minute: u32,
+    /// A variant is denied to a SoC or device model whose fallback rate reaches this (default 0.25).
+    pub deny_fallback_rate: f64,
+    /// Attempts needed before a deny (default 100).
+    pub deny_min_samples: u64,
+    /// Distinct devices (with receipts) needed before a deny (default 20): one device, or a
+    /// few, cannot deny a class its variant however many events they send.
+    pub deny_min_devices: u64,
+    /// Distinct client networks (IPv4 /24, IPv6 /48) needed before a deny (default 0: off, so
+    /// that one test host can drive it; set it where devices reach the server directly).
+    pub deny_min_networks: u64,
+    /// Distinct devices (with receipts) on one SoC or device model whose `inference` events
+    /// a variant needs before its field latency reorders the candidates there (default 20).
+    pub latency_min_devices: u64,
+    /// How often raw events and rollups are flushed to the store, in seconds (default 10).
+    pub flush_secs: u64,
+    /// Oldest accepted event age in days (default 30); newer than now + 1 hour is refused.
+    pub max_age_days: i64,
+    /// The aggregation interval: thresholds and the deny list are evaluated at most this often
+    /// per model, in milliseconds (default 1000; 0 evaluates after every batch).
+    pub evaluate_ms: u64,
+    /// Raw events buffered before a flush is started early (default 20,000); at 5x this the
+    /// oldest buffered events are dropped and counted.
+    pub raw_buffer_events: usize,
+    /// Longest a raw event waits in the buffer before its Parquet file is written, in seconds
+    /// (default 60; a graceful stop writes at once).
+    pub raw_roll_secs: u64,
+    /// Days the compacted telemetry buckets (health, halts, windows) are kept (default 90).
+    pub retention_days: u32,
+    /// How often a replica tries to compact old telemetry buckets, in seconds (default 60; one
+    /// replica at a time does, the holder of the lease).
+    pub compact_secs: u64,
+    /// Days the raw Parquet files are kept (default 90): older `date=` folders are deleted by
+    /// the replica that compacts.
+    pub raw_retention_days: u32,
+}
+
+impl TelemetryConfig {
+    /// Checks every value is in its range; the error names the key (`flush_secs must be ...`).
+    pub fn validate(&self) -> Result<(), String> {
+        let t = self;
+        for (name, value, range) in [
+            ("flush_secs", t.flush_secs, 1..=3600),
+            (
+                "latency_min_devices",
+                t.latency_min_devices,
+                1..=1_000_000_000,
+            ),
+            ("raw_roll_secs", t.raw_roll_secs, 1..=86_400),
+            ("compact_secs", t.compact_secs, 1..=86_400),
+            (
+                "raw_buffer_events",
+                t.raw_buffer_events as u64,
+                1..=1_000_000,
+            ),
+            ("retention_days", u64::from(t.retention_days), 1..=36_500),
+            (
+                "raw_retention_days",
+                u64::from(t.raw_retention_days),
+                1..=36_500,
+            ),
+            ("max_events", t.max_events as u64, 1..=100_000),
+        ] {
+            if !range.contains(&value) {
+                return Err(format!(
+                    "{name} must be between {} and {}",
+                    range.start(),
+                    range.end()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            max_events: 500,
+            max_body_bytes: 1 << 20,
+            per_install_per_minute: 600,
+            per_address_per_minute: 6000,
+            deny_fallback_rate: 0.25,
+            deny_min_samples: 100,
+            deny_min_devices: 20,
+            deny_min_networks: 0,
+            latency_min_devices: 20,
+            flush_secs: 10,
+            max_age_days: 30,
+            evaluate_ms: 1000,
+            raw_buffer_events: 20_000,
+            raw_roll_secs: 60,
+            retention_days: 90,
+            compact_secs: 60,
+            raw_retention_days: 90,
+        }
+    }
+}
