@@ -102,6 +102,22 @@ pub fn variant(id: &str, file: &str, delegate: Delegate, runtime: &str, app: &st
     }
 }
 
+/// A VARIANTS.toml for `model` at `version` with `variants` and nothing else (no notes, labels,
+/// assets, preprocessing, evaluation or latency budget): set fields on the result for more.
+pub fn release(model: &str, version: &str, variants: Vec<VariantSpec>) -> VariantsFile {
+    VariantsFile {
+        model: model.parse().expect("model"),
+        version: version.parse().expect("version"),
+        notes: String::new(),
+        evaluation: None,
+        labels: None,
+        assets: Vec::new(),
+        preprocess: None,
+        latency_budget_ms: None,
+        variants,
+    }
+}
+
 /// A release of `mlp` from the fixtures `mlp-<tag>-*.pte`: portable, optionally XNNPACK int8,
 /// XNNPACK fp32, Core ML (Apple only) and Vulkan (needs 2 GiB of RAM).
 fn mlp(
@@ -155,15 +171,8 @@ fn mlp(
     variants.push(coreml);
     variants.push(vulkan);
     VariantsFile {
-        model: "mlp".parse().expect("name"),
-        version: version.parse().expect("version"),
         notes: notes.into(),
-        evaluation: None,
-        labels: None,
-        assets: Vec::new(),
-        preprocess: None,
-        latency_budget_ms: None,
-        variants,
+        ..release("mlp", version, variants)
     }
 }
 
@@ -179,17 +188,7 @@ pub fn portable_with_asset(model: &str, version: &str, asset: &std::path::Path) 
         "*",
     );
     v.assets = vec![asset.to_path_buf()];
-    VariantsFile {
-        model: model.parse().expect("model"),
-        version: version.parse().expect("version"),
-        notes: String::new(),
-        evaluation: None,
-        labels: None,
-        assets: Vec::new(),
-        preprocess: None,
-        latency_budget_ms: None,
-        variants: vec![v],
-    }
+    release(model, version, vec![v])
 }
 
 /// `mlp` 1.0.0: every delegate including int8, runtime >=1.0.0, any app.

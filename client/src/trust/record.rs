@@ -61,30 +61,10 @@ pub(crate) fn after_verify(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trust::verify::tests::signed as list;
     use ferry_shared::trust::dsse::{KeyPair, KeyRole};
-    use ferry_shared::trust::revocation::{REVOCATIONS_PAYLOAD_TYPE, RevocationList, Revoked};
     use ferry_shared::wire::resolve::{Cohort, Decision};
     use time::OffsetDateTime;
-
-    fn list(key: &KeyPair, version: u64, releases: &[&str]) -> Envelope {
-        let list = RevocationList {
-            format: 1,
-            model: "mlp".parse().expect("model"),
-            version,
-            revoked: releases
-                .iter()
-                .map(|r| Revoked {
-                    release: r.parse().expect("version"),
-                    reason: "bad accuracy".into(),
-                    at: OffsetDateTime::UNIX_EPOCH,
-                })
-                .collect(),
-        };
-        key.sign(
-            REVOCATIONS_PAYLOAD_TYPE,
-            &serde_json::to_vec(&list).expect("json"),
-        )
-    }
 
     /// A plan for `release` of mlp whose decision names revocation list `revocations` and
     /// sequence 7 under keyring 3 (only what `after_verify` reads is filled in).

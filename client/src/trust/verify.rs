@@ -422,12 +422,13 @@ pub fn revoked(model: &str, release: &str, list: Option<&RevocationList>) -> Opt
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use ferry_shared::trust::dsse::{KeyPair, KeyRole};
     use ferry_shared::trust::revocation::{REVOCATIONS_PAYLOAD_TYPE, Revoked};
 
-    fn signed(key: &KeyPair, version: u64, releases: &[&str]) -> Envelope {
+    /// Version `version` of mlp's revocation list revoking `releases`, signed by `key`.
+    pub(crate) fn signed(key: &KeyPair, version: u64, releases: &[&str]) -> Envelope {
         let list = RevocationList {
             format: 1,
             model: "mlp".parse().expect("model"),

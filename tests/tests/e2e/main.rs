@@ -7,6 +7,7 @@ mod client;
 mod console;
 mod contract;
 mod fleet;
+mod release;
 mod rollout;
 mod server;
 mod store;

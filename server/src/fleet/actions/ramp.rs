@@ -192,16 +192,16 @@ async fn refresh_catalog_if_changed(fleet: &Fleet) {
     }
 }
 
-/// One pass: re-reads every model's plan (so a change made through another replica is in force
-/// here within one pass), then acts on every ramping rollout.
+/// One pass: re-reads every model's plans (its rollout plan, deny list and revocation lists, so
+/// a change made through another replica is in force here within one pass), then acts on every
+/// ramping rollout.
 pub async fn tick(fleet: &Fleet) {
     // A keyring version another replica took (`ferry keys push`) comes into force here too.
     crate::fleet::refresh_keys(fleet).await;
     refresh_catalog_if_changed(fleet).await;
     let models = fleet.views.catalog.get().model_names();
-    match rollout::load_all(&fleet.store, models.iter()).await {
-        Ok(plans) => fleet.replace_rollouts(plans),
-        Err(e) => tracing::warn!("rollout state refresh failed: {e}"),
+    if let Err(e) = crate::fleet::load_state(fleet, models).await {
+        tracing::warn!("plan refresh failed: {e}");
     }
     let plans = fleet.views.rollouts.get();
     for (model, plan) in plans.iter() {

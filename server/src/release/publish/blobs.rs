@@ -8,7 +8,7 @@ use futures_util::{Stream, StreamExt as _};
 use object_store::{ObjectStoreExt as _, WriteMultipart};
 use sha2::{Digest as _, Sha256};
 
-use crate::release::publish::PublishError;
+use crate::release::publish::error::PublishError;
 use crate::storage::{StorageKey, Store};
 
 /// What a blob upload did.

@@ -8,7 +8,7 @@ use futures_util::StreamExt as _;
 use object_store::ObjectStoreExt as _;
 use sha2::{Digest as _, Sha256};
 
-use crate::release::publish::PublishError;
+use crate::release::publish::error::PublishError;
 use crate::storage::{StorageKey, Store};
 
 /// Checks a stored blob against the chunk index its release signs: the index blob is stored

@@ -185,13 +185,15 @@ fn a_c_program_runs_integer_inputs_and_several_outputs() {
         store: None,
         tweak: Some(Box::new(|c| c.telemetry.flush_secs = 1)),
     });
+    let only = ferry_tests::app::variant(
+        "only",
+        "typed-io-portable.pte",
+        ferry_shared::manifest::Delegate::Portable,
+        ">=1.0.0",
+        "*",
+    );
     app.publish(&ferry_server::release::sign::VariantsFile {
-        model: "typed-io".parse().expect("model"),
-        version: semver::Version::new(1, 0, 0),
-        notes: String::new(),
-        evaluation: None,
         labels: Some("../eval/digits-labels.txt".into()),
-        assets: Vec::new(),
         preprocess: Some(
             toml::from_str(
                 "resize = { width = 224, height = 160, filter = \"bicubic\" }\ncolor = \"bgr\"\n\
@@ -199,14 +201,7 @@ fn a_c_program_runs_integer_inputs_and_several_outputs() {
             )
             .expect("toml"),
         ),
-        latency_budget_ms: None,
-        variants: vec![ferry_tests::app::variant(
-            "only",
-            "typed-io-portable.pte",
-            ferry_shared::manifest::Delegate::Portable,
-            ">=1.0.0",
-            "*",
-        )],
+        ..ferry_tests::releases::release("typed-io", "1.0.0", vec![only])
     });
     let side: serde_json::Value = serde_json::from_slice(
         &std::fs::read(root().join("tests/fixtures/pte/typed-io-portable.json")).expect("sidecar"),

@@ -205,14 +205,16 @@ fn java_runs_tensors_of_every_element_type_through_the_binding() {
         ("typed-io", "typed-io-portable"),
         ("half-io", "half-io-portable"),
     ] {
+        let only = variant(
+            "only",
+            &format!("{file}.pte"),
+            Delegate::Portable,
+            ">=1.0.0",
+            "*",
+        );
         app.publish(&VariantsFile {
-            model: model.parse().expect("model"),
-            version: semver::Version::new(1, 0, 0),
-            notes: String::new(),
-            evaluation: None,
             // typed-io carries signed metadata; half-io none.
             labels: (model == "typed-io").then(|| "../eval/digits-labels.txt".into()),
-            assets: Vec::new(),
             preprocess: (model == "typed-io").then(|| {
                 toml::from_str(
                     "resize = { width = 32, height = 24, filter = \"nearest\" }\n\
@@ -221,14 +223,7 @@ fn java_runs_tensors_of_every_element_type_through_the_binding() {
                 )
                 .expect("toml")
             }),
-            latency_budget_ms: None,
-            variants: vec![variant(
-                "only",
-                &format!("{file}.pte"),
-                Delegate::Portable,
-                ">=1.0.0",
-                "*",
-            )],
+            ..ferry_tests::releases::release(model, "1.0.0", vec![only])
         });
         let side: serde_json::Value = serde_json::from_slice(
             &std::fs::read(root().join(format!("tests/fixtures/pte/{file}.json")))

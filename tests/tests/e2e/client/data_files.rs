@@ -40,17 +40,7 @@ fn spec(model: &str) -> VariantsFile {
     let mut v = variant("portable-fp32", PROGRAM, Delegate::Portable, ">=1.0.0", "*");
     v.data = vec![DATA.into()];
     v.golden = Some("mlp-external-portable.json".into());
-    VariantsFile {
-        model: model.parse().expect("model"),
-        version: semver::Version::new(1, 0, 0),
-        notes: String::new(),
-        evaluation: None,
-        labels: None,
-        assets: Vec::new(),
-        preprocess: None,
-        latency_budget_ms: None,
-        variants: vec![v],
-    }
+    ferry_tests::releases::release(model, "1.0.0", vec![v])
 }
 
 #[test]

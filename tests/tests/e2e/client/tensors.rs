@@ -5,7 +5,6 @@
 use std::path::Path;
 
 use ferry_client::{Client, LoadedModel, max_abs_diff};
-use ferry_server::release::sign::VariantsFile;
 use ferry_shared::manifest::{Delegate, TensorValue};
 use ferry_tests::app::{TestApp, variant};
 use ferry_tests::kit::device;
@@ -28,17 +27,11 @@ fn client(app: &TestApp, cache: &Path, method: &str) -> Client {
 
 /// Publishes fixture `file` as the only (portable) variant of `model` 1.0.0.
 fn publish(app: &TestApp, model: &str, file: &str, delegate: Delegate) {
-    let spec = VariantsFile {
-        model: model.parse().expect("model"),
-        version: semver::Version::new(1, 0, 0),
-        notes: String::new(),
-        evaluation: None,
-        labels: None,
-        assets: Vec::new(),
-        preprocess: None,
-        latency_budget_ms: None,
-        variants: vec![variant("only", file, delegate, ">=1.0.0", "*")],
-    };
+    let spec = ferry_tests::releases::release(
+        model,
+        "1.0.0",
+        vec![variant("only", file, delegate, ">=1.0.0", "*")],
+    );
     app.publish(&spec);
 }
 
@@ -235,17 +228,7 @@ fn each_methods_signed_golden_is_checked_when_that_method_is_loaded() {
     // under `methods`.
     let mut v = variant("only", "two-methods.pte", Delegate::Xnnpack, ">=1.0.0", "*");
     v.golden = Some("two-methods.json".into());
-    let spec = VariantsFile {
-        model: "two-methods".parse().expect("model"),
-        version: semver::Version::new(1, 0, 0),
-        notes: String::new(),
-        evaluation: None,
-        labels: None,
-        assets: Vec::new(),
-        preprocess: None,
-        latency_budget_ms: None,
-        variants: vec![v],
-    };
+    let spec = ferry_tests::releases::release("two-methods", "1.0.0", vec![v]);
     let (manifest, _) = app.publish(&spec);
     let golden = manifest.variants[0].golden.clone().expect("golden");
     assert_eq!(golden.methods.keys().collect::<Vec<_>>(), ["encode"]);

@@ -176,24 +176,18 @@ fn the_inspector_reads_each_methods_input_and_output_contract() {
 
 #[test]
 fn signing_records_each_methods_contract_and_warns_on_unbounded_or_permuted_inputs() {
-    use ferry_server::release::sign::{VariantsFile, build_manifest, contract_warnings};
-    let spec = VariantsFile {
-        model: "dynamic".parse().expect("model"),
-        version: semver::Version::new(1, 0, 0),
-        notes: String::new(),
-        evaluation: None,
-        labels: None,
-        assets: Vec::new(),
-        preprocess: None,
-        latency_budget_ms: None,
-        variants: vec![ferry_tests::app::variant(
+    use ferry_server::release::sign::{build_manifest, contract_warnings};
+    let spec = ferry_tests::releases::release(
+        "dynamic",
+        "1.0.0",
+        vec![ferry_tests::app::variant(
             "only",
             "dynamic-xnnpack.pte",
             ferry_shared::manifest::Delegate::Xnnpack,
             ">=1.0.0",
             "*",
         )],
-    };
+    );
     let base = ferry_tests::fixtures_dir().join("pte");
     let read = |p: &std::path::Path| Ok(std::fs::read(p)?);
     let (mut manifest, _) =

@@ -21,10 +21,18 @@ fn eager() -> serde_json::Value {
 }
 
 fn release(metric: Metric, max_drop: Option<f64>, max_error: Option<f64>) -> VariantsFile {
+    let variants = vec![
+        variant("fp32", "digits-fp32.pte", Delegate::Xnnpack, ">=1.0.0", "*"),
+        variant("int8", "digits-int8.pte", Delegate::Xnnpack, ">=1.0.0", "*"),
+        variant(
+            "int8-damaged",
+            "digits-int8-damaged.pte",
+            Delegate::Xnnpack,
+            ">=1.0.0",
+            "*",
+        ),
+    ];
     VariantsFile {
-        model: "digits".parse().expect("model"),
-        version: semver::Version::new(1, 0, 0),
-        notes: String::new(),
         evaluation: Some(EvaluationSpec {
             dataset: "digits-test.safetensors".into(),
             metric,
@@ -34,21 +42,7 @@ fn release(metric: Metric, max_drop: Option<f64>, max_error: Option<f64>) -> Var
             baseline: None,
             method: "forward".into(),
         }),
-        labels: None,
-        assets: Vec::new(),
-        preprocess: None,
-        latency_budget_ms: None,
-        variants: vec![
-            variant("fp32", "digits-fp32.pte", Delegate::Xnnpack, ">=1.0.0", "*"),
-            variant("int8", "digits-int8.pte", Delegate::Xnnpack, ">=1.0.0", "*"),
-            variant(
-                "int8-damaged",
-                "digits-int8-damaged.pte",
-                Delegate::Xnnpack,
-                ">=1.0.0",
-                "*",
-            ),
-        ],
+        ..ferry_tests::releases::release("digits", "1.0.0", variants)
     }
 }
 
