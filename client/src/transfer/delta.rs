@@ -20,9 +20,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use ferry_shared::Sha256Digest;
-use ferry_shared::manifest::chunks::{
-    CHUNK_AVG, CHUNK_MAX, CHUNK_MIN, CHUNKED_FILE_MIN, Chunk, ChunkIndex, ChunkIndexRef,
-};
+use ferry_shared::manifest::chunks::{CHUNKED_FILE_MIN, Chunk, ChunkIndex, ChunkIndexRef};
 use sha2::{Digest as _, Sha256};
 
 use crate::error::ClientError;
@@ -34,15 +32,6 @@ use crate::transfer::download::{
 mod sources;
 pub(crate) use sources::remember;
 use sources::{Source, forget, holds_candidates, local_sources};
-
-/// Format 1's chunker sizes.
-fn sizes() -> ferry_fs::ChunkSizes {
-    ferry_fs::ChunkSizes {
-        min: CHUNK_MIN,
-        avg: CHUNK_AVG,
-        max: CHUNK_MAX,
-    }
-}
 
 /// What a delta download did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

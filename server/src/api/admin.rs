@@ -10,7 +10,7 @@ use semver::Version;
 use crate::api::AppState;
 use crate::api::auth::authorize;
 use crate::api::error::ApiError;
-use crate::api::extract::{parse_model, read_body};
+use crate::api::extract::{parse_model, read_body, require_object};
 use crate::release::publish::{Lifecycle, publish_release};
 use crate::storage::catalog::Release;
 use crate::tokens::Scope;
@@ -29,6 +29,7 @@ pub(crate) async fn post_release(
         state.config().limits.max_json_bytes,
     )
     .await?;
+    require_object(&body, ErrorCode::EnvelopeMalformed, "release envelope")?;
     // Signed by a key this replica does not know: another replica may have taken a newer
     // keyring that trusts it; adopt what the store holds before judging the signature.
     if let Ok(env) = serde_json::from_slice::<ferry_shared::trust::dsse::Envelope>(&body) {
@@ -441,6 +442,7 @@ pub(crate) async fn post_revocations(
         state.config().limits.max_json_bytes,
     )
     .await?;
+    require_object(&body, ErrorCode::EnvelopeMalformed, "revocation envelope")?;
     let env: ferry_shared::trust::dsse::Envelope = serde_json::from_slice(&body).map_err(|e| {
         ApiError::new(
             ErrorCode::EnvelopeMalformed,
@@ -510,6 +512,7 @@ pub async fn post_keyring(
 ) -> Result<HttpResponse, ApiError> {
     let caller = authorize(&req, &state.config().tokens, Scope::Publish)?;
     let body = read_body(payload, &state.config().limits, 256 * 1024).await?;
+    require_object(&body, ErrorCode::KeyringInvalid, "keyring envelope")?;
     let before = state.keys().version;
     let submitted = crate::keyring::submit(&state.fleet().ring, &body, &caller.name).await;
     if state.keys().version != before {

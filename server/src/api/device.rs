@@ -12,7 +12,7 @@ use time::OffsetDateTime;
 
 use crate::api::AppState;
 use crate::api::error::ApiError;
-use crate::api::extract::read_body;
+use crate::api::extract::{read_body, require_object};
 use crate::resolve::answers::Answer;
 use crate::resolve::decide::{Decided, ModelState, Policy, Refusal, decide};
 use crate::resolve::notes::Notes;
@@ -144,6 +144,7 @@ pub(crate) async fn resolve_inner(
         state.config().limits.max_resolve_bytes,
     )
     .await?;
+    require_object(&body, ErrorCode::RequestMalformed, "resolve request")?;
     let device: ResolveRequest =
         serde_json::from_slice(&body).map_err(|e| resolve_error(&body, e))?;
     // Protocol v1: fields a newer client added are ignored, and counted by name.

@@ -110,6 +110,29 @@ pub(crate) async fn known_model(state: &AppState, model: &str) -> Result<ModelNa
     Ok(model)
 }
 
+/// Refuses a JSON body that is not an object (`code`, naming `what`): serde would read a struct
+/// from an array too (its fields in order), which bypasses the unknown-field checks and makes
+/// a request's meaning depend on the order of the server's fields. Leading JSON white space is
+/// allowed; a byte order mark is named as such.
+pub(crate) fn require_object(body: &[u8], code: ErrorCode, what: &str) -> Result<(), ApiError> {
+    if body.starts_with(b"\xEF\xBB\xBF") {
+        return Err(ApiError::new(
+            code,
+            format!("{what}: the body starts with a byte order mark; send plain UTF-8 JSON"),
+        ));
+    }
+    match body
+        .iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+    {
+        Some(b'{') => Ok(()),
+        _ => Err(ApiError::new(
+            code,
+            format!("{what}: expected a JSON object"),
+        )),
+    }
+}
+
 /// The common start of an admin change: the caller (with `scope`), the model from the path,
 /// and the JSON body (at most 64 KiB) parsed as `T`, refusals coded `code`.
 pub(crate) async fn admin_change<T: serde::de::DeserializeOwned>(
@@ -122,6 +145,7 @@ pub(crate) async fn admin_change<T: serde::de::DeserializeOwned>(
     let caller = authorize(req, &state.config().tokens, Scope::Rollout)?;
     let model = known_model(state, model).await?;
     let body = read_body(payload, &state.config().limits, 64 * 1024).await?;
+    require_object(&body, code, "change")?;
     let mut value: serde_json::Value =
         serde_json::from_slice(&body).map_err(|e| ApiError::new(code, format!("change: {e}")))?;
     integral(&mut value);

@@ -36,7 +36,7 @@ type Routes = fn(actix_web::Resource) -> actix_web::Resource;
 
 /// Every route: path, the methods it answers (the `Allow` header of its 405), and its handlers.
 fn table() -> Vec<(&'static str, &'static str, Routes)> {
-    use crate::api::{admin, fleet, ui};
+    use crate::api::{admin, fleet, health, ui};
     const GET: &str = "GET, HEAD";
     const GET_POST: &str = "GET, HEAD, POST";
     vec![
@@ -81,10 +81,10 @@ fn table() -> Vec<(&'static str, &'static str, Routes)> {
             get_head(r, fleet::get_rollout).route(web::post().to(fleet::post_rollout))
         }),
         ("/v1/admin/models/{model}/health", GET, |r| {
-            get_head(r, fleet::get_health)
+            get_head(r, health::get_health)
         }),
         ("/v1/admin/models/{model}/health/series", GET, |r| {
-            get_head(r, fleet::get_health_series)
+            get_head(r, health::get_health_series)
         }),
         ("/v1/admin/models/{model}/deny", GET_POST, |r| {
             get_head(r, fleet::get_deny).route(web::post().to(fleet::post_deny))

@@ -248,7 +248,7 @@ impl AppState {
     }
 
     /// Models telemetry asked to evaluate.
-    pub fn evaluations(&self) -> &crate::fleet::actions::evaluate::Queue {
+    pub fn evaluations(&self) -> &crate::fleet::actions::queue::Queue {
         &self.fleet.evaluations
     }
 

@@ -52,7 +52,7 @@ pub struct Fleet {
     /// Telemetry aggregates.
     pub telemetry: intake::aggregate::Telemetry,
     /// Where each ramp step began in this replica's telemetry.
-    pub ramp_marks: actions::ramp::RampMarks,
+    pub ramp_marks: actions::marks::RampMarks,
     /// The metrics registry (store health, flush figures).
     pub metrics: Arc<Metrics>,
     /// The `[telemetry]` config section.
@@ -66,16 +66,16 @@ pub struct Fleet {
     /// that a restart never overwrites what the previous run wrote.
     pub writer: String,
     /// Models telemetry asked to evaluate (drained by a background task).
-    pub evaluations: actions::evaluate::Queue,
+    pub evaluations: actions::queue::Queue,
     /// What the last flush read from the store.
-    pub store_cache: std::sync::Mutex<persist::flush::StoreCache>,
+    pub store_cache: std::sync::Mutex<persist::store_cache::StoreCache>,
     /// The operator sets devices' runtimes reported, by digest.
     pub operators: census::operators::OperatorSets,
 }
 
 impl Fleet {
     /// What the last flush read from the store (a panicked flush leaves what it held).
-    pub fn store_cache(&self) -> std::sync::MutexGuard<'_, persist::flush::StoreCache> {
+    pub fn store_cache(&self) -> std::sync::MutexGuard<'_, persist::store_cache::StoreCache> {
         ferry_shared::sync::lock(&self.store_cache)
     }
 

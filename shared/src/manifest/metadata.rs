@@ -8,8 +8,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{ExtraFile, ManifestError, ManifestLimits};
-
 /// Largest labels file: one label per line, read whole by the client at load.
 pub const MAX_LABELS_BYTES: u64 = 4 << 20;
 /// Most labels a labels file holds (`ferry sign` refuses more; a client reads no more).
@@ -194,86 +192,4 @@ impl Preprocess {
         }
         out
     }
-}
-
-/// Checks one list of a variant's side files (data files or assets): bounded, plain unique
-/// names, sizes within the blob limit.
-pub(super) fn check_files(
-    ctx: &str,
-    what: &str,
-    files: &[ExtraFile],
-    limits: &ManifestLimits,
-) -> Result<(), ManifestError> {
-    let bad = |s: String| Err(ManifestError::Invalid(s));
-    if files.len() > limits.max_extra_files {
-        return bad(format!(
-            "{ctx}: {} {what}s; at most {} are allowed",
-            files.len(),
-            limits.max_extra_files
-        ));
-    }
-    let mut names = std::collections::BTreeSet::new();
-    for f in files {
-        super::short(ctx, &format!("{what} name"), &f.name, limits)?;
-        if !names.insert(f.name.as_str()) {
-            return bad(format!("{ctx}: two {what}s are named {:?}", f.name));
-        }
-        if f.name.is_empty() || f.name.contains(['/', '\\', '\0']) || f.name.starts_with('.') {
-            return bad(format!(
-                "{ctx}: {what} name {:?} is not a plain name",
-                f.name
-            ));
-        }
-        // An asset's name is what the app asks for: keep it portable (no bidi controls,
-        // colons or spaces that some filesystems and consoles treat specially).
-        if what == "asset"
-            && !f
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"._-+".contains(&b))
-        {
-            return bad(format!(
-                "{ctx}: asset name {:?} may hold only letters, digits and . _ - +",
-                f.name
-            ));
-        }
-        if f.size == 0 || f.size > limits.max_blob_size {
-            return bad(format!("{ctx}: {what} {} has size {}", f.name, f.size));
-        }
-        if let Some(Err(why)) = f.chunk_index.map(|r| r.validate()) {
-            return bad(format!("{ctx}: {what} {}: {why}", f.name));
-        }
-    }
-    Ok(())
-}
-
-/// Checks a variant's metadata: its assets, that `labels` names one of them of at most
-/// [`MAX_LABELS_BYTES`], and its preprocessing's values.
-pub(super) fn check_metadata(
-    ctx: &str,
-    v: &super::Variant,
-    limits: &ManifestLimits,
-) -> Result<(), ManifestError> {
-    check_files(ctx, "asset", &v.assets, limits)?;
-    if let Some(name) = &v.labels {
-        match v.assets.iter().find(|a| &a.name == name) {
-            None => {
-                return Err(ManifestError::Invalid(format!(
-                    "{ctx}: labels names {name:?}, which is not one of its assets"
-                )));
-            }
-            Some(a) if a.size > MAX_LABELS_BYTES => {
-                return Err(ManifestError::Invalid(format!(
-                    "{ctx}: the labels file {name} is {} bytes; at most {MAX_LABELS_BYTES}",
-                    a.size
-                )));
-            }
-            Some(_) => {}
-        }
-    }
-    if let Some(p) = &v.preprocess {
-        p.check()
-            .map_err(|e| ManifestError::Invalid(format!("{ctx}: {e}")))?;
-    }
-    Ok(())
 }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::names::{BackendId, Sha256Digest};
 
 pub(crate) fn sample() -> ReleaseManifest {
     let json = r#"{

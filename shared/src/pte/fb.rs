@@ -5,7 +5,7 @@
 //! an error instead of panicking; every visit is charged to a [`Budget`] so that a hostile file
 //! whose offsets point many times at the same large vector cannot make the reader loop for long.
 
-use super::PteError;
+use super::error::PteError;
 
 /// Counts work units; reading stops with an error when it runs out.
 #[derive(Debug)]

@@ -9,8 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::error::{PteError, PteLimits};
 use super::fb::{Budget, Buf};
-use super::{PteError, PteLimits};
 
 /// The file identifier of a FlatTensor file.
 pub const PTD_IDENTIFIER: &[u8; 4] = b"FT01";
@@ -223,7 +223,10 @@ pub fn inspect_ptd_prefix(prefix: &[u8], size: u64) -> Result<PtdReport, PteErro
 
 /// The tensors `program`'s methods keep outside the file that none of `data` provides, sorted
 /// and without repeats (empty: every external tensor has its data).
-pub fn missing_external_tensors(program: &super::PteReport, data: &[PtdReport]) -> Vec<String> {
+pub fn missing_external_tensors(
+    program: &super::report::PteReport,
+    data: &[PtdReport],
+) -> Vec<String> {
     let provided: std::collections::BTreeSet<&str> = data
         .iter()
         .flat_map(|d| d.tensors.iter().map(|t| t.key.as_str()))
@@ -259,7 +262,7 @@ impl DataFileProblems {
 /// every external tensor provided, by exactly one file, with the element type and dimensions
 /// the program declares.
 pub fn check_data_files(
-    program: &super::PteReport,
+    program: &super::report::PteReport,
     data: &[(&str, &PtdReport)],
 ) -> DataFileProblems {
     let mut problems = DataFileProblems {

@@ -2,7 +2,10 @@
 
 use super::fb::{Budget, Table};
 use super::report::{blob_magic, summarize};
-use super::*;
+use std::collections::BTreeMap;
+
+use super::error::{PteError, PteLimits};
+use super::report::*;
 
 pub(super) struct Reader<'l> {
     pub(super) limits: &'l PteLimits,

@@ -5,6 +5,7 @@
 //! whose offsets alias to make naive readers loop.
 
 use super::*;
+use crate::errors::ErrorCode;
 use proptest::prelude::*;
 
 macro_rules! fixture {

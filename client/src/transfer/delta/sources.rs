@@ -6,9 +6,18 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use ferry_shared::Sha256Digest;
-use ferry_shared::manifest::chunks::{CHUNKED_FILE_MIN, Chunk, ChunkIndex, MAX_CHUNK_INDEX_BYTES};
+use ferry_shared::manifest::chunks::{
+    CHUNK_AVG, CHUNK_MAX, CHUNK_MIN, CHUNKED_FILE_MIN, Chunk, ChunkIndex, MAX_CHUNK_INDEX_BYTES,
+};
 
-use super::sizes;
+/// Format 1's chunker sizes.
+fn sizes() -> ferry_fs::ChunkSizes {
+    ferry_fs::ChunkSizes {
+        min: CHUNK_MIN,
+        avg: CHUNK_AVG,
+        max: CHUNK_MAX,
+    }
+}
 
 /// Where the cache keeps the chunk index of blob `d` (made once, from the blob or as fetched).
 pub(super) fn memo_path(root: &Path, d: &Sha256Digest) -> PathBuf {

@@ -4,67 +4,23 @@
 use ferry_shared::ModelName;
 use ferry_shared::select::rollout::{RolloutPlan, RolloutState};
 
-use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::fleet::Fleet;
 use crate::plans::rollout;
 use crate::plans::rollout::RolloutError;
 use crate::storage::revisions::now_text;
 
-/// Models waiting for an evaluation. Telemetry handlers only note a model here; one background
-/// task (on the server's own thread, never a request worker) drains it, so a batch's answer
-/// never waits on the store writes a halt or a deny entry makes.
-#[derive(Debug, Default)]
-pub struct Queue {
-    waiting: Mutex<BTreeSet<ModelName>>,
-    wake: tokio::sync::Notify,
-    requested: AtomicU64,
-    done: AtomicU64,
-}
-
-/// At most this many models wait at once (more are picked up by the evaluation after the next
-/// flush, which checks every model).
-const MAX_WAITING: usize = 4096;
-
-impl Queue {
-    /// Asks for `model` to be evaluated soon.
-    pub fn request(&self, model: ModelName) {
-        let mut w = ferry_shared::sync::lock(&self.waiting);
-        if w.len() < MAX_WAITING {
-            w.insert(model);
-        }
-        drop(w);
-        self.requested.fetch_add(1, Ordering::SeqCst);
-        self.wake.notify_one();
-    }
-
-    /// True once every evaluation asked for before [`Queue::asked`] returned `asked` is done.
-    pub fn done_through(&self, asked: u64) -> bool {
-        self.done.load(Ordering::SeqCst) >= asked
-    }
-
-    /// How many evaluations have been asked for so far.
-    pub fn asked(&self) -> u64 {
-        self.requested.load(Ordering::SeqCst)
-    }
-
-    fn take(&self) -> BTreeSet<ModelName> {
-        std::mem::take(&mut *ferry_shared::sync::lock(&self.waiting))
-    }
-}
-
 /// Evaluates the models telemetry asked for, as they are asked for; runs until the server stops.
 pub async fn run_queue(fleet: Arc<Fleet>) {
     loop {
-        fleet.evaluations.wake.notified().await;
+        fleet.evaluations.woken().await;
         // Every request counted here inserted its model before counting: the take below sees it.
         let upto = fleet.evaluations.asked();
         for model in fleet.evaluations.take() {
             evaluate(&fleet, &model).await;
         }
-        fleet.evaluations.done.store(upto, Ordering::SeqCst);
+        fleet.evaluations.done_up_to(upto);
     }
 }
 

@@ -118,19 +118,6 @@ where
     (part, encoded)
 }
 
-/// What the flushes read from the store, kept between them.
-#[derive(Debug, Default)]
-pub struct StoreCache {
-    /// Every bucket object listed: its version (modification time, size) and, for a readable
-    /// part, the sources it lists (`None`: unreadable, skipped until it changes).
-    objects: HashMap<String, (String, Option<Vec<String>>)>,
-    /// Per bucket: the objects merged into it, and the merge.
-    buckets: HashMap<(Level, i64), (BTreeSet<String>, Arc<Rollup>)>,
-    /// Rollups written by earlier versions (`telemetry/rollups/<node>.json`): counted in the
-    /// totals, in no window.
-    legacy: HashMap<String, (String, Option<Arc<Rollup>>)>,
-}
-
 /// Writes what this run counted since the last flush, one new object per minute; what cannot
 /// be written stays in memory for the next flush.
 async fn write_pending(fleet: &Fleet) {

@@ -9,7 +9,7 @@
 //! [`crate::fleet::Fleet`] handle its jobs take, and the layers below `fleet`. The flush works
 //! on the [`outbox::Outbox`] and [`seen::Seen`] that [`crate::fleet::intake::aggregate::Telemetry`]
 //! holds (handed out by its `outbox()` and `seen()`), never on intake's own state; what it read
-//! of the store between flushes is its `StoreCache` (`flush.rs`).
+//! of the store between flushes is the [`store_cache::StoreCache`] the `Fleet` holds.
 
 pub mod buckets;
 pub mod compact;
@@ -17,4 +17,5 @@ pub mod events;
 pub mod flush;
 pub mod outbox;
 pub mod seen;
+pub mod store_cache;
 pub mod stored;

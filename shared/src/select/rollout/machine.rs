@@ -23,10 +23,10 @@
 use semver::Version;
 
 use crate::names::ModelName;
+use crate::select::rollout::Ramp;
 pub use crate::select::rollout::change::{Context, MAX_REASON, TransitionError};
 use crate::select::rollout::change::{baseline_of, rate};
 use crate::select::rollout::guard::check_strands;
-use crate::select::rollout::ramp::Ramp;
 use crate::select::rollout::{
     FULL, MAX_PINS, Percent, Pin, RolloutChange, RolloutPlan, RolloutState, Thresholds,
 };

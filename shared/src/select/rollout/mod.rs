@@ -147,6 +147,53 @@ impl Default for Thresholds {
     }
 }
 
+/// Most steps in a ramp.
+pub const MAX_STEPS: usize = 20;
+
+/// Longest time between steps (30 days).
+pub const MAX_EVERY_SECS: u64 = 30 * 86_400;
+
+/// A ramp in a rollout plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ramp {
+    /// The steps in basis points, strictly increasing.
+    pub steps: Vec<u32>,
+    /// Least time a step is in force before the next one, in seconds.
+    pub every_secs: u64,
+    /// Index of the step in force.
+    pub step: usize,
+    /// When the step in force began (RFC 3339).
+    pub step_started: String,
+}
+
+impl Ramp {
+    /// Checks steps and interval: 1 to [`MAX_STEPS`] strictly increasing steps of at most
+    /// 100%, the first above 0; an interval from 1 s to [`MAX_EVERY_SECS`].
+    pub fn validate(steps: &[u32], every_secs: u64) -> Result<(), String> {
+        if steps.is_empty() || steps.len() > MAX_STEPS {
+            return Err(format!("a ramp has 1 to {MAX_STEPS} steps"));
+        }
+        if steps[0] == 0 || steps.windows(2).any(|w| w[0] >= w[1]) {
+            return Err("ramp steps must be above 0 and strictly increasing".into());
+        }
+        if steps.iter().any(|s| *s > FULL) {
+            return Err("a ramp step is at most 100%".into());
+        }
+        if !(1..=MAX_EVERY_SECS).contains(&every_secs) {
+            return Err(format!(
+                "the ramp interval is 1 s to {} days",
+                MAX_EVERY_SECS / 86_400
+            ));
+        }
+        Ok(())
+    }
+
+    /// The step after the one in force, in basis points.
+    pub fn next(&self) -> Option<u32> {
+        self.steps.get(self.step + 1).copied()
+    }
+}
+
 /// One revision of a model's rollout plan (revisions are immutable; the newest is in force).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RolloutPlan {
@@ -171,7 +218,7 @@ pub struct RolloutPlan {
     pub thresholds: Thresholds,
     /// The health-gated ramp, when the rollout moves through steps by itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ramp: Option<ramp::Ramp>,
+    pub ramp: Option<Ramp>,
     /// Test devices pinned to a release (they get it first, whatever their cohort).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pins: Vec<Pin>,

@@ -13,53 +13,6 @@ use time::OffsetDateTime;
 
 use crate::select::rollout::{RolloutPlan, RolloutState, format_percent};
 
-/// Most steps in a ramp.
-pub const MAX_STEPS: usize = 20;
-
-/// Longest time between steps (30 days).
-pub const MAX_EVERY_SECS: u64 = 30 * 86_400;
-
-/// A ramp in a rollout plan.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Ramp {
-    /// The steps in basis points, strictly increasing.
-    pub steps: Vec<u32>,
-    /// Least time a step is in force before the next one, in seconds.
-    pub every_secs: u64,
-    /// Index of the step in force.
-    pub step: usize,
-    /// When the step in force began (RFC 3339).
-    pub step_started: String,
-}
-
-impl Ramp {
-    /// Checks steps and interval: 1 to [`MAX_STEPS`] strictly increasing steps of at most
-    /// 100%, the first above 0; an interval from 1 s to [`MAX_EVERY_SECS`].
-    pub fn validate(steps: &[u32], every_secs: u64) -> Result<(), String> {
-        if steps.is_empty() || steps.len() > MAX_STEPS {
-            return Err(format!("a ramp has 1 to {MAX_STEPS} steps"));
-        }
-        if steps[0] == 0 || steps.windows(2).any(|w| w[0] >= w[1]) {
-            return Err("ramp steps must be above 0 and strictly increasing".into());
-        }
-        if steps.iter().any(|s| *s > crate::select::rollout::FULL) {
-            return Err("a ramp step is at most 100%".into());
-        }
-        if !(1..=MAX_EVERY_SECS).contains(&every_secs) {
-            return Err(format!(
-                "the ramp interval is 1 s to {} days",
-                MAX_EVERY_SECS / 86_400
-            ));
-        }
-        Ok(())
-    }
-
-    /// The step after the one in force, in basis points.
-    pub fn next(&self) -> Option<u32> {
-        self.steps.get(self.step + 1).copied()
-    }
-}
-
 /// Load counts of the staged and baseline releases since the step in force began.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct StepHealth {
@@ -278,6 +231,7 @@ pub fn halt(plan: &RolloutPlan, reason: &str, at: &str) -> RolloutPlan {
 mod tests {
     use super::*;
     use crate::select::rollout::Thresholds;
+    use crate::select::rollout::{MAX_EVERY_SECS, Ramp};
     use semver::Version;
 
     fn plan(bp: u32, started: &str) -> RolloutPlan {

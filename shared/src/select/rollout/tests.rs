@@ -70,7 +70,7 @@ fn a_hundred_thousand_devices() {
 fn a_hundred_thousand_devices_through_a_ramp() {
     let ids: Vec<String> = (0..100_000).map(|i| format!("install-{i:06}")).collect();
     let mut p = plan(100);
-    p.ramp = Some(ramp::Ramp {
+    p.ramp = Some(Ramp {
         steps: vec![100, 500, 2500, 5000, 10_000],
         every_secs: 60,
         step: 0,
@@ -94,7 +94,7 @@ fn a_hundred_thousand_devices_through_a_ramp() {
             "a device left the staged cohort while the ramp rose"
         );
         staged_before = staged;
-        let Some(next) = p.ramp.as_ref().and_then(ramp::Ramp::next) else {
+        let Some(next) = p.ramp.as_ref().and_then(Ramp::next) else {
             break;
         };
         p = ramp::advance(&p, next, "2026-12-03T01:00:00Z");

@@ -502,6 +502,12 @@ fn the_dashboards_files_are_served_with_a_strict_policy_and_hold_no_data() {
         ("?step_secs=sixty", "from 60 to 2592000"),
         ("?step_secs=9223372036854775807", "(30 days)"),
         ("?since=30d&step_secs=60", "more than 1440 points"),
+        // Further back than 1,440 steps of 30 days: no step could hold it.
+        ("?since=1800-01-01T00:00:00Z", "too far back"),
+        (
+            "?since=1800-01-01T00:00:00Z&step_secs=2592000",
+            "too far back",
+        ),
         ("?since=yesterday", "since \"yesterday\""),
     ] {
         let (s, body) = series(query, Some(READ_TOKEN));

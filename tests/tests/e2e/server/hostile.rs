@@ -404,3 +404,113 @@ fn a_blob_upload_that_stops_sending_is_cut_off() {
         "nothing of the stalled upload is kept"
     );
 }
+
+/// A request and the answer it must get: path, body, token, status, code.
+type Case<'a> = (&'a str, &'a [u8], Option<&'a str>, u16, &'a str);
+
+#[test]
+fn a_json_array_is_never_read_as_a_request_object() {
+    // serde reads a struct from an array of its fields in order: that would bypass the
+    // unknown-field checks and tie a request's meaning to the server's field order.
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    let before = app.stored_files();
+    let device = serde_json::to_vec(&profile(
+        "linux",
+        &["XnnpackBackend"],
+        "1.5.1",
+        "1.0.0",
+        4096,
+    ))
+    .expect("json");
+    let mut bom = b"\xEF\xBB\xBF".to_vec();
+    bom.extend_from_slice(&device);
+    let cases: [Case<'_>; 9] = [
+        (
+            "/v1/resolve",
+            br#"["mlp","me","1.0.0","1.5.1",["XnnpackBackend"],"android"]"#,
+            None,
+            400,
+            "request_malformed",
+        ),
+        ("/v1/resolve", b" \n[]", None, 400, "request_malformed"),
+        ("/v1/resolve", &bom, None, 400, "request_malformed"),
+        (
+            "/v1/admin/models/mlp/rollout",
+            br#"["pin","zz","1.0.0"]"#,
+            Some(ADMIN_TOKEN),
+            400,
+            "rollout_invalid",
+        ),
+        (
+            "/v1/admin/models/mlp/deny",
+            br#"["deny","1.0.0","vulkan-fp32","soc","ARR"]"#,
+            Some(ADMIN_TOKEN),
+            400,
+            "deny_invalid",
+        ),
+        ("/v1/telemetry", b"[[]]", None, 400, "telemetry_malformed"),
+        (
+            "/v1/admin/models/mlp/releases",
+            br#"["payload","type",[]]"#,
+            Some(ADMIN_TOKEN),
+            400,
+            "envelope_malformed",
+        ),
+        (
+            "/v1/admin/models/mlp/revocations",
+            br#"["payload","type",[]]"#,
+            Some(ADMIN_TOKEN),
+            400,
+            "envelope_malformed",
+        ),
+        (
+            "/v1/admin/keyring",
+            br#"["payload","type",[]]"#,
+            Some(ADMIN_TOKEN),
+            422,
+            "keyring_invalid",
+        ),
+    ];
+    for (path, body, token, status, code) in cases {
+        let (s, b) = app.post_raw(path, body, token);
+        assert_eq!((s, b["code"].as_str()), (status, Some(code)), "{path}: {b}");
+    }
+    let (_, b) = app.post_raw("/v1/resolve", &bom, None);
+    assert!(
+        b["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("byte order mark")),
+        "{b}"
+    );
+    assert_eq!(app.stored_files(), before, "nothing was written");
+    // The same bodies as objects are taken.
+    let (s, b) = app.post_raw("/v1/resolve", &device, None);
+    assert_eq!(s, 200, "{b}");
+}
+
+#[test]
+fn a_deny_change_with_a_query_parameter_changes_nothing() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    let change = serde_json::to_vec(&serde_json::json!({"action": "deny", "release": "1.0.0",
+        "variant": "vulkan-fp32", "class": "soc", "value": "X"}))
+    .expect("json");
+    for q in ["?dry_run=true", "?preview=1", "?x"] {
+        let (s, b) = app.post_raw(
+            &format!("/v1/admin/models/mlp/deny{q}"),
+            &change,
+            Some(ADMIN_TOKEN),
+        );
+        assert_eq!(
+            (s, b["code"].as_str()),
+            (400, Some("deny_invalid")),
+            "{q}: {b}"
+        );
+    }
+    let (_, list) = app.get_json("/v1/admin/models/mlp/deny", Some(ADMIN_TOKEN));
+    assert!(
+        list["entries"].as_array().is_some_and(Vec::is_empty),
+        "{list}"
+    );
+}
