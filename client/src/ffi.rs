@@ -53,7 +53,7 @@ pub enum FerryStatus {
 /// once (a UI thread asking for progress while a worker loads).
 pub struct FerryClient {
     client: Arc<Client>,
-    progress: Arc<progress::ProgressSlot>,
+    progress: Arc<parts::ProgressSlot>,
 }
 
 /// Opaque loaded-model handle. It may be used from several threads at once: runs of one
@@ -68,7 +68,7 @@ pub struct FerryModel {
     report: CString,
     contract: CString,
     preprocess_json: CString,
-    meta: metadata::MetadataOut,
+    meta: parts::MetadataOut,
 }
 
 thread_local! {
@@ -277,7 +277,7 @@ pub unsafe extern "C" fn ferry_client_new_with(
             Ok(v) => v,
             Err(e) => return config_error(&format!("app_version: {e}")),
         };
-        let slot = Arc::new(progress::ProgressSlot::default());
+        let slot = Arc::new(parts::ProgressSlot::default());
         let builder = ClientBuilder::new(server, trust)
             .progress(slot.progress_fn())
             .cache_dir(cache_dir)
@@ -429,7 +429,7 @@ pub unsafe extern "C" fn ferry_load_with(
                     preprocess_json: cstring(
                         &serde_json::to_string(&m.preprocess()).unwrap_or_default(),
                     ),
-                    meta: metadata::MetadataOut::of(&m),
+                    meta: parts::MetadataOut::of(&m),
                     model: std::sync::Mutex::new(m),
                 };
                 // SAFETY: `out` is non-NULL and valid per the contract.
@@ -559,10 +559,12 @@ pub extern "C" fn ferry_last_error_message() -> *const c_char {
 mod client_options;
 mod metadata;
 mod options;
+mod parts;
 mod progress;
 mod telemetry;
 mod tensors;
 
 pub use metadata::FerryModelField;
+pub use parts::{FerryColorOrder, FerryLayout, FerryPreprocess, FerryResizeFilter};
 
 pub use tensors::*;

@@ -80,8 +80,13 @@ fn main() -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
+    let allowed_note = if let_through > 0 {
+        format!(" ({let_through} allowed by name, printed above)")
+    } else {
+        String::new()
+    };
     println!(
-        "ok: no import circle between the files of {} crates ({let_through} allowed, printed above)",
+        "ok: no import circle between the files of {} crates{allowed_note}",
         roots.len()
     );
     ExitCode::SUCCESS
