@@ -152,6 +152,9 @@ pub(crate) async fn resolve_inner(
     if !unknown.is_empty() {
         state.metrics().protocol.unknown_fields("resolve", &unknown);
     }
+    if let Some(why) = device.version_error() {
+        return Err(ApiError::new(ErrorCode::InvalidVersion, why));
+    }
     device
         .validate()
         .map_err(|m| ApiError::new(ErrorCode::RequestInvalid, m))?;

@@ -101,7 +101,25 @@ pub fn check_nonce(nonce: &str) -> Result<(), String> {
 }
 
 impl ResolveRequest {
-    /// Checks the free-form fields against the limits; returns a message on failure.
+    /// Why one of the request's versions is refused (longer than 64 characters), if it is: a
+    /// refusal of its own (`invalid_version`), checked again by [`ResolveRequest::validate`].
+    pub fn version_error(&self) -> Option<String> {
+        [
+            ("app_version", &self.app_version),
+            ("runtime_version", &self.runtime_version),
+        ]
+        .into_iter()
+        .find(|(_, v)| v.to_string().len() > 64)
+        .map(|(what, v)| {
+            format!(
+                "{what} is {} characters; versions are at most 64",
+                v.to_string().len()
+            )
+        })
+    }
+
+    /// Checks the free-form fields and versions against the limits; returns a message on
+    /// failure.
     pub fn validate(&self) -> Result<(), String> {
         let check = |what: &str, s: &str, max: usize| -> Result<(), String> {
             if crate::names::longer_than(s, max) {
@@ -128,9 +146,8 @@ impl ResolveRequest {
                 self.backends.len()
             ));
         }
-        let too_long = |v: &Version| v.to_string().len() > 64;
-        if too_long(&self.app_version) || too_long(&self.runtime_version) {
-            return Err("versions must be at most 64 characters".into());
+        if let Some(why) = self.version_error() {
+            return Err(why);
         }
         if let Some(n) = &self.nonce {
             check_nonce(n)?;

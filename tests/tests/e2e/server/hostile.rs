@@ -42,7 +42,7 @@ fn hostile_resolve_requests() {
             "huge version",
             with(&|v| v["app_version"] = format!("1.0.0-{}", "a".repeat(4000)).into()),
             400,
-            "request_invalid",
+            "invalid_version",
         ),
         (
             "not a version",
@@ -513,4 +513,29 @@ fn a_deny_change_with_a_query_parameter_changes_nothing() {
         list["entries"].as_array().is_some_and(Vec::is_empty),
         "{list}"
     );
+}
+
+#[test]
+fn a_version_too_long_is_an_invalid_version() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    let long = format!("1.0.0-{}", "a".repeat(70));
+    for field in ["app_version", "runtime_version"] {
+        let mut device = profile("linux", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096);
+        device[field] = long.clone().into();
+        let (s, b) = app.post_raw(
+            "/v1/resolve",
+            &serde_json::to_vec(&device).expect("json"),
+            None,
+        );
+        assert_eq!(
+            (s, b["code"].as_str()),
+            (400, Some("invalid_version")),
+            "{field}: {b}"
+        );
+        assert!(
+            b["message"].as_str().is_some_and(|m| m.contains(field)),
+            "{b}"
+        );
+    }
 }
