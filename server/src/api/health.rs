@@ -16,6 +16,7 @@ pub async fn get_health(
     model: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let model = read_view(&req, &state, &model).await?;
+    only_params(&req, &["since"])?;
     let since = health_since(&req, &state, &model)?;
     let (rollup, window) = match since {
         None => (state.telemetry().fleet(model.as_str()), None),
@@ -86,6 +87,7 @@ pub async fn get_health_series(
     model: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let model = read_view(&req, &state, &model).await?;
+    only_params(&req, &["since", "step_secs"])?;
     let now = OffsetDateTime::now_utc().unix_timestamp();
     let since = health_since(&req, &state, &model)?
         .unwrap_or(now - 6 * 3600)
@@ -243,4 +245,23 @@ fn health_since(
     // A time ahead of this server's clock (a dashboard or device whose clock runs ahead) is an
     // empty window, not an error.
     Ok(Some(t.unix_timestamp()))
+}
+
+/// Refuses a query parameter this view does not take (a misspelt `sinse=1h` would otherwise
+/// answer for all time, as if nothing were wrong).
+fn only_params(req: &HttpRequest, known: &[&str]) -> Result<(), ApiError> {
+    let pairs = web::Query::<Vec<(String, String)>>::from_query(req.query_string())
+        .map(web::Query::into_inner)
+        .map_err(|e| ApiError::new(ErrorCode::RequestInvalid, format!("bad query string: {e}")))?;
+    match pairs.iter().find(|(k, _)| !known.contains(&k.as_str())) {
+        None => Ok(()),
+        Some((k, _)) => Err(ApiError::new(
+            ErrorCode::RequestInvalid,
+            format!(
+                "unknown query parameter {:?}: this view takes {}",
+                k.chars().take(64).collect::<String>(),
+                known.join(" and ")
+            ),
+        )),
+    }
 }

@@ -509,6 +509,7 @@ fn the_dashboards_files_are_served_with_a_strict_policy_and_hold_no_data() {
             "too far back",
         ),
         ("?since=yesterday", "since \"yesterday\""),
+        ("?since=6h&steps=60", "unknown query parameter"),
     ] {
         let (s, body) = series(query, Some(READ_TOKEN));
         assert_eq!(

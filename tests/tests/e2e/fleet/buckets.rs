@@ -373,6 +373,8 @@ fn a_bad_window_is_a_clear_error() {
         ("?since=yesterday", "since"),
         ("?since=99999999999d", "since"),
         ("?since=1h&since=2h", "more than once"),
+        // A misspelt parameter would otherwise answer for all time.
+        ("?sinse=1h", "unknown query parameter"),
     ] {
         let (s, b) = app.get_json(&format!("/v1/admin/models/mlp/health{q}"), Some(READ_TOKEN));
         assert_eq!(
