@@ -6,8 +6,8 @@
 //!   cache folder, app 1.0.0, the real ExecuTorch runtime); a test adds what it needs and
 //!   calls `build()`.
 //! - [`quick_limits`] are download limits that retry fast (tests with faults and outages).
-//! - [`Event`] builds a telemetry event as JSON, with the defaults of a phone that loaded an
-//!   XNNPACK variant now; each setter changes one field.
+//! - [`Event`] builds a telemetry event as JSON (or typed, [`Event::typed`]), with the defaults
+//!   of a phone that loaded an XNNPACK variant now; each setter changes one field.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -191,6 +191,11 @@ impl Event {
     /// The event as JSON.
     pub fn json(self) -> serde_json::Value {
         self.0
+    }
+
+    /// The event as the server's typed value (what the store and the Parquet log keep).
+    pub fn typed(self) -> ferry_shared::wire::telemetry::TelemetryEvent {
+        serde_json::from_value(self.0).expect("a valid event")
     }
 }
 

@@ -7,38 +7,22 @@ use ferry_tests::until;
 
 use ferry_server::fleet::counts::rollup::Rollup;
 use ferry_server::fleet::persist::buckets::{BucketKey, Level, Part};
-use ferry_shared::wire::telemetry::{EventKind, Outcome, TelemetryEvent};
+use ferry_shared::wire::telemetry::TelemetryEvent;
 use ferry_tests::app::{ADMIN_TOKEN, Options, READ_TOKEN, TestApp, mlp_v1};
+use ferry_tests::kit::Event;
 
 fn event(i: usize) -> TelemetryEvent {
-    TelemetryEvent {
-        kind: EventKind::Load,
-        model: "mlp".into(),
-        release: "1.0.0".into(),
-        variant: "xnnpack-fp32".into(),
-        delegate: "xnnpack".into(),
-        outcome: if i.is_multiple_of(5) {
-            Outcome::Failed
-        } else {
-            Outcome::Ok
-        },
-        error_code: i.is_multiple_of(5).then(|| "load_failed".into()),
-        load_ms: Some(2.0 + i as f64),
-        install_id: format!("old-{i}"),
-        platform: "android".into(),
-        soc: "SOC-1".into(),
-        device_model: "phone".into(),
-        os_version: "14".into(),
-        app_version: "1.0.0".into(),
-        runtime_version: "1.5.1".into(),
-        at: "2026-01-01T00:00:00Z".into(),
-        to_variant: None,
-        receipt: None,
-        stage: None,
-        clock_offset_s: None,
-        inference: Default::default(),
-        bytes_fetched: None,
-        bytes_total: None,
+    let e = Event::load("mlp", "1.0.0", "xnnpack-fp32")
+        .install(&format!("old-{i}"))
+        .soc("SOC-1")
+        .set("device_model", "phone")
+        .set("app_version", "1.0.0")
+        .set("at", "2026-01-01T00:00:00Z")
+        .set("load_ms", 2.0 + i as f64);
+    if i.is_multiple_of(5) {
+        e.failed("load_failed").typed()
+    } else {
+        e.typed()
     }
 }
 

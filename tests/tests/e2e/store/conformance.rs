@@ -11,7 +11,8 @@ use std::time::Duration;
 use ferry_server::fleet::counts::rollup::Rollup;
 use ferry_server::storage::config::StorageConfig;
 use ferry_server::storage::{Store, revisions};
-use ferry_shared::wire::telemetry::{EventKind, Outcome, TelemetryEvent};
+use ferry_shared::wire::telemetry::TelemetryEvent;
+use ferry_tests::kit::Event;
 use futures_util::TryStreamExt as _;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
@@ -167,34 +168,17 @@ async fn revision_log_loses_no_update(store: &Store) {
 }
 
 fn event(i: usize, soc: &str) -> TelemetryEvent {
-    TelemetryEvent {
-        kind: EventKind::Load,
-        model: "mlp".into(),
-        release: "1.0.0".into(),
-        variant: "xnnpack-fp32".into(),
-        delegate: "xnnpack".into(),
-        outcome: if i.is_multiple_of(4) {
-            Outcome::Failed
-        } else {
-            Outcome::Ok
-        },
-        error_code: i.is_multiple_of(4).then(|| "load_failed".into()),
-        load_ms: Some(1.0 + i as f64),
-        install_id: format!("dev-{i}"),
-        platform: "android".into(),
-        soc: soc.into(),
-        device_model: "phone".into(),
-        os_version: "14".into(),
-        app_version: "1.0.0".into(),
-        runtime_version: "1.5.1".into(),
-        at: "2026-12-01T00:00:00Z".into(),
-        to_variant: None,
-        receipt: None,
-        stage: None,
-        clock_offset_s: None,
-        inference: Default::default(),
-        bytes_fetched: None,
-        bytes_total: None,
+    let e = Event::load("mlp", "1.0.0", "xnnpack-fp32")
+        .install(&format!("dev-{i}"))
+        .soc(soc)
+        .set("device_model", "phone")
+        .set("app_version", "1.0.0")
+        .set("at", "2026-12-01T00:00:00Z")
+        .set("load_ms", 1.0 + i as f64);
+    if i.is_multiple_of(4) {
+        e.failed("load_failed").typed()
+    } else {
+        e.typed()
     }
 }
 
