@@ -278,8 +278,13 @@ impl Crate {
                 }
                 None => {
                     // A glob: the module it names, if that module has the name.
-                    let target = self.resolve(module, &r.path, hops - 1)?;
-                    let t = self.modules.get(&target)?;
+                    // A glob of another crate's names (`pub use std::x::*`) is not ours.
+                    let Some(target) = self.resolve(module, &r.path, hops - 1) else {
+                        continue;
+                    };
+                    let Some(t) = self.modules.get(&target) else {
+                        continue;
+                    };
                     if t.names.contains(name) {
                         return Some(target);
                     }
@@ -296,6 +301,14 @@ impl Crate {
     /// Every arrow between two files of the crate under `rule`, merged per pair.
     pub fn arrows(&self, rule: Rule) -> Vec<Arrow> {
         let mut by_pair: BTreeMap<(PathBuf, PathBuf), BTreeSet<String>> = BTreeMap::new();
+        // Each file's own module: the shortest module path it holds.
+        let mut own: BTreeMap<&Path, &Vec<String>> = BTreeMap::new();
+        for (path, m) in &self.modules {
+            let slot = own.entry(m.file.as_path()).or_insert(path);
+            if path.len() < slot.len() {
+                *slot = path;
+            }
+        }
         for w in &self.paths {
             let Some(target) = self.resolve(&w.at, &w.path, 8) else {
                 continue;
@@ -306,9 +319,9 @@ impl Crate {
             if module.file == w.file {
                 continue;
             }
-            let to_descendant = self
-                .file_module(&w.file)
-                .is_some_and(|own| target.starts_with(&own));
+            let to_descendant = own
+                .get(w.file.as_path())
+                .is_some_and(|own| target.starts_with(own));
             let owning = match (rule, &w.reexport) {
                 (Rule::Rooms, _) => to_descendant,
                 // A re-export of a descendant's name that this file's code does not use.
@@ -330,15 +343,6 @@ impl Crate {
             .into_iter()
             .map(|((from, to), names)| Arrow { from, to, names })
             .collect()
-    }
-
-    /// The file's own module: the shortest module path it holds.
-    fn file_module(&self, file: &Path) -> Option<Vec<String>> {
-        self.modules
-            .iter()
-            .filter(|(_, m)| m.file == file)
-            .map(|(p, _)| p.clone())
-            .min_by_key(Vec::len)
     }
 
     /// The circles among the crate's files under `rule` (strongly connected sets of two files

@@ -188,3 +188,16 @@ fn paths_inside_macro_calls_are_arrows() {
     ]);
     assert_eq!(found.len(), 1, "{found:?}");
 }
+
+#[test]
+fn a_glob_of_another_crate_does_not_hide_a_later_re_export() {
+    let found = circles(&[
+        (
+            "lib.rs",
+            "mod a;\nmod b;\npub use std::collections::*;\npub use b::*;\n",
+        ),
+        ("a.rs", "pub struct A;\npub fn f(_: crate::B) {}\n"),
+        ("b.rs", "pub struct B(pub crate::a::A);\n"),
+    ]);
+    assert_eq!(found.len(), 1, "{found:?}");
+}
