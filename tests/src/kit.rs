@@ -121,13 +121,10 @@ impl Event {
     /// Core ML, anything else XNNPACK), from install `d1` on an Android phone with the
     /// SM8550 (model `phone-SM8550`, Android 14, app 2.0.0, runtime 1.5.1), now.
     pub fn new(kind: &str, model: &str, release: &str, variant: &str) -> Self {
-        let delegate = variant
-            .split_once('-')
-            .map_or("xnnpack", |(d, _)| d)
-            .to_string();
-        let delegate = match delegate.as_str() {
-            "vulkan" | "coreml" | "qnn" | "portable" | "mps" => delegate,
-            _ => "xnnpack".to_string(),
+        let first = variant.split('-').next().unwrap_or_default();
+        let delegate = match first {
+            "vulkan" | "coreml" | "qnn" | "portable" | "mps" => first,
+            _ => "xnnpack",
         };
         let at = time::OffsetDateTime::now_utc()
             .format(&time::format_description::well_known::Rfc3339)

@@ -152,11 +152,12 @@ pub(crate) async fn resolve_inner(
     if !unknown.is_empty() {
         state.metrics().protocol.unknown_fields("resolve", &unknown);
     }
+    // Versions first (their own code), then the rest: each checked once per request.
     if let Some(why) = device.version_error() {
         return Err(ApiError::new(ErrorCode::InvalidVersion, why));
     }
     device
-        .validate()
+        .check_fields()
         .map_err(|m| ApiError::new(ErrorCode::RequestInvalid, m))?;
     notes.device(device.model.as_str(), &device.install_id);
     if device.nonce.is_some() {

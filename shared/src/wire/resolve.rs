@@ -102,7 +102,7 @@ pub fn check_nonce(nonce: &str) -> Result<(), String> {
 
 impl ResolveRequest {
     /// Why one of the request's versions is refused (longer than 64 characters), if it is: a
-    /// refusal of its own (`invalid_version`), checked again by [`ResolveRequest::validate`].
+    /// refusal of its own (`invalid_version`); [`ResolveRequest::validate`] checks it first.
     pub fn version_error(&self) -> Option<String> {
         [
             ("app_version", &self.app_version),
@@ -118,9 +118,17 @@ impl ResolveRequest {
         })
     }
 
-    /// Checks the free-form fields and versions against the limits; returns a message on
-    /// failure.
+    /// Checks the versions ([`ResolveRequest::version_error`]) and the other fields
+    /// ([`ResolveRequest::check_fields`]) against the limits; returns a message on failure.
     pub fn validate(&self) -> Result<(), String> {
+        match self.version_error() {
+            Some(why) => Err(why),
+            None => self.check_fields(),
+        }
+    }
+
+    /// Checks every field but the versions against the limits; returns a message on failure.
+    pub fn check_fields(&self) -> Result<(), String> {
         let check = |what: &str, s: &str, max: usize| -> Result<(), String> {
             if crate::names::longer_than(s, max) {
                 return Err(format!(
@@ -145,9 +153,6 @@ impl ResolveRequest {
                 "{} backends; at most {MAX_DEVICE_BACKENDS} are allowed",
                 self.backends.len()
             ));
-        }
-        if let Some(why) = self.version_error() {
-            return Err(why);
         }
         if let Some(n) = &self.nonce {
             check_nonce(n)?;
