@@ -87,7 +87,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             if args.json {
-                println!("{}", serde_json::json!({ "error": e.0, "message": e.1 }));
+                let mut out = serde_json::json!({ "error": e.0, "message": e.1 });
+                if !e.2.is_empty() {
+                    out["attempts"] = serde_json::Value::Array(e.2);
+                }
+                println!("{out}");
             } else {
                 eprintln!("fetch: {} ({})", e.1, e.0);
             }
@@ -96,8 +100,16 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: &Args) -> Result<(), (String, String)> {
-    let fail = |code: &str, m: String| (code.to_string(), m);
+/// What failed: the code, the message, and the attempts of a load whose candidates all failed
+/// or crashed.
+type Failure = (String, String, Vec<serde_json::Value>);
+
+fn attempt_json(a: &ferry_client::Attempt) -> serde_json::Value {
+    serde_json::json!({"variant": a.variant, "delegate": a.delegate, "stage": a.stage, "error_code": a.error_code, "message": a.message})
+}
+
+fn run(args: &Args) -> Result<(), Failure> {
+    let fail = |code: &str, m: String| (code.to_string(), m, Vec::new());
     let trust_bytes = std::fs::read(&args.trust)
         .map_err(|e| fail("config_invalid", format!("{}: {e}", args.trust.display())))?;
     let trust =
@@ -135,9 +147,10 @@ fn run(args: &Args) -> Result<(), (String, String)> {
         ram_mb: args.ram_mb,
         claimed_backends: args.claim_backends.clone(),
     };
-    let mut loaded = client
-        .load(&args.model, &device)
-        .map_err(|e| fail(e.code(), e.to_string()))?;
+    let mut loaded = client.load(&args.model, &device).map_err(|e| {
+        let attempts = e.attempts().iter().map(attempt_json).collect();
+        (e.code().to_string(), e.to_string(), attempts)
+    })?;
     let mut diff = None;
     if let Some(path) = &args.input {
         let bytes = std::fs::read(path)
@@ -168,11 +181,7 @@ fn run(args: &Args) -> Result<(), (String, String)> {
         Source::LastKnownGood { code, .. } => format!("last_known_good ({code})"),
     };
     if args.json {
-        let attempts: Vec<serde_json::Value> = loaded
-            .attempts
-            .iter()
-            .map(|a| serde_json::json!({"variant": a.variant, "delegate": a.delegate, "stage": a.stage, "error_code": a.error_code, "message": a.message}))
-            .collect();
+        let attempts: Vec<serde_json::Value> = loaded.attempts.iter().map(attempt_json).collect();
         let mut out = serde_json::json!({
             "release": loaded.release,
             "variant": loaded.variant,

@@ -261,36 +261,6 @@ typedef struct ferry_model ferry_model;
 typedef struct ferry_outputs ferry_outputs;
 
 /**
- * A tensor crossing the C ABI: element type (`FERRY_DTYPE_*`), `ndim` dimensions at `shape`
- * (an `int64_t` array), and `nbytes` bytes of row-major elements in the platform's byte order
- * at `data` (any alignment). `shape` may be NULL when `ndim` is 0 and `data` when `nbytes` is
- * 0. At most 16 dimensions and 2^28 elements; `int64` values must be below 2^53 in magnitude.
- * Outputs come back with `data` aligned to 8 bytes (NULL when empty).
- */
-typedef struct ferry_tensor {
-  /**
-   * A `FERRY_DTYPE_*` code.
-   */
-  uint32_t dtype;
-  /**
-   * The dimensions.
-   */
-  const int64_t *shape;
-  /**
-   * How many dimensions (at most 16).
-   */
-  uintptr_t ndim;
-  /**
-   * The elements.
-   */
-  const void *data;
-  /**
-   * Their size in bytes: the product of the dimensions times the element size.
-   */
-  uintptr_t nbytes;
-} ferry_tensor;
-
-/**
  * How the app prepares the model's first input from an image, as the release signed it:
  * resize, order the channels, map 8-bit values 0 and 255 to `range_low` and `range_high`,
  * subtract `mean` and divide by `std` per channel, lay out as `layout`.
@@ -355,6 +325,36 @@ typedef void (*ferry_progress_fn)(void *user_data,
                                   const char *variant,
                                   uint64_t done,
                                   uint64_t total);
+
+/**
+ * A tensor crossing the C ABI: element type (`FERRY_DTYPE_*`), `ndim` dimensions at `shape`
+ * (an `int64_t` array), and `nbytes` bytes of row-major elements in the platform's byte order
+ * at `data` (any alignment). `shape` may be NULL when `ndim` is 0 and `data` when `nbytes` is
+ * 0. At most 16 dimensions and 2^28 elements; `int64` values must be below 2^53 in magnitude.
+ * Outputs come back with `data` aligned to 8 bytes (NULL when empty).
+ */
+typedef struct ferry_tensor {
+  /**
+   * A `FERRY_DTYPE_*` code.
+   */
+  uint32_t dtype;
+  /**
+   * The dimensions.
+   */
+  const int64_t *shape;
+  /**
+   * How many dimensions (at most 16).
+   */
+  uintptr_t ndim;
+  /**
+   * The elements.
+   */
+  const void *data;
+  /**
+   * Their size in bytes: the product of the dimensions times the element size.
+   */
+  uintptr_t nbytes;
+} ferry_tensor;
 
 #ifdef __cplusplus
 extern "C" {
@@ -475,6 +475,102 @@ const char *ferry_last_error_code(void);
 const char *ferry_last_error_message(void);
 
 /**
+ * Forgets the crashes recorded for `model` (NULL or `""`: every model), so the variants that
+ * crashed this app are tried again on the next load; `*forgotten` (may be NULL) says how many
+ * were forgotten. A crash is otherwise forgotten only when the app, runtime or OS version
+ * changes (then the variant is tried once more).
+ *
+ * # Safety
+ * `client` is a live handle; `model` is NULL or a NUL-terminated string; `forgotten` is NULL
+ * or valid.
+ */
+enum ferry_status ferry_client_forget_crashes(const struct ferry_client *client,
+                                              const char *model,
+                                              uintptr_t *forgotten);
+
+/**
+ * Writes the model's signed preprocessing to `*out`. `FERRY_OK` when the release declares
+ * one; `FERRY_ERR_INVALID_ARGUMENT` (code `invalid_argument`) for a NULL argument, and
+ * `FERRY_ERR_LOAD` with code `not_found` when the release declares none (`*out` untouched).
+ *
+ * # Safety
+ * `model` is NULL or a live handle; `out` is NULL or points to a writable `ferry_preprocess`.
+ */
+enum ferry_status ferry_model_preprocess(const struct ferry_model *model,
+                                         struct ferry_preprocess *out);
+
+/**
+ * The verified file of the model's asset `name` (a labels file, a tokenizer), valid until
+ * `ferry_model_free`; NULL for a NULL argument, a name that is not UTF-8, or a variant
+ * without such an asset.
+ *
+ * # Safety
+ * `model` is NULL or a live handle; `name` is NULL or a NUL-terminated string.
+ */
+const char *ferry_model_asset_path(const struct ferry_model *model, const char *name);
+
+/**
+ * A field of a loaded model (a `ferry_model_field` value), valid until `ferry_model_free`;
+ * NULL for a NULL handle or a value that names no field (the field is taken as an integer,
+ * so a value from a newer header is answered with NULL rather than undefined behaviour).
+ *
+ * # Safety
+ * `model` is NULL or a live handle.
+ */
+const char *ferry_model_info(const struct ferry_model *model, uint32_t field);
+
+/**
+ * Sets (or with NULL clears) the download progress callback of `client`; `user_data` is
+ * passed back to it. The callback runs on the thread that downloads, while the load that
+ * downloads is in progress, for every file of the variant (one count over all of them).
+ *
+ * # Safety
+ * `client` is a live handle; `callback` and `user_data` stay valid until another callback is
+ * set or the client is freed.
+ */
+enum ferry_status ferry_client_set_progress(const struct ferry_client *client,
+                                            ferry_progress_fn callback,
+                                            void *user_data);
+
+/**
+ * The latest download progress of `client`: bytes on disk of the variant being (or last)
+ * downloaded and their total (both 0 before any download). Safe to call from any thread
+ * while another loads.
+ *
+ * # Safety
+ * `client` is a live handle; `done` and `total` are valid pointers.
+ */
+enum ferry_status ferry_client_progress(const struct ferry_client *client,
+                                        uint64_t *done,
+                                        uint64_t *total);
+
+/**
+ * Queues the run timings of the loaded models since the last flush as `inference` events,
+ * then sends the queued telemetry to the server; `*sent` and `*queued` (each may be NULL) say
+ * how many events the server took and how many wait for the next try. Blocking network
+ * I/O: call it from a background thread. Returns `FERRY_OK` even when the server could not be
+ * reached (the events stay queued).
+ *
+ * # Safety
+ * `client` is a live handle; `sent` and `queued` are NULL or valid.
+ */
+enum ferry_status ferry_client_send_telemetry(const struct ferry_client *client,
+                                              uintptr_t *sent,
+                                              uintptr_t *queued);
+
+/**
+ * Sets the device's thermal state as the app learns it from the OS: `"nominal"`, `"fair"`,
+ * `"serious"` or `"critical"` (Android's `PowerManager` none and light are nominal, moderate
+ * fair, severe serious, critical, emergency and shutdown critical); NULL or `""` when not
+ * known. Anything else is `FERRY_ERR_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `client` is a live handle; `state` is NULL or a NUL-terminated string.
+ */
+enum ferry_status ferry_client_set_thermal_state(const struct ferry_client *client,
+                                                 const char *state);
+
+/**
  * Runs `method` (NULL: the loaded one) on `n_inputs` tensors of any `FERRY_DTYPE_*`; on
  * success `*out` owns the outputs, read with [`ferry_outputs_len`] and [`ferry_outputs_get`]
  * and freed with [`ferry_outputs_free`]. The count and element types are checked against the
@@ -519,88 +615,6 @@ enum ferry_status ferry_outputs_get(const struct ferry_outputs *outputs,
  * `outputs` is NULL or a handle from [`ferry_model_run`], not used afterwards.
  */
 void ferry_outputs_free(struct ferry_outputs *outputs);
-
-/**
- * Writes the model's signed preprocessing to `*out`. `FERRY_OK` when the release declares
- * one; `FERRY_ERR_INVALID_ARGUMENT` (code `invalid_argument`) for a NULL argument, and
- * `FERRY_ERR_LOAD` with code `not_found` when the release declares none (`*out` untouched).
- *
- * # Safety
- * `model` is NULL or a live handle; `out` is NULL or points to a writable `ferry_preprocess`.
- */
-enum ferry_status ferry_model_preprocess(const struct ferry_model *model,
-                                         struct ferry_preprocess *out);
-
-/**
- * The verified file of the model's asset `name` (a labels file, a tokenizer), valid until
- * `ferry_model_free`; NULL for a NULL argument, a name that is not UTF-8, or a variant
- * without such an asset.
- *
- * # Safety
- * `model` is NULL or a live handle; `name` is NULL or a NUL-terminated string.
- */
-const char *ferry_model_asset_path(const struct ferry_model *model, const char *name);
-
-/**
- * A field of a loaded model (a `ferry_model_field` value), valid until `ferry_model_free`;
- * NULL for a NULL handle or a value that names no field (the field is taken as an integer,
- * so a value from a newer header is answered with NULL rather than undefined behaviour).
- *
- * # Safety
- * `model` is NULL or a live handle.
- */
-const char *ferry_model_info(const struct ferry_model *model, uint32_t field);
-
-/**
- * Queues the run timings of the loaded models since the last flush as `inference` events,
- * then sends the queued telemetry to the server; `*sent` and `*queued` (each may be NULL) say
- * how many events the server took and how many wait for the next try. Blocking network
- * I/O: call it from a background thread. Returns `FERRY_OK` even when the server could not be
- * reached (the events stay queued).
- *
- * # Safety
- * `client` is a live handle; `sent` and `queued` are NULL or valid.
- */
-enum ferry_status ferry_client_send_telemetry(const struct ferry_client *client,
-                                              uintptr_t *sent,
-                                              uintptr_t *queued);
-
-/**
- * Sets the device's thermal state as the app learns it from the OS: `"nominal"`, `"fair"`,
- * `"serious"` or `"critical"` (Android's `PowerManager` none and light are nominal, moderate
- * fair, severe serious, critical, emergency and shutdown critical); NULL or `""` when not
- * known. Anything else is `FERRY_ERR_INVALID_ARGUMENT`.
- *
- * # Safety
- * `client` is a live handle; `state` is NULL or a NUL-terminated string.
- */
-enum ferry_status ferry_client_set_thermal_state(const struct ferry_client *client,
-                                                 const char *state);
-
-/**
- * Sets (or with NULL clears) the download progress callback of `client`; `user_data` is
- * passed back to it. The callback runs on the thread that downloads, while the load that
- * downloads is in progress, for every file of the variant (one count over all of them).
- *
- * # Safety
- * `client` is a live handle; `callback` and `user_data` stay valid until another callback is
- * set or the client is freed.
- */
-enum ferry_status ferry_client_set_progress(const struct ferry_client *client,
-                                            ferry_progress_fn callback,
-                                            void *user_data);
-
-/**
- * The latest download progress of `client`: bytes on disk of the variant being (or last)
- * downloaded and their total (both 0 before any download). Safe to call from any thread
- * while another loads.
- *
- * # Safety
- * `client` is a live handle; `done` and `total` are valid pointers.
- */
-enum ferry_status ferry_client_progress(const struct ferry_client *client,
-                                        uint64_t *done,
-                                        uint64_t *total);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -232,6 +232,8 @@ impl ClientBuilder {
             trust: Mutex::new(trust),
             agent,
             time_agent,
+            flights: Arc::new(crate::crash::flight::Recorder::new(&cache_dir)),
+            crash_ledger: crate::crash::ledger::Ledger::new(&cache_dir),
             telemetry: Arc::new(telemetry::TelemetryQueue::new(
                 &cache_dir,
                 self.max_telemetry_events,

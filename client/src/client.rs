@@ -48,6 +48,10 @@ pub struct Client {
     pub(crate) sunset: Mutex<Option<String>>,
     /// The server's time as this client last learned it (see [`Client::now`]).
     pub(crate) time: Arc<timekeeping::TimeKeeper>,
+    /// The flight recorder's slots in the cache (`crash/flight.rs`).
+    pub(crate) flights: Arc<crate::crash::flight::Recorder>,
+    /// The crashes found on this device (`crash/ledger.rs`).
+    pub(crate) crash_ledger: crate::crash::ledger::Ledger,
 }
 
 impl Client {

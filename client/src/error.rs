@@ -28,6 +28,10 @@ pub enum Stage {
     /// A cached program's signed constraints no longer admit this device (an app or runtime
     /// update, a changed device), so it was not used.
     Cache,
+    /// Timing another candidate for the on-device probe (a crash there is the candidate's).
+    Probe,
+    /// A run of the loaded model (a crash there is the variant's).
+    Run,
 }
 
 impl Stage {
@@ -43,7 +47,28 @@ impl Stage {
             Stage::Golden => "golden",
             Stage::Execute => "execute",
             Stage::Cache => "cache",
+            Stage::Probe => "probe",
+            Stage::Run => "run",
         }
+    }
+
+    /// The stage named `name` ([`Stage::as_str`]); `None` for a name this version does not know.
+    pub fn parse(name: &str) -> Option<Stage> {
+        [
+            Stage::Resolve,
+            Stage::Select,
+            Stage::Download,
+            Stage::Verify,
+            Stage::LoadProgram,
+            Stage::LoadMethod,
+            Stage::Golden,
+            Stage::Execute,
+            Stage::Cache,
+            Stage::Probe,
+            Stage::Run,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == name)
     }
 }
 
@@ -236,6 +261,18 @@ pub enum ClientError {
         /// What was tried.
         attempts: Vec<Attempt>,
     },
+    /// Every candidate this device could load crashed the app (a native crash, an OOM kill or
+    /// a hang the OS ended) on an earlier launch: none was loaded again, and no native call was
+    /// made. Each attempt has code `crashed` and the stage it crashed in. An app update, a
+    /// runtime or OS update, or [`crate::Client::forget_crashes`] earns them another try.
+    #[error(
+        "every candidate crashed this app on an earlier launch and is not loaded again: {}",
+        summary(.attempts)
+    )]
+    Crashed {
+        /// What was passed over.
+        attempts: Vec<Attempt>,
+    },
     /// The download policy refused a download and nothing usable is cached.
     #[error("{model}: not downloading {variant} now: {reason}")]
     DownloadDeferred {
@@ -282,6 +319,17 @@ fn summary(attempts: &[Attempt]) -> String {
 }
 
 impl ClientError {
+    /// The candidates tried and why each failed, for [`ClientError::AllCandidatesFailed`] and
+    /// [`ClientError::Crashed`]; empty for every other error.
+    pub fn attempts(&self) -> &[Attempt] {
+        match self {
+            ClientError::AllCandidatesFailed { attempts } | ClientError::Crashed { attempts } => {
+                attempts
+            }
+            _ => &[],
+        }
+    }
+
     /// Stable machine-readable code from the catalogue (`docs/errors.md`); for
     /// [`ClientError::Rejected`] the server's code as sent.
     pub fn code(&self) -> &str {
@@ -306,6 +354,7 @@ impl ClientError {
             ClientError::CacheIo { .. } => ErrorCode::CacheIo.as_str(),
             ClientError::CacheLockUnsupported { .. } => ErrorCode::CacheLockUnsupported.as_str(),
             ClientError::AllCandidatesFailed { .. } => ErrorCode::AllCandidatesFailed.as_str(),
+            ClientError::Crashed { .. } => ErrorCode::Crashed.as_str(),
             ClientError::NothingCached { .. } => ErrorCode::OfflineNoCache.as_str(),
             ClientError::CachedIncompatible { .. } => ErrorCode::CachedIncompatible.as_str(),
             ClientError::DownloadDeferred { .. } => ErrorCode::DownloadDeferred.as_str(),

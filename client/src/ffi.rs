@@ -119,9 +119,9 @@ fn status_of(e: &ClientError) -> FerryStatus {
         | ClientError::Revoked { .. }
         | ClientError::HashMismatch { .. }
         | ClientError::SizeMismatch { .. } => FerryStatus::FerryErrVerification,
-        ClientError::TooLarge { .. } | ClientError::AllCandidatesFailed { .. } => {
-            FerryStatus::FerryErrLoad
-        }
+        ClientError::TooLarge { .. }
+        | ClientError::AllCandidatesFailed { .. }
+        | ClientError::Crashed { .. } => FerryStatus::FerryErrLoad,
         ClientError::DiskFull { .. }
         | ClientError::InsufficientStorage { .. }
         | ClientError::CacheIo { .. }
@@ -557,6 +557,7 @@ pub extern "C" fn ferry_last_error_message() -> *const c_char {
 }
 
 mod client_options;
+mod crashes;
 mod metadata;
 mod options;
 mod parts;

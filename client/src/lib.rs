@@ -22,13 +22,15 @@
 //! candidate walk as a pure plan, and the shell that fetches and loads what it says); [`trust`]
 //! (verifying answers and releases, time the device can trust); [`transfer`] (resolve,
 //! downloads, deltas, HTTPS); [`cache`] (the content-addressed cache, its locks, the last known
-//! good); [`run`] (the loaded model, golden checks, field latency, signed metadata);
+//! good); [`crash`] (the flight recorder around native steps and the crashes it found);
+//! [`run`] (the loaded model, golden checks, field latency, signed metadata);
 //! [`telemetry`] (the on-disk event queue); [`ffi`] (the C ABI, feature `ffi`). This file only
 //! declares and re-exports.
 
 mod builder;
 pub mod cache;
 mod client;
+pub mod crash;
 pub mod error;
 #[cfg(feature = "executorch")]
 pub mod executorch_runtime;
@@ -46,6 +48,7 @@ mod types;
 pub use crate::builder::{ClientBuilder, RUST_SDK};
 pub use crate::cache::{Cache, ModelEntry, VerifiedBlob};
 pub use crate::client::Client;
+pub use crate::crash::ledger::CrashRecord;
 pub use crate::error::{Attempt, ClientError, Stage};
 pub use crate::policy::{Conditions, DownloadPlan, DownloadPolicy, LoadMode, LoadOptions, Probe};
 pub use crate::run::model::LoadedModel;

@@ -41,6 +41,9 @@ pub(crate) enum CacheMiss {
         /// What no longer holds.
         why: String,
     },
+    /// The entry was passed over (it crashed this app before: the attempt says so), and no
+    /// other variant of its release held in the cache could stand in.
+    PassedOver(Attempt),
 }
 
 /// A cached entry checked by [`Client::last_good`].
@@ -132,39 +135,48 @@ impl Client {
     /// The model's last known good entry if its signed constraints admit `device` now, else
     /// another variant of the same release held verified in the cache that they admit (the
     /// entry passed over is returned as an attempt, stage `cache`, code
-    /// `cached_incompatible`). `Ok(Err(_))`: nothing usable is cached.
+    /// `cached_incompatible`). A variant `passed_over` gives an attempt for (one that crashed
+    /// this app, say) is never the one returned. `Ok(Err(_))`: nothing usable is cached.
     pub(crate) fn usable_last_good(
         &self,
         model: &str,
         device: &DeviceInfo,
+        passed_over: &dyn Fn(&Variant) -> Option<Attempt>,
     ) -> Result<Result<(LastGood, Vec<Attempt>), CacheMiss>, ClientError> {
         let Some(last) = self.last_good(model)? else {
             return Ok(Err(CacheMiss::Empty));
         };
         let request = self.request(model, device, None, false)?;
         let why = incompatibilities(&last.variant, &request);
-        if why.is_empty() {
+        let skipped = if let Some(a) = passed_over(&last.variant) {
+            a
+        } else if why.is_empty() {
             return Ok(match last.blob {
                 Some(_) => Ok((last, Vec::new())),
                 None => Err(CacheMiss::Corrupt),
             });
-        }
-        let why = why.join("; ");
-        let skipped = Attempt {
-            variant: last.variant.id.to_string(),
-            delegate: last.variant.delegate.to_string(),
-            stage: Stage::Cache,
-            error_code: ErrorCode::CachedIncompatible.as_str().to_string(),
-            message: format!(
-                "the cached {model} {} ({}) is signed for other devices: {why}",
-                last.entry.release, last.variant.id
-            ),
-            duration_ms: 0.0,
+        } else {
+            Attempt {
+                variant: last.variant.id.to_string(),
+                delegate: last.variant.delegate.to_string(),
+                stage: Stage::Cache,
+                error_code: ErrorCode::CachedIncompatible.as_str().to_string(),
+                message: format!(
+                    "the cached {model} {} ({}) is signed for other devices: {}",
+                    last.entry.release,
+                    last.variant.id,
+                    why.join("; ")
+                ),
+                duration_ms: 0.0,
+            }
         };
         // Another variant of the same release, already verified in the cache, that fits (the
         // XNNPACK fallback the device used before a delegate went away, say).
         for v in &last.manifest.variants {
-            if v.id == last.variant.id || !incompatibilities(v, &request).is_empty() {
+            if v.id == last.variant.id
+                || !incompatibilities(v, &request).is_empty()
+                || passed_over(v).is_some()
+            {
                 continue;
             }
             if let Some(blob) = self.verified_program(v)? {
@@ -186,10 +198,13 @@ impl Client {
                 return Ok(Ok((next, vec![skipped])));
             }
         }
+        if skipped.stage != Stage::Cache {
+            return Ok(Err(CacheMiss::PassedOver(skipped)));
+        }
         Ok(Err(CacheMiss::Unfit {
             release: last.entry.release,
             variant: last.entry.variant,
-            why,
+            why: why.join("; "),
         }))
     }
 

@@ -30,6 +30,11 @@ impl Drop for FileLock {
 }
 
 impl FileLock {
+    /// A lock this process took on `file` itself.
+    pub(crate) fn from_file(file: File) -> Self {
+        Self { file }
+    }
+
     /// The locked file.
     pub fn file(&self) -> &File {
         &self.file
@@ -104,7 +109,16 @@ pub(crate) enum Exclusive {
 /// An exclusive lock on the existing file `path` if no one holds any lock on it now (never
 /// creates it).
 pub(crate) fn try_exclusive_existing(path: &Path) -> Result<Exclusive, ClientError> {
-    let file = match OpenOptions::new().read(true).open(path) {
+    exclusive_existing(path, false)
+}
+
+/// [`try_exclusive_existing`] on a file opened for reading and writing.
+pub(crate) fn try_exclusive_existing_rw(path: &Path) -> Result<Exclusive, ClientError> {
+    exclusive_existing(path, true)
+}
+
+fn exclusive_existing(path: &Path, write: bool) -> Result<Exclusive, ClientError> {
+    let file = match OpenOptions::new().read(true).write(write).open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Exclusive::Missing),
         Err(e) => return Err(ClientError::io(path, e)),

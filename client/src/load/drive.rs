@@ -54,6 +54,7 @@ impl Client {
             }
         };
         let release = plan.manifest.version.to_string();
+        let crashes = self.crash_ledger.read();
         let base =
             |kind: EventKind, v: &Variant| self.event(kind, &release, model, Some(v), device);
         let mut walk = Walk::new(plan.candidates.iter().map(|c| &c.variant).collect(), &base);
@@ -72,6 +73,16 @@ impl Client {
             match walk.next() {
                 Next::Fetch(i) => {
                     candidate_started = Instant::now();
+                    let v = &plan.candidates[i].variant;
+                    if let Some(c) = self.crash_of(&crashes, &v.sha256, device) {
+                        let a = Client::crashed_attempt(c);
+                        let outcome = Fetched::Crashed {
+                            stage: a.stage,
+                            message: a.message,
+                        };
+                        walk.fetched(i, outcome, 0.0);
+                        continue;
+                    }
                     let outcome =
                         self.fetch_candidate(model, &plan.candidates[i], opts, &mut spent);
                     let outcome = match outcome {
@@ -100,7 +111,10 @@ impl Client {
                         ));
                     };
                     let started = Instant::now();
-                    let outcome = match self.open_and_check(blob, &plan.candidates[i].variant) {
+                    let v = &plan.candidates[i].variant;
+                    let record =
+                        self.flight_record(model, &release, v, plan.receipt.as_deref(), device);
+                    let outcome = match self.open_and_check(blob, v, &record, false) {
                         Ok(program) => {
                             opened = Some(program);
                             Opened::Loaded(ms_since(started))
@@ -111,7 +125,7 @@ impl Client {
                 }
                 Next::Loaded(i) => {
                     send(walk.take_events());
-                    let (Some((blob, downloaded)), Some((program, golden))) =
+                    let (Some((blob, downloaded)), Some((program, golden, flight))) =
                         (fetched.take(), opened.take())
                     else {
                         return Err(ClientError::Config(
@@ -128,11 +142,13 @@ impl Client {
                             program,
                             golden,
                             downloaded,
+                            flight,
                         },
                         walk.into_attempts(),
                         load_started,
                     );
                     if let Ok(m) = &mut loaded {
+                        self.crash_cleared(&crashes, &v.sha256);
                         let (plan, loaded) = (&plan, v.id.as_str());
                         m.report.probe =
                             self.probe_after_load(model, device, (plan, loaded), opts, &mut spent);
@@ -156,9 +172,8 @@ impl Client {
                 }
                 Next::AllFailed => {
                     send(walk.take_events());
-                    return Err(ClientError::AllCandidatesFailed {
-                        attempts: walk.into_attempts(),
-                    });
+                    let attempts = walk.into_attempts();
+                    return self.after_all_failed(model, device, &plan, attempts, load_started);
                 }
             }
         }
@@ -246,6 +261,7 @@ struct Handover {
     program: Box<dyn Program>,
     golden: Option<f64>,
     downloaded: bool,
+    flight: Option<crate::crash::flight::Flight>,
 }
 
 impl Client {
@@ -265,6 +281,7 @@ impl Client {
             program,
             golden,
             downloaded,
+            flight,
         } = opened;
         let release = plan.manifest.version.to_string();
         // Read before the entry is recorded: a load that fails here leaves the last known
@@ -325,6 +342,7 @@ impl Client {
             receipt: plan.receipt.clone(),
             method: self.method.clone(),
             program,
+            flight,
             other_methods: Vec::new(),
             _guard: guard,
         })

@@ -5,15 +5,12 @@
 use std::sync::Arc;
 
 use ferry_shared::Sha256Digest;
-use ferry_shared::manifest::Variant;
 use ferry_shared::manifest::chunks::{ChunkIndex, ChunkIndexRef};
 
 use crate::Client;
 use crate::cache::VerifiedBlob;
-use crate::error::{ClientError, Stage};
+use crate::error::ClientError;
 use crate::policy::LoadOptions;
-use crate::run::golden::{LoadFailure, check_golden};
-use crate::runtime::Program;
 use crate::transfer::download;
 use crate::trust::verify::PlannedVariant;
 
@@ -373,48 +370,6 @@ impl Client {
             Some(base) => self.url_for(&format!("{base}{}", data.to_hex())),
             None => self.url_for(&format!("/v1/blobs/sha256/{}", data.to_hex())),
         }
-    }
-
-    /// Opens the program, checks backends, loads the method, runs the golden check.
-    pub(crate) fn open_and_check(
-        &self,
-        blob: &VerifiedBlob,
-        v: &Variant,
-    ) -> Result<(Box<dyn Program>, Option<f64>), LoadFailure> {
-        let registered = self.runtime.registered_backends();
-        let mut program = self
-            .runtime
-            .open(blob)
-            .map_err(|e| LoadFailure::runtime(Stage::LoadProgram, e))?;
-        let needed = program
-            .method_backends(&self.method)
-            .map_err(|e| LoadFailure::runtime(Stage::LoadMethod, e))?;
-        let missing: Vec<String> = needed
-            .into_iter()
-            .filter(|b| !registered.contains(b))
-            .collect();
-        if let Err(e) = program.load_method(&self.method) {
-            let msg = if missing.is_empty() {
-                e.message
-            } else {
-                format!(
-                    "{}; method {} needs {}, which this runtime does not register",
-                    e.message,
-                    self.method,
-                    missing.join(", ")
-                )
-            };
-            return Err(LoadFailure {
-                stage: Stage::LoadMethod,
-                code: e.code,
-                message: msg,
-            });
-        }
-        let diff = match &v.golden {
-            Some(g) => check_golden(program.as_mut(), &self.method, g)?,
-            None => None,
-        };
-        Ok((program, diff))
     }
 }
 

@@ -19,6 +19,7 @@ use crate::types::{DeviceInfo, LoadReport, Source};
 mod drive;
 mod fetch;
 mod offline;
+mod open;
 mod prefetch;
 mod probe;
 mod walk;
@@ -186,10 +187,12 @@ impl Client {
         opts: &LoadOptions,
     ) -> Result<(LoadedModel, bool), ClientError> {
         self.report_incompatible(device);
+        // The crashes of earlier launches first: each load below passes over what crashed.
+        self.recover_crashes(device);
         let result = match opts.mode {
             LoadMode::Latest => self.load_inner(model, device, opts).map(|l| (l, false)),
             LoadMode::CachedOrDownload | LoadMode::CachedThenUpdate => {
-                match self.load_cached(model, device, Source::Cached, None, Instant::now()) {
+                match self.load_cached(model, device, Source::Cached, Vec::new(), Instant::now()) {
                     Ok(Ok(loaded)) => Ok((loaded, true)),
                     _ => self.load_inner(model, device, opts).map(|l| (l, false)),
                 }

@@ -10,6 +10,7 @@ use crate::cache::cached::{CacheMiss, LastGood};
 use crate::cache::in_use::InUseGuard;
 use crate::error::{Attempt, ClientError, Stage};
 use crate::run::model::LoadedModel;
+use crate::trust::verify::Plan;
 use crate::types::{DeviceInfo, Source};
 
 impl Client {
@@ -47,8 +48,12 @@ impl Client {
             code: cause.code().to_string(),
             reason: cause.to_string(),
         };
-        match self.load_cached(model, device, source, Some(first), load_started)? {
+        match self.load_cached(model, device, source, vec![first.clone()], load_started)? {
             Ok(loaded) => Ok(loaded),
+            // The cached copy crashed this app before: nothing else can serve.
+            Err(CacheMiss::PassedOver(a)) => Err(ClientError::Crashed {
+                attempts: vec![first, a],
+            }),
             // The server said nothing fits this device, and the cached copy's own signed
             // constraints agree: the app hears the server's answer, with its explanation.
             Err(CacheMiss::Unfit { .. })
@@ -88,15 +93,17 @@ impl Client {
     /// Loads the model's last known good cached variant after checking it, and that its signed
     /// constraints still admit `device` ([`Client::usable_last_good`]), reporting it as
     /// `source` with `first` (and any cached entry passed over) as the report's first attempts.
+    /// A variant that crashed this app under the same versions is passed over.
     /// `Ok(Err(_))`: nothing usable is cached.
     pub(crate) fn load_cached(
         &self,
         model: &str,
         device: &DeviceInfo,
         source: Source,
-        first: Option<Attempt>,
+        first: Vec<Attempt>,
         load_started: Instant,
     ) -> Result<Result<LoadedModel, CacheMiss>, ClientError> {
+        let crashes = self.crash_ledger.read();
         let (
             LastGood {
                 entry,
@@ -105,27 +112,35 @@ impl Client {
                 ..
             },
             skipped,
-        ) = match self.usable_last_good(model, device)? {
-            Ok(found) => found,
-            Err(miss) => return Ok(Err(miss)),
+        ) = {
+            let passed_over = |v: &ferry_shared::manifest::Variant| {
+                self.crash_of(&crashes, &v.sha256, device)
+                    .map(Client::crashed_attempt)
+            };
+            match self.usable_last_good(model, device, &passed_over)? {
+                Ok(found) => found,
+                Err(miss) => return Ok(Err(miss)),
+            }
         };
         let Some(blob) = blob else {
             return Ok(Err(CacheMiss::Corrupt));
         };
         let first: Vec<Attempt> = first.into_iter().chain(skipped).collect();
         let started = Instant::now();
-        let (program, golden) =
-            self.open_and_check(&blob, &variant)
-                .map_err(|f| ClientError::AllCandidatesFailed {
-                    attempts: vec![Attempt {
-                        variant: variant.id.to_string(),
-                        delegate: variant.delegate.to_string(),
-                        stage: f.stage,
-                        error_code: f.code.to_string(),
-                        message: f.message,
-                        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-                    }],
-                })?;
+        let record = self.flight_record(model, &entry.release, &variant, None, device);
+        let (program, golden, flight) = self
+            .open_and_check(&blob, &variant, &record, false)
+            .map_err(|f| ClientError::AllCandidatesFailed {
+                attempts: vec![Attempt {
+                    variant: variant.id.to_string(),
+                    delegate: variant.delegate.to_string(),
+                    stage: f.stage,
+                    error_code: f.code.to_string(),
+                    message: f.message,
+                    duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+                }],
+            })?;
+        self.crash_cleared(&crashes, &variant.sha256);
         let entry_release = entry.release.clone();
         let mut report = self.report(
             model,
@@ -157,8 +172,49 @@ impl Client {
             receipt: None,
             method: self.method.clone(),
             program,
+            flight,
             other_methods: Vec::new(),
             _guard: InUseGuard::new(&self.in_use, &blob),
         }))
+    }
+}
+
+impl Client {
+    /// Every candidate of `plan` failed (`attempts`). When some of them crashed this app before,
+    /// the last known good serves if it is none of the candidates and did not crash either;
+    /// otherwise the load fails: with `crashed` when every candidate crashed, else with the
+    /// attempts.
+    pub(crate) fn after_all_failed(
+        &self,
+        model: &str,
+        device: &DeviceInfo,
+        plan: &Plan,
+        attempts: Vec<Attempt>,
+        load_started: Instant,
+    ) -> Result<LoadedModel, ClientError> {
+        let crashed = |a: &Attempt| a.error_code == ErrorCode::Crashed.as_str();
+        if !attempts.iter().any(crashed) {
+            return Err(ClientError::AllCandidatesFailed { attempts });
+        }
+        let offered =
+            |d: &ferry_shared::Sha256Digest| plan.candidates.iter().any(|c| c.variant.sha256 == *d);
+        let last = self.cache().last_good(model).map(|e| e.sha256);
+        if last.is_some_and(|d| !offered(&d)) {
+            let source = Source::LastKnownGood {
+                code: ErrorCode::Crashed.as_str().to_string(),
+                reason: "every variant the server offered crashed this app before or failed"
+                    .to_string(),
+            };
+            if let Ok(Ok(loaded)) =
+                self.load_cached(model, device, source, attempts.clone(), load_started)
+            {
+                return Ok(loaded);
+            }
+        }
+        if attempts.iter().all(crashed) {
+            Err(ClientError::Crashed { attempts })
+        } else {
+            Err(ClientError::AllCandidatesFailed { attempts })
+        }
     }
 }

@@ -100,6 +100,7 @@ impl Client {
         let started = Instant::now();
         let max_time = probe.max_time.min(MAX_PROBE_TIME);
         let release = plan.manifest.version.to_string();
+        let crashes = self.crash_ledger.read();
         let top: Vec<_> = plan
             .candidates
             .iter()
@@ -113,13 +114,18 @@ impl Client {
             else {
                 continue;
             };
-            if started.elapsed() >= max_time || self.missing_operators(v).is_some() {
+            if started.elapsed() >= max_time
+                || self.missing_operators(v).is_some()
+                || self.crash_of(&crashes, &v.sha256, device).is_some()
+            {
                 continue;
             }
             let Ok((blob, _)) = self.ensure_blob(model, c, opts, spent) else {
                 continue;
             };
-            let Ok((mut program, _)) = self.open_and_check(&blob, v) else {
+            let record = self.flight_record(model, &release, v, plan.receipt.as_deref(), device);
+            let Ok((mut program, _, mut flight)) = self.open_and_check(&blob, v, &record, true)
+            else {
                 continue;
             };
             // Each candidate may use an equal share of what is left after its load.
@@ -130,6 +136,9 @@ impl Client {
             };
             let mut times = MethodTimes::new(&self.method);
             let thermal = self.inference.thermal.load(Ordering::Relaxed);
+            if let Some(f) = &mut flight {
+                f.mark(crate::error::Stage::Probe, false);
+            }
             // MethodTimes keeps the first call apart as the cold one: this one is warm (the
             // golden check ran before), so it is run untimed-as-cold and left out below.
             for _ in 0..=probe.runs {
@@ -141,6 +150,9 @@ impl Client {
                     break;
                 }
                 times.record(t, t.elapsed(), thermal);
+            }
+            if let Some(f) = &mut flight {
+                f.clear(false);
             }
             if let Some(mut fields) = times.take()
                 && fields.p95_ms.is_some()

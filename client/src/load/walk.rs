@@ -9,7 +9,7 @@
 //! ```text
 //! Fetch(0) ─ready─► Open(0) ─loaded─► Loaded(0)
 //!    │                 └─failed─► Fetch(1) …
-//!    ├─operators missing / failed / deferred─► Fetch(1) …
+//!    ├─crashed before / operators missing / failed / deferred─► Fetch(1) …
 //!    └─failed on a full disk─► Stop
 //! after the last candidate: LastKnownGood when a download was deferred, else AllFailed
 //! ```
@@ -48,6 +48,15 @@ pub(crate) enum Next {
 /// How making sure of a candidate's files went.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Fetched {
+    /// The variant crashed this app on an earlier launch (a native crash, an OOM kill, a hang
+    /// the OS ended) under the same app, runtime and OS versions: passed over without a native
+    /// call, as an attempt with code `crashed` and the stage it crashed in.
+    Crashed {
+        /// The stage it crashed in.
+        stage: Stage,
+        /// What is known of the crash.
+        message: String,
+    },
     /// The runtime lacks operators the variant's program calls (checked before a download).
     OperatorsMissing(String),
     /// Its files are cached; `Some` when this load downloaded them.
@@ -130,6 +139,10 @@ impl<'a> Walk<'a> {
             return;
         }
         self.at = match outcome {
+            Fetched::Crashed { stage, message } => {
+                self.failed(i, stage, ErrorCode::Crashed.as_str(), message, ms);
+                self.from(i + 1)
+            }
             Fetched::OperatorsMissing(message) => {
                 self.failed(
                     i,

@@ -39,6 +39,9 @@ pub struct LoadedModel {
     /// The method that was loaded.
     pub method: String,
     pub(crate) program: Box<dyn Program>,
+    /// Its slot of the flight recorder, marked around each run (`None`: the cache could not
+    /// hold one; runs go unrecorded).
+    pub(crate) flight: Option<crate::crash::flight::Flight>,
     /// Methods loaded by [`LoadedModel::run_method`] besides `method`.
     pub(crate) other_methods: Vec<String>,
     /// The variant's signed golden, for methods loaded later.
@@ -98,9 +101,16 @@ impl LoadedModel {
         method: &str,
         inputs: &[TensorValue],
     ) -> Result<Vec<TensorValue>, RuntimeError> {
+        if let Some(f) = &mut self.flight {
+            f.mark_run();
+        }
         let started = std::time::Instant::now();
-        let out = self.program.run(method, inputs)?;
+        let out = self.program.run(method, inputs);
         let took = started.elapsed();
+        if let Some(f) = &mut self.flight {
+            f.clear(false);
+        }
+        let out = out?;
         if let Some(t) = &self.times {
             ferry_shared::sync::lock(&t.times).record(method, started, took);
         }
@@ -158,14 +168,34 @@ impl LoadedModel {
         inputs: &[TensorValue],
     ) -> Result<Vec<TensorValue>, RuntimeError> {
         if method != self.method && !self.other_methods.iter().any(|m| m == method) {
-            self.program.load_method(method)?;
-            if let Some(g) = &self.golden {
-                crate::run::golden::check_golden(self.program.as_mut(), method, g)?;
-            }
+            self.load_other(method)?;
             self.other_methods.push(method.to_string());
         }
         check_inputs(method, self.contract(method), inputs)?;
         self.timed_run(method, inputs)
+    }
+
+    /// Loads `method` and runs its golden check, under the flight recorder's mark.
+    fn load_other(&mut self, method: &str) -> Result<(), RuntimeError> {
+        use crate::error::Stage;
+        if let Some(f) = &mut self.flight {
+            f.mark(Stage::LoadMethod, false);
+        }
+        let mut out = self.program.load_method(method);
+        if out.is_ok()
+            && let Some(g) = &self.golden
+        {
+            if let Some(f) = &mut self.flight {
+                f.mark(Stage::Golden, false);
+            }
+            out = crate::run::golden::check_golden(self.program.as_mut(), method, g)
+                .map(|_| ())
+                .map_err(RuntimeError::from);
+        }
+        if let Some(f) = &mut self.flight {
+            f.clear(false);
+        }
+        out
     }
 
     /// The inputs and outputs `method` declares in the program's metadata (element types and

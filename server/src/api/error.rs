@@ -143,6 +143,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::CacheIo
         | C::CacheLockUnsupported
         | C::AllCandidatesFailed
+        | C::Crashed
         | C::OfflineNoCache
         | C::CachedIncompatible
         | C::DownloadDeferred

@@ -20,6 +20,9 @@ pub enum EventKind {
     Fallback,
     /// A summary of one method's runs since the last flush ([`InferenceFields`]).
     Inference,
+    /// A variant took the app down natively while it was loaded or run (reported on the next
+    /// launch): `stage` says where, `at` when, `error_code` is `crashed`.
+    Crash,
 }
 
 /// The device's thermal state as the app reports it (Android's seven `PowerManager` states map
@@ -205,7 +208,14 @@ pub const EVENT_FIELDS: [&str; 31] = [
 ];
 
 /// The event kinds this build knows, as they appear on the wire.
-pub const EVENT_KINDS: [&str; 5] = ["download", "verify", "load", "fallback", "inference"];
+pub const EVENT_KINDS: [&str; 6] = [
+    "download",
+    "verify",
+    "load",
+    "fallback",
+    "inference",
+    "crash",
+];
 
 /// What a cheap look at one event's JSON text shows before it is parsed: the fields this build
 /// does not know, and whether its `kind` is one a newer client added (protocol v1: such events

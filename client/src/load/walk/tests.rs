@@ -376,3 +376,47 @@ fn an_outcome_for_another_step_changes_nothing() {
     assert_eq!(walk.next(), Next::Fetch(0));
     assert!(walk.take_events().is_empty());
 }
+
+#[test]
+fn a_variant_that_crashed_before_is_passed_over_with_a_crashed_attempt_and_no_native_step() {
+    let m = manifest();
+    let mut walk = Walk::new(m.variants.iter().collect(), &base);
+    assert_eq!(walk.next(), Next::Fetch(0));
+    walk.fetched(
+        0,
+        Fetched::Crashed {
+            stage: Stage::LoadMethod,
+            message: "crashed before".into(),
+        },
+        0.0,
+    );
+    // The next candidate's turn: never Open(0) (no native call for the crashed one).
+    assert_eq!(walk.next(), Next::Fetch(1));
+    let events = walk.take_events();
+    assert_eq!(
+        events.len(),
+        1,
+        "one fallback event, no load event: {events:?}"
+    );
+    assert_eq!(events[0].kind, EventKind::Fallback);
+    assert_eq!(events[0].error_code.as_deref(), Some("crashed"));
+    assert_eq!(events[0].stage.as_deref(), Some("load_method"));
+    assert_eq!(events[0].to_variant.as_deref(), Some("xnnpack-fp32"));
+    // Every candidate crashed: the walk ends with all failed, each attempt `crashed`.
+    for i in 1..3 {
+        walk.fetched(
+            i,
+            Fetched::Crashed {
+                stage: Stage::Run,
+                message: "crashed before".into(),
+            },
+            0.0,
+        );
+    }
+    assert_eq!(walk.next(), Next::AllFailed);
+    let attempts = walk.into_attempts();
+    assert_eq!(attempts.len(), 3);
+    assert!(attempts.iter().all(|a| a.error_code == "crashed"));
+    assert_eq!(attempts[0].stage, Stage::LoadMethod);
+    assert_eq!(attempts[2].stage, Stage::Run);
+}

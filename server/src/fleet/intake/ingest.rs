@@ -72,7 +72,11 @@ pub fn validate(
     }
     if matches!(
         e.kind,
-        EventKind::Load | EventKind::Fallback | EventKind::Download | EventKind::Inference
+        EventKind::Load
+            | EventKind::Fallback
+            | EventKind::Download
+            | EventKind::Inference
+            | EventKind::Crash
     ) && (e.release.is_empty() || e.variant.is_empty())
     {
         return Err(invalid(

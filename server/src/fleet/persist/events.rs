@@ -113,6 +113,7 @@ fn kind_name(k: EventKind) -> &'static str {
         EventKind::Load => "load",
         EventKind::Fallback => "fallback",
         EventKind::Inference => "inference",
+        EventKind::Crash => "crash",
     }
 }
 

@@ -69,17 +69,21 @@ fn generated_header() -> String {
         config.export.rename.insert(from.into(), to.into());
     }
     let mut out = Vec::new();
-    cbindgen::Builder::new()
+    // Every file of the C ABI, so a new one cannot be left out of the header.
+    let mut sources: Vec<std::path::PathBuf> = std::fs::read_dir(root().join("client/src/ffi"))
+        .expect("client/src/ffi")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .collect();
+    sources.sort();
+    let mut builder = cbindgen::Builder::new()
         .with_config(config)
-        .with_src(root().join("client/src/ffi.rs"))
-        .with_src(root().join("client/src/ffi/tensors.rs"))
-        .with_src(root().join("client/src/ffi/parts.rs"))
-        .with_src(root().join("client/src/ffi/metadata.rs"))
-        .with_src(root().join("client/src/ffi/telemetry.rs"))
-        .with_src(root().join("client/src/ffi/progress.rs"))
-        .generate()
-        .expect("cbindgen")
-        .write(&mut out);
+        .with_src(root().join("client/src/ffi.rs"));
+    for s in sources {
+        builder = builder.with_src(s);
+    }
+    builder.generate().expect("cbindgen").write(&mut out);
     String::from_utf8(out).expect("utf8")
 }
 

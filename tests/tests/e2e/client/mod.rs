@@ -5,6 +5,7 @@
 pub(crate) mod clock;
 pub(crate) mod clock_https;
 mod constraints;
+mod crash;
 mod data_files;
 pub(crate) mod delta;
 mod delta_limits;

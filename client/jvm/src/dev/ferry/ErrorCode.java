@@ -212,6 +212,8 @@ public enum ErrorCode {
     CACHE_LOCK_UNSUPPORTED("cache_lock_unsupported"),
     /** Every candidate failed to download, verify or load; `attempts` lists each. (client, C ABI) */
     ALL_CANDIDATES_FAILED("all_candidates_failed"),
+    /** A variant crashed the app natively (a signal in the runtime or a driver, an out-of-memory kill, a hang the OS ended) while it was loaded or run, on an earlier launch; it is not loaded again until the app, runtime or OS version changes. On an attempt it names that variant and the stage; as the error of a load, every candidate crashed. (client, C ABI) */
+    CRASHED("crashed"),
     /** The server cannot be used and no verified copy is cached. (client, C ABI) */
     OFFLINE_NO_CACHE("offline_no_cache"),
     /** The download policy did not allow a download now (metered network, not charging, or over the byte budget) and no verified copy is cached. (client, C ABI) */

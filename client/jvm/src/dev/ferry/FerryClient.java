@@ -181,6 +181,23 @@ public final class FerryClient implements AutoCloseable {
     }
 
     /**
+     * Forgets the crashes recorded for {@code model} (null: every model), so the variants that
+     * crashed this app natively on an earlier launch are tried again on the next load; returns
+     * how many were forgotten. Without this a crashed variant is passed over (attempt code
+     * {@code crashed}) until the app, runtime or OS version changes.
+     */
+    public long forgetCrashes(String model) {
+        Pointer h = open();
+        try {
+            com.sun.jna.Memory forgotten = Ferry.sizeOut();
+            Ferry.check(Ferry.LIB.ferry_client_forget_crashes(h, model, forgotten));
+            return Ferry.sizeIn(forgotten);
+        } finally {
+            lock.readLock().unlock();
+        }
+    }
+
+    /**
      * The device's thermal state ({@code "nominal"}, {@code "fair"}, {@code "serious"},
      * {@code "critical"}; null when not known). On Android map {@code PowerManager}'s states:
      * none and light to nominal, moderate to fair, severe to serious, critical, emergency and
