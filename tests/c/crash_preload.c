@@ -7,10 +7,12 @@
  *   kill   raise SIGKILL (what the OOM killer does)
  *   hang   block forever (a hung driver; the test kills the process, as a watchdog would)
  *
- * FERRY_CRASH_AT_READ is N (default 1). ExecuTorch's FileDataLoader reads a program with pread
- * under Program::load, and XNNPACK reads its weights with pread under Method::load, so the
- * action happens inside the runtime's own call, with its frames on the stack. The client's
- * own reads (hashing, the delegation report) use read(2) and are left alone. */
+ * FERRY_CRASH_AT_READ is N (default 1); with FERRY_CRASH_SEGMENT=1 only reads past the start of
+ * the file count. ExecuTorch's FileDataLoader reads a program's header and flatbuffer (from
+ * offset 0) with pread under Program::load, and XNNPACK reads its delegate segment (further
+ * in) with pread under Method::load, so the action happens inside the runtime's own call, with
+ * its frames on the stack. The client's own reads (hashing, the delegation report) use read(2)
+ * and are left alone. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -47,8 +49,12 @@ static void act(void) {
     }
 }
 
-static void maybe_act(int fd) {
+static void maybe_act(int fd, long long offset) {
     if (fd < 0 || fd >= MAX_FD || !watched[fd]) {
+        return;
+    }
+    const char *segment = getenv("FERRY_CRASH_SEGMENT");
+    if (segment && !strcmp(segment, "1") && offset == 0) {
         return;
     }
     const char *at = getenv("FERRY_CRASH_AT_READ");
@@ -120,13 +126,13 @@ int close(int fd) {
 ssize_t pread(int fd, void *buf, size_t count, off_t offset) {
     static ssize_t (*real)(int, void *, size_t, off_t);
     if (!real) real = dlsym(RTLD_NEXT, "pread");
-    maybe_act(fd);
+    maybe_act(fd, (long long)offset);
     return real(fd, buf, count, offset);
 }
 
 ssize_t pread64(int fd, void *buf, size_t count, off64_t offset) {
     static ssize_t (*real)(int, void *, size_t, off64_t);
     if (!real) real = dlsym(RTLD_NEXT, "pread64");
-    maybe_act(fd);
+    maybe_act(fd, (long long)offset);
     return real(fd, buf, count, offset);
 }

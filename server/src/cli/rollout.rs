@@ -47,6 +47,10 @@ pub enum RolloutCommand {
         /// of the baseline's (1.3 = 30% slower).
         #[arg(long)]
         max_latency_ratio: Option<f64>,
+        /// Halt when more than this share of the staged release's devices crashed natively on
+        /// it (0–1, default 0.01: 1%; counted once 3 devices crashed).
+        #[arg(long)]
+        max_crash_rate: Option<f64>,
         /// Replace the rollout in progress with this newer release, keeping its cohorts.
         #[arg(long)]
         supersede: bool,
@@ -239,6 +243,17 @@ fn print_ramp(r: &serde_json::Value) {
             h["latency"]["devices"]
         );
     }
+    if let Some(c) = h["crash"].as_object() {
+        println!(
+            "  crashes: {} of {} staged devices ({:.1}%), baseline {} of {} ({:.1}%)",
+            c["staged_crashed"],
+            c["staged_devices"],
+            c["staged_rate"].as_f64().unwrap_or(0.0) * 100.0,
+            c["baseline_crashed"],
+            c["baseline_devices"],
+            c["baseline_rate"].as_f64().unwrap_or(0.0) * 100.0
+        );
+    }
     match r["now"]["verdict"].as_str() {
         Some("wait") => {
             for w in r["now"]["waiting_for"].as_array().into_iter().flatten() {
@@ -296,6 +311,7 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand, json: bool) -> anyhow::Result<Exi
             min_samples,
             max_regression,
             max_latency_ratio,
+            max_crash_rate,
             supersede,
             reason,
             dry_run,
@@ -314,6 +330,7 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand, json: bool) -> anyhow::Result<Exi
                 min_samples,
                 max_regression,
                 max_latency_ratio,
+                max_crash_rate,
                 supersede,
                 reason,
             },

@@ -60,6 +60,34 @@ pub fn halt_reason(
     }
 }
 
+/// Why the crash gate halts `plan`'s staged release: its crashes since the plan's revision
+/// (looked at only once the whole fleet view has enough crashed devices on it).
+fn crash_reason(
+    fleet: &Fleet,
+    model: &ModelName,
+    plan: &RolloutPlan,
+    view: &crate::fleet::counts::rollup::Rollup,
+) -> Option<String> {
+    let max = plan.thresholds.max_crash_rate?;
+    let staged = plan.staged.as_ref()?.to_string();
+    let (crashed, _) = view.release_crash_devices(model.as_str(), &staged);
+    if crashed < ferry_shared::select::rollout::MIN_CRASH_DEVICES {
+        return None;
+    }
+    let since =
+        time::OffsetDateTime::parse(&plan.at, &time::format_description::well_known::Rfc3339)
+            .map_or(0, time::OffsetDateTime::unix_timestamp);
+    let (window, _) = fleet.telemetry.window(model.as_str(), since);
+    let baseline = plan.baseline.as_ref().map(ToString::to_string);
+    crate::fleet::counts::gates::crash_compare(
+        &window,
+        model.as_str(),
+        &staged,
+        baseline.as_deref(),
+    )
+    .halt_reason(max, &staged)
+}
+
 /// Checks `model`'s aggregates: halts a staged release over its thresholds and denies
 /// variants to device classes over the fallback threshold. Errors are logged, never returned:
 /// telemetry must not fail because state could not be written (the next batch retries).
@@ -75,12 +103,14 @@ pub async fn evaluate(fleet: &Fleet, model: &ModelName) {
         let now = view.release_totals(model.as_str(), &staged.to_string());
         let (loads, failures, fallbacks) = fleet.ramp_marks.since_revision(model, plan, now);
         let devices = view.release_devices(model.as_str(), &staged.to_string());
-        let why = halt_reason(
-            &plan.thresholds,
-            staged,
-            (loads, failures, fallbacks),
-            devices,
-        );
+        let why = crash_reason(fleet, model, plan, &view).or_else(|| {
+            halt_reason(
+                &plan.thresholds,
+                staged,
+                (loads, failures, fallbacks),
+                devices,
+            )
+        });
         {
             if let Some(reason) = why {
                 let at = now_text();
@@ -140,6 +170,7 @@ mod tests {
             min_samples: 100,
             max_regression: None,
             max_latency_ratio: None,
+            max_crash_rate: None,
         };
         let v = semver::Version::new(2, 0, 0);
         // 100 failing loads: from 12 devices (at most 8 an hour each, so over hours) they halt

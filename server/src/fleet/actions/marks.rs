@@ -108,17 +108,31 @@ impl RampMarks {
         // has a latency gate.
         let since = OffsetDateTime::parse(&plan.at, &time::format_description::well_known::Rfc3339)
             .map_or(0, OffsetDateTime::unix_timestamp);
+        let wants_window =
+            plan.thresholds.max_latency_ratio.is_some() || plan.thresholds.max_crash_rate.is_some();
+        let window = wants_window.then(|| telemetry.window(model.as_str(), since).0);
         let latency = match (
             plan.thresholds.max_latency_ratio,
             version(&plan.staged),
             version(&plan.baseline),
+            &window,
         ) {
-            (Some(_), Some(staged), Some(baseline)) => crate::fleet::counts::gates::compare(
-                &telemetry.window(model.as_str(), since).0,
+            (Some(_), Some(staged), Some(baseline), Some(w)) => {
+                crate::fleet::counts::gates::compare(w, model.as_str(), &staged, &baseline)
+            }
+            _ => None,
+        };
+        let crash = match (
+            plan.thresholds.max_crash_rate,
+            version(&plan.staged),
+            &window,
+        ) {
+            (Some(_), Some(staged), Some(w)) => Some(crate::fleet::counts::gates::crash_compare(
+                w,
                 model.as_str(),
                 &staged,
-                &baseline,
-            ),
+                version(&plan.baseline).as_deref(),
+            )),
             _ => None,
         };
         StepHealth {
@@ -129,6 +143,7 @@ impl RampMarks {
             baseline_failures: b.1,
             baseline_fallbacks: b.2,
             latency,
+            crash,
         }
     }
 }

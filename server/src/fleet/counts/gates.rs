@@ -51,6 +51,20 @@ pub fn add_budgets(
     }
 }
 
+/// The staged and baseline releases' crashed and reporting devices in `r` (a window since the
+/// plan's revision), which the crash gate reads.
+pub fn crash_compare(
+    r: &Rollup,
+    model: &str,
+    staged: &str,
+    baseline: Option<&str>,
+) -> ferry_shared::select::rollout::ramp::CrashCompare {
+    ferry_shared::select::rollout::ramp::CrashCompare::new(
+        r.release_crash_devices(model, staged),
+        baseline.map_or((0, 0), |b| r.release_crash_devices(model, b)),
+    )
+}
+
 /// Per SoC, the warm p95 sketch of all of `release`'s variants together.
 fn by_soc(r: &Rollup, model: &str, release: &str) -> BTreeMap<String, LoadTimes> {
     let mut out: BTreeMap<String, LoadTimes> = BTreeMap::new();

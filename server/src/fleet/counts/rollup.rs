@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 
+use ferry_shared::errors::ErrorCode;
 use ferry_shared::wire::telemetry::{EventKind, Outcome, TelemetryEvent};
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +28,15 @@ pub const MAX_CLASSES: usize = 1000;
 
 /// Most distinct error codes and fallback targets counted per variant.
 pub const MAX_KEYS: usize = 64;
+
+/// Devices crashed per device reporting, never above 1 (0 without devices).
+pub fn crash_rate(crashed: usize, devices: usize) -> f64 {
+    if devices == 0 {
+        0.0
+    } else {
+        (crashed as f64 / devices as f64).min(1.0)
+    }
+}
 
 fn bump(map: &mut BTreeMap<String, u64>, key: &str) {
     if map.len() < MAX_KEYS || map.contains_key(key) {
@@ -58,6 +68,12 @@ pub struct ClassCounts {
     /// decides the delegate preference resolve ranks them by.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub platform: String,
+    /// Native crashes of this variant (`crash` events).
+    #[serde(default)]
+    pub crashes: u64,
+    /// Distinct devices it crashed on (SoC and device model only).
+    #[serde(default)]
+    pub crash_devices: Devices,
 }
 
 impl ClassCounts {
@@ -72,6 +88,15 @@ impl ClassCounts {
         if self.platform.is_empty() {
             self.platform.clone_from(&o.platform);
         }
+        self.crashes += o.crashes;
+        self.crash_devices.merge(&o.crash_devices);
+    }
+
+    /// The share of the class's devices (those that reported the variant at all) it crashed
+    /// on: never above 1.
+    pub fn crash_share(&self) -> f64 {
+        let all = self.devices.estimate().max(1) as f64;
+        (self.crash_devices.estimate() as f64 / all).min(1.0)
     }
 
     /// Fallbacks per load, never above 1 whatever the events claim.
@@ -88,8 +113,12 @@ impl ClassCounts {
             "loads": self.loads,
             "load_failures": self.load_failures,
             "fallbacks": self.fallbacks,
+            "crashes": self.crashes,
             "devices": self.devices.estimate(),
         });
+        if self.crashes > 0 && self.crash_devices.estimate() > 0 {
+            v["crash_devices"] = self.crash_devices.estimate().into();
+        }
         if self.warm_p95.0.count() > 0 {
             let q = |p: f64| self.warm_p95.0.quantile(p).ok().flatten();
             v["warm_p95_ms"] = serde_json::json!({
@@ -139,6 +168,15 @@ pub struct VariantCounts {
     /// Run times reported in `inference` events.
     #[serde(default)]
     pub latency: crate::fleet::counts::latency::Latency,
+    /// Native crashes reported (`crash` events).
+    #[serde(default)]
+    pub crashes: u64,
+    /// Distinct devices it crashed on.
+    #[serde(default)]
+    pub crash_devices: Devices,
+    /// The stage each crash happened in (`load_program`, `load_method`, `run`, ...).
+    #[serde(default)]
+    pub crash_stages: BTreeMap<String, u64>,
 }
 
 impl std::fmt::Debug for VariantCounts {
@@ -148,6 +186,7 @@ impl std::fmt::Debug for VariantCounts {
             .field("loads_ok", &self.loads_ok)
             .field("load_failures", &self.load_failures)
             .field("fallbacks", &self.fallbacks)
+            .field("crashes", &self.crashes)
             .field("load_ms_samples", &self.load_ms.0.count())
             .finish_non_exhaustive()
     }
@@ -172,6 +211,9 @@ impl Default for VariantCounts {
             by_app_version: BTreeMap::new(),
             by_runtime_version: BTreeMap::new(),
             latency: Default::default(),
+            crashes: 0,
+            crash_devices: Devices::new(),
+            crash_stages: BTreeMap::new(),
         }
     }
 }
@@ -220,6 +262,32 @@ impl VariantCounts {
                     c.loads += 1;
                     c.load_failures += 1;
                 });
+            }
+            // Passing over a variant that crashed the device before: not a decline (the crash
+            // itself was counted once, by its `crash` event).
+            (EventKind::Fallback, _)
+                if e.error_code.as_deref() == Some(ErrorCode::Crashed.as_str()) =>
+            {
+                classes(self, &|_| {});
+            }
+            (EventKind::Crash, _) => {
+                self.crashes += 1;
+                self.crash_devices.insert(&device);
+                if let Some(stage) = &e.stage {
+                    bump(&mut self.crash_stages, stage);
+                }
+                classes(self, &|c| c.crashes += 1);
+                for (map, key) in [
+                    (&mut self.by_soc, &e.soc),
+                    (&mut self.by_device_model, &e.device_model),
+                ] {
+                    if let Some(c) = map.get_mut(key) {
+                        c.crash_devices.insert(&device);
+                        if c.platform.is_empty() {
+                            c.platform = e.platform.chars().take(32).collect();
+                        }
+                    }
+                }
             }
             (EventKind::Fallback, _) => {
                 self.fallbacks += 1;
@@ -275,6 +343,13 @@ impl VariantCounts {
         }
         self.downloads_failed += o.downloads_failed;
         self.verify_failed += o.verify_failed;
+        self.crashes += o.crashes;
+        self.crash_devices.merge(&o.crash_devices);
+        for (k, n) in &o.crash_stages {
+            if self.crash_stages.len() < MAX_KEYS || self.crash_stages.contains_key(k) {
+                *self.crash_stages.entry(k.clone()).or_default() += n;
+            }
+        }
         // Both sketches use the default configuration, so the merge cannot fail; a sketch read
         // from elsewhere with another configuration is left out rather than mixed in.
         let _ = self.load_ms.0.merge(&o.load_ms.0);
@@ -330,6 +405,10 @@ impl VariantCounts {
             "top_error_codes": codes.iter().take(5).map(|(c, n)| serde_json::json!({"code": c, "count": n})).collect::<Vec<_>>(),
             "downloads_failed": self.downloads_failed,
             "verify_failed": self.verify_failed,
+            "crashes": self.crashes,
+            "crash_devices": self.crash_devices.estimate(),
+            "crash_rate": crash_rate(self.crash_devices.estimate(), self.devices.estimate()),
+            "crash_stages": self.crash_stages,
             "load_ms": {"p50": q(0.5), "p95": q(0.95), "samples": self.load_ms.0.count()},
             "by_soc": classes(&self.by_soc),
             "by_device_model": classes(&self.by_device_model),
@@ -469,6 +548,19 @@ impl Rollup {
         all.estimate() as u64
     }
 
+    /// Distinct devices (estimated) that reported a crash of any variant of `release` of
+    /// `model`, and distinct devices that reported on it at all.
+    pub fn release_crash_devices(&self, model: &str, release: &str) -> (u64, u64) {
+        let (mut crashed, mut all) = (Devices::new(), Devices::new());
+        if let Some(variants) = self.models.get(model).and_then(|r| r.get(release)) {
+            for c in variants.values() {
+                crashed.merge(&c.crash_devices);
+                all.merge(&c.devices);
+            }
+        }
+        (crashed.estimate() as u64, all.estimate() as u64)
+    }
+
     /// Loads, failures and fallbacks of all variants of `release` of `model`.
     pub fn release_totals(&self, model: &str, release: &str) -> (u64, u64, u64) {
         self.models
@@ -505,7 +597,13 @@ impl Rollup {
             .map(|(c, d)| (c, d.estimate()))
             .collect();
         serde_json::json!({
-            "releases": list.into_iter().map(|(_, r, v)| serde_json::json!({"release": r, "variants": v})).collect::<Vec<_>>(),
+            "releases": list.into_iter().map(|(_, r, v)| {
+                let (crashed, devices) = self.release_crash_devices(model, r);
+                let crashes: u64 = v.iter().filter_map(|x| x["crashes"].as_u64()).sum();
+                serde_json::json!({"release": r, "variants": v, "crashes": crashes,
+                    "crash_devices": crashed, "devices": devices,
+                    "crash_rate": crash_rate(crashed as usize, devices as usize)})
+            }).collect::<Vec<_>>(),
             "cohort_sizes": cohorts,
             "clients": crate::fleet::census::clients::view(self.clients.get(model)),
             "clocks": {

@@ -20,7 +20,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use ferry_shared::wire::resolve::Cohort;
-use ferry_shared::wire::telemetry::TelemetryEvent;
+use ferry_shared::wire::telemetry::{EventKind, TelemetryEvent};
 use serde::Serialize;
 use time::OffsetDateTime;
 
@@ -236,10 +236,14 @@ impl Telemetry {
                     per_device.clear();
                 }
                 let n = per_device.entry(id).or_default();
-                if *n >= PER_DEVICE_EVENTS {
-                    continue;
+                // A crash always counts: a device reports each crash once, on its next launch,
+                // and its distinct-device figures cannot be inflated by repeats.
+                if e.kind != EventKind::Crash {
+                    if *n >= PER_DEVICE_EVENTS {
+                        continue;
+                    }
+                    *n += 1;
                 }
-                *n += 1;
                 let Some(bucket) = bucket.as_mut() else {
                     continue;
                 };

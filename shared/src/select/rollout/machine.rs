@@ -111,6 +111,7 @@ fn start(
         min_samples,
         max_regression,
         max_latency_ratio,
+        max_crash_rate,
         supersede,
         ..
     } = change
@@ -126,6 +127,7 @@ fn start(
         *min_samples,
         *max_regression,
         *max_latency_ratio,
+        *max_crash_rate,
     )?;
     let (basis_points, ramp) = first_step(percent.as_ref(), steps.as_deref(), *every_secs, ctx)?;
     if !ctx.is_published(release) {
@@ -208,6 +210,7 @@ fn start_thresholds(
     min_samples: Option<u64>,
     max_regression: Option<f64>,
     max_latency_ratio: Option<f64>,
+    max_crash_rate: Option<f64>,
 ) -> Result<Thresholds, TransitionError> {
     let defaults = Thresholds::default();
     for (name, k) in [
@@ -229,6 +232,7 @@ fn start_thresholds(
         min_samples: min_samples.unwrap_or(defaults.min_samples),
         max_regression,
         max_latency_ratio,
+        max_crash_rate: rate("max_crash_rate", max_crash_rate)?.or(defaults.max_crash_rate),
     })
 }
 

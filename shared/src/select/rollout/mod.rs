@@ -133,7 +133,17 @@ pub struct Thresholds {
     /// (for example 1.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_latency_ratio: Option<f64>,
+    /// Largest acceptable share of the staged release's devices that crashed natively on it
+    /// (0–1; `crash` events since the plan's revision, counted once at least
+    /// [`MIN_CRASH_DEVICES`] devices crashed). A plan written before this gate existed has
+    /// none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_crash_rate: Option<f64>,
 }
+
+/// Fewest distinct devices that must have crashed on the staged release before the crash gate
+/// can halt it: one or two crashes are not yet a pattern.
+pub const MIN_CRASH_DEVICES: u64 = 3;
 
 impl Default for Thresholds {
     fn default() -> Self {
@@ -143,6 +153,7 @@ impl Default for Thresholds {
             min_samples: 100,
             max_regression: None,
             max_latency_ratio: None,
+            max_crash_rate: Some(0.01),
         }
     }
 }
@@ -428,6 +439,10 @@ pub enum RolloutChange {
         /// the SoCs both releases have data for) is over this multiple of the baseline's.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         max_latency_ratio: Option<f64>,
+        /// Halt when more than this share of the staged release's devices crashed natively on
+        /// it (0–1; default 0.01).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_crash_rate: Option<f64>,
         /// Replace a rollout in progress with this newer release, keeping its salt (so the
         /// devices that already moved stay first).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -31,6 +31,71 @@ pub struct StepHealth {
     /// Field latency of both releases, where they have it on common SoCs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency: Option<LatencyCompare>,
+    /// Native crashes of both releases since the plan's revision, when the plan has a crash
+    /// gate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crash: Option<CrashCompare>,
+}
+
+/// Distinct devices that crashed natively on the staged and baseline releases, of the devices
+/// that reported on each, since the plan's revision.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct CrashCompare {
+    /// Staged devices that crashed.
+    pub staged_crashed: u64,
+    /// Staged devices that reported.
+    pub staged_devices: u64,
+    /// Their share (what the gate uses).
+    pub staged_rate: f64,
+    /// Baseline devices that crashed.
+    pub baseline_crashed: u64,
+    /// Baseline devices that reported.
+    pub baseline_devices: u64,
+    /// Their share, for people.
+    pub baseline_rate: f64,
+}
+
+impl CrashCompare {
+    /// The figures of `(crashed, devices)` of each release, with their shares.
+    pub fn new(staged: (u64, u64), baseline: (u64, u64)) -> Self {
+        let share = |(c, d): (u64, u64)| {
+            if d == 0 {
+                0.0
+            } else {
+                c.min(d) as f64 / d as f64
+            }
+        };
+        Self {
+            staged_crashed: staged.0,
+            staged_devices: staged.1,
+            staged_rate: share(staged),
+            baseline_crashed: baseline.0,
+            baseline_devices: baseline.1,
+            baseline_rate: share(baseline),
+        }
+    }
+
+    /// Why the crash gate `max` halts `staged`: `None` while fewer than
+    /// [`MIN_CRASH_DEVICES`](crate::select::rollout::MIN_CRASH_DEVICES) devices crashed or the
+    /// share is within it.
+    pub fn halt_reason(&self, max: f64, staged: &str) -> Option<String> {
+        if self.staged_crashed < crate::select::rollout::MIN_CRASH_DEVICES
+            || self.staged_rate <= max
+        {
+            return None;
+        }
+        Some(format!(
+            "crash rate {:.1}% of {staged} ({} of {} devices crashed natively) exceeds \
+             max_crash_rate {:.1}% (baseline {:.1}%, {} of {} devices)",
+            self.staged_rate * 100.0,
+            self.staged_crashed,
+            self.staged_devices,
+            max * 100.0,
+            self.baseline_rate * 100.0,
+            self.baseline_crashed,
+            self.baseline_devices
+        ))
+    }
 }
 
 /// The staged and baseline releases' field latency on the SoCs both have `inference` data
@@ -98,6 +163,15 @@ pub fn verdict(plan: &RolloutPlan, now: OffsetDateTime, h: &StepHealth) -> Verdi
         .as_ref()
         .map(ToString::to_string)
         .unwrap_or_default();
+    // A crash is worse than a failure, and a device that crashed may never report a load:
+    // this gate does not wait for the samples.
+    if let (Some(max), Some(c)) = (t.max_crash_rate, h.crash)
+        && let Some(why) = c.halt_reason(max, &staged)
+    {
+        return Verdict::Halt {
+            reason: format!("ramp step {}%: {why}", format_percent(plan.basis_points)),
+        };
+    }
     let (fr, fb) = (rate(h.failures, h.loads), rate(h.fallbacks, h.loads));
     if h.loads >= t.min_samples && h.loads > 0 {
         if let Some(max) = t.max_failure_rate
@@ -249,6 +323,7 @@ mod tests {
                 min_samples: 50,
                 max_regression: Some(1.5),
                 max_latency_ratio: Some(1.3),
+                max_crash_rate: Some(0.01),
             },
             ramp: Some(Ramp {
                 steps: vec![100, 500, 2500],
@@ -280,6 +355,7 @@ mod tests {
             baseline_failures: 10,
             baseline_fallbacks: 30,
             latency: None,
+            crash: None,
         };
         match verdict(&p, at("2026-12-03T00:05:00Z"), &healthy) {
             Verdict::Wait { waiting_for, next } => {
@@ -314,6 +390,43 @@ mod tests {
             verdict(&last, at("2026-12-04T00:00:00Z"), &healthy),
             Verdict::NotRamping
         );
+    }
+
+    #[test]
+    fn the_crash_gate_halts_without_waiting_for_samples_once_enough_devices_crashed() {
+        let p = plan(100, "2026-12-03T00:00:00Z");
+        let now = at("2026-12-03T00:01:00Z");
+        let with = |staged, baseline| StepHealth {
+            loads: 3,
+            crash: Some(CrashCompare::new(staged, baseline)),
+            ..StepHealth::default()
+        };
+        // Two crashes are not a pattern, whatever the share.
+        assert!(matches!(
+            verdict(&p, now, &with((2, 10), (0, 100))),
+            Verdict::Wait { .. }
+        ));
+        let Verdict::Halt { reason } = verdict(&p, now, &with((3, 100), (1, 1000))) else {
+            panic!("3% of devices crashing is over the 1% gate");
+        };
+        assert!(
+            reason.starts_with("ramp step 1%: crash rate 3.0% of 2.0.0"),
+            "{reason}"
+        );
+        assert!(reason.contains("max_crash_rate 1.0%"), "{reason}");
+        assert!(reason.contains("baseline 0.1%, 1 of 1000"), "{reason}");
+        // Within the gate: 5 of 1000.
+        assert!(!matches!(
+            verdict(&p, now, &with((5, 1000), (0, 10))),
+            Verdict::Halt { .. }
+        ));
+        // A plan without the gate never halts on crashes.
+        let mut off = p.clone();
+        off.thresholds.max_crash_rate = None;
+        assert!(!matches!(
+            verdict(&off, now, &with((50, 60), (0, 10))),
+            Verdict::Halt { .. }
+        ));
     }
 
     #[test]

@@ -33,16 +33,16 @@ fn preload() -> &'static Path {
 
 /// A server with `crashy` 1.0.0: two XNNPACK variants of the MLP (int8 and fp32).
 fn server() -> TestApp {
-    let app = TestApp::start();
     let xnn = |id: &str, file: &str| variant(id, file, Delegate::Xnnpack, ">=1.0.0", "*");
-    app.publish(&release(
-        "crashy",
-        "1.0.0",
-        vec![
-            xnn("xnnpack-int8", "mlp-v1-xnnpack-int8.pte"),
-            xnn("xnnpack-fp32", "mlp-v1-xnnpack.pte"),
-        ],
-    ));
+    server_with(vec![
+        xnn("xnnpack-int8", "mlp-v1-xnnpack-int8.pte"),
+        xnn("xnnpack-fp32", "mlp-v1-xnnpack.pte"),
+    ])
+}
+
+fn server_with(variants: Vec<ferry_server::release::sign::VariantSpec>) -> TestApp {
+    let app = TestApp::start();
+    app.publish(&release("crashy", "1.0.0", variants));
     app
 }
 
@@ -131,27 +131,25 @@ fn attempt_codes(line: &serde_json::Value) -> Vec<(String, String, String)> {
         .collect()
 }
 
-/// One launch that dies of `how` inside the runtime's load of `first`, then the next, which
-/// passes over it, loads the other variant, names the crash, and sends it.
-fn crash_then_fallback(how: &str, signal: i32) {
-    let app = server();
-    let (first, digest) = first_choice(&app);
+/// One launch that dies of `how` inside the runtime's load of `first` (at its first read of
+/// the file, under `Program::load`; or with `segment`, at its first read of a segment, which
+/// is XNNPACK's `init` reading its weights under `Method::load`), then the next, which passes
+/// over it, loads the other variant, names the crash and its `stage`, and sends it.
+fn crash_then_fallback(app: &TestApp, how: &str, signal: i32, segment: bool, stage: &str) {
+    let (first, digest) = first_choice(app);
     let cache = tempfile::tempdir().expect("cache");
-    let (got, _) = run_app(&app, cache.path(), Some((&digest, how)), &[]);
+    let at = [("FERRY_CRASH_SEGMENT", if segment { "1" } else { "0" })];
+    let (got, _) = run_app(app, cache.path(), Some((&digest, how)), &at);
     assert_eq!(got, Some(signal), "the first launch dies of {how}");
     // The driver bug is still there: the next launch must not call into it again.
-    let (got, line) = run_app(
-        &app,
-        cache.path(),
-        Some((&digest, how)),
-        &[("CHILD_SEND", "1")],
-    );
+    let env = [("CHILD_SEND", "1"), at[0]];
+    let (got, line) = run_app(app, cache.path(), Some((&digest, how)), &env);
     assert_eq!(got, None, "the second launch survives: {line}");
     assert_eq!(line["ok"], true, "{line}");
     assert_ne!(line["variant"], first.as_str(), "{line}");
     assert_eq!(
         attempt_codes(&line),
-        vec![(first.clone(), "crashed".into(), "load_program".into())],
+        vec![(first.clone(), "crashed".into(), stage.into())],
         "{line}"
     );
     assert!(
@@ -169,18 +167,23 @@ fn crash_then_fallback(how: &str, signal: i32) {
 
 #[test]
 fn a_segfault_inside_the_runtime_load_is_not_repeated_on_the_next_launch() {
-    crash_then_fallback("segv", 11);
+    crash_then_fallback(&server(), "segv", 11, false, "load_program");
+}
+
+#[test]
+fn an_abort_inside_the_xnnpack_backend_init_is_recorded_at_the_method_load() {
+    crash_then_fallback(&server(), "abort", 6, true, "load_method");
 }
 
 #[test]
 fn an_oom_kill_mid_load_is_not_repeated_on_the_next_launch() {
-    crash_then_fallback("kill", 9);
+    crash_then_fallback(&server(), "kill", 9, false, "load_program");
 }
 
 #[test]
 fn a_load_that_hangs_until_a_watchdog_kills_it_is_not_repeated() {
-    let app = server();
-    let (first, digest) = first_choice(&app);
+    let app = &server();
+    let (first, digest) = first_choice(app);
     let cache = tempfile::tempdir().expect("cache");
     let mut hung = launch(&app, cache.path(), Some((&digest, "hang")), &[]);
     // The watchdog: the app does not come back from the load.
@@ -189,7 +192,7 @@ fn a_load_that_hangs_until_a_watchdog_kills_it_is_not_repeated() {
     hung.kill().expect("kill");
     let (got, _) = ended(hung);
     assert_eq!(got, Some(9));
-    let (got, line) = run_app(&app, cache.path(), Some((&digest, "hang")), &[]);
+    let (got, line) = run_app(app, cache.path(), Some((&digest, "hang")), &[]);
     assert_eq!(got, None);
     assert_eq!(line["ok"], true, "{line}");
     assert_eq!(
@@ -200,19 +203,19 @@ fn a_load_that_hangs_until_a_watchdog_kills_it_is_not_repeated() {
 
 #[test]
 fn when_every_candidate_crashes_the_third_launch_fails_typed_and_an_update_retries_once() {
-    let app = server();
-    let (first, _) = first_choice(&app);
+    let app = &server();
+    let (first, _) = first_choice(app);
     let cache = tempfile::tempdir().expect("cache");
     let every = Some(("blobs/sha256/", "segv"));
     for launch_no in 1..=2 {
-        let (got, line) = run_app(&app, cache.path(), every, &[]);
+        let (got, line) = run_app(app, cache.path(), every, &[]);
         assert_eq!(
             got,
             Some(11),
             "launch {launch_no} crashes on its candidate: {line}"
         );
     }
-    let (got, line) = run_app(&app, cache.path(), every, &[]);
+    let (got, line) = run_app(app, cache.path(), every, &[]);
     assert_eq!(got, None, "the third launch makes no native call: {line}");
     assert_eq!(line["ok"], false);
     assert_eq!(line["code"], "crashed", "{line}");
@@ -221,22 +224,22 @@ fn when_every_candidate_crashes_the_third_launch_fails_typed_and_an_update_retri
     assert!(codes.iter().all(|(_, c, _)| c == "crashed"), "{line}");
     // An OS update (the driver bug fixed): each crashed variant is tried again, and the
     // first that loads is taken off the list.
-    let (got, line) = run_app(&app, cache.path(), None, &[("CHILD_OS", "6.2")]);
+    let (got, line) = run_app(app, cache.path(), None, &[("CHILD_OS", "6.2")]);
     assert_eq!(got, None);
     assert_eq!(line["ok"], true, "{line}");
     assert_eq!(line["variant"], first.as_str(), "{line}");
     assert!(attempt_codes(&line).is_empty(), "{line}");
     assert_eq!(line["crashes"].as_array().map(Vec::len), Some(1), "{line}");
     // Without the update, forgetting is the app's call.
-    let (_, line) = run_app(&app, cache.path(), None, &[("CHILD_FORGET", "1")]);
+    let (_, line) = run_app(app, cache.path(), None, &[("CHILD_FORGET", "1")]);
     assert_eq!(line["variant"], first.as_str(), "{line}");
     assert_eq!(line["crashes"].as_array().map(Vec::len), Some(0), "{line}");
 }
 
 #[test]
 fn a_live_load_in_another_process_is_never_taken_for_a_crash() {
-    let app = server();
-    let (first, digest) = first_choice(&app);
+    let app = &server();
+    let (first, digest) = first_choice(app);
     let cache = tempfile::tempdir().expect("cache");
     let mut hung = launch(&app, cache.path(), Some((&digest, "hang")), &[]);
     // Wait until it is inside the load (its flight is marked).
@@ -250,14 +253,14 @@ fn a_live_load_in_another_process_is_never_taken_for_a_crash() {
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(300));
-    let (got, line) = run_app(&app, cache.path(), None, &[]);
+    let (got, line) = run_app(app, cache.path(), None, &[]);
     assert_eq!(got, None);
     assert_eq!(line["variant"], first.as_str(), "no false crash: {line}");
     assert!(attempt_codes(&line).is_empty(), "{line}");
     assert_eq!(line["crashes"].as_array().map(Vec::len), Some(0), "{line}");
     hung.kill().expect("kill");
     let _ = ended(hung);
-    let (_, line) = run_app(&app, cache.path(), None, &[]);
+    let (_, line) = run_app(app, cache.path(), None, &[]);
     assert_eq!(
         attempt_codes(&line),
         vec![(first, "crashed".into(), "load_program".into())],
@@ -267,17 +270,17 @@ fn a_live_load_in_another_process_is_never_taken_for_a_crash() {
 
 #[test]
 fn a_crash_during_a_run_is_caught_too() {
-    let app = server();
-    let (first, digest) = first_choice(&app);
+    let app = &server();
+    let (first, digest) = first_choice(app);
     let cache = tempfile::tempdir().expect("cache");
-    let (got, line) = run_app(&app, cache.path(), None, &[("CHILD_ABORT_RUN", &digest)]);
+    let (got, line) = run_app(app, cache.path(), None, &[("CHILD_ABORT_RUN", &digest)]);
     assert_eq!(
         got,
         Some(6),
         "the run aborts the app after the load: {line}"
     );
     assert_eq!(line["variant"], first.as_str());
-    let (got, line) = run_app(&app, cache.path(), None, &[("CHILD_ABORT_RUN", &digest)]);
+    let (got, line) = run_app(app, cache.path(), None, &[("CHILD_ABORT_RUN", &digest)]);
     assert_eq!(got, None, "{line}");
     assert_eq!(
         attempt_codes(&line),
@@ -288,10 +291,10 @@ fn a_crash_during_a_run_is_caught_too() {
 
 #[test]
 fn a_corrupted_file_is_refetched_not_blamed() {
-    let app = server();
-    let (first, digest) = first_choice(&app);
+    let app = &server();
+    let (first, digest) = first_choice(app);
     let cache = tempfile::tempdir().expect("cache");
-    let (got, _) = run_app(&app, cache.path(), Some((&digest, "segv")), &[]);
+    let (got, _) = run_app(app, cache.path(), Some((&digest, "segv")), &[]);
     assert_eq!(got, Some(11));
     // The crash came from a bad page of the file: its bytes no longer match the digest.
     let blob = cache.path().join("blobs/sha256").join(&digest);
@@ -299,7 +302,7 @@ fn a_corrupted_file_is_refetched_not_blamed() {
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0xff;
     std::fs::write(&blob, bytes).expect("corrupt");
-    let (got, line) = run_app(&app, cache.path(), None, &[]);
+    let (got, line) = run_app(app, cache.path(), None, &[]);
     assert_eq!(got, None);
     assert_eq!(line["ok"], true, "{line}");
     assert_eq!(

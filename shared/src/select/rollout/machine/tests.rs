@@ -59,6 +59,7 @@ fn action() -> impl Strategy<Value = RolloutChange> {
                 min_samples: None,
                 max_regression: None,
                 max_latency_ratio: None,
+                max_crash_rate: None,
                 supersede,
                 reason: None,
             }
