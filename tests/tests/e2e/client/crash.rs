@@ -185,7 +185,7 @@ fn a_load_that_hangs_until_a_watchdog_kills_it_is_not_repeated() {
     let app = &server();
     let (first, digest) = first_choice(app);
     let cache = tempfile::tempdir().expect("cache");
-    let mut hung = launch(&app, cache.path(), Some((&digest, "hang")), &[]);
+    let mut hung = launch(app, cache.path(), Some((&digest, "hang")), &[]);
     // The watchdog: the app does not come back from the load.
     std::thread::sleep(Duration::from_secs(3));
     assert!(hung.try_wait().expect("wait").is_none(), "the load hangs");
@@ -241,7 +241,7 @@ fn a_live_load_in_another_process_is_never_taken_for_a_crash() {
     let app = &server();
     let (first, digest) = first_choice(app);
     let cache = tempfile::tempdir().expect("cache");
-    let mut hung = launch(&app, cache.path(), Some((&digest, "hang")), &[]);
+    let mut hung = launch(app, cache.path(), Some((&digest, "hang")), &[]);
     // Wait until it is inside the load (its flight is marked).
     let flights = cache.path().join("flights");
     let started = Instant::now();
