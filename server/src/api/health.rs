@@ -58,7 +58,21 @@ pub async fn get_health(
             .latency_budget_ms
     });
     h["model"] = serde_json::json!(model);
-    h["rollout"] = serde_json::json!(state.rollouts().get(&model));
+    let plan = state.rollouts().get(&model).cloned();
+    // The staged release's crash rate against the baseline's, over the same window.
+    if let Some(staged) = plan.as_ref().and_then(|p| p.staged.as_ref()) {
+        let baseline = plan
+            .as_ref()
+            .and_then(|p| p.baseline.as_ref())
+            .map(ToString::to_string);
+        h["crash_compare"] = serde_json::json!(crate::fleet::counts::gates::crash_compare(
+            &rollup,
+            model.as_str(),
+            &staged.to_string(),
+            baseline.as_deref(),
+        ));
+    }
+    h["rollout"] = serde_json::json!(plan);
     h["deny"] = serde_json::json!(
         state
             .deny_lists()

@@ -20,8 +20,8 @@ pub enum DenyCommand {
         #[command(flatten)]
         remote: Remote,
     },
-    /// Deny a variant to a SoC or device model by hand (with `--kind slow_in_field`: rank it
-    /// after the next candidate there instead).
+    /// Deny a variant to a SoC or device model by hand (with `--kind slow_in_field` or
+    /// `--kind crashed_in_field`: rank it after the next candidate there instead).
     Add(Target),
     /// Allow a denied or demoted variant again (the entry must exist; telemetry will not
     /// re-add it).
@@ -49,8 +49,8 @@ pub struct Target {
     /// The device model (matched exactly).
     #[arg(long)]
     pub device_model: Option<String>,
-    /// Which entry: `fallback` (not offered) or `slow_in_field` (ranked after the next
-    /// candidate). Without it, override and clear act on every entry of the target, and add
+    /// Which entry: `fallback` (not offered), `slow_in_field` or `crashed_in_field` (ranked
+    /// after the next candidate). Without it, override and clear act on every entry of the target, and add
     /// denies.
     #[arg(long, value_parser = parse_kind)]
     pub kind: Option<DenyKind>,
@@ -105,7 +105,10 @@ fn parse_kind(s: &str) -> Result<DenyKind, String> {
     match s {
         "fallback" => Ok(DenyKind::Fallback),
         "slow_in_field" => Ok(DenyKind::SlowInField),
-        _ => Err(format!("{s:?} is not a kind: fallback or slow_in_field")),
+        "crashed_in_field" => Ok(DenyKind::CrashedInField),
+        _ => Err(format!(
+            "{s:?} is not a kind: fallback, slow_in_field or crashed_in_field"
+        )),
     }
 }
 
@@ -154,6 +157,11 @@ fn print_entries(entries: &serde_json::Value) {
                 }
                 w
             }
+            ("crashed_in_field", _) if e["crash"].is_object() => format!(
+                "crashed on {} of {} devices",
+                e["crash"]["devices"].as_u64().unwrap_or(0),
+                e["crash"]["class_devices"].as_u64().unwrap_or(0)
+            ),
             ("fallback", Some(n)) if n > 0 => format!(
                 "{:.0}% fallback of {n}",
                 e["fallback_rate"].as_f64().unwrap_or(0.0) * 100.0

@@ -58,16 +58,28 @@ pub(crate) fn health_cmd(
         );
     }
     for r in v["releases"].as_array().into_iter().flatten() {
-        println!("release {}", r["release"].as_str().unwrap_or(""));
+        let crashes = r["crashes"].as_u64().unwrap_or(0);
+        if crashes > 0 {
+            println!(
+                "release {}  crashes {crashes} on {} of {} devices ({:.1}%)",
+                r["release"].as_str().unwrap_or(""),
+                r["crash_devices"],
+                r["devices"],
+                r["crash_rate"].as_f64().unwrap_or(0.0) * 100.0
+            );
+        } else {
+            println!("release {}", r["release"].as_str().unwrap_or(""));
+        }
         for x in r["variants"].as_array().into_iter().flatten() {
             println!(
-                "  {:<16} {:<9} devices {:>6}  loads {:>7}  failures {:>5.1}%  fallbacks {:>5.1}%  p50 {} ms  p95 {} ms",
+                "  {:<16} {:<9} devices {:>6}  loads {:>7}  failures {:>5.1}%  fallbacks {:>5.1}%  crashes {:>4}  p50 {} ms  p95 {} ms",
                 x["variant"].as_str().unwrap_or(""),
                 x["delegate"].as_str().unwrap_or(""),
                 x["devices"],
                 x["loads"],
                 x["failure_rate"].as_f64().unwrap_or(0.0) * 100.0,
                 x["fallback_rate"].as_f64().unwrap_or(0.0) * 100.0,
+                x["crashes"].as_u64().unwrap_or(0),
                 ms(&x["load_ms"]["p50"]),
                 ms(&x["load_ms"]["p95"])
             );
@@ -76,7 +88,7 @@ pub(crate) fn health_cmd(
     }
     for d in v["deny"].as_array().into_iter().flatten() {
         let why = match serde_json::from_value::<ferry_shared::select::deny::DenyEntry>(d.clone()) {
-            Ok(e) if e.kind == ferry_shared::select::deny::DenyKind::SlowInField => e.reason(),
+            Ok(e) if e.kind != ferry_shared::select::deny::DenyKind::Fallback => e.reason(),
             _ => format!(
                 "{:.0}% fallback, n={}",
                 d["fallback_rate"].as_f64().unwrap_or(0.0) * 100.0,

@@ -97,6 +97,7 @@ pub fn apply_change(
         state: DenyState::Deny,
         kind: change.kind.unwrap_or_default(),
         latency: None,
+        crash: None,
     };
     let hit = |e: &DenyEntry| match change.kind {
         Some(_) => e.same_target(&target),
@@ -321,6 +322,7 @@ mod learned_tests {
             state: DenyState::Deny,
             kind: ferry_shared::select::deny::DenyKind::Fallback,
             latency: None,
+            crash: None,
         };
         let fresh: Vec<DenyEntry> = (0..MAX_LEARNED + 40).map(entry).collect();
         let (_, entries) = add_learned(&store, &model, &fresh, "now")

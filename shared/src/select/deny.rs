@@ -68,6 +68,9 @@ pub enum DenyKind {
     /// The variant is slow on the class (over its latency budget, or much slower than the next
     /// candidate): still offered, after the next candidate.
     SlowInField,
+    /// The variant crashed the app natively on enough of the class's devices: still offered,
+    /// after the next candidate (XNNPACK and portable variants too: a crash is not a decline).
+    CrashedInField,
 }
 
 impl DenyKind {
@@ -76,6 +79,7 @@ impl DenyKind {
         match self {
             DenyKind::Fallback => "fallback",
             DenyKind::SlowInField => "slow_in_field",
+            DenyKind::CrashedInField => "crashed_in_field",
         }
     }
 }
@@ -96,6 +100,17 @@ pub struct SlowFigures {
     /// That candidate's median device warm p95 on the class, when enough devices reported it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_p95_ms: Option<f64>,
+}
+
+/// The field figures behind a [`DenyKind::CrashedInField`] entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CrashFigures {
+    /// Distinct devices (with receipts) of the class that reported a crash of the variant.
+    pub devices: u64,
+    /// Distinct devices of the class that reported on the variant at all.
+    pub class_devices: u64,
+    /// `devices` over `class_devices`.
+    pub share: f64,
 }
 
 /// A learned or manual deny-list entry.
@@ -123,6 +138,9 @@ pub struct DenyEntry {
     /// For a `slow_in_field` entry learned from telemetry: the figures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency: Option<SlowFigures>,
+    /// For a `crashed_in_field` entry learned from telemetry: the figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crash: Option<CrashFigures>,
 }
 
 impl DenyEntry {
@@ -145,6 +163,22 @@ impl DenyEntry {
 
     /// The sentence `explain` shows.
     pub fn reason(&self) -> String {
+        if self.kind == DenyKind::CrashedInField {
+            return match &self.crash {
+                Some(f) => format!(
+                    "crashed_in_field: crashed natively on {} of {} devices ({:.0}%) on {}",
+                    f.devices,
+                    f.class_devices,
+                    f.share * 100.0,
+                    self.value
+                ),
+                None => format!(
+                    "crashed_in_field: ranked after the next candidate on {} by {}",
+                    self.value,
+                    self.source.as_str()
+                ),
+            };
+        }
         match (self.kind, &self.latency) {
             (DenyKind::Fallback, _) => format!(
                 "denied by {}: {:.0}% fallback on {}, n={}",
@@ -153,12 +187,12 @@ impl DenyEntry {
                 self.value,
                 self.samples
             ),
-            (DenyKind::SlowInField, None) => format!(
+            (DenyKind::SlowInField | DenyKind::CrashedInField, None) => format!(
                 "slow_in_field: ranked after the next candidate on {} by {}",
                 self.value,
                 self.source.as_str()
             ),
-            (DenyKind::SlowInField, Some(f)) => {
+            (DenyKind::SlowInField | DenyKind::CrashedInField, Some(f)) => {
                 let mut why = format!(
                     "slow_in_field: median warm p95 {:.1} ms on {}",
                     f.p95_ms, self.value
@@ -183,9 +217,10 @@ impl DenyEntry {
     }
 
     /// True when the entry ranks `variant` of `release` after the next candidate on this
-    /// device (a `slow_in_field` entry in force).
+    /// device (a `slow_in_field` or `crashed_in_field` entry in force).
     pub fn demotes(&self, release: &str, variant: &str, soc: &str, device_model: &str) -> bool {
-        self.kind == DenyKind::SlowInField && self.applies(release, variant, soc, device_model)
+        matches!(self.kind, DenyKind::SlowInField | DenyKind::CrashedInField)
+            && self.applies(release, variant, soc, device_model)
     }
 
     fn applies(&self, release: &str, variant: &str, soc: &str, device_model: &str) -> bool {
@@ -259,6 +294,7 @@ mod tests {
             state: DenyState::Deny,
             kind: DenyKind::Fallback,
             latency: None,
+            crash: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! What the fleet's telemetry teaches a model's deny list: a variant that falls back on a device
-//! class is not offered there any more (kind `fallback`), and a variant that runs slowly on one
-//! is ranked after the next candidate there (kind `slow_in_field`). Only events with valid
+//! class is not offered there any more (kind `fallback`), and a variant that runs slowly on one,
+//! or crashes the app natively there, is ranked after the next candidate there (kinds
+//! `slow_in_field`, `crashed_in_field`). Only events with valid
 //! receipts reach the rollups read here, so telemetry without receipts teaches nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -8,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use ferry_shared::ModelName;
 use ferry_shared::manifest::{Delegate, Platform, ReleaseManifest, Variant};
 use ferry_shared::select::deny::{
-    DenyEntry, DenyKind, DenySource, DenyState, DeviceClass, SlowFigures,
+    CrashFigures, DenyEntry, DenyKind, DenySource, DenyState, DeviceClass, SlowFigures,
 };
 use ferry_shared::select::{self, Preference};
 
@@ -35,6 +36,7 @@ fn entry(release: &str, variant: &str, class: DeviceClass, value: &str) -> DenyE
         state: DenyState::Deny,
         kind: DenyKind::Fallback,
         latency: None,
+        crash: None,
     }
 }
 
@@ -57,6 +59,46 @@ pub fn fallbacks(r: &Rollup, model: &str, cfg: &TelemetryConfig) -> Vec<DenyEntr
                         out.push(DenyEntry {
                             fallback_rate: c.fallback_rate(),
                             samples: c.loads,
+                            ..entry(release, variant, class, value)
+                        });
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The least share of a class's devices (those that reported the variant) that must have
+/// crashed on it before it is ranked after the next candidate there.
+pub const CRASH_SHARE: f64 = 0.05;
+
+/// Device classes of `model` where a variant crashed natively on enough devices: at least
+/// `deny_min_devices` distinct devices with receipts, from `deny_min_networks` networks, and at
+/// least [`CRASH_SHARE`] of the class's devices that reported the variant. Floors (XNNPACK,
+/// portable) included: a crash is not a decline, and the entry only demotes.
+pub fn crashed(r: &Rollup, model: &str, cfg: &TelemetryConfig) -> Vec<DenyEntry> {
+    let mut out = Vec::new();
+    for (release, variants) in r.models.get(model).into_iter().flatten() {
+        for (variant, a) in variants {
+            for (class, map) in [
+                (DeviceClass::Soc, &a.by_soc),
+                (DeviceClass::DeviceModel, &a.by_device_model),
+            ] {
+                for (value, c) in map {
+                    let crashed = c.crash_devices.estimate() as u64;
+                    if crashed >= cfg.deny_min_devices.max(1)
+                        && c.networks.estimate() as u64 >= cfg.deny_min_networks
+                        && c.crash_share() >= CRASH_SHARE
+                    {
+                        out.push(DenyEntry {
+                            kind: DenyKind::CrashedInField,
+                            samples: c.crashes,
+                            crash: Some(CrashFigures {
+                                devices: crashed,
+                                class_devices: c.devices.estimate() as u64,
+                                share: c.crash_share(),
+                            }),
                             ..entry(release, variant, class, value)
                         });
                     }
@@ -202,6 +244,12 @@ pub async fn learn(fleet: &Fleet, model: &ModelName, view: &Rollup) {
     };
     candidates.extend(slow(view, model, &catalog, &fleet.preference, evidence));
     candidates.retain(|c| !is_floor(&catalog, model, &c.release, &c.variant));
+    // Crashes are learned about every variant the catalog holds, floors included.
+    candidates.extend(
+        crashed(view, model.as_str(), &fleet.config)
+            .into_iter()
+            .filter(|c| catalog.release_named(model, &c.release).is_some()),
+    );
     if candidates.is_empty() {
         return;
     }
@@ -214,7 +262,7 @@ pub async fn learn(fleet: &Fleet, model: &ModelName, view: &Rollup) {
         .unwrap_or_default();
     // A variant denied on a class is not also demoted there.
     let denied = |c: &DenyEntry| {
-        c.kind == DenyKind::SlowInField
+        c.kind != DenyKind::Fallback
             && current.iter().any(|e| {
                 e.kind == DenyKind::Fallback && e.state == DenyState::Deny && e.same_class(c)
             })
@@ -382,5 +430,79 @@ mod tests {
         assert!(
             slow_in_release(&r.models["m"]["1.0.0"], &m, &Preference::default(), strict).is_empty()
         );
+    }
+
+    /// `devices` devices of `soc`: each loads `variant` (`crashed` of them crash on it
+    /// instead: a crash event, then fallbacks past it on every later launch).
+    fn crash_fleet(r: &mut Rollup, variant: &str, soc: &str, devices: u64, crashed: u64) {
+        for d in 0..devices {
+            let ev = |kind: &str, extra: serde_json::Value| {
+                let mut j = serde_json::json!({
+                    "kind": kind, "model": "m", "release": "1.0.0", "variant": variant,
+                    "delegate": variant, "outcome": "ok", "install_id": "i",
+                    "platform": "android", "soc": soc, "device_model": format!("{soc}-phone"),
+                    "os_version": "", "app_version": "", "runtime_version": "",
+                    "at": "2026-12-01T00:00:00Z",
+                });
+                for (k, v) in extra.as_object().into_iter().flatten() {
+                    j[k] = v.clone();
+                }
+                serde_json::from_value::<TelemetryEvent>(j).expect("event")
+            };
+            let device = u64::from(soc.as_bytes()[0]) << 32 | d;
+            let counts = r.variant_mut("m", "1.0.0", variant);
+            if d < crashed {
+                let failed = serde_json::json!({"outcome": "failed", "error_code": "crashed",
+                    "stage": "load_method"});
+                counts.add(&ev("crash", failed.clone()), device, d);
+                for _ in 0..5 {
+                    let mut skip = failed.clone();
+                    skip["to_variant"] = "xnnpack".into();
+                    counts.add(&ev("fallback", skip), device, d);
+                }
+            } else {
+                counts.add(&ev("load", serde_json::json!({"load_ms": 3.0})), device, d);
+            }
+        }
+    }
+
+    #[test]
+    fn crashes_on_enough_devices_of_a_class_demote_the_variant_there_floors_included() {
+        let cfg = TelemetryConfig::default();
+        let mut r = Rollup::default();
+        // A: 20 of 100 devices crashed (20%): learned. B: 19 crashed: short of the devices.
+        // C: 25 of 1000 (2.5%): short of the share. D: XNNPACK crashed on 30 of 40: learned.
+        crash_fleet(&mut r, "vulkan", "A", 100, 20);
+        crash_fleet(&mut r, "vulkan", "B", 100, 19);
+        crash_fleet(&mut r, "vulkan", "C", 1000, 25);
+        crash_fleet(&mut r, "xnnpack", "D", 40, 30);
+        let learned = crashed(&r, "m", &cfg);
+        let on: Vec<(&str, DeviceClass, &str)> = learned
+            .iter()
+            .map(|e| (e.variant.as_str(), e.class, e.value.as_str()))
+            .collect();
+        assert_eq!(
+            on,
+            [
+                ("vulkan", DeviceClass::Soc, "A"),
+                ("vulkan", DeviceClass::DeviceModel, "A-phone"),
+                ("xnnpack", DeviceClass::Soc, "D"),
+                ("xnnpack", DeviceClass::DeviceModel, "D-phone"),
+            ]
+        );
+        let a = &learned[0];
+        assert_eq!(a.kind, DenyKind::CrashedInField);
+        let f = a.crash.as_ref().expect("figures");
+        assert_eq!((f.devices, f.class_devices), (20, 100));
+        assert!(
+            a.reason().contains("crashed natively on 20 of 100 devices (20%) on A"),
+            "{}",
+            a.reason()
+        );
+        // Passing over a crashed variant is not a decline: no fallback entry comes of it.
+        assert!(fallbacks(&r, "m", &cfg).is_empty());
+        let v = &r.models["m"]["1.0.0"]["vulkan"];
+        assert_eq!((v.crashes, v.fallbacks), (64, 0));
+        assert_eq!(v.crash_stages["load_method"], 64);
     }
 }
