@@ -226,7 +226,10 @@ fn deny_by_cli(url: &str) {
     );
     let bogus = target_with(url, "add", "xnnpack-fp32", &["--kind", "sluggish"]);
     assert_eq!(bogus.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&bogus.stderr).contains("fallback, slow_in_field or crashed_in_field"));
+    assert!(
+        String::from_utf8_lossy(&bogus.stderr)
+            .contains("fallback, slow_in_field or crashed_in_field")
+    );
     let list = run_ok(ferry().args(["deny", "list", "race", "--server", url, "--token", TOKEN]));
     let kinds: Vec<(&str, &str)> = list
         .lines()

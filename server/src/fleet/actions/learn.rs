@@ -495,7 +495,8 @@ mod tests {
         let f = a.crash.as_ref().expect("figures");
         assert_eq!((f.devices, f.class_devices), (20, 100));
         assert!(
-            a.reason().contains("crashed natively on 20 of 100 devices (20%) on A"),
+            a.reason()
+                .contains("crashed natively on 20 of 100 devices (20%) on A"),
             "{}",
             a.reason()
         );

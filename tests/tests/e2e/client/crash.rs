@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use ferry_shared::manifest::Delegate;
-use ferry_tests::app::TestApp;
+use ferry_tests::app::{ADMIN_TOKEN, Options, TestApp};
 use ferry_tests::releases::{release, variant};
 
 /// The preload library, built once per test run.
@@ -41,7 +41,10 @@ fn server() -> TestApp {
 }
 
 fn server_with(variants: Vec<ferry_server::release::sign::VariantSpec>) -> TestApp {
-    let app = TestApp::start();
+    let app = TestApp::start_with(Options {
+        tweak: Some(Box::new(ferry_tests::fast_telemetry)),
+        ..Default::default()
+    });
     app.publish(&release("crashy", "1.0.0", variants));
     app
 }
@@ -163,6 +166,15 @@ fn crash_then_fallback(app: &TestApp, how: &str, signal: i32, segment: bool, sta
         crashes[0]["receipt"].is_string(),
         "the receipt of the resolve that chose it"
     );
+    // The server counted it (the receipt made it count), at its stage.
+    ferry_tests::until("the health view counts the crash", || {
+        let (_, h) = app.get_json("/v1/admin/models/crashy/health", Some(ADMIN_TOKEN));
+        h["releases"][0]["variants"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|v| v["variant"] == first.as_str() && v["crash_stages"][stage] == 1)
+    });
 }
 
 #[test]

@@ -1,7 +1,8 @@
-//! Fleet telemetry: time buckets and compaction, replicas on one store, field latency, selection
+//! Fleet telemetry: time buckets and compaction, native crashes, replicas on one store, field latency, selection
 //! learned from the field, the Parquet event log.
 
 mod buckets;
+mod crashes;
 mod field_latency;
 mod field_selection;
 mod replicas;
