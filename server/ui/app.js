@@ -409,6 +409,10 @@ function gateRows(t, h) {
             row(what, ratio === null ? (s === null ? "–" : `${pct(s)} (baseline ${pct(b)})`) : `${ratio.toFixed(2)}× (${pct(s)} vs ${pct(b)})`, `at most ${t.max_regression}×`, ratio !== null && ratio > t.max_regression);
         }
     }
+    if (t.max_crash_rate !== undefined && t.max_crash_rate !== null) {
+        const c = h?.crash;
+        row("devices crashed (native)", c ? `${pct(c.staged_rate)} (${c.staged_crashed} of ${c.staged_devices}; baseline ${pct(c.baseline_rate)})` : "–", `at most ${pct(t.max_crash_rate)} (from 3 devices)`, !!c && c.staged_crashed >= 3 && c.staged_rate > t.max_crash_rate);
+    }
     if (t.max_latency_ratio !== undefined && t.max_latency_ratio !== null) {
         const l = h?.latency;
         row("field latency over the baseline's", l ? `${Number(l.ratio).toFixed(2)}× (${ms(l.staged_ms)} vs ${ms(l.baseline_ms)}, ${l.devices} devices)` : "–", `at most ${t.max_latency_ratio}×`, !!l && l.ratio > t.max_latency_ratio);
@@ -583,6 +587,9 @@ function gatesText(t) {
     if (t?.max_latency_ratio) {
         parts.push(`field latency ≤ ${t.max_latency_ratio}× the baseline's`);
     }
+    if (t?.max_crash_rate !== undefined) {
+        parts.push(`devices crashed ≤ ${pct(t.max_crash_rate)}`);
+    }
     return `gates: ${parts.join(", ")}`;
 }
 /** What a change does, in words. */
@@ -617,6 +624,7 @@ function rolloutControls(name, releases, onDone) {
     const samples = textInput("rollout-min-samples", "e.g. 200", "numeric");
     const regression = textInput("rollout-max-regression", "e.g. 1.5", "decimal");
     const latency = textInput("rollout-max-latency", "e.g. 1.3", "decimal");
+    const crash = textInput("rollout-max-crash", "default 1", "decimal");
     const supersede = el("input", { id: "rollout-supersede", type: "checkbox" });
     const install = textInput("rollout-install", "install id");
     const expires = textInput("rollout-expires", "hours, or 30m, 7d; empty: until unpinned");
@@ -627,7 +635,7 @@ function rolloutControls(name, releases, onDone) {
         to: labelled("back to", to),
         mode: labelled("stage", mode),
         ramp: el("div", { class: "ramp-fields" }, labelled("steps (%)", steps), labelled("each step at least (minutes, or 6h, 1d)", every)),
-        gates: el("div", { class: "gate-fields" }, labelled("halt above failure rate (%)", failure), labelled("halt above fallback rate (%)", fallback), labelled("min samples per step", samples), labelled("halt above failure rate × baseline", regression), labelled("halt above field latency × baseline", latency)),
+        gates: el("div", { class: "gate-fields" }, labelled("halt above failure rate (%)", failure), labelled("halt above fallback rate (%)", fallback), labelled("min samples per step", samples), labelled("halt above failure rate × baseline", regression), labelled("halt above field latency × baseline", latency), labelled("halt above devices crashed (%)", crash)),
         supersede: labelled("supersede a rollout in progress", supersede),
         percent: labelled("percent", percent),
         install: labelled("install id", install),
@@ -667,6 +675,7 @@ function rolloutControls(name, releases, onDone) {
                 ["min_samples", samples, "min samples", 1],
                 ["max_regression", regression, "the ratio to the baseline", 1],
                 ["max_latency_ratio", latency, "the latency ratio", 1],
+                ["max_crash_rate", crash, "the crash rate", 0.01],
             ];
             for (const [k, input, what, scale] of gates) {
                 const v = numberOf(input, what, scale);
@@ -960,11 +969,12 @@ async function releaseView(name, version) {
 function denyEffect(c) {
     const who = `devices with ${classLabel(c.class)} ${c.value}`;
     const what = `${c.variant} of ${c.release}`;
-    const slow = c.kind === "slow_in_field";
+    const slow = c.kind === "slow_in_field" || c.kind === "crashed_in_field";
+    const found = c.kind === "crashed_in_field" ? "crashed the app there" : "found it slow there";
     switch (c.action) {
         case "override":
             return slow
-                ? `${who} get ${what} ranked as the release orders it again, although the field found it slow there; new reports do not move it back until you clear the override.`
+                ? `${who} get ${what} ranked as the release orders it again, although the field ${found}; new reports do not move it back until you clear the override.`
                 : `${who} are offered ${what} again, although it fell back there; new failures do not deny it again until you clear the override.`;
         case "clear":
             return `The entry for ${what} on ${who} is removed: they are offered it as the release orders it, and the fleet's telemetry may deny it again.`;
@@ -973,6 +983,10 @@ function denyEffect(c) {
                 ? `${who} get the next candidate ranked before ${what}.`
                 : `${who} are no longer offered ${what}; they get the release's next candidate for them, if any.`;
     }
+}
+/** A deny-list kind as people say it. */
+function kindLabel(k) {
+    return k === "slow_in_field" ? "slow in field" : k === "crashed_in_field" ? "crashed in field" : "fallback";
 }
 /** A device class as people say it. */
 function classLabel(c) {
@@ -1013,10 +1027,10 @@ function denyTable(enc, h, confirmBox, onDone) {
             d.variant,
             `${classLabel(d.class)} ${d.value}`,
             d.state === "allow"
-                ? `${d.kind === "slow_in_field" ? "slow in field" : "fallback"}, overridden: offered as the release orders it`
-                : d.kind === "slow_in_field"
-                    ? "slow in field (ranked after the next candidate)"
-                    : "fallback (not offered)",
+                ? `${kindLabel(d.kind)}, overridden: offered as the release orders it`
+                : d.kind === "fallback" || !d.kind
+                    ? "fallback (not offered)"
+                    : `${kindLabel(d.kind)} (ranked after the next candidate)`,
             denyWhy(d),
             d.state,
             // An overridden entry can only be cleared.
@@ -1038,7 +1052,7 @@ function denyForm(enc, model, confirmBox, onDone) {
     fill();
     const cls = el("select", { id: "deny-class" }, el("option", { value: "soc" }, "SoC"), el("option", { value: "device_model" }, "device model"));
     const value = el("input", { id: "deny-value", type: "text", placeholder: "e.g. SM8550", autocomplete: "off" });
-    const kind = el("select", { id: "deny-kind" }, el("option", { value: "fallback" }, "not offered (it fails there)"), el("option", { value: "slow_in_field" }, "ranked after the next candidate (slow there)"));
+    const kind = el("select", { id: "deny-kind" }, el("option", { value: "fallback" }, "not offered (it fails there)"), el("option", { value: "slow_in_field" }, "ranked after the next candidate (slow there)"), el("option", { value: "crashed_in_field" }, "ranked after the next candidate (it crashes there)"));
     const add = el("button", { type: "button", id: "deny-add" }, "Deny…");
     add.addEventListener("click", () => {
         if (!value.value.trim() || !variant.value) {
@@ -1060,6 +1074,10 @@ function denyForm(enc, model, confirmBox, onDone) {
 // Why a deny-list entry is there, in words.
 function denyWhy(d) {
     const l = d.latency;
+    if (d.kind === "crashed_in_field") {
+        const c = d.crash;
+        return c ? `crashed natively on ${c.devices} of ${c.class_devices} devices (${pct(c.share)})` : `set by ${d.source}`;
+    }
     if (d.kind === "slow_in_field") {
         if (!l) {
             return `set by ${d.source}`;
@@ -1221,6 +1239,12 @@ function healthData(enc, h, series, confirmBox, onDone) {
     else if (plan?.state === "halted") {
         parts.push(el("p", { class: "error", id: "halt-reason" }, `Halted: ${plan.reason ?? ""}`));
     }
+    // Native crashes of the staged release against the baseline's (what max_crash_rate reads).
+    const cc = h.crash_compare;
+    if (cc && (cc.staged_crashed > 0 || cc.baseline_crashed > 0)) {
+        const over = t.max_crash_rate !== undefined && cc.staged_crashed >= 3 && cc.staged_rate > t.max_crash_rate;
+        parts.push(el("p", { id: "crash-compare", class: over ? "error" : "" }, `Native crashes: staged ${cc.staged_crashed} of ${cc.staged_devices} devices (${pct(cc.staged_rate)}), baseline ${cc.baseline_crashed} of ${cc.baseline_devices} (${pct(cc.baseline_rate)})${t.max_crash_rate !== undefined ? `; the gate halts above ${pct(t.max_crash_rate)}` : ""}`));
+    }
     parts.push(chartBox);
     // Per release and variant.
     const rows = [];
@@ -1235,6 +1259,7 @@ function healthData(enc, h, series, confirmBox, onDone) {
                 String(v.loads),
                 pct(v.failure_rate),
                 pct(v.fallback_rate),
+                v.crashes ? `${v.crashes} on ${v.crash_devices} devices` : "0",
                 ms(v.load_ms?.p50),
                 ms(v.load_ms?.p95),
                 v.top_error_codes.map((c) => `${c.code} ×${c.count}`).join(", "),
@@ -1250,7 +1275,7 @@ function healthData(enc, h, series, confirmBox, onDone) {
         }
     }
     parts.push(el("h3", {}, "By variant"), rows.length
-        ? table("health-variants", ["release", "variant", "delegate", "loads", "failures", "fallbacks", "p50", "p95", "top errors"], rows)
+        ? table("health-variants", ["release", "variant", "delegate", "loads", "failures", "fallbacks", "crashes", "p50", "p95", "top errors"], rows)
         : el("p", { id: "health-empty" }, "No telemetry with receipts yet."));
     parts.push(...latencyTables(h.releases, role));
     // Who is in the field: devices by protocol version and SDK (`ferry fleet clients`).
@@ -1282,20 +1307,22 @@ function healthData(enc, h, series, confirmBox, onDone) {
     for (const r of h.releases) {
         for (const v of r.variants) {
             for (const [dm, c] of Object.entries(v.by_device_model ?? {})) {
-                const e = byModel.get(dm) ?? { loads: 0, failures: 0, fallbacks: 0 };
+                const e = byModel.get(dm) ?? { loads: 0, failures: 0, fallbacks: 0, crashes: 0 };
                 e.loads += c.loads;
                 e.failures += c.load_failures;
                 e.fallbacks += c.fallbacks;
+                e.crashes += c.crashes ?? 0;
                 byModel.set(dm, e);
             }
         }
     }
     if (byModel.size) {
-        parts.push(el("h3", {}, "By device model"), table("by-device-model", ["device model", "loads", "failure rate", "fallback rate"], [...byModel.entries()].map(([dm, e]) => [
+        parts.push(el("h3", {}, "By device model"), table("by-device-model", ["device model", "loads", "failure rate", "fallback rate", "crashes"], [...byModel.entries()].map(([dm, e]) => [
             dm,
             String(e.loads),
             pct(rate(e.failures, e.loads)),
             pct(rate(e.fallbacks, e.loads)),
+            String(e.crashes),
         ])));
     }
     parts.push(denyTable(enc, h, confirmBox, onDone));

@@ -98,6 +98,7 @@ async function main() {
       "min-samples": "50",
       "max-regression": "1.5",
       "max-latency": "1.3",
+      "max-crash": "0.5",
       reason: "console: ramp 2.0.0",
     });
     await a.waitForSelector("#ramp-timeline");

@@ -154,9 +154,11 @@ async function main() {
         );
       const latency = await cells("#health-latency tbody tr");
       const latency_by_soc = await cells("#latency-by-soc tbody tr");
+      const variants = await cells("#health-variants tbody tr");
+      const crashes = (await page.$("#crash-compare")) ? await page.textContent("#crash-compare") : null;
       out({
-        step: "health", titles, legends, heat, deny, clients, latency, latency_by_soc,
-        halt: await page.textContent("#halt-reason"),
+        step: "health", titles, legends, heat, deny, clients, latency, latency_by_soc, variants,
+        crashes, halt: await page.textContent("#halt-reason"),
       });
       await shot("health");
       // Override the first deny entry from the page.

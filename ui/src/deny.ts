@@ -6,11 +6,12 @@
 function denyEffect(c: Json): string {
   const who = `devices with ${classLabel(c.class)} ${c.value}`;
   const what = `${c.variant} of ${c.release}`;
-  const slow = c.kind === "slow_in_field";
+  const slow = c.kind === "slow_in_field" || c.kind === "crashed_in_field";
+  const found = c.kind === "crashed_in_field" ? "crashed the app there" : "found it slow there";
   switch (c.action) {
     case "override":
       return slow
-        ? `${who} get ${what} ranked as the release orders it again, although the field found it slow there; new reports do not move it back until you clear the override.`
+        ? `${who} get ${what} ranked as the release orders it again, although the field ${found}; new reports do not move it back until you clear the override.`
         : `${who} are offered ${what} again, although it fell back there; new failures do not deny it again until you clear the override.`;
     case "clear":
       return `The entry for ${what} on ${who} is removed: they are offered it as the release orders it, and the fleet's telemetry may deny it again.`;
@@ -19,6 +20,11 @@ function denyEffect(c: Json): string {
         ? `${who} get the next candidate ranked before ${what}.`
         : `${who} are no longer offered ${what}; they get the release's next candidate for them, if any.`;
   }
+}
+
+/** A deny-list kind as people say it. */
+function kindLabel(k: string | undefined): string {
+  return k === "slow_in_field" ? "slow in field" : k === "crashed_in_field" ? "crashed in field" : "fallback";
 }
 
 /** A device class as people say it. */
@@ -68,10 +74,10 @@ function denyTable(enc: string, h: Json, confirmBox: HTMLElement, onDone: () => 
       d.variant,
       `${classLabel(d.class)} ${d.value}`,
       d.state === "allow"
-        ? `${d.kind === "slow_in_field" ? "slow in field" : "fallback"}, overridden: offered as the release orders it`
-        : d.kind === "slow_in_field"
-          ? "slow in field (ranked after the next candidate)"
-          : "fallback (not offered)",
+        ? `${kindLabel(d.kind)}, overridden: offered as the release orders it`
+        : d.kind === "fallback" || !d.kind
+          ? "fallback (not offered)"
+          : `${kindLabel(d.kind)} (ranked after the next candidate)`,
       denyWhy(d),
       d.state,
       // An overridden entry can only be cleared.
@@ -118,6 +124,7 @@ function denyForm(enc: string, model: Json, confirmBox: HTMLElement, onDone: () 
     { id: "deny-kind" },
     el("option", { value: "fallback" }, "not offered (it fails there)"),
     el("option", { value: "slow_in_field" }, "ranked after the next candidate (slow there)"),
+    el("option", { value: "crashed_in_field" }, "ranked after the next candidate (it crashes there)"),
   ) as HTMLSelectElement;
   const add = el("button", { type: "button", id: "deny-add" }, "Deny…");
   add.addEventListener("click", () => {

@@ -3,6 +3,10 @@
 // Why a deny-list entry is there, in words.
 function denyWhy(d: Json): string {
   const l = d.latency;
+  if (d.kind === "crashed_in_field") {
+    const c = d.crash;
+    return c ? `crashed natively on ${c.devices} of ${c.class_devices} devices (${pct(c.share)})` : `set by ${d.source}`;
+  }
   if (d.kind === "slow_in_field") {
     if (!l) {
       return `set by ${d.source}`;
@@ -196,6 +200,18 @@ function healthData(
   } else if (plan?.state === "halted") {
     parts.push(el("p", { class: "error", id: "halt-reason" }, `Halted: ${plan.reason ?? ""}`));
   }
+  // Native crashes of the staged release against the baseline's (what max_crash_rate reads).
+  const cc = h.crash_compare;
+  if (cc && (cc.staged_crashed > 0 || cc.baseline_crashed > 0)) {
+    const over = t.max_crash_rate !== undefined && cc.staged_crashed >= 3 && cc.staged_rate > t.max_crash_rate;
+    parts.push(
+      el(
+        "p",
+        { id: "crash-compare", class: over ? "error" : "" },
+        `Native crashes: staged ${cc.staged_crashed} of ${cc.staged_devices} devices (${pct(cc.staged_rate)}), baseline ${cc.baseline_crashed} of ${cc.baseline_devices} (${pct(cc.baseline_rate)})${t.max_crash_rate !== undefined ? `; the gate halts above ${pct(t.max_crash_rate)}` : ""}`,
+      ),
+    );
+  }
   parts.push(chartBox);
   // Per release and variant.
   const rows: (Node | string)[][] = [];
@@ -210,6 +226,7 @@ function healthData(
         String(v.loads),
         pct(v.failure_rate),
         pct(v.fallback_rate),
+        v.crashes ? `${v.crashes} on ${v.crash_devices} devices` : "0",
         ms(v.load_ms?.p50),
         ms(v.load_ms?.p95),
         (v.top_error_codes as Json[]).map((c) => `${c.code} ×${c.count}`).join(", "),
@@ -227,7 +244,7 @@ function healthData(
   parts.push(
     el("h3", {}, "By variant"),
     rows.length
-      ? table("health-variants", ["release", "variant", "delegate", "loads", "failures", "fallbacks", "p50", "p95", "top errors"], rows)
+      ? table("health-variants", ["release", "variant", "delegate", "loads", "failures", "fallbacks", "crashes", "p50", "p95", "top errors"], rows)
       : el("p", { id: "health-empty" }, "No telemetry with receipts yet."),
   );
   parts.push(...latencyTables(h.releases as Json[], role));
@@ -273,14 +290,15 @@ function healthData(
     );
   }
   // By device model, all variants together.
-  const byModel = new Map<string, { loads: number; failures: number; fallbacks: number }>();
+  const byModel = new Map<string, { loads: number; failures: number; fallbacks: number; crashes: number }>();
   for (const r of h.releases as Json[]) {
     for (const v of r.variants as Json[]) {
       for (const [dm, c] of Object.entries(v.by_device_model ?? {}) as [string, Json][]) {
-        const e = byModel.get(dm) ?? { loads: 0, failures: 0, fallbacks: 0 };
+        const e = byModel.get(dm) ?? { loads: 0, failures: 0, fallbacks: 0, crashes: 0 };
         e.loads += c.loads;
         e.failures += c.load_failures;
         e.fallbacks += c.fallbacks;
+        e.crashes += c.crashes ?? 0;
         byModel.set(dm, e);
       }
     }
@@ -290,12 +308,13 @@ function healthData(
       el("h3", {}, "By device model"),
       table(
         "by-device-model",
-        ["device model", "loads", "failure rate", "fallback rate"],
+        ["device model", "loads", "failure rate", "fallback rate", "crashes"],
         [...byModel.entries()].map(([dm, e]) => [
           dm,
           String(e.loads),
           pct(rate(e.failures, e.loads)),
           pct(rate(e.fallbacks, e.loads)),
+          String(e.crashes),
         ]),
       ),
     );

@@ -50,6 +50,15 @@ function gateRows(t: Json, h: Json): (Node | string)[][] {
       );
     }
   }
+  if (t.max_crash_rate !== undefined && t.max_crash_rate !== null) {
+    const c = h?.crash;
+    row(
+      "devices crashed (native)",
+      c ? `${pct(c.staged_rate)} (${c.staged_crashed} of ${c.staged_devices}; baseline ${pct(c.baseline_rate)})` : "–",
+      `at most ${pct(t.max_crash_rate)} (from 3 devices)`,
+      !!c && c.staged_crashed >= 3 && c.staged_rate > t.max_crash_rate,
+    );
+  }
   if (t.max_latency_ratio !== undefined && t.max_latency_ratio !== null) {
     const l = h?.latency;
     row(

@@ -102,6 +102,9 @@ function gatesText(t: Json): string {
   if (t?.max_latency_ratio) {
     parts.push(`field latency ≤ ${t.max_latency_ratio}× the baseline's`);
   }
+  if (t?.max_crash_rate !== undefined) {
+    parts.push(`devices crashed ≤ ${pct(t.max_crash_rate)}`);
+  }
   return `gates: ${parts.join(", ")}`;
 }
 
@@ -147,6 +150,7 @@ function rolloutControls(name: string, releases: Json[], onDone: (plan: Json) =>
   const samples = textInput("rollout-min-samples", "e.g. 200", "numeric");
   const regression = textInput("rollout-max-regression", "e.g. 1.5", "decimal");
   const latency = textInput("rollout-max-latency", "e.g. 1.3", "decimal");
+  const crash = textInput("rollout-max-crash", "default 1", "decimal");
   const supersede = el("input", { id: "rollout-supersede", type: "checkbox" }) as HTMLInputElement;
   const install = textInput("rollout-install", "install id");
   const expires = textInput("rollout-expires", "hours, or 30m, 7d; empty: until unpinned");
@@ -165,6 +169,7 @@ function rolloutControls(name: string, releases: Json[], onDone: (plan: Json) =>
       labelled("min samples per step", samples),
       labelled("halt above failure rate × baseline", regression),
       labelled("halt above field latency × baseline", latency),
+      labelled("halt above devices crashed (%)", crash),
     ),
     supersede: labelled("supersede a rollout in progress", supersede),
     percent: labelled("percent", percent),
@@ -204,6 +209,7 @@ function rolloutControls(name: string, releases: Json[], onDone: (plan: Json) =>
         ["min_samples", samples, "min samples", 1],
         ["max_regression", regression, "the ratio to the baseline", 1],
         ["max_latency_ratio", latency, "the latency ratio", 1],
+        ["max_crash_rate", crash, "the crash rate", 0.01],
       ];
       for (const [k, input, what, scale] of gates) {
         const v = numberOf(input, what, scale);

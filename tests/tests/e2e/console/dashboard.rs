@@ -358,6 +358,19 @@ fn first_pass(app: &TestApp, lines: &[serde_json::Value], before: f64) {
 
 /// The health page's deny list and field-latency tables, as the browser read them.
 fn health_tables(health: &serde_json::Value) {
+    // The crashes: counted on the variant, and the staged release against the baseline.
+    let variants = health["variants"].as_array().expect("variants");
+    assert!(
+        variants
+            .iter()
+            .any(|r| r[1] == "vulkan-fp32" && r[6] == "2 on 2 devices"),
+        "{variants:?}"
+    );
+    let crashes = health["crashes"].as_str().unwrap_or_default();
+    assert!(
+        crashes.starts_with("Native crashes: staged 2 of ") && crashes.contains("baseline 0 of"),
+        "{crashes}"
+    );
     let deny = health["deny"].as_array().expect("deny");
     assert!(
         deny.iter().any(|r| r[2] == "SoC SM8350"
@@ -443,6 +456,28 @@ fn fail_on_one_soc(app: &TestApp) -> String {
         Some(ADMIN_TOKEN),
     );
     assert_eq!(s, 200, "{body}");
+    // Two staged devices on SM8350 report that Vulkan crashed the app natively.
+    let crashes: Vec<_> = (0..2)
+        .map(|i| {
+            event("crash", "failed", "vulkan-fp32", &format!("ui-crash-{i}"), "SM8350")
+                .as_object()
+                .cloned()
+                .map(|mut e| {
+                    e.remove("load_ms");
+                    e.insert("error_code".into(), "crashed".into());
+                    serde_json::Value::Object(e)
+                })
+                .expect("object")
+        })
+        .collect();
+    let (s, body) = app.post_raw(
+        "/v1/telemetry",
+        &serde_json::to_vec(&serde_json::json!({ "events": app.with_receipts(&crashes) }))
+            .expect("json"),
+        None,
+    );
+    assert_eq!((s, &body["rejected"]), (200, &serde_json::json!([])), "{body}");
+    app.settle();
 
     r["current"]["reason"].as_str().expect("reason").to_string()
 }
