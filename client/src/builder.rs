@@ -36,6 +36,7 @@ pub struct ClientBuilder {
     root_certs: Vec<Vec<u8>>,
     autosend: bool,
     time_runs: bool,
+    record_flights: bool,
     sdk: String,
 }
 
@@ -65,6 +66,7 @@ impl ClientBuilder {
             root_certs: Vec::new(),
             autosend: false,
             time_runs: true,
+            record_flights: true,
             sdk: RUST_SDK.to_string(),
         }
     }
@@ -157,6 +159,16 @@ impl ClientBuilder {
         self
     }
 
+    /// Whether each native step of a load and each run is marked in the cache's flight
+    /// recorder (default on; see docs/client.md, "Crash-safe loading"). Off, a variant that
+    /// crashes this process natively is loaded again at the next launch, and crashes again:
+    /// turn it off only to measure what it costs. Crashes other processes recorded are still
+    /// honoured.
+    pub fn record_flights(mut self, on: bool) -> Self {
+        self.record_flights = on;
+        self
+    }
+
     /// Trust this CA certificate (DER) for HTTPS in addition to nothing else (replaces the
     /// built-in web roots).
     pub fn root_certificate_der(mut self, der: Vec<u8>) -> Self {
@@ -233,6 +245,7 @@ impl ClientBuilder {
             agent,
             time_agent,
             flights: Arc::new(crate::crash::flight::Recorder::new(&cache_dir)),
+            record_flights: self.record_flights,
             crash_ledger: crate::crash::ledger::Ledger::new(&cache_dir),
             telemetry: Arc::new(telemetry::TelemetryQueue::new(
                 &cache_dir,

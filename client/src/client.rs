@@ -50,6 +50,8 @@ pub struct Client {
     pub(crate) time: Arc<timekeeping::TimeKeeper>,
     /// The flight recorder's slots in the cache (`crash/flight.rs`).
     pub(crate) flights: Arc<crate::crash::flight::Recorder>,
+    /// Whether native steps are marked ([`crate::ClientBuilder::record_flights`]).
+    pub(crate) record_flights: bool,
     /// The crashes found on this device (`crash/ledger.rs`).
     pub(crate) crash_ledger: crate::crash::ledger::Ledger,
 }

@@ -6,9 +6,10 @@
 //!     │ verify decision (online key, expiry, sequence) and release (release key)
 //!     ▼
 //!   for each candidate, best first:
+//!     crashed this app before (same versions)? ── yes ──► passed over, attempt `crashed`
 //!     cached and intact? ── no ──► resumable download into .part, hashed while streaming
 //!     open program → compare method backends with the registered ones → load method
-//!     golden check (when the manifest has one)
+//!     golden check (when the manifest has one); each native step marked in flight
 //!     ok ──► record as last known good, queue telemetry, return
 //!     failed ──► queue telemetry (load failed, fallback from → to), next candidate
 //! ```

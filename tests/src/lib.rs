@@ -103,6 +103,26 @@ pub fn pte_fixtures() -> Vec<Fixture> {
     out
 }
 
+/// Builds `tests/c/crash_preload.c` (a driver bug on demand: preloaded into an app process, it
+/// raises a signal or hangs inside the runtime's own read of one file; see its header) once
+/// per test process, and returns the library's path.
+pub fn crash_preload() -> &'static Path {
+    static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    LIB.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let out = root.join("../target/crash_preload.so");
+        let status = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o"])
+            .arg(&out)
+            .arg(root.join("c/crash_preload.c"))
+            .arg("-ldl")
+            .status()
+            .expect("cc");
+        assert!(status.success(), "the preload library builds");
+        out
+    })
+}
+
 /// Builds the C library of the client (`libferry_client_ffi`; `cargo test` builds rlibs, not
 /// another package's cdylib) and returns the folder it is in (the profile folder of the running
 /// test binary).

@@ -6,6 +6,8 @@
 //! <root>/releases/sha256/<hex>.json  signed release envelopes, by the digest of their bytes
 //! <root>/index.json                  which release/variant each model uses, LRU stamps
 //! <root>/telemetry/queue.ndjson      queued telemetry events
+//! <root>/flights/<random>.flight     the flight recorder's slots (crate::crash::flight)
+//! <root>/crashes.json                variants that crashed this app (crate::crash::ledger)
 //! ```
 //!
 //! Every file is written with [`write_durable`] (temporary file, fsync, rename, folder fsync),

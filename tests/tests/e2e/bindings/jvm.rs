@@ -297,3 +297,81 @@ fn java_runs_tensors_of_every_element_type_through_the_binding() {
         }
     }
 }
+
+/// A JVM app whose native code crashes dies with it (the driver bug inside ExecuTorch's own
+/// read of the first variant, raised by `tests/c/crash_preload.c`); the next JVM start passes
+/// over that variant through the same C ABI, names the crash in its report, and an app that
+/// forgets the crash gets the variant again.
+#[test]
+fn a_jvm_app_that_crashes_natively_passes_over_the_variant_at_its_next_start() {
+    let target = ferry_tests::ffi_library_dir();
+    let work = tempfile::tempdir().expect("tmp");
+    let classes = compile(work.path());
+    let app = TestApp::start();
+    let xnn = |id: &str, file: &str| variant(id, file, Delegate::Xnnpack, ">=1.0.0", "*");
+    app.publish(&ferry_tests::releases::release(
+        "crashy",
+        "1.0.0",
+        vec![
+            xnn("xnnpack-int8", "mlp-v1-xnnpack-int8.pte"),
+            xnn("xnnpack-fp32", "mlp-v1-xnnpack.pte"),
+        ],
+    ));
+    let launch = |cache: &str, crash: Option<&str>, extra: &[&str]| {
+        let mut cmd = java(&classes, &target, "CrashLoad", &app);
+        cmd.arg(work.path().join(cache)).arg("crashy").args(extra);
+        if let Some(digest) = crash {
+            cmd.env("LD_PRELOAD", ferry_tests::crash_preload())
+                .env("FERRY_CRASH_PATH", digest)
+                .env("FERRY_CRASH_HOW", "segv");
+        }
+        let out = cmd.output().expect("run java");
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    // A clean start: the first candidate, and its file.
+    let (status, clean) = launch("clean", None, &[]);
+    assert!(status.success(), "{clean}");
+    let first = clean
+        .lines()
+        .find_map(|l| l.strip_prefix("variant="))
+        .expect("variant")
+        .to_string();
+    let digest = std::fs::read_dir(work.path().join("clean/blobs/sha256"))
+        .expect("blobs")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.len() == 64)
+        .expect("the loaded file");
+    // The crash takes the JVM down.
+    let (status, out) = launch("app", Some(&digest), &[]);
+    assert!(
+        !status.success(),
+        "the JVM died with its native code: {out}"
+    );
+    assert!(!out.contains("variant="), "{out}");
+    // The next JVM start, the driver bug still there: the other variant, the crash named.
+    let (status, out) = launch("app", Some(&digest), &[]);
+    assert!(status.success(), "{out}");
+    let variant = out
+        .lines()
+        .find_map(|l| l.strip_prefix("variant="))
+        .expect("variant");
+    assert_ne!(variant, first, "{out}");
+    let report: serde_json::Value = serde_json::from_str(
+        out.lines()
+            .find_map(|l| l.strip_prefix("report="))
+            .expect("report"),
+    )
+    .expect("report JSON");
+    assert_eq!(report["attempts"][0]["variant"], first.as_str(), "{report}");
+    assert_eq!(report["attempts"][0]["error_code"], "crashed", "{report}");
+    assert_eq!(report["attempts"][0]["stage"], "load_program", "{report}");
+    // The app forgets the crash (the bug is gone): the first variant again.
+    let (status, out) = launch("app", None, &["forget"]);
+    assert!(status.success(), "{out}");
+    assert!(out.contains("forgotten=1"), "{out}");
+    assert!(out.contains(&format!("variant={first}")), "{out}");
+}

@@ -4,32 +4,13 @@
 //! processes of one app on one cache. The app is `crash-child`.
 
 use std::os::unix::process::ExitStatusExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use ferry_shared::manifest::Delegate;
 use ferry_tests::app::{ADMIN_TOKEN, Options, TestApp};
 use ferry_tests::releases::{release, variant};
-
-/// The preload library, built once per test run.
-fn preload() -> &'static Path {
-    static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let out = root.join("../target/crash_preload.so");
-        let status = Command::new("cc")
-            .args(["-shared", "-fPIC", "-O1", "-Wall", "-o"])
-            .arg(&out)
-            .arg(root.join("c/crash_preload.c"))
-            .arg("-ldl")
-            .status()
-            .expect("cc");
-        assert!(status.success(), "the preload library builds");
-        out
-    })
-}
 
 /// A server with `crashy` 1.0.0: two XNNPACK variants of the MLP (int8 and fp32).
 fn server() -> TestApp {
@@ -62,7 +43,7 @@ fn launch(app: &TestApp, cache: &Path, fault: Fault<'_>, env: &[(&str, &str)]) -
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some((path, how)) = fault {
-        cmd.env("LD_PRELOAD", preload())
+        cmd.env("LD_PRELOAD", ferry_tests::crash_preload())
             .env("FERRY_CRASH_PATH", path)
             .env("FERRY_CRASH_HOW", how);
     }

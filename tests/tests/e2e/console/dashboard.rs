@@ -459,15 +459,21 @@ fn fail_on_one_soc(app: &TestApp) -> String {
     // Two staged devices on SM8350 report that Vulkan crashed the app natively.
     let crashes: Vec<_> = (0..2)
         .map(|i| {
-            event("crash", "failed", "vulkan-fp32", &format!("ui-crash-{i}"), "SM8350")
-                .as_object()
-                .cloned()
-                .map(|mut e| {
-                    e.remove("load_ms");
-                    e.insert("error_code".into(), "crashed".into());
-                    serde_json::Value::Object(e)
-                })
-                .expect("object")
+            event(
+                "crash",
+                "failed",
+                "vulkan-fp32",
+                &format!("ui-crash-{i}"),
+                "SM8350",
+            )
+            .as_object()
+            .cloned()
+            .map(|mut e| {
+                e.remove("load_ms");
+                e.insert("error_code".into(), "crashed".into());
+                serde_json::Value::Object(e)
+            })
+            .expect("object")
         })
         .collect();
     let (s, body) = app.post_raw(
@@ -476,7 +482,11 @@ fn fail_on_one_soc(app: &TestApp) -> String {
             .expect("json"),
         None,
     );
-    assert_eq!((s, &body["rejected"]), (200, &serde_json::json!([])), "{body}");
+    assert_eq!(
+        (s, &body["rejected"]),
+        (200, &serde_json::json!([])),
+        "{body}"
+    );
     app.settle();
 
     r["current"]["reason"].as_str().expect("reason").to_string()

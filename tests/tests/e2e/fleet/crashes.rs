@@ -205,6 +205,29 @@ fn a_variant_that_crashes_on_one_soc_is_ranked_after_the_next_there_on_every_rep
     assert_eq!(vulkan["by_soc"]["SOC-CRASH"]["crashes"], 20);
     assert_eq!(vulkan["by_soc"]["SOC-OK"]["crashes"], 0);
     assert_eq!(vulkan["crash_stages"]["load_method"], 20);
+    // The raw events, read by DuckDB with the documented query: the 20 counted crashes (the
+    // forged ones are there too, not counted).
+    let query = &super::telemetry_parquet::documented_queries(&app.store_dir())["crashes_by_soc"];
+    let mut rows = Vec::new();
+    until("the crash events are in the Parquet log", || {
+        rows = ferry_tests::duckdb::query(query);
+        rows.first().is_some_and(|r| r["devices"] == 20)
+    });
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (
+            &rows[0]["soc"],
+            &rows[0]["variant"],
+            &rows[0]["stage"],
+            &rows[0]["crashes"]
+        ),
+        (
+            &serde_json::json!("SOC-CRASH"),
+            &serde_json::json!("vulkan-fp32"),
+            &serde_json::json!("load_method"),
+            &serde_json::json!(20)
+        )
+    );
 
     // An operator overrides both entries: Vulkan is first again on every replica.
     for (class, value) in [("soc", "SOC-CRASH"), ("device_model", "phone-SOC-CRASH")] {

@@ -17,7 +17,7 @@ fn now_rfc3339() -> String {
 
 /// The SQL blocks of `docs/telemetry.md`, by their `-- query: NAME` label, reading `root`'s
 /// store instead of `data/store`.
-fn documented_queries(root: &std::path::Path) -> BTreeMap<String, String> {
+pub(crate) fn documented_queries(root: &std::path::Path) -> BTreeMap<String, String> {
     let doc = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/telemetry.md"),
     )
@@ -144,6 +144,7 @@ fn documented_queries_agree(root: &std::path::Path, sent: &Sent) {
     assert_eq!(
         queries.keys().map(String::as_str).collect::<Vec<_>>(),
         [
+            "crashes_by_soc",
             "failures_by_stage",
             "fallback_by_soc",
             "load_p95_by_device",
