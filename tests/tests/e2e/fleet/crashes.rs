@@ -187,6 +187,33 @@ fn a_variant_that_crashes_on_one_soc_is_ranked_after_the_next_there_on_every_rep
         .filter(|h| h["action"] == "telemetry")
         .count();
     assert_eq!(revisions, 1, "{list:#}");
+    health_and_parquet_count_the_crashes(&app);
+
+    // An operator overrides both entries: Vulkan is first again on every replica.
+    for (class, value) in [("soc", "SOC-CRASH"), ("device_model", "phone-SOC-CRASH")] {
+        let change = serde_json::json!({"action": "override", "release": "1.0.0",
+            "variant": "vulkan-fp32", "class": class, "value": value,
+            "kind": "crashed_in_field"});
+        let (s, b) = app.post_raw(
+            "/v1/admin/models/mlp/deny",
+            &serde_json::to_vec(&change).expect("json"),
+            Some(ADMIN_TOKEN),
+        );
+        assert_eq!(s, 200, "{b}");
+    }
+    for url in &urls {
+        until(&format!("{url} restores Vulkan first"), || {
+            ranked(&app, url, "SOC-CRASH").0[0] == "vulkan-fp32"
+        });
+    }
+    for r in replicas {
+        r.stop();
+    }
+}
+
+/// The health view counts the 20 crashes (release, variant, SoC, stage), and DuckDB reads them
+/// from the Parquet log with the documented query (the forged ones are there, not counted).
+fn health_and_parquet_count_the_crashes(app: &TestApp) {
     until("the health view has every replica's crashes", || {
         let (_, h) = app.get_json("/v1/admin/models/mlp/health", Some(ADMIN_TOKEN));
         h["releases"][0]["crashes"] == 20
@@ -228,27 +255,6 @@ fn a_variant_that_crashes_on_one_soc_is_ranked_after_the_next_there_on_every_rep
             &serde_json::json!(20)
         )
     );
-
-    // An operator overrides both entries: Vulkan is first again on every replica.
-    for (class, value) in [("soc", "SOC-CRASH"), ("device_model", "phone-SOC-CRASH")] {
-        let change = serde_json::json!({"action": "override", "release": "1.0.0",
-            "variant": "vulkan-fp32", "class": class, "value": value,
-            "kind": "crashed_in_field"});
-        let (s, b) = app.post_raw(
-            "/v1/admin/models/mlp/deny",
-            &serde_json::to_vec(&change).expect("json"),
-            Some(ADMIN_TOKEN),
-        );
-        assert_eq!(s, 200, "{b}");
-    }
-    for url in &urls {
-        until(&format!("{url} restores Vulkan first"), || {
-            ranked(&app, url, "SOC-CRASH").0[0] == "vulkan-fp32"
-        });
-    }
-    for r in replicas {
-        r.stop();
-    }
 }
 
 #[test]
