@@ -205,9 +205,11 @@ impl Client {
                 reason: "every variant the server offered crashed this app before or failed"
                     .to_string(),
             };
-            if let Ok(Ok(loaded)) =
+            if let Ok(Ok(mut loaded)) =
                 self.load_cached(model, device, source, attempts.clone(), load_started)
             {
+                // The candidates passed over, as for any other fallback.
+                loaded.attempts = attempts;
                 return Ok(loaded);
             }
         }

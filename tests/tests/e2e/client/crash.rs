@@ -316,3 +316,63 @@ fn a_corrupted_file_is_refetched_not_blamed() {
         digest
     );
 }
+
+#[test]
+fn when_a_new_release_crashes_on_every_candidate_the_last_known_good_serves() {
+    let app = TestApp::start();
+    let v = |id: &str, file: &str, d: Delegate| variant(id, file, d, ">=1.0.0", "*");
+    app.publish(&release(
+        "crashy",
+        "1.0.0",
+        vec![v(
+            "portable-fp32",
+            "mlp-v1-portable.pte",
+            Delegate::Portable,
+        )],
+    ));
+    let cache = tempfile::tempdir().expect("cache");
+    let (_, line) = run_app(&app, cache.path(), None, &[]);
+    assert_eq!(line["variant"], "portable-fp32", "{line}");
+    // 2.0.0 ships: both its XNNPACK variants crash this device's driver.
+    app.publish(&release(
+        "crashy",
+        "2.0.0",
+        vec![
+            v("xnnpack-int8", "mlp-v1-xnnpack-int8.pte", Delegate::Xnnpack),
+            v("xnnpack-fp32", "mlp-v1-xnnpack.pte", Delegate::Xnnpack),
+        ],
+    ));
+    app.ship_model("crashy", "2.0.0");
+    let digest = |file: &str| {
+        ferry_client::cache::hash_file(&ferry_tests::fixtures_dir().join("pte").join(file))
+            .expect("hash")
+            .to_hex()
+    };
+    let (int8, fp32) = (
+        digest("mlp-v1-xnnpack-int8.pte"),
+        digest("mlp-v1-xnnpack.pte"),
+    );
+    // Each launch crashes on the next candidate it tries (the one not yet passed over).
+    for d in [&int8, &fp32] {
+        let (got, line) = run_app(&app, cache.path(), Some((d, "segv")), &[]);
+        assert_eq!(got, Some(11), "{line}");
+    }
+    let (got, line) = run_app(&app, cache.path(), Some((&int8, "segv")), &[]);
+    assert_eq!(got, None, "{line}");
+    assert_eq!(line["ok"], true, "{line}");
+    assert_eq!(
+        line["release"], "1.0.0",
+        "the last known good serves: {line}"
+    );
+    assert_eq!(line["variant"], "portable-fp32", "{line}");
+    assert!(
+        line["source"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("LastKnownGood"),
+        "{line}"
+    );
+    let codes = attempt_codes(&line);
+    assert_eq!(codes.len(), 2, "{line}");
+    assert!(codes.iter().all(|(_, c, _)| c == "crashed"), "{line}");
+}
