@@ -247,6 +247,7 @@ impl ClientBuilder {
             flights: Arc::new(crate::crash::flight::Recorder::new(&cache_dir)),
             record_flights: self.record_flights,
             crash_ledger: crate::crash::ledger::Ledger::new(&cache_dir),
+            unsaved_crashes: Mutex::new(Vec::new()),
             telemetry: Arc::new(telemetry::TelemetryQueue::new(
                 &cache_dir,
                 self.max_telemetry_events,

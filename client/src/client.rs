@@ -54,6 +54,8 @@ pub struct Client {
     pub(crate) record_flights: bool,
     /// The crashes found on this device (`crash/ledger.rs`).
     pub(crate) crash_ledger: crate::crash::ledger::Ledger,
+    /// Crashes found this run that the cache could not keep (they stand for this process).
+    pub(crate) unsaved_crashes: Mutex<Vec<crate::crash::ledger::CrashRecord>>,
 }
 
 impl Client {

@@ -4,8 +4,9 @@
 use ferry_shared::errors::ErrorCode;
 use std::path::PathBuf;
 
-/// The step of a load at which a candidate failed.
+/// The step of a load at which a candidate failed (later versions may add steps).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
 #[serde(rename_all = "snake_case")]
 pub enum Stage {
     /// Asking the server which variants fit (only for the last-known-good path).
@@ -90,8 +91,10 @@ pub struct Attempt {
     pub duration_ms: f64,
 }
 
-/// Everything that can go wrong.
+/// Everything that can go wrong (later versions may add errors: match on [`ClientError::code`]
+/// or keep a catch-all arm).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     /// The builder was given something unusable.
     #[error("invalid client configuration: {0}")]

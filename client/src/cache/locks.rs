@@ -5,12 +5,14 @@
 //! takes it exclusively or skips it), and the telemetry queue is changed under
 //! `telemetry/queue.lock`.
 //!
-//! These are the kernel's advisory locks (`flock` on Linux and Apple platforms, `LockFileEx` on
-//! Windows) through `std::fs::File::lock`: a process that dies, even by SIGKILL, releases them,
-//! so nothing stays locked. A filesystem that cannot lock (some network and FUSE mounts) is
+//! These are the kernel's advisory locks (`flock(2)` on every unix, Android and Apple
+//! platforms included; `LockFileEx` on Windows, through `std::fs::File::lock`): a process that
+//! dies, even by SIGKILL, releases them, so nothing stays locked. On unix `flock` is called
+//! directly, because std's `File::lock` family returns `Unsupported` on Android before Rust
+//! 1.98 (rust-lang/rust#148325). A filesystem that cannot lock (some network and FUSE mounts) is
 //! reported as `cache_lock_unsupported`.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -25,16 +27,90 @@ pub struct FileLock {
 
 impl Drop for FileLock {
     fn drop(&mut self) {
-        let _ = self.file.unlock();
+        let _ = os::unlock(&self.file);
+    }
+}
+
+/// The lock calls themselves.
+#[cfg(unix)]
+mod os {
+    use std::fs::File;
+    use std::io;
+    use std::os::fd::AsRawFd as _;
+
+    #[allow(unsafe_code)]
+    fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
+        loop {
+            // SAFETY: `flock` on a descriptor the `File` owns and keeps open for the call.
+            if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
+    pub(super) fn lock(file: &File) -> io::Result<()> {
+        flock(file, libc::LOCK_EX)
+    }
+
+    pub(super) fn lock_shared(file: &File) -> io::Result<()> {
+        flock(file, libc::LOCK_SH)
+    }
+
+    /// `Ok(false)` when another holder has a lock on it.
+    pub(super) fn try_lock(file: &File) -> io::Result<bool> {
+        match flock(file, libc::LOCK_EX | libc::LOCK_NB) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(super) fn unlock(file: &File) -> io::Result<()> {
+        flock(file, libc::LOCK_UN)
+    }
+}
+
+/// The lock calls themselves.
+#[cfg(not(unix))]
+mod os {
+    use std::fs::{File, TryLockError};
+    use std::io;
+
+    pub(super) fn lock(file: &File) -> io::Result<()> {
+        file.lock()
+    }
+
+    pub(super) fn lock_shared(file: &File) -> io::Result<()> {
+        file.lock_shared()
+    }
+
+    pub(super) fn try_lock(file: &File) -> io::Result<bool> {
+        match file.try_lock() {
+            Ok(()) => Ok(true),
+            Err(TryLockError::WouldBlock) => Ok(false),
+            Err(TryLockError::Error(e)) => Err(e),
+        }
+    }
+
+    pub(super) fn unlock(file: &File) -> io::Result<()> {
+        file.unlock()
+    }
+}
+
+/// An exclusive lock on `file` if no one holds any lock on it now (`None`: someone does).
+pub(crate) fn try_lock_file(file: File, path: &Path) -> Result<Option<FileLock>, ClientError> {
+    match os::try_lock(&file) {
+        Ok(true) => Ok(Some(FileLock { file })),
+        Ok(false) => Ok(None),
+        Err(e) => Err(lock_error(path, e)),
     }
 }
 
 impl FileLock {
-    /// A lock this process took on `file` itself.
-    pub(crate) fn from_file(file: File) -> Self {
-        Self { file }
-    }
-
     /// The locked file.
     pub fn file(&self) -> &File {
         &self.file
@@ -75,25 +151,20 @@ fn open(path: &Path) -> Result<File, ClientError> {
 /// Waits for an exclusive lock on `path` (created when missing).
 pub(crate) fn exclusive(path: &Path) -> Result<FileLock, ClientError> {
     let file = open(path)?;
-    file.lock().map_err(|e| lock_error(path, e))?;
+    os::lock(&file).map_err(|e| lock_error(path, e))?;
     Ok(FileLock { file })
 }
 
 /// Waits for a shared lock on `path` (created when missing).
 pub(crate) fn shared(path: &Path) -> Result<FileLock, ClientError> {
     let file = open(path)?;
-    file.lock_shared().map_err(|e| lock_error(path, e))?;
+    os::lock_shared(&file).map_err(|e| lock_error(path, e))?;
     Ok(FileLock { file })
 }
 
 /// An exclusive lock on `path` if no one holds any lock on it now.
 pub(crate) fn try_exclusive(path: &Path) -> Result<Option<FileLock>, ClientError> {
-    let file = open(path)?;
-    match file.try_lock() {
-        Ok(()) => Ok(Some(FileLock { file })),
-        Err(TryLockError::WouldBlock) => Ok(None),
-        Err(TryLockError::Error(e)) => Err(lock_error(path, e)),
-    }
+    try_lock_file(open(path)?, path)
 }
 
 /// What [`try_exclusive_existing`] found.
@@ -123,11 +194,10 @@ fn exclusive_existing(path: &Path, write: bool) -> Result<Exclusive, ClientError
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Exclusive::Missing),
         Err(e) => return Err(ClientError::io(path, e)),
     };
-    match file.try_lock() {
-        Ok(()) => Ok(Exclusive::Locked(FileLock { file })),
-        Err(TryLockError::WouldBlock) => Ok(Exclusive::Held),
-        Err(TryLockError::Error(e)) => Err(lock_error(path, e)),
-    }
+    Ok(match try_lock_file(file, path)? {
+        Some(l) => Exclusive::Locked(l),
+        None => Exclusive::Held,
+    })
 }
 
 /// An exclusive lock on `path`, waiting at most `wait` (polling); `None` when another process
@@ -158,7 +228,7 @@ pub(crate) fn shared_existing(path: &Path) -> Result<Option<FileLock>, ClientErr
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(ClientError::io(path, e)),
     };
-    file.lock_shared().map_err(|e| lock_error(path, e))?;
+    os::lock_shared(&file).map_err(|e| lock_error(path, e))?;
     // Eviction may have removed the file between the open and the lock.
     if !same_file(&file, path) {
         return Ok(None);

@@ -1,8 +1,10 @@
 //! The crashes this device had: which variant took the process down, at which stage, under
 //! which app, runtime and OS versions. A load passes over a variant listed here while those
-//! versions are the same ([`CrashRecord::holds_for`]); after one changes, the variant is tried
-//! once more (a driver or runtime update often fixes a crash), and a load that succeeds takes it
-//! off the list.
+//! versions are the same ([`CrashRecord::holds_for`]) and the crash stands
+//! ([`CrashRecord::stands`]: a crash during a run must happen twice in a row, because an
+//! ordinary kill of the app during a run leaves the same mark); after a version changes, the
+//! variant is tried once more (a driver or runtime update often fixes a crash), and a load that
+//! succeeds takes it off the list.
 //!
 //! `<root>/crashes.json`, changed under the exclusive lock on `<root>/crashes.lock` and written
 //! durably, shared by the app's processes like the rest of the cache.
@@ -18,6 +20,9 @@ use crate::error::{ClientError, Stage};
 
 /// Most crashes kept (the oldest go first).
 pub const MAX_CRASHES: usize = 64;
+
+/// The largest crash list read; a larger file is not this client's and is started afresh.
+const MAX_LEDGER_BYTES: u64 = 256 << 10;
 
 /// One variant that crashed the app on this device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,6 +50,16 @@ pub struct CrashRecord {
     pub runtime_version: String,
     /// The OS version then.
     pub os_version: String,
+    /// Crashes of the variant in a row at this stage under these versions.
+    #[serde(default = "one")]
+    pub count: u32,
+    /// Runs the loaded model had completed before a crash during a run.
+    #[serde(default)]
+    pub runs_before: u64,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl CrashRecord {
@@ -52,6 +67,14 @@ impl CrashRecord {
     /// runtime or OS update) earns the variant one more try.
     pub fn holds_for(&self, app: &str, runtime: &str, os: &str) -> bool {
         self.app_version == app && self.runtime_version == runtime && self.os_version == os
+    }
+
+    /// Whether the crash is the variant's beyond doubt: a crash while loading (no app is killed
+    /// by its user in the middle of a load often), the first run after a load, or a crash during
+    /// a run twice in a row (an ordinary kill of the app, by its user or the OS, during a run
+    /// leaves the same mark as a crash).
+    pub fn stands(&self) -> bool {
+        self.stage != Stage::Run.as_str() || self.runs_before == 0 || self.count >= 2
     }
 
     /// The stage it crashed in (`execute` for a name this version does not know).
@@ -84,10 +107,14 @@ impl Ledger {
     }
 
     fn read_file(&self) -> LedgerFile {
-        std::fs::read(&self.path)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default()
+        use std::io::Read as _;
+        let mut bytes = Vec::new();
+        let read = std::fs::File::open(&self.path)
+            .and_then(|f| f.take(MAX_LEDGER_BYTES + 1).read_to_end(&mut bytes));
+        if read.is_err() || bytes.len() as u64 > MAX_LEDGER_BYTES {
+            return LedgerFile::default();
+        }
+        serde_json::from_slice(&bytes).unwrap_or_default()
     }
 
     /// The crashes recorded (an unreadable list is empty).
@@ -99,34 +126,38 @@ impl Ledger {
             .collect()
     }
 
-    /// Changes the list under the lock: `f` gets the records this version can read and says
-    /// which records to drop (by digest) and which to add (replacing any of the same digest).
+    /// Changes the list under the lock: drops the records `drop` says (records this version
+    /// cannot read are kept), then adds what `add` makes of the records left (replacing any of
+    /// the same digest). Returns how many were dropped.
     pub(crate) fn update(
         &self,
-        f: impl FnOnce(&[CrashRecord]) -> (Vec<Sha256Digest>, Vec<CrashRecord>),
+        drop: &dyn Fn(&CrashRecord) -> bool,
+        add: impl FnOnce(&[CrashRecord]) -> Vec<CrashRecord>,
     ) -> Result<usize, ClientError> {
         let _held = locks::exclusive(&self.lock)?;
         let mut file = self.read_file();
+        let before = file.crashes.len();
+        file.crashes.retain(|v| {
+            serde_json::from_value::<CrashRecord>(v.clone()).map_or(true, |r| !drop(&r))
+        });
+        let removed = before - file.crashes.len();
         let known: Vec<CrashRecord> = file
             .crashes
             .iter()
             .filter_map(|v| serde_json::from_value(v.clone()).ok())
             .collect();
-        let (drop, add) = f(&known);
-        if drop.is_empty() && add.is_empty() {
+        let added = add(&known);
+        if removed == 0 && added.is_empty() {
             return Ok(0);
         }
-        let digest_of = |v: &serde_json::Value| {
-            v.get("sha256")
-                .and_then(|d| d.as_str())
-                .and_then(|d| d.parse::<Sha256Digest>().ok())
-        };
-        let before = file.crashes.len();
         file.crashes.retain(|v| {
-            digest_of(v).is_none_or(|d| !drop.contains(&d) && !add.iter().any(|a| a.sha256 == d))
+            let digest = v
+                .get("sha256")
+                .and_then(|d| d.as_str())
+                .and_then(|d| d.parse::<Sha256Digest>().ok());
+            digest.is_none_or(|d| !added.iter().any(|a| a.sha256 == d))
         });
-        let removed = before - file.crashes.len();
-        for a in add {
+        for a in added {
             file.crashes
                 .push(serde_json::to_value(a).map_err(|e| ClientError::Config(e.to_string()))?);
         }

@@ -21,21 +21,27 @@ impl Client {
     /// The variants that crashed this app on this device, oldest first, whether or not they
     /// still hold for the current versions.
     pub fn crashes(&self) -> Vec<CrashRecord> {
-        self.crash_ledger.read()
+        self.known_crashes()
+    }
+
+    /// The crash list, with the crashes found this run that the cache could not keep (a full
+    /// disk): they still stand for this process.
+    pub(crate) fn known_crashes(&self) -> Vec<CrashRecord> {
+        let mut list = self.crash_ledger.read();
+        for c in ferry_shared::sync::lock(&self.unsaved_crashes).iter() {
+            list.retain(|k| k.sha256 != c.sha256);
+            list.push(c.clone());
+        }
+        list
     }
 
     /// Forgets the crashes of `model` (every model: `None`), so its crashed variants are tried
     /// again on the next load (after the app shipped a fix of its own, say). Returns how many
     /// were forgotten.
     pub fn forget_crashes(&self, model: Option<&str>) -> Result<usize, ClientError> {
-        self.crash_ledger.update(|known| {
-            let drop = known
-                .iter()
-                .filter(|c| model.is_none_or(|m| c.model == m))
-                .map(|c| c.sha256)
-                .collect();
-            (drop, Vec::new())
-        })
+        let of = |c: &CrashRecord| model.is_none_or(|m| c.model == m);
+        ferry_shared::sync::lock(&self.unsaved_crashes).retain(|c| !of(c));
+        self.crash_ledger.update(&of, |_| Vec::new())
     }
 
     /// The crash that stands against the program `sha256` on `device` now, if any.
@@ -49,9 +55,9 @@ impl Client {
             self.app_version.to_string(),
             self.runtime.version().to_string(),
         );
-        crashes
-            .iter()
-            .find(|c| c.sha256 == *sha256 && c.holds_for(&app, &runtime, &device.os_version))
+        crashes.iter().find(|c| {
+            c.sha256 == *sha256 && c.stands() && c.holds_for(&app, &runtime, &device.os_version)
+        })
     }
 
     /// The attempt that stands for a variant passed over because of `crash`.
@@ -94,35 +100,100 @@ impl Client {
             app_version: self.app_version.to_string(),
             runtime_version: self.runtime.version().to_string(),
             os_version: device.os_version.clone(),
-            clock_offset_s: self.clock_offset_secs().unwrap_or(0),
+            clock_offset_s: self.clock_offset_secs(),
         }
     }
 
-    /// Takes the marks of processes that died mid-step, lists their crashes, queues their
-    /// events. A failure here never fails a load.
+    /// Takes the marks of processes that died mid-step (one variant blamed per process: see
+    /// [`culprits`]), re-checks the blamed variant's files, lists the crashes and queues the
+    /// events of those that stand. The marks are cleared only once the list is written; when it
+    /// cannot be (a full disk), the crashes still stand for this process and the marks are
+    /// read again at the next start. A failure here never fails a load.
     pub(crate) fn recover_crashes(&self, device: &DeviceInfo) {
-        let landed = self.flights.landed();
-        if !landed.is_empty() {
-            let mut events = Vec::new();
-            let mut crashes = Vec::new();
-            for l in landed {
-                if let Some(event) = self.corrupted(&l, device) {
-                    events.push(event);
-                    continue;
-                }
-                let crash = crash_record(&l);
-                events.push(self.crash_event(&crash, device));
-                crashes.push(crash);
+        let landings = self.flights.landed();
+        if landings.is_empty() {
+            return;
+        }
+        let chosen = culprits(&landings);
+        let (blamed, rest): (Vec<_>, Vec<_>) = landings
+            .into_iter()
+            .enumerate()
+            .partition(|(i, _)| chosen.contains(i));
+        // A process that ended between steps had its variants loaded fine: a pending strike of
+        // a run crash of theirs is reset.
+        let ended_well: Vec<Sha256Digest> = rest
+            .iter()
+            .filter(|(_, l)| !l.landed.in_flight)
+            .map(|(_, l)| l.landed.record.sha256)
+            .collect();
+        let mut events = Vec::new();
+        let mut fresh = Vec::new();
+        let mut kept = Vec::new();
+        let mut done: Vec<flight::Landing> = rest.into_iter().map(|(_, l)| l).collect();
+        for (_, l) in blamed {
+            if let Some(event) = self.corrupted(&l.landed, device) {
+                events.push(event);
+                done.push(l);
+            } else {
+                fresh.push(crash_record(&l.landed, self.clock_offset_secs()));
+                kept.push(l);
             }
-            let _ = self.crash_ledger.update(|_| (Vec::new(), crashes));
+        }
+        let mut added = Vec::new();
+        let reset = |r: &CrashRecord| !r.stands() && ended_well.contains(&r.sha256);
+        let written = self.crash_ledger.update(&reset, |known| {
+            added = fresh
+                .into_iter()
+                .map(|mut c| {
+                    if let Some(k) = known.iter().find(|k| {
+                        k.sha256 == c.sha256
+                            && k.stage == c.stage
+                            && k.holds_for(&c.app_version, &c.runtime_version, &c.os_version)
+                    }) {
+                        c.count = k.count.saturating_add(1);
+                    }
+                    c
+                })
+                .collect();
+            added.clone()
+        });
+        match written {
+            Ok(_) => {
+                done.extend(kept);
+                events.extend(
+                    added
+                        .iter()
+                        .filter(|c| c.stands())
+                        .map(|c| self.crash_event(c, device)),
+                );
+            }
+            Err(_) => ferry_shared::sync::lock(&self.unsaved_crashes).extend(added),
+        }
+        self.flights.settle(done);
+        if !events.is_empty() {
             let _ = self.telemetry.push(&events);
         }
     }
 
-    /// Takes `sha256` off the crash list after it loaded (a retry after an update worked).
-    pub(crate) fn crash_cleared(&self, crashes: &[CrashRecord], sha256: &Sha256Digest) {
+    /// Takes `sha256` off the crash list after it loaded: a crash under other versions (the
+    /// retry after an update worked). A crash another process just listed under these versions
+    /// stays.
+    pub(crate) fn crash_cleared(
+        &self,
+        crashes: &[CrashRecord],
+        sha256: &Sha256Digest,
+        device: &DeviceInfo,
+    ) {
         if crashes.iter().any(|c| c.sha256 == *sha256) {
-            let _ = self.crash_ledger.update(|_| (vec![*sha256], Vec::new()));
+            let (app, runtime) = (
+                self.app_version.to_string(),
+                self.runtime.version().to_string(),
+            );
+            let stale = |c: &CrashRecord| {
+                c.sha256 == *sha256 && !c.holds_for(&app, &runtime, &device.os_version)
+            };
+            ferry_shared::sync::lock(&self.unsaved_crashes).retain(|c| !stale(c));
+            let _ = self.crash_ledger.update(&stale, |_| Vec::new());
         }
     }
 
@@ -177,15 +248,41 @@ impl Client {
     }
 }
 
-/// The crash of a landed flight.
-fn crash_record(l: &Landed) -> CrashRecord {
+/// Which in-flight slots to blame, one per process: when several steps were in flight in the
+/// process that died (a model running while another loads, say), the load's step (program,
+/// method, golden, probe) is blamed before a run, and the latest step among equals; the others
+/// were only in flight with it.
+fn culprits(landings: &[flight::Landing]) -> Vec<usize> {
+    let key = |x: &Landed| (x.stage != Stage::Run, x.seq);
+    let mut best: std::collections::BTreeMap<u64, usize> = std::collections::BTreeMap::new();
+    for (i, l) in landings.iter().enumerate() {
+        let x = &l.landed;
+        if !x.in_flight {
+            continue;
+        }
+        match best.get(&x.session) {
+            Some(&j) if key(&landings[j].landed) >= key(x) => {}
+            _ => {
+                best.insert(x.session, i);
+            }
+        }
+    }
+    best.into_values().collect()
+}
+
+/// The crash of a landed flight: its time corrected by the clock offset the device had then,
+/// else the one it has now.
+fn crash_record(l: &Landed, offset_now: Option<i64>) -> CrashRecord {
     let r = &l.record;
-    let at = time::OffsetDateTime::from_unix_timestamp(l.at_unix.saturating_sub(r.clock_offset_s))
+    let offset = r.clock_offset_s.or(offset_now).unwrap_or(0);
+    let format = |t: time::OffsetDateTime| {
+        t.format(&time::format_description::well_known::Rfc3339)
+            .ok()
+    };
+    let at = time::OffsetDateTime::from_unix_timestamp(l.at_unix.saturating_sub(offset))
         .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
+        .and_then(format)
+        .or_else(|| format(time::OffsetDateTime::now_utc()))
         .unwrap_or_default();
     CrashRecord {
         model: r.model.clone(),
@@ -199,6 +296,8 @@ fn crash_record(l: &Landed) -> CrashRecord {
         app_version: r.app_version.clone(),
         runtime_version: r.runtime_version.clone(),
         os_version: r.os_version.clone(),
+        count: 1,
+        runs_before: l.runs,
     }
 }
 

@@ -54,7 +54,7 @@ impl Client {
             }
         };
         let release = plan.manifest.version.to_string();
-        let crashes = self.crash_ledger.read();
+        let crashes = self.known_crashes();
         let base =
             |kind: EventKind, v: &Variant| self.event(kind, &release, model, Some(v), device);
         let mut walk = Walk::new(plan.candidates.iter().map(|c| &c.variant).collect(), &base);
@@ -148,7 +148,7 @@ impl Client {
                         load_started,
                     );
                     if let Ok(m) = &mut loaded {
-                        self.crash_cleared(&crashes, &v.sha256);
+                        self.crash_cleared(&crashes, &v.sha256, device);
                         let (plan, loaded) = (&plan, v.id.as_str());
                         m.report.probe =
                             self.probe_after_load(model, device, (plan, loaded), opts, &mut spent);

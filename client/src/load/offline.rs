@@ -50,9 +50,15 @@ impl Client {
         };
         match self.load_cached(model, device, source, vec![first.clone()], load_started)? {
             Ok(loaded) => Ok(loaded),
-            // The cached copy crashed this app before: nothing else can serve.
-            Err(CacheMiss::PassedOver(a)) => Err(ClientError::Crashed {
-                attempts: vec![first, a],
+            // The cached copy crashed this app before: the server's candidates, once it can be
+            // reached or a download is allowed, are what can serve.
+            Err(CacheMiss::PassedOver(a)) => Err(if cause.is_unavailable() {
+                ClientError::NothingCached {
+                    model: model.to_string(),
+                    reason: format!("{cause} (the cached copy is not loaded: {})", a.message),
+                }
+            } else {
+                cause
             }),
             // The server said nothing fits this device, and the cached copy's own signed
             // constraints agree: the app hears the server's answer, with its explanation.
@@ -103,7 +109,7 @@ impl Client {
         first: Vec<Attempt>,
         load_started: Instant,
     ) -> Result<Result<LoadedModel, CacheMiss>, ClientError> {
-        let crashes = self.crash_ledger.read();
+        let crashes = self.known_crashes();
         let (
             LastGood {
                 entry,
@@ -140,7 +146,7 @@ impl Client {
                     duration_ms: started.elapsed().as_secs_f64() * 1000.0,
                 }],
             })?;
-        self.crash_cleared(&crashes, &variant.sha256);
+        self.crash_cleared(&crashes, &variant.sha256, device);
         let entry_release = entry.release.clone();
         let mut report = self.report(
             model,

@@ -100,7 +100,7 @@ impl Client {
         let started = Instant::now();
         let max_time = probe.max_time.min(MAX_PROBE_TIME);
         let release = plan.manifest.version.to_string();
-        let crashes = self.crash_ledger.read();
+        let crashes = self.known_crashes();
         let top: Vec<_> = plan
             .candidates
             .iter()

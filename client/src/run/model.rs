@@ -108,7 +108,7 @@ impl LoadedModel {
         let out = self.program.run(method, inputs);
         let took = started.elapsed();
         if let Some(f) = &mut self.flight {
-            f.clear(false);
+            f.clear_run();
         }
         let out = out?;
         if let Some(t) = &self.times {

@@ -9,7 +9,9 @@
 //!   `RK3588`, `6.1`, `1.0.0`);
 //! - `CHILD_RUNS`: `forward` runs after the load (default 1);
 //! - `CHILD_ABORT_RUN`: a digest prefix; a run of that program aborts the process (SIGABRT
-//!   inside the runtime's call, as a crashing delegate kernel would);
+//!   inside the runtime's call, as a crashing delegate kernel would, or as a kill by the user
+//!   or the OS lands in the middle of a run); `CHILD_ABORT_AFTER`: the runs that complete
+//!   first (default 0);
 //! - `CHILD_FORGET=1`: forget the recorded crashes first;
 //! - `CHILD_SEND=1`: send the telemetry after the load (and say how it went);
 //! - `CHILD_HOLD_MS`: keep the model loaded that long after printing the line.
@@ -18,7 +20,7 @@
 //! `{ok: false, code, message, attempts, ...}`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use ferry_client::executorch_runtime::ExecuTorchRuntime;
 use ferry_client::{
@@ -29,6 +31,9 @@ use ferry_shared::trust::TrustFile;
 
 /// Set once the load returned: runs after it are the app's own.
 static LOADED: AtomicBool = AtomicBool::new(false);
+
+/// The app's runs so far.
+static RUNS: AtomicU64 = AtomicU64::new(0);
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
@@ -83,7 +88,12 @@ impl Program for Aborting {
         inputs: &[TensorValue],
     ) -> Result<Vec<TensorValue>, RuntimeError> {
         if LOADED.load(Ordering::SeqCst) {
-            std::process::abort();
+            let after: u64 = env("CHILD_ABORT_AFTER")
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            if RUNS.fetch_add(1, Ordering::SeqCst) >= after {
+                std::process::abort();
+            }
         }
         self.real.run(method, inputs)
     }

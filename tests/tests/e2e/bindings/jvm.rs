@@ -318,8 +318,21 @@ fn a_jvm_app_that_crashes_natively_passes_over_the_variant_at_its_next_start() {
         ],
     ));
     let launch = |cache: &str, crash: Option<&str>, extra: &[&str]| {
-        let mut cmd = java(&classes, &target, "CrashLoad", &app);
-        cmd.arg(work.path().join(cache)).arg("crashy").args(extra);
+        let mut cmd = Command::new("java");
+        // The crash report of the JVM that dies goes to the test's folder.
+        cmd.arg(format!(
+            "-XX:ErrorFile={}/hs_err_%p.log",
+            work.path().display()
+        ))
+        .arg("-cp")
+        .arg(format!("{}:{JNA}", classes.display()))
+        .arg(format!("-Djna.library.path={}", target.display()))
+        .arg("CrashLoad")
+        .arg(app.url())
+        .arg(app.dir.path().join("keys/trust.json"))
+        .arg(work.path().join(cache))
+        .arg("crashy")
+        .args(extra);
         if let Some(digest) = crash {
             cmd.env("LD_PRELOAD", ferry_tests::crash_preload())
                 .env("FERRY_CRASH_PATH", digest)

@@ -376,3 +376,43 @@ fn when_a_new_release_crashes_on_every_candidate_the_last_known_good_serves() {
     assert_eq!(codes.len(), 2, "{line}");
     assert!(codes.iter().all(|(_, c, _)| c == "crashed"), "{line}");
 }
+
+#[test]
+fn a_kill_in_the_middle_of_later_runs_counts_only_twice_in_a_row() {
+    let app = &server();
+    let (first, digest) = first_choice(app);
+    let cache = tempfile::tempdir().expect("cache");
+    let killed = [
+        ("CHILD_ABORT_RUN", digest.as_str()),
+        ("CHILD_ABORT_AFTER", "5"),
+        ("CHILD_RUNS", "50"),
+    ];
+    // Ended in the middle of its sixth run: as likely a kill by the user as a crash.
+    let (got, _) = run_app(app, cache.path(), None, &killed);
+    assert_eq!(got, Some(6));
+    // A launch that ends well in between resets it.
+    let (got, line) = run_app(app, cache.path(), None, &[("CHILD_RUNS", "3")]);
+    assert_eq!(got, None);
+    assert_eq!(line["variant"], first.as_str(), "not passed over: {line}");
+    assert!(attempt_codes(&line).is_empty(), "{line}");
+    for launch_no in 1..=2 {
+        let (got, line) = run_app(app, cache.path(), None, &killed);
+        assert_eq!(got, Some(6), "launch {launch_no}");
+        assert_eq!(
+            line["variant"],
+            first.as_str(),
+            "launch {launch_no}: {line}"
+        );
+    }
+    // Twice in a row: the variant's.
+    let (got, line) = run_app(app, cache.path(), None, &killed);
+    assert_eq!(got, None, "{line}");
+    assert_eq!(
+        attempt_codes(&line),
+        vec![(first, "crashed".into(), "run".into())],
+        "{line}"
+    );
+    let crashes = line["crashes"].as_array().expect("crashes");
+    assert_eq!(crashes[0]["count"], 2, "{line}");
+    assert_eq!(crashes[0]["runs_before"], 5, "{line}");
+}
