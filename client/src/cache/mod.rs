@@ -68,6 +68,10 @@ pub struct ModelEntry {
     /// not loaded, no longer protected from eviction, and reported once in telemetry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub incompatible: Option<Incompatible>,
+    /// The receipt of the resolve answer it was chosen from, so that the crash of a load from
+    /// the cache alone still counts on the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<String>,
 }
 
 /// Why a cached entry no longer fits the app (see [`ModelEntry::incompatible`]).

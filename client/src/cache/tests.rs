@@ -48,6 +48,7 @@ fn an_entry_an_update_left_incompatible_is_evicted_first_and_others_stay_protect
             signatures: Vec::new(),
         },
         incompatible: None,
+        receipt: None,
     };
     cache
         .set_last_good("old-app-only", entry(old))

@@ -296,6 +296,7 @@ impl Client {
             data: v.side_files().map(|f| f.sha256).collect(),
             release_envelope: plan.release_envelope.clone(),
             incompatible: None,
+            receipt: plan.receipt.clone(),
         };
         let guard = InUseGuard::new(&self.in_use, &blob);
         {

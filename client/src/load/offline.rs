@@ -133,7 +133,13 @@ impl Client {
         };
         let first: Vec<Attempt> = first.into_iter().chain(skipped).collect();
         let started = Instant::now();
-        let record = self.flight_record(model, &entry.release, &variant, None, device);
+        let record = self.flight_record(
+            model,
+            &entry.release,
+            &variant,
+            entry.receipt.as_deref(),
+            device,
+        );
         let (program, golden, flight) = self
             .open_and_check(&blob, &variant, &record, false)
             .map_err(|f| ClientError::AllCandidatesFailed {

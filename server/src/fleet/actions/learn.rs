@@ -74,7 +74,8 @@ pub fn fallbacks(r: &Rollup, model: &str, cfg: &TelemetryConfig) -> Vec<DenyEntr
 pub const CRASH_SHARE: f64 = 0.05;
 
 /// Device classes of `model` where a variant crashed natively on enough devices: at least
-/// `deny_min_devices` distinct devices with receipts, from `deny_min_networks` networks, and at
+/// `deny_min_devices` distinct devices with receipts, whose crash reports came from
+/// `deny_min_networks` networks, and at
 /// least [`CRASH_SHARE`] of the class's devices that reported the variant. Floors (XNNPACK,
 /// portable) included: a crash is not a decline, and the entry only demotes.
 pub fn crashed(r: &Rollup, model: &str, cfg: &TelemetryConfig) -> Vec<DenyEntry> {
@@ -88,7 +89,7 @@ pub fn crashed(r: &Rollup, model: &str, cfg: &TelemetryConfig) -> Vec<DenyEntry>
                 for (value, c) in map {
                     let crashed = c.crash_devices.estimate() as u64;
                     if crashed >= cfg.deny_min_devices.max(1)
-                        && c.networks.estimate() as u64 >= cfg.deny_min_networks
+                        && c.crash_networks.estimate() as u64 >= cfg.deny_min_networks
                         && c.crash_share() >= CRASH_SHARE
                     {
                         out.push(DenyEntry {

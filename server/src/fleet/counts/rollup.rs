@@ -74,6 +74,9 @@ pub struct ClassCounts {
     /// Distinct devices it crashed on (SoC and device model only).
     #[serde(default)]
     pub crash_devices: Devices,
+    /// Distinct client networks those crash reports came from (SoC and device model only).
+    #[serde(default)]
+    pub crash_networks: Devices,
 }
 
 impl ClassCounts {
@@ -90,6 +93,7 @@ impl ClassCounts {
         }
         self.crashes += o.crashes;
         self.crash_devices.merge(&o.crash_devices);
+        self.crash_networks.merge(&o.crash_networks);
     }
 
     /// The share of the class's devices (those that reported the variant at all) it crashed
@@ -283,6 +287,7 @@ impl VariantCounts {
                 ] {
                     if let Some(c) = map.get_mut(key) {
                         c.crash_devices.insert(&device);
+                        c.crash_networks.insert(&network);
                         if c.platform.is_empty() {
                             c.platform = e.platform.chars().take(32).collect();
                         }

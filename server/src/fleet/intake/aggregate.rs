@@ -40,7 +40,11 @@ use crate::fleet::persist::seen::Seen;
 /// decisions, however many events it sends; more are kept in the raw log only.
 pub const PER_DEVICE_EVENTS: u8 = 8;
 
-/// (model, release, variant).
+/// Most `crash` events one device adds to one variant's counts on one replica in an hour, apart
+/// from [`PER_DEVICE_EVENTS`] (a client reports each crash once, on the next launch).
+pub const PER_DEVICE_CRASHES: u8 = 2;
+
+/// (model, release, variant; a variant's crashes under its id followed by NUL and `crash`).
 type VariantKey = (String, String, String);
 
 /// The in-memory telemetry state of one server: intake's own (the per-device cap, the rate
@@ -227,8 +231,15 @@ impl Telemetry {
                 if let (Some(offset), Some(bucket)) = (e.clock_offset_s, bucket.as_mut()) {
                     bucket.note_clock(&e.model, offset, id);
                 }
+                // Crashes have a budget of their own: a device that reports a crash was not
+                // kept from it by its other events, and reports few crashes.
+                let (key, cap) = if e.kind == EventKind::Crash {
+                    (format!("{}\u{0}crash", e.variant), PER_DEVICE_CRASHES)
+                } else {
+                    (e.variant.clone(), PER_DEVICE_EVENTS)
+                };
                 let per_device = caps
-                    .entry((e.model.clone(), e.release.clone(), e.variant.clone()))
+                    .entry((e.model.clone(), e.release.clone(), key))
                     .or_default();
                 // A full map starts over (a new window for this variant) rather than letting
                 // devices it cannot track count without limit.
@@ -236,14 +247,10 @@ impl Telemetry {
                     per_device.clear();
                 }
                 let n = per_device.entry(id).or_default();
-                // A crash always counts: a device reports each crash once, on its next launch,
-                // and its distinct-device figures cannot be inflated by repeats.
-                if e.kind != EventKind::Crash {
-                    if *n >= PER_DEVICE_EVENTS {
-                        continue;
-                    }
-                    *n += 1;
+                if *n >= cap {
+                    continue;
                 }
+                *n += 1;
                 let Some(bucket) = bucket.as_mut() else {
                     continue;
                 };

@@ -25,6 +25,27 @@ fn a_device_weighs_at_most_eight_events_an_hour() {
     }
 }
 
+#[test]
+fn a_device_weighs_at_most_two_crashes_an_hour_apart_from_its_other_events() {
+    let t = Telemetry::default();
+    let cfg = TelemetryConfig::default();
+    let mut crash = ev("crash", "failed");
+    crash["error_code"] = "crashed".into();
+    crash["stage"] = "load_method".into();
+    // Twenty failed loads first: the crashes are still counted, two of them.
+    let batch: Vec<String> = (0..20)
+        .map(|_| ev("load", "failed").to_string())
+        .chain((0..10).map(|_| crash.to_string()))
+        .collect();
+    let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
+    t.ingest(&refs, now(), &cfg, &|_| Ok(()), &|_| true, 0);
+    let fleet = t.fleet("m");
+    let v = &fleet.models["m"]["1.0.0"]["vulkan"];
+    assert_eq!((v.loads(), v.crashes), (8, 2));
+    assert_eq!(v.crash_stages["load_method"], 2);
+    assert_eq!(fleet.release_crash_devices("m", "1.0.0"), (1, 1));
+}
+
 use ferry_shared::select::deny::DeviceClass;
 
 /// Ingests JSON values as a batch's event texts, every one counted as receipted.
