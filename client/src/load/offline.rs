@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use ferry_shared::errors::ErrorCode;
+use ferry_shared::wire::telemetry::{EventKind, Outcome, TelemetryEvent};
 
 use crate::Client;
 use crate::cache::cached::{CacheMiss, LastGood};
@@ -131,6 +132,25 @@ impl Client {
         let Some(blob) = blob else {
             return Ok(Err(CacheMiss::Corrupt));
         };
+        // A cached variant passed over because it crashed this app: a fallback to the one that
+        // stands in, as in a walk.
+        let passed: Vec<TelemetryEvent> = skipped
+            .iter()
+            .filter(|a| a.error_code == ErrorCode::Crashed.as_str())
+            .map(|a| TelemetryEvent {
+                variant: a.variant.clone(),
+                delegate: a.delegate.clone(),
+                outcome: Outcome::Failed,
+                error_code: Some(a.error_code.clone()),
+                stage: Some(a.stage.as_str().to_string()),
+                to_variant: Some(variant.id.to_string()),
+                receipt: entry.receipt.clone(),
+                ..self.event(EventKind::Fallback, &entry.release, model, None, device)
+            })
+            .collect();
+        if !passed.is_empty() {
+            let _ = self.telemetry.push(&passed);
+        }
         let first: Vec<Attempt> = first.into_iter().chain(skipped).collect();
         let started = Instant::now();
         let record = self.flight_record(
