@@ -14,7 +14,8 @@
 //! `source`, `report` (the load report, see `docs/client.md`),
 //! `method`, its `signature` (inputs and outputs with element types and shapes) and, with
 //! `--input`, `max_abs_diff` of the method's outputs against the sidecar's, and with
-//! `--send-telemetry`, `telemetry` (`sent`, `queued`).
+//! `--send-telemetry`, `telemetry` (`sent`, `queued`). A failed load prints `error`,
+//! `message` and, when every candidate failed or crashed, `attempts` (and `telemetry`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -75,10 +76,14 @@ struct Args {
     /// Print one JSON object instead of steps.
     #[arg(long)]
     json: bool,
-    /// Send the queued telemetry (load, fallback and run-time events) before exiting; with
-    /// `--json` the object gets `telemetry: {sent, queued}`.
+    /// Send the queued telemetry (load, fallback, crash and run-time events) before exiting,
+    /// also when the load failed; with `--json` the object gets `telemetry: {sent, queued}`.
     #[arg(long)]
     send_telemetry: bool,
+    /// Forget the crashes recorded for the model first, so variants that crashed this app
+    /// natively on an earlier launch are tried again (docs/client.md, "Crash-safe loading").
+    #[arg(long)]
+    forget_crashes: bool,
 }
 
 fn main() -> ExitCode {
@@ -91,25 +96,36 @@ fn main() -> ExitCode {
                 if !e.2.is_empty() {
                     out["attempts"] = serde_json::Value::Array(e.2);
                 }
+                if let Some((sent, queued)) = e.3 {
+                    out["telemetry"] = serde_json::json!({"sent": sent, "queued": queued});
+                }
                 println!("{out}");
             } else {
                 eprintln!("fetch: {} ({})", e.1, e.0);
+                if let Some((sent, queued)) = e.3 {
+                    eprintln!("telemetry: {sent} events sent, {queued} still queued");
+                }
             }
             ExitCode::FAILURE
         }
     }
 }
 
-/// What failed: the code, the message, and the attempts of a load whose candidates all failed
-/// or crashed.
-type Failure = (String, String, Vec<serde_json::Value>);
+/// What failed: the code, the message, the attempts of a load whose candidates all failed or
+/// crashed, and the telemetry sent after it (`--send-telemetry`).
+type Failure = (
+    String,
+    String,
+    Vec<serde_json::Value>,
+    Option<(usize, usize)>,
+);
 
 fn attempt_json(a: &ferry_client::Attempt) -> serde_json::Value {
     serde_json::json!({"variant": a.variant, "delegate": a.delegate, "stage": a.stage, "error_code": a.error_code, "message": a.message})
 }
 
 fn run(args: &Args) -> Result<(), Failure> {
-    let fail = |code: &str, m: String| (code.to_string(), m, Vec::new());
+    let fail = |code: &str, m: String| (code.to_string(), m, Vec::new(), None);
     let trust_bytes = std::fs::read(&args.trust)
         .map_err(|e| fail("config_invalid", format!("{}: {e}", args.trust.display())))?;
     let trust =
@@ -147,9 +163,22 @@ fn run(args: &Args) -> Result<(), Failure> {
         ram_mb: args.ram_mb,
         claimed_backends: args.claim_backends.clone(),
     };
+    if args.forget_crashes {
+        let n = client
+            .forget_crashes(Some(&args.model))
+            .map_err(|e| fail(e.code(), e.to_string()))?;
+        if !args.json {
+            eprintln!("forgot {n} recorded crash(es) of {}", args.model);
+        }
+    }
     let mut loaded = client.load(&args.model, &device).map_err(|e| {
         let attempts = e.attempts().iter().map(attempt_json).collect();
-        (e.code().to_string(), e.to_string(), attempts)
+        // What went wrong (a crash of an earlier launch among it) still reaches the server.
+        let sent = args.send_telemetry.then(|| {
+            let r = client.send_telemetry();
+            (r.sent, r.queued)
+        });
+        (e.code().to_string(), e.to_string(), attempts, sent)
     })?;
     let mut diff = None;
     if let Some(path) = &args.input {

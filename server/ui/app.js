@@ -411,7 +411,9 @@ function gateRows(t, h) {
     }
     if (t.max_crash_rate !== undefined && t.max_crash_rate !== null) {
         const c = h?.crash;
-        row("devices crashed (native)", c ? `${pct(c.staged_rate)} (${c.staged_crashed} of ${c.staged_devices}; baseline ${pct(c.baseline_rate)})` : "–", `at most ${pct(t.max_crash_rate)} (from 3 devices)`, !!c && c.staged_crashed >= 3 && c.staged_rate > t.max_crash_rate);
+        // As many crashed devices as the other gates need reporting devices (shared/src/select/rollout).
+        const needed = Math.max(3, Math.ceil((t.min_samples ?? 0) / 8));
+        row("devices crashed (native)", c ? `${pct(c.staged_rate)} (${c.staged_crashed} of ${c.staged_devices}; baseline ${pct(c.baseline_rate)})` : "–", `at most ${pct(t.max_crash_rate)} (from ${needed} devices)`, !!c && c.staged_crashed >= needed && c.staged_rate > t.max_crash_rate);
     }
     if (t.max_latency_ratio !== undefined && t.max_latency_ratio !== null) {
         const l = h?.latency;
@@ -1242,7 +1244,8 @@ function healthData(enc, h, series, confirmBox, onDone) {
     // Native crashes of the staged release against the baseline's (what max_crash_rate reads).
     const cc = h.crash_compare;
     if (cc && (cc.staged_crashed > 0 || cc.baseline_crashed > 0)) {
-        const over = t.max_crash_rate !== undefined && cc.staged_crashed >= 3 && cc.staged_rate > t.max_crash_rate;
+        const needed = Math.max(3, Math.ceil((t.min_samples ?? 0) / 8));
+        const over = t.max_crash_rate !== undefined && cc.staged_crashed >= needed && cc.staged_rate > t.max_crash_rate;
         parts.push(el("p", { id: "crash-compare", class: over ? "error" : "" }, `Native crashes: staged ${cc.staged_crashed} of ${cc.staged_devices} devices (${pct(cc.staged_rate)}), baseline ${cc.baseline_crashed} of ${cc.baseline_devices} (${pct(cc.baseline_rate)})${t.max_crash_rate !== undefined ? `; the gate halts above ${pct(t.max_crash_rate)}` : ""}`));
     }
     parts.push(chartBox);

@@ -52,11 +52,13 @@ function gateRows(t: Json, h: Json): (Node | string)[][] {
   }
   if (t.max_crash_rate !== undefined && t.max_crash_rate !== null) {
     const c = h?.crash;
+    // As many crashed devices as the other gates need reporting devices (shared/src/select/rollout).
+    const needed = Math.max(3, Math.ceil((t.min_samples ?? 0) / 8));
     row(
       "devices crashed (native)",
       c ? `${pct(c.staged_rate)} (${c.staged_crashed} of ${c.staged_devices}; baseline ${pct(c.baseline_rate)})` : "–",
-      `at most ${pct(t.max_crash_rate)} (from 3 devices)`,
-      !!c && c.staged_crashed >= 3 && c.staged_rate > t.max_crash_rate,
+      `at most ${pct(t.max_crash_rate)} (from ${needed} devices)`,
+      !!c && c.staged_crashed >= needed && c.staged_rate > t.max_crash_rate,
     );
   }
   if (t.max_latency_ratio !== undefined && t.max_latency_ratio !== null) {

@@ -302,17 +302,22 @@ fn crash_record(l: &Landed, offset_now: Option<i64>) -> CrashRecord {
 }
 
 fn crashed_message(c: &CrashRecord) -> String {
+    let or_unknown = |v: &str| {
+        if v.is_empty() {
+            "unknown".to_string()
+        } else {
+            v.to_string()
+        }
+    };
     format!(
-        "{} ({}) of {} {} crashed this app at {} on {} (app {}, runtime {}, OS {}); it is not \
-         loaded again until one of those versions changes or the app forgets the crash",
-        c.variant,
-        c.delegate,
-        c.model,
-        c.release,
+        "crashed this app natively at {} on {} ({} {}; app {}, runtime {}, OS {}); passed over \
+         until one of those versions changes or the app forgets the crash",
         c.stage,
         c.at,
-        c.app_version,
-        c.runtime_version,
-        c.os_version
+        c.model,
+        c.release,
+        or_unknown(&c.app_version),
+        or_unknown(&c.runtime_version),
+        or_unknown(&c.os_version)
     )
 }

@@ -89,15 +89,23 @@ pub(crate) fn deny_cmd(cmd: DenyCommand, json: bool) -> anyhow::Result<ExitCode>
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
+    // What a deny entry of a demoting kind does is rank the variant later, not deny it.
+    let what = match (action.as_str(), change.kind) {
+        ("deny", Some(DenyKind::SlowInField | DenyKind::CrashedInField)) => "demote",
+        (a, _) => a,
+    };
     println!(
-        "{} {} {} for {} {}: done",
-        action.as_str(),
+        "{what} {} {} for {} {}: done",
         change.release,
         change.variant,
         class.as_str(),
         change.value
     );
-    print_entries(&v["entries"]);
+    if v["entries"].as_array().is_none_or(Vec::is_empty) {
+        println!("{}: the deny list is empty", t.model);
+    } else {
+        print_entries(&v["entries"]);
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -173,7 +181,11 @@ fn print_entries(entries: &serde_json::Value) {
             s("variant"),
             s("class"),
             s("value"),
-            s("state"),
+            // A deny entry of a demoting kind ranks the variant later: it does not deny it.
+            match (e["state"].as_str(), kind) {
+                (Some("deny"), "slow_in_field" | "crashed_in_field") => "demote".to_string(),
+                _ => s("state"),
+            },
             s("source"),
             kind.to_string(),
             why,

@@ -47,6 +47,18 @@ pub(crate) fn health_cmd(
             v["clocks"]["skewed"].as_u64().unwrap_or(0)
         );
     }
+    let c = &v["crash_compare"];
+    if c["staged_crashed"].as_u64().unwrap_or(0) + c["baseline_crashed"].as_u64().unwrap_or(0) > 0 {
+        println!(
+            "native crashes: staged {} of {} devices ({:.1}%), baseline {} of {} ({:.1}%)",
+            c["staged_crashed"],
+            c["staged_devices"],
+            c["staged_rate"].as_f64().unwrap_or(0.0) * 100.0,
+            c["baseline_crashed"],
+            c["baseline_devices"],
+            c["baseline_rate"].as_f64().unwrap_or(0.0) * 100.0
+        );
+    }
     if v["releases"].as_array().is_none_or(Vec::is_empty) {
         println!(
             "no load reported with a receipt yet{}",
@@ -83,6 +95,19 @@ pub(crate) fn health_cmd(
                 ms(&x["load_ms"]["p50"]),
                 ms(&x["load_ms"]["p95"])
             );
+            let stages: Vec<String> = x["crash_stages"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, n)| format!("{} {n}", super::remote::sanitize(k)))
+                .collect();
+            if !stages.is_empty() {
+                println!(
+                    "    crashed on {} devices, at {}",
+                    x["crash_devices"],
+                    stages.join(", ")
+                );
+            }
             inference_lines(x);
         }
     }

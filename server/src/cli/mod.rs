@@ -117,7 +117,8 @@ pub enum Command {
         #[command(subcommand)]
         command: RolloutCommand,
     },
-    /// Fleet health of a model: loads, failures, fallbacks per release, variant and device class.
+    /// Fleet health of a model: loads, failures, fallbacks and native crashes per release,
+    /// variant and device class.
     Health {
         /// Model name.
         model: String,

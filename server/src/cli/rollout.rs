@@ -29,27 +29,29 @@ pub enum RolloutCommand {
         /// Least time each ramp step is in force before the next (30s, 15m, 6h, 2d).
         #[arg(long, value_parser = parse_duration, requires = "steps")]
         every: Option<u64>,
-        /// Halt when the staged release's load-failure rate exceeds this (0–1).
-        #[arg(long)]
+        /// Halt when the staged release's load-failure rate exceeds this (0–1, default 0.05).
+        #[arg(long, value_parser = parse_rate)]
         max_failure_rate: Option<f64>,
-        /// Halt when its fallback rate exceeds this (0–1).
-        #[arg(long)]
+        /// Halt when its fallback rate exceeds this (0–1, default 0.25).
+        #[arg(long, value_parser = parse_rate)]
         max_fallback_rate: Option<f64>,
-        /// Loads needed before the rates count (in a ramp: per step).
+        /// Loads needed before the rates count (in a ramp: per step; default 100); they must
+        /// come from at least a eighth as many devices.
         #[arg(long)]
         min_samples: Option<u64>,
         /// In a ramp, halt when a staged rate is over this multiple of the baseline's rate in
         /// the same window (1.5 = 50% worse).
-        #[arg(long)]
+        #[arg(long, value_parser = parse_ratio)]
         max_regression: Option<f64>,
         /// In a ramp, halt when the staged release's field latency (the median of its devices'
         /// warm p95 run times on the SoCs both releases have data for) is over this multiple
         /// of the baseline's (1.3 = 30% slower).
-        #[arg(long)]
+        #[arg(long, value_parser = parse_ratio)]
         max_latency_ratio: Option<f64>,
         /// Halt when more than this share of the staged release's devices crashed natively on
-        /// it (0–1, default 0.01: 1%; counted once 3 devices crashed).
-        #[arg(long)]
+        /// it (0–1, default 0.01: 1%; counted once min-samples / 8 devices, at least 3,
+        /// crashed).
+        #[arg(long, value_parser = parse_rate)]
         max_crash_rate: Option<f64>,
         /// Replace the rollout in progress with this newer release, keeping its cohorts.
         #[arg(long)]
@@ -439,6 +441,10 @@ fn rollout_status(model: &str, remote: &Remote, json: bool) -> anyhow::Result<Ex
     if total > history.len() {
         println!("(the newest {} of {total} revisions)", history.len());
     }
+    // The gates of the plan in force, then its history (the newest last).
+    if let Some(p) = history.last().filter(|p| p.staged.is_some()) {
+        println!("{}", gates_line(&p.thresholds));
+    }
     for p in &history {
         print_plan(p);
     }
@@ -461,4 +467,46 @@ fn rollout_status(model: &str, remote: &Remote, json: bool) -> anyhow::Result<Ex
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The gates of a plan in words (what halts it).
+fn gates_line(t: &ferry_shared::select::rollout::Thresholds) -> String {
+    let pct = |r: Option<f64>| r.map_or("off".to_string(), |r| format!("{:.1}%", r * 100.0));
+    let mut parts = vec![
+        format!("load failures over {}", pct(t.max_failure_rate)),
+        format!("fallbacks over {}", pct(t.max_fallback_rate)),
+        format!("after {} loads", t.min_samples),
+        format!(
+            "devices crashed over {} (from {} crashed devices)",
+            pct(t.max_crash_rate),
+            ferry_shared::select::rollout::crash_devices_needed(t)
+        ),
+    ];
+    if let Some(k) = t.max_regression {
+        parts.push(format!("rates over {k}x the baseline's"));
+    }
+    if let Some(k) = t.max_latency_ratio {
+        parts.push(format!("field latency over {k}x the baseline's"));
+    }
+    format!("gates: halts on {}", parts.join(", "))
+}
+
+/// A rate flag: a finite number from 0 to 1 (`0.05` is 5%).
+fn parse_rate(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a rate: a number from 0 to 1 (0.05 is 5%)"
+        )),
+    }
+}
+
+/// A ratio flag: a finite number from 1 to 1000 (`1.5` is 50% worse).
+fn parse_ratio(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && (1.0..=1000.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a ratio: a number from 1 to 1000 (1.5 is 50% worse)"
+        )),
+    }
 }

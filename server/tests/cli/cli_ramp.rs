@@ -135,3 +135,38 @@ fn two_processes_drive_one_ramp_and_write_each_step_once() {
     ]));
     assert!(status.contains("the last step is in force"), "{status}");
 }
+
+#[test]
+fn gate_flags_refuse_what_is_not_a_rate_or_a_ratio_before_asking_the_server() {
+    for (flag, value, want) in [
+        ("--max-crash-rate", "NaN", "is not a rate"),
+        ("--max-crash-rate", "inf", "is not a rate"),
+        ("--max-failure-rate", "1.5", "is not a rate"),
+        ("--max-fallback-rate=-0.1", "", "is not a rate"),
+        ("--max-latency-ratio", "0.5", "is not a ratio"),
+        ("--max-regression", "NaN", "is not a ratio"),
+    ] {
+        let out = crate::common::ferry()
+            .args([
+                "rollout",
+                "start",
+                "m",
+                "--release",
+                "1.0.0",
+                "--percent",
+                "5",
+            ])
+            .args(std::iter::once(flag).chain((!value.is_empty()).then_some(value)))
+            .args([
+                "--server",
+                "http://127.0.0.1:1",
+                "--token",
+                crate::common::TOKEN,
+            ])
+            .output()
+            .expect("run ferry");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {stderr}");
+        assert!(stderr.contains(want), "{flag} {value}: {stderr}");
+    }
+}

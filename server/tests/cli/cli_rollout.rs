@@ -241,7 +241,7 @@ fn deny_by_cli(url: &str) {
         .collect();
     assert_eq!(
         kinds,
-        [("allow", "fallback"), ("deny", "slow_in_field")],
+        [("allow", "fallback"), ("demote", "slow_in_field")],
         "{list}"
     );
     assert!(target("clear", "xnnpack-fp32").status.success());

@@ -68,10 +68,10 @@ fn crash_reason(
     plan: &RolloutPlan,
     view: &crate::fleet::counts::rollup::Rollup,
 ) -> Option<String> {
-    let max = plan.thresholds.max_crash_rate?;
+    plan.thresholds.max_crash_rate?;
     let staged = plan.staged.as_ref()?.to_string();
     let (crashed, _) = view.release_crash_devices(model.as_str(), &staged);
-    if crashed < ferry_shared::select::rollout::MIN_CRASH_DEVICES {
+    if crashed < ferry_shared::select::rollout::crash_devices_needed(&plan.thresholds) {
         return None;
     }
     let since =
@@ -85,7 +85,7 @@ fn crash_reason(
         &staged,
         baseline.as_deref(),
     )
-    .halt_reason(max, &staged)
+    .halt_reason(&plan.thresholds, &staged)
 }
 
 /// Checks `model`'s aggregates: halts a staged release over its thresholds and denies

@@ -160,7 +160,8 @@ impl Telemetry {
                     index: i,
                     code: ErrorCode::EventInvalid,
                     message: "kind is not an event kind name: download, verify, load, fallback, \
-                              inference, crash, or a newer kind of 1 to 32 characters of a-z, 0-9 and _ (ignored)"
+                              inference, crash, or a newer kind of 1 to 32 characters of a-z, \
+                              0-9 and _ (which is ignored)"
                         .into(),
                 });
                 continue;

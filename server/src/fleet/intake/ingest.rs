@@ -86,6 +86,16 @@ pub fn validate(
     if e.kind == EventKind::Inference {
         crate::fleet::counts::latency::check(&e).map_err(invalid)?;
     }
+    if e.kind == EventKind::Crash
+        && (e.outcome != ferry_shared::wire::telemetry::Outcome::Failed
+            || e.error_code.as_deref() != Some(ErrorCode::Crashed.as_str())
+            || e.stage.as_deref().is_none_or(str::is_empty))
+    {
+        return Err(invalid(
+            "a crash event has outcome failed, error_code crashed and the stage it crashed in"
+                .into(),
+        ));
+    }
     if e.bytes_fetched
         .max(e.bytes_total)
         .is_some_and(|n| n > MAX_EVENT_BYTES)

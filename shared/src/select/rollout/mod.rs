@@ -134,16 +134,24 @@ pub struct Thresholds {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_latency_ratio: Option<f64>,
     /// Largest acceptable share of the staged release's devices that crashed natively on it
-    /// (0–1; `crash` events since the plan's revision, counted once at least
-    /// [`MIN_CRASH_DEVICES`] devices crashed). A plan written before this gate existed has
+    /// (0–1; `crash` events since the plan's revision, counted once
+    /// [`crash_devices_needed`] devices crashed). A plan written before this gate existed has
     /// none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_crash_rate: Option<f64>,
 }
 
 /// Fewest distinct devices that must have crashed on the staged release before the crash gate
-/// can halt it: one or two crashes are not yet a pattern.
+/// can halt it, whatever `min_samples`: one or two crashes are not yet a pattern.
 pub const MIN_CRASH_DEVICES: u64 = 3;
+
+/// Distinct devices that must have crashed on the staged release before the crash gate of `t`
+/// can halt it: as many as the other gates need reporting devices (`min_samples` / 8, the most
+/// one device weighs in an hour, so that a few devices cannot halt a rollout), and at least
+/// [`MIN_CRASH_DEVICES`].
+pub fn crash_devices_needed(t: &Thresholds) -> u64 {
+    t.min_samples.div_ceil(8).max(MIN_CRASH_DEVICES)
+}
 
 impl Default for Thresholds {
     fn default() -> Self {

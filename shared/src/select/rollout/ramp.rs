@@ -75,11 +75,16 @@ impl CrashCompare {
         }
     }
 
-    /// Why the crash gate `max` halts `staged`: `None` while fewer than
-    /// [`MIN_CRASH_DEVICES`](crate::select::rollout::MIN_CRASH_DEVICES) devices crashed or the
-    /// share is within it.
-    pub fn halt_reason(&self, max: f64, staged: &str) -> Option<String> {
-        if self.staged_crashed < crate::select::rollout::MIN_CRASH_DEVICES
+    /// Why the crash gate of `t` halts `staged`: `None` without the gate, while fewer devices
+    /// crashed than [`crash_devices_needed`](crate::select::rollout::crash_devices_needed), or
+    /// while the share is within it.
+    pub fn halt_reason(
+        &self,
+        t: &crate::select::rollout::Thresholds,
+        staged: &str,
+    ) -> Option<String> {
+        let max = t.max_crash_rate?;
+        if self.staged_crashed < crate::select::rollout::crash_devices_needed(t)
             || self.staged_rate <= max
         {
             return None;
@@ -165,8 +170,8 @@ pub fn verdict(plan: &RolloutPlan, now: OffsetDateTime, h: &StepHealth) -> Verdi
         .unwrap_or_default();
     // A crash is worse than a failure, and a device that crashed may never report a load:
     // this gate does not wait for the samples.
-    if let (Some(max), Some(c)) = (t.max_crash_rate, h.crash)
-        && let Some(why) = c.halt_reason(max, &staged)
+    if let Some(c) = h.crash
+        && let Some(why) = c.halt_reason(&t, &staged)
     {
         return Verdict::Halt {
             reason: format!("ramp step {}%: {why}", format_percent(plan.basis_points)),
@@ -401,23 +406,28 @@ mod tests {
             crash: Some(CrashCompare::new(staged, baseline)),
             ..StepHealth::default()
         };
-        // Two crashes are not a pattern, whatever the share.
+        // The plan's 50 samples ask for 7 devices, as the other gates do: 6 crashed devices
+        // are not enough, whatever the share.
+        assert_eq!(
+            crate::select::rollout::crash_devices_needed(&p.thresholds),
+            7
+        );
         assert!(matches!(
-            verdict(&p, now, &with((2, 10), (0, 100))),
+            verdict(&p, now, &with((6, 10), (0, 100))),
             Verdict::Wait { .. }
         ));
-        let Verdict::Halt { reason } = verdict(&p, now, &with((3, 100), (1, 1000))) else {
-            panic!("3% of devices crashing is over the 1% gate");
+        let Verdict::Halt { reason } = verdict(&p, now, &with((7, 100), (1, 1000))) else {
+            panic!("7% of devices crashing is over the 1% gate");
         };
         assert!(
-            reason.starts_with("ramp step 1%: crash rate 3.0% of 2.0.0"),
+            reason.starts_with("ramp step 1%: crash rate 7.0% of 2.0.0"),
             "{reason}"
         );
         assert!(reason.contains("max_crash_rate 1.0%"), "{reason}");
         assert!(reason.contains("baseline 0.1%, 1 of 1000"), "{reason}");
-        // Within the gate: 5 of 1000.
+        // Within the gate: 8 of 1000.
         assert!(!matches!(
-            verdict(&p, now, &with((5, 1000), (0, 10))),
+            verdict(&p, now, &with((8, 1000), (0, 10))),
             Verdict::Halt { .. }
         ));
         // A plan without the gate never halts on crashes.
@@ -427,6 +437,13 @@ mod tests {
             verdict(&off, now, &with((50, 60), (0, 10))),
             Verdict::Halt { .. }
         ));
+        // The floor: a plan that asks for few samples still needs 3 crashed devices.
+        off.thresholds.max_crash_rate = Some(0.01);
+        off.thresholds.min_samples = 1;
+        assert_eq!(
+            crate::select::rollout::crash_devices_needed(&off.thresholds),
+            3
+        );
     }
 
     #[test]

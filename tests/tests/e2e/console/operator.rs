@@ -58,7 +58,7 @@ fn an_operator_runs_the_rollout_from_the_browser_across_replicas() {
         "failure rate over the baseline's | at most 1.5×",
         "fallback rate over the baseline's | at most 1.5×",
         "field latency over the baseline's | at most 1.3×",
-        "devices crashed (native) | at most 0.5% (from 3 devices)",
+        "devices crashed (native) | at most 0.5% (from 7 devices)",
     ] {
         assert!(gates.contains(&want.to_string()), "{want}: {gates:?}");
     }

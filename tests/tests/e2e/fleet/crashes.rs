@@ -267,11 +267,12 @@ fn a_ramp_whose_staged_release_crashes_on_one_soc_halts_once_across_three_server
     });
     app.publish(&mlp_v1());
     app.publish(&mlp_v2());
-    // A long step and many samples, so only the crash gate (its default) can move it.
+    // A long step, and 24 samples: the crash gate (its default) needs 3 crashed devices, as
+    // the other gates need 3 reporting devices (24 / 8).
     let (s, b) = app.post_raw(
         "/v1/admin/models/mlp/rollout",
         br#"{"action": "start", "release": "2.0.0", "steps": ["1", "5", "25"],
-             "every_secs": 3600, "min_samples": 100000}"#,
+             "every_secs": 3600, "min_samples": 24}"#,
         Some(ADMIN_TOKEN),
     );
     assert_eq!(s, 200, "{b}");

@@ -46,6 +46,39 @@ fn a_device_weighs_at_most_two_crashes_an_hour_apart_from_its_other_events() {
     assert_eq!(fleet.release_crash_devices("m", "1.0.0"), (1, 1));
 }
 
+#[test]
+fn a_crash_event_that_does_not_say_it_crashed_is_refused() {
+    let t = Telemetry::default();
+    let cfg = TelemetryConfig::default();
+    let mut good = ev("crash", "failed");
+    good["error_code"] = "crashed".into();
+    good["stage"] = "run".into();
+    let with = |k: &str, v: serde_json::Value| {
+        let mut e = good.clone();
+        e[k] = v;
+        e
+    };
+    let batch = [
+        good.clone(),
+        with("outcome", "ok".into()),
+        with("error_code", "hash_mismatch".into()),
+        with("error_code", serde_json::Value::Null),
+        with("stage", serde_json::Value::Null),
+    ];
+    let report = ingest_values(&t, &batch, &cfg);
+    let refused: Vec<usize> = report.rejected.iter().map(|r| r.index).collect();
+    assert_eq!(refused, [1, 2, 3, 4], "{:?}", report.rejected);
+    assert!(
+        report
+            .rejected
+            .iter()
+            .all(|r| r.code == ErrorCode::EventInvalid && r.message.contains("error_code crashed")),
+        "{:?}",
+        report.rejected
+    );
+    assert_eq!(t.fleet("m").models["m"]["1.0.0"]["vulkan"].crashes, 1);
+}
+
 use ferry_shared::select::deny::DeviceClass;
 
 /// Ingests JSON values as a batch's event texts, every one counted as receipted.
