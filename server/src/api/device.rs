@@ -159,7 +159,11 @@ pub(crate) async fn resolve_inner(
     device
         .check_fields()
         .map_err(|m| ApiError::new(ErrorCode::RequestInvalid, m))?;
-    notes.device(device.model.as_str(), &device.install_id);
+    // An explain is an operator's probe, not a device: it counts in no census, cohort or
+    // health figure (it still counts against the address's request limits).
+    if !explain {
+        notes.device(device.model.as_str(), &device.install_id);
+    }
     if device.nonce.is_some() {
         // A decision of its own costs a signature: bounded per client address (an IPv4 address, an IPv6 /64).
         if !state.allow_fresh_decision(peer) {
@@ -223,6 +227,7 @@ pub(crate) async fn resolve_inner(
         explain: explanation,
     } = decided;
     let cohort = decision.cohort;
+    let decision_release = decision.release.to_string();
     if decision.nonce.is_some() {
         state.metrics().fresh_decision("signed");
     }
@@ -275,6 +280,12 @@ pub(crate) async fn resolve_inner(
         receipt: Some(receipt(state, &device, &answer)),
         explain: Some(explanation),
         operators_wanted,
+        rollout: Some(crate::resolve::stance::stance(
+            model_state.plan,
+            cohort,
+            model_state.pin_of(&device.install_id, now).as_ref(),
+            &decision_release,
+        )),
     };
     notes.served(cohort);
     Ok(HttpResponse::Ok()

@@ -172,6 +172,9 @@ pub(crate) fn resolve_cmd(
             decision["cohort"].as_str().unwrap_or("?"),
             order.join(", then ")
         );
+        if let Some(s) = answer["rollout"]["summary"].as_str() {
+            println!("rollout: {}", super::remote::sanitize(s));
+        }
     }
     let mut table = Table::new();
     table.load_preset(comfy_table::presets::NOTHING);
@@ -189,7 +192,7 @@ pub(crate) fn resolve_cmd(
             e["delegate"].as_str().unwrap_or("").to_string(),
             e["rank"]
                 .as_u64()
-                .map_or("-".to_string(), |r| (r + 1).to_string()),
+                .map_or("-".to_string(), |r| r.to_string()),
             if reasons.is_empty() {
                 "offered".to_string()
             } else {

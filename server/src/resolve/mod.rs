@@ -10,6 +10,7 @@ pub mod answers;
 pub mod decide;
 pub mod notes;
 pub mod releases;
+pub mod stance;
 
 #[cfg(test)]
 mod tests;

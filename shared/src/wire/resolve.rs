@@ -426,6 +426,30 @@ pub struct ResolveResponse {
     /// with `operators` (the list).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub operators_wanted: bool,
+    /// With `?explain=true`: where this install id stands in the model's rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutStance>,
+}
+
+/// Where an install id stands in a model's rollout, as `?explain=true` says it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RolloutStance {
+    /// The rollout's state (`active`, `paused`, `halted`, `completed`); absent without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// The release staged, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staged: Option<String>,
+    /// Its share of install ids, in percent (`"10"`, `"0.5"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent: Option<String>,
+    /// The cohort this install id is in (`staged` or `baseline`).
+    pub cohort: Cohort,
+    /// The release this install id is pinned to, if it is a pinned test device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<String>,
+    /// The same, in one sentence for people.
+    pub summary: String,
 }
 
 /// The JSON error body every ferry endpoint returns.

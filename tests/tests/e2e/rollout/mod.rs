@@ -1,6 +1,7 @@
 //! Rollouts: plans through every transition, health-gated ramps, safety rules, telemetry that halts
 //! or denies.
 
+mod explain;
 pub(crate) mod plan;
 mod ramp;
 mod safety;
