@@ -165,18 +165,7 @@ pub(crate) async fn resolve_inner(
         notes.device(device.model.as_str(), &device.install_id);
     }
     if device.nonce.is_some() {
-        // A decision of its own costs a signature: bounded per client address (an IPv4 address, an IPv6 /64).
-        if !state.allow_fresh_decision(peer) {
-            state.metrics().fresh_decision("limited");
-            return Err(ApiError::new(
-                ErrorCode::RateLimited,
-                format!(
-                    "more than {} decisions with a nonce this minute from this address; retry \
-                     later",
-                    state.config().limits.fresh_decisions_per_minute
-                ),
-            ));
-        }
+        fresh_allowed(state, peer)?;
     }
     let catalog = state.catalog();
     let published = catalog.release_count_of(&device.model);
@@ -227,7 +216,6 @@ pub(crate) async fn resolve_inner(
         explain: explanation,
     } = decided;
     let cohort = decision.cohort;
-    let decision_release = decision.release.to_string();
     if decision.nonce.is_some() {
         state.metrics().fresh_decision("signed");
     }
@@ -272,6 +260,12 @@ pub(crate) async fn resolve_inner(
         notes.served(answer.cohort);
         return Ok(render(state, &device, &answer, operators_wanted));
     }
+    let rollout = crate::resolve::stance::stance(
+        model_state.plan,
+        cohort,
+        model_state.pin_of(&device.install_id, now).as_ref(),
+        &decision.release.to_string(),
+    );
     let response = ResolveResponse {
         decision: signed,
         release_ref,
@@ -280,17 +274,33 @@ pub(crate) async fn resolve_inner(
         receipt: Some(receipt(state, &device, &answer)),
         explain: Some(explanation),
         operators_wanted,
-        rollout: Some(crate::resolve::stance::stance(
-            model_state.plan,
-            cohort,
-            model_state.pin_of(&device.install_id, now).as_ref(),
-            &decision_release,
-        )),
+        rollout: Some(rollout),
     };
     notes.served(cohort);
-    Ok(HttpResponse::Ok()
+    Ok(no_store(response))
+}
+
+/// A decision of its own costs a signature: bounded per client address (an IPv4 address, an
+/// IPv6 /64).
+fn fresh_allowed(state: &AppState, peer: Option<std::net::IpAddr>) -> Result<(), ApiError> {
+    if state.allow_fresh_decision(peer) {
+        return Ok(());
+    }
+    state.metrics().fresh_decision("limited");
+    Err(ApiError::new(
+        ErrorCode::RateLimited,
+        format!(
+            "more than {} decisions with a nonce this minute from this address; retry later",
+            state.config().limits.fresh_decisions_per_minute
+        ),
+    ))
+}
+
+/// An explain answer: never cached.
+fn no_store(response: ResolveResponse) -> HttpResponse {
+    HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
-        .json(response))
+        .json(response)
 }
 
 /// What the device's runtime can execute, when it says: the list it sent (recorded for every

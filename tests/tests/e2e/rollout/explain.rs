@@ -39,7 +39,10 @@ fn explain_probes_count_as_no_device_and_say_where_the_install_id_stands() {
         let summary = r["summary"].as_str().expect("summary");
         assert!(
             summary.starts_with("2.0.0 is staged at 10% (active); this install id is in the")
-                && summary.contains(&format!("the {cohort} cohort and gets {}", decision.release)),
+                && summary.contains(&format!(
+                    "the {cohort} cohort and gets {}",
+                    decision.release
+                )),
             "{summary}"
         );
         *cohorts.entry(cohort).or_default() += 1;
