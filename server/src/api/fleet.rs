@@ -63,9 +63,22 @@ pub async fn post_rollout(
         let mut v = serde_json::to_value(plan).map_err(ApiError::internal)?;
         v["preview"] = serde_json::to_value(preview).map_err(ApiError::internal)?;
         v["dry_run"] = serde_json::Value::Bool(dry_run);
+        let mut all_warnings: Vec<String> = Vec::new();
         if let Some((coverage, warnings)) = &runtimes {
             v["runtimes"] = coverage.clone();
-            v["warnings"] = serde_json::json!(warnings);
+            all_warnings.extend(warnings.iter().cloned());
+        }
+        // The way back is never refused for the device classes it leaves without a variant
+        // (nor a move forward given allow_strand): it says which.
+        if !preview.stranded.is_empty() {
+            all_warnings.push(format!(
+                "{} device class(es) are left with no variant: {}",
+                preview.stranded.len(),
+                preview.stranded.join("; ")
+            ));
+        }
+        if runtimes.is_some() || !all_warnings.is_empty() {
+            v["warnings"] = serde_json::json!(all_warnings);
         }
         Ok::<_, ApiError>(HttpResponse::Ok().json(v))
     };

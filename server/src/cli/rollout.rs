@@ -56,6 +56,9 @@ pub enum RolloutCommand {
         /// Replace the rollout in progress with this newer release, keeping its cohorts.
         #[arg(long)]
         supersede: bool,
+        /// Accept that device classes are left without a variant (needs --reason).
+        #[arg(long, requires = "reason")]
+        allow_strand: bool,
         /// Why (kept in the history).
         #[arg(long)]
         reason: Option<String>,
@@ -73,6 +76,10 @@ pub enum RolloutCommand {
         /// New share of devices.
         #[arg(long)]
         percent: Percent,
+        /// On a larger share: accept that device classes are left without a variant (needs
+        /// --reason). A smaller share is always allowed.
+        #[arg(long, requires = "reason")]
+        allow_strand: bool,
         /// Why.
         #[arg(long)]
         reason: Option<String>,
@@ -86,11 +93,11 @@ pub enum RolloutCommand {
     /// Freeze the rollout (staged devices keep the staged release).
     Pause(SimpleRollout),
     /// Continue a paused or halted rollout.
-    Resume(SimpleRollout),
+    Resume(ForwardRollout),
     /// Send every device back to the baseline.
     Rollback(SimpleRollout),
     /// Make the staged release the baseline for everyone.
-    Complete(SimpleRollout),
+    Complete(ForwardRollout),
     /// Pin a test device to a release: it gets that release first, whatever its cohort.
     Pin {
         /// Model name.
@@ -173,6 +180,19 @@ pub struct SimpleRollout {
     #[command(flatten)]
     pub remote: Remote,
 }
+
+/// `resume` and `complete`: moves forward, which may accept stranding device classes.
+#[derive(Debug, clap::Args)]
+pub struct ForwardRollout {
+    /// The change.
+    #[command(flatten)]
+    pub change: SimpleRollout,
+    /// Accept that device classes are left without a variant (needs --reason, kept in the
+    /// history); without it such a move is refused, naming the class.
+    #[arg(long, requires = "reason")]
+    pub allow_strand: bool,
+}
+
 pub(crate) fn print_plan(p: &RolloutPlan) {
     let show = |v: &Option<Version>| v.as_ref().map_or("-".to_string(), Version::to_string);
     let what = match (&p.staged, p.state) {
@@ -315,6 +335,7 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand, json: bool) -> anyhow::Result<Exi
             max_latency_ratio,
             max_crash_rate,
             supersede,
+            allow_strand,
             reason,
             dry_run,
             remote,
@@ -334,12 +355,14 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand, json: bool) -> anyhow::Result<Exi
                 max_latency_ratio,
                 max_crash_rate,
                 supersede,
+                allow_strand,
                 reason,
             },
         ),
         RolloutCommand::Set {
             model,
             percent,
+            allow_strand,
             reason,
             dry_run,
             remote,
@@ -347,12 +370,32 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand, json: bool) -> anyhow::Result<Exi
             model,
             remote,
             dry_run,
-            RolloutChange::Set { percent, reason },
+            RolloutChange::Set {
+                percent,
+                allow_strand,
+                reason,
+            },
         ),
         RolloutCommand::Pause(a) => simple(a, |reason| RolloutChange::Pause { reason }),
-        RolloutCommand::Resume(a) => simple(a, |reason| RolloutChange::Resume { reason }),
+        RolloutCommand::Resume(a) => (
+            a.change.model,
+            a.change.remote,
+            a.change.dry_run,
+            RolloutChange::Resume {
+                allow_strand: a.allow_strand,
+                reason: a.change.reason,
+            },
+        ),
         RolloutCommand::Rollback(a) => simple(a, |reason| RolloutChange::Rollback { reason }),
-        RolloutCommand::Complete(a) => simple(a, |reason| RolloutChange::Complete { reason }),
+        RolloutCommand::Complete(a) => (
+            a.change.model,
+            a.change.remote,
+            a.change.dry_run,
+            RolloutChange::Complete {
+                allow_strand: a.allow_strand,
+                reason: a.change.reason,
+            },
+        ),
         RolloutCommand::Revert {
             model,
             to,

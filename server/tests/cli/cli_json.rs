@@ -166,7 +166,18 @@ fn every_json_output_matches_its_schema() {
     .collect();
     let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
     json_of(&refs, "resolve-response.schema.json");
-    // The resolve above is counted among the model's clients (it sends no Ferry-Protocol).
+    // That was an operator's probe (explain): counted nowhere. A device's resolve is counted
+    // among the model's clients (it sends no Ferry-Protocol).
+    let device = serde_json::json!({"model": "jsonout", "install_id": "json-device",
+        "app_version": "1.0.0", "runtime_version": "1.5.1", "backends": ["XnnpackBackend"],
+        "platform": "linux", "os_version": "6.1", "device_model": "board", "soc": "RK3588",
+        "ram_mb": 4096});
+    let status = ureq::post(format!("{}/v1/resolve", server.url))
+        .header("content-type", "application/json")
+        .send(device.to_string())
+        .expect("resolve")
+        .status();
+    assert_eq!(status.as_u16(), 200);
     let v = run(
         &["fleet", "clients", "jsonout", "--since", "1h"],
         "cli.schema.json#/$defs/fleet_clients",

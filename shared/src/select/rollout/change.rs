@@ -88,7 +88,7 @@ pub enum TransitionError {
     },
     /// The change would leave a device class without any compatible variant.
     #[error(
-        "refused: {class} would be left with no compatible variant (today they get {had_release}/{had_variant})"
+        "refused: {class} would be left with no compatible variant (today they get {had_release}/{had_variant}); the way back (pause, rollback, a smaller share) is always allowed, and allow_strand with a reason (--allow-strand --reason) accepts it"
     )]
     Strands {
         /// The class.

@@ -17,8 +17,11 @@
 //!   supersedes): `rollout_not_newer`;
 //! - the baseline only moves back through `revert`, to a published release older than it, with
 //!   a reason;
-//! - no device class that has a compatible live variant before the change is left without one
-//!   after it, in any cohort it can be in: `rollout_strands_devices`, naming the class.
+//! - on a move forward (`start`, a larger `set`, `resume`, `complete`), no device class that has
+//!   a compatible live variant before the change is left without one after it, in any cohort
+//!   it can be in: `rollout_strands_devices`, naming the class, unless the change says
+//!   `allow_strand` with a reason. The way back (`pause`, `rollback`, `revert`, a smaller
+//!   `set`) is never refused for it: the classes it strands are in the preview.
 
 use semver::Version;
 
@@ -38,15 +41,38 @@ pub fn transition(
     ctx: &Context<'_>,
 ) -> Result<RolloutPlan, TransitionError> {
     let next = next_plan(current, change, ctx)?;
-    // Pausing freezes who gets what, and pins touch test devices only: neither can take a
-    // variant away from a device class, and pausing must stay possible in an emergency.
-    if !matches!(
-        change,
-        RolloutChange::Pause { .. } | RolloutChange::Pin { .. } | RolloutChange::Unpin { .. }
-    ) {
+    // The way back is never blocked: in an incident an operator must always be able to pause,
+    // roll back, shrink the share or revert. The classes that lose their variant on the way
+    // are said (the preview's `stranded`), not forbidden. Pins touch test devices only.
+    if way_back(current, change, &next) {
+        return Ok(next);
+    }
+    if change.allows_strand() {
+        if change.reason().is_none_or(|r| r.trim().is_empty()) {
+            return Err(TransitionError::Invalid(
+                "allow_strand needs a reason: it is the record of the device classes left \
+                 without a variant"
+                    .into(),
+            ));
+        }
+    } else {
         check_strands(current, &next, ctx)?;
     }
     Ok(next)
+}
+
+/// Whether `change` takes devices back (or touches test devices only): pause, rollback,
+/// revert, a smaller share, pins.
+fn way_back(current: Option<&RolloutPlan>, change: &RolloutChange, next: &RolloutPlan) -> bool {
+    match change {
+        RolloutChange::Pause { .. }
+        | RolloutChange::Pin { .. }
+        | RolloutChange::Unpin { .. }
+        | RolloutChange::Rollback { .. }
+        | RolloutChange::Revert { .. } => true,
+        RolloutChange::Set { .. } => current.is_some_and(|p| next.basis_points <= p.basis_points),
+        _ => false,
+    }
 }
 
 fn next_plan(

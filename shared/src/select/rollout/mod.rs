@@ -455,6 +455,9 @@ pub enum RolloutChange {
         /// devices that already moved stay first).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         supersede: bool,
+        /// Accept leaving device classes without a variant (needs a reason).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        allow_strand: bool,
         /// Why (kept in the history).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
@@ -463,6 +466,10 @@ pub enum RolloutChange {
     Set {
         /// New share of devices.
         percent: Percent,
+        /// Accept leaving device classes without a variant on a larger share (needs a reason;
+        /// a smaller share is always allowed).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        allow_strand: bool,
         /// Why.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
@@ -475,6 +482,9 @@ pub enum RolloutChange {
     },
     /// Continue a paused or halted rollout.
     Resume {
+        /// Accept leaving device classes without a variant (needs a reason).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        allow_strand: bool,
         /// Why.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
@@ -487,6 +497,9 @@ pub enum RolloutChange {
     },
     /// Make the staged release everyone's baseline.
     Complete {
+        /// Accept leaving device classes without a variant (needs a reason).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        allow_strand: bool,
         /// Why.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
@@ -544,13 +557,33 @@ impl RolloutChange {
             RolloutChange::Start { reason, .. }
             | RolloutChange::Set { reason, .. }
             | RolloutChange::Pause { reason }
-            | RolloutChange::Resume { reason }
+            | RolloutChange::Resume { reason, .. }
             | RolloutChange::Rollback { reason }
-            | RolloutChange::Complete { reason }
+            | RolloutChange::Complete { reason, .. }
             | RolloutChange::Pin { reason, .. }
             | RolloutChange::Unpin { reason, .. } => reason.as_deref(),
             RolloutChange::Revert { reason, .. } => Some(reason),
         }
+    }
+
+    /// Whether the change accepts leaving device classes without a variant (`allow_strand`).
+    pub fn allows_strand(&self) -> bool {
+        matches!(
+            self,
+            RolloutChange::Start {
+                allow_strand: true,
+                ..
+            } | RolloutChange::Set {
+                allow_strand: true,
+                ..
+            } | RolloutChange::Resume {
+                allow_strand: true,
+                ..
+            } | RolloutChange::Complete {
+                allow_strand: true,
+                ..
+            }
+        )
     }
 }
 

@@ -205,68 +205,84 @@ fn a_completed_release_cannot_be_undercut_and_the_baseline_cannot_be_restaged() 
 }
 
 #[test]
-fn a_change_that_would_strand_a_device_class_is_refused_and_names_it() {
+fn the_way_back_is_never_refused_and_a_move_forward_that_strands_needs_allow_strand() {
     let app = TestApp::start();
-    // 0.9.0 serves only Apple devices (Core ML); 1.0.0 serves everyone.
-    let mut apple_only = mlp_v1();
-    apple_only.version = "0.9.0".parse().expect("version");
-    apple_only
-        .variants
-        .retain(|v| v.id.as_str() == "coreml-fp32");
-    app.publish(&apple_only);
+    // 0.9.0 and 1.1.0 serve only Apple devices (Core ML); 1.0.0 serves everyone.
+    let apple_only = |version: &str| {
+        let mut r = mlp_v1();
+        r.version = version.parse().expect("version");
+        r.variants.retain(|v| v.id.as_str() == "coreml-fp32");
+        r
+    };
+    app.publish(&apple_only("0.9.0"));
     app.publish(&mlp_v1());
+    app.publish(&apple_only("1.1.0"));
     let (s, b) = change(
         &app,
         serde_json::json!({"action": "start", "release": "1.0.0", "percent": "50"}),
     );
     assert_eq!(s, 200, "{b}");
-    // Staged Android devices are served only by 1.0.0. Pausing keeps them served, so it is
-    // allowed; a rollback would leave them with nothing, so it is refused and says so.
+    // Staged Android and Linux devices are served only by 1.0.0. In an incident the way back
+    // is never blocked: pause, then a smaller share and a rollback go through, and say which
+    // classes lose their variant.
     let (s, b) = change(&app, serde_json::json!({"action": "pause"}));
     assert_eq!(s, 200, "{b}");
-    let msg = refused(
-        &app,
-        serde_json::json!({"action": "rollback"}),
-        409,
-        "rollout_strands_devices",
-    );
-    assert!(msg.contains("1.0.0/"), "{msg}");
-    assert!(
-        !msg.contains("9999") && !msg.contains("1073741824"),
-        "no placeholder values: {msg}"
-    );
-    let (s, b) = change(&app, serde_json::json!({"action": "complete"}));
+    let (s, b) = change(&app, serde_json::json!({"action": "resume"}));
     assert_eq!(s, 200, "{b}");
-    let served = sweep(&app);
-    assert_eq!(served.get("1.0.0"), Some(&1000));
-    // Reverting to 0.9.0 would leave Android and Linux devices with nothing.
-    let (s, dry) = app.post_raw(
-        "/v1/admin/models/mlp/rollout?dry_run=true",
-        br#"{"action": "revert", "to": "0.9.0", "reason": "test"}"#,
-        Some(ADMIN_TOKEN),
-    );
-    assert_eq!(
-        (s, dry["code"].as_str()),
-        (409, Some("rollout_strands_devices")),
-        "{dry}"
-    );
-    let msg = refused(
-        &app,
-        serde_json::json!({"action": "revert", "to": "0.9.0", "reason": "test"}),
-        409,
-        "rollout_strands_devices",
+    let (s, b) = change(&app, serde_json::json!({"action": "set", "percent": "10"}));
+    assert_eq!(s, 200, "a smaller share: {b}");
+    let said = |b: &serde_json::Value| {
+        let stranded = b["preview"]["stranded"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let warnings = b["warnings"].to_string();
+        (stranded, warnings)
+    };
+    let (stranded, warnings) = said(&b);
+    assert!(!stranded.is_empty(), "{b}");
+    assert!(warnings.contains("left with no variant"), "{b}");
+    let (s, b) = change(&app, serde_json::json!({"action": "rollback"}));
+    assert_eq!(s, 200, "{b}");
+    let (stranded, warnings) = said(&b);
+    assert!(
+        stranded
+            .iter()
+            .any(|c| c.as_str().unwrap_or_default().contains("1.0.0/")),
+        "says what the class got: {b}"
     );
     assert!(
-        ["android", "linux", "windows", "other"]
-            .iter()
-            .any(|p| msg.contains(p)),
+        ["android", "linux"].iter().any(|p| warnings.contains(p)),
+        "names the class: {warnings}"
+    );
+    assert!(
+        !warnings.contains("9999") && !warnings.contains("1073741824"),
+        "no placeholder values: {warnings}"
+    );
+    let (s, b) = change(&app, serde_json::json!({"action": "resume"}));
+    assert_eq!(s, 200, "{b}");
+    // A move forward that would strand them (1.1.0 supersedes 1.0.0, which is withdrawn) is
+    // refused, says what to do instead, and goes through only with allow_strand and a reason.
+    let supersede = serde_json::json!({"action": "start", "release": "1.1.0", "percent": "50",
+        "supersede": true});
+    let msg = refused(&app, supersede.clone(), 409, "rollout_strands_devices");
+    assert!(
+        msg.contains("the way back") && msg.contains("allow_strand"),
         "{msg}"
     );
-    assert!(
-        msg.contains("1.0.0/"),
-        "says what the class gets today: {msg}"
+    let mut allow = supersede.clone();
+    allow["allow_strand"] = true.into();
+    let msg = refused(&app, allow.clone(), 400, "rollout_invalid");
+    assert!(msg.contains("allow_strand needs a reason"), "{msg}");
+    allow["reason"] = "1.0.0 crashes on every Android GPU; Apple first".into();
+    let (s, b) = change(&app, allow);
+    assert_eq!(s, 200, "{b}");
+    let (stranded, _) = said(&b);
+    assert!(!stranded.is_empty(), "{b}");
+    assert_eq!(
+        b["reason"],
+        "1.0.0 crashes on every Android GPU; Apple first"
     );
-    assert_eq!(sweep(&app), served);
 }
 
 #[test]

@@ -61,17 +61,25 @@ fn action() -> impl Strategy<Value = RolloutChange> {
                 max_latency_ratio: None,
                 max_crash_rate: None,
                 supersede,
+                allow_strand: false,
                 reason: None,
             }
         }),
         (0u32..=10_000).prop_map(|bp| RolloutChange::Set {
             percent: Percent::from_basis_points(bp).expect("bp"),
+            allow_strand: false,
             reason: None
         }),
         Just(RolloutChange::Pause { reason: None }),
-        Just(RolloutChange::Resume { reason: None }),
+        Just(RolloutChange::Resume {
+            allow_strand: false,
+            reason: None
+        }),
         Just(RolloutChange::Rollback { reason: None }),
-        Just(RolloutChange::Complete { reason: None }),
+        Just(RolloutChange::Complete {
+            allow_strand: false,
+            reason: None
+        }),
         (1u64..=4).prop_map(|r| RolloutChange::Revert {
             to: Version::new(r, 0, 0),
             reason: "test".into()
@@ -143,7 +151,10 @@ proptest! {
 
     /// Over random releases, action sequences and devices: a staged release is always newer
     /// than the baseline; the baseline moves back only through `revert`; and no device that
-    /// had a variant (in any cohort) loses it (in any cohort) through an accepted change.
+    /// had a variant (in any cohort) loses it (in any cohort) through an accepted move forward
+    /// (`start`, a larger `set`, `resume`, `complete`). The way back (`pause`, `rollback`,
+    /// `revert`, a smaller `set`) is never refused for stranding: it is always accepted when
+    /// the plan's state allows the action at all.
     #[test]
     fn random_action_sequences_keep_the_invariants(
         shapes in proptest::collection::vec(shape(), 4),
@@ -163,13 +174,33 @@ proptest! {
         let mut plan = on_publish(None, &first, false, &Context { published: &refs[..1], ..ctx });
         prop_assert_eq!(plan.as_ref().and_then(|p| p.baseline.clone()), Some(first));
         for a in &actions {
-            let Ok(next) = transition(plan.as_ref(), a, &ctx) else { continue };
+            let forward = match a {
+                RolloutChange::Start { .. }
+                | RolloutChange::Resume { .. }
+                | RolloutChange::Complete { .. } => true,
+                RolloutChange::Set { percent, .. } => {
+                    plan.as_ref().is_some_and(|p| percent.basis_points() > p.basis_points)
+                }
+                _ => false,
+            };
+            let next = match transition(plan.as_ref(), a, &ctx) {
+                Ok(next) => next,
+                Err(TransitionError::Strands { .. }) => {
+                    prop_assert!(forward, "the way back was refused for stranding: {a:?}");
+                    continue;
+                }
+                Err(_) => continue,
+            };
             if next.cohort_is_live() {
                 prop_assert!(next.staged > next.baseline, "{next:?}");
             }
             let was = plan.as_ref().and_then(|p| p.baseline.clone());
             if next.baseline < was {
                 prop_assert_eq!(next.action.as_str(), "revert");
+            }
+            if !forward {
+                plan = Some(next);
+                continue;
             }
             let ids: Vec<String> = (0..64).map(|i| format!("install-{i}")).collect();
             for d in &devices {
