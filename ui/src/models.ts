@@ -67,7 +67,7 @@ async function modelsView(): Promise<void> {
   const body = await api("/v1/admin/models");
   const rows = (body.models as Json[]).map((m) => [
     link(`#/model/${encodeURIComponent(m.model)}`, m.model),
-    m.baseline ?? "–",
+    m.live && m.baseline && m.live !== m.baseline ? `${m.live} (${m.baseline} revoked)` : (m.live ?? m.baseline ?? "–"),
     m.staged ? `${m.staged} at ${m.percent}%` : "–",
     rolledBack(m.rollout_action, m.rollout_state) ? "rolled back" : m.rollout_state ?? "–",
     m.ramp_step === null || m.ramp_step === undefined ? "–" : String(m.ramp_step + 1),

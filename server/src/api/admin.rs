@@ -204,8 +204,15 @@ pub(crate) async fn list_models(
         .models()
         .map(|(m, versions)| {
             let plan = rollouts.get(m);
+            let releases = catalog.releases_newest_first(m);
+            let served = served_baseline(
+                plan,
+                &releases,
+                state.revocations().get(m).map(|r| &*r.list),
+            );
             serde_json::json!({
                 "model": m,
+                "live": served.map(|v| v.to_string()),
                 "releases": versions.iter().map(|v| v.to_string()).collect::<Vec<_>>(),
                 "latest": versions.last().map(|v| v.to_string()),
                 "baseline": plan.and_then(|p| p.baseline.as_ref()).map(ToString::to_string),
@@ -243,10 +250,7 @@ pub(crate) async fn get_model(
     let census = state.runtime_census(&model).await;
     // Per release, what a device updating to it downloads for each variant: from the live
     // release (what devices run) for a newer one, else from the release before it.
-    let live = match plan.as_ref() {
-        Some(p) => p.baseline.clone(),
-        None => releases.first().map(|r| r.manifest.version.clone()),
-    };
+    let live = served_baseline(plan.as_ref(), &releases, revoked.as_ref().map(|r| &*r.list));
     let live_release = releases
         .iter()
         .find(|r| Some(&r.manifest.version) == live.as_ref());
@@ -279,6 +283,10 @@ pub(crate) async fn get_model(
                 .and_then(|x| x.list.revokes(&r.manifest.version))
             {
                 Some(_) => format!("revoked (was {lifecycle})"),
+                // The release the baseline cohort really gets when the baseline is revoked.
+                None if live.as_ref() == Some(&r.manifest.version) && lifecycle == "retired" => {
+                    "live (the baseline is revoked)".to_string()
+                }
                 None => lifecycle,
             };
             let mut row = serde_json::json!({
@@ -333,6 +341,25 @@ fn evaluation_summary(e: &ferry_shared::manifest::Evaluation) -> serde_json::Val
             "value": r.value, "drop": r.drop, "passed": r.passed,
         }))).collect::<serde_json::Map<_, _>>(),
     })
+}
+
+/// The release the baseline cohort really gets: the baseline (the newest release without a
+/// plan), or when that is revoked, the newest release older than it that is not.
+fn served_baseline(
+    plan: Option<&RolloutPlan>,
+    newest_first: &[Arc<Release>],
+    revoked: Option<&ferry_shared::trust::revocation::RevocationList>,
+) -> Option<Version> {
+    let top = match plan {
+        Some(p) => p.baseline.clone()?,
+        None => newest_first.first()?.manifest.version.clone(),
+    };
+    newest_first
+        .iter()
+        .map(|r| &r.manifest.version)
+        .filter(|v| **v <= top)
+        .find(|v| revoked.is_none_or(|l| l.revokes(v).is_none()))
+        .cloned()
 }
 
 /// A release's place in the lifecycle: `live` (the baseline), `staged 5%` (with `paused` or
@@ -486,11 +513,15 @@ pub(crate) async fn post_revocations(
             "revocation list changed"
         );
     }
-    let view = serde_json::json!({
+    let ended = end_revoked_stage(&state, &model, &list, &caller.name).await;
+    let mut view = serde_json::json!({
         "model": model,
         "version": list.version,
         "revoked": list.revoked,
     });
+    if let Some(plan) = &ended {
+        view["rollout"] = serde_json::json!(plan);
+    }
     // Also for a retry: this replica may not have read the list another one stored.
     state.views().set_revocations(list, Some(env));
     let mut answer = if stored {
@@ -499,6 +530,44 @@ pub(crate) async fn post_revocations(
         HttpResponse::Ok()
     };
     Ok(answer.json(view))
+}
+
+/// A revoked release that is staged ends its stage: a `rollback` revision naming the
+/// revocation (the way back is never refused), so every view says what devices get (the
+/// baseline) and the rollout cannot be completed. `None` when nothing was staged or it was
+/// already ended (a retry, another replica); a failure to write is logged: resolve never
+/// offers a revoked release whatever the plan says.
+async fn end_revoked_stage(
+    state: &AppState,
+    model: &ferry_shared::ModelName,
+    list: &ferry_shared::trust::revocation::RevocationList,
+    actor: &str,
+) -> Option<RolloutPlan> {
+    let plan = state.rollouts().get(model).cloned()?;
+    let staged = plan.staged.clone().filter(|_| plan.cohort_is_live())?;
+    let revoked = list.revokes(&staged)?;
+    let change = ferry_shared::select::rollout::RolloutChange::Rollback {
+        reason: Some(format!("{staged} was revoked: {}", revoked.reason)),
+    };
+    let at = crate::storage::revisions::now_text();
+    let catalog = state.catalog();
+    let mode = crate::plans::rollout::ChangeMode {
+        dry_run: false,
+        if_revision: Some(plan.revision),
+    };
+    match crate::plans::rollout::change(state.store(), &catalog, model, &change, (actor, &at), mode)
+        .await
+    {
+        Ok((next, _)) => {
+            tracing::warn!(%model, %staged, "the revoked staged release was rolled back");
+            state.set_rollout(model, next.clone());
+            Some(next)
+        }
+        Err(e) => {
+            tracing::warn!(%model, %staged, "the revoked staged release was not rolled back: {e}");
+            None
+        }
+    }
 }
 
 /// `POST /v1/admin/keyring` (scope `publish`): the next keyring version, signed offline by

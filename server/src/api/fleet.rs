@@ -42,6 +42,24 @@ pub async fn post_rollout(
             ),
         ));
     }
+    // A revoked staged release moves no further forward (its stage ended when it was revoked).
+    if let RolloutChange::Set { .. } | RolloutChange::Resume { .. } | RolloutChange::Complete { .. } =
+        &change
+        && let Some(staged) = state.rollouts().get(&model).and_then(|p| p.staged.clone())
+        && let Some(r) = state
+            .revocations()
+            .get(&model)
+            .and_then(|r| r.list.revokes(&staged).cloned())
+    {
+        return Err(ApiError::new(
+            ErrorCode::RolloutInvalid,
+            format!(
+                "{model} {staged} is revoked ({}); no device may get it: start a newer release \
+                 instead",
+                r.reason
+            ),
+        ));
+    }
     let catalog = state.catalog();
     let at = now_text();
     // Before a ramp to a release: which of the fleet's reported runtimes can run it.

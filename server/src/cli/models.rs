@@ -32,9 +32,16 @@ pub(crate) fn models_cmd(json: bool, remote: &Remote) -> anyhow::Result<ExitCode
             (true, Some(s), None) => s.to_string(),
             (true, None, _) => "-".to_string(),
         };
+        // What the baseline cohort really gets (the baseline, or the release before a revoked
+        // one).
+        let live = match (m["live"].as_str(), m["baseline"].as_str()) {
+            (Some(l), Some(b)) if l != b => format!("{l} ({b} revoked)"),
+            (Some(l), _) => l.to_string(),
+            (None, _) => text(&m["baseline"]),
+        };
         table.add_row([
             text(&m["model"]),
-            text(&m["baseline"]),
+            live,
             text(&m["staged"]),
             if staged {
                 format!("{}%", text(&m["percent"]))

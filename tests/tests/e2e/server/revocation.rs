@@ -414,3 +414,103 @@ fn only_published_releases_can_be_revoked() {
     let (_, held) = app.get_json("/v1/admin/models/mlp/revocations", Some(READ_TOKEN));
     assert_eq!(held["version"], 0);
 }
+
+/// Issue 46, point 1: every view says what devices get when a release is revoked.
+#[test]
+fn revoking_the_staged_release_ends_its_stage_and_every_view_says_what_devices_get() {
+    let app = TestApp::start();
+    let mut v09 = mlp_v1();
+    v09.version = "0.9.0".parse().expect("version");
+    app.publish(&v09);
+    app.publish(&mlp_v1());
+    app.ship("1.0.0");
+    app.publish(&mlp_v2());
+    let (s, b) = app.post_raw(
+        "/v1/admin/models/mlp/rollout",
+        br#"{"action": "start", "release": "2.0.0", "percent": "10"}"#,
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(s, 200, "{b}");
+    let served = |n: usize| -> std::collections::BTreeMap<String, usize> {
+        let mut out = std::collections::BTreeMap::new();
+        for i in 0..n {
+            let mut d = serde_json::json!({
+                "model": "mlp", "install_id": format!("view-{i}"), "app_version": "2.0.0",
+                "runtime_version": "1.5.1", "backends": ["XnnpackBackend"],
+                "platform": "linux", "os_version": "6.1", "ram_mb": 4096});
+            d["device_model"] = "board".into();
+            let (s, body) = app.resolve(&d, false);
+            assert_eq!(s, 200, "{body}");
+            *out.entry(app.verify_response(&body).0.release.to_string())
+                .or_default() += 1;
+        }
+        out
+    };
+    assert!(served(300).contains_key("2.0.0"));
+    // Revoke the staged release: its stage ends at once, with a rollback naming it.
+    revoke(&app, list(1, &["2.0.0"]));
+    let (_, r) = app.get_json("/v1/admin/models/mlp/rollout", Some(READ_TOKEN));
+    let current = &r["current"];
+    assert_eq!(
+        (current["action"].as_str(), current["state"].as_str()),
+        (Some("rollback"), Some("halted")),
+        "{current}"
+    );
+    assert!(
+        current["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("2.0.0 was revoked: crashes on start"),
+        "{current}"
+    );
+    assert_eq!(served(300).keys().collect::<Vec<_>>(), ["1.0.0"]);
+    // It moves no further forward.
+    for change in [
+        r#"{"action": "resume"}"#,
+        r#"{"action": "set", "percent": "50"}"#,
+    ] {
+        let (s, b) = app.post_raw(
+            "/v1/admin/models/mlp/rollout",
+            change.as_bytes(),
+            Some(ADMIN_TOKEN),
+        );
+        assert_eq!(s, 400, "{change}: {b}");
+        assert!(
+            b["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("is revoked"),
+            "{b}"
+        );
+    }
+    let (_, models) = app.get_json("/v1/admin/models", Some(READ_TOKEN));
+    ferry_tests::schemas::check("models.schema.json", &models);
+    assert_eq!(models["models"][0]["live"], "1.0.0", "{models}");
+    // Revoke the baseline too: devices get 0.9.0, and the views say so.
+    revoke(&app, list(2, &["2.0.0", "1.0.0"]));
+    assert_eq!(served(100).keys().collect::<Vec<_>>(), ["0.9.0"]);
+    let (_, models) = app.get_json("/v1/admin/models", Some(READ_TOKEN));
+    let m = &models["models"][0];
+    assert_eq!(
+        (m["live"].as_str(), m["baseline"].as_str()),
+        (Some("0.9.0"), Some("1.0.0"))
+    );
+    let (_, model) = app.get_json("/v1/admin/models/mlp", Some(READ_TOKEN));
+    let states: std::collections::BTreeMap<String, String> = model["releases"]
+        .as_array()
+        .expect("releases")
+        .iter()
+        .map(|r| {
+            (
+                r["version"].as_str().unwrap_or_default().to_string(),
+                r["state"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states["0.9.0"], "live (the baseline is revoked)",
+        "{states:?}"
+    );
+    assert!(states["1.0.0"].starts_with("revoked"), "{states:?}");
+    assert!(states["2.0.0"].starts_with("revoked"), "{states:?}");
+}
