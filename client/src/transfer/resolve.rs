@@ -179,6 +179,15 @@ impl Client {
                 }
                 Err(e) => match crate::transfer::tls::certificate_error(&url, &e) {
                     Some(refused) => return Err(refused),
+                    // The server cannot be reached at all (refused, no route, no such host):
+                    // no retry, so that a device without its network starts from its cache at
+                    // once; the next load asks again.
+                    None if unreachable(&e) => {
+                        return Err(ClientError::Network {
+                            url,
+                            message: e.to_string(),
+                        });
+                    }
                     None => e.to_string(),
                 },
             };
@@ -555,4 +564,28 @@ fn http_date(value: &str) -> Option<time::OffsetDateTime> {
     time::PrimitiveDateTime::parse(value.trim(), &format)
         .ok()
         .map(time::PrimitiveDateTime::assume_utc)
+}
+
+/// Whether `e` says the server cannot be reached at all (as opposed to a failure on the way
+/// that a retry may get past): the connection was refused, could not be made or timed out
+/// connecting, or the host does not resolve.
+pub(crate) fn unreachable(e: &ureq::Error) -> bool {
+    use std::io::ErrorKind as K;
+    match e {
+        ureq::Error::HostNotFound
+        | ureq::Error::ConnectionFailed
+        | ureq::Error::Timeout(ureq::Timeout::Resolve | ureq::Timeout::Connect) => true,
+        ureq::Error::Io(io) => {
+            matches!(
+                io.kind(),
+                K::ConnectionRefused
+                    | K::NetworkUnreachable
+                    | K::HostUnreachable
+                    | K::AddrNotAvailable
+            )
+            // The standard library's name lookup failure (no kind of its own).
+            || io.to_string().starts_with("failed to lookup address information")
+        }
+        _ => false,
+    }
 }

@@ -37,6 +37,7 @@ pub mod fleet;
 pub mod health;
 pub mod limits;
 pub mod ops;
+pub mod revocations;
 pub mod router;
 pub mod state;
 pub mod ui;

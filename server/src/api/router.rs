@@ -17,6 +17,7 @@ use crate::api::blobs::{get_blob, put_blob_handler};
 use crate::api::device::{keyring, keys, release_by_digest, resolve, signed_time};
 use crate::api::error::{ApiError, REQUEST_ID, STORE_NAME};
 use crate::api::ops::{healthz, metrics, readyz};
+use crate::api::revocations;
 use ferry_shared::wire::protocol::{PROTOCOL, PROTOCOL_HEADER, Protocol, SDK_HEADER, Sdk};
 
 /// A GET route and the HEAD route HTTP requires beside it (actix sends HEAD answers without
@@ -69,7 +70,8 @@ fn table() -> Vec<(&'static str, &'static str, Routes)> {
             r.route(web::post().to(post_release))
         }),
         ("/v1/admin/models/{model}/revocations", GET_POST, |r| {
-            get_head(r, admin::get_revocations).route(web::post().to(admin::post_revocations))
+            get_head(r, revocations::get_revocations)
+                .route(web::post().to(revocations::post_revocations))
         }),
         ("/v1/admin/models/{model}/releases/{version}", GET, |r| {
             get_head(r, get_release)

@@ -12,6 +12,7 @@ mod delta_limits;
 pub(crate) mod e2e;
 mod large_files;
 mod model_metadata;
+mod offline_start;
 mod operators;
 mod policy;
 mod protocol;
