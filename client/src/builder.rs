@@ -206,7 +206,7 @@ impl ClientBuilder {
                 .user_agent(concat!("ferry-client/", env!("CARGO_PKG_VERSION")))
                 .middleware(protocol_headers(&self.sdk))
         };
-        let (cache, _) = Cache::open(&cache_dir, self.cache_budget)?;
+        let (cache, recovery) = Cache::open(&cache_dir, self.cache_budget)?;
         if trust.is_rooted() {
             // Walk the keyrings accepted before from the pinned root again. A stored version
             // that no longer verifies stops the walk there (the versions before it stay; the
@@ -272,6 +272,11 @@ impl ClientBuilder {
         // An app or runtime update since the cache was last used: mark what no longer fits.
         // A cache that cannot record it now is checked again on every load anyway.
         let _ = client.note_versions();
+        // A lost index: each model's last known good is found again from the signed releases
+        // and files the cache still holds.
+        if recovery.rebuilt_index || recovery.index_missing {
+            client.heal_last_good();
+        }
         Ok(client)
     }
 }

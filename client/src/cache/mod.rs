@@ -5,6 +5,7 @@
 //! <root>/blobs/sha256/<hex>.part     a download in flight (resumed after a crash)
 //! <root>/releases/sha256/<hex>.json  signed release envelopes, by the digest of their bytes
 //! <root>/index.json                  which release/variant each model uses, LRU stamps
+//! <root>/keyrings.json               a copy of the accepted keyring chain (for a lost index)
 //! <root>/telemetry/queue.ndjson      queued telemetry events
 //! <root>/flights/<random>.flight     the flight recorder's slots (crate::crash::flight)
 //! <root>/crashes.json                variants that crashed this app (crate::crash::ledger)
@@ -22,6 +23,7 @@
 //! index whenever another one changed it, so no process's change is lost.
 
 pub(crate) mod cached;
+mod heal;
 pub(crate) mod in_use;
 pub mod locks;
 
@@ -37,6 +39,13 @@ use crate::error::ClientError;
 /// Staging files younger than this may belong to another process's write in flight and are
 /// left alone when a cache is opened.
 pub const STALE_STAGING: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// The copy of the accepted keyring chain kept beside the index (see
+/// `Cache::record_keyrings`).
+pub(crate) const KEYRINGS_FILE: &str = "keyrings.json";
+
+/// The largest keyring chain copy read.
+const MAX_KEYRINGS_BYTES: u64 = 1 << 20;
 
 /// Most signed release manifests kept in `<root>/releases/sha256/`.
 pub const MAX_RELEASES: usize = 64;
@@ -243,6 +252,8 @@ pub struct Recovery {
     pub rebuilt_index: bool,
     /// Index entries dropped because their blob was missing.
     pub dropped_entries: usize,
+    /// There was no index although the cache holds files (it was deleted).
+    pub index_missing: bool,
 }
 
 fn is_hex64(s: &str) -> bool {
@@ -291,10 +302,27 @@ impl Cache {
                     Index::default()
                 }
             },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Index::default(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                rec.index_missing = std::fs::read_dir(root.join("releases/sha256"))
+                    .is_ok_and(|mut d| d.next().is_some());
+                Index::default()
+            }
             Err(e) => return Err(ClientError::io(&index_path, e)),
         };
         index.version = 1;
+        // A lost index: the keyring chain from its copy (walked from the pinned root again
+        // before any use).
+        if index.keyrings.is_empty() {
+            use std::io::Read as _;
+            let mut bytes = Vec::new();
+            let read = std::fs::File::open(root.join(KEYRINGS_FILE))
+                .and_then(|f| f.take(MAX_KEYRINGS_BYTES).read_to_end(&mut bytes));
+            if read.is_ok()
+                && let Ok(chain) = serde_json::from_slice::<Vec<Envelope>>(&bytes)
+            {
+                index.keyrings = chain;
+            }
+        }
         // Blobs on disk that the index does not know (a crash between rename and index write).
         if let Ok(rd) = std::fs::read_dir(&blobs) {
             for e in rd.flatten() {

@@ -236,6 +236,11 @@ impl Cache {
     /// Keeps `chain` (keyrings just accepted, oldest first) for the next start.
     pub fn record_keyrings(&mut self, chain: Vec<Envelope>) -> Result<(), ClientError> {
         if chain != self.index.keyrings {
+            // A copy beside the index, so that a lost index does not lose the keys the cached
+            // releases were signed with (the chain is walked from the pinned root again).
+            let copy =
+                serde_json::to_vec(&chain).map_err(|e| ClientError::Config(e.to_string()))?;
+            write_durable(&self.root.join(KEYRINGS_FILE), &copy)?;
             self.update(|i| i.keyrings = chain)?;
         }
         Ok(())

@@ -55,3 +55,45 @@ fn an_unreachable_server_is_not_retried_before_the_last_known_good_loads() {
         );
     }
 }
+
+#[test]
+fn a_corrupt_or_lost_index_keeps_the_last_known_good() {
+    let app = TestApp::start_with(Options {
+        demo: true,
+        ..Default::default()
+    });
+    let d = device("healed");
+    for damage in ["corrupt", "deleted"] {
+        let cache = tempfile::tempdir().expect("cache");
+        let first = app
+            .client(cache.path())
+            .build()
+            .expect("client")
+            .load("demo-mlp", &d)
+            .expect("online load");
+        let (release, variant) = (first.release.clone(), first.variant.clone());
+        drop(first);
+        let index = cache.path().join("index.json");
+        match damage {
+            "corrupt" => std::fs::write(&index, b"{\"garbage").expect("corrupt"),
+            _ => std::fs::remove_file(&index).expect("delete"),
+        }
+        // Offline: the index is rebuilt from the verified files and signed envelopes.
+        let loaded = app
+            .client_at("http://127.0.0.1:1", cache.path())
+            .build()
+            .expect("client")
+            .load("demo-mlp", &d)
+            .unwrap_or_else(|e| panic!("{damage} index: {e}"));
+        assert!(
+            matches!(loaded.source, Source::LastKnownGood { .. }),
+            "{damage}: {:?}",
+            loaded.source
+        );
+        assert_eq!(
+            (loaded.release, loaded.variant),
+            (release, variant),
+            "{damage}"
+        );
+    }
+}
