@@ -292,12 +292,18 @@ fn progress_bar(quiet: bool) -> ferry_client::ProgressFn {
             return;
         }
         let filled = (percent / 4) as usize;
+        // Small files in kB, so that a 20 kB model does not read "0.0/0.0 MB".
+        let (scale, unit) = if total < 1_000_000 {
+            (1e3, "kB")
+        } else {
+            (1e6, "MB")
+        };
         eprint!(
-            "\r  {variant} [{}{}] {percent:>3}% {:.1}/{:.1} MB",
+            "\r  {variant} [{}{}] {percent:>3}% {:.1}/{:.1} {unit}",
             "#".repeat(filled),
             ".".repeat(25 - filled),
-            done as f64 / 1e6,
-            total as f64 / 1e6
+            done as f64 / scale,
+            total as f64 / scale
         );
         if done == total {
             eprintln!();

@@ -322,6 +322,16 @@ fn summary(attempts: &[Attempt]) -> String {
 }
 
 impl ClientError {
+    /// What happened, without the code in front when the message would repeat it (a server's
+    /// refusal reads `model_not_found: …` in [`std::fmt::Display`]): what the C ABI and the JVM
+    /// give beside the code.
+    pub fn detail(&self) -> String {
+        match self {
+            ClientError::Rejected { message, .. } => message.clone(),
+            other => other.to_string(),
+        }
+    }
+
     /// The candidates tried and why each failed, for [`ClientError::AllCandidatesFailed`] and
     /// [`ClientError::Crashed`]; empty for every other error.
     pub fn attempts(&self) -> &[Attempt] {

@@ -295,7 +295,7 @@ pub unsafe extern "C" fn ferry_client_new_with(
                 };
                 FerryStatus::FerryOk
             }
-            Err(e) => fail(status_of(&e), e.code(), &e.to_string()),
+            Err(e) => fail(status_of(&e), e.code(), &e.detail()),
         }
     })
 }
@@ -436,7 +436,7 @@ pub unsafe extern "C" fn ferry_load_with(
                 unsafe { *out = Box::into_raw(Box::new(h)) };
                 FerryStatus::FerryOk
             }
-            Err(e) => fail(status_of(&e), e.code(), &e.to_string()),
+            Err(e) => fail(status_of(&e), e.code(), &e.detail()),
         }
     })
 }

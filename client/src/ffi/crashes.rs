@@ -50,7 +50,7 @@ pub unsafe extern "C" fn ferry_client_forget_crashes(
                 }
                 FerryStatus::FerryOk
             }
-            Err(e) => fail(status_of(&e), e.code(), &e.to_string()),
+            Err(e) => fail(status_of(&e), e.code(), &e.detail()),
         }
     })
 }

@@ -84,7 +84,9 @@ pub(crate) async fn post_release(
     state.metrics().publish(label);
     let (release, plan) = outcome?;
     tracing::info!(caller = caller.name, model = %release.manifest.model, version = %release.manifest.version, live = plan.is_some(), "release published");
-    let view = release_view(&release);
+    let mut view = release_view(&release);
+    // Whether devices get it now (a model's first release), or only once a rollout stages it.
+    view["live"] = serde_json::json!(plan.is_some());
     state.add_release(release);
     // A model new to this replica's catalog (its first release, or the first one loadable
     // after a key rotation) gets its revocation list in force before its first resolve.

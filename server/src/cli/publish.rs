@@ -156,6 +156,9 @@ pub(crate) fn publish_cmd(
         .with_context(|| format!("cannot reach {server}"))?;
     if resp.status() == 201 {
         finish("published", &blobs, &model, &version);
+        if !json {
+            say_if_not_live(resp, &model, &version);
+        }
         return Ok(ExitCode::SUCCESS);
     }
     if resp.status() == 409 {
@@ -378,4 +381,21 @@ fn upload_bar(quiet: bool, size: u64, id: &str) -> indicatif::ProgressBar {
     );
     bar.set_message(id.to_string());
     bar
+}
+
+/// Says so when the release just published is not live (a model's later release waits for a
+/// rollout), from the server's answer.
+fn say_if_not_live(resp: ureq::http::Response<ureq::Body>, model: &str, version: &str) {
+    let live = resp
+        .into_body()
+        .read_to_string()
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["live"].as_bool());
+    if live == Some(false) {
+        println!(
+            "{model} {version} is not live yet: no device gets it until a rollout stages it \
+             (`ferry rollout start {model} --release {version} --percent 5`)"
+        );
+    }
 }

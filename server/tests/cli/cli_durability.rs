@@ -44,6 +44,11 @@ fn acknowledged_publish_and_rollout_survive_sigkill() {
     publish(&s, &s.v1, &server.url);
     let out = publish(&s, &s.v2, &server.url);
     assert!(out.contains("published durable 2.0.0"), "{out}");
+    // A later release is not live until a rollout stages it, and the CLI says so.
+    assert!(
+        out.contains("durable 2.0.0 is not live yet") && out.contains("ferry rollout start"),
+        "{out}"
+    );
     let out = start_rollout(&server.url);
     assert!(out.contains("staged 2.0.0 at 5%"), "{out}");
     // The very next thing: SIGKILL (Child::kill), no shutdown path runs.

@@ -449,6 +449,11 @@ fn set(
 
 /// `pause`: who gets what is frozen.
 fn pause(p: &RolloutPlan, model: &ModelName) -> Result<RolloutPlan, TransitionError> {
+    if p.state == RolloutState::Paused && p.staged.is_some() {
+        return Err(TransitionError::NotActive(format!(
+            "the rollout of {model} is already paused; `ferry rollout resume` continues it"
+        )));
+    }
     if p.state != RolloutState::Active || p.staged.is_none() {
         return Err(not_active(model));
     }

@@ -251,3 +251,52 @@ fn the_first_publish_is_live_and_later_ones_wait() {
     let adopted = on_publish(None, &v2.version, false, &ctx).expect("adopts");
     assert_eq!(adopted.baseline, Some(v1.version.clone()));
 }
+
+#[test]
+fn a_second_pause_says_the_rollout_is_already_paused() {
+    let v1 = release(1, &[Some((0, 0)), None, None, None]);
+    let v2 = release(2, &[Some((0, 0)), None, None, None]);
+    let model: ModelName = "m".parse().expect("name");
+    let both = [&v1, &v2];
+    let one = [&v1];
+    let ctx = Context {
+        model: &model,
+        published: &both,
+        salt: "s",
+        actor: "t",
+        at: "now",
+        classes: None,
+    };
+    let first = on_publish(
+        None,
+        &Version::new(1, 0, 0),
+        false,
+        &Context {
+            published: &one,
+            ..ctx
+        },
+    );
+    let start = RolloutChange::Start {
+        release: Version::new(2, 0, 0),
+        percent: Percent::from_basis_points(500),
+        steps: None,
+        every_secs: None,
+        max_failure_rate: None,
+        max_fallback_rate: None,
+        min_samples: None,
+        max_regression: None,
+        max_latency_ratio: None,
+        max_crash_rate: None,
+        supersede: false,
+        allow_strand: false,
+        reason: None,
+    };
+    let active = transition(first.as_ref(), &start, &ctx).expect("start");
+    let pause = RolloutChange::Pause { reason: None };
+    let paused = transition(Some(&active), &pause, &ctx).expect("pause");
+    let again = transition(Some(&paused), &pause, &ctx).expect_err("second pause");
+    assert!(
+        again.to_string().contains("already paused") && again.to_string().contains("resume"),
+        "{again}"
+    );
+}
