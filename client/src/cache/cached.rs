@@ -153,7 +153,10 @@ impl Client {
         } else if why.is_empty() {
             return Ok(match last.blob {
                 Some(_) => Ok((last, Vec::new())),
-                None => Err(CacheMiss::Corrupt),
+                None => {
+                    self.report_corrupt(&last, device);
+                    Err(CacheMiss::Corrupt)
+                }
             });
         } else {
             Attempt {
@@ -309,5 +312,36 @@ impl Client {
             path: blob.path().to_path_buf(),
             sha256: entry.sha256,
         })
+    }
+}
+
+impl Client {
+    /// A cached file of `last` failed its integrity check (and was removed): a failed `verify`
+    /// event (`hash_mismatch`, stage `cache`), sent with the rest, so ops see it.
+    fn report_corrupt(&self, last: &LastGood, device: &DeviceInfo) {
+        let corrupt = self.cache().take_corrupt();
+        let v = &last.variant;
+        if !corrupt
+            .iter()
+            .any(|d| *d == v.sha256 || v.side_files().any(|f| f.sha256 == *d))
+        {
+            return;
+        }
+        let event = TelemetryEvent {
+            variant: v.id.to_string(),
+            delegate: v.delegate.to_string(),
+            outcome: Outcome::Failed,
+            error_code: Some(ErrorCode::HashMismatch.as_str().to_string()),
+            stage: Some(Stage::Cache.as_str().to_string()),
+            receipt: last.entry.receipt.clone(),
+            ..self.event(
+                EventKind::Verify,
+                &last.entry.release,
+                last.manifest.model.as_str(),
+                None,
+                device,
+            )
+        };
+        let _ = self.telemetry.push(&[event]);
     }
 }

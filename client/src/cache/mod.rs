@@ -215,6 +215,8 @@ pub struct Cache {
     /// The index file as this process last read or wrote it (size, modification time,
     /// inode): when the file no longer matches, another process changed it.
     stamp: Option<(u64, std::time::SystemTime, u64)>,
+    /// Files found corrupt (and removed) since the client last asked ([`Cache::take_corrupt`]).
+    corrupt: Vec<Sha256Digest>,
 }
 
 impl Index {
@@ -356,11 +358,19 @@ impl Cache {
         }
         drop(lock);
         let _ = std::fs::remove_file(&path);
+        if self.corrupt.len() < 64 {
+            self.corrupt.push(*d);
+        }
         self.update(|i| {
             i.blobs.remove(&d.to_hex());
             i.models.retain(|_, m| !m.uses(d));
         })?;
         Ok(None)
+    }
+
+    /// The files found corrupt (and removed) since the last call: what telemetry reports.
+    pub(crate) fn take_corrupt(&mut self) -> Vec<Sha256Digest> {
+        std::mem::take(&mut self.corrupt)
     }
 
     /// Moves `part`, a completed download whose bytes were hashed against the signed digest

@@ -122,6 +122,7 @@ impl Cache {
             budget,
             index,
             stamp: None,
+            corrupt: Vec::new(),
         };
         cache.save()?;
         Ok((cache, rec))

@@ -173,6 +173,20 @@ impl Client {
                 }],
             })?;
         self.crash_cleared(&crashes, &variant.sha256, device);
+        // A load from the cache alone is a load too (offline ones included): it is queued and
+        // sent when the network is back, with the receipt of the answer that chose it.
+        let loaded_event = TelemetryEvent {
+            load_ms: Some(started.elapsed().as_secs_f64() * 1000.0),
+            receipt: entry.receipt.clone(),
+            ..self.event(
+                EventKind::Load,
+                &entry.release,
+                model,
+                Some(&variant),
+                device,
+            )
+        };
+        let _ = self.telemetry.push(&[loaded_event]);
         let entry_release = entry.release.clone();
         let mut report = self.report(
             model,

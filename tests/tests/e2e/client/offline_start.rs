@@ -97,3 +97,58 @@ fn a_corrupt_or_lost_index_keeps_the_last_known_good() {
         );
     }
 }
+
+#[test]
+fn offline_loads_and_corrupt_cached_files_are_reported_when_the_network_is_back() {
+    let app = TestApp::start_with(Options {
+        demo: true,
+        ..Default::default()
+    });
+    let d = device("reported");
+    let cache = tempfile::tempdir().expect("cache");
+    let first = app
+        .client(cache.path())
+        .build()
+        .expect("client")
+        .load("demo-mlp", &d)
+        .expect("online load");
+    let path = first.path.clone();
+    drop(first);
+    let offline = app
+        .client_at("http://127.0.0.1:1", cache.path())
+        .build()
+        .expect("client");
+    let before = offline.telemetry_pending().len();
+    offline.load("demo-mlp", &d).expect("offline load");
+    let pending = offline.telemetry_pending();
+    let load = pending[before..]
+        .iter()
+        .find(|e| e.kind == ferry_shared::wire::telemetry::EventKind::Load)
+        .expect("the offline load is queued");
+    assert_eq!(load.outcome, ferry_shared::wire::telemetry::Outcome::Ok);
+    assert!(
+        load.receipt.is_some(),
+        "with the receipt of the answer that chose it"
+    );
+    // A cached file that fails its integrity check: reported, not only removed.
+    let mut bytes = std::fs::read(&path).expect("blob");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&path, bytes).expect("corrupt");
+    let before = offline.telemetry_pending().len();
+    assert!(
+        offline.load("demo-mlp", &d).is_err(),
+        "nothing intact is cached"
+    );
+    let pending = offline.telemetry_pending();
+    let verify = pending[before..]
+        .iter()
+        .find(|e| e.kind == ferry_shared::wire::telemetry::EventKind::Verify)
+        .expect("the corrupt file is queued");
+    assert_eq!(verify.error_code.as_deref(), Some("hash_mismatch"));
+    assert_eq!(verify.stage.as_deref(), Some("cache"));
+    // The network is back: both reach the server.
+    let online = app.client(cache.path()).build().expect("client");
+    let sent = online.send_telemetry();
+    assert!(sent.sent >= 2 && sent.queued == 0, "{sent:?}");
+}
