@@ -613,8 +613,12 @@ function describeChange(b) {
             return b.action;
     }
 }
-function rolloutControls(name, releases, onDone) {
+function rolloutControls(name, releases, onDone, current) {
     const action = el("select", { id: "rollout-action" }, ...ROLLOUT_ACTIONS.map(([a, text]) => el("option", { value: a }, text)));
+    // While a release is staged, a new `start` is the rarer move: offer changing its share first.
+    if (current?.staged && (current.state === "active" || current.state === "paused")) {
+        action.value = "set";
+    }
     const release = versionSelect("rollout-release", releases);
     const to = versionSelect("rollout-to", releases);
     const mode = el("select", { id: "rollout-mode" }, el("option", { value: "percent" }, "a share now"), el("option", { value: "ramp" }, "a ramp with health gates"));
@@ -838,7 +842,7 @@ async function modelView(name) {
     root.replaceChildren(el("h2", {}, name), el("p", {}, link(`#/health/${enc}`, "Fleet health", "health-link")), el("h3", {}, "Rollout"), rolloutSummary(rollout), 
     // After a change the page stays where it is: the data refreshes, the form says what was
     // applied.
-    rolloutControls(name, releases, refresh), el("h3", {}, "Releases"), releasesTable(enc, releases), el("h3", {}, "History"), historyTable(rollout));
+    rolloutControls(name, releases, refresh, rollout?.current), el("h3", {}, "Releases"), releasesTable(enc, releases), el("h3", {}, "History"), historyTable(rollout));
     live(5, refresh);
 }
 // One release: variants, evaluation and the delegation report.
@@ -1457,8 +1461,12 @@ async function render() {
         else if (parts[0] === "explain") {
             explainView();
         }
-        else {
+        else if (parts.length === 1 && ["", "models", "signin"].includes(parts[0])) {
             await modelsView();
+        }
+        else {
+            // Not silently the model list: say the address is not one the dashboard has.
+            throw new Error(`#/${parts.join("/")} is not a page of the dashboard; the models are at #/`);
         }
     }
     catch (e) {

@@ -112,9 +112,11 @@ async function main() {
     // Replica B shows the same rollout, and follows changes made on A without a reload.
     const b = await open(1440, 900, urlB, token);
     const seenOnB = await text(b, "#rollout-state");
+    // With a release staged, the form offers changing its share first, not a new start.
+    const defaultAction = await b.$eval("#rollout-action", (s) => s.value);
     await change(a, "pause", { reason: "console: pause to look at SM8350" });
     await waitText(b, "#rollout-state", "paused");
-    out({ step: "live", seen_on_b: seenOnB, b_after: await text(b, "#rollout-state"), b_live: await text(b, "#live") });
+    out({ step: "live", seen_on_b: seenOnB, default_action: defaultAction, b_after: await text(b, "#rollout-state"), b_live: await text(b, "#live") });
     // Resumed from B; A follows.
     await change(b, "resume", { reason: "console: resume" });
     await waitText(a, "#rollout-state", "active");

@@ -192,6 +192,10 @@ async function main() {
       );
       out({ step: "explain", chosen: await page.textContent("#explain-chosen"), rows });
       await shot("explain");
+      // An address the dashboard does not have says so (not the model list).
+      await page.goto(`${base}/ui#/nonsense/route`);
+      await page.waitForFunction(() => document.body.textContent.includes("is not a page of the dashboard"));
+      out({ step: "unknown_route", models_shown: (await page.$("#models")) !== null });
       // Signing out forgets the token.
       await page.click("#signout");
       await page.waitForSelector("#signin");

@@ -56,8 +56,11 @@ async function render(): Promise<void> {
       await healthView(named(1));
     } else if (parts[0] === "explain") {
       explainView();
-    } else {
+    } else if (parts.length === 1 && ["", "models", "signin"].includes(parts[0])) {
       await modelsView();
+    } else {
+      // Not silently the model list: say the address is not one the dashboard has.
+      throw new Error(`#/${parts.join("/")} is not a page of the dashboard; the models are at #/`);
     }
   } catch (e) {
     if (e instanceof ApiFailure && e.status === 401) {

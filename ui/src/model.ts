@@ -69,7 +69,7 @@ async function modelView(name: string): Promise<void> {
     rolloutSummary(rollout),
     // After a change the page stays where it is: the data refreshes, the form says what was
     // applied.
-    rolloutControls(name, releases, refresh),
+    rolloutControls(name, releases, refresh, rollout?.current),
     el("h3", {}, "Releases"),
     releasesTable(enc, releases),
     el("h3", {}, "History"),

@@ -128,12 +128,21 @@ function describeChange(b: Json): string {
   }
 }
 
-function rolloutControls(name: string, releases: Json[], onDone: (plan: Json) => Promise<void>): HTMLElement {
+function rolloutControls(
+  name: string,
+  releases: Json[],
+  onDone: (plan: Json) => Promise<void>,
+  current?: Json,
+): HTMLElement {
   const action = el(
     "select",
     { id: "rollout-action" },
     ...ROLLOUT_ACTIONS.map(([a, text]) => el("option", { value: a }, text)),
   ) as HTMLSelectElement;
+  // While a release is staged, a new `start` is the rarer move: offer changing its share first.
+  if (current?.staged && (current.state === "active" || current.state === "paused")) {
+    action.value = "set";
+  }
   const release = versionSelect("rollout-release", releases);
   const to = versionSelect("rollout-to", releases);
   const mode = el(

@@ -232,6 +232,7 @@ fn an_operator_runs_a_rollout_from_the_dashboard() {
         )),
         "{said} vs {chosen}"
     );
+    assert_eq!(step(&lines, "unknown_route")["models_shown"], false);
     assert_eq!(step(&lines, "signed_out_again")["stored"], 0);
     // Every step left a screenshot: a PNG in the test output.
     assert_eq!(screenshots.len(), 10, "{screenshots:?}");

@@ -69,6 +69,7 @@ fn an_operator_runs_the_rollout_from_the_browser_across_replicas() {
         "{live}"
     );
     assert!(text(&live["b_after"]).starts_with("paused"), "{live}");
+    assert_eq!(live["default_action"], "set", "{live}");
     assert!(text(&live["b_live"]).starts_with("live, updated"), "{live}");
     // A change previewed before another operator's is refused, not applied over it.
     let stale = step(&lines, "stale");
