@@ -2,6 +2,7 @@
 //! or denies.
 
 mod explain;
+mod lifecycle;
 pub(crate) mod plan;
 mod ramp;
 mod safety;
