@@ -90,9 +90,10 @@ pub async fn post_rollout(
         // (nor a move forward given allow_strand): it says which.
         if !preview.stranded.is_empty() {
             all_warnings.push(format!(
-                "{} device class(es) are left with no variant: {}",
+                "{} device class(es) are left with no variant: {}{}",
                 preview.stranded.len(),
-                preview.stranded.join("; ")
+                preview.stranded.join("; "),
+                stranded_devices(&state, &model, preview)
             ));
         }
         if runtimes.is_some() || !all_warnings.is_empty() {
@@ -118,6 +119,32 @@ pub async fn post_rollout(
     tracing::info!(caller = caller.name, %model, action = plan.action, revision = plan.revision, share_changing = preview.share_changing, "rollout changed");
     state.set_rollout(&model, plan.clone());
     answer(&plan, &preview, false)
+}
+
+/// How many of the fleet's devices (with receipts, all time) reported loading what the
+/// stranded classes get today, on their platforms: the devices a change leaves without a
+/// variant, as far as telemetry knows them.
+fn stranded_devices(
+    state: &AppState,
+    model: &ferry_shared::ModelName,
+    preview: &Preview,
+) -> String {
+    let fleet = state.telemetry().fleet(model.as_str());
+    let mut counted = std::collections::BTreeSet::new();
+    let mut devices = 0u64;
+    for s in &preview.stranded_from {
+        if !counted.insert((&s.platform, &s.release, &s.variant)) {
+            continue;
+        }
+        devices += fleet
+            .models
+            .get(model.as_str())
+            .and_then(|r| r.get(&s.release))
+            .and_then(|v| v.get(&s.variant))
+            .and_then(|c| c.by_platform.get(&s.platform))
+            .map_or(0, |c| c.devices.estimate() as u64);
+    }
+    format!(" ({devices} device(s) in the fleet reported loading what those classes get today)")
 }
 
 /// Query of a rollout change: `?dry_run=true` computes and previews without writing.

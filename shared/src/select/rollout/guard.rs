@@ -94,8 +94,23 @@ pub struct Preview {
     pub share_changing: f64,
     /// The release each cohort gets before and after (`baseline`/`staged` → version).
     pub moves: Vec<String>,
-    /// Device classes that would be left with no variant (the change is refused if any).
+    /// Device classes that would be left with no variant (a move forward is refused if any).
     pub stranded: Vec<String>,
+    /// The same classes, each with its platform and what it gets today (to count the fleet's
+    /// devices behind it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stranded_from: Vec<StrandedFrom>,
+}
+
+/// A stranded class's platform and the release and variant it gets today.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StrandedFrom {
+    /// The class's platform.
+    pub platform: String,
+    /// The release it gets today.
+    pub release: String,
+    /// The variant it gets today.
+    pub variant: String,
 }
 
 /// Previews going from `current` to `next`.
@@ -148,12 +163,21 @@ pub fn preview(current: Option<&RolloutPlan>, next: &RolloutPlan, ctx: &Context<
             ));
         }
     }
+    let lost = stranded(current, next, ctx);
     Preview {
         share_changing: f64::from(changing) / f64::from(FULL),
         moves,
-        stranded: stranded(current, next, ctx)
-            .into_iter()
+        stranded: lost
+            .iter()
             .map(|(c, (r, v))| format!("{} (gets {r}/{v} today)", c.describe()))
+            .collect(),
+        stranded_from: lost
+            .iter()
+            .map(|(c, (r, v))| StrandedFrom {
+                platform: c.device.platform.to_string(),
+                release: r.to_string(),
+                variant: v.clone(),
+            })
             .collect(),
     }
 }

@@ -242,9 +242,36 @@ fn the_way_back_is_never_refused_and_a_move_forward_that_strands_needs_allow_str
     let (stranded, warnings) = said(&b);
     assert!(!stranded.is_empty(), "{b}");
     assert!(warnings.contains("left with no variant"), "{b}");
+    // Devices of those classes that loaded 1.0.0 (with receipts): the warning counts them.
+    let loads: Vec<serde_json::Value> = (0..6)
+        .flat_map(|n| {
+            [
+                "xnnpack-int8",
+                "xnnpack-fp32",
+                "vulkan-fp32",
+                "portable-fp32",
+            ]
+            .map(|v| {
+                ferry_tests::kit::Event::load("mlp", "1.0.0", v)
+                    .install(&format!("stranded-{n}"))
+                    .set("platform", if n % 2 == 0 { "android" } else { "linux" })
+                    .json()
+            })
+        })
+        .collect();
+    app.post_receipted(&app.url(), &loads);
     let (s, b) = change(&app, serde_json::json!({"action": "rollback"}));
     assert_eq!(s, 200, "{b}");
     let (stranded, warnings) = said(&b);
+    let counted = warnings
+        .split(" device(s) in the fleet reported loading")
+        .next()
+        .and_then(|w| w.rsplit('(').next())
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    assert!(
+        counted.is_some_and(|n| n > 0),
+        "the devices are counted: {warnings}"
+    );
     assert!(
         stranded
             .iter()
