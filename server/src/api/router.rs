@@ -41,6 +41,7 @@ fn table() -> Vec<(&'static str, &'static str, Routes)> {
     const GET: &str = "GET, HEAD";
     const GET_POST: &str = "GET, HEAD, POST";
     vec![
+        ("/", GET, |r| get_head(r, ui::to_dashboard)),
         ("/healthz", GET, |r| get_head(r, healthz)),
         ("/ui", GET, |r| get_head(r, ui::index)),
         ("/ui/", GET, |r| get_head(r, ui::index)),

@@ -62,6 +62,13 @@ fn serve(name: &str) -> HttpResponse {
     }
 }
 
+/// `GET /`: the server's root sends a browser to the dashboard.
+pub async fn to_dashboard() -> HttpResponse {
+    HttpResponse::Found()
+        .insert_header((actix_web::http::header::LOCATION, "/ui"))
+        .finish()
+}
+
 /// `GET /ui`: the page.
 pub async fn index() -> HttpResponse {
     serve("index.html")

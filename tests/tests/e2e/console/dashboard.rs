@@ -497,6 +497,18 @@ fn fail_on_one_soc(app: &TestApp) -> String {
 fn the_dashboards_files_are_served_with_a_strict_policy_and_hold_no_data() {
     let app = TestApp::start();
     app.publish(&mlp_v1());
+    // The server's root sends a browser to the dashboard.
+    let agent = ureq::Agent::config_builder()
+        .max_redirects(0)
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let root = agent.get(app.at("/")).call().expect("get /");
+    assert_eq!(root.status().as_u16(), 302);
+    assert_eq!(
+        root.headers().get("location").and_then(|v| v.to_str().ok()),
+        Some("/ui")
+    );
     for (path, kind) in [
         ("/ui", "text/html"),
         ("/ui/", "text/html"),
