@@ -377,11 +377,13 @@ fn release_state(v: &Version, plan: Option<&RolloutPlan>, all: &[Arc<Release>]) 
         && p.state != RolloutState::Completed
     {
         let pct = format_percent(p.basis_points);
+        // Halted: no device gets it (but pinned test devices), whatever share it had.
         return match p.state {
             RolloutState::Active => format!("staged {pct}%"),
             RolloutState::Halted if p.action == "rollback" => {
-                format!("staged {pct}% (rolled back)")
+                format!("rolled back (was staged {pct}%)")
             }
+            RolloutState::Halted => format!("halted (was staged {pct}%)"),
             other => format!("staged {pct}% ({})", other.as_str()),
         };
     }

@@ -43,10 +43,11 @@ pub(crate) fn models_cmd(json: bool, remote: &Remote) -> anyhow::Result<ExitCode
             text(&m["model"]),
             live,
             text(&m["staged"]),
-            if staged {
-                format!("{}%", text(&m["percent"]))
-            } else {
-                "-".to_string()
+            match (staged, m["rollout_state"].as_str()) {
+                // A halted rollout serves its staged release to no device.
+                (true, Some("halted")) => format!("0% (was {}%)", text(&m["percent"])),
+                (true, _) => format!("{}%", text(&m["percent"])),
+                _ => "-".to_string(),
             },
             state,
             m["releases"].as_array().map_or(0, Vec::len).to_string(),

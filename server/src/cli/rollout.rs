@@ -36,7 +36,7 @@ pub enum RolloutCommand {
         #[arg(long, value_parser = parse_rate)]
         max_fallback_rate: Option<f64>,
         /// Loads needed before the rates count (in a ramp: per step; default 100); they must
-        /// come from at least a eighth as many devices.
+        /// come from at least an eighth as many devices.
         #[arg(long)]
         min_samples: Option<u64>,
         /// In a ramp, halt when a staged rate is over this multiple of the baseline's rate in
@@ -484,7 +484,11 @@ fn rollout_status(model: &str, remote: &Remote, json: bool) -> anyhow::Result<Ex
     if total > history.len() {
         println!("(the newest {} of {total} revisions)", history.len());
     }
-    // The gates of the plan in force, then its history (the newest last).
+    // What install ids get now, the gates of the plan in force, then its history (the newest
+    // last).
+    if let Some(p) = history.last() {
+        println!("{}", now_line(p));
+    }
     if let Some(p) = history.last().filter(|p| p.staged.is_some()) {
         println!("{}", gates_line(&p.thresholds));
     }
@@ -510,6 +514,27 @@ fn rollout_status(model: &str, remote: &Remote, json: bool) -> anyhow::Result<Ex
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What install ids get under `p`, in words.
+fn now_line(p: &RolloutPlan) -> String {
+    let baseline = p
+        .baseline
+        .as_ref()
+        .map_or("the newest release".to_string(), ToString::to_string);
+    let pins = if p.pins.is_empty() {
+        String::new()
+    } else {
+        format!("; {} pinned test device(s) get their pin", p.pins.len())
+    };
+    match (&p.staged, p.cohort_is_live()) {
+        (Some(staged), true) => format!(
+            "now: {staged} to {}% of install ids ({}), {baseline} to the rest{pins}",
+            ferry_shared::select::rollout::format_percent(p.basis_points),
+            p.state.as_str()
+        ),
+        _ => format!("now: every install id gets {baseline}{pins}"),
+    }
 }
 
 /// The gates of a plan in words (what halts it).

@@ -127,8 +127,8 @@ fn lifecycle(a: &str, b: &str) {
         .map(|l| l.split_whitespace().collect())
         .collect();
     assert_eq!(rows[0][..2], ["RELEASE", "STATE"], "{table}");
-    assert_eq!(rows[1][..2], ["2.0.0", "staged"], "{table}");
-    assert!(table.contains("(rolled back)"), "{table}");
+    assert_eq!(rows[1][..2], ["2.0.0", "rolled"], "{table}");
+    assert!(table.contains("rolled back (was staged"), "{table}");
     assert_eq!(rows[2][..2], ["1.0.0", "live"], "{table}");
     let json = run_ok(ferry().args([
         "releases", "race", "--json", "--server", a, "--token", TOKEN,
