@@ -40,12 +40,12 @@ pub enum RolloutCommand {
         #[arg(long)]
         min_samples: Option<u64>,
         /// In a ramp, halt when a staged rate is over this multiple of the baseline's rate in
-        /// the same window (1.5 = 50% worse).
+        /// the same window (1.5 = 50% worse; off unless given).
         #[arg(long, value_parser = parse_ratio)]
         max_regression: Option<f64>,
         /// In a ramp, halt when the staged release's field latency (the median of its devices'
         /// warm p95 run times on the SoCs both releases have data for) is over this multiple
-        /// of the baseline's (1.3 = 30% slower).
+        /// of the baseline's (1.3 = 30% slower; off unless given).
         #[arg(long, value_parser = parse_ratio)]
         max_latency_ratio: Option<f64>,
         /// Halt when more than this share of the staged release's devices crashed natively on
