@@ -294,6 +294,12 @@ function errorBox(e) {
                 : String(e);
     return el("p", { class: "error", role: "alert" }, msg);
 }
+/** Crashed devices the crash gate needs before it can halt: as many as the other gates need
+ * reporting devices (min_samples / 8), at least 3 (`crash_devices_needed` in
+ * shared/src/select/rollout). */
+function crashDevicesNeeded(t) {
+    return Math.max(3, Math.ceil((t?.min_samples ?? 0) / 8));
+}
 // Sign in, and the list of models.
 function signInView(reason) {
     const input = el("input", {
@@ -411,8 +417,7 @@ function gateRows(t, h) {
     }
     if (t.max_crash_rate !== undefined && t.max_crash_rate !== null) {
         const c = h?.crash;
-        // As many crashed devices as the other gates need reporting devices (shared/src/select/rollout).
-        const needed = Math.max(3, Math.ceil((t.min_samples ?? 0) / 8));
+        const needed = crashDevicesNeeded(t);
         row("devices crashed (native)", c ? `${pct(c.staged_rate)} (${c.staged_crashed} of ${c.staged_devices}; baseline ${pct(c.baseline_rate)})` : "–", `at most ${pct(t.max_crash_rate)} (from ${needed} devices)`, !!c && c.staged_crashed >= needed && c.staged_rate > t.max_crash_rate);
     }
     if (t.max_latency_ratio !== undefined && t.max_latency_ratio !== null) {
@@ -1248,7 +1253,7 @@ function healthData(enc, h, series, confirmBox, onDone) {
     // Native crashes of the staged release against the baseline's (what max_crash_rate reads).
     const cc = h.crash_compare;
     if (cc && (cc.staged_crashed > 0 || cc.baseline_crashed > 0)) {
-        const needed = Math.max(3, Math.ceil((t.min_samples ?? 0) / 8));
+        const needed = crashDevicesNeeded(t);
         const over = t.max_crash_rate !== undefined && cc.staged_crashed >= needed && cc.staged_rate > t.max_crash_rate;
         parts.push(el("p", { id: "crash-compare", class: over ? "error" : "" }, `Native crashes: staged ${cc.staged_crashed} of ${cc.staged_devices} devices (${pct(cc.staged_rate)}), baseline ${cc.baseline_crashed} of ${cc.baseline_devices} (${pct(cc.baseline_rate)})${t.max_crash_rate !== undefined ? `; the gate halts above ${pct(t.max_crash_rate)}` : ""}`));
     }

@@ -339,3 +339,10 @@ function errorBox(e: unknown): HTMLElement {
           : String(e);
   return el("p", { class: "error", role: "alert" }, msg);
 }
+
+/** Crashed devices the crash gate needs before it can halt: as many as the other gates need
+ * reporting devices (min_samples / 8), at least 3 (`crash_devices_needed` in
+ * shared/src/select/rollout). */
+function crashDevicesNeeded(t: Json): number {
+  return Math.max(3, Math.ceil((t?.min_samples ?? 0) / 8));
+}

@@ -203,7 +203,7 @@ function healthData(
   // Native crashes of the staged release against the baseline's (what max_crash_rate reads).
   const cc = h.crash_compare;
   if (cc && (cc.staged_crashed > 0 || cc.baseline_crashed > 0)) {
-    const needed = Math.max(3, Math.ceil((t.min_samples ?? 0) / 8));
+    const needed = crashDevicesNeeded(t);
     const over = t.max_crash_rate !== undefined && cc.staged_crashed >= needed && cc.staged_rate > t.max_crash_rate;
     parts.push(
       el(

@@ -52,8 +52,7 @@ function gateRows(t: Json, h: Json): (Node | string)[][] {
   }
   if (t.max_crash_rate !== undefined && t.max_crash_rate !== null) {
     const c = h?.crash;
-    // As many crashed devices as the other gates need reporting devices (shared/src/select/rollout).
-    const needed = Math.max(3, Math.ceil((t.min_samples ?? 0) / 8));
+    const needed = crashDevicesNeeded(t);
     row(
       "devices crashed (native)",
       c ? `${pct(c.staged_rate)} (${c.staged_crashed} of ${c.staged_devices}; baseline ${pct(c.baseline_rate)})` : "–",

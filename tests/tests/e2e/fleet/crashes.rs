@@ -12,6 +12,10 @@ use ferry_server::app::startup::RunningServer;
 use ferry_tests::app::{ADMIN_TOKEN, Options, TestApp, mlp_v1, mlp_v2};
 use ferry_tests::{fast_telemetry, until};
 
+// The same probe the field-latency test makes: an Android phone with Vulkan on a SoC, its
+// candidates best first and the Vulkan variant's explain reasons.
+use super::field_selection::ranked;
+
 /// One host plays the fleet: no network quorum.
 fn one_host(c: &mut ferry_server::app::config::Config) {
     fast_telemetry(c);
@@ -43,40 +47,6 @@ fn event(kind: &str, release: &str, variant: &str, install: &str, soc: &str) -> 
         e["load_ms"] = 4.0.into();
     }
     e
-}
-
-/// Resolves an Android phone with Vulkan on `soc` at `url`: the candidates best first and the
-/// Vulkan variant's explain reasons.
-fn ranked(app: &TestApp, url: &str, soc: &str) -> (Vec<String>, String) {
-    let device = serde_json::json!({
-        "model": "mlp", "install_id": format!("new-{soc}"), "app_version": "1.0.0",
-        "runtime_version": "1.5.1", "backends": ["XnnpackBackend", "VulkanBackend"],
-        "platform": "android", "os_version": "14", "device_model": format!("phone-{soc}"),
-        "soc": soc, "ram_mb": 8192,
-    });
-    let mut r = app
-        .agent
-        .post(format!("{url}/v1/resolve?explain=true"))
-        .header("content-type", "application/json")
-        .send(&serde_json::to_vec(&device).expect("json")[..])
-        .expect("resolve");
-    assert_eq!(r.status().as_u16(), 200);
-    let body: serde_json::Value = serde_json::from_reader(r.body_mut().as_reader()).expect("json");
-    ferry_tests::schemas::check("resolve-response.schema.json", &body);
-    let (decision, _) = app.verify_response(&body);
-    let ids = decision
-        .candidates
-        .iter()
-        .map(|c| c.variant.as_str().to_string())
-        .collect();
-    let why = body["explain"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|e| e["variant"] == "vulkan-fp32")
-        .map(|e| e["reasons"].to_string())
-        .unwrap_or_default();
-    (ids, why)
 }
 
 #[test]

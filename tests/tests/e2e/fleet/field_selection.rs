@@ -28,7 +28,7 @@ fn window(variant: &str, install: &str, soc: &str, p95_ms: f64) -> serde_json::V
 
 /// Resolves an Android device with Vulkan on `soc` at `url`: the candidates best first, and
 /// the explain reasons of the Vulkan variant.
-fn ranked(app: &TestApp, url: &str, soc: &str) -> (Vec<String>, String) {
+pub(crate) fn ranked(app: &TestApp, url: &str, soc: &str) -> (Vec<String>, String) {
     let device = serde_json::json!({
         "model": "mlp", "install_id": format!("probe-{soc}"), "app_version": "1.0.0",
         "runtime_version": "1.5.1", "backends": ["XnnpackBackend", "VulkanBackend"],

@@ -4,6 +4,6 @@
 mod buckets;
 mod crashes;
 mod field_latency;
-mod field_selection;
+pub(crate) mod field_selection;
 mod replicas;
 mod telemetry_parquet;
