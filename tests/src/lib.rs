@@ -201,6 +201,7 @@ pub mod duckdb;
 mod emulator;
 pub mod kit;
 pub mod moto;
+pub mod process;
 pub mod proxy;
 pub mod releases;
 pub mod schemas;

@@ -36,6 +36,12 @@ pub struct Limits {
     /// none. 0 turns the limit off (behind a reverse proxy every request comes from the
     /// proxy's address: limit there instead).
     pub fresh_decisions_per_minute: u32,
+    /// Longest a connection's answers may wait for its client to read them, in seconds
+    /// (default 60): a connection whose client stopped reading is closed, and while an answer
+    /// cannot go out, no further request on that connection is read (pipelined requests wait
+    /// in the client's socket, not in the server's memory). A slow client that keeps reading
+    /// is never cut.
+    pub write_timeout_secs: u64,
 }
 
 impl Default for Limits {
@@ -50,6 +56,7 @@ impl Default for Limits {
             max_concurrent_uploads: 4,
             store_timeout_secs: 10,
             fresh_decisions_per_minute: 600,
+            write_timeout_secs: 60,
         }
     }
 }
@@ -74,6 +81,9 @@ impl Limits {
         }
         if !(1..=1024).contains(&self.max_concurrent_uploads) {
             return Err("max_concurrent_uploads must be between 1 and 1024".into());
+        }
+        if !(1..=3600).contains(&self.write_timeout_secs) {
+            return Err("write_timeout_secs must be between 1 and 3600".into());
         }
         if !(1..=600).contains(&self.body_timeout_secs) {
             return Err("body_timeout_secs must be between 1 and 600".into());

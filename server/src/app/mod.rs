@@ -5,4 +5,6 @@
 
 pub mod config;
 pub mod demo;
+pub mod guard;
+pub mod listen;
 pub mod startup;

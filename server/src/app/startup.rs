@@ -1,6 +1,6 @@
 //! Starting the server: keys, store, catalog, TLS, listener, background refresh.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +10,6 @@ use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::api::AppState;
-use crate::api::router::app;
 use crate::app::config::Config;
 use crate::keys;
 use crate::storage::catalog::Catalog;
@@ -181,64 +180,6 @@ pub fn tls_config(
     Ok(cfg)
 }
 
-/// Binds the listener and builds the actix server (not yet awaited).
-pub fn bind(
-    state: Arc<AppState>,
-    config: &Config,
-) -> anyhow::Result<(actix_web::dev::Server, SocketAddr)> {
-    let listener = TcpListener::bind(config.listen)
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
-    let addr = listener.local_addr()?;
-    let tls = match &config.tls {
-        Some(t) => Some(tls_config(&t.cert, &t.key)?),
-        None => None,
-    };
-    let factory_state = state.clone();
-    let connections = state.connections().clone();
-    let server = actix_web::HttpServer::new(move || app(factory_state.clone()))
-        .on_connect(move |conn, ext| on_connect(&connections, conn, ext))
-        .workers(
-            std::thread::available_parallelism()
-                .map_or(2, |n| n.get())
-                .clamp(2, 16),
-        )
-        .shutdown_timeout(5);
-    let server = match tls {
-        Some(cfg) => server.listen_rustls_0_23(listener, cfg)?,
-        None => server.listen(listener)?,
-    };
-    Ok((server.run(), addr))
-}
-
-/// On every accepted connection: disables Nagle's algorithm (responses are written as headers
-/// then body, and with Nagle on, a keep-alive client's delayed ACK stalls each small response
-/// by tens of milliseconds), and takes the connection's slot among its address's connections.
-fn on_connect(
-    connections: &Arc<crate::api::connections::Connections>,
-    conn: &dyn std::any::Any,
-    ext: &mut actix_web::dev::Extensions,
-) {
-    use actix_web::rt::net::TcpStream;
-    let tcp = if let Some(tcp) = conn.downcast_ref::<TcpStream>() {
-        Some(tcp)
-    } else {
-        conn.downcast_ref::<actix_tls::accept::rustls_0_23::TlsStream<TcpStream>>()
-            .map(|tls| tls.get_ref().0)
-    };
-    let Some(tcp) = tcp else {
-        return;
-    };
-    let _ = tcp.set_nodelay(true);
-    if let Some(slot) = connections.open(tcp.peer_addr().ok().map(|a| a.ip())) {
-        if slot.over() {
-            // Over its address's limit: close it now, so it holds no descriptor while it waits
-            // for a request (the slot is freed when the connection is dropped).
-            let _ = socket2::SockRef::from(tcp).shutdown(std::net::Shutdown::Both);
-        }
-        ext.insert(slot);
-    }
-}
-
 /// How long before the online key's expiry the server starts warning.
 pub const EXPIRY_WARNING: time::Duration = time::Duration::days(7);
 
@@ -398,7 +339,7 @@ pub fn spawn(config: Config, demo: bool) -> anyhow::Result<RunningServer> {
             if demo {
                 crate::app::demo::publish_demo(&state, &config).await?;
             }
-            let (server, addr) = bind(state.clone(), &config)?;
+            let (server, addr) = crate::app::listen::bind(state.clone(), &config)?;
             anyhow::Ok((server, addr, state))
         });
         match result {

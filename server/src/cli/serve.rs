@@ -67,7 +67,7 @@ pub(crate) fn serve(flags: Flags, demo: bool, json: bool) -> anyhow::Result<Exit
             let line = crate::app::demo::publish_demo(&state, &config).await?;
             say(json, &line);
         }
-        let (srv, addr) = server::bind(state.clone(), &config)?;
+        let (srv, addr) = crate::app::listen::bind(state.clone(), &config)?;
         let scheme = if config.tls.is_some() { "https" } else { "http" };
         say(
             json,

@@ -3,6 +3,7 @@
 
 mod attacks;
 mod blobs;
+mod floods;
 mod hostile;
 mod key_rotation;
 mod keyring_push;
