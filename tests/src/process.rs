@@ -48,8 +48,22 @@ impl ServerProcess {
             }
             said.push(line);
         };
-        // Keep reading what it says, so that it never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        // Keep reading what it says (so that it never blocks on a full pipe) into `<data>.log`
+        // beside the data directory, for a failing test's reader.
+        let log = data.with_extension("log");
+        std::thread::spawn(move || {
+            use std::io::Write as _;
+            let mut out = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .ok();
+            for line in said.into_iter().chain(lines.map_while(Result::ok)) {
+                if let Some(f) = out.as_mut() {
+                    let _ = writeln!(f, "{line}");
+                }
+            }
+        });
         ServerProcess {
             child: Some(child),
             url,

@@ -297,17 +297,37 @@ pub async fn post_telemetry(
             known_target(&catalog, e)
                 .or_else(|m| if receipts.verifies(e) { Ok(()) } else { Err(m) })
         };
-        Ok(worker.telemetry().ingest(
+        let (report, accepted) = worker.telemetry().ingest(
             &batch.events.iter().map(|e| e.get()).collect::<Vec<_>>(),
             OffsetDateTime::now_utc(),
             &cfg,
             &known,
             &|e| receipts.verifies(e),
             crate::fleet::intake::limits::IpKey::network(addr),
-        ))
+        );
+        // Encoded here, on the ingest threads; the journal's writer only appends.
+        let json = if worker.fleet().journal.get().is_some() && !accepted.events.is_empty() {
+            serde_json::to_vec(&accepted).map_err(ApiError::internal)?
+        } else {
+            Vec::new()
+        };
+        Ok((report, accepted, json))
     })
     .await
     .map_err(ApiError::internal)??;
+    let (report, accepted, json) = report;
+    // Accepted means durable: answered only once the journal holds the batch (then counted).
+    if !accepted.events.is_empty() {
+        match state.fleet().journal.get() {
+            Some(journal) => journal.commit(accepted, json).await.map_err(|why| {
+                ApiError::new(
+                    ErrorCode::StorageUnavailable,
+                    format!("{why}; nothing was kept: send the events again"),
+                )
+            })?,
+            None => state.telemetry().apply(&accepted, 0, &cfg),
+        }
+    }
     state
         .metrics()
         .telemetry(report.accepted as u64, report.rejected.len() as u64);

@@ -127,6 +127,7 @@ impl AppState {
             evaluations: Default::default(),
             store_cache: Default::default(),
             operators: Default::default(),
+            journal: Default::default(),
         };
         Self {
             settings,

@@ -14,6 +14,8 @@ use actix_service::{ServiceFactoryExt as _, fn_service, map_config};
 use actix_web::dev::{AppConfig, Extensions};
 use actix_web::rt::net::TcpStream;
 use anyhow::Context as _;
+use rustls_pki_types::pem::PemObject as _;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::api::AppState;
 use crate::api::connections::Connections;
@@ -36,7 +38,7 @@ pub fn bind(
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;
     let tls = match &config.tls {
-        Some(t) => Some(crate::app::startup::tls_config(&t.cert, &t.key)?),
+        Some(t) => Some(tls_config(&t.cert, &t.key)?),
         None => None,
     };
     let write_timeout = Duration::from_secs(config.limits.write_timeout_secs);
@@ -138,4 +140,30 @@ fn on_connect(connections: &Arc<Connections>, tcp: &TcpStream, ext: &mut Extensi
         }
         ext.insert(slot);
     }
+}
+
+/// Loads a rustls server configuration from PEM files, with the ring provider chosen
+/// explicitly (never the process default, which is ambiguous when two providers are linked).
+pub fn tls_config(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> anyhow::Result<rustls::ServerConfig> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .with_context(|| format!("cannot read certificate {}", cert.display()))?
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("bad certificate PEM in {}", cert.display()))?;
+    if certs.is_empty() {
+        anyhow::bail!("{} holds no certificate", cert.display());
+    }
+    let key = PrivateKeyDer::from_pem_file(key)
+        .with_context(|| format!("cannot read private key {}", key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .context("certificate and key do not match")?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(cfg)
 }

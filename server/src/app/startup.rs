@@ -6,8 +6,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use ferry_shared::trust::dsse::KeyRole;
-use rustls_pki_types::pem::PemObject as _;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::api::AppState;
 use crate::app::config::Config;
@@ -149,35 +147,62 @@ pub async fn build_state(
     // Fleet-wide telemetry: every replica's rollup so far, including this replica's earlier
     // runs, before the first request.
     crate::fleet::persist::flush::flush_rollups(state.fleet()).await;
+    open_journal(state.fleet(), &config.data.join("journal"), &mut notes).await;
     let plans = state.rollouts().len();
     notes.push(format!("rollout plans: {plans}"));
     Ok((Arc::new(state), notes))
 }
 
-/// Loads a rustls server configuration from PEM files, with the ring provider chosen
-/// explicitly (never the process default, which is ambiguous when two providers are linked).
-pub fn tls_config(
-    cert: &std::path::Path,
-    key: &std::path::Path,
-) -> anyhow::Result<rustls::ServerConfig> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .with_context(|| format!("cannot read certificate {}", cert.display()))?
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("bad certificate PEM in {}", cert.display()))?;
-    if certs.is_empty() {
-        anyhow::bail!("{} holds no certificate", cert.display());
+/// Opens the telemetry journal for this run and replays what earlier runs left in it (see
+/// [`crate::fleet::persist::journal`]).
+async fn open_journal(
+    fleet: &Arc<crate::fleet::Fleet>,
+    dir: &std::path::Path,
+    notes: &mut Vec<String>,
+) {
+    use crate::fleet::persist::journal::{Hooks, Journal, replay};
+    let (for_minute, for_apply) = (Arc::downgrade(fleet), Arc::downgrade(fleet));
+    let hooks = Hooks {
+        minute: Box::new(move || {
+            let now = time::OffsetDateTime::now_utc();
+            for_minute.upgrade().map_or_else(
+                || crate::fleet::persist::buckets::Level::Minute.floor(now.unix_timestamp()),
+                |f| f.telemetry.outbox().minute_of(now),
+            )
+        }),
+        apply: Box::new(move |batch, minute, seq| {
+            if let Some(f) = for_apply.upgrade() {
+                f.telemetry.apply_in(batch, minute, seq, &f.config);
+            }
+        }),
+    };
+    match Journal::open(dir, &fleet.writer, true, hooks) {
+        Ok(Some(journal)) => {
+            let journal = fleet.journal.get_or_init(|| journal);
+            let left = journal.old_segments().len();
+            if left == 0 {
+                return;
+            }
+            if replay::replay(fleet, journal).await {
+                // What the replay wrote is in the views before the first request.
+                crate::fleet::persist::flush::flush_rollups(fleet).await;
+            } else {
+                notes.push(format!(
+                    "warning: {left} telemetry journal segment(s) of an earlier run could not \
+                     be replayed yet (the store did not answer); retried at every flush"
+                ));
+            }
+        }
+        Ok(None) => notes.push(format!(
+            "warning: another server holds the telemetry journal in {}: this one answers \
+             telemetry from memory (a kill loses what it accepted since its last flush)",
+            dir.display()
+        )),
+        Err(e) => notes.push(format!(
+            "warning: no telemetry journal in {} ({e}): telemetry is answered from memory",
+            dir.display()
+        )),
     }
-    let key = PrivateKeyDer::from_pem_file(key)
-        .with_context(|| format!("cannot read private key {}", key.display()))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .context("TLS protocol versions")?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .context("certificate and key do not match")?;
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(cfg)
 }
 
 /// How long before the online key's expiry the server starts warning.

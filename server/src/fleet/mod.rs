@@ -71,6 +71,9 @@ pub struct Fleet {
     pub store_cache: std::sync::Mutex<persist::store_cache::StoreCache>,
     /// The operator sets devices' runtimes reported, by digest.
     pub operators: census::operators::OperatorSets,
+    /// The telemetry journal (set once at start; none when another server on this data
+    /// directory holds it, or in tests without one).
+    pub journal: std::sync::OnceLock<persist::journal::Journal>,
 }
 
 impl Fleet {

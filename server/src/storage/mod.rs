@@ -202,6 +202,14 @@ impl StorageKey {
         ))
     }
 
+    /// A file of raw events received on `day` holding journal records `first` to `last` of
+    /// the run `writer` (see `fleet::persist::journal`).
+    pub fn raw_events_journaled(day: &str, writer: &str, first: u64, last: u64) -> StorePath {
+        StorePath::from(format!(
+            "telemetry/events/date={day}/{writer}-j{first}-{last}.parquet"
+        ))
+    }
+
     /// The prefix of the telemetry buckets (their layout below it is `fleet::persist::buckets`').
     pub const BUCKETS: &'static str = "telemetry/buckets";
 

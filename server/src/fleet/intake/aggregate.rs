@@ -30,8 +30,8 @@ use crate::fleet::counts::rollup::Rollup;
 use crate::fleet::devices::hash_id;
 use crate::fleet::intake::ingest::{EventError, MAX_DEVICES, validate};
 use crate::fleet::intake::limits::{IpKey, Limiter};
+use crate::fleet::persist::accepted::{Accepted, AcceptedEvent};
 use crate::fleet::persist::buckets::Level;
-use crate::fleet::persist::events::RawEvent;
 use crate::fleet::persist::outbox::Outbox;
 use crate::fleet::persist::seen::Seen;
 
@@ -131,10 +131,12 @@ impl Telemetry {
         }
     }
 
-    /// Validates a batch of events (each one's JSON text), refuses those `known` refuses (a model, release or
-    /// variant that is not published: they store nothing), keeps the others in the raw log, and
-    /// adds to the aggregates (what halts, ramps, deny entries and health read) only those
-    /// `verified` accepts (a valid receipt).
+    /// Validates a batch of events (each one's JSON text), refuses those `known` refuses (a
+    /// model, release or variant that is not published: they store nothing), and decides what
+    /// the others add: every one goes to the raw log, and only those `verified` accepts (a valid
+    /// receipt) to the aggregates (what halts, ramps, deny entries and health read), within the
+    /// per-device cap. Nothing is counted yet: the batch is [`Telemetry::apply`]'d once it is
+    /// durable (or at once, without a journal).
     pub fn ingest(
         &self,
         events: &[&str],
@@ -143,7 +145,7 @@ impl Telemetry {
         known: &dyn Fn(&TelemetryEvent) -> Result<(), String>,
         verified: &dyn Fn(&TelemetryEvent) -> bool,
         network: u64,
-    ) -> IngestReport {
+    ) -> (IngestReport, Accepted) {
         let mut report = IngestReport::default();
         let mut good = Vec::new();
         for (i, v) in events.iter().enumerate() {
@@ -178,7 +180,7 @@ impl Telemetry {
                 }),
             }
         }
-        let mut kept = Vec::new();
+        let mut kept: Vec<(TelemetryEvent, bool)> = Vec::new();
         {
             let lim = self.limiter(cfg);
             for (i, e) in good {
@@ -206,70 +208,76 @@ impl Telemetry {
         }
         report.rejected.sort_by_key(|e| e.index);
         report.accepted = kept.len();
+        let mut batch = Accepted {
+            received_ns: i64::try_from(now.unix_timestamp_nanos()).unwrap_or(i64::MAX),
+            network,
+            events: Vec::with_capacity(kept.len()),
+        };
+        let mut caps = lock(&self.caps);
+        // The per-device weight holds per hour: a device that keeps failing keeps counting
+        // (at most PER_DEVICE_EVENTS an hour), and windows see it.
+        let hour = Level::Hour.floor(now.unix_timestamp());
         {
-            let minute = self.outbox.minute_of(now);
-            let mut caps = lock(&self.caps);
-            // The per-device weight holds per hour: a device that keeps failing keeps counting
-            // (at most PER_DEVICE_EVENTS an hour), and windows see it.
-            let hour = Level::Hour.floor(minute);
             let mut epoch = lock(&self.caps_hour);
             if *epoch != hour {
                 caps.clear();
                 *epoch = hour;
             }
-            drop(epoch);
-            let mut pending = self.outbox.pending();
-            let mut bucket = kept
-                .iter()
-                .any(|(_, ok)| *ok)
-                .then(|| pending.entry(minute).or_default());
-            for (e, ok) in &kept {
-                if !ok {
-                    report.unverified += 1;
-                    continue;
-                }
-                let id = hash_id(&e.install_id);
-                if let (Some(offset), Some(bucket)) = (e.clock_offset_s, bucket.as_mut()) {
-                    bucket.note_clock(&e.model, offset, id);
-                }
-                // Crashes have a budget of their own: a device that reports a crash was not
-                // kept from it by its other events, and reports few crashes.
-                let (key, cap) = if e.kind == EventKind::Crash {
-                    (format!("{}\u{0}crash", e.variant), PER_DEVICE_CRASHES)
-                } else {
-                    (e.variant.clone(), PER_DEVICE_EVENTS)
-                };
-                let per_device = caps
-                    .entry((e.model.clone(), e.release.clone(), key))
-                    .or_default();
-                // A full map starts over (a new window for this variant) rather than letting
-                // devices it cannot track count without limit.
-                if per_device.len() >= MAX_DEVICES && !per_device.contains_key(&id) {
-                    per_device.clear();
-                }
-                let n = per_device.entry(id).or_default();
-                if *n >= cap {
-                    continue;
-                }
+        }
+        for (event, verified) in kept {
+            if !verified {
+                report.unverified += 1;
+                batch.events.push(AcceptedEvent {
+                    event,
+                    verified,
+                    counted: false,
+                });
+                continue;
+            }
+            // Crashes have a budget of their own: a device that reports a crash was not
+            // kept from it by its other events, and reports few crashes.
+            let (key, cap) = if event.kind == EventKind::Crash {
+                (format!("{}\u{0}crash", event.variant), PER_DEVICE_CRASHES)
+            } else {
+                (event.variant.clone(), PER_DEVICE_EVENTS)
+            };
+            let per_device = caps
+                .entry((event.model.clone(), event.release.clone(), key))
+                .or_default();
+            let id = hash_id(&event.install_id);
+            // A full map starts over (a new window for this variant) rather than letting
+            // devices it cannot track count without limit.
+            if per_device.len() >= MAX_DEVICES && !per_device.contains_key(&id) {
+                per_device.clear();
+            }
+            let n = per_device.entry(id).or_default();
+            let counted = *n < cap;
+            if counted {
                 *n += 1;
-                let Some(bucket) = bucket.as_mut() else {
-                    continue;
-                };
-                bucket
-                    .variant_mut(&e.model, &e.release, &e.variant)
-                    .add(e, id, network);
-                if !report.counted_models.contains(&e.model) {
-                    report.counted_models.insert(e.model.clone());
+                if !report.counted_models.contains(&event.model) {
+                    report.counted_models.insert(event.model.clone());
                 }
             }
+            batch.events.push(AcceptedEvent {
+                event,
+                verified,
+                counted,
+            });
         }
-        let raw = kept.into_iter().map(|(event, counted)| RawEvent {
-            event,
-            received_at: now,
-            counted,
-        });
-        self.outbox.keep_raw(raw, cfg.raw_buffer_events.max(1) * 5);
-        report
+        (report, batch)
+    }
+
+    /// Counts an accepted batch and keeps its events (at once: without a journal, or as the
+    /// journal applies a record it made durable, `seq`).
+    pub fn apply(&self, batch: &Accepted, seq: u64, cfg: &TelemetryConfig) {
+        let minute = self.outbox.minute_of(OffsetDateTime::now_utc());
+        self.apply_in(batch, minute, seq, cfg);
+    }
+
+    /// [`Telemetry::apply`] in a given minute (the journal chose it, and wrote it down).
+    pub fn apply_in(&self, batch: &Accepted, minute: i64, seq: u64, cfg: &TelemetryConfig) {
+        self.outbox
+            .apply(batch, minute, seq, cfg.raw_buffer_events.max(1) * 5);
     }
 
     /// True when `model` is due for a threshold evaluation (and marks it evaluated).

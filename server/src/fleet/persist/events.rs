@@ -30,6 +30,9 @@ pub struct RawEvent {
     pub received_at: OffsetDateTime,
     /// Whether it carried a valid receipt (and so counts toward health, halts and denies).
     pub counted: bool,
+    /// The journal record that holds it (0: none): names the raw file it goes to, so that a
+    /// replay after a crash finds whether it was written.
+    pub seq: u64,
 }
 
 impl RawEvent {
@@ -302,6 +305,7 @@ mod tests {
                 event: event(i),
                 received_at: t0,
                 counted: !i.is_multiple_of(5),
+                seq: 0,
             })
             .collect();
         let bytes = encode(&events, "node-a").expect("ok");
@@ -343,6 +347,7 @@ mod tests {
             event: event(0),
             received_at: t,
             counted: true,
+            seq: 0,
         };
         let days = by_day(vec![mk(after), mk(before), mk(after)]);
         assert_eq!(

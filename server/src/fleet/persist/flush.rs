@@ -49,12 +49,24 @@ async fn release_lease(fleet: &Fleet) {
 
 async fn flush_with(fleet: &Fleet, force: bool) {
     let now = OffsetDateTime::now_utc();
-    let raw = fleet.telemetry.outbox().take_raw(force, &fleet.config, now);
-    if !raw.is_empty() {
-        let unwritten = write_events(fleet, raw, now).await;
-        if !unwritten.is_empty() {
-            fleet.telemetry.outbox().restore_raw(unwritten);
+    let journal = fleet.journal.get();
+    if let Some(j) = journal
+        && !j.old_segments().is_empty()
+    {
+        crate::fleet::persist::journal::replay::replay(fleet, j).await;
+    }
+    let (raw, through) = fleet.telemetry.outbox().take_raw(force, &fleet.config, now);
+    let unwritten = if raw.is_empty() {
+        Vec::new()
+    } else {
+        write_events(fleet, raw, now).await
+    };
+    if unwritten.is_empty() {
+        if let Some(j) = journal {
+            j.raw_written(through);
         }
+    } else {
+        fleet.telemetry.outbox().restore_raw(unwritten);
     }
     flush_rollups(fleet).await;
 }
@@ -64,6 +76,14 @@ async fn flush_with(fleet: &Fleet, force: bool) {
 async fn write_events(fleet: &Fleet, raw: Vec<RawEvent>, now: OffsetDateTime) -> Vec<RawEvent> {
     use object_store::{ObjectStoreExt as _, PutPayload};
     let mut unwritten = Vec::new();
+    // Journaled events name the records they hold (a replay after a crash reads the names).
+    let span = raw
+        .iter()
+        .filter(|e| e.seq > 0)
+        .map(|e| e.seq)
+        .fold(None, |s: Option<(u64, u64)>, q| {
+            Some(s.map_or((q, q), |(a, b)| (a.min(q), b.max(q))))
+        });
     for (day, part) in events::by_day(raw) {
         if !unwritten.is_empty() {
             unwritten.extend(part);
@@ -81,7 +101,10 @@ async fn write_events(fleet: &Fleet, raw: Vec<RawEvent>, now: OffsetDateTime) ->
                 continue;
             }
         };
-        let key = events::key(&day, &fleet.node, now);
+        let key = match span {
+            Some((a, b)) => StorageKey::raw_events_journaled(&day, &fleet.writer, a, b),
+            None => events::key(&day, &fleet.node, now),
+        };
         if let Err(e) = fleet.store.put(&key, PutPayload::from(bytes)).await {
             tracing::warn!("telemetry flush failed, keeping {} events: {e}", part.len());
             unwritten.extend(part);
@@ -123,8 +146,10 @@ where
 async fn write_pending(fleet: &Fleet) {
     use object_store::{ObjectStoreExt as _, PutPayload};
     let mut unwritten = Vec::new();
-    for (start, rollup) in fleet.telemetry.outbox().take_pending() {
-        if rollup.models.is_empty()
+    let (taken, applied) = fleet.telemetry.outbox().take_pending();
+    for (start, rollup, span) in taken {
+        if span.is_none()
+            && rollup.models.is_empty()
             && rollup.cohorts.is_empty()
             && rollup.clients.is_empty()
             && rollup.clocks.is_empty()
@@ -132,10 +157,15 @@ async fn write_pending(fleet: &Fleet) {
         {
             continue;
         }
+        // Counts of journal records name them (a replay after a crash reads the names).
+        let name = match span {
+            Some((a, b)) => format!("{}-j{a}-{b}", fleet.writer),
+            None => fleet.telemetry.seen().next_object_name(&fleet.writer),
+        };
         let key = BucketKey {
             level: Level::Minute,
             start,
-            name: fleet.telemetry.seen().next_object_name(&fleet.writer),
+            name,
         };
         match serde_json::to_vec(&rollup) {
             Ok(bytes) => match fleet.store.put(&key.path(), PutPayload::from(bytes)).await {
@@ -146,13 +176,17 @@ async fn write_pending(fleet: &Fleet) {
                 ),
                 Err(e) => {
                     tracing::warn!("telemetry bucket flush failed, kept in memory: {e}");
-                    unwritten.push((start, rollup));
+                    unwritten.push((start, rollup, span));
                 }
             },
             Err(e) => tracing::error!("telemetry bucket cannot be encoded: {e}"),
         }
     }
-    if !unwritten.is_empty() {
+    if unwritten.is_empty() {
+        if let Some(j) = fleet.journal.get() {
+            j.counts_written(applied);
+        }
+    } else {
         fleet.telemetry.outbox().restore_pending(unwritten);
     }
 }
@@ -353,6 +387,7 @@ mod tests {
                     event,
                     received_at: OffsetDateTime::UNIX_EPOCH,
                     counted: true,
+                    seq: 0,
                 }
             })
             .collect()

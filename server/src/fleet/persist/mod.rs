@@ -11,10 +11,12 @@
 //! holds (handed out by its `outbox()` and `seen()`), never on intake's own state; what it read
 //! of the store between flushes is the [`store_cache::StoreCache`] the `Fleet` holds.
 
+pub mod accepted;
 pub mod buckets;
 pub mod compact;
 pub mod events;
 pub mod flush;
+pub mod journal;
 pub mod outbox;
 pub mod seen;
 pub mod store_cache;

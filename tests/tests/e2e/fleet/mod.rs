@@ -3,6 +3,7 @@
 
 mod buckets;
 mod crashes;
+mod durable;
 mod field_latency;
 pub(crate) mod field_selection;
 mod replicas;

@@ -67,6 +67,6 @@ fn serves_https_with_a_configured_certificate() {
 
     // Bad TLS files are a clear start-up error.
     std::fs::write(&key_path, "not a key").expect("write");
-    let err = ferry_server::app::startup::tls_config(&cert_path, &key_path).expect_err("bad key");
+    let err = ferry_server::app::listen::tls_config(&cert_path, &key_path).expect_err("bad key");
     assert!(err.to_string().contains("private key"), "{err}");
 }

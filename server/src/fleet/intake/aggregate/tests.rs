@@ -20,7 +20,7 @@ fn a_device_weighs_at_most_eight_events_an_hour() {
         (at + time::Duration::minutes(10), 8),
         (at + time::Duration::hours(1), 16),
     ] {
-        t.ingest(&refs, when, &cfg, &|_| Ok(()), &|_| true, 0);
+        ingest_at(&t, &refs, when, &cfg);
         assert_eq!(t.fleet("m").release_totals("m", "1.0.0").0, want, "{when}");
     }
 }
@@ -38,7 +38,7 @@ fn a_device_weighs_at_most_two_crashes_an_hour_apart_from_its_other_events() {
         .chain((0..10).map(|_| crash.to_string()))
         .collect();
     let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
-    t.ingest(&refs, now(), &cfg, &|_| Ok(()), &|_| true, 0);
+    ingest_at(&t, &refs, now(), &cfg);
     let fleet = t.fleet("m");
     let v = &fleet.models["m"]["1.0.0"]["vulkan"];
     assert_eq!((v.loads(), v.crashes), (8, 2));
@@ -89,7 +89,19 @@ fn ingest_values(
 ) -> IngestReport {
     let texts: Vec<String> = batch.iter().map(serde_json::Value::to_string).collect();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    t.ingest(&refs, now(), cfg, &|_| Ok(()), &|_| true, 0)
+    ingest_at(t, &refs, now(), cfg)
+}
+
+/// Ingests event texts received at `when`, every one receipted, and counts them at once.
+fn ingest_at(
+    t: &Telemetry,
+    refs: &[&str],
+    when: OffsetDateTime,
+    cfg: &TelemetryConfig,
+) -> IngestReport {
+    let (report, batch) = t.ingest(refs, when, cfg, &|_| Ok(()), &|_| true, 0);
+    t.apply_in(&batch, t.outbox().minute_of(when), 0, cfg);
+    report
 }
 
 fn ev(kind: &str, outcome: &str) -> serde_json::Value {
