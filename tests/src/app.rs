@@ -117,6 +117,12 @@ impl TestApp {
         old.stop();
         let fresh = self.try_replica_at(&addr)?;
         let _ = std::mem::replace(&mut self.server, fresh);
+        // Connections pooled to the stopped server are dead: a device's HTTP client would open
+        // new ones, and so does the test's (a POST is never retried on a stale connection).
+        self.agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .new_agent();
         Ok(())
     }
 

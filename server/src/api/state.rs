@@ -128,6 +128,7 @@ impl AppState {
             store_cache: Default::default(),
             operators: Default::default(),
             journal: Default::default(),
+            flushing: Default::default(),
         };
         Self {
             settings,

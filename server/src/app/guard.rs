@@ -140,6 +140,12 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
                 this.blocked(cx)?;
                 Poll::Pending
             }
+            // A TLS stream takes an answer's bytes into its own buffer and sends them on flush:
+            // a flush that went through unblocks reads as a write does.
+            Poll::Ready(Ok(())) => {
+                this.unblocked(cx);
+                Poll::Ready(Ok(()))
+            }
             other => other,
         }
     }

@@ -74,6 +74,8 @@ pub struct Fleet {
     /// The telemetry journal (set once at start; none when another server on this data
     /// directory holds it, or in tests without one).
     pub journal: std::sync::OnceLock<persist::journal::Journal>,
+    /// Held by the flush in progress (one at a time).
+    pub flushing: tokio::sync::Mutex<()>,
 }
 
 impl Fleet {

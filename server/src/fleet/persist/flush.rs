@@ -48,8 +48,14 @@ async fn release_lease(fleet: &Fleet) {
 }
 
 async fn flush_with(fleet: &Fleet, force: bool) {
+    // One flush at a time: what a flush says is written (the journal's watermarks) must not
+    // pass what another flush still holds.
+    let _one = fleet.flushing.lock().await;
     let now = OffsetDateTime::now_utc();
     let journal = fleet.journal.get();
+    if let Some(j) = journal {
+        j.rotate();
+    }
     if let Some(j) = journal
         && !j.old_segments().is_empty()
     {
@@ -68,7 +74,7 @@ async fn flush_with(fleet: &Fleet, force: bool) {
     } else {
         fleet.telemetry.outbox().restore_raw(unwritten);
     }
-    flush_rollups(fleet).await;
+    flush_rollups_held(fleet).await;
 }
 
 /// Writes raw events as one Parquet file per day they arrived on; returns those that could not
@@ -218,6 +224,12 @@ async fn list_buckets(fleet: &Fleet) -> Option<Vec<object_store::ObjectMeta>> {
 /// compacts old buckets when this replica holds the lease. When the store cannot be listed the
 /// last view is kept; what could not be written stays in memory and is written later.
 pub async fn flush_rollups(fleet: &Fleet) {
+    let _one = fleet.flushing.lock().await;
+    flush_rollups_held(fleet).await;
+}
+
+/// [`flush_rollups`] by a flush that holds the flush lock.
+async fn flush_rollups_held(fleet: &Fleet) {
     let now = OffsetDateTime::now_utc().unix_timestamp();
     write_pending(fleet).await;
     let Some(metas) = list_buckets(fleet).await else {

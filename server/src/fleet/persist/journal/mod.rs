@@ -190,15 +190,29 @@ impl Journal {
         }
     }
 
+    /// Starts a new segment at the next write (at every flush, so that a segment's records are
+    /// all written, and the segment deleted, within about `telemetry.raw_roll_secs`).
+    pub fn rotate(&self) {
+        let s = ferry_shared::sync::lock(&self.shared.segments);
+        if s.current.as_ref().is_some_and(|(_, last)| *last > 0) {
+            self.shared.rotate.store(true, Ordering::Relaxed);
+        }
+    }
+
     /// Segments an earlier run left that are not replayed yet.
     pub fn old_segments(&self) -> Vec<PathBuf> {
         ferry_shared::sync::lock(&self.shared.old).clone()
     }
 
-    /// Forgets (and deletes) replayed segments of earlier runs.
-    pub fn replayed(&self, done: &[PathBuf]) {
+    /// Forgets replayed segments of earlier runs: deletes them, but those in `keep` (holding a
+    /// record this version cannot read) stay on disk.
+    pub fn replayed(&self, done: &[PathBuf], keep: &[PathBuf]) {
         let mut old = ferry_shared::sync::lock(&self.shared.old);
         for p in done {
+            if keep.contains(p) {
+                old.retain(|o| o != p);
+                continue;
+            }
             if let Err(e) = std::fs::remove_file(p)
                 && e.kind() != std::io::ErrorKind::NotFound
             {
@@ -258,9 +272,10 @@ fn write_loop(
                     let mut s = ferry_shared::sync::lock(&shared.segments);
                     match s.current.take() {
                         Some(done) if done.1 > 0 => s.closed.push(done),
-                        // A segment that never took a record (its first write failed).
-                        Some((empty, _)) => drop(std::fs::remove_file(empty)),
-                        None => {}
+                        // A segment that never took a record (its first write failed), unless
+                        // it is the file just opened again (the same first record).
+                        Some((empty, _)) if empty != path => drop(std::fs::remove_file(empty)),
+                        _ => {}
                     }
                     s.current = Some((path, 0));
                     file = Some((f, 0));
@@ -298,7 +313,16 @@ fn write_loop(
         }
         *len += out.len() as u64;
         for (j, (s, minute)) in jobs.into_iter().zip(placed) {
-            (hooks.apply)(&j.batch, minute, s);
+            // The record is durable: whatever counting it does, it is answered (a replay after
+            // a restart counts it if this did not).
+            let counted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                (hooks.apply)(&j.batch, minute, s);
+            }));
+            if counted.is_err() {
+                tracing::error!(
+                    "journal record {s} could not be counted: it is written after a restart"
+                );
+            }
             seq = s;
             let _ = j.reply.send(Ok(()));
         }

@@ -117,6 +117,7 @@ pub async fn replay(fleet: &Fleet, journal: &Journal) -> bool {
         return true;
     }
     let mut runs: BTreeMap<String, Vec<Record>> = BTreeMap::new();
+    let mut newer = Vec::new();
     for path in &old {
         let Some((writer, _)) = path
             .file_name()
@@ -133,7 +134,19 @@ pub async fn replay(fleet: &Fleet, journal: &Journal) -> bool {
                 return false;
             }
         };
-        let (records, torn) = segment::read(&bytes);
+        let segment::Read {
+            records,
+            torn,
+            unreadable,
+        } = segment::read(&bytes);
+        if unreadable {
+            tracing::error!(
+                "journal segment {} holds a record this version cannot read (written by a newer \
+                 version?): kept as it is, for that version to replay",
+                path.display()
+            );
+            newer.push(path.clone());
+        }
         if torn > 0 {
             tracing::warn!(
                 "journal segment {}: {torn} bytes after its last whole record (a write cut by a \
@@ -166,7 +179,7 @@ pub async fn replay(fleet: &Fleet, journal: &Journal) -> bool {
             written.0
         );
     }
-    journal.replayed(&old);
+    journal.replayed(&old, &newer);
     true
 }
 
@@ -242,7 +255,9 @@ async fn replay_raw(fleet: &Fleet, writer: &str, records: &[Record]) -> Option<u
             continue;
         };
         let raw: Vec<_> = todo.iter().flat_map(|r| r.batch.raw(r.seq)).collect();
-        let bytes = match events::encode(&raw, writer) {
+        // The replica's name, as live files carry it (the run's suffix dropped).
+        let node = writer.split_once('.').map_or(writer, |(n, _)| n);
+        let bytes = match events::encode(&raw, node) {
             Ok(b) => b,
             Err(e) => {
                 tracing::error!("journal replay: raw events cannot be encoded: {e}");

@@ -51,10 +51,21 @@ pub fn frame(out: &mut Vec<u8>, seq: u64, minute: i64, json: &[u8]) {
     out.extend_from_slice(json);
 }
 
-/// Reads a segment's records up to the first torn or damaged one; says how many bytes of it
-/// were past that point (0 when it ends cleanly).
-pub fn read(bytes: &[u8]) -> (Vec<Record>, usize) {
-    let mut out = Vec::new();
+/// What reading a segment found.
+#[derive(Debug, Default)]
+pub struct Read {
+    /// Its whole records, in order.
+    pub records: Vec<Record>,
+    /// Bytes after the last whole record (a write cut by a crash: never answered).
+    pub torn: usize,
+    /// A record whose checksum holds but whose batch this version cannot read (written by a
+    /// newer version): the segment must be kept, not deleted.
+    pub unreadable: bool,
+}
+
+/// Reads a segment's records up to the first torn, damaged or unreadable one.
+pub fn read(bytes: &[u8]) -> Read {
+    let mut out = Read::default();
     let mut at = 0;
     while at < bytes.len() {
         let Some(head) = bytes.get(at..at + HEADER) else {
@@ -77,12 +88,14 @@ pub fn read(bytes: &[u8]) -> (Vec<Record>, usize) {
             break;
         }
         let Ok(batch) = serde_json::from_slice::<Accepted>(json) else {
+            out.unreadable = true;
             break;
         };
-        out.push(Record { seq, minute, batch });
+        out.records.push(Record { seq, minute, batch });
         at += HEADER + len;
     }
-    (out, bytes.len() - at)
+    out.torn = if out.unreadable { 0 } else { bytes.len() - at };
+    out
 }
 
 /// A segment file's name for `writer`'s records from `first`.
@@ -168,20 +181,25 @@ mod tests {
             frame(&mut bytes, seq, 60 * seq as i64, &json);
         }
         let whole = bytes.len();
-        let (records, rest) = read(&bytes);
-        assert_eq!((records.len(), rest), (3, 0));
-        assert_eq!(records[2].minute, 180);
+        let r = read(&bytes);
+        assert_eq!((r.records.len(), r.torn, r.unreadable), (3, 0, false));
+        assert_eq!(r.records[2].minute, 180);
         // A crash in the middle of the third record's write: the first two stand.
-        let (records, rest) = read(&bytes[..whole - 5]);
-        assert_eq!(records.len(), 2);
-        assert!(rest > 0);
+        let r = read(&bytes[..whole - 5]);
+        assert_eq!(r.records.len(), 2);
+        assert!(r.torn > 0);
         // A flipped byte in the second: reading stops there.
         let mut damaged = bytes.clone();
         damaged[HEADER + 40] ^= 1;
-        assert_eq!(read(&damaged).0.len(), 1);
+        assert_eq!(read(&damaged).records.len(), 1);
         // Garbage and lengths past the limit never panic or allocate.
-        assert!(read(&[0xff; 64]).0.is_empty());
-        assert!(read(&[]).0.is_empty());
+        assert!(read(&[0xff; 64]).records.is_empty());
+        assert!(read(&[]).records.is_empty());
+        // A whole record this version cannot read (a newer format): kept, not torn.
+        let mut newer = Vec::new();
+        frame(&mut newer, 1, 60, br#"{"t": "not a number"}"#);
+        let r = read(&newer);
+        assert!(r.unreadable && r.records.is_empty() && r.torn == 0);
     }
 
     #[test]
