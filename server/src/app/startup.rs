@@ -176,7 +176,7 @@ async fn open_journal(
             }
         }),
     };
-    match Journal::open(dir, &fleet.writer, true, hooks) {
+    match Journal::open(dir, &fleet.writer, fleet.config.journal_sync, hooks) {
         Ok(Some(journal)) => {
             let journal = fleet.journal.get_or_init(|| journal);
             let left = journal.old_segments().len();

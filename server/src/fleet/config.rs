@@ -42,6 +42,11 @@ pub struct TelemetryConfig {
     /// Longest a raw event waits in the buffer before its Parquet file is written, in seconds
     /// (default 60; a graceful stop writes at once).
     pub raw_roll_secs: u64,
+    /// Whether the telemetry journal forces each group of batches to the disk (`fdatasync`)
+    /// before answering (default false). Without it an accepted event survives a killed or
+    /// crashed server (it is in the kernel's page cache); with it, a power cut too, at about a
+    /// third of the ingest rate on this machine (`docs/performance.md`).
+    pub journal_sync: bool,
     /// Days the compacted telemetry buckets (health, halts, windows) are kept (default 90).
     pub retention_days: u32,
     /// How often a replica tries to compact old telemetry buckets, in seconds (default 60; one
@@ -107,6 +112,7 @@ impl Default for TelemetryConfig {
             evaluate_ms: 1000,
             raw_buffer_events: 20_000,
             raw_roll_secs: 60,
+            journal_sync: false,
             retention_days: 90,
             compact_secs: 60,
             raw_retention_days: 90,
