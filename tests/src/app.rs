@@ -596,3 +596,13 @@ pub fn with_receipts_of(data: &Path, events: &[serde_json::Value]) -> Vec<serde_
         })
         .collect()
 }
+
+/// `GET /v1/admin/models/{model}/health` of the server at `url` (a replica, or a server in a
+/// process of its own), read with the admin token.
+pub fn model_health(url: &str, model: &str) -> serde_json::Value {
+    let mut r = ureq::get(format!("{url}/v1/admin/models/{model}/health"))
+        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+        .call()
+        .expect("health");
+    serde_json::from_reader(r.body_mut().as_reader()).expect("json")
+}

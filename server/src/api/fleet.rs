@@ -325,7 +325,7 @@ pub async fn post_telemetry(
                     format!("{why}; nothing was kept: send the events again"),
                 )
             })?,
-            None => state.telemetry().apply(&accepted, 0, &cfg),
+            None => state.telemetry().apply(accepted, 0, &cfg),
         }
     }
     state

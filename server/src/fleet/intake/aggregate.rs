@@ -269,13 +269,13 @@ impl Telemetry {
 
     /// Counts an accepted batch and keeps its events (at once: without a journal, or as the
     /// journal applies a record it made durable, `seq`).
-    pub fn apply(&self, batch: &Accepted, seq: u64, cfg: &TelemetryConfig) {
+    pub fn apply(&self, batch: Accepted, seq: u64, cfg: &TelemetryConfig) {
         let minute = self.outbox.minute_of(OffsetDateTime::now_utc());
         self.apply_in(batch, minute, seq, cfg);
     }
 
     /// [`Telemetry::apply`] in a given minute (the journal chose it, and wrote it down).
-    pub fn apply_in(&self, batch: &Accepted, minute: i64, seq: u64, cfg: &TelemetryConfig) {
+    pub fn apply_in(&self, batch: Accepted, minute: i64, seq: u64, cfg: &TelemetryConfig) {
         self.outbox
             .apply(batch, minute, seq, cfg.raw_buffer_events.max(1) * 5);
     }

@@ -74,8 +74,19 @@ impl Accepted {
         models
     }
 
-    /// Its events for the raw log, each marked with the journal record `seq` that holds it (0:
-    /// none).
+    /// Its events for the raw log (moved), each marked with the journal record `seq` that
+    /// holds it (0: none).
+    pub fn into_raw(self, seq: u64) -> impl Iterator<Item = RawEvent> {
+        let at = self.received_at();
+        self.events.into_iter().map(move |a| RawEvent {
+            event: a.event,
+            received_at: at,
+            counted: a.verified,
+            seq,
+        })
+    }
+
+    /// [`Accepted::into_raw`] by copy, for a batch that is read again (a replay).
     pub fn raw(&self, seq: u64) -> impl Iterator<Item = RawEvent> + '_ {
         let at = self.received_at();
         self.events.iter().map(move |a| RawEvent {

@@ -42,7 +42,8 @@ impl RawEvent {
     }
 }
 
-fn day_of(t: OffsetDateTime) -> String {
+/// The UTC day of `t`, as the partition value `YYYY-MM-DD`.
+pub fn day_of(t: OffsetDateTime) -> String {
     let t = t.to_offset(time::UtcOffset::UTC);
     format!("{:04}-{:02}-{:02}", t.year(), u8::from(t.month()), t.day())
 }

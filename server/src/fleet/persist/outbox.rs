@@ -76,7 +76,7 @@ impl Outbox {
     /// whose counts changed.
     pub fn apply(
         &self,
-        batch: &Accepted,
+        batch: Accepted,
         minute: i64,
         seq: u64,
         raw_cap: usize,
@@ -94,7 +94,7 @@ impl Outbox {
                 p.applied = p.applied.max(seq);
             }
         }
-        self.keep_raw(batch.raw(seq), raw_cap);
+        self.keep_raw(batch.into_raw(seq), raw_cap);
         models
     }
 

@@ -14,7 +14,7 @@ use ferry_tests::{fast_telemetry, until};
 
 // The same probe the field-latency test makes: an Android phone with Vulkan on a SoC, its
 // candidates best first and the Vulkan variant's explain reasons.
-use super::field_selection::ranked;
+use super::field_selection::{forged_events_move_nothing, ranked};
 
 /// One host plays the fleet: no network quorum.
 fn one_host(c: &mut ferry_server::app::config::Config) {
@@ -77,16 +77,7 @@ fn a_variant_that_crashes_on_one_soc_is_ranked_after_the_next_there_on_every_rep
             )
         })
         .collect();
-    let (status, body) = app.post_raw(
-        "/v1/telemetry",
-        &serde_json::to_vec(&serde_json::json!({ "events": forged })).expect("json"),
-        None,
-    );
-    assert_eq!((status, &body["unverified"]), (200, &serde_json::json!(60)));
-    std::thread::sleep(Duration::from_secs(3));
-    for url in &urls {
-        assert_eq!(ranked(&app, url, "SOC-CRASH").0, before, "{url}");
-    }
+    forged_events_move_nothing(&app, &urls, "SOC-CRASH", &before, &forged);
 
     // With receipts, through different replicas: on SOC-CRASH 20 of 60 devices crashed on
     // Vulkan (the others loaded it); on SOC-OK 60 devices loaded it. 19 crashed devices are one

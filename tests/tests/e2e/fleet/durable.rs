@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use ferry_tests::app::{ADMIN_TOKEN, with_receipts_of};
+use ferry_tests::app::{model_health, with_receipts_of};
 use ferry_tests::kit::Event;
 use ferry_tests::process::ServerProcess;
 
@@ -33,11 +33,7 @@ fn events(data: &std::path::Path) -> Vec<serde_json::Value> {
 }
 
 fn loads(url: &str) -> u64 {
-    let mut r = ureq::get(format!("{url}/v1/admin/models/demo-mlp/health"))
-        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
-        .call()
-        .expect("health");
-    let h: serde_json::Value = serde_json::from_reader(r.body_mut().as_reader()).expect("json");
+    let h = model_health(url, "demo-mlp");
     h["releases"]
         .as_array()
         .into_iter()

@@ -37,14 +37,8 @@ fn golden_input() -> Vec<TensorValue> {
 }
 
 /// The `inference` figures of release 1.0.0's variant `variant` as `url` reports them.
-fn inference(app: &TestApp, url: &str, variant: &str) -> serde_json::Value {
-    let mut r = app
-        .agent
-        .get(format!("{url}/v1/admin/models/mlp/health"))
-        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
-        .call()
-        .expect("health");
-    let h: serde_json::Value = serde_json::from_reader(r.body_mut().as_reader()).expect("json");
+fn inference(url: &str, variant: &str) -> serde_json::Value {
+    let h = ferry_tests::app::model_health(url, "mlp");
     ferry_tests::schemas::check("health.schema.json", &h);
     h["releases"]
         .as_array()
@@ -174,10 +168,10 @@ fn runs_are_timed_on_the_device_and_aggregated_by_three_replicas() {
     }
     for url in &urls {
         until(&format!("{url} sees all 61 devices' summaries"), || {
-            inference(&app, url, &variant)["all"]["events"] == 61
+            inference(url, &variant)["all"]["events"] == 61
         });
     }
-    let first = inference(&app, &urls[0], &variant);
+    let first = inference(&urls[0], &variant);
     let all = &first["all"];
     assert_eq!(all["runs"], 200 + 60 * 100);
     assert_eq!(all["devices"], 61);
@@ -190,18 +184,14 @@ fn runs_are_timed_on_the_device_and_aggregated_by_three_replicas() {
     assert!(first["soc"]["SM8550"]["samples"] == 1, "{first}");
     assert_eq!(all["by_thermal"]["serious"]["samples"], 1, "{all}");
     for url in &urls[1..] {
-        assert_eq!(inference(&app, url, &variant), first, "{url} agrees");
+        assert_eq!(inference(url, &variant), first, "{url} agrees");
     }
     // Restarted on the same store, the figures are all there from the first request.
     for r in replicas {
         r.stop();
     }
     let fresh = app.replica_with(None, Box::new(fast_telemetry));
-    assert_eq!(
-        inference(&app, &fresh.url(), &variant),
-        first,
-        "after a restart"
-    );
+    assert_eq!(inference(&fresh.url(), &variant), first, "after a restart");
 }
 
 /// One device's window of runs of `release` on `soc` with warm p95 `p95_ms`.
@@ -405,11 +395,7 @@ fn the_probe_times_the_top_candidates_once_never_in_power_saving_mode() {
     until("the server counts the probes", || {
         let probes: u64 = top
             .iter()
-            .map(|v| {
-                inference(&app, &url, v)["all"]["probes"]
-                    .as_u64()
-                    .unwrap_or(0)
-            })
+            .map(|v| inference(&url, v)["all"]["probes"].as_u64().unwrap_or(0))
             .sum();
         probes == 1
     });

@@ -28,6 +28,30 @@ fn window(variant: &str, install: &str, soc: &str, p95_ms: f64) -> serde_json::V
 
 /// Resolves an Android device with Vulkan on `soc` at `url`: the candidates best first, and
 /// the explain reasons of the Vulkan variant.
+/// Posts `forged` (events without receipts): all accepted as unverified, and three seconds
+/// later every replica at `urls` still ranks `soc`'s candidates as `before`.
+pub(crate) fn forged_events_move_nothing(
+    app: &TestApp,
+    urls: &[String],
+    soc: &str,
+    before: &[String],
+    forged: &[serde_json::Value],
+) {
+    let (status, body) = app.post_raw(
+        "/v1/telemetry",
+        &serde_json::to_vec(&serde_json::json!({ "events": forged })).expect("json"),
+        None,
+    );
+    assert_eq!(
+        (status, &body["unverified"]),
+        (200, &serde_json::json!(forged.len()))
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    for url in urls {
+        assert_eq!(ranked(app, url, soc).0, before, "{url}");
+    }
+}
+
 pub(crate) fn ranked(app: &TestApp, url: &str, soc: &str) -> (Vec<String>, String) {
     let device = serde_json::json!({
         "model": "mlp", "install_id": format!("probe-{soc}"), "app_version": "1.0.0",
@@ -86,16 +110,7 @@ fn a_soc_whose_gpu_variant_is_slow_in_the_field_gets_xnnpack_first_on_every_repl
     let forged: Vec<serde_json::Value> = (0..60)
         .map(|n| window("vulkan-fp32", &format!("forged-{n}"), "SOC-SLOW", 500.0))
         .collect();
-    let (status, body) = app.post_raw(
-        "/v1/telemetry",
-        &serde_json::to_vec(&serde_json::json!({ "events": forged })).expect("json"),
-        None,
-    );
-    assert_eq!((status, &body["unverified"]), (200, &serde_json::json!(60)));
-    std::thread::sleep(Duration::from_secs(3));
-    for url in &urls {
-        assert_eq!(ranked(&app, url, "SOC-SLOW").0, before, "{url}");
-    }
+    forged_events_move_nothing(&app, &urls, "SOC-SLOW", &before, &forged);
 
     // The fleet, with receipts, through different replicas: on SOC-SLOW Vulkan runs in 50 ms
     // (over its 20 ms budget) and XNNPACK in 30 (the release lists xnnpack-int8 before

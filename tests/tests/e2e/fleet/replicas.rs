@@ -30,19 +30,9 @@ fn post_events(app: &TestApp, url: &str, events: &[serde_json::Value]) {
     app.post_receipted(url, events);
 }
 
-fn health(app: &TestApp, url: &str) -> serde_json::Value {
-    let mut r = app
-        .agent
-        .get(format!("{url}/v1/admin/models/mlp/health"))
-        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
-        .call()
-        .expect("health");
-    serde_json::from_reader(r.body_mut().as_reader()).expect("json")
-}
-
 /// (loads, failures, devices, p50) of release 1.0.0's XNNPACK variant as `url` reports it.
-fn numbers(app: &TestApp, url: &str) -> (u64, u64, u64, f64) {
-    let h = health(app, url);
+fn numbers(url: &str) -> (u64, u64, u64, f64) {
+    let h = ferry_tests::app::model_health(url, "mlp");
     let v = h["releases"]
         .as_array()
         .into_iter()
@@ -112,11 +102,14 @@ fn spread_and_restart(storage: Option<StorageConfig>) {
     }
     for url in &urls {
         until(
-            &format!("{url} sees the whole fleet: {:?}", health(&app, url)),
-            || numbers(&app, url).0 == 450,
+            &format!(
+                "{url} sees the whole fleet: {:?}",
+                ferry_tests::app::model_health(url, "mlp")
+            ),
+            || numbers(url).0 == 450,
         );
     }
-    let first = numbers(&app, &urls[0]);
+    let first = numbers(&urls[0]);
     assert_eq!(first.1, expected_failures);
     // Distinct devices: a HyperLogLog++ estimate, within its stated error of 150.
     assert!(
@@ -136,13 +129,13 @@ fn spread_and_restart(storage: Option<StorageConfig>) {
         first.3
     );
     for url in &urls[1..] {
-        assert_eq!(numbers(&app, url), first, "{url} agrees");
+        assert_eq!(numbers(url), first, "{url} agrees");
     }
     // The server that only published sees the same, from the store alone (at its next
     // flush: it may not have read the others' last buckets yet).
     until(
         "a replica that received nothing sees the whole fleet",
-        || numbers(&app, &app.url()) == first,
+        || numbers(&app.url()) == first,
     );
     // All three stop (gracefully); three new ones on the same store see the same numbers
     // from their first request.
@@ -153,7 +146,7 @@ fn spread_and_restart(storage: Option<StorageConfig>) {
         .map(|_| app.replica_with(storage.clone(), Box::new(fast_telemetry)))
         .collect();
     for r in &fresh {
-        assert_eq!(numbers(&app, &r.url()), first, "after restarting all three");
+        assert_eq!(numbers(&r.url()), first, "after restarting all three");
     }
 }
 
@@ -313,7 +306,7 @@ fn a_damaged_rollup_in_the_store_is_skipped_and_the_server_keeps_going() {
     post_events(&app, &app.url(), &events[..1]);
     std::thread::sleep(Duration::from_millis(1500));
     // The server is alive, its views answer, and the damaged objects count for nothing.
-    let (loads, _, _, _) = numbers(&app, &app.url());
+    let (loads, _, _, _) = numbers(&app.url());
     assert_eq!(loads, 21, "only this replica's own events");
     let (s, _) = app.resolve(
         &ferry_tests::app::profile("android", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096),
@@ -342,9 +335,7 @@ fn restarts_of_one_replica_keep_every_run_s_counts() {
             .collect();
         post_events(&app, &replica.url(), &events);
         let want = 10 * (round + 1);
-        until(&format!("round {round}"), || {
-            numbers(&app, &app.url()).0 == want
-        });
+        until(&format!("round {round}"), || numbers(&app.url()).0 == want);
         replica.stop();
     }
     // Each run wrote its own objects (never rewritten, so a restart within the same minute

@@ -100,7 +100,7 @@ fn ingest_at(
     cfg: &TelemetryConfig,
 ) -> IngestReport {
     let (report, batch) = t.ingest(refs, when, cfg, &|_| Ok(()), &|_| true, 0);
-    t.apply_in(&batch, t.outbox().minute_of(when), 0, cfg);
+    t.apply_in(batch, t.outbox().minute_of(when), 0, cfg);
     report
 }
 

@@ -31,7 +31,7 @@ use crate::fleet::persist::accepted::Accepted;
 const GROUP_BYTES: usize = 8 << 20;
 
 /// Counts a batch in a minute as a journal record (see [`Hooks::apply`]).
-pub type Apply = Box<dyn Fn(&Accepted, i64, u64) + Send>;
+pub type Apply = Box<dyn Fn(Accepted, i64, u64) + Send>;
 
 /// What the writer thread does with a record it made durable.
 pub struct Hooks {
@@ -316,7 +316,7 @@ fn write_loop(
             // The record is durable: whatever counting it does, it is answered (a replay after
             // a restart counts it if this did not).
             let counted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                (hooks.apply)(&j.batch, minute, s);
+                (hooks.apply)(j.batch, minute, s);
             }));
             if counted.is_err() {
                 tracing::error!(

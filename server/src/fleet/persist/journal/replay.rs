@@ -50,16 +50,21 @@ fn note(cov: &mut Coverage, key: &str) {
     }
 }
 
+/// Every object under `prefix`; `None` (and a warning) when the store cannot list.
+async fn list(fleet: &Fleet, prefix: &str) -> Option<Vec<object_store::ObjectMeta>> {
+    fleet
+        .store
+        .list(Some(&object_store::path::Path::from(prefix)))
+        .try_collect()
+        .await
+        .map_err(|e| tracing::warn!("journal replay waits: {prefix} cannot be listed: {e}"))
+        .ok()
+}
+
 /// What the stored minute objects (and the hour parts' sources) cover; `None` when the store
 /// cannot be read.
 async fn counts_coverage(fleet: &Fleet) -> Option<Coverage> {
-    let listed: Vec<_> = fleet
-        .store
-        .list(Some(&object_store::path::Path::from(buckets::PREFIX)))
-        .try_collect()
-        .await
-        .map_err(|e| tracing::warn!("journal replay waits: buckets cannot be listed: {e}"))
-        .ok()?;
+    let listed = list(fleet, buckets::PREFIX).await?;
     let mut cov = Coverage::new();
     for meta in listed {
         let Some(key) = BucketKey::parse(&meta.location) else {
@@ -95,14 +100,7 @@ async fn counts_coverage(fleet: &Fleet) -> Option<Coverage> {
 
 /// What the raw files of `day` cover; `None` when the store cannot be listed.
 async fn raw_coverage(fleet: &Fleet, day: &str) -> Option<Coverage> {
-    let prefix = object_store::path::Path::from(format!("{}/date={day}", events::prefix()));
-    let listed: Vec<_> = fleet
-        .store
-        .list(Some(&prefix))
-        .try_collect()
-        .await
-        .map_err(|e| tracing::warn!("journal replay waits: raw files cannot be listed: {e}"))
-        .ok()?;
+    let listed = list(fleet, &format!("{}/date={day}", events::prefix())).await?;
     let mut cov = Coverage::new();
     for meta in listed {
         note(&mut cov, meta.location.as_ref());
@@ -236,10 +234,10 @@ async fn replay_counts(
 /// day; `Some(records written)`, `None` when the store failed.
 async fn replay_raw(fleet: &Fleet, writer: &str, records: &[Record]) -> Option<usize> {
     let mut days: BTreeMap<String, Vec<&Record>> = BTreeMap::new();
-    for r in records {
-        if let Some(first) = r.batch.raw(r.seq).next() {
-            days.entry(first.day()).or_default().push(r);
-        }
+    for r in records.iter().filter(|r| !r.batch.events.is_empty()) {
+        days.entry(events::day_of(r.batch.received_at()))
+            .or_default()
+            .push(r);
     }
     let mut n = 0;
     for (day, recs) in days {
