@@ -466,7 +466,7 @@ impl TestApp {
     /// model, release, device class and variants (the variant and any `to_variant`): what a
     /// device that resolved would send. Uses the server's online key, as the server does.
     pub fn with_receipts(&self, events: &[serde_json::Value]) -> Vec<serde_json::Value> {
-        with_receipts_of(self.dir.path(), events)
+        crate::reports::with_receipts_of(self.dir.path(), events)
     }
 
     /// Makes `version` of `mlp` the baseline through a full rollout (start at 100%, complete),
@@ -558,51 +558,4 @@ pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Each event with a valid receipt made with the online key of the server whose data directory
-/// is `data` (what a device holds after resolving); anything that is not an object is kept as
-/// it is.
-pub fn with_receipts_of(data: &Path, events: &[serde_json::Value]) -> Vec<serde_json::Value> {
-    let online = keys::load(&data.join("keys/online.key")).expect("online key");
-    let key = ferry_server::fleet::intake::receipt::ReceiptKey::derive(&online.pair);
-    events
-        .iter()
-        .map(|e| {
-            if !e.is_object() {
-                return e.clone();
-            }
-            let field = |k: &str| e[k].as_str().unwrap_or("").to_string();
-            let mut variants = vec![field("variant")];
-            if let Some(t) = e["to_variant"].as_str() {
-                variants.push(t.to_string());
-            }
-            let names: Vec<&str> = variants.iter().map(String::as_str).collect();
-            let mut out = e.clone();
-            let (install_id, model, release) =
-                (field("install_id"), field("model"), field("release"));
-            let (platform, soc, device_model) =
-                (field("platform"), field("soc"), field("device_model"));
-            let facts = ferry_server::fleet::intake::receipt::Facts {
-                install_id: &install_id,
-                model: &model,
-                release: &release,
-                platform: &platform,
-                soc: &soc,
-                device_model: &device_model,
-            };
-            out["receipt"] = key.issue(&facts, &names).into();
-            out
-        })
-        .collect()
-}
-
-/// `GET /v1/admin/models/{model}/health` of the server at `url` (a replica, or a server in a
-/// process of its own), read with the admin token.
-pub fn model_health(url: &str, model: &str) -> serde_json::Value {
-    let mut r = ureq::get(format!("{url}/v1/admin/models/{model}/health"))
-        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
-        .call()
-        .expect("health");
-    serde_json::from_reader(r.body_mut().as_reader()).expect("json")
 }

@@ -204,6 +204,7 @@ pub mod moto;
 pub mod process;
 pub mod proxy;
 pub mod releases;
+pub mod reports;
 pub mod schemas;
 pub mod store_snapshot;
 pub mod vectors;

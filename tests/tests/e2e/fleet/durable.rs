@@ -5,9 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-use ferry_tests::app::{model_health, with_receipts_of};
+use ferry_tests::app::ADMIN_TOKEN;
 use ferry_tests::kit::Event;
 use ferry_tests::process::ServerProcess;
+use ferry_tests::reports::{model_health, with_receipts_of};
 
 const DEVICES: usize = 250;
 const PER_DEVICE: usize = 8;
@@ -33,7 +34,7 @@ fn events(data: &std::path::Path) -> Vec<serde_json::Value> {
 }
 
 fn loads(url: &str) -> u64 {
-    let h = model_health(url, "demo-mlp");
+    let h = model_health(url, "demo-mlp", ADMIN_TOKEN);
     h["releases"]
         .as_array()
         .into_iter()

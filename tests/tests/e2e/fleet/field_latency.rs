@@ -38,7 +38,7 @@ fn golden_input() -> Vec<TensorValue> {
 
 /// The `inference` figures of release 1.0.0's variant `variant` as `url` reports them.
 fn inference(url: &str, variant: &str) -> serde_json::Value {
-    let h = ferry_tests::app::model_health(url, "mlp");
+    let h = ferry_tests::reports::model_health(url, "mlp", ADMIN_TOKEN);
     ferry_tests::schemas::check("health.schema.json", &h);
     h["releases"]
         .as_array()

@@ -32,7 +32,7 @@ fn post_events(app: &TestApp, url: &str, events: &[serde_json::Value]) {
 
 /// (loads, failures, devices, p50) of release 1.0.0's XNNPACK variant as `url` reports it.
 fn numbers(url: &str) -> (u64, u64, u64, f64) {
-    let h = ferry_tests::app::model_health(url, "mlp");
+    let h = ferry_tests::reports::model_health(url, "mlp", ADMIN_TOKEN);
     let v = h["releases"]
         .as_array()
         .into_iter()
@@ -104,7 +104,7 @@ fn spread_and_restart(storage: Option<StorageConfig>) {
         until(
             &format!(
                 "{url} sees the whole fleet: {:?}",
-                ferry_tests::app::model_health(url, "mlp")
+                ferry_tests::reports::model_health(url, "mlp", ADMIN_TOKEN)
             ),
             || numbers(url).0 == 450,
         );
