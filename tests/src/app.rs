@@ -58,6 +58,7 @@ fn test_config(data: &Path, listen: &str) -> Config {
         data: Some(data.to_path_buf()),
     };
     let mut config = Config::load(&flags, &env).expect("config");
+    crate::one_host_fleet(&mut config);
     config
         .tokens
         .push(ferry_server::tokens::TokenEntry::from_secret(
@@ -418,6 +419,7 @@ impl TestApp {
             data: Some(data),
         };
         let mut config = Config::load(&flags, &env).expect("config");
+        crate::one_host_fleet(&mut config);
         tweak(&mut config);
         if let Some(s) = storage {
             config.storage = s;

@@ -6,8 +6,8 @@
 //! rate_limited` with `Connection: close`), so one address cannot hold the server's file
 //! descriptors. TLS connections are counted once their handshake is done (handshakes have
 //! their own timeout). Devices behind carrier NAT share addresses: the
-//! default (1024) leaves them room; behind a reverse proxy every connection comes from the
-//! proxy, so set it to 0 (off) there and limit at the proxy.
+//! default (1024) leaves them room. Connections from `limits.trusted_proxies` are not limited
+//! (a proxy carries many clients' connections; limit at the proxy).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,6 +19,8 @@ use crate::fleet::intake::limits::IpKey;
 pub struct Connections {
     open: Mutex<HashMap<IpKey, u32>>,
     max: u32,
+    /// Trusted proxies (`limits.trusted_proxies`): their connections are not limited.
+    proxies: Vec<ipnet::IpNet>,
 }
 
 /// One open connection's place in [`Connections`].
@@ -49,17 +51,24 @@ impl Drop for ConnSlot {
 }
 
 impl Connections {
-    /// A tracker allowing `max` connections per address (0: no limit, nothing tracked).
-    pub fn new(max: u32) -> Arc<Self> {
+    /// A tracker allowing `max` connections per address (0: no limit, nothing tracked), except
+    /// from the `proxies`' networks (trusted proxies carry many clients' connections).
+    pub fn new(max: u32, proxies: Vec<ipnet::IpNet>) -> Arc<Self> {
         Arc::new(Self {
             open: Mutex::new(HashMap::new()),
             max,
+            proxies,
         })
     }
 
     /// Notes a connection from `addr`; the slot frees it when dropped.
     pub fn open(self: &Arc<Self>, addr: Option<std::net::IpAddr>) -> Option<ConnSlot> {
         if self.max == 0 {
+            return None;
+        }
+        if let Some(ip) = addr.map(|a| a.to_canonical())
+            && self.proxies.iter().any(|n| n.contains(&ip))
+        {
             return None;
         }
         let key = IpKey::of(addr);
@@ -85,7 +94,7 @@ mod tests {
 
     #[test]
     fn slots_count_per_address_and_free_on_drop() {
-        let c = Connections::new(2);
+        let c = Connections::new(2, vec!["10.0.0.0/8".parse().expect("net")]);
         let a = Some("192.0.2.1".parse().expect("ip"));
         let b = Some("192.0.2.2".parse().expect("ip"));
         let s1 = c.open(a).expect("slot");
@@ -98,6 +107,11 @@ mod tests {
         assert!(!c.open(a).expect("slot").over(), "room again after closes");
         drop(s1);
         assert_eq!(c.addresses(), 0, "closed connections leave nothing behind");
-        assert!(Connections::new(0).open(a).is_none());
+        assert!(Connections::new(0, Vec::new()).open(a).is_none());
+        let proxy = Some("10.1.2.3".parse().expect("ip"));
+        assert!(
+            (0..5).all(|_| c.open(proxy).is_none()),
+            "a trusted proxy's connections are not limited"
+        );
     }
 }

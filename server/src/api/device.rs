@@ -55,7 +55,7 @@ pub(crate) async fn signed_time(
         })?;
     ferry_shared::wire::resolve::check_nonce(&nonce)
         .map_err(|m| ApiError::new(ErrorCode::RequestInvalid, m))?;
-    if !state.allow_fresh_decision(req.peer_addr().map(|a| a.ip())) {
+    if !state.allow_fresh_decision(state.client_ip(&req)) {
         state.metrics().signed_time("limited");
         return Err(ApiError::new(
             ErrorCode::RateLimited,
@@ -97,7 +97,7 @@ pub(crate) async fn resolve(
         Protocol::from_header(h.get(PROTOCOL_HEADER).map(|v| v.as_bytes())),
         Sdk::from_header(h.get(SDK_HEADER).map(|v| v.as_bytes())).as_ref(),
     );
-    let peer = req.peer_addr().map(|a| a.ip());
+    let peer = state.client_ip(&req);
     let mut notes = Notes::default();
     let outcome = resolve_inner(&state, query, payload, peer, &mut notes).await;
     notes.hand_over(state.telemetry(), &client);

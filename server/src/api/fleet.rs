@@ -246,7 +246,7 @@ pub async fn post_telemetry(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let cfg = state.config().telemetry;
-    let addr = req.peer_addr().map(|a| a.ip());
+    let addr = state.client_ip(&req);
     if !state.telemetry().allow_address(addr, &cfg) {
         return Err(ApiError::new(
             ErrorCode::RateLimited,
@@ -303,7 +303,7 @@ pub async fn post_telemetry(
             &cfg,
             &known,
             &|e| receipts.verifies(e),
-            crate::fleet::intake::limits::IpKey::network(addr),
+            addr,
         );
         // Encoded here, on the ingest threads; the journal's writer only appends.
         let json = if worker.fleet().journal.get().is_some() && !accepted.events.is_empty() {
@@ -328,9 +328,11 @@ pub async fn post_telemetry(
             None => state.telemetry().apply(accepted, 0, &cfg),
         }
     }
-    state
-        .metrics()
-        .telemetry(report.accepted as u64, report.rejected.len() as u64);
+    state.metrics().telemetry(
+        report.accepted as u64,
+        report.rejected.len() as u64,
+        report.unweighed as u64,
+    );
     if !report.unknown_fields.is_empty() {
         state
             .metrics()

@@ -3,8 +3,10 @@
 
 use serde::Deserialize;
 
+use crate::api::forwarded::{ClientAddressHeader, TrustedProxies};
+
 /// Request limits.
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     /// Largest blob accepted by `PUT /v1/admin/blobs/...` (default 8 GiB, at most 16 GiB).
@@ -18,7 +20,8 @@ pub struct Limits {
     /// that trickles its body is cut off instead of holding a connection.
     pub body_timeout_secs: u64,
     /// Open connections one client address (IPv4, or IPv6 /64) may hold (default 1024; 0 turns
-    /// the limit off, as behind a reverse proxy). Beyond it a connection's requests get 429.
+    /// the limit off). Beyond it a connection's requests get 429. Connections from
+    /// `trusted_proxies` are not limited.
     pub max_connections_per_address: u32,
     /// Longest a whole blob upload may take, in seconds (default 3600).
     pub upload_timeout_secs: u64,
@@ -33,8 +36,8 @@ pub struct Limits {
     /// cannot be trusted) one client network (IPv4 address, IPv6 /64) may ask for per minute
     /// (default 600; more are refused with 429 `rate_limited`, and the client then takes the
     /// shared answer). Each costs a signature; the shared answers the other devices get cost
-    /// none. 0 turns the limit off (behind a reverse proxy every request comes from the
-    /// proxy's address: limit there instead).
+    /// none. 0 turns the limit off. Behind a proxy, list it in `trusted_proxies` so that the
+    /// devices' own networks are limited, not the proxy's.
     pub fresh_decisions_per_minute: u32,
     /// Longest a connection's answers may wait for its client to read them, in seconds
     /// (default 60): a connection whose client stopped reading is closed, and while an answer
@@ -42,6 +45,35 @@ pub struct Limits {
     /// in the client's socket, not in the server's memory). A slow client that keeps reading
     /// is never cut.
     pub write_timeout_secs: u64,
+    /// Networks of the proxies in front of this server (load balancers, a CDN's edges, nginx),
+    /// as addresses or CIDR networks (default none). A request from one of them is counted
+    /// against the address its forwarding header names (the rightmost hop that is not itself
+    /// a trusted proxy): per-address limits and the network quorum of learned deny entries
+    /// then see the devices behind the proxy. Their connections are not limited per address.
+    #[serde(deserialize_with = "networks")]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// The header the trusted proxies name their client in: `x-forwarded-for` (default) or
+    /// `forwarded` (RFC 7239). Only this one is read.
+    pub client_address_header: ClientAddressHeader,
+}
+
+/// Reads a list of networks, each an address (a network of one) or in CIDR notation.
+fn networks<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<ipnet::IpNet>, D::Error> {
+    let list = Vec::<String>::deserialize(d)?;
+    list.iter()
+        .map(|s| {
+            let s = s.trim();
+            s.parse::<ipnet::IpNet>()
+                .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map(|n| n.trunc())
+                .map_err(|_| {
+                    serde::de::Error::custom(format!(
+                        "trusted_proxies: {s:?} is not an address or a network such as \
+                         10.0.0.0/8 or 2001:db8::/32"
+                    ))
+                })
+        })
+        .collect()
 }
 
 impl Default for Limits {
@@ -57,6 +89,8 @@ impl Default for Limits {
             store_timeout_secs: 10,
             fresh_decisions_per_minute: 600,
             write_timeout_secs: 60,
+            trusted_proxies: Vec::new(),
+            client_address_header: ClientAddressHeader::default(),
         }
     }
 }
@@ -97,6 +131,14 @@ impl Limits {
             return Err("max_json_bytes and limits.max_resolve_bytes must be at least 1024".into());
         }
         Ok(())
+    }
+
+    /// The proxies whose forwarding header is believed.
+    pub fn proxies(&self) -> TrustedProxies<'_> {
+        TrustedProxies {
+            networks: &self.trusted_proxies,
+            header: self.client_address_header,
+        }
     }
 
     /// The time limits of one blob upload.

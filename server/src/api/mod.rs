@@ -34,6 +34,7 @@ pub mod device;
 pub mod error;
 pub mod extract;
 pub mod fleet;
+pub mod forwarded;
 pub mod health;
 pub mod limits;
 pub mod ops;

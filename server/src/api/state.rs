@@ -103,6 +103,7 @@ impl AppState {
         let _ = getrandom::fill(&mut run);
         let uploads = settings.limits.max_concurrent_uploads.max(1);
         let per_address = settings.limits.max_connections_per_address;
+        let proxies = settings.limits.trusted_proxies.clone();
         let fresh_limiter = crate::fleet::intake::limits::Limiter::new(
             settings.limits.fresh_decisions_per_minute,
             1,
@@ -138,7 +139,7 @@ impl AppState {
             receipts,
             upload_slots: tokio::sync::Semaphore::new(uploads),
             answers: Default::default(),
-            connections: crate::api::connections::Connections::new(per_address),
+            connections: crate::api::connections::Connections::new(per_address, proxies),
             ingest_permits: tokio::sync::Semaphore::new(
                 (std::thread::available_parallelism().map_or(2, |n| n.get()) / 2).max(1),
             ),
@@ -219,6 +220,15 @@ impl AppState {
     /// Bounds telemetry parsing to half the cores, so resolve always has CPU left.
     pub fn ingest_permits(&self) -> &tokio::sync::Semaphore {
         &self.ingest_permits
+    }
+
+    /// The client of `req`: its peer, or the client a trusted proxy names
+    /// ([`crate::api::forwarded`]).
+    pub fn client_ip(&self, req: &actix_web::HttpRequest) -> Option<std::net::IpAddr> {
+        self.settings
+            .limits
+            .proxies()
+            .client(req.peer_addr().map(|a| a.ip()), req.headers())
     }
 
     /// Takes one decision of its own from the allowance of `addr`'s network: false when it is

@@ -244,7 +244,7 @@ impl Config {
     pub fn settings(&self) -> crate::api::state::Settings {
         crate::api::state::Settings {
             public_url: self.public_url.clone(),
-            limits: self.limits,
+            limits: self.limits.clone(),
             tokens: self.tokens.clone(),
             preference: self.preference.clone(),
             decision_ttl_secs: self.decision_ttl_secs,

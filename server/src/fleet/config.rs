@@ -23,9 +23,15 @@ pub struct TelemetryConfig {
     /// Distinct devices (with receipts) needed before a deny (default 20): one device, or a
     /// few, cannot deny a class its variant however many events they send.
     pub deny_min_devices: u64,
-    /// Distinct client networks (IPv4 /24, IPv6 /48) needed before a deny (default 0: off, so
-    /// that one test host can drive it; set it where devices reach the server directly).
+    /// Distinct client networks (IPv4 /24, IPv6 /48) the events of a learned entry (fallback,
+    /// `slow_in_field`, `crashed_in_field`) must come from (default 3): one host or one subnet
+    /// cannot deny a class its variant. Behind a proxy, list it in `limits.trusted_proxies` so
+    /// the devices' own networks are seen. 0 turns the quorum off (a test fleet on one host).
     pub deny_min_networks: u64,
+    /// New install ids one client address may bring into the evidence (the counts behind
+    /// rates, halts, ramps and learned entries) per hour (default 50; 0: no limit). Events of
+    /// further installs are accepted and kept in the raw log; their devices are served.
+    pub evidence_installs_per_address_per_hour: u32,
     /// Distinct devices (with receipts) on one SoC or device model whose `inference` events
     /// a variant needs before its field latency reorders the candidates there (default 20).
     pub latency_min_devices: u64,
@@ -105,7 +111,8 @@ impl Default for TelemetryConfig {
             deny_fallback_rate: 0.25,
             deny_min_samples: 100,
             deny_min_devices: 20,
-            deny_min_networks: 0,
+            deny_min_networks: 3,
+            evidence_installs_per_address_per_hour: 50,
             latency_min_devices: 20,
             flush_secs: 10,
             max_age_days: 30,

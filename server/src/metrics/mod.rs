@@ -330,8 +330,17 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts telemetry events accepted and rejected by one batch.
-    pub fn telemetry(&self, accepted: u64, rejected: u64) {
+    /// Counts telemetry events accepted and rejected by one batch, and the accepted ones that
+    /// weigh in nothing (`unweighed`: their address brought its allowance of new installs this
+    /// hour).
+    pub fn telemetry(&self, accepted: u64, rejected: u64, unweighed: u64) {
+        if unweighed > 0 {
+            self.telemetry_events
+                .get_or_create(&OutcomeLabels {
+                    outcome: "unweighed",
+                })
+                .inc_by(unweighed);
+        }
         self.telemetry_events
             .get_or_create(&OutcomeLabels {
                 outcome: "accepted",

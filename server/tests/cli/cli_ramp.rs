@@ -57,7 +57,10 @@ fn two_processes_drive_one_ramp_and_write_each_step_once() {
     let config = tmp.path().join("ferry.toml");
     std::fs::write(
         &config,
-        "ramp_check_secs = 1\n[telemetry]\nevaluate_ms = 0\n",
+        // Every device of this test is on one host (deny_min_networks and the allowance of new
+        // installs per address off, as ferry_tests::one_host_fleet does).
+        "ramp_check_secs = 1\n[telemetry]\nevaluate_ms = 0\ndeny_min_networks = 0\n\
+         evidence_installs_per_address_per_hour = 0\n",
     )
     .expect("config");
     let a = serve_with(&data, Some(&config));

@@ -216,3 +216,40 @@ fn bad_config_is_an_error_not_a_panic() {
     assert!(Config::load(&Flags::default(), &env).is_err());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn trusted_proxies_are_addresses_or_networks_and_a_typo_is_named() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("ferry.toml");
+    let load = |text: &str| {
+        std::fs::write(&path, text).expect("write");
+        let flags = Flags {
+            config: Some(path.clone()),
+            ..Flags::default()
+        };
+        Config::load(&flags, &no_env)
+    };
+    let c = load(
+        "[limits]\ntrusted_proxies = [\"10.0.0.0/8\", \"192.0.2.7\", \"2001:db8::/32\", \
+         \"10.1.2.3/16\"]\nclient_address_header = \"forwarded\"\n",
+    )
+    .expect("config");
+    let p = c.limits.proxies();
+    assert!(p.trusts("10.200.0.1".parse().expect("ip")));
+    assert!(p.trusts("192.0.2.7".parse().expect("ip")));
+    assert!(!p.trusts("192.0.2.8".parse().expect("ip")));
+    assert!(p.trusts("2001:db8:5::1".parse().expect("ip")));
+    assert_eq!(
+        c.limits.client_address_header,
+        crate::api::forwarded::ClientAddressHeader::Forwarded
+    );
+    for (bad, says) in [
+        ("trusted_proxies = [\"10.0.0/8\"]", "10.0.0/8"),
+        ("trusted_proxies = [\"proxy.internal\"]", "proxy.internal"),
+        ("trusted_proxies = \"10.0.0.0/8\"", "sequence"),
+        ("client_address_header = \"x-real-ip\"", "x-forwarded-for"),
+    ] {
+        let e = format!("{:#}", load(&format!("[limits]\n{bad}\n")).expect_err(bad));
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+}

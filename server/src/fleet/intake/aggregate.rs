@@ -28,6 +28,7 @@ use crate::fleet::census::ResolveNote;
 use crate::fleet::config::TelemetryConfig;
 use crate::fleet::counts::rollup::Rollup;
 use crate::fleet::devices::hash_id;
+use crate::fleet::intake::evidence::EvidenceGate;
 use crate::fleet::intake::ingest::{EventError, MAX_DEVICES, validate};
 use crate::fleet::intake::limits::{IpKey, Limiter};
 use crate::fleet::persist::accepted::{Accepted, AcceptedEvent};
@@ -57,6 +58,8 @@ pub struct Telemetry {
     /// The hour `caps` counts.
     caps_hour: Mutex<i64>,
     limiter: std::sync::OnceLock<Limiter>,
+    /// The installs each address brought into the evidence this hour.
+    evidence: Mutex<EvidenceGate>,
     evaluated: Mutex<HashMap<String, Instant>>,
     /// What this run counted and accepted, not yet written.
     outbox: Outbox,
@@ -73,6 +76,8 @@ pub struct Footprint {
     pub capped_variants: usize,
     /// Devices tracked by the per-device cap, over all variants.
     pub capped_devices: usize,
+    /// (address, install) pairs of the evidence allowance this hour.
+    pub evidence_pairs: usize,
     /// Model/release/variant entries in this replica's rollup.
     pub rollup_variants: usize,
     /// Raw events waiting to be flushed.
@@ -90,6 +95,10 @@ pub struct IngestReport {
     pub rejected: Vec<EventError>,
     /// Events of a kind a newer client added: neither kept nor refused (protocol v1).
     pub ignored: usize,
+    /// Receipted events of installs beyond their address's allowance of new installs this
+    /// hour: kept in the raw log, weighing in nothing (for the metrics).
+    #[serde(skip)]
+    pub unweighed: usize,
     /// Fields this server does not know, seen in the batch's events (for the metrics).
     #[serde(skip)]
     pub unknown_fields: Vec<String>,
@@ -126,6 +135,7 @@ impl Telemetry {
             limiter_buckets: addresses + installs,
             capped_variants: caps.len(),
             capped_devices: caps.values().map(HashMap::len).sum(),
+            evidence_pairs: lock(&self.evidence).len(),
             rollup_variants: self.outbox.pending_variants(),
             raw_events: self.outbox.raw_len(),
         }
@@ -135,8 +145,9 @@ impl Telemetry {
     /// model, release or variant that is not published: they store nothing), and decides what
     /// the others add: every one goes to the raw log, and only those `verified` accepts (a valid
     /// receipt) to the aggregates (what halts, ramps, deny entries and health read), within the
-    /// per-device cap. Nothing is counted yet: the batch is [`Telemetry::apply`]'d once it is
-    /// durable (or at once, without a journal).
+    /// per-device cap and the allowance of new installs of the sender's address `from` (see
+    /// [`crate::fleet::intake::evidence`]). Nothing is counted yet: the batch is
+    /// [`Telemetry::apply`]'d once it is durable (or at once, without a journal).
     pub fn ingest(
         &self,
         events: &[&str],
@@ -144,7 +155,7 @@ impl Telemetry {
         cfg: &TelemetryConfig,
         known: &dyn Fn(&TelemetryEvent) -> Result<(), String>,
         verified: &dyn Fn(&TelemetryEvent) -> bool,
-        network: u64,
+        from: Option<std::net::IpAddr>,
     ) -> (IngestReport, Accepted) {
         let mut report = IngestReport::default();
         let mut good = Vec::new();
@@ -210,7 +221,7 @@ impl Telemetry {
         report.accepted = kept.len();
         let mut batch = Accepted {
             received_ns: i64::try_from(now.unix_timestamp_nanos()).unwrap_or(i64::MAX),
-            network,
+            network: IpKey::network(from),
             events: Vec::with_capacity(kept.len()),
         };
         let mut caps = lock(&self.caps);
@@ -224,7 +235,27 @@ impl Telemetry {
                 *epoch = hour;
             }
         }
+        let address = IpKey::of(from);
+        let mut gate = lock(&self.evidence);
         for (event, verified) in kept {
+            let id = hash_id(&event.install_id);
+            let weighs = verified
+                && (address == IpKey::Unknown
+                    || gate.admits(
+                        address,
+                        id,
+                        hour,
+                        cfg.evidence_installs_per_address_per_hour,
+                    ));
+            if verified && !weighs {
+                report.unweighed += 1;
+                batch.events.push(AcceptedEvent {
+                    event,
+                    verified,
+                    counted: false,
+                });
+                continue;
+            }
             if !verified {
                 report.unverified += 1;
                 batch.events.push(AcceptedEvent {
@@ -244,7 +275,6 @@ impl Telemetry {
             let per_device = caps
                 .entry((event.model.clone(), event.release.clone(), key))
                 .or_default();
-            let id = hash_id(&event.install_id);
             // A full map starts over (a new window for this variant) rather than letting
             // devices it cannot track count without limit.
             if per_device.len() >= MAX_DEVICES && !per_device.contains_key(&id) {

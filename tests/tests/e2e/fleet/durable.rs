@@ -66,7 +66,10 @@ fn telemetry_answered_accepted_survives_kill_9_and_counts_once() {
     // Nothing is flushed on a timer before the kill: only the journal holds the events.
     std::fs::write(
         &config,
-        "[telemetry]\nflush_secs = 3600\nraw_roll_secs = 86400\n",
+        format!(
+            "[telemetry]\nflush_secs = 3600\nraw_roll_secs = 86400\n{}",
+            ferry_tests::ONE_HOST_FLEET_TOML
+        ),
     )
     .expect("config");
     let args = ["--demo", "--config", config.to_str().expect("utf-8")];

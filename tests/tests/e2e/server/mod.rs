@@ -7,6 +7,7 @@ mod floods;
 mod hostile;
 mod key_rotation;
 mod keyring_push;
+mod proxies;
 mod publish;
 mod resolve;
 mod revocation;

@@ -99,7 +99,7 @@ fn ingest_at(
     when: OffsetDateTime,
     cfg: &TelemetryConfig,
 ) -> IngestReport {
-    let (report, batch) = t.ingest(refs, when, cfg, &|_| Ok(()), &|_| true, 0);
+    let (report, batch) = t.ingest(refs, when, cfg, &|_| Ok(()), &|_| true, None);
     t.apply_in(batch, t.outbox().minute_of(when), 0, cfg);
     report
 }
