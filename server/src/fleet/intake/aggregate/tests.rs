@@ -193,6 +193,8 @@ fn deny_candidates_need_samples_and_rate() {
     let cfg = TelemetryConfig {
         deny_min_samples: 10,
         per_install_per_minute: 100_000,
+        // Every event of these tests comes from one network.
+        deny_min_networks: 0,
         ..TelemetryConfig::default()
     };
     let mut batch = Vec::new();
@@ -228,6 +230,8 @@ fn one_device_cannot_deny_a_class_however_much_it_sends() {
     let cfg = TelemetryConfig {
         deny_min_samples: 10,
         per_install_per_minute: 100_000,
+        // Every event of these tests comes from one network.
+        deny_min_networks: 0,
         ..TelemetryConfig::default()
     };
     let batch = |devices: usize| -> Vec<serde_json::Value> {
