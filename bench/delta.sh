@@ -112,7 +112,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' \
     >"$work/publish.log" 2>&1 || { cat "$work/publish.log" >&2; exit 1; }
 }
 served() { # the server's count (a Prometheus counter: its name ends in _total)
-  curl -sf "$url/metrics" | awk '$1 == "ferry_blob_bytes_served_total" {printf "%.0f\n", $2}'
+  curl -sf -H "authorization: Bearer $token" "$url/metrics" | awk '$1 == "ferry_blob_bytes_served_total" {printf "%.0f\n", $2}'
 }
 size_of() { echo $(($(stat -c %s "$1/model.pte") + $(stat -c %s "$1/model.ptd"))); }
 prefetch() { # $1: cache, $2: model, [$3: --no-delta] -> the example's JSON

@@ -70,7 +70,7 @@ t_both=$(rps < "$work/t_both")
 kill "$sampler" 2>/dev/null || true
 rss_peak=$(cat "$work/peak" 2>/dev/null || echo 0)
 rss_end=$(rss)
-events=$(curl -sf "http://127.0.0.1:$port/metrics" | awk -F' ' '/ferry_telemetry_events_total\{outcome="accepted"\}/ {print $2}')
+events=$(curl -sf -H "authorization: Bearer $(cat "$work/data/admin-token")" "http://127.0.0.1:$port/metrics" | awk -F' ' '/ferry_telemetry_events_total\{outcome="accepted"\}/ {print $2}')
 
 echo "batches of 100 events; ${secs}s per run; $(nproc) cores"
 printf '%-44s %12.0f\n' "resolve req/s alone (32 conns)" "$r_alone"

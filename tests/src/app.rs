@@ -137,14 +137,21 @@ impl TestApp {
         self.server.url()
     }
 
+    /// The server's `/metrics` text, read with the read token.
+    pub fn metrics(&self) -> String {
+        let mut r = self
+            .agent
+            .get(self.at("/metrics"))
+            .header("authorization", format!("Bearer {READ_TOKEN}"))
+            .call()
+            .expect("metrics");
+        assert_eq!(r.status().as_u16(), 200, "/metrics with the read token");
+        r.body_mut().read_to_string().expect("text")
+    }
+
     /// The server's count of blob bytes it served (`ferry_blob_bytes_served` in `/metrics`).
     pub fn blob_bytes_served(&self) -> u64 {
-        let text = ureq::get(self.at("/metrics"))
-            .call()
-            .expect("metrics")
-            .body_mut()
-            .read_to_string()
-            .expect("text");
+        let text = self.metrics();
         text.lines()
             .find(|l| l.starts_with("ferry_blob_bytes_served"))
             .and_then(|l| l.split_whitespace().last())

@@ -306,7 +306,8 @@ fn no_store(response: ResolveResponse) -> HttpResponse {
 /// What the device's runtime can execute, when it says: the list it sent (recorded for every
 /// replica), or the set its digest names; a digest no replica knows is answered without the
 /// check and with `operators_wanted` (the second value). A list costs a store write: it takes
-/// from the per-address allowance of signed answers (`429` past it; the client then uses the
+/// from the per-address allowance of signed answers; a digest not in memory (a store read)
+/// from `limits.unknown_digests_per_minute` (`429` past either; the client then uses the
 /// answer it has). The device is counted in the model's runtime census once its set is known
 /// (made-up digests count nowhere).
 async fn runtime_operators(
@@ -330,9 +331,34 @@ async fn runtime_operators(
                      retry later",
                 ));
             }
-            Some(state.operator_sets().remember(state.store(), list).await)
+            Some(
+                state
+                    .operator_sets()
+                    .remember(
+                        state.store(),
+                        list,
+                        device.model.as_str(),
+                        crate::fleet::intake::limits::IpKey::of(peer),
+                    )
+                    .await,
+            )
         }
-        (None, Some(d)) => state.operator_sets().lookup(state.store(), d).await,
+        (None, Some(d)) => match state.operator_sets().cached(d) {
+            Some(set) => Some(set),
+            // A digest not in memory may cost a store read and an answer signed for it alone:
+            // bounded per address (made-up digests cannot make every resolve that expensive).
+            None if !state.allow_digest_lookup(peer) => {
+                return Err(ApiError::new(
+                    ErrorCode::RateLimited,
+                    format!(
+                        "more than {} operator digests this server does not know this minute \
+                         from this address; retry later",
+                        state.config().limits.unknown_digests_per_minute
+                    ),
+                ));
+            }
+            None => state.operator_sets().lookup(state.store(), d).await,
+        },
         (None, None) => return Ok((None, false)),
     };
     if let (Some(_), Some(d)) = (&found, &device.operators_digest) {

@@ -39,6 +39,12 @@ pub struct Limits {
     /// none. 0 turns the limit off. Behind a proxy, list it in `trusted_proxies` so that the
     /// devices' own networks are limited, not the proxy's.
     pub fresh_decisions_per_minute: u32,
+    /// Operator digests (`operators_digest` in a resolve) this replica does not hold in memory
+    /// that one client network (IPv4 address, IPv6 /64) may ask about per minute (default 120;
+    /// 0: no limit). Each may cost a store read and an answer signed for it alone; a fleet has
+    /// few distinct runtimes, which are in memory after their first request. More are refused
+    /// with 429 `rate_limited` (the client then uses the answer it has).
+    pub unknown_digests_per_minute: u32,
     /// Longest a connection's answers may wait for its client to read them, in seconds
     /// (default 60): a connection whose client stopped reading is closed, and while an answer
     /// cannot go out, no further request on that connection is read (pipelined requests wait
@@ -88,6 +94,7 @@ impl Default for Limits {
             max_concurrent_uploads: 4,
             store_timeout_secs: 10,
             fresh_decisions_per_minute: 600,
+            unknown_digests_per_minute: 120,
             write_timeout_secs: 60,
             trusted_proxies: Vec::new(),
             client_address_header: ClientAddressHeader::default(),
@@ -121,6 +128,11 @@ impl Limits {
         }
         if !(1..=600).contains(&self.body_timeout_secs) {
             return Err("body_timeout_secs must be between 1 and 600".into());
+        }
+        if self.unknown_digests_per_minute > 1_000_000 {
+            return Err(
+                "unknown_digests_per_minute must be between 0 (no limit) and 1000000".into(),
+            );
         }
         if self.fresh_decisions_per_minute > 1_000_000 {
             return Err(

@@ -1,4 +1,5 @@
-//! Operations endpoints: `/healthz`, `/readyz`, `/metrics`.
+//! Operations endpoints: `/healthz`, `/readyz`, `/metrics` (a read token on the main listener;
+//! none on the `metrics_listen` one, which serves these three only).
 
 use actix_web::{HttpResponse, web};
 use object_store::ObjectStoreExt as _;
@@ -50,7 +51,31 @@ pub(crate) async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, A
     Ok(HttpResponse::Ok().json(body))
 }
 
-pub(crate) async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+/// `GET /metrics` on the main listener: for a token with the read scope (the figures name
+/// every model, its rollout share, failure rates and deny counts).
+pub(crate) async fn metrics(
+    req: actix_web::HttpRequest,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    crate::api::auth::authorize(&req, &state.config().tokens, crate::tokens::Scope::Read).map_err(
+        |mut e| {
+            if e.code == ErrorCode::Unauthorized {
+                e.message = format!(
+                    "{}; /metrics needs a token with the read scope (Prometheus: \
+                     authorization: {{credentials_file: ...}}), or set metrics_listen for a \
+                     listener without one",
+                    e.message
+                );
+            }
+            e
+        },
+    )?;
+    Ok(metrics_open(state).await)
+}
+
+/// `GET /metrics` on the `metrics_listen` listener (no token: that listener is for a private
+/// network).
+pub(crate) async fn metrics_open(state: web::Data<AppState>) -> HttpResponse {
     state
         .metrics()
         .telemetry_raw_dropped(state.telemetry().outbox().dropped());

@@ -16,7 +16,7 @@ use crate::api::admin::{get_model, get_release, list_models, post_release};
 use crate::api::blobs::{get_blob, put_blob_handler};
 use crate::api::device::{keyring, keys, release_by_digest, resolve, signed_time};
 use crate::api::error::{ApiError, REQUEST_ID, STORE_NAME};
-use crate::api::ops::{healthz, metrics, readyz};
+use crate::api::ops::{healthz, metrics, metrics_open, readyz};
 use crate::api::revocations;
 use ferry_shared::wire::protocol::{PROTOCOL, PROTOCOL_HEADER, Protocol, SDK_HEADER, Sdk};
 
@@ -191,6 +191,27 @@ pub fn sunset_headers(day: time::Date) -> Option<(HeaderValue, HeaderValue)> {
     ))
 }
 
+/// The application of the `metrics_listen` listener: `/metrics` without a token, `/healthz`
+/// and `/readyz`; nothing else.
+pub fn metrics_app(
+    state: Arc<AppState>,
+) -> actix_web::App<
+    impl actix_web::dev::ServiceFactory<
+        actix_web::dev::ServiceRequest,
+        Config = (),
+        Response = ServiceResponse<BoxBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    actix_web::App::new()
+        .app_data(web::Data::from(state))
+        .service(get_head(web::resource("/metrics"), metrics_open))
+        .service(get_head(web::resource("/healthz"), healthz))
+        .service(get_head(web::resource("/readyz"), readyz))
+        .default_service(web::to(not_found))
+}
+
 /// Builds the actix `App` for `state`, with middleware.
 pub fn app(
     state: Arc<AppState>,
@@ -280,15 +301,28 @@ pub fn app(
                 state
                     .metrics()
                     .http_request(&route, method.as_str(), res.status().as_u16(), secs);
-                tracing::info!(
-                    request_id = %id,
-                    trace_id = trace_id.as_deref().unwrap_or(""),
-                    method = %method,
-                    route = %route,
-                    status = res.status().as_u16(),
-                    ms = secs * 1000.0,
-                    "request"
-                );
+                let status = res.status().as_u16();
+                if state.log_request(&route, status, secs) {
+                    tracing::info!(
+                        request_id = %id,
+                        trace_id = trace_id.as_deref().unwrap_or(""),
+                        method = %method,
+                        route = %route,
+                        status,
+                        ms = secs * 1000.0,
+                        "request"
+                    );
+                } else {
+                    tracing::debug!(
+                        request_id = %id,
+                        trace_id = trace_id.as_deref().unwrap_or(""),
+                        method = %method,
+                        route = %route,
+                        status,
+                        ms = secs * 1000.0,
+                        "request"
+                    );
+                }
                 Ok(res)
             }
         })

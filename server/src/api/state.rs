@@ -45,6 +45,74 @@ pub struct Settings {
     pub storage: StorageConfig,
     /// Telemetry limits and thresholds.
     pub telemetry: TelemetryConfig,
+    /// Which requests get an access-log line at INFO.
+    pub request_log: RequestLog,
+}
+
+/// Which requests the access log writes at INFO (the others at DEBUG, seen with
+/// `FERRY_LOG=debug`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RequestLog {
+    /// Every request.
+    All,
+    /// Every failed (4xx, 5xx), slow (over 1 s) or admin request, and one in
+    /// [`REQUEST_LOG_SAMPLE`] of the others (the default: a fleet's resolves would otherwise
+    /// be most of the log).
+    #[default]
+    Sampled,
+    /// Failed, slow and admin requests only.
+    Errors,
+}
+
+/// One in this many ordinary requests is logged under [`RequestLog::Sampled`].
+pub const REQUEST_LOG_SAMPLE: u64 = 100;
+
+/// True when a request to `route` that answered `status` in `secs` is logged at INFO under
+/// `level`; `seq` numbers the ordinary requests (called only for them).
+fn request_logged(
+    level: RequestLog,
+    route: &str,
+    status: u16,
+    secs: f64,
+    seq: impl FnOnce() -> u64,
+) -> bool {
+    match level {
+        RequestLog::All => true,
+        _ if status >= 400 || secs >= 1.0 || route.starts_with("/v1/admin") => true,
+        RequestLog::Sampled => seq().is_multiple_of(REQUEST_LOG_SAMPLE),
+        RequestLog::Errors => false,
+    }
+}
+
+#[cfg(test)]
+mod log_tests {
+    use super::*;
+
+    #[test]
+    fn the_sampled_log_keeps_failures_slow_and_admin_requests_and_one_in_100_others() {
+        let mut n = 0u64;
+        let mut logged = |level, route: &str, status, secs| {
+            request_logged(level, route, status, secs, || {
+                n += 1;
+                n - 1
+            })
+        };
+        let ordinary = (0..1000)
+            .filter(|_| logged(RequestLog::Sampled, "/v1/resolve", 200, 0.001))
+            .count();
+        assert_eq!(ordinary, 10);
+        for (route, status, secs) in [
+            ("/v1/resolve", 429, 0.0),
+            ("/v1/resolve", 503, 0.0),
+            ("/v1/resolve", 200, 1.5),
+            ("/v1/admin/models/{model}/rollout", 200, 0.0),
+        ] {
+            assert!(logged(RequestLog::Sampled, route, status, secs));
+            assert!(logged(RequestLog::Errors, route, status, secs));
+        }
+        assert!(!logged(RequestLog::Errors, "/v1/resolve", 200, 0.001));
+        assert!(logged(RequestLog::All, "/v1/resolve", 200, 0.001));
+    }
 }
 
 /// Where this replica's pieces come from (built by `app::startup`).
@@ -76,7 +144,11 @@ pub struct AppState {
     upload_slots: tokio::sync::Semaphore,
     ingest_permits: tokio::sync::Semaphore,
     fresh_limiter: crate::fleet::intake::limits::Limiter,
+    /// Lookups of operator digests not in memory, per client network.
+    digest_limiter: crate::fleet::intake::limits::Limiter,
     request_counter: AtomicU64,
+    /// Ordinary requests seen by the sampled access log.
+    logged_requests: AtomicU64,
     request_prefix: String,
     started: std::time::Instant,
     catalog_reloaded_ms: AtomicU64,
@@ -104,6 +176,10 @@ impl AppState {
         let uploads = settings.limits.max_concurrent_uploads.max(1);
         let per_address = settings.limits.max_connections_per_address;
         let proxies = settings.limits.trusted_proxies.clone();
+        let digest_limiter = crate::fleet::intake::limits::Limiter::new(
+            settings.limits.unknown_digests_per_minute,
+            1,
+        );
         let fresh_limiter = crate::fleet::intake::limits::Limiter::new(
             settings.limits.fresh_decisions_per_minute,
             1,
@@ -144,7 +220,9 @@ impl AppState {
                 (std::thread::available_parallelism().map_or(2, |n| n.get()) / 2).max(1),
             ),
             fresh_limiter,
+            digest_limiter,
             request_counter: AtomicU64::new(0),
+            logged_requests: AtomicU64::new(0),
             started: std::time::Instant::now(),
             catalog_reloaded_ms: AtomicU64::new(0),
             request_prefix: hex::encode(prefix),
@@ -222,6 +300,15 @@ impl AppState {
         &self.ingest_permits
     }
 
+    /// True when a request to `route` that answered `status` in `secs` gets an access-log
+    /// line at INFO ([`RequestLog`]).
+    pub fn log_request(&self, route: &str, status: u16, secs: f64) -> bool {
+        let level = self.settings.request_log;
+        request_logged(level, route, status, secs, || {
+            self.logged_requests.fetch_add(1, Ordering::Relaxed)
+        })
+    }
+
     /// The client of `req`: its peer, or the client a trusted proxy names
     /// ([`crate::api::forwarded`]).
     pub fn client_ip(&self, req: &actix_web::HttpRequest) -> Option<std::net::IpAddr> {
@@ -237,6 +324,15 @@ impl AppState {
         self.settings.limits.fresh_decisions_per_minute == 0
             || self
                 .fresh_limiter
+                .address(crate::fleet::intake::limits::IpKey::of(addr))
+    }
+
+    /// Takes one lookup of an operator digest not in memory from the allowance of `addr`'s
+    /// network: false when it is spent for this minute.
+    pub fn allow_digest_lookup(&self, addr: Option<std::net::IpAddr>) -> bool {
+        self.settings.limits.unknown_digests_per_minute == 0
+            || self
+                .digest_limiter
                 .address(crate::fleet::intake::limits::IpKey::of(addr))
     }
 

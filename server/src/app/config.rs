@@ -49,6 +49,12 @@ pub struct Config {
     pub protocol_v1_sunset: Option<time::Date>,
     /// Log format.
     pub log_json: bool,
+    /// Which requests get an access-log line at INFO (`request_log`; default `sampled`).
+    pub request_log: crate::api::state::RequestLog,
+    /// A second listener serving `/metrics`, `/healthz` and `/readyz` without a token, for a
+    /// scraper on a private network (`metrics_listen`, `FERRY_METRICS_LISTEN`; default none:
+    /// `/metrics` is served on the main listener only, to a token with the read scope).
+    pub metrics_listen: Option<SocketAddr>,
     /// Telemetry ingestion limits and thresholds.
     pub telemetry: crate::fleet::config::TelemetryConfig,
     /// The object store.
@@ -88,6 +94,8 @@ struct FileConfig {
     ramp_check_secs: Option<u64>,
     protocol_v1_sunset: Option<toml::Value>,
     log_format: Option<String>,
+    request_log: Option<String>,
+    metrics_listen: Option<String>,
     #[serde(default)]
     telemetry: crate::fleet::config::TelemetryConfig,
     storage: Option<StorageConfig>,
@@ -181,6 +189,24 @@ impl Config {
             Some("json") => true,
             Some(other) => bail!("log format {other:?} must be \"text\" or \"json\""),
         };
+        let request_log = match env("FERRY_REQUEST_LOG").or(file.request_log).as_deref() {
+            None | Some("sampled") => crate::api::state::RequestLog::Sampled,
+            Some("all") => crate::api::state::RequestLog::All,
+            Some("errors") => crate::api::state::RequestLog::Errors,
+            Some(other) => {
+                bail!("request_log {other:?} must be \"sampled\", \"all\" or \"errors\"")
+            }
+        };
+        let metrics_listen = env("FERRY_METRICS_LISTEN")
+            .or(file.metrics_listen)
+            .map(|a| {
+                a.parse::<SocketAddr>().map_err(|_| {
+                    anyhow::anyhow!(
+                        "metrics_listen {a:?} must be an address and port, like 10.0.0.5:9464"
+                    )
+                })
+            })
+            .transpose()?;
         let node_id = env("FERRY_NODE_ID").or(file.node_id.clone());
         if let Some(n) = &node_id
             && (n.is_empty()
@@ -224,6 +250,8 @@ impl Config {
             ramp_check_secs,
             protocol_v1_sunset,
             log_json,
+            request_log,
+            metrics_listen,
             telemetry: file.telemetry,
             storage,
             node_id,
@@ -252,6 +280,7 @@ impl Config {
             protocol_v1_sunset: self.protocol_v1_sunset,
             storage: self.storage.clone(),
             telemetry: self.telemetry,
+            request_log: self.request_log,
         }
     }
 }

@@ -29,14 +29,22 @@ type TlsStream = actix_tls::accept::rustls_0_23::TlsStream<TcpStream>;
 /// Longest a TLS handshake may take.
 const TLS_HANDSHAKE: Duration = Duration::from_secs(3);
 
-/// Binds the listener and builds the server (not yet awaited).
-pub fn bind(
-    state: Arc<AppState>,
-    config: &Config,
-) -> anyhow::Result<(actix_web::dev::Server, SocketAddr)> {
+/// What [`bind`] made.
+pub struct Bound {
+    /// The server (not yet awaited).
+    pub server: actix_web::dev::Server,
+    /// Where devices and operators reach it.
+    pub addr: SocketAddr,
+    /// Where the `metrics_listen` listener is, when configured.
+    pub metrics: Option<SocketAddr>,
+}
+
+/// Binds the listener (and the metrics listener, when configured) and builds the server.
+pub fn bind(state: Arc<AppState>, config: &Config) -> anyhow::Result<Bound> {
     let listener = TcpListener::bind(config.listen)
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;
+    let metrics_state = state.clone();
     let tls = match &config.tls {
         Some(t) => Some(tls_config(&t.cert, &t.key)?),
         None => None,
@@ -79,7 +87,39 @@ pub fn bind(
             })?
         }
     };
-    Ok((builder.run(), addr))
+    let (builder, metrics) = match config.metrics_listen {
+        None => (builder, None),
+        Some(at) => {
+            let l = TcpListener::bind(at)
+                .with_context(|| format!("cannot listen on {at} (metrics_listen)"))?;
+            let bound = l.local_addr()?;
+            let builder = builder.listen(format!("ferry-metrics-{bound}"), l, move || {
+                let app = map_config(
+                    actix_service::IntoServiceFactory::into_factory(
+                        crate::api::router::metrics_app(metrics_state.clone()),
+                    ),
+                    |()| AppConfig::default(),
+                );
+                fn_service(|io: TcpStream| {
+                    let peer = io.peer_addr().ok();
+                    let _ = io.set_nodelay(true);
+                    std::future::ready(Ok((io, peer)))
+                })
+                .and_then(
+                    HttpService::<TcpStream, _, _, _, _>::build()
+                        .client_request_timeout(Duration::from_secs(5))
+                        .h1(app)
+                        .map_err(|e| tracing::debug!("metrics connection ended: {e:?}")),
+                )
+            })?;
+            (builder, Some(bound))
+        }
+    };
+    Ok(Bound {
+        server: builder.run(),
+        addr,
+        metrics,
+    })
 }
 
 /// The HTTP/1 service of the application over streams of type `T` (`tcp` finds the TCP

@@ -309,6 +309,8 @@ pub fn spawn_refresh(state: Arc<AppState>, config: &Config) {
 pub struct RunningServer {
     /// Where it listens.
     pub addr: SocketAddr,
+    /// Where its `metrics_listen` listener is, when configured.
+    pub metrics_addr: Option<SocketAddr>,
     /// Its state.
     pub state: Arc<AppState>,
     tls: bool,
@@ -364,25 +366,31 @@ pub fn spawn(config: Config, demo: bool) -> anyhow::Result<RunningServer> {
             if demo {
                 crate::app::demo::publish_demo(&state, &config).await?;
             }
-            let (server, addr) = crate::app::listen::bind(state.clone(), &config)?;
-            anyhow::Ok((server, addr, state))
+            let bound = crate::app::listen::bind(state.clone(), &config)?;
+            anyhow::Ok((bound, state))
         });
         match result {
-            Ok((server, addr, state)) => {
+            Ok((bound, state)) => {
                 sys.block_on(async { spawn_refresh(state.clone(), &config) });
-                let _ = tx.send(Ok((server.handle(), addr, state)));
-                let _ = sys.block_on(server);
+                let _ = tx.send(Ok((
+                    bound.server.handle(),
+                    bound.addr,
+                    bound.metrics,
+                    state,
+                )));
+                let _ = sys.block_on(bound.server);
             }
             Err(e) => {
                 let _ = tx.send(Err(e));
             }
         }
     });
-    let (handle, addr, state) = rx
+    let (handle, addr, metrics_addr, state) = rx
         .recv()
         .map_err(|_| anyhow::anyhow!("server thread died while starting"))??;
     Ok(RunningServer {
         addr,
+        metrics_addr,
         state,
         tls,
         handle,

@@ -67,8 +67,15 @@ pub(crate) fn serve(flags: Flags, demo: bool, json: bool) -> anyhow::Result<Exit
             let line = crate::app::demo::publish_demo(&state, &config).await?;
             say(json, &line);
         }
-        let (srv, addr) = crate::app::listen::bind(state.clone(), &config)?;
+        let bound = crate::app::listen::bind(state.clone(), &config)?;
+        let (srv, addr) = (bound.server, bound.addr);
         let scheme = if config.tls.is_some() { "https" } else { "http" };
+        if let Some(m) = bound.metrics {
+            say(
+                json,
+                &format!("metrics (no token) on http://{m}/metrics; keep this listener private"),
+            );
+        }
         say(
             json,
             &format!(

@@ -206,9 +206,54 @@ pub async fn apply(
             // number without being readable).
             let mut plan = compute(cur.map(|(_, p)| p))?;
             plan.revision = number;
+            // Revision times never go back: a change retried after a lost race (or written
+            // by a replica whose clock is behind) is no older than the revision before it.
+            if let Some((_, before)) = cur
+                && revisions::earlier(&plan.at, &before.at)
+            {
+                plan.at.clone_from(&before.at);
+            }
             Ok(plan)
         },
     )
     .await?;
     Ok(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_shared::select::rollout::Thresholds;
+
+    fn plan(at: &str) -> RolloutPlan {
+        serde_json::from_value(serde_json::json!({
+            "model": "m", "revision": 0, "baseline": "1.0.0", "staged": null,
+            "basis_points": 0, "salt": "00", "state": "completed",
+            "thresholds": serde_json::to_value(Thresholds::default()).expect("json"),
+            "ramp": null, "pins": [], "withdrawn": [], "action": "set", "actor": "t",
+            "at": at, "reason": "",
+        }))
+        .expect("a plan")
+    }
+
+    #[tokio::test]
+    async fn revision_times_never_go_back() {
+        let store: Store = std::sync::Arc::new(object_store::memory::InMemory::new());
+        let model: ModelName = "m".parse().expect("name");
+        // A replica whose clock is ahead wrote revision 1; a change first tried earlier (and
+        // retried after losing the race to it) is not written as older.
+        let ahead = "2026-12-07T10:00:00Z";
+        apply(&store, &model, |_| Ok(plan(ahead))).await.expect("1");
+        let second = apply(&store, &model, |_| Ok(plan("2026-12-07T09:59:59.999Z")))
+            .await
+            .expect("2");
+        assert_eq!((second.revision, second.at.as_str()), (2, ahead));
+        // A later time is kept as it is (fractions of a second compared as times).
+        let later = "2026-12-07T10:00:00.5Z";
+        let third = apply(&store, &model, |_| Ok(plan(later))).await.expect("3");
+        assert_eq!(third.at, later);
+        assert!(revisions::earlier("2026-12-07T10:00:00Z", later));
+        assert!(!revisions::earlier(later, "2026-12-07T10:00:00Z"));
+        assert!(!revisions::earlier("not a time", later));
+    }
 }

@@ -212,6 +212,15 @@ where
     .into())
 }
 
+/// True when RFC 3339 time `a` is before `b` (compared as times, not text: fractions of a
+/// second vary in length). A time that does not parse is never earlier.
+pub(crate) fn earlier(a: &str, b: &str) -> bool {
+    let parse = |t: &str| {
+        time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
+    };
+    matches!((parse(a), parse(b)), (Some(a), Some(b)) if a < b)
+}
+
 /// The current time as RFC 3339 text, for revision records.
 pub(crate) fn now_text() -> String {
     time::OffsetDateTime::now_utc()

@@ -254,7 +254,14 @@ fn the_alert_rules_and_the_dashboard_use_metrics_the_server_exports() {
         .header("content-type", "application/json")
         .send(&b"{\"events\": []}"[..])
         .expect("telemetry");
-    let mut r = agent.get(format!("{url}/metrics")).call().expect("metrics");
+    // The demo's admin token (metrics need a token with the read scope).
+    let token = std::fs::read_to_string(tmp.path().join("admin-token")).expect("demo token");
+    let mut r = agent
+        .get(format!("{url}/metrics"))
+        .header("authorization", format!("Bearer {}", token.trim()))
+        .call()
+        .expect("metrics");
+    assert_eq!(r.status().as_u16(), 200);
     let exported = r.body_mut().read_to_string().expect("body");
     let _ = child.kill();
     let _ = child.wait();

@@ -263,9 +263,30 @@ pub fn peek_event(raw: &str) -> EventPeek {
     }
 }
 
+/// The event `raw` with only the fields this version knows (for reading an event whose unknown
+/// fields nest deeper than the JSON reader's 128 levels allows in a flattened struct; protocol
+/// v1 ignores unknown fields at any depth).
+pub fn without_unknown_fields(raw: &str) -> Result<String, serde_json::Error> {
+    let mut map = serde_json::from_str::<
+        std::collections::BTreeMap<String, &serde_json::value::RawValue>,
+    >(raw)?;
+    map.retain(|k, _| EVENT_FIELDS.contains(&k.as_str()));
+    serde_json::to_string(&map)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unknown_fields_of_any_depth_are_dropped_and_known_ones_kept() {
+        let deep = format!("{}1{}", "[".repeat(5000), "]".repeat(5000));
+        let raw = format!(r#"{{"kind":"load","future":{deep},"model":"m","x":{{"y":[1]}}}}"#);
+        let kept = without_unknown_fields(&raw).expect("read");
+        assert_eq!(kept, r#"{"kind":"load","model":"m"}"#);
+        assert!(without_unknown_fields("[1,2]").is_err());
+        assert!(without_unknown_fields(r#"{"kind":"lo"#).is_err());
+    }
 
     #[test]
     fn a_newer_kind_and_newer_fields_are_seen_before_parsing() {

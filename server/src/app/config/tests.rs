@@ -253,3 +253,33 @@ fn trusted_proxies_are_addresses_or_networks_and_a_typo_is_named() {
         assert!(e.contains(says), "{bad}: {e}");
     }
 }
+
+#[test]
+fn request_log_and_metrics_listen_are_read_and_mistakes_named() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("ferry.toml");
+    let load = |text: &str| {
+        std::fs::write(&path, text).expect("write");
+        let flags = Flags {
+            config: Some(path.clone()),
+            ..Flags::default()
+        };
+        Config::load(&flags, &no_env)
+    };
+    let c = load("request_log = \"errors\"\nmetrics_listen = \"127.0.0.1:9464\"\n").expect("ok");
+    assert_eq!(c.request_log, crate::api::state::RequestLog::Errors);
+    assert_eq!(c.metrics_listen.map(|a| a.port()), Some(9464));
+    let c = load("").expect("defaults");
+    assert_eq!(c.request_log, crate::api::state::RequestLog::Sampled);
+    assert!(c.metrics_listen.is_none());
+    for (bad, says) in [
+        (
+            "request_log = \"verbose\"",
+            "\"sampled\", \"all\" or \"errors\"",
+        ),
+        ("metrics_listen = \"9464\"", "address and port"),
+    ] {
+        let e = format!("{:#}", load(bad).expect_err(bad));
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+}

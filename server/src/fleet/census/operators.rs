@@ -11,6 +11,7 @@ use ferry_shared::Sha256Digest;
 use object_store::{ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
 
+use crate::fleet::intake::limits::IpKey;
 use crate::storage::{StorageKey, Store};
 
 /// Most sets kept in memory (a fleet has a few runtimes per app version; past this, sets are
@@ -25,10 +26,18 @@ pub const MISS_TTL: Duration = Duration::from_secs(60);
 /// a MiB; lists made up to fill memory stop here).
 pub const MAX_BYTES: usize = 64 << 20;
 
-/// Most new sets one replica stores per hour: a fleet has few distinct runtimes, so past this
-/// a list is used for its own answer only (the device is asked for it again later), and
-/// nobody can fill the store with made-up lists.
-pub const NEW_SETS_PER_HOUR: u32 = 256;
+/// Most new sets one replica stores per hour for one model: a fleet has few distinct runtimes,
+/// so past this a list is used for its own answer only (the device is asked for it again
+/// later), and nobody can fill the store with made-up lists.
+pub const NEW_SETS_PER_MODEL_PER_HOUR: u32 = 256;
+
+/// Most new sets one client address (IPv4 address, IPv6 /64) brings per hour: one address
+/// cannot use up a model's allowance, so a real device's new set is still stored.
+pub const NEW_SETS_PER_ADDRESS_PER_HOUR: u32 = 16;
+
+/// Most addresses the hourly allowance tracks; past this, new addresses store nothing until
+/// the hour turns (memory stays bounded; it is never cleared early).
+const MAX_ADDRESSES: usize = 100_000;
 
 /// One stored set.
 #[derive(Debug, Serialize, Deserialize)]
@@ -43,8 +52,16 @@ struct StoredSet {
 pub struct OperatorSets {
     known: Mutex<Known>,
     misses: Mutex<HashMap<Sha256Digest, Instant>>,
-    /// The current hour's start and the sets stored in it.
-    stored: Mutex<Option<(Instant, u32)>>,
+    /// The sets stored this hour, per model and per address.
+    stored: Mutex<Budget>,
+}
+
+/// The hour's new sets.
+#[derive(Debug, Default)]
+struct Budget {
+    start: Option<Instant>,
+    per_model: HashMap<String, u32>,
+    per_address: HashMap<IpKey, u32>,
 }
 
 /// The sets in memory and the bytes their names take.
@@ -59,6 +76,11 @@ fn size_of(set: &BTreeSet<String>) -> usize {
 }
 
 impl OperatorSets {
+    /// The set with digest `d` if it is in memory (no store read).
+    pub fn cached(&self, d: &Sha256Digest) -> Option<Arc<BTreeSet<String>>> {
+        ferry_shared::sync::lock(&self.known).sets.get(d).cloned()
+    }
+
     /// The set with digest `d`: from memory, else from the store (unless it was missing there
     /// within [`MISS_TTL`]); `None` when no device has reported it yet.
     pub async fn lookup(&self, store: &Store, d: &Sha256Digest) -> Option<Arc<BTreeSet<String>>> {
@@ -95,17 +117,25 @@ impl OperatorSets {
         }
     }
 
-    /// Records the list a device sent (already checked against its digest) in the store, if
-    /// no replica did, and in memory, within [`NEW_SETS_PER_HOUR`]; past it the set serves
-    /// this answer only. A store that cannot take it now costs a device a second list later.
-    pub async fn remember(&self, store: &Store, operators: &[String]) -> Arc<BTreeSet<String>> {
+    /// Records the list a device of `model` sent from `address` (already checked against its
+    /// digest) in the store, if no replica did, and in memory, within
+    /// [`NEW_SETS_PER_MODEL_PER_HOUR`] and [`NEW_SETS_PER_ADDRESS_PER_HOUR`]; past them the
+    /// set serves this answer only. A store that cannot take it now costs a device a second
+    /// list later.
+    pub async fn remember(
+        &self,
+        store: &Store,
+        operators: &[String],
+        model: &str,
+        address: IpKey,
+    ) -> Arc<BTreeSet<String>> {
         let normal =
             ferry_shared::select::operators::normalize(operators.iter().map(String::as_str));
         let d = ferry_shared::select::operators::digest(&normal);
         if let Some(set) = ferry_shared::sync::lock(&self.known).sets.get(&d) {
             return set.clone();
         }
-        if !self.take_store_budget() {
+        if !self.take_store_budget(model, address) {
             return Arc::new(normal.into_iter().collect());
         }
         let stored = StoredSet {
@@ -133,18 +163,29 @@ impl OperatorSets {
         self.keep(d, normal)
     }
 
-    /// Takes one new set from this hour's allowance; false when it is spent.
-    fn take_store_budget(&self) -> bool {
-        let mut stored = ferry_shared::sync::lock(&self.stored);
+    /// Takes one new set from this hour's allowances of `model` and `address`; false when
+    /// either is spent.
+    fn take_store_budget(&self, model: &str, address: IpKey) -> bool {
+        let mut b = ferry_shared::sync::lock(&self.stored);
         let now = Instant::now();
-        let (start, n) = stored.get_or_insert((now, 0));
-        if now.duration_since(*start) >= Duration::from_secs(3600) {
-            (*start, *n) = (now, 0);
+        if b.start
+            .is_none_or(|s| now.duration_since(s) >= Duration::from_secs(3600))
+        {
+            *b = Budget {
+                start: Some(now),
+                ..Budget::default()
+            };
         }
-        if *n >= NEW_SETS_PER_HOUR {
+        let by_address = b.per_address.get(&address).copied().unwrap_or(0);
+        let by_model = b.per_model.get(model).copied().unwrap_or(0);
+        if by_address >= NEW_SETS_PER_ADDRESS_PER_HOUR
+            || by_model >= NEW_SETS_PER_MODEL_PER_HOUR
+            || (by_address == 0 && b.per_address.len() >= MAX_ADDRESSES)
+        {
             return false;
         }
-        *n += 1;
+        b.per_address.insert(address, by_address + 1);
+        b.per_model.insert(model.to_string(), by_model + 1);
         true
     }
 
@@ -180,31 +221,65 @@ mod tests {
         vec![format!("x::op{i}.out"), "aten::add.out".to_string()]
     }
 
+    async fn stored(store: &Store) -> usize {
+        store
+            .list_with_delimiter(Some(&object_store::path::Path::from("operators/sha256")))
+            .await
+            .expect("list")
+            .objects
+            .len()
+    }
+
+    fn address(i: u32) -> IpKey {
+        IpKey::V4(i.to_be_bytes())
+    }
+
     #[tokio::test]
     async fn made_up_lists_cannot_fill_the_store_or_memory() {
         let store: Store = Arc::new(object_store::memory::InMemory::new());
         let sets = OperatorSets::default();
-        for i in 0..(NEW_SETS_PER_HOUR as usize + 10) {
-            let set = sets.remember(&store, &list(i)).await;
+        let per = NEW_SETS_PER_ADDRESS_PER_HOUR as usize;
+        // Many addresses, each with its allowance: the model's allowance ends it.
+        for i in 0..(NEW_SETS_PER_MODEL_PER_HOUR as usize + 10) {
+            let from = address((i / per) as u32);
+            let set = sets.remember(&store, &list(i), "m", from).await;
             assert!(
                 set.contains("aten::add.out"),
                 "each list serves its own answer"
             );
         }
-        let stored = store
-            .list_with_delimiter(Some(&object_store::path::Path::from("operators/sha256")))
-            .await
-            .expect("list")
-            .objects
-            .len();
-        assert_eq!(stored, NEW_SETS_PER_HOUR as usize);
+        assert_eq!(stored(&store).await, NEW_SETS_PER_MODEL_PER_HOUR as usize);
         // A stored set is found again by another replica (a fresh memory).
         let other = OperatorSets::default();
         let d = ferry_shared::select::operators::digest(&list(0));
         assert!(other.lookup(&store, &d).await.is_some());
         // One past the budget is not.
-        let past = ferry_shared::select::operators::digest(&list(NEW_SETS_PER_HOUR as usize + 1));
+        let past = ferry_shared::select::operators::digest(&list(
+            NEW_SETS_PER_MODEL_PER_HOUR as usize + 1,
+        ));
         assert!(other.lookup(&store, &past).await.is_none());
+        // Another model has its own allowance.
+        sets.remember(&store, &list(100_000), "other", address(9_999))
+            .await;
+        assert_eq!(
+            stored(&store).await,
+            NEW_SETS_PER_MODEL_PER_HOUR as usize + 1
+        );
+    }
+
+    #[tokio::test]
+    async fn one_address_cannot_use_up_a_models_allowance() {
+        let store: Store = Arc::new(object_store::memory::InMemory::new());
+        let sets = OperatorSets::default();
+        let flood = address(1);
+        for i in 0..1000 {
+            sets.remember(&store, &list(i), "m", flood).await;
+        }
+        assert_eq!(stored(&store).await, NEW_SETS_PER_ADDRESS_PER_HOUR as usize);
+        // A real device's new set, from its own address, is still stored.
+        sets.remember(&store, &list(5_000), "m", address(2)).await;
+        let d = ferry_shared::select::operators::digest(&list(5_000));
+        assert!(OperatorSets::default().lookup(&store, &d).await.is_some());
     }
 
     #[test]

@@ -45,6 +45,10 @@ pub const PER_DEVICE_EVENTS: u8 = 8;
 /// from [`PER_DEVICE_EVENTS`] (a client reports each crash once, on the next launch).
 pub const PER_DEVICE_CRASHES: u8 = 2;
 
+/// Rejected events of a batch whose answer entry says why (the others carry their index and
+/// code only).
+pub const MESSAGES_IN_ANSWER: usize = 32;
+
 /// (model, release, variant; a variant's crashes under its id followed by NUL and `crash`).
 type VariantKey = (String, String, String);
 
@@ -218,6 +222,12 @@ impl Telemetry {
             }
         }
         report.rejected.sort_by_key(|e| e.index);
+        // A bounded answer: every rejected event keeps its index and code, and only the first
+        // ones say why (500 events that fail alike would otherwise repeat one message 500
+        // times).
+        for e in report.rejected.iter_mut().skip(MESSAGES_IN_ANSWER) {
+            e.message = String::new();
+        }
         report.accepted = kept.len();
         let mut batch = Accepted {
             received_ns: i64::try_from(now.unix_timestamp_nanos()).unwrap_or(i64::MAX),

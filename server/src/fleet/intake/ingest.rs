@@ -39,7 +39,18 @@ pub fn validate(
 ) -> Result<TelemetryEvent, (ErrorCode, String)> {
     let invalid = |m: String| (ErrorCode::EventInvalid, m);
     // Parsed straight from the event's own text in the batch (no intermediate JSON tree).
-    let e: TelemetryEvent = serde_json::from_str(raw).map_err(|e| invalid(e.to_string()))?;
+    let e: TelemetryEvent = match serde_json::from_str(raw) {
+        Ok(e) => e,
+        // The reader keeps unknown fields aside for the flattened inference fields, and stops at
+        // 128 levels there: read the event again without them (protocol v1 ignores unknown
+        // fields at any depth within the body limit, as resolve does).
+        Err(err) if err.to_string().starts_with("recursion limit exceeded") => {
+            ferry_shared::wire::telemetry::without_unknown_fields(raw)
+                .and_then(|known| serde_json::from_str(&known))
+                .map_err(|e| invalid(e.to_string()))?
+        }
+        Err(err) => return Err(invalid(err.to_string())),
+    };
     e.model
         .parse::<ModelName>()
         .map_err(|err| invalid(format!("model: {err}")))?;

@@ -81,15 +81,18 @@ impl std::fmt::Debug for Limiter {
 
 /// An IPv4 address, or an IPv6 /64.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum IpKey {
+pub enum IpKey {
+    /// An IPv4 address.
     V4([u8; 4]),
+    /// The first 64 bits of an IPv6 address.
     V6([u8; 8]),
+    /// No address (not a TCP connection).
     Unknown,
 }
 
 impl IpKey {
     /// The limiter key of `addr` (IPv4-mapped IPv6 addresses count as IPv4).
-    pub(crate) fn of(addr: Option<IpAddr>) -> Self {
+    pub fn of(addr: Option<IpAddr>) -> Self {
         match addr.map(|a| a.to_canonical()) {
             Some(IpAddr::V4(a)) => Self::V4(a.octets()),
             Some(IpAddr::V6(a)) => {

@@ -57,10 +57,7 @@ fn client_at(
 
 /// The server's count of decisions made for one request (`signed`).
 fn fresh_signed(app: &TestApp) -> u64 {
-    let mut resp = ureq::get(format!("{}/metrics", app.url()))
-        .call()
-        .expect("metrics");
-    let text = resp.body_mut().read_to_string().expect("text");
+    let text = app.metrics();
     text.lines()
         .find(|l| l.starts_with("ferry_fresh_decisions_total{outcome=\"signed\"}"))
         .and_then(|l| l.split_whitespace().last())

@@ -122,8 +122,7 @@ fn client(app: &TestApp, pki: &Pki, cache: &Path, offset: time::Duration) -> fer
 
 /// A counter from the server's metrics (0 when absent).
 fn metric(app: &TestApp, series: &str) -> u64 {
-    let mut resp = app.agent.get(app.at("/metrics")).call().expect("metrics");
-    let text = resp.body_mut().read_to_string().expect("text");
+    let text = app.metrics();
     text.lines()
         .find(|l| l.starts_with(series))
         .and_then(|l| l.split_whitespace().last())

@@ -52,8 +52,7 @@ fn a_newer_signed_format_keeps_the_last_known_good_model() {
     assert_eq!(first.variant, "xnnpack-fp32");
 
     // Every request named the protocol and the SDK.
-    let mut r = app.agent.get(app.at("/metrics")).call().expect("metrics");
-    let metrics = r.body_mut().read_to_string().expect("text");
+    let metrics = app.metrics();
     let sdk = ferry_client::RUST_SDK;
     for endpoint in ["resolve", "blobs", "releases"] {
         assert!(

@@ -194,8 +194,7 @@ fn the_telemetry_queue_loses_and_duplicates_nothing_with_concurrent_writers_and_
         .sum();
     assert_eq!(sent, 240, "each event sent by exactly one process");
     assert!(q.pending().is_empty());
-    let mut r = app.agent.get(app.at("/metrics")).call().expect("metrics");
-    let m = r.body_mut().read_to_string().expect("text");
+    let m = app.metrics();
     let received: u64 = m
         .lines()
         .filter(|l| l.starts_with("ferry_telemetry_events_total{"))

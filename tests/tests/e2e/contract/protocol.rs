@@ -31,8 +31,7 @@ fn post(
 }
 
 fn metrics(app: &TestApp) -> String {
-    let mut r = app.agent.get(app.at("/metrics")).call().expect("metrics");
-    r.body_mut().read_to_string().expect("text")
+    app.metrics()
 }
 
 fn candidates(app: &TestApp, body: &serde_json::Value) -> Vec<String> {

@@ -203,8 +203,7 @@ fn the_client_reads_every_vector_as_recorded() {
 }
 
 fn metrics(app: &TestApp) -> String {
-    let mut r = app.agent.get(app.at("/metrics")).call().expect("metrics");
-    r.body_mut().read_to_string().expect("text")
+    app.metrics()
 }
 
 fn post(app: &TestApp, path: &str, body: &[u8], headers: &Value) -> (u16, Value) {

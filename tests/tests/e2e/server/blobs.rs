@@ -180,8 +180,7 @@ fn keys_and_operations_endpoints() {
 
     let dev = ferry_tests::app::profile("linux", &["XnnpackBackend"], "1.5.1", "1.0.0", 4096);
     app.resolve(&dev, false);
-    let (_, _, text) = fetch(&app, &app.at("/metrics"), &[]);
-    let text = String::from_utf8(text).expect("utf8");
+    let text = app.metrics();
     assert!(
         text.contains("ferry_resolves_total{outcome=\"ok\"} 1"),
         "{text}"

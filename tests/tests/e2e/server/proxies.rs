@@ -127,13 +127,7 @@ fn one_address_brings_at_most_50_new_devices_an_hour_into_the_evidence() {
         50 * 4,
         "120 devices from one address weigh as 50"
     );
-    let metrics = ureq::get(format!("{}/metrics", app.url()))
-        .header("authorization", format!("Bearer {READ_TOKEN}"))
-        .call()
-        .expect("metrics")
-        .body_mut()
-        .read_to_string()
-        .expect("text");
+    let metrics = app.metrics();
     assert!(
         metrics.contains("ferry_telemetry_events_total{outcome=\"unweighed\"} 560"),
         "{}",
