@@ -55,14 +55,15 @@ pub(crate) async fn signed_time(
         })?;
     ferry_shared::wire::resolve::check_nonce(&nonce)
         .map_err(|m| ApiError::new(ErrorCode::RequestInvalid, m))?;
-    if !state.allow_fresh_decision(state.client_ip(&req)) {
+    let client = state.client_ip(&req);
+    if !state.allow_fresh_decision(client) {
         state.metrics().signed_time("limited");
         return Err(ApiError::new(
             ErrorCode::RateLimited,
             format!(
-                "more than {} signed answers with a nonce this minute from this address; retry \
-                 later",
-                state.config().limits.fresh_decisions_per_minute
+                "more than {} signed answers with a nonce this minute from {}; retry later",
+                state.config().limits.fresh_decisions_per_minute,
+                who(client)
             ),
         ));
     }
@@ -290,10 +291,16 @@ fn fresh_allowed(state: &AppState, peer: Option<std::net::IpAddr>) -> Result<(),
     Err(ApiError::new(
         ErrorCode::RateLimited,
         format!(
-            "more than {} decisions with a nonce this minute from this address; retry later",
-            state.config().limits.fresh_decisions_per_minute
+            "more than {} decisions with a nonce this minute from {}; retry later",
+            state.config().limits.fresh_decisions_per_minute,
+            who(peer)
         ),
     ))
+}
+
+/// How a refusal names the client: its address (the one a trusted proxy named).
+fn who(client: Option<std::net::IpAddr>) -> String {
+    client.map_or_else(|| "this address".into(), |a| a.to_canonical().to_string())
 }
 
 /// An explain answer: never cached.
@@ -327,8 +334,12 @@ async fn runtime_operators(
             if !state.allow_fresh_decision(peer) {
                 return Err(ApiError::new(
                     ErrorCode::RateLimited,
-                    "too many operator lists and signed answers this minute from this address; \
-                     retry later",
+                    format!(
+                        "more than {} operator lists and signed answers this minute from {}; \
+                         retry later",
+                        state.config().limits.fresh_decisions_per_minute,
+                        who(peer)
+                    ),
                 ));
             }
             Some(
@@ -352,8 +363,9 @@ async fn runtime_operators(
                     ErrorCode::RateLimited,
                     format!(
                         "more than {} operator digests this server does not know this minute \
-                         from this address; retry later",
-                        state.config().limits.unknown_digests_per_minute
+                         from {}; retry later",
+                        state.config().limits.unknown_digests_per_minute,
+                        who(peer)
                     ),
                 ));
             }

@@ -27,9 +27,21 @@ pub enum ClientAddressHeader {
     /// `X-Forwarded-For: client, proxy1, proxy2` (nginx, HAProxy, AWS and Google load
     /// balancers, most CDNs).
     #[default]
+    #[serde(alias = "X-Forwarded-For")]
     XForwardedFor,
     /// RFC 7239 `Forwarded: for=client, for=proxy1` (Envoy can, and some CDNs).
+    #[serde(alias = "Forwarded")]
     Forwarded,
+}
+
+impl ClientAddressHeader {
+    /// The header's name, lowercase.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::XForwardedFor => "x-forwarded-for",
+            Self::Forwarded => "forwarded",
+        }
+    }
 }
 
 /// The networks whose forwarding header is believed, and which header that is.
@@ -54,10 +66,7 @@ impl TrustedProxies<'_> {
         if !self.trusts(peer) {
             return Some(peer);
         }
-        let name = match self.header {
-            ClientAddressHeader::XForwardedFor => "x-forwarded-for",
-            ClientAddressHeader::Forwarded => "forwarded",
-        };
+        let name = self.header.name();
         // Several header lines are one list, in order.
         let mut hops: Vec<Option<IpAddr>> = Vec::new();
         for value in headers.get_all(name) {

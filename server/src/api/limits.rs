@@ -33,14 +33,14 @@ pub struct Limits {
     /// when the store does not answer, instead of holding the operator's command for minutes.
     pub store_timeout_secs: u64,
     /// Decisions made for one request (resolves with a `nonce`, sent by devices whose clock
-    /// cannot be trusted) one client network (IPv4 address, IPv6 /64) may ask for per minute
+    /// cannot be trusted) one client address (IPv4, or IPv6 /64) may ask for per minute
     /// (default 600; more are refused with 429 `rate_limited`, and the client then takes the
     /// shared answer). Each costs a signature; the shared answers the other devices get cost
     /// none. 0 turns the limit off. Behind a proxy, list it in `trusted_proxies` so that the
     /// devices' own networks are limited, not the proxy's.
     pub fresh_decisions_per_minute: u32,
     /// Operator digests (`operators_digest` in a resolve) this replica does not hold in memory
-    /// that one client network (IPv4 address, IPv6 /64) may ask about per minute (default 120;
+    /// that one client address (IPv4, or IPv6 /64) may ask about per minute (default 120;
     /// 0: no limit). Each may cost a store read and an answer signed for it alone; a fleet has
     /// few distinct runtimes, which are in memory after their first request. More are refused
     /// with 429 `rate_limited` (the client then uses the answer it has).
@@ -69,15 +69,26 @@ fn networks<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<ipnet::IpNet>,
     list.iter()
         .map(|s| {
             let s = s.trim();
-            s.parse::<ipnet::IpNet>()
+            let net = s
+                .parse::<ipnet::IpNet>()
                 .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-                .map(|n| n.trunc())
                 .map_err(|_| {
                     serde::de::Error::custom(format!(
                         "trusted_proxies: {s:?} is not an address or a network such as \
                          10.0.0.0/8 or 2001:db8::/32"
                     ))
-                })
+                })?;
+            // A network written with host bits (10.1.2.3/8) is most likely a typo for one
+            // host: trusting the whole network would let its every address pick its own.
+            if net != net.trunc() {
+                return Err(serde::de::Error::custom(format!(
+                    "trusted_proxies: {s:?} has bits set past its prefix: write the network \
+                     ({}) or the one address ({})",
+                    net.trunc(),
+                    net.addr()
+                )));
+            }
+            Ok(net)
         })
         .collect()
 }

@@ -60,11 +60,15 @@ pub(crate) async fn metrics(
     crate::api::auth::authorize(&req, &state.config().tokens, crate::tokens::Scope::Read).map_err(
         |mut e| {
             if e.code == ErrorCode::Unauthorized {
+                let why = if e.message.starts_with("this endpoint needs") {
+                    "no token".to_string()
+                } else {
+                    e.message.clone()
+                };
                 e.message = format!(
-                    "{}; /metrics needs a token with the read scope (Prometheus: \
-                     authorization: {{credentials_file: ...}}), or set metrics_listen for a \
-                     listener without one",
-                    e.message
+                    "{why}: /metrics needs a token with the read scope, Authorization: Bearer \
+                     TOKEN (Prometheus: authorization: {{credentials_file: ...}}), or set \
+                     metrics_listen for a listener without one"
                 );
             }
             e

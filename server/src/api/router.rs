@@ -250,6 +250,14 @@ pub fn app(
             let trace_id = trace_id(req.headers());
             let started = Instant::now();
             let method = req.method().clone();
+            // The client as limits see it (behind a trusted proxy, the device it names).
+            let client = state
+                .config()
+                .limits
+                .proxies()
+                .client(req.peer_addr().map(|a| a.ip()), req.headers())
+                .map(|a| a.to_canonical().to_string())
+                .unwrap_or_default();
             let store_name = state.store_name();
             let over = req
                 .conn_data::<crate::api::connections::ConnSlot>()
@@ -302,6 +310,7 @@ pub fn app(
                     .metrics()
                     .http_request(&route, method.as_str(), res.status().as_u16(), secs);
                 let status = res.status().as_u16();
+                let ms = (secs * 1e6).round() / 1e3;
                 if state.log_request(&route, status, secs) {
                     tracing::info!(
                         request_id = %id,
@@ -309,7 +318,8 @@ pub fn app(
                         method = %method,
                         route = %route,
                         status,
-                        ms = secs * 1000.0,
+                        ms,
+                        client = %client,
                         "request"
                     );
                 } else {
@@ -319,7 +329,8 @@ pub fn app(
                         method = %method,
                         route = %route,
                         status,
-                        ms = secs * 1000.0,
+                        ms,
+                        client = %client,
                         "request"
                     );
                 }

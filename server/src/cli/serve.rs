@@ -70,6 +70,25 @@ pub(crate) fn serve(flags: Flags, demo: bool, json: bool) -> anyhow::Result<Exit
         let bound = crate::app::listen::bind(state.clone(), &config)?;
         let (srv, addr) = (bound.server, bound.addr);
         let scheme = if config.tls.is_some() { "https" } else { "http" };
+        let proxies = &config.limits.trusted_proxies;
+        if !proxies.is_empty() {
+            let list: Vec<String> = proxies.iter().map(ToString::to_string).collect();
+            say(
+                json,
+                &format!(
+                    "trusted proxies: {} (the client is the rightmost other hop of {})",
+                    list.join(", "),
+                    config.limits.client_address_header.name()
+                ),
+            );
+            if proxies.iter().any(|n| n.prefix_len() == 0) {
+                say(
+                    json,
+                    "warning: trusted_proxies holds 0.0.0.0/0 or ::/0: every client can pick its \
+                     own address with a forwarding header",
+                );
+            }
+        }
         if let Some(m) = bound.metrics {
             say(
                 json,

@@ -230,8 +230,8 @@ fn trusted_proxies_are_addresses_or_networks_and_a_typo_is_named() {
         Config::load(&flags, &no_env)
     };
     let c = load(
-        "[limits]\ntrusted_proxies = [\"10.0.0.0/8\", \"192.0.2.7\", \"2001:db8::/32\", \
-         \"10.1.2.3/16\"]\nclient_address_header = \"forwarded\"\n",
+        "[limits]\ntrusted_proxies = [\"10.0.0.0/8\", \"192.0.2.7\", \"2001:db8::/32\"]\n\
+         client_address_header = \"Forwarded\"\n",
     )
     .expect("config");
     let p = c.limits.proxies();
@@ -245,6 +245,10 @@ fn trusted_proxies_are_addresses_or_networks_and_a_typo_is_named() {
     );
     for (bad, says) in [
         ("trusted_proxies = [\"10.0.0/8\"]", "10.0.0/8"),
+        (
+            "trusted_proxies = [\"127.0.9.1/8\"]",
+            "write the network (127.0.0.0/8) or the one address (127.0.9.1)",
+        ),
         ("trusted_proxies = [\"proxy.internal\"]", "proxy.internal"),
         ("trusted_proxies = \"10.0.0.0/8\"", "sequence"),
         ("client_address_header = \"x-real-ip\"", "x-forwarded-for"),
