@@ -262,3 +262,26 @@ pub fn tinyllm() -> VariantsFile {
         variants: vec![custom, standard],
     }
 }
+
+/// A revocation list of `model`, numbered `version`, revoking each of `releases` now for
+/// `reason` (unsigned: sign it with the release key to post it).
+pub fn revocation_list(
+    model: &str,
+    version: u64,
+    releases: &[&str],
+    reason: &str,
+) -> ferry_shared::trust::revocation::RevocationList {
+    ferry_shared::trust::revocation::RevocationList {
+        format: 1,
+        model: model.parse().expect("model"),
+        version,
+        revoked: releases
+            .iter()
+            .map(|r| ferry_shared::trust::revocation::Revoked {
+                release: r.parse().expect("version"),
+                reason: reason.into(),
+                at: time::OffsetDateTime::now_utc(),
+            })
+            .collect(),
+    }
+}

@@ -1,5 +1,5 @@
 //! What a device reports and what ops read of it: telemetry events with the receipts a server
-//! gives, and a model's fleet health as the admin API answers it.
+//! gives, a model's fleet health and deny list as the admin API answers them.
 
 use std::path::Path;
 
@@ -50,4 +50,25 @@ pub fn model_health(url: &str, model: &str, token: &str) -> serde_json::Value {
         .call()
         .expect("health");
     serde_json::from_reader(r.body_mut().as_reader()).expect("json")
+}
+
+/// The variant rows of `health` (a model's health), of release `release` only when given.
+pub fn variant_rows(health: &serde_json::Value, release: Option<&str>) -> Vec<serde_json::Value> {
+    health["releases"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| release.is_none_or(|want| r["release"] == want))
+        .flat_map(|r| r["variants"].as_array().cloned().unwrap_or_default())
+        .collect()
+}
+
+/// The deny entries in force for `model` on the server at `url`, read with `token`.
+pub fn deny_entries(url: &str, model: &str, token: &str) -> Vec<serde_json::Value> {
+    let mut r = ureq::get(format!("{url}/v1/admin/models/{model}/deny"))
+        .header("authorization", format!("Bearer {token}"))
+        .call()
+        .expect("deny list");
+    let list: serde_json::Value = serde_json::from_reader(r.body_mut().as_reader()).expect("json");
+    list["entries"].as_array().cloned().expect("entries")
 }

@@ -66,9 +66,11 @@ impl Connections {
         if self.max == 0 {
             return None;
         }
-        if let Some(ip) = addr.map(|a| a.to_canonical())
-            && self.proxies.iter().any(|n| n.contains(&ip))
-        {
+        let trusted = crate::api::forwarded::TrustedProxies {
+            networks: &self.proxies,
+            ..Default::default()
+        };
+        if addr.is_some_and(|ip| trusted.trusts(ip)) {
             return None;
         }
         let key = IpKey::of(addr);

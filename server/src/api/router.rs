@@ -250,14 +250,6 @@ pub fn app(
             let trace_id = trace_id(req.headers());
             let started = Instant::now();
             let method = req.method().clone();
-            // The client as limits see it (behind a trusted proxy, the device it names).
-            let client = state
-                .config()
-                .limits
-                .proxies()
-                .client(req.peer_addr().map(|a| a.ip()), req.headers())
-                .map(|a| a.to_canonical().to_string())
-                .unwrap_or_default();
             let store_name = state.store_name();
             let over = req
                 .conn_data::<crate::api::connections::ConnSlot>()
@@ -312,6 +304,12 @@ pub fn app(
                 let status = res.status().as_u16();
                 let ms = (secs * 1e6).round() / 1e3;
                 if state.log_request(&route, status, secs) {
+                    // The client as limits see it (behind a trusted proxy, the device it
+                    // names): worked out only for the lines written.
+                    let client = state
+                        .client_ip(res.request())
+                        .map(|a| a.to_canonical().to_string())
+                        .unwrap_or_default();
                     tracing::info!(
                         request_id = %id,
                         trace_id = trace_id.as_deref().unwrap_or(""),
@@ -330,7 +328,6 @@ pub fn app(
                         route = %route,
                         status,
                         ms,
-                        client = %client,
                         "request"
                     );
                 }

@@ -217,18 +217,21 @@ fn bad_config_is_an_error_not_a_panic() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The config of a file holding `text`, written in `dir`.
+fn load_file(dir: &std::path::Path, text: &str) -> anyhow::Result<Config> {
+    let path = dir.join("ferry.toml");
+    std::fs::write(&path, text).expect("write");
+    let flags = Flags {
+        config: Some(path),
+        ..Flags::default()
+    };
+    Config::load(&flags, &no_env)
+}
+
 #[test]
 fn trusted_proxies_are_addresses_or_networks_and_a_typo_is_named() {
     let dir = tempfile::tempdir().expect("dir");
-    let path = dir.path().join("ferry.toml");
-    let load = |text: &str| {
-        std::fs::write(&path, text).expect("write");
-        let flags = Flags {
-            config: Some(path.clone()),
-            ..Flags::default()
-        };
-        Config::load(&flags, &no_env)
-    };
+    let load = |text: &str| load_file(dir.path(), text);
     let c = load(
         "[limits]\ntrusted_proxies = [\"10.0.0.0/8\", \"192.0.2.7\", \"2001:db8::/32\"]\n\
          client_address_header = \"Forwarded\"\n",
@@ -261,15 +264,7 @@ fn trusted_proxies_are_addresses_or_networks_and_a_typo_is_named() {
 #[test]
 fn request_log_and_metrics_listen_are_read_and_mistakes_named() {
     let dir = tempfile::tempdir().expect("dir");
-    let path = dir.path().join("ferry.toml");
-    let load = |text: &str| {
-        std::fs::write(&path, text).expect("write");
-        let flags = Flags {
-            config: Some(path.clone()),
-            ..Flags::default()
-        };
-        Config::load(&flags, &no_env)
-    };
+    let load = |text: &str| load_file(dir.path(), text);
     let c = load("request_log = \"errors\"\nmetrics_listen = \"127.0.0.1:9464\"\n").expect("ok");
     assert_eq!(c.request_log, crate::api::state::RequestLog::Errors);
     assert_eq!(c.metrics_listen.map(|a| a.port()), Some(9464));

@@ -248,33 +248,28 @@ impl Telemetry {
         let address = IpKey::of(from);
         let mut gate = lock(&self.evidence);
         for (event, verified) in kept {
-            let id = hash_id(&event.install_id);
-            let weighs = verified
-                && (address == IpKey::Unknown
-                    || gate.admits(
-                        address,
-                        id,
-                        hour,
-                        cfg.evidence_installs_per_address_per_hour,
-                    ));
-            if verified && !weighs {
-                report.unweighed += 1;
+            // Only receipted events of installs within their address's allowance weigh in.
+            let id = verified.then(|| hash_id(&event.install_id));
+            let Some(id) = id.filter(|id| {
+                gate.admits(
+                    address,
+                    *id,
+                    hour,
+                    cfg.evidence_installs_per_address_per_hour,
+                )
+            }) else {
+                if verified {
+                    report.unweighed += 1;
+                } else {
+                    report.unverified += 1;
+                }
                 batch.events.push(AcceptedEvent {
                     event,
                     verified,
                     counted: false,
                 });
                 continue;
-            }
-            if !verified {
-                report.unverified += 1;
-                batch.events.push(AcceptedEvent {
-                    event,
-                    verified,
-                    counted: false,
-                });
-                continue;
-            }
+            };
             // Crashes have a budget of their own: a device that reports a crash was not
             // kept from it by its other events, and reports few crashes.
             let (key, cap) = if event.kind == EventKind::Crash {

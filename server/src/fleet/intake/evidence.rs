@@ -36,7 +36,7 @@ pub(crate) struct EvidenceGate {
 impl EvidenceGate {
     /// True when install `install` (hashed) from `address` weighs in the aggregates in `hour`:
     /// it already did this hour, or the address has room for one more (`allowance` a hour; 0
-    /// admits every install).
+    /// admits every install, as does an unknown address).
     pub(crate) fn admits(
         &mut self,
         address: IpKey,
@@ -44,7 +44,7 @@ impl EvidenceGate {
         hour: i64,
         allowance: u32,
     ) -> bool {
-        if allowance == 0 {
+        if allowance == 0 || address == IpKey::Unknown {
             return true;
         }
         if hour != self.hour {
@@ -101,6 +101,7 @@ mod tests {
         );
         assert!(g.admits(home, 3, 11, 3), "a new hour, a new allowance");
         assert!((100..200).all(|i| g.admits(home, i, 11, 0)), "0 admits all");
+        assert!((100..200).all(|i| g.admits(IpKey::Unknown, i, 11, 3)));
     }
 
     #[test]

@@ -35,12 +35,8 @@ fn events(data: &std::path::Path) -> Vec<serde_json::Value> {
 
 fn loads(url: &str) -> u64 {
     let h = model_health(url, "demo-mlp", ADMIN_TOKEN);
-    h["releases"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|r| r["release"] == "1.0.0")
-        .flat_map(|r| r["variants"].as_array().cloned().unwrap_or_default())
+    ferry_tests::reports::variant_rows(&h, Some("1.0.0"))
+        .iter()
         .map(|v| v["loads"].as_u64().unwrap_or(0))
         .sum()
 }

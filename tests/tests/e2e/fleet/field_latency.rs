@@ -40,12 +40,8 @@ fn golden_input() -> Vec<TensorValue> {
 fn inference(url: &str, variant: &str) -> serde_json::Value {
     let h = ferry_tests::reports::model_health(url, "mlp", ADMIN_TOKEN);
     ferry_tests::schemas::check("health.schema.json", &h);
-    h["releases"]
-        .as_array()
+    ferry_tests::reports::variant_rows(&h, Some("1.0.0"))
         .into_iter()
-        .flatten()
-        .filter(|r| r["release"] == "1.0.0")
-        .flat_map(|r| r["variants"].as_array().cloned().unwrap_or_default())
         .find(|v| v["variant"] == variant)
         .map(|v| {
             serde_json::json!({

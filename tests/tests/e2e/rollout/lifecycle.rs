@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use ferry_shared::trust::revocation::{REVOCATIONS_PAYLOAD_TYPE, RevocationList, Revoked};
+use ferry_shared::trust::revocation::REVOCATIONS_PAYLOAD_TYPE;
 use ferry_tests::app::{ADMIN_TOKEN, READ_TOKEN, TestApp, mlp_v1, mlp_v2};
 
 const SAMPLE: usize = 400;
@@ -41,19 +41,7 @@ fn change(app: &TestApp, body: serde_json::Value) {
 }
 
 fn revoke(app: &TestApp, version: u64, releases: &[&str]) {
-    let list = RevocationList {
-        format: 1,
-        model: "mlp".parse().expect("model"),
-        version,
-        revoked: releases
-            .iter()
-            .map(|r| Revoked {
-                release: r.parse().expect("version"),
-                reason: "lifecycle test".into(),
-                at: time::OffsetDateTime::now_utc(),
-            })
-            .collect(),
-    };
+    let list = ferry_tests::releases::revocation_list("mlp", version, releases, "lifecycle test");
     let env = app.release_key().pair.sign(
         REVOCATIONS_PAYLOAD_TYPE,
         &serde_json::to_vec(&list).expect("json"),

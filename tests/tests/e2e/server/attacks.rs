@@ -450,11 +450,7 @@ fn fallback_flood(app: &TestApp, variant: &str, n: usize) {
 }
 
 fn denied(app: &TestApp) -> Vec<String> {
-    let (s, h) = app.get_json("/v1/admin/models/mlp/deny", Some(ADMIN_TOKEN));
-    assert_eq!(s, 200, "{h}");
-    h["entries"]
-        .as_array()
-        .expect("entries")
+    ferry_tests::reports::deny_entries(&app.url(), "mlp", ADMIN_TOKEN)
         .iter()
         .map(|e| e["variant"].as_str().unwrap_or("").to_string())
         .collect()

@@ -11,7 +11,7 @@ use ferry_server::fleet::config::TelemetryConfig;
 use ferry_tests::app::{ADMIN_TOKEN, Options, READ_TOKEN, TestApp, mlp_v1};
 use ferry_tests::kit::Event;
 use ferry_tests::nginx::Nginx;
-use ferry_tests::reports::model_health;
+use ferry_tests::reports::{deny_entries, model_health, variant_rows};
 use ferry_tests::sourced::post_json;
 
 fn ip(s: &str) -> IpAddr {
@@ -58,11 +58,7 @@ fn send(source: IpAddr, base: &str, events: &[serde_json::Value]) {
 
 fn denied(app: &TestApp) -> Vec<String> {
     app.settle();
-    let (s, h) = app.get_json("/v1/admin/models/mlp/deny", Some(ADMIN_TOKEN));
-    assert_eq!(s, 200, "{h}");
-    h["entries"]
-        .as_array()
-        .expect("entries")
+    deny_entries(&app.url(), "mlp", ADMIN_TOKEN)
         .iter()
         .map(|e| format!("{}@{}", e["variant"].as_str().unwrap_or(""), e["value"]))
         .collect()
@@ -150,11 +146,8 @@ fn one_address_brings_at_most_50_new_devices_an_hour_into_the_evidence() {
 fn vulkan_loads(app: &TestApp) -> u64 {
     app.settle();
     let health = model_health(&app.url(), "mlp", READ_TOKEN);
-    health["releases"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|r| r["variants"].as_array().cloned().unwrap_or_default())
+    variant_rows(&health, None)
+        .iter()
         .filter(|v| v["variant"] == "vulkan-fp32")
         .map(|v| v["loads"].as_u64().unwrap_or(0))
         .sum()

@@ -6,7 +6,7 @@ use std::path::Path;
 use ferry_client::{Client, DeviceInfo, Source};
 use ferry_server::keys::{self, RoleKey};
 use ferry_shared::trust::dsse::Envelope;
-use ferry_shared::trust::revocation::{REVOCATIONS_PAYLOAD_TYPE, RevocationList, Revoked};
+use ferry_shared::trust::revocation::{REVOCATIONS_PAYLOAD_TYPE, RevocationList};
 use ferry_tests::app::{ADMIN_TOKEN, READ_TOKEN, TestApp, mlp_v1, mlp_v2};
 use ferry_tests::kit::{DeviceExt as _, device};
 use ferry_tests::proxy::{Fault, FaultProxy};
@@ -33,19 +33,7 @@ fn board() -> DeviceInfo {
 }
 
 fn list(version: u64, releases: &[&str]) -> RevocationList {
-    RevocationList {
-        format: 1,
-        model: "mlp".parse().expect("model"),
-        version,
-        revoked: releases
-            .iter()
-            .map(|r| Revoked {
-                release: r.parse().expect("version"),
-                reason: "crashes on start".into(),
-                at: time::OffsetDateTime::now_utc(),
-            })
-            .collect(),
-    }
+    ferry_tests::releases::revocation_list("mlp", version, releases, "crashes on start")
 }
 
 fn signed(list: &RevocationList, key: &RoleKey) -> Envelope {
