@@ -171,18 +171,20 @@ pub fn fast_telemetry(c: &mut ferry_server::app::config::Config) {
 /// The one switch for a test fleet on one host. Every test device reaches the server from
 /// 127.0.0.1, so this turns off the network quorum of learned deny entries
 /// (`telemetry.deny_min_networks`, default 3) and the allowance of new installs one address
-/// brings into the evidence (`telemetry.evidence_installs_per_address_per_hour`, default 50).
-/// Every [`app::TestApp`] and its replicas start with it; a test of those defaults sets them
+/// brings into the evidence (`telemetry.evidence_installs_per_address_per_hour`, default 50),
+/// and lets every SDK name take its own census row without networks vouching for it
+/// (`telemetry.census_min_networks`, default 3). Every [`app::TestApp`] and its replicas start with it; a test of those defaults sets them
 /// back in its tweak (`docs/rollouts.md`, "A test fleet on one host").
 pub fn one_host_fleet(c: &mut ferry_server::app::config::Config) {
     // The same keys as ONE_HOST_FLEET_TOML, for servers started from a config file.
     c.telemetry.deny_min_networks = 0;
     c.telemetry.evidence_installs_per_address_per_hour = 0;
+    c.telemetry.census_min_networks = 0;
 }
 
 /// [`one_host_fleet`] as the lines of a config file's `[telemetry]` section.
 pub const ONE_HOST_FLEET_TOML: &str =
-    "deny_min_networks = 0\nevidence_installs_per_address_per_hour = 0\n";
+    "deny_min_networks = 0\nevidence_installs_per_address_per_hour = 0\ncensus_min_networks = 0\n";
 
 /// Compiles the C program `source` against `client/include/ferry.h` and the library in
 /// `lib_dir` (found at run time through an rpath) with `-Wall -Werror`, into `exe`.

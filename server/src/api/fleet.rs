@@ -316,6 +316,16 @@ pub async fn post_telemetry(
     .await
     .map_err(ApiError::internal)??;
     let (report, accepted, json) = report;
+    // Receipted events that weigh in vouch for the name of the SDK that sent them.
+    if report.weighed
+        && let Some(sdk) = ferry_shared::wire::protocol::Sdk::from_header(
+            req.headers()
+                .get(ferry_shared::wire::protocol::SDK_HEADER)
+                .map(actix_web::http::header::HeaderValue::as_bytes),
+        )
+    {
+        state.telemetry().vouch(&sdk.header_value(), addr);
+    }
     // Accepted means durable: answered only once the journal holds the batch (then counted).
     if !accepted.events.is_empty() {
         match state.fleet().journal.get() {

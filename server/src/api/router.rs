@@ -242,6 +242,7 @@ pub fn app(
                     endpoint,
                     Protocol::from_header(h.get(PROTOCOL_HEADER).map(HeaderValue::as_bytes)),
                     Sdk::from_header(h.get(SDK_HEADER).map(HeaderValue::as_bytes)).as_ref(),
+                    &|name| state.telemetry().sdk_vouched(name),
                 );
             }
             // A caller's request id (a proxy's, a client's) is kept, so logs line up across

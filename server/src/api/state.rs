@@ -194,7 +194,7 @@ impl AppState {
             },
             store,
             views,
-            telemetry: Telemetry::default(),
+            telemetry: Telemetry::new(&settings.telemetry),
             ramp_marks: Default::default(),
             metrics: Arc::new(Metrics::default()),
             config: settings.telemetry,

@@ -101,6 +101,17 @@ fn clients(
             r["share"].as_f64().unwrap_or(0.0) * 100.0
         );
     }
+    let other = clients["by_client"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|r| r["sdk"] == "other");
+    if other {
+        println!(
+            "other: SDKs not yet named by receipted telemetry from enough client networks \
+             (telemetry.census_min_networks), or past the rows kept (docs/telemetry.md)"
+        );
+    }
     let legacy = clients["by_protocol"]
         .as_array()
         .into_iter()

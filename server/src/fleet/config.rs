@@ -4,6 +4,10 @@
 
 use serde::Deserialize;
 
+/// Most SDK names one client address vouches for in an hour (see
+/// [`TelemetryConfig::census_min_networks`]).
+pub const SDK_NAMES_PER_ADDRESS_PER_HOUR: usize = 4;
+
 /// The `[telemetry]` section: ingestion limits, thresholds, flushing and retention.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -32,6 +36,13 @@ pub struct TelemetryConfig {
     /// rates, halts, ramps and learned entries) per hour (default 50; 0: no limit). Events of
     /// further installs are accepted and kept in the raw log; their devices are served.
     pub evidence_installs_per_address_per_hour: u32,
+    /// Distinct client networks whose receipted telemetry must name an SDK (its `Ferry-Sdk`
+    /// value) before it takes a row of its own in the client census and a label of its own in
+    /// `ferry_device_requests_total` (default 3): until then its devices count under `other`,
+    /// so made-up names cannot push the real SDKs out. Each address vouches for at most
+    /// [`SDK_NAMES_PER_ADDRESS_PER_HOUR`] names an hour. 0: every name takes a row, first come
+    /// (a test fleet on one host).
+    pub census_min_networks: u64,
     /// Distinct devices (with receipts) on one SoC or device model whose `inference` events
     /// a variant needs before its field latency reorders the candidates there (default 20).
     pub latency_min_devices: u64,
@@ -113,6 +124,7 @@ impl Default for TelemetryConfig {
             deny_min_devices: 20,
             deny_min_networks: 3,
             evidence_installs_per_address_per_hour: 50,
+            census_min_networks: 3,
             latency_min_devices: 20,
             flush_secs: 10,
             max_age_days: 30,

@@ -81,11 +81,26 @@ impl ProtocolMetrics {
         }
     }
 
-    /// Counts one request to `endpoint` (`resolve`, `telemetry`, `blobs`, ...).
-    pub fn client(&self, endpoint: &'static str, protocol: Protocol, sdk: Option<&Sdk>) {
+    /// Counts one request to `endpoint` (`resolve`, `telemetry`, `blobs`, ...). An SDK has a
+    /// label of its own once `vouched` says devices vouched for its name (see
+    /// `fleet::census::clients::Vouched`); until then it counts as `other`.
+    pub fn client(
+        &self,
+        endpoint: &'static str,
+        protocol: Protocol,
+        sdk: Option<&Sdk>,
+        vouched: &dyn Fn(&str) -> bool,
+    ) {
         let sdk = sdk.map_or_else(
             || "unknown".to_string(),
-            |s| self.sdks.label(&s.header_value()),
+            |s| {
+                let name = s.header_value();
+                if vouched(&name) {
+                    self.sdks.label(&name)
+                } else {
+                    "other".to_string()
+                }
+            },
         );
         self.clients
             .get_or_create(&ClientLabels {
@@ -130,7 +145,7 @@ mod tests {
         let m = ProtocolMetrics::register(&mut registry);
         for i in 0..500 {
             let sdk = Sdk::from_header(Some(format!("sdk-{i}/1.0").as_bytes()));
-            m.client("resolve", Protocol::V(i % 7 + 1), sdk.as_ref());
+            m.client("resolve", Protocol::V(i % 7 + 1), sdk.as_ref(), &|_| true);
             m.unknown_fields("resolve", &[format!("field_{i}"), "bad name!".into()]);
         }
         let mut out = String::new();
@@ -148,5 +163,26 @@ mod tests {
             .count();
         assert_eq!(fields, MAX_VALUES + 1);
         assert!(out.contains("field=\"field_0\"} 1"), "{out}");
+    }
+
+    #[test]
+    fn names_nobody_vouched_for_take_no_label() {
+        let mut registry = Registry::default();
+        let m = ProtocolMetrics::register(&mut registry);
+        let real = |name: &str| name == "ferry-client-rust/0.3.0";
+        for i in 0..100 {
+            let junk = Sdk::from_header(Some(format!("junk-{i}/1").as_bytes()));
+            m.client("resolve", Protocol::V(1), junk.as_ref(), &real);
+        }
+        let rust = Sdk::from_header(Some(b"ferry-client-rust/0.3.0"));
+        m.client("resolve", Protocol::V(1), rust.as_ref(), &real);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry).expect("encode");
+        assert!(out.contains(r#"protocol="1",sdk="other"} 100"#), "{out}");
+        assert!(
+            out.contains(r#"protocol="1",sdk="ferry-client-rust/0.3.0"} 1"#),
+            "{out}"
+        );
+        assert!(!out.contains("junk-"), "{out}");
     }
 }

@@ -5,8 +5,14 @@
 //! Each resolve notes its install id (hashed) under the key `PROTOCOL SDK` (`1
 //! ferry-client-rust/0.1.0`, `legacy unknown`) in the model's rollup, which replicas flush and
 //! merge like every other count, so the view is fleet-wide and survives restarts.
+//!
+//! The names come from the requests, so a name takes a row of its own only once devices
+//! vouched for it ([`Vouched`]): receipted telemetry that names it, from
+//! `telemetry.census_min_networks` client networks. Until then its devices count under
+//! `PROTOCOL other`, and made-up names from one host never crowd out the real SDKs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::RwLock;
 
 use ferry_shared::wire::protocol::{Protocol, Sdk};
 
@@ -27,6 +33,90 @@ pub fn key(protocol: Protocol, sdk: Option<&Sdk>) -> String {
         protocol.label(),
         sdk.map_or_else(|| "unknown".to_string(), Sdk::header_value)
     )
+}
+
+/// Most SDK names whose vouching networks one rollup holds; further names are not noted there
+/// (they are vouched for in another minute, or by the networks already counted).
+pub const MAX_VOUCHED_NAMES: usize = 256;
+
+/// The SDK names (`NAME/VERSION`) that take a row of their own: those named by receipted
+/// telemetry from enough distinct client networks. Read by every resolve; refreshed at each
+/// flush from the fleet's counts and as this replica's telemetry vouches.
+#[derive(Debug, Default)]
+pub struct Vouched {
+    /// Networks a name needs; 0: every name has a row (first come, as far as the bound).
+    min_networks: u64,
+    names: RwLock<HashSet<String>>,
+}
+
+impl Vouched {
+    /// An empty set whose names need `min_networks` networks each (0: no vouching needed).
+    pub fn new(min_networks: u64) -> Self {
+        Self {
+            min_networks,
+            names: RwLock::default(),
+        }
+    }
+
+    /// The networks a name needs (0: none).
+    pub fn min_networks(&self) -> u64 {
+        self.min_networks
+    }
+
+    /// True when `sdk` (`NAME/VERSION`) takes a row of its own.
+    pub fn holds(&self, sdk: &str) -> bool {
+        self.min_networks == 0 || ferry_shared::sync::read(&self.names).contains(sdk)
+    }
+
+    /// Adds `sdk` when the distinct networks `networks` that vouched for it are enough.
+    pub fn consider(&self, sdk: &str, networks: &Devices) {
+        if networks.estimate() as u64 >= self.min_networks.max(1) {
+            ferry_shared::sync::write(&self.names).insert(sdk.to_string());
+        }
+    }
+
+    /// Replaces the set with the names of `all` (name → networks) that have enough networks.
+    pub fn replace(&self, all: &BTreeMap<String, Devices>) {
+        let next: HashSet<String> = all
+            .iter()
+            .filter(|(_, n)| n.estimate() as u64 >= self.min_networks.max(1))
+            .map(|(k, _)| k.clone())
+            .collect();
+        *ferry_shared::sync::write(&self.names) = next;
+    }
+
+    /// `key` (`PROTOCOL SDK`) as counted: itself when its SDK is vouched for or unknown,
+    /// else `PROTOCOL other`.
+    pub fn fold<'k>(&self, key: &'k str) -> std::borrow::Cow<'k, str> {
+        match key.split_once(' ') {
+            Some((protocol, sdk)) if sdk != "unknown" && !self.holds(sdk) => {
+                std::borrow::Cow::Owned(format!("{protocol} other"))
+            }
+            _ => std::borrow::Cow::Borrowed(key),
+        }
+    }
+}
+
+/// Notes in a rollup's `sdks` (name → networks) that receipted telemetry from `network` (a
+/// hashed client network) named `sdk`.
+pub fn note_vouch(sdks: &mut BTreeMap<String, Devices>, sdk: &str, network: u64) {
+    if let Some(d) = sdks.get_mut(sdk) {
+        d.insert(&network);
+    } else if sdks.len() < MAX_VOUCHED_NAMES {
+        sdks.entry(sdk.to_string()).or_default().insert(&network);
+    }
+}
+
+/// Adds the vouching networks `from` into `into`, holding at most [`MAX_VOUCHED_NAMES`] four
+/// times over (a merge of many minutes).
+pub fn merge_vouches(into: &mut BTreeMap<String, Devices>, from: &BTreeMap<String, Devices>) {
+    for (k, d) in from {
+        if let Some(to) = into.get_mut(k) {
+            to.merge(d);
+        } else if into.len() < MAX_VOUCHED_NAMES * 4 {
+            into.insert(k.clone(), d.clone());
+        }
+    }
 }
 
 /// Notes in a rollup's `clients` (model → key → devices) that `device` (a hashed install id)
@@ -147,5 +237,51 @@ mod tests {
             .expect("legacy");
         assert_eq!(legacy["devices"], 101);
         assert_eq!(view(None)["devices"], 0);
+    }
+
+    #[test]
+    fn a_name_takes_a_row_once_enough_networks_vouched_for_it() {
+        let v = Vouched::new(3);
+        let mut sdks = BTreeMap::new();
+        for i in 0..MAX_VOUCHED_NAMES + 10 {
+            note_vouch(&mut sdks, &format!("junk-{i}/1"), 1);
+        }
+        assert_eq!(
+            sdks.len(),
+            MAX_VOUCHED_NAMES,
+            "one rollup holds a bounded set"
+        );
+        for n in 0..3u64 {
+            note_vouch(&mut sdks, "junk-0/1", 10 + n);
+        }
+        v.replace(&sdks);
+        assert!(v.holds("junk-0/1"), "four networks");
+        assert!(!v.holds("junk-1/1"), "one network");
+        assert_eq!(v.fold("1 junk-1/1"), "1 other");
+        assert_eq!(v.fold("legacy junk-0/1"), "legacy junk-0/1");
+        assert_eq!(
+            v.fold("1 unknown"),
+            "1 unknown",
+            "no SDK sent is not a name"
+        );
+        let mut more = BTreeMap::new();
+        note_vouch(&mut more, "late/1", 1);
+        note_vouch(&mut more, "late/1", 2);
+        v.consider("late/1", &more["late/1"]);
+        assert!(!v.holds("late/1"), "two networks");
+        note_vouch(&mut more, "late/1", 3);
+        v.consider("late/1", &more["late/1"]);
+        assert!(v.holds("late/1"));
+        assert!(Vouched::new(0).holds("anything/1"), "0: no vouching needed");
+        // A merge of many minutes stays bounded too.
+        let mut all = BTreeMap::new();
+        for m in 0..10 {
+            let mut minute = BTreeMap::new();
+            for i in 0..MAX_VOUCHED_NAMES {
+                note_vouch(&mut minute, &format!("m{m}-{i}/1"), 1);
+            }
+            merge_vouches(&mut all, &minute);
+        }
+        assert_eq!(all.len(), MAX_VOUCHED_NAMES * 4);
     }
 }

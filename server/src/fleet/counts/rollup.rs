@@ -355,6 +355,10 @@ pub struct Rollup {
     /// devices that resolved with that runtime.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub runtimes: BTreeMap<String, BTreeMap<String, Devices>>,
+    /// SDK (`NAME/VERSION`) → distinct client networks whose receipted telemetry named it:
+    /// what vouches for a name in the client census (fleet-wide, not per model).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sdks: BTreeMap<String, Devices>,
 }
 
 /// A device clock further than this from the server's time (seconds) counts as skewed: the
@@ -428,6 +432,7 @@ impl Rollup {
         for (m, runtimes) in &o.runtimes {
             merge_devices(&mut self.runtimes, m, runtimes);
         }
+        crate::fleet::census::clients::merge_vouches(&mut self.sdks, &o.sdks);
     }
 
     /// Adds `o`'s counts of `model` only into `self`.

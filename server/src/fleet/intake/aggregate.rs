@@ -25,7 +25,8 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::fleet::census::ResolveNote;
-use crate::fleet::config::TelemetryConfig;
+use crate::fleet::census::clients::{self, Vouched};
+use crate::fleet::config::{SDK_NAMES_PER_ADDRESS_PER_HOUR, TelemetryConfig};
 use crate::fleet::counts::rollup::Rollup;
 use crate::fleet::devices::hash_id;
 use crate::fleet::intake::evidence::EvidenceGate;
@@ -69,6 +70,8 @@ pub struct Telemetry {
     outbox: Outbox,
     /// The store as this run last saw it, and what it wrote since.
     seen: Seen,
+    /// The SDK names that take a census row of their own.
+    vouched: Vouched,
 }
 
 /// What a replica's telemetry state holds (see [`Telemetry::footprint`]).
@@ -99,6 +102,10 @@ pub struct IngestReport {
     pub rejected: Vec<EventError>,
     /// Events of a kind a newer client added: neither kept nor refused (protocol v1).
     pub ignored: usize,
+    /// Whether any event weighs in (a valid receipt, an install within its address's
+    /// allowance): then the batch may vouch for its SDK's name ([`Telemetry::vouch`]).
+    #[serde(skip)]
+    pub weighed: bool,
     /// Receipted events of installs beyond their address's allowance of new installs this
     /// hour: kept in the raw log, weighing in nothing (for the metrics).
     #[serde(skip)]
@@ -112,6 +119,15 @@ pub struct IngestReport {
 }
 
 impl Telemetry {
+    /// The state of a server configured by `cfg` (its census vouching threshold; the rest is
+    /// read from the config each call).
+    pub fn new(cfg: &TelemetryConfig) -> Self {
+        Self {
+            vouched: Vouched::new(cfg.census_min_networks),
+            ..Self::default()
+        }
+    }
+
     fn limiter(&self, cfg: &TelemetryConfig) -> &Limiter {
         self.limiter
             .get_or_init(|| Limiter::new(cfg.per_address_per_minute, cfg.per_install_per_minute))
@@ -285,6 +301,7 @@ impl Telemetry {
             if per_device.len() >= MAX_DEVICES && !per_device.contains_key(&id) {
                 per_device.clear();
             }
+            report.weighed = true;
             let n = per_device.entry(id).or_default();
             let counted = *n < cap;
             if counted {
@@ -340,7 +357,8 @@ impl Telemetry {
             crate::fleet::census::runtimes::note(&mut at.runtimes, note.model, runtime, id);
         }
         if let Some(client) = note.client {
-            crate::fleet::census::clients::note(&mut at.clients, note.model, client, id);
+            let client = self.vouched.fold(client);
+            crate::fleet::census::clients::note(&mut at.clients, note.model, &client, id);
         }
         if let Some(cohort) = note.cohort {
             let name = if cohort == Cohort::Staged {
@@ -350,6 +368,74 @@ impl Telemetry {
             };
             at.note_cohort(note.model, name, id);
         }
+    }
+
+    /// Notes that a batch whose events weigh in ([`IngestReport::weighed`]) came from `from`
+    /// with the SDK `sdk` (`NAME/VERSION`): its network vouches for the name, within the
+    /// address's allowance of names an hour. The name takes its census row once enough
+    /// networks did (see [`Vouched`]).
+    pub fn vouch(&self, sdk: &str, from: Option<std::net::IpAddr>) {
+        if self.vouched.min_networks() == 0 {
+            return;
+        }
+        let now = OffsetDateTime::now_utc();
+        let hour = Level::Hour.floor(now.unix_timestamp());
+        if !lock(&self.evidence).vouches(IpKey::of(from), sdk, hour, SDK_NAMES_PER_ADDRESS_PER_HOUR)
+        {
+            return;
+        }
+        let minute = self.outbox.minute_of(now);
+        clients::note_vouch(
+            &mut self.outbox.cohorts().entry(minute).or_default().sdks,
+            sdk,
+            IpKey::network(from),
+        );
+        if !self.vouched.holds(sdk) {
+            self.vouched.consider(sdk, &self.networks_of(sdk));
+        }
+    }
+
+    /// True when the SDK `sdk` (`NAME/VERSION`) takes a census row and a metrics label of its
+    /// own (see [`Vouched`]).
+    pub fn sdk_vouched(&self, sdk: &str) -> bool {
+        self.vouched.holds(sdk)
+    }
+
+    /// Recomputes the vouched SDK names from the fleet's counts (after a flush read them).
+    pub fn refresh_vouched(&self) {
+        if self.vouched.min_networks() > 0 {
+            self.vouched.replace(&self.vouches());
+        }
+    }
+
+    /// The networks that vouched for each SDK name, fleet-wide.
+    fn vouches(&self) -> BTreeMap<String, crate::fleet::devices::Devices> {
+        let mut all = BTreeMap::new();
+        self.each_vouches(|sdks| clients::merge_vouches(&mut all, sdks));
+        all
+    }
+
+    /// The networks that vouched for `sdk`, fleet-wide.
+    fn networks_of(&self, sdk: &str) -> crate::fleet::devices::Devices {
+        let mut networks = crate::fleet::devices::Devices::default();
+        self.each_vouches(|sdks| {
+            if let Some(n) = sdks.get(sdk) {
+                networks.merge(n);
+            }
+        });
+        networks
+    }
+
+    /// Calls `f` with the vouches of the store's view, of what this run wrote since, and of
+    /// the outbox's minutes.
+    fn each_vouches(&self, mut f: impl FnMut(&BTreeMap<String, crate::fleet::devices::Devices>)) {
+        self.seen.read(|view, written| {
+            f(&view.total.sdks);
+            for (_, _, w) in written {
+                f(&w.sdks);
+            }
+        });
+        self.outbox.each_minute(|_, r| f(&r.sdks));
     }
 
     /// What waits to be written (the flush takes from it).

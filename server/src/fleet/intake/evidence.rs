@@ -30,6 +30,8 @@ pub(crate) struct EvidenceGate {
     pairs: HashSet<u64>,
     /// Installs admitted per address this hour.
     per_address: HashMap<IpKey, u32>,
+    /// SDK names (hashed) each address vouched for this hour (see [`EvidenceGate::vouches`]).
+    names: HashMap<IpKey, Vec<u64>>,
     hasher: std::collections::hash_map::RandomState,
 }
 
@@ -47,11 +49,7 @@ impl EvidenceGate {
         if allowance == 0 || address == IpKey::Unknown {
             return true;
         }
-        if hour != self.hour {
-            self.hour = hour;
-            self.pairs = HashSet::new();
-            self.per_address = HashMap::new();
-        }
+        self.turn(hour);
         let pair = self.hasher.hash_one((address, install));
         if self.pairs.contains(&pair) {
             return true;
@@ -66,6 +64,46 @@ impl EvidenceGate {
         *n += 1;
         self.pairs.insert(pair);
         true
+    }
+
+    /// True when `address` may vouch for SDK name `sdk` in `hour`: it did already this hour,
+    /// or it vouched for fewer than `allowance` names (an unknown address always may). Held
+    /// for at most [`MAX_PAIRS`] / 8 addresses an hour (then no new address vouches until
+    /// the hour turns).
+    pub(crate) fn vouches(
+        &mut self,
+        address: IpKey,
+        sdk: &str,
+        hour: i64,
+        allowance: usize,
+    ) -> bool {
+        if address == IpKey::Unknown {
+            return true;
+        }
+        self.turn(hour);
+        let name = self.hasher.hash_one(sdk);
+        if !self.names.contains_key(&address) && self.names.len() >= MAX_PAIRS / 8 {
+            return false;
+        }
+        let names = self.names.entry(address).or_default();
+        if names.contains(&name) {
+            return true;
+        }
+        if names.len() >= allowance {
+            return false;
+        }
+        names.push(name);
+        true
+    }
+
+    /// Starts over when `hour` is a new hour.
+    fn turn(&mut self, hour: i64) {
+        if hour != self.hour {
+            self.hour = hour;
+            self.pairs = HashSet::new();
+            self.per_address = HashMap::new();
+            self.names = HashMap::new();
+        }
     }
 
     /// Pairs held (for the memory bound).
@@ -102,6 +140,18 @@ mod tests {
         assert!(g.admits(home, 3, 11, 3), "a new hour, a new allowance");
         assert!((100..200).all(|i| g.admits(home, i, 11, 0)), "0 admits all");
         assert!((100..200).all(|i| g.admits(IpKey::Unknown, i, 11, 3)));
+    }
+
+    #[test]
+    fn an_address_vouches_for_a_few_sdk_names_an_hour() {
+        let mut g = EvidenceGate::default();
+        let home = addr("192.0.2.1");
+        assert!((0..4).all(|i| g.vouches(home, &format!("sdk-{i}/1"), 10, 4)));
+        assert!(!g.vouches(home, "junk/1", 10, 4), "a fifth name is not");
+        assert!(g.vouches(home, "sdk-2/1", 10, 4), "a vouched name again is");
+        assert!(g.vouches(addr("192.0.2.2"), "junk/1", 10, 4));
+        assert!(g.vouches(home, "junk/1", 11, 4), "a new hour starts over");
+        assert!((0..100).all(|i| g.vouches(IpKey::Unknown, &format!("x-{i}/1"), 11, 4)));
     }
 
     #[test]

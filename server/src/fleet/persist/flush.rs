@@ -160,6 +160,7 @@ async fn write_pending(fleet: &Fleet) {
             && rollup.clients.is_empty()
             && rollup.clocks.is_empty()
             && rollup.runtimes.is_empty()
+            && rollup.sdks.is_empty()
         {
             continue;
         }
@@ -373,6 +374,7 @@ async fn flush_rollups_held(fleet: &Fleet) {
         .telemetry
         .seen()
         .install_view(view, &|name| listed.contains_key(name));
+    fleet.telemetry.refresh_vouched();
     let every = std::time::Duration::from_secs(fleet.config.compact_secs.max(1));
     if fleet.telemetry.seen().compaction_due(every) {
         compact(fleet, &listing, now).await;

@@ -3,6 +3,7 @@
 
 mod attacks;
 mod blobs;
+mod census;
 mod floods;
 mod hostile;
 mod key_rotation;
