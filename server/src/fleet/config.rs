@@ -69,6 +69,10 @@ pub struct TelemetryConfig {
     /// How often a replica tries to compact old telemetry buckets, in seconds (default 60; one
     /// replica at a time does, the holder of the lease).
     pub compact_secs: u64,
+    /// Days after which a stored operator set (`operators/sha256/`) that no device sent in
+    /// that time is deleted (default 30; at most `retention_days`, the runtime census it is
+    /// judged by). The replica holding the compaction lease looks once an hour.
+    pub operator_sets_unused_days: u32,
     /// Days the raw Parquet files are kept (default 90): older `date=` folders are deleted by
     /// the replica that compacts.
     pub raw_retention_days: u32,
@@ -99,6 +103,11 @@ impl TelemetryConfig {
                 1..=36_500,
             ),
             ("max_events", t.max_events as u64, 1..=100_000),
+            (
+                "operator_sets_unused_days",
+                u64::from(t.operator_sets_unused_days),
+                1..=u64::from(t.retention_days),
+            ),
         ] {
             if !range.contains(&value) {
                 return Err(format!(
@@ -135,6 +144,26 @@ impl Default for TelemetryConfig {
             retention_days: 90,
             compact_secs: 60,
             raw_retention_days: 90,
+            operator_sets_unused_days: 30,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operator_sets_are_judged_within_the_census_kept() {
+        assert!(TelemetryConfig::default().validate().is_ok());
+        let c = TelemetryConfig {
+            retention_days: 20,
+            ..TelemetryConfig::default()
+        };
+        let e = c.validate().expect_err("30 days of census from 20 kept");
+        assert!(
+            e.contains("operator_sets_unused_days must be between 1 and 20"),
+            "{e}"
+        );
     }
 }

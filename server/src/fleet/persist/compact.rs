@@ -1,13 +1,14 @@
 //! Compaction of the telemetry buckets under a lease one replica holds at a time: minutes
-//! into hours, hours into days, and raw files past their retention deleted.
+//! into hours, hours into days, and raw files past their retention deleted; the lease holder
+//! also collects unused operator sets ([`crate::fleet::persist::collect`]).
 
 use time::OffsetDateTime;
 
 use crate::fleet::Fleet;
 use crate::fleet::counts::rollup::Rollup;
 use crate::fleet::persist::buckets::{self, Lease, Level, Part};
-use crate::fleet::persist::events;
 use crate::fleet::persist::stored::read_bucket_whole;
+use crate::fleet::persist::{collect, events};
 
 /// Takes or renews the compaction lease: true when this run holds it.
 async fn take_lease(fleet: &Fleet, now: i64) -> bool {
@@ -106,16 +107,20 @@ async fn delete_under(fleet: &Fleet, prefix: &object_store::path::Path) {
 }
 
 /// Compacts old buckets (see [`crate::fleet::persist::buckets::plan`]) when this run holds the lease,
-/// and deletes raw telemetry past its retention.
+/// deletes raw telemetry past its retention, and (hourly) operator sets no device sent lately.
 pub(crate) async fn compact(fleet: &Fleet, listing: &buckets::Listing, now: i64) {
     use object_store::{ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
     let plan = buckets::plan(listing, now, fleet.config.retention_days);
     let expired = expired_raw_days(fleet, now).await;
-    if plan.merges.is_empty() && plan.deletes.is_empty() && expired.is_empty() {
+    let collect = fleet.telemetry.seen().collection_due(collect::EVERY);
+    if plan.merges.is_empty() && plan.deletes.is_empty() && expired.is_empty() && !collect {
         return;
     }
     if !take_lease(fleet, now).await {
         return;
+    }
+    if collect {
+        collect::operator_sets(fleet, now).await;
     }
     for prefix in &expired {
         delete_under(fleet, prefix).await;

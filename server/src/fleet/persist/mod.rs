@@ -2,7 +2,7 @@
 //! ([`outbox`]) and what this run has seen of the store ([`seen`]), time [`buckets`] and their
 //! keys,
 //! reading stored objects behind limits ([`stored`]), the periodic [`flush`] of this run's
-//! minutes and raw events, [`compact`]ion under a lease, and the raw event log as Parquet
+//! minutes and raw events, [`compact`]ion under a lease (with the [`collect`]ion of unused operator sets), and the raw event log as Parquet
 //! ([`events`]).
 //!
 //! May import `fleet::counts`, `fleet::census`, `fleet::devices`, `fleet::config`, the
@@ -13,6 +13,7 @@
 
 pub mod accepted;
 pub mod buckets;
+pub mod collect;
 pub mod compact;
 pub mod events;
 pub mod flush;

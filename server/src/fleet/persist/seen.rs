@@ -33,6 +33,8 @@ pub struct Seen {
     written_seq: std::sync::atomic::AtomicU64,
     /// When this replica last tried to compact.
     compacted_at: Mutex<Option<Instant>>,
+    /// When this replica last collected unused operator sets.
+    collected_at: Mutex<Option<Instant>>,
 }
 
 impl Seen {
@@ -62,13 +64,13 @@ impl Seen {
 
     /// True (and noted) when `every` has passed since the last compaction attempt.
     pub fn compaction_due(&self, every: std::time::Duration) -> bool {
-        let mut last = ferry_shared::sync::lock(&self.compacted_at);
-        let now = Instant::now();
-        if last.is_some_and(|t| now.duration_since(t) < every) {
-            return false;
-        }
-        *last = Some(now);
-        true
+        due(&self.compacted_at, every)
+    }
+
+    /// True (and noted) when `every` has passed since the last collection of operator sets
+    /// (or none was made this run).
+    pub fn collection_due(&self, every: std::time::Duration) -> bool {
+        due(&self.collected_at, every)
     }
 
     /// Calls `f` with the view and the objects written since, under the `written` lock (taken
@@ -90,4 +92,15 @@ impl Seen {
             }
         });
     }
+}
+
+/// True (and noted in `last`) when `every` has passed since `last`, or it is unset.
+fn due(last: &Mutex<Option<Instant>>, every: std::time::Duration) -> bool {
+    let mut last = ferry_shared::sync::lock(last);
+    let now = Instant::now();
+    if last.is_some_and(|t| now.duration_since(t) < every) {
+        return false;
+    }
+    *last = Some(now);
+    true
 }
