@@ -305,17 +305,11 @@ pub async fn post_telemetry(
             &|e| receipts.verifies(e),
             addr,
         );
-        // Encoded here, on the ingest threads; the journal's writer only appends.
-        let json = if worker.fleet().journal.get().is_some() && !accepted.events.is_empty() {
-            serde_json::to_vec(&accepted).map_err(ApiError::internal)?
-        } else {
-            Vec::new()
-        };
-        Ok((report, accepted, json))
+        Ok((report, accepted))
     })
     .await
     .map_err(ApiError::internal)??;
-    let (report, accepted, json) = report;
+    let (report, accepted) = report;
     // Receipted events that weigh in vouch for the name of the SDK that sent them.
     if report.weighed
         && let Some(sdk) = ferry_shared::wire::protocol::Sdk::from_header(
@@ -329,7 +323,7 @@ pub async fn post_telemetry(
     // Accepted means durable: answered only once the journal holds the batch (then counted).
     if !accepted.events.is_empty() {
         match state.fleet().journal.get() {
-            Some(journal) => journal.commit(accepted, json).await.map_err(|why| {
+            Some(journal) => journal.commit(accepted).await.map_err(|why| {
                 ApiError::new(
                     ErrorCode::StorageUnavailable,
                     format!("{why}; nothing was kept: send the events again"),

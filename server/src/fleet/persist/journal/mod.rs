@@ -42,7 +42,6 @@ pub struct Hooks {
 }
 
 struct Job {
-    json: Vec<u8>,
     batch: Accepted,
     reply: tokio::sync::oneshot::Sender<Result<(), String>>,
 }
@@ -134,13 +133,14 @@ impl Journal {
         &self.writer
     }
 
-    /// Makes `batch` (encoded as `json`) durable, then counts it; `Err` says why it could not
-    /// be written (nothing was counted: the sender keeps its events and sends them again).
-    pub async fn commit(&self, batch: Accepted, json: Vec<u8>) -> Result<(), String> {
+    /// Makes `batch` durable, then counts it; `Err` says why it could not be written (nothing
+    /// was counted: the sender keeps its events and sends them again). The writer thread
+    /// encodes it, off the threads that parse and validate telemetry.
+    pub async fn commit(&self, batch: Accepted) -> Result<(), String> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let sent = ferry_shared::sync::lock(&self.tx)
             .as_ref()
-            .is_some_and(|tx| tx.send(Job { json, batch, reply }).is_ok());
+            .is_some_and(|tx| tx.send(Job { batch, reply }).is_ok());
         if !sent {
             return Err("the telemetry journal is closed (the server is stopping)".into());
         }
@@ -241,6 +241,11 @@ impl Drop for Journal {
     }
 }
 
+/// About the bytes `batch` takes in the journal (how many batches one write takes).
+fn estimate(batch: &Accepted) -> usize {
+    64 + batch.events.len() * 512
+}
+
 /// The writer thread: takes every job waiting (up to [`GROUP_BYTES`]), appends their records
 /// with one write (and one fdatasync), then counts them in order and answers each.
 fn write_loop(
@@ -253,13 +258,15 @@ fn write_loop(
 ) {
     let mut seq = 0u64;
     let mut file: Option<(std::fs::File, u64)> = None;
+    // One buffer for every group: a fresh one each time costs page faults on every write.
+    let mut out: Vec<u8> = Vec::new();
     while let Ok(first) = rx.recv() {
         let mut jobs = vec![first];
-        let mut bytes = jobs[0].json.len();
+        let mut bytes = estimate(&jobs[0].batch);
         while bytes < GROUP_BYTES {
             match rx.try_recv() {
                 Ok(j) => {
-                    bytes += j.json.len();
+                    bytes += estimate(&j.batch);
                     jobs.push(j);
                 }
                 Err(_) => break,
@@ -293,13 +300,26 @@ fn write_loop(
         let Some((f, len)) = file.as_mut() else {
             continue;
         };
-        let mut out = Vec::with_capacity(bytes + jobs.len() * 32);
+        out.clear();
+        out.reserve(bytes + jobs.len() * segment::HEADER);
         let mut placed = Vec::with_capacity(jobs.len());
-        for (i, j) in jobs.iter().enumerate() {
-            let s = seq + 1 + i as u64;
+        let mut kept = Vec::with_capacity(jobs.len());
+        let mut next = seq;
+        for j in jobs {
             let minute = (hooks.minute)();
-            segment::frame(&mut out, s, minute, &j.json);
-            placed.push((s, minute));
+            if let Err(e) = segment::frame_batch(&mut out, next + 1, minute, &j.batch) {
+                let _ = j
+                    .reply
+                    .send(Err(format!("telemetry could not be encoded: {e}")));
+                continue;
+            }
+            next += 1;
+            placed.push((next, minute));
+            kept.push(j);
+        }
+        let jobs = kept;
+        if jobs.is_empty() {
+            continue;
         }
         if let Err(e) = segment::append(f, *len, &out, sync) {
             let why = format!("telemetry could not be written to the journal: {e}");
@@ -312,6 +332,10 @@ fn write_loop(
             continue;
         }
         *len += out.len() as u64;
+        // A group far larger than usual does not keep its memory.
+        if out.capacity() > GROUP_BYTES {
+            out = Vec::new();
+        }
         for (j, (s, minute)) in jobs.into_iter().zip(placed) {
             // The record is durable: whatever counting it does, it is answered (a replay after
             // a restart counts it if this did not).

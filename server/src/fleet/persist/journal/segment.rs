@@ -19,7 +19,8 @@ use crate::fleet::persist::accepted::Accepted;
 
 /// Largest record read back (a batch is at most the telemetry body limit, re-encoded).
 const MAX_RECORD: usize = 64 << 20;
-const HEADER: usize = 4 + 8 + 8 + 8;
+/// Bytes before a record's batch: its length, number, minute and checksum.
+pub const HEADER: usize = 4 + 8 + 8 + 8;
 
 /// One record read back.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,14 +42,40 @@ fn checksum(seq: u64, minute: i64, json: &[u8]) -> u64 {
     h.finish()
 }
 
-/// Appends one record's bytes to `out`.
+/// Appends one record's bytes to `out`: `json`, the batch as encoded.
 pub fn frame(out: &mut Vec<u8>, seq: u64, minute: i64, json: &[u8]) {
-    let len = u32::try_from(json.len()).unwrap_or(u32::MAX);
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&seq.to_le_bytes());
-    out.extend_from_slice(&minute.to_le_bytes());
-    out.extend_from_slice(&checksum(seq, minute, json).to_le_bytes());
+    let start = out.len();
+    out.extend_from_slice(&[0u8; HEADER]);
     out.extend_from_slice(json);
+    seal(out, start, seq, minute);
+}
+
+/// Appends one record of `batch` to `out`, encoding it there (no copy of its own). `Err`
+/// when it cannot be encoded (then `out` is as it was).
+pub fn frame_batch(
+    out: &mut Vec<u8>,
+    seq: u64,
+    minute: i64,
+    batch: &Accepted,
+) -> Result<(), serde_json::Error> {
+    let start = out.len();
+    out.extend_from_slice(&[0u8; HEADER]);
+    if let Err(e) = serde_json::to_writer(&mut *out, batch) {
+        out.truncate(start);
+        return Err(e);
+    }
+    seal(out, start, seq, minute);
+    Ok(())
+}
+
+/// Fills the header of the record that starts at `start` of `out` and runs to its end.
+fn seal(out: &mut [u8], start: usize, seq: u64, minute: i64) {
+    let (head, json) = out[start..].split_at_mut(HEADER);
+    let len = u32::try_from(json.len()).unwrap_or(u32::MAX);
+    head[..4].copy_from_slice(&len.to_le_bytes());
+    head[4..12].copy_from_slice(&seq.to_le_bytes());
+    head[12..20].copy_from_slice(&minute.to_le_bytes());
+    head[20..28].copy_from_slice(&checksum(seq, minute, json).to_le_bytes());
 }
 
 /// What reading a segment found.
@@ -171,6 +198,19 @@ mod tests {
             network: 7,
             events: Vec::with_capacity(n),
         }
+    }
+
+    #[test]
+    fn a_batch_encoded_in_place_is_the_record_of_its_json() {
+        let b = batch(0);
+        let mut in_place = b"earlier bytes".to_vec();
+        frame_batch(&mut in_place, 3, 120, &b).expect("encode");
+        let mut copied = b"earlier bytes".to_vec();
+        frame(&mut copied, 3, 120, &serde_json::to_vec(&b).expect("json"));
+        assert_eq!(in_place, copied);
+        let r = read(&in_place[13..]);
+        assert_eq!(r.records.len(), 1);
+        assert_eq!(r.torn, 0);
     }
 
     #[test]
