@@ -342,23 +342,27 @@ async fn runtime_operators(
                     ),
                 ));
             }
-            Some(
-                state
-                    .operator_sets()
-                    .remember(
-                        state.store(),
-                        list,
-                        device.model.as_str(),
-                        crate::fleet::intake::limits::IpKey::of(peer),
-                    )
-                    .await,
-            )
+            let (set, how) = state
+                .operator_sets()
+                .remember(
+                    state.store(),
+                    list,
+                    device.model.as_str(),
+                    crate::fleet::intake::limits::IpKey::of(peer),
+                )
+                .await;
+            state.metrics().operator_set(how.label());
+            Some(set)
         }
         (None, Some(d)) => match state.operator_sets().cached(d) {
-            Some(set) => Some(set),
+            Some(set) => {
+                state.metrics().operator_set("known");
+                Some(set)
+            }
             // A digest not in memory may cost a store read and an answer signed for it alone:
             // bounded per address (made-up digests cannot make every resolve that expensive).
             None if !state.allow_digest_lookup(peer) => {
+                state.metrics().operator_set("limited");
                 return Err(ApiError::new(
                     ErrorCode::RateLimited,
                     format!(
@@ -369,7 +373,13 @@ async fn runtime_operators(
                     ),
                 ));
             }
-            None => state.operator_sets().lookup(state.store(), d).await,
+            None => {
+                let found = state.operator_sets().lookup(state.store(), d).await;
+                state
+                    .metrics()
+                    .operator_set(if found.is_some() { "found" } else { "unknown" });
+                found
+            }
         },
         (None, None) => return Ok((None, false)),
     };

@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use ferry_shared::ModelName;
 use ferry_shared::select::Preference;
@@ -55,32 +55,69 @@ pub struct Settings {
 pub enum RequestLog {
     /// Every request.
     All,
-    /// Every failed (4xx, 5xx), slow (over 1 s) or admin request, and one in
-    /// [`REQUEST_LOG_SAMPLE`] of the others (the default: a fleet's resolves would otherwise
-    /// be most of the log).
+    /// Every server error (5xx), slow (over 1 s) or admin request, client errors (4xx) up to
+    /// [`CLIENT_ERROR_LINES_PER_SECOND`], and one in [`REQUEST_LOG_SAMPLE`] of the others (the
+    /// default: a fleet's resolves would otherwise be most of the log).
     #[default]
     Sampled,
-    /// Failed, slow and admin requests only.
+    /// Server errors, slow and admin requests, and client errors up to
+    /// [`CLIENT_ERROR_LINES_PER_SECOND`], only.
     Errors,
 }
 
 /// One in this many ordinary requests is logged under [`RequestLog::Sampled`].
 pub const REQUEST_LOG_SAMPLE: u64 = 100;
 
+/// Most access-log lines of client errors (4xx) written a second under [`RequestLog::Sampled`]
+/// and [`RequestLog::Errors`]: a client that sends bad requests on purpose cannot fill the
+/// disk with log lines. The rest are counted (`ferry_request_log_lines_dropped_total`) and one
+/// warning a second says how many were left out.
+pub const CLIENT_ERROR_LINES_PER_SECOND: u32 = 20;
+
 /// True when a request to `route` that answered `status` in `secs` is logged at INFO under
-/// `level`; `seq` numbers the ordinary requests (called only for them).
+/// `level`; `seq` numbers the ordinary requests (called only for them), `budget` says whether
+/// a client error's line fits this second (called only for them).
 fn request_logged(
     level: RequestLog,
     route: &str,
     status: u16,
     secs: f64,
     seq: impl FnOnce() -> u64,
+    budget: impl FnOnce() -> bool,
 ) -> bool {
     match level {
         RequestLog::All => true,
-        _ if status >= 400 || secs >= 1.0 || route.starts_with("/v1/admin") => true,
+        _ if status >= 500 || secs >= 1.0 || route.starts_with("/v1/admin") => true,
+        _ if status >= 400 => budget(),
         RequestLog::Sampled => seq().is_multiple_of(REQUEST_LOG_SAMPLE),
         RequestLog::Errors => false,
+    }
+}
+
+/// The client-error lines written in the current second, and those left out.
+#[derive(Debug, Default)]
+struct LogBudget {
+    /// (the second, lines written in it, lines left out since the last report).
+    state: Mutex<(u64, u32, u64)>,
+}
+
+impl LogBudget {
+    /// Whether one more line fits second `now`, and how many lines were left out in the
+    /// seconds before it (reported once, when a new second starts).
+    fn take(&self, now: u64) -> (bool, u64) {
+        let mut s = ferry_shared::sync::lock(&self.state);
+        let mut report = 0;
+        if s.0 != now {
+            report = s.2;
+            *s = (now, 0, 0);
+        }
+        if s.1 < CLIENT_ERROR_LINES_PER_SECOND {
+            s.1 += 1;
+            (true, report)
+        } else {
+            s.2 += 1;
+            (false, report)
+        }
     }
 }
 
@@ -92,10 +129,17 @@ mod log_tests {
     fn the_sampled_log_keeps_failures_slow_and_admin_requests_and_one_in_100_others() {
         let mut n = 0u64;
         let mut logged = |level, route: &str, status, secs| {
-            request_logged(level, route, status, secs, || {
-                n += 1;
-                n - 1
-            })
+            request_logged(
+                level,
+                route,
+                status,
+                secs,
+                || {
+                    n += 1;
+                    n - 1
+                },
+                || true,
+            )
         };
         let ordinary = (0..1000)
             .filter(|_| logged(RequestLog::Sampled, "/v1/resolve", 200, 0.001))
@@ -112,6 +156,42 @@ mod log_tests {
         }
         assert!(!logged(RequestLog::Errors, "/v1/resolve", 200, 0.001));
         assert!(logged(RequestLog::All, "/v1/resolve", 200, 0.001));
+    }
+
+    #[test]
+    fn client_error_lines_are_bounded_a_second_and_the_rest_reported() {
+        let b = LogBudget::default();
+        let written = (0..1000).filter(|_| b.take(7).0).count();
+        assert_eq!(written, CLIENT_ERROR_LINES_PER_SECOND as usize);
+        assert_eq!(
+            b.take(8),
+            (true, 1000 - 20),
+            "the next second reports the rest"
+        );
+        assert_eq!(b.take(8), (true, 0));
+        // Server errors, slow and admin requests never wait for the budget.
+        for (route, status, secs) in [
+            ("/v1/resolve", 503, 0.0),
+            ("/v1/resolve", 404, 1.5),
+            ("/v1/admin/models/{model}/rollout", 401, 0.0),
+        ] {
+            assert!(request_logged(
+                RequestLog::Errors,
+                route,
+                status,
+                secs,
+                || 0,
+                || false
+            ));
+        }
+        assert!(!request_logged(
+            RequestLog::Sampled,
+            "/v1/resolve",
+            429,
+            0.0,
+            || 0,
+            || false
+        ));
     }
 }
 
@@ -149,6 +229,8 @@ pub struct AppState {
     request_counter: AtomicU64,
     /// Ordinary requests seen by the sampled access log.
     logged_requests: AtomicU64,
+    /// Client-error log lines this second.
+    log_budget: LogBudget,
     request_prefix: String,
     started: std::time::Instant,
     catalog_reloaded_ms: AtomicU64,
@@ -223,6 +305,7 @@ impl AppState {
             digest_limiter,
             request_counter: AtomicU64::new(0),
             logged_requests: AtomicU64::new(0),
+            log_budget: LogBudget::default(),
             started: std::time::Instant::now(),
             catalog_reloaded_ms: AtomicU64::new(0),
             request_prefix: hex::encode(prefix),
@@ -304,9 +387,30 @@ impl AppState {
     /// line at INFO ([`RequestLog`]).
     pub fn log_request(&self, route: &str, status: u16, secs: f64) -> bool {
         let level = self.settings.request_log;
-        request_logged(level, route, status, secs, || {
-            self.logged_requests.fetch_add(1, Ordering::Relaxed)
-        })
+        request_logged(
+            level,
+            route,
+            status,
+            secs,
+            || self.logged_requests.fetch_add(1, Ordering::Relaxed),
+            || {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                let (fits, left_out) = self.log_budget.take(now);
+                if left_out > 0 {
+                    tracing::warn!(
+                        "{left_out} access-log lines of client errors (4xx) left out: more \
+                         than {CLIENT_ERROR_LINES_PER_SECOND} a second \
+                         (ferry_http_requests_total counts every request)"
+                    );
+                }
+                if !fits {
+                    self.fleet.metrics.log_lines_dropped(1);
+                }
+                fits
+            },
+        )
     }
 
     /// The client of `req`: its peer, or the client a trusted proxy names

@@ -68,6 +68,8 @@ pub struct Metrics {
     durations: Family<RouteLabels, Histogram, fn() -> Histogram>,
     resolves: Family<OutcomeLabels, Counter>,
     fresh_decisions: Family<OutcomeLabels, Counter>,
+    operator_sets: Family<OutcomeLabels, Counter>,
+    log_lines_dropped: Counter,
     signed_times: Family<OutcomeLabels, Counter>,
     publishes: Family<OutcomeLabels, Counter>,
     telemetry_events: Family<OutcomeLabels, Counter>,
@@ -127,6 +129,8 @@ impl Default for Metrics {
             ),
             resolves: Family::<OutcomeLabels, Counter>::default(),
             fresh_decisions: Family::<OutcomeLabels, Counter>::default(),
+            operator_sets: Family::<OutcomeLabels, Counter>::default(),
+            log_lines_dropped: Counter::default(),
             signed_times: Family::<OutcomeLabels, Counter>::default(),
             publishes: Family::<OutcomeLabels, Counter>::default(),
             telemetry_events: Family::<OutcomeLabels, Counter>::default(),
@@ -176,6 +180,16 @@ impl Metrics {
             "ferry_fresh_decisions",
             "Resolves that asked for a decision of their own (a nonce): signed, or refused by the per-address limit",
             self.fresh_decisions.clone(),
+        );
+        registry.register(
+            "ferry_operator_sets",
+            "Operator sets and digests in resolves, by outcome: known (in memory), found or unknown (a store read), limited (the per-address limit on unknown digests), stored, or not stored because an hourly allowance (address_allowance_spent, model_allowance_spent) is used up",
+            self.operator_sets.clone(),
+        );
+        registry.register(
+            "ferry_request_log_lines_dropped",
+            "Access-log lines of client errors (4xx) not written because more than the log's budget a second came",
+            self.log_lines_dropped.clone(),
         );
         registry.register(
             "ferry_signed_times",
@@ -314,6 +328,18 @@ impl Metrics {
         self.fresh_decisions
             .get_or_create(&OutcomeLabels { outcome })
             .inc();
+    }
+
+    /// Counts one operator set or digest a resolve carried, by outcome (see the metric's help).
+    pub fn operator_set(&self, outcome: &'static str) {
+        self.operator_sets
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    /// Counts access-log lines of client errors left out over the budget.
+    pub fn log_lines_dropped(&self, n: u64) {
+        self.log_lines_dropped.inc_by(n);
     }
 
     /// Counts one request for the signed time (`signed` or `limited`).

@@ -64,6 +64,32 @@ struct Budget {
     per_address: HashMap<IpKey, u32>,
 }
 
+/// What [`OperatorSets::remember`] did with a list (the outcome in
+/// `ferry_operator_sets_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Remembered {
+    /// The set was in memory already.
+    Known,
+    /// Stored (or found stored by another replica) and kept in memory.
+    Stored,
+    /// Not stored: the sender's address brought its hourly allowance of new sets.
+    AddressSpent,
+    /// Not stored: the model's hourly allowance of new sets is used up.
+    ModelSpent,
+}
+
+impl Remembered {
+    /// Its metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Known => "known",
+            Self::Stored => "stored",
+            Self::AddressSpent => "address_allowance_spent",
+            Self::ModelSpent => "model_allowance_spent",
+        }
+    }
+}
+
 /// The sets in memory and the bytes their names take.
 #[derive(Debug, Default)]
 struct Known {
@@ -128,15 +154,15 @@ impl OperatorSets {
         operators: &[String],
         model: &str,
         address: IpKey,
-    ) -> Arc<BTreeSet<String>> {
+    ) -> (Arc<BTreeSet<String>>, Remembered) {
         let normal =
             ferry_shared::select::operators::normalize(operators.iter().map(String::as_str));
         let d = ferry_shared::select::operators::digest(&normal);
         if let Some(set) = ferry_shared::sync::lock(&self.known).sets.get(&d) {
-            return set.clone();
+            return (set.clone(), Remembered::Known);
         }
-        if !self.take_store_budget(model, address) {
-            return Arc::new(normal.into_iter().collect());
+        if let Err(spent) = self.take_store_budget(model, address) {
+            return (Arc::new(normal.into_iter().collect()), spent);
         }
         let stored = StoredSet {
             format: 1,
@@ -160,12 +186,12 @@ impl OperatorSets {
             }
         }
         ferry_shared::sync::lock(&self.misses).remove(&d);
-        self.keep(d, normal)
+        (self.keep(d, normal), Remembered::Stored)
     }
 
-    /// Takes one new set from this hour's allowances of `model` and `address`; false when
-    /// either is spent.
-    fn take_store_budget(&self, model: &str, address: IpKey) -> bool {
+    /// Takes one new set from this hour's allowances of `model` and `address`; `Err` says
+    /// which is spent. The first time a model's is in an hour, a warning says so.
+    fn take_store_budget(&self, model: &str, address: IpKey) -> Result<(), Remembered> {
         let mut b = ferry_shared::sync::lock(&self.stored);
         let now = Instant::now();
         if b.start
@@ -178,15 +204,25 @@ impl OperatorSets {
         }
         let by_address = b.per_address.get(&address).copied().unwrap_or(0);
         let by_model = b.per_model.get(model).copied().unwrap_or(0);
+        if by_model >= NEW_SETS_PER_MODEL_PER_HOUR {
+            if by_model == NEW_SETS_PER_MODEL_PER_HOUR {
+                tracing::warn!(
+                    "{model}: {NEW_SETS_PER_MODEL_PER_HOUR} new operator sets stored this hour, \
+                     the most a replica stores; further lists serve their own answer only \
+                     until the hour turns (ferry_operator_sets_total)"
+                );
+                b.per_model.insert(model.to_string(), by_model + 1);
+            }
+            return Err(Remembered::ModelSpent);
+        }
         if by_address >= NEW_SETS_PER_ADDRESS_PER_HOUR
-            || by_model >= NEW_SETS_PER_MODEL_PER_HOUR
             || (by_address == 0 && b.per_address.len() >= MAX_ADDRESSES)
         {
-            return false;
+            return Err(Remembered::AddressSpent);
         }
         b.per_address.insert(address, by_address + 1);
         b.per_model.insert(model.to_string(), by_model + 1);
-        true
+        Ok(())
     }
 
     fn keep(&self, d: Sha256Digest, operators: Vec<String>) -> Arc<BTreeSet<String>> {
@@ -242,13 +278,19 @@ mod tests {
         // Many addresses, each with its allowance: the model's allowance ends it.
         for i in 0..(NEW_SETS_PER_MODEL_PER_HOUR as usize + 10) {
             let from = address((i / per) as u32);
-            let set = sets.remember(&store, &list(i), "m", from).await;
+            let (set, _) = sets.remember(&store, &list(i), "m", from).await;
             assert!(
                 set.contains("aten::add.out"),
                 "each list serves its own answer"
             );
         }
         assert_eq!(stored(&store).await, NEW_SETS_PER_MODEL_PER_HOUR as usize);
+        assert_eq!(
+            sets.remember(&store, &list(90_000), "m", address(8_888))
+                .await
+                .1,
+            Remembered::ModelSpent
+        );
         // A stored set is found again by another replica (a fresh memory).
         let other = OperatorSets::default();
         let d = ferry_shared::select::operators::digest(&list(0));
@@ -272,10 +314,21 @@ mod tests {
         let store: Store = Arc::new(object_store::memory::InMemory::new());
         let sets = OperatorSets::default();
         let flood = address(1);
+        let mut outcomes = std::collections::BTreeMap::new();
         for i in 0..1000 {
-            sets.remember(&store, &list(i), "m", flood).await;
+            let (_, how) = sets.remember(&store, &list(i), "m", flood).await;
+            *outcomes.entry(how.label()).or_insert(0) += 1;
         }
         assert_eq!(stored(&store).await, NEW_SETS_PER_ADDRESS_PER_HOUR as usize);
+        assert_eq!(outcomes["stored"], NEW_SETS_PER_ADDRESS_PER_HOUR);
+        assert_eq!(
+            outcomes["address_allowance_spent"],
+            1000 - NEW_SETS_PER_ADDRESS_PER_HOUR
+        );
+        assert_eq!(
+            sets.remember(&store, &list(0), "m", flood).await.1,
+            Remembered::Known
+        );
         // A real device's new set, from its own address, is still stored.
         sets.remember(&store, &list(5_000), "m", address(2)).await;
         let d = ferry_shared::select::operators::digest(&list(5_000));

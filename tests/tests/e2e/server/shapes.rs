@@ -128,4 +128,32 @@ fn made_up_operator_digests_are_limited_per_address_and_known_ones_are_not() {
     let (s, r) = app.resolve(&request(&real, false), false);
     assert_eq!(s, 200, "{r}");
     assert!(r.get("operators_wanted").is_none_or(|w| w == false), "{r}");
+    // An operator sees each outcome.
+    let metrics = app.metrics();
+    for line in [
+        r#"ferry_operator_sets_total{outcome="stored"} 1"#,
+        r#"ferry_operator_sets_total{outcome="unknown"} 5"#,
+        r#"ferry_operator_sets_total{outcome="limited"} 1"#,
+        r#"ferry_operator_sets_total{outcome="known"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "{line}: {metrics}");
+    }
+}
+
+#[test]
+fn a_flood_of_bad_requests_gets_a_bounded_number_of_log_lines() {
+    let app = TestApp::start();
+    for _ in 0..100 {
+        let (s, _) = app.post_raw("/v1/resolve", b"[1, 2, 3]", None);
+        assert_eq!(s, 400);
+    }
+    let metrics = app.metrics();
+    let dropped = metrics
+        .lines()
+        .find(|l| l.starts_with("ferry_request_log_lines_dropped_total"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|n| n.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    // 100 requests take at most a few seconds here: at most 20 lines in each.
+    assert!(dropped >= 40.0, "{dropped}: {metrics}");
 }
