@@ -55,7 +55,8 @@ pub struct Settings {
 pub enum RequestLog {
     /// Every request.
     All,
-    /// Every server error (5xx), slow (over 1 s) or admin request, client errors (4xx) up to
+    /// Every server error (5xx), slow (over 1 s) or successful admin request, client errors
+    /// (4xx, admin ones too) up to
     /// [`CLIENT_ERROR_LINES_PER_SECOND`], and one in [`REQUEST_LOG_SAMPLE`] of the others (the
     /// default: a fleet's resolves would otherwise be most of the log).
     #[default]
@@ -87,8 +88,11 @@ fn request_logged(
 ) -> bool {
     match level {
         RequestLog::All => true,
-        _ if status >= 500 || secs >= 1.0 || route.starts_with("/v1/admin") => true,
+        _ if status >= 500 || secs >= 1.0 => true,
+        // Admin calls that failed (a missing or wrong token) are client errors like any other:
+        // anyone can send them.
         _ if status >= 400 => budget(),
+        _ if route.starts_with("/v1/admin") => true,
         RequestLog::Sampled => seq().is_multiple_of(REQUEST_LOG_SAMPLE),
         RequestLog::Errors => false,
     }
@@ -169,11 +173,20 @@ mod log_tests {
             "the next second reports the rest"
         );
         assert_eq!(b.take(8), (true, 0));
-        // Server errors, slow and admin requests never wait for the budget.
+        // Server errors, slow requests and admin calls that succeeded never wait for the
+        // budget; an admin call refused (no token) does.
+        assert!(!request_logged(
+            RequestLog::Sampled,
+            "/v1/admin/models/{model}/rollout",
+            401,
+            0.0,
+            || 0,
+            || false
+        ));
         for (route, status, secs) in [
             ("/v1/resolve", 503, 0.0),
             ("/v1/resolve", 404, 1.5),
-            ("/v1/admin/models/{model}/rollout", 401, 0.0),
+            ("/v1/admin/models/{model}/rollout", 200, 0.0),
         ] {
             assert!(request_logged(
                 RequestLog::Errors,

@@ -73,7 +73,7 @@ fn clients(
         }
     };
     println!(
-        "{} resolved {model} {window} (estimated distinct install ids)",
+        "{} resolved {model} {window}; estimated from distinct install ids",
         devices(total)
     );
     println!();
@@ -108,8 +108,9 @@ fn clients(
         .any(|r| r["sdk"] == "other");
     if other {
         println!(
-            "other: SDKs not yet named by receipted telemetry from enough client networks \
-             (telemetry.census_min_networks), or past the rows kept (docs/telemetry.md)"
+            "other: devices of SDKs that no receipted telemetry from enough client networks \
+             named yet when they resolved (telemetry.census_min_networks), and, in the last \
+             row, the rows past the first 20 (docs/protocol.md)"
         );
     }
     let legacy = clients["by_protocol"]

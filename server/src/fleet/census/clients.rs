@@ -108,13 +108,21 @@ pub fn note_vouch(sdks: &mut BTreeMap<String, Devices>, sdk: &str, network: u64)
 }
 
 /// Adds the vouching networks `from` into `into`, holding at most [`MAX_VOUCHED_NAMES`] four
-/// times over (a merge of many minutes).
+/// times over (a merge of many minutes): past that, the names with the fewest networks go, so
+/// made-up names (one network each) never crowd out one that networks vouched for.
 pub fn merge_vouches(into: &mut BTreeMap<String, Devices>, from: &BTreeMap<String, Devices>) {
     for (k, d) in from {
-        if let Some(to) = into.get_mut(k) {
-            to.merge(d);
-        } else if into.len() < MAX_VOUCHED_NAMES * 4 {
-            into.insert(k.clone(), d.clone());
+        into.entry(k.clone()).or_default().merge(d);
+    }
+    let cap = MAX_VOUCHED_NAMES * 4;
+    if into.len() > cap {
+        let mut by_networks: Vec<(usize, String)> = into
+            .iter()
+            .map(|(k, d)| (d.estimate(), k.clone()))
+            .collect();
+        by_networks.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        for (_, k) in by_networks.into_iter().skip(cap) {
+            into.remove(&k);
         }
     }
 }
@@ -283,5 +291,13 @@ mod tests {
             merge_vouches(&mut all, &minute);
         }
         assert_eq!(all.len(), MAX_VOUCHED_NAMES * 4);
+        // A name networks vouched for survives a merge full of made-up ones.
+        let mut real = BTreeMap::new();
+        for n in 0..3 {
+            note_vouch(&mut real, "zz-real/1", 100 + n);
+        }
+        merge_vouches(&mut all, &real);
+        assert_eq!(all.len(), MAX_VOUCHED_NAMES * 4);
+        assert!(all.contains_key("zz-real/1"));
     }
 }

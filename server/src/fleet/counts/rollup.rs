@@ -359,7 +359,16 @@ pub struct Rollup {
     /// what vouches for a name in the client census (fleet-wide, not per model).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub sdks: BTreeMap<String, Devices>,
+    /// The operator digests (hex) devices sent and the server knew, whatever the runtime
+    /// census folded: what keeps a stored set from being collected
+    /// (`fleet::persist::collect`). At most [`MAX_DIGESTS`] (four times that merged).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub operator_digests: std::collections::BTreeSet<String>,
 }
+
+/// Most operator digests one rollup notes (a replica keeps 4,096 sets in memory, and a stored
+/// set needs a device in only one bucket of its window to stay).
+pub const MAX_DIGESTS: usize = 4096;
 
 /// A device clock further than this from the server's time (seconds) counts as skewed: the
 /// 5 minutes of skew a decision's issue time is allowed.
@@ -433,6 +442,19 @@ impl Rollup {
             merge_devices(&mut self.runtimes, m, runtimes);
         }
         crate::fleet::census::clients::merge_vouches(&mut self.sdks, &o.sdks);
+        for d in &o.operator_digests {
+            if self.operator_digests.len() >= MAX_DIGESTS * 4 {
+                break;
+            }
+            self.operator_digests.insert(d.clone());
+        }
+    }
+
+    /// Notes that a device sent the operator digest `digest` (hex) and it was known.
+    pub fn note_digest(&mut self, digest: &str) {
+        if self.operator_digests.len() < MAX_DIGESTS || self.operator_digests.contains(digest) {
+            self.operator_digests.insert(digest.to_string());
+        }
     }
 
     /// Adds `o`'s counts of `model` only into `self`.

@@ -26,7 +26,7 @@ use time::OffsetDateTime;
 
 use crate::fleet::census::ResolveNote;
 use crate::fleet::census::clients::{self, Vouched};
-use crate::fleet::config::{SDK_NAMES_PER_ADDRESS_PER_HOUR, TelemetryConfig};
+use crate::fleet::config::{SDK_NAMES_PER_NETWORK_PER_HOUR, TelemetryConfig};
 use crate::fleet::counts::rollup::Rollup;
 use crate::fleet::devices::hash_id;
 use crate::fleet::intake::evidence::EvidenceGate;
@@ -355,6 +355,9 @@ impl Telemetry {
         let at = cohorts.entry(minute).or_default();
         if let Some(runtime) = note.runtime {
             crate::fleet::census::runtimes::note(&mut at.runtimes, note.model, runtime, id);
+            if let Some((_, digest)) = runtime.split_once(' ') {
+                at.note_digest(digest);
+            }
         }
         if let Some(client) = note.client {
             let client = self.vouched.fold(client);
@@ -380,8 +383,7 @@ impl Telemetry {
         }
         let now = OffsetDateTime::now_utc();
         let hour = Level::Hour.floor(now.unix_timestamp());
-        if !lock(&self.evidence).vouches(IpKey::of(from), sdk, hour, SDK_NAMES_PER_ADDRESS_PER_HOUR)
-        {
+        if !lock(&self.evidence).vouches(from, sdk, hour, SDK_NAMES_PER_NETWORK_PER_HOUR) {
             return;
         }
         let minute = self.outbox.minute_of(now);

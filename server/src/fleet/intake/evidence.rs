@@ -30,8 +30,9 @@ pub(crate) struct EvidenceGate {
     pairs: HashSet<u64>,
     /// Installs admitted per address this hour.
     per_address: HashMap<IpKey, u32>,
-    /// SDK names (hashed) each address vouched for this hour (see [`EvidenceGate::vouches`]).
-    names: HashMap<IpKey, Vec<u64>>,
+    /// SDK names (hashed) each client network vouched for this hour (see
+    /// [`EvidenceGate::vouches`]).
+    names: HashMap<u64, Vec<u64>>,
     hasher: std::collections::hash_map::RandomState,
 }
 
@@ -66,26 +67,27 @@ impl EvidenceGate {
         true
     }
 
-    /// True when `address` may vouch for SDK name `sdk` in `hour`: it did already this hour,
-    /// or it vouched for fewer than `allowance` names (an unknown address always may). Held
-    /// for at most [`MAX_PAIRS`] / 8 addresses an hour (then no new address vouches until
-    /// the hour turns).
+    /// True when the client network of `address` (IPv4 /24, IPv6 /48) may vouch for SDK name
+    /// `sdk` in `hour`: it did already this hour, or it vouched for fewer than `allowance`
+    /// names (an unknown address always may). Held for at most [`MAX_PAIRS`] / 8 networks an
+    /// hour (then no new network vouches until the hour turns).
     pub(crate) fn vouches(
         &mut self,
-        address: IpKey,
+        address: Option<std::net::IpAddr>,
         sdk: &str,
         hour: i64,
         allowance: usize,
     ) -> bool {
-        if address == IpKey::Unknown {
+        if IpKey::of(address) == IpKey::Unknown {
             return true;
         }
         self.turn(hour);
+        let network = IpKey::network(address);
         let name = self.hasher.hash_one(sdk);
-        if !self.names.contains_key(&address) && self.names.len() >= MAX_PAIRS / 8 {
+        if !self.names.contains_key(&network) && self.names.len() >= MAX_PAIRS / 8 {
             return false;
         }
-        let names = self.names.entry(address).or_default();
+        let names = self.names.entry(network).or_default();
         if names.contains(&name) {
             return true;
         }
@@ -145,13 +147,21 @@ mod tests {
     #[test]
     fn an_address_vouches_for_a_few_sdk_names_an_hour() {
         let mut g = EvidenceGate::default();
-        let home = addr("192.0.2.1");
+        let ip = |s: &str| Some(s.parse::<std::net::IpAddr>().expect("ip"));
+        let home = ip("192.0.2.1");
         assert!((0..4).all(|i| g.vouches(home, &format!("sdk-{i}/1"), 10, 4)));
         assert!(!g.vouches(home, "junk/1", 10, 4), "a fifth name is not");
+        assert!(
+            !g.vouches(ip("192.0.2.2"), "junk/1", 10, 4),
+            "nor from another address of the network"
+        );
         assert!(g.vouches(home, "sdk-2/1", 10, 4), "a vouched name again is");
-        assert!(g.vouches(addr("192.0.2.2"), "junk/1", 10, 4));
+        assert!(
+            g.vouches(ip("192.0.3.1"), "junk/1", 10, 4),
+            "another network"
+        );
         assert!(g.vouches(home, "junk/1", 11, 4), "a new hour starts over");
-        assert!((0..100).all(|i| g.vouches(IpKey::Unknown, &format!("x-{i}/1"), 11, 4)));
+        assert!((0..100).all(|i| g.vouches(None, &format!("x-{i}/1"), 11, 4)));
     }
 
     #[test]

@@ -112,16 +112,19 @@ pub(crate) async fn compact(fleet: &Fleet, listing: &buckets::Listing, now: i64)
     use object_store::{ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
     let plan = buckets::plan(listing, now, fleet.config.retention_days);
     let expired = expired_raw_days(fleet, now).await;
-    let collect = fleet.telemetry.seen().collection_due(collect::EVERY);
-    if plan.merges.is_empty() && plan.deletes.is_empty() && expired.is_empty() && !collect {
+    let unused = if fleet.telemetry.seen().collection_due(collect::EVERY) {
+        collect::unused_sets(fleet, now).await
+    } else {
+        Vec::new()
+    };
+    if plan.merges.is_empty() && plan.deletes.is_empty() && expired.is_empty() && unused.is_empty()
+    {
         return;
     }
     if !take_lease(fleet, now).await {
         return;
     }
-    if collect {
-        collect::operator_sets(fleet, now).await;
-    }
+    collect::delete(fleet, &unused).await;
     for prefix in &expired {
         delete_under(fleet, prefix).await;
     }

@@ -161,6 +161,7 @@ async fn write_pending(fleet: &Fleet) {
             && rollup.clocks.is_empty()
             && rollup.runtimes.is_empty()
             && rollup.sdks.is_empty()
+            && rollup.operator_digests.is_empty()
         {
             continue;
         }

@@ -78,8 +78,15 @@ fn sets_no_device_sent_for_30_days_are_collected_and_the_others_kept() {
         ..Default::default()
     });
     app.publish(&mlp_v1());
+    // One host fills the runtime census's 64 keys of this minute with one set under made-up
+    // app versions: what the census shows of later runtimes folds into `other other`.
+    for i in 0..70 {
+        let mut req = request(&recent, false);
+        req["app_version"] = format!("1.0.{i}").into();
+        assert_eq!(app.resolve(&req, false).0, 200);
+    }
     // A device of the first runtime still resolves, with its digest alone: known, and noted
-    // in the runtime census, which reaches the store at the next flush.
+    // as sent, which reaches the store at the next flush.
     let (s, r) = app.resolve(&request(&used, false), false);
     assert_eq!(s, 200, "{r}");
     assert!(r.get("operators_wanted").is_none_or(|w| w == false), "{r}");

@@ -6,7 +6,7 @@
 
 use std::net::IpAddr;
 
-use ferry_server::fleet::config::{SDK_NAMES_PER_ADDRESS_PER_HOUR, TelemetryConfig};
+use ferry_server::fleet::config::{SDK_NAMES_PER_NETWORK_PER_HOUR, TelemetryConfig};
 use ferry_tests::app::{ADMIN_TOKEN, Options, READ_TOKEN, TestApp, mlp_v1};
 use ferry_tests::kit::Event;
 use ferry_tests::releases::profile;
@@ -198,7 +198,7 @@ fn three_networks_vouch_for_a_few_names_an_hour_each() {
     });
     app.publish(&mlp_v1());
     // An attacker with three networks names 10 SDKs from each: only the first names of each
-    // address count (SDK_NAMES_PER_ADDRESS_PER_HOUR), so only those can reach three networks.
+    // address count (SDK_NAMES_PER_NETWORK_PER_HOUR), so only those can reach three networks.
     let sources = ["127.0.4.1", "127.0.5.1", "127.0.6.1"].map(ip);
     for source in sources {
         for i in 0..10 {
@@ -221,10 +221,10 @@ fn three_networks_vouch_for_a_few_names_an_hour_each() {
             resolve_as(sources[0], &app.url(), "probe", &format!("spread-{i}/1.0"));
         }
         let n = labelled(&app.metrics());
-        if n == SDK_NAMES_PER_ADDRESS_PER_HOUR {
+        if n == SDK_NAMES_PER_NETWORK_PER_HOUR {
             break;
         }
-        assert!(n < SDK_NAMES_PER_ADDRESS_PER_HOUR, "{}", app.metrics());
+        assert!(n < SDK_NAMES_PER_NETWORK_PER_HOUR, "{}", app.metrics());
         assert!(std::time::Instant::now() < deadline, "{}", app.metrics());
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
