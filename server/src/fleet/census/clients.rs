@@ -127,8 +127,16 @@ pub fn merge_vouches(into: &mut BTreeMap<String, Devices>, from: &BTreeMap<Strin
     }
 }
 
+/// Named keys (an SDK, not `unknown` or `other`) of protocols other than the current one (`1`)
+/// one rollup keeps per model: a device that claims `Ferry-Protocol: 7` with a real SDK's name
+/// cannot take the rows the real SDK needs.
+pub const MAX_OTHER_PROTOCOL_KEYS: usize = 8;
+
 /// Notes in a rollup's `clients` (model → key → devices) that `device` (a hashed install id)
-/// resolved `model` with `key`.
+/// resolved `model` with `key`. Keys without an SDK name (`PROTOCOL unknown`, `PROTOCOL
+/// other`) are always kept: the protocol labels are a small fixed set. Named keys take from
+/// [`MAX_KEYS_PER_MODEL`], those of a protocol other than `1` also from
+/// [`MAX_OTHER_PROTOCOL_KEYS`]; past either, the SDK folds into `PROTOCOL other`.
 pub fn note(
     clients: &mut BTreeMap<String, BTreeMap<String, Devices>>,
     model: &str,
@@ -136,10 +144,20 @@ pub fn note(
     device: u64,
 ) {
     let keys = clients.entry(model.to_string()).or_default();
-    let key = if keys.contains_key(key) || keys.len() < MAX_KEYS_PER_MODEL {
+    let protocol = key.split_once(' ').map_or(key, |(p, _)| p);
+    let unnamed = |k: &str| k.ends_with(" unknown") || k.ends_with(" other");
+    let kept = if unnamed(key) || keys.contains_key(key) {
+        true
+    } else {
+        let named = keys.keys().filter(|k| !unnamed(k));
+        let (all, other_protocol) = named.fold((0, 0), |(a, o), k| {
+            (a + 1, o + usize::from(!k.starts_with("1 ")))
+        });
+        all < MAX_KEYS_PER_MODEL && (protocol == "1" || other_protocol < MAX_OTHER_PROTOCOL_KEYS)
+    };
+    let key = if kept {
         key.to_string()
     } else {
-        let protocol = key.split_once(' ').map_or(key, |(p, _)| p);
         format!("{protocol} other")
     };
     keys.entry(key).or_default().insert(&device);
@@ -221,7 +239,7 @@ mod tests {
             note(&mut r.clients, "m", &format!("1 sdk-{i}/1"), 5000 + i);
         }
         // Past the bound a key keeps its protocol; only the SDK folds.
-        assert_eq!(r.clients["m"].len(), MAX_KEYS_PER_MODEL + 1);
+        assert_eq!(r.clients["m"].len(), MAX_KEYS_PER_MODEL + 2);
         assert!(r.clients["m"].contains_key("1 other"));
         note(&mut r.clients, "m", "legacy newsdk/1", 9999);
         assert!(r.clients["m"].contains_key("legacy other"));
@@ -245,6 +263,30 @@ mod tests {
             .expect("legacy");
         assert_eq!(legacy["devices"], 101);
         assert_eq!(view(None)["devices"], 0);
+    }
+
+    #[test]
+    fn every_protocol_label_with_a_real_name_cannot_take_the_real_sdks_row() {
+        let mut r = Rollup::default();
+        // One host, first in the minute: every protocol label without an SDK and as `other`,
+        // and the real SDK's name under every protocol but 1.
+        for p in [
+            "legacy", "2", "3", "4", "5", "6", "7", "8", "9", "newer", "invalid", "1",
+        ] {
+            note(&mut r.clients, "m", &format!("{p} unknown"), 1);
+            note(&mut r.clients, "m", &format!("{p} other"), 1);
+            note(&mut r.clients, "m", &format!("{p} acme/2.0"), 1);
+        }
+        // Then the real devices.
+        note(&mut r.clients, "m", "1 acme/2.0", 2);
+        note(&mut r.clients, "m", "1 acme/2.1", 3);
+        assert!(r.clients["m"].contains_key("1 acme/2.0"));
+        assert!(r.clients["m"].contains_key("1 acme/2.1"));
+        let other_protocols = r.clients["m"]
+            .keys()
+            .filter(|k| k.ends_with("acme/2.0") && !k.starts_with("1 "))
+            .count();
+        assert_eq!(other_protocols, MAX_OTHER_PROTOCOL_KEYS);
     }
 
     #[test]
