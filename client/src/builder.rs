@@ -37,6 +37,7 @@ pub struct ClientBuilder {
     autosend: bool,
     time_runs: bool,
     record_flights: bool,
+    reverify_after: Duration,
     sdk: String,
 }
 
@@ -67,8 +68,19 @@ impl ClientBuilder {
             autosend: false,
             time_runs: true,
             record_flights: true,
+            reverify_after: crate::cache::REVERIFY_AFTER,
             sdk: RUST_SDK.to_string(),
         }
+    }
+
+    /// How old a cached file's last full hash may be before a load that trusted it by its
+    /// stamp and head has it hashed again in the background (default a day; `Duration::ZERO`
+    /// re-hashes after every load). A load never waits for this pass; a file that no longer
+    /// matches is removed and reported, and its model fetched again at the next load
+    /// (`docs/client.md`, "Verify once").
+    pub fn reverify_after(mut self, after: Duration) -> Self {
+        self.reverify_after = after;
+        self
     }
 
     /// The `NAME/VERSION` this client sends in the `Ferry-Sdk` header (default
@@ -206,7 +218,8 @@ impl ClientBuilder {
                 .user_agent(concat!("ferry-client/", env!("CARGO_PKG_VERSION")))
                 .middleware(protocol_headers(&self.sdk))
         };
-        let (cache, recovery) = Cache::open(&cache_dir, self.cache_budget)?;
+        let (mut cache, recovery) = Cache::open(&cache_dir, self.cache_budget)?;
+        cache.set_reverify_after(self.reverify_after);
         if trust.is_rooted() {
             // Walk the keyrings accepted before from the pinned root again. A stored version
             // that no longer verifies stops the walk there (the versions before it stay; the
@@ -255,7 +268,8 @@ impl ClientBuilder {
             autosend: self.autosend,
             time_runs: self.time_runs,
             sending: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-            cache: Mutex::new(cache),
+            cache: Arc::new(Mutex::new(cache)),
+            rechecking: Arc::default(),
             runtime,
             app_version,
             clock: self.clock,

@@ -26,7 +26,9 @@ pub struct Client {
     pub(crate) agent: ureq::Agent,
     /// `GET /v1/time` only; certificates checked except their dates (`transfer/tls.rs`).
     pub(crate) time_agent: ureq::Agent,
-    pub(crate) cache: Mutex<Cache>,
+    pub(crate) cache: Arc<Mutex<Cache>>,
+    /// Blobs the background pass is hashing now (`cache/recheck.rs`).
+    pub(crate) rechecking: Arc<Mutex<std::collections::BTreeSet<ferry_shared::Sha256Digest>>>,
     pub(crate) runtime: Arc<dyn Runtime>,
     pub(crate) app_version: Version,
     pub(crate) clock: Arc<dyn Clock>,

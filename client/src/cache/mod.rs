@@ -23,6 +23,7 @@
 //! index whenever another one changed it, so no process's change is lost.
 
 pub(crate) mod cached;
+pub(crate) mod check;
 mod heal;
 pub(crate) mod in_use;
 pub mod locks;
@@ -106,6 +107,10 @@ impl ModelEntry {
 struct BlobEntry {
     size: u64,
     last_used: u64,
+    /// When the file last matched its digest, and how a load checks it without hashing it
+    /// whole (see `check.rs`). Absent: the next load hashes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    checked: Option<check::Checked>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -147,6 +152,9 @@ pub struct VerifiedBlob {
     size: u64,
     data: Vec<VerifiedBlob>,
     assets: Vec<VerifiedBlob>,
+    /// Trusted by its stamp and head, its last full hash older than the client's
+    /// `reverify_after`: the background pass hashes it after the load.
+    recheck: bool,
     /// A shared lock on the file while any copy of this value lives: no process evicts a blob
     /// another one holds.
     held: Held,
@@ -194,6 +202,25 @@ impl VerifiedBlob {
         &self.assets
     }
 
+    /// The open file this value holds locked (the one that was checked), when it holds one.
+    pub(crate) fn file(&self) -> Option<&std::fs::File> {
+        self.held._lock.as_ref().map(|l| l.file())
+    }
+
+    /// This file and its side files that are due a background hash (see `check.rs`).
+    pub(crate) fn due_for_recheck(&self) -> Vec<VerifiedBlob> {
+        std::iter::once(self)
+            .chain(&self.data)
+            .chain(&self.assets)
+            .filter(|b| b.recheck)
+            .map(|b| VerifiedBlob {
+                data: Vec::new(),
+                assets: Vec::new(),
+                ..b.clone()
+            })
+            .collect()
+    }
+
     /// This program with its verified data files and assets.
     pub(crate) fn with_side_files(
         mut self,
@@ -217,7 +244,13 @@ pub struct Cache {
     stamp: Option<(u64, std::time::SystemTime, u64)>,
     /// Files found corrupt (and removed) since the client last asked ([`Cache::take_corrupt`]).
     corrupt: Vec<Sha256Digest>,
+    /// How old a file's last full hash may be before a load that trusted its stamp has it
+    /// hashed again in the background.
+    reverify_after: std::time::Duration,
 }
+
+/// The default of `ClientBuilder::reverify_after`: a day.
+pub const REVERIFY_AFTER: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 impl Index {
     fn touch(&mut self, d: &Sha256Digest, size: u64) {
@@ -326,48 +359,6 @@ impl Cache {
             .join(format!("{}.part", d.to_hex()))
     }
 
-    /// The blob as a [`VerifiedBlob`] when it is present, has the signed size and hashes to its
-    /// digest; `None` when it is absent. A blob that fails is removed (it must never reach the
-    /// runtime) and `None` returned.
-    pub(crate) fn verified_blob(
-        &mut self,
-        d: &Sha256Digest,
-        size: u64,
-    ) -> Result<Option<VerifiedBlob>, ClientError> {
-        let path = self.blob_path(d);
-        // Held from before the check: another process cannot evict what is being checked.
-        let Some(lock) = crate::cache::locks::shared_existing(&path)? else {
-            return Ok(None);
-        };
-        let len = lock
-            .file()
-            .metadata()
-            .map_err(|e| ClientError::io(&path, e))?
-            .len();
-        if len == size && hash_file(&path)? == *d {
-            return Ok(Some(VerifiedBlob {
-                path,
-                sha256: *d,
-                size,
-                data: Vec::new(),
-                assets: Vec::new(),
-                held: Held {
-                    _lock: Some(std::sync::Arc::new(lock)),
-                },
-            }));
-        }
-        drop(lock);
-        let _ = std::fs::remove_file(&path);
-        if self.corrupt.len() < 64 {
-            self.corrupt.push(*d);
-        }
-        self.update(|i| {
-            i.blobs.remove(&d.to_hex());
-            i.models.retain(|_, m| !m.uses(d));
-        })?;
-        Ok(None)
-    }
-
     /// The files found corrupt (and removed) since the last call: what telemetry reports.
     pub(crate) fn take_corrupt(&mut self) -> Vec<Sha256Digest> {
         std::mem::take(&mut self.corrupt)
@@ -395,13 +386,29 @@ impl Cache {
                 crate::cache::locks::shared_existing(&dest)?
             }
         };
-        self.update(|i| i.touch(d, size))?;
+        // Its stamp and head now, so that later loads need not hash it whole.
+        let checked = held.as_ref().and_then(|l| {
+            let stamp = check::Stamp::of(l.file()).ok()?;
+            let head = check::head_of(l.file(), size).ok()?;
+            Some(check::Checked {
+                stamp,
+                head,
+                hashed_at: check::now_secs(),
+            })
+        });
+        self.update(|i| {
+            i.touch(d, size);
+            if let Some(e) = i.blobs.get_mut(&d.to_hex()) {
+                e.checked = checked;
+            }
+        })?;
         Ok(VerifiedBlob {
             path: dest,
             sha256: *d,
             size,
             data: Vec::new(),
             assets: Vec::new(),
+            recheck: false,
             held: Held {
                 _lock: held.map(std::sync::Arc::new),
             },
@@ -517,7 +524,9 @@ pub fn hash_file(path: &Path) -> Result<Sha256Digest, ClientError> {
         .map_err(|e| ClientError::io(path, e))
 }
 
+mod recheck;
 mod records;
+mod verify;
 
 #[cfg(test)]
 mod tests;

@@ -104,7 +104,14 @@ impl Cache {
                 let name = e.file_name().to_string_lossy().into_owned();
                 if is_hex64(&name) && !index.blobs.contains_key(&name) {
                     let size = e.metadata().map(|m| m.len()).unwrap_or(0);
-                    index.blobs.insert(name, BlobEntry { size, last_used: 0 });
+                    index.blobs.insert(
+                        name,
+                        BlobEntry {
+                            size,
+                            last_used: 0,
+                            checked: None,
+                        },
+                    );
                 }
             }
         }
@@ -123,6 +130,7 @@ impl Cache {
             index,
             stamp: None,
             corrupt: Vec::new(),
+            reverify_after: super::REVERIFY_AFTER,
         };
         cache.save()?;
         Ok((cache, rec))

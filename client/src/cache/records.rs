@@ -9,6 +9,18 @@ impl Cache {
         self.update(|i| i.touch(d, size))
     }
 
+    /// Marks several blobs as just used, in one write of the index.
+    pub fn mark_all_used(&mut self, used: &[(Sha256Digest, u64)]) -> Result<(), ClientError> {
+        if used.is_empty() {
+            return Ok(());
+        }
+        self.update(|i| {
+            for (d, size) in used {
+                i.touch(d, *size);
+            }
+        })
+    }
+
     /// Records `entry` as `model`'s last known good variant.
     pub fn set_last_good(&mut self, model: &str, entry: ModelEntry) -> Result<(), ClientError> {
         self.update(|i| {

@@ -85,6 +85,9 @@ impl Client {
                     }
                     let outcome =
                         self.fetch_candidate(model, &plan.candidates[i], opts, &mut spent);
+                    if self.found_corrupt(v) {
+                        send(vec![Client::corrupt_event(base(EventKind::Verify, v))]);
+                    }
                     let outcome = match outcome {
                         Files::Ready(blob, transfer) => {
                             fetched = Some((blob, transfer.is_some()));
@@ -133,6 +136,7 @@ impl Client {
                         ));
                     };
                     let v = &plan.candidates[i].variant;
+                    let due = blob.due_for_recheck();
                     let mut loaded = self.loaded(
                         model,
                         &plan,
@@ -148,6 +152,7 @@ impl Client {
                         load_started,
                     );
                     if let Ok(m) = &mut loaded {
+                        self.recheck_later(due, base(EventKind::Verify, v), plan.receipt.clone());
                         self.crash_cleared(&crashes, &v.sha256, device);
                         let (plan, loaded) = (&plan, v.id.as_str());
                         m.report.probe =
@@ -177,6 +182,15 @@ impl Client {
                 }
             }
         }
+    }
+
+    /// Whether a cached file of `v` failed its check since the last call (it was removed,
+    /// and fetched again when the load allowed): ops see it as a failed `verify`.
+    fn found_corrupt(&self, v: &Variant) -> bool {
+        let files: Vec<Sha256Digest> = std::iter::once(v.sha256)
+            .chain(v.side_files().map(|f| f.sha256))
+            .collect();
+        !self.cache().take_corrupt_of(&files).is_empty()
     }
 
     /// Candidate `c`'s files made sure of: the verified blob and what was downloaded, or what

@@ -63,17 +63,7 @@ impl Client {
         }
         let total: u64 = wanted.iter().map(|w| w.size).sum();
         // What is cached and verified, and what still has to come.
-        let mut have: Vec<Option<VerifiedBlob>> = Vec::with_capacity(wanted.len());
-        {
-            let mut cache = self.cache();
-            for w in &wanted {
-                let blob = cache.verified_blob(&w.sha256, w.size)?;
-                if blob.is_some() {
-                    cache.mark_used(&w.sha256, w.size)?;
-                }
-                have.push(blob);
-            }
-        }
+        let have = self.cached_files(v.id.as_str(), &wanted, total)?;
         let mut to_fetch = 0u64;
         let mut counted = std::collections::BTreeSet::new();
         for (w, h) in wanted.iter().zip(&have) {
@@ -198,6 +188,40 @@ impl Client {
             .ok_or_else(|| ClientError::DecisionMismatch("no program".into()))?;
         let data: Vec<VerifiedBlob> = blobs.by_ref().take(v.extra_files.len()).collect();
         Ok((program.with_side_files(data, blobs.collect()), downloaded))
+    }
+
+    /// Each of `wanted` as it is verified in the cache (`None`: absent, or removed as corrupt),
+    /// all marked used in one write of the index. Files hashed whole now report progress on
+    /// the variant's one count (`total` bytes), as a download does.
+    fn cached_files(
+        &self,
+        variant: &str,
+        wanted: &[download::Wanted<'_>],
+        total: u64,
+    ) -> Result<Vec<Option<VerifiedBlob>>, ClientError> {
+        let mut have: Vec<Option<VerifiedBlob>> = Vec::with_capacity(wanted.len());
+        let mut cache = self.cache();
+        let mut checked = 0u64;
+        for w in wanted {
+            let mut progress = |n: u64| {
+                if let Some(p) = &self.progress {
+                    p(variant, checked + n, total);
+                }
+            };
+            let blob = cache.verified_blob_with(&w.sha256, w.size, &mut progress)?;
+            if blob.is_some() {
+                checked += w.size;
+            }
+            have.push(blob);
+        }
+        let used: Vec<(Sha256Digest, u64)> = wanted
+            .iter()
+            .zip(&have)
+            .filter(|(_, h)| h.is_some())
+            .map(|(w, _)| (w.sha256, w.size))
+            .collect();
+        cache.mark_all_used(&used)?;
+        Ok(have)
     }
 
     /// Downloads file `w` of candidate `c` into `part` (holding `had` bytes already): built

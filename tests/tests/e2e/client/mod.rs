@@ -19,3 +19,4 @@ mod protocol;
 mod shared_cache;
 mod tensors;
 mod trust;
+mod verify_once;

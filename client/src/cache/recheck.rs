@@ -1,0 +1,137 @@
+//! The background pass of "verify once" (`check.rs`): after a load that trusted files by their
+//! stamp and head, those whose last full hash is older than the client's `reverify_after` are
+//! hashed whole on a thread of their own, at a lower priority, while the app runs. A file that
+//! matches gets a new hash time; one that does not is removed with every model entry that uses
+//! it (so the next load fetches it again, before it is used again) and reported as a failed
+//! `verify` (`hash_mismatch`, stage `cache`), with the receipt of the load's resolve.
+
+use ferry_shared::Sha256Digest;
+use ferry_shared::wire::telemetry::{Outcome, TelemetryEvent};
+
+use super::VerifiedBlob;
+use super::check;
+use crate::Client;
+use crate::error::Stage;
+use ferry_shared::errors::ErrorCode;
+
+impl Client {
+    /// `template` as the failed `verify` event of a cached file found corrupt.
+    pub(crate) fn corrupt_event(template: TelemetryEvent) -> TelemetryEvent {
+        TelemetryEvent {
+            outcome: Outcome::Failed,
+            error_code: Some(ErrorCode::HashMismatch.as_str().to_string()),
+            stage: Some(Stage::Cache.as_str().to_string()),
+            ..template
+        }
+    }
+
+    /// Hashes `due` (files a load just trusted by stamp and head) in the background; `template`
+    /// is the `verify` event of the variant they belong to, `receipt` its resolve's. A file
+    /// this process is hashing already is not hashed twice. Returns at once.
+    pub(crate) fn recheck_later(
+        &self,
+        due: Vec<VerifiedBlob>,
+        template: TelemetryEvent,
+        receipt: Option<String>,
+    ) -> Option<std::thread::JoinHandle<()>> {
+        let due: Vec<VerifiedBlob> = {
+            let mut busy = ferry_shared::sync::lock(&self.rechecking);
+            due.into_iter()
+                .filter(|b| busy.insert(*b.sha256()))
+                .collect()
+        };
+        if due.is_empty() {
+            return None;
+        }
+        let digests: Vec<Sha256Digest> = due.iter().map(|b| *b.sha256()).collect();
+        let (cache, telemetry, busy) = (
+            self.cache.clone(),
+            self.telemetry.clone(),
+            self.rechecking.clone(),
+        );
+        let release = {
+            let busy = busy.clone();
+            move || {
+                let mut b = ferry_shared::sync::lock(&busy);
+                for d in &digests {
+                    b.remove(d);
+                }
+            }
+        };
+        let spawned = std::thread::Builder::new()
+            .name("ferry-recheck".into())
+            .spawn({
+                let release = release.clone();
+                move || {
+                    lower_priority();
+                    let (matched, bad) = hash_all(&due);
+                    // The shared locks go before the removal; nothing else waits on them.
+                    drop(due);
+                    let mut c = ferry_shared::sync::lock(&cache);
+                    let _ = c.refresh();
+                    let _ = c.record_hashed(&matched);
+                    for d in &bad {
+                        let _ = c.forget_corrupt(d);
+                    }
+                    // Reported here, once: the next load does not report them again.
+                    let taken = c.take_corrupt_of(&bad);
+                    drop(c);
+                    if !taken.is_empty() {
+                        let event = TelemetryEvent {
+                            receipt,
+                            ..Client::corrupt_event(template)
+                        };
+                        let _ = telemetry.push(&[event]);
+                    }
+                    release();
+                }
+            });
+        match spawned {
+            Ok(h) => Some(h),
+            Err(_) => {
+                release();
+                None
+            }
+        }
+    }
+}
+
+/// Hashes each file whole through the handle its value holds: the digests that matched (with
+/// the stamp they had when their hash began) and those that did not (or could not be read).
+fn hash_all(due: &[VerifiedBlob]) -> (Vec<(Sha256Digest, check::Stamp)>, Vec<Sha256Digest>) {
+    let (mut matched, mut bad) = (Vec::new(), Vec::new());
+    for b in due {
+        let opened;
+        let file = match b.file() {
+            Some(f) => f,
+            None => match std::fs::File::open(b.path()) {
+                Ok(f) => {
+                    opened = f;
+                    &opened
+                }
+                // Gone (evicted by another process meanwhile): nothing to say about it.
+                Err(_) => continue,
+            },
+        };
+        let Ok(stamp) = check::Stamp::of(file) else {
+            continue;
+        };
+        match check::hash_whole(file, b.size(), &mut |_| {}) {
+            Ok(d) if d == *b.sha256() && stamp.len == b.size() => matched.push((d, stamp)),
+            _ => bad.push(*b.sha256()),
+        }
+    }
+    (matched, bad)
+}
+
+/// Makes this thread yield to the app's own (a nice value of 10; Linux and Android set it per
+/// thread). Best effort.
+fn lower_priority() {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[allow(unsafe_code)]
+    // SAFETY: `setpriority` on this thread's own id changes nothing but its scheduling.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        let _ = libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+    }
+}
