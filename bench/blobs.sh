@@ -9,7 +9,8 @@
 #           4 connections
 #
 # Needs nginx and wrk (Debian packages; installed here if missing, as root). Loopback only.
-# Usage: bench/blobs.sh [--runs N] [--secs S]   (defaults: 5 runs of 5 s)
+# Usage: bench/blobs.sh [--runs N] [--secs S]   (defaults: 5 runs of 5 s); FERRY_BIN=PATH
+# measures that ferry binary instead of building this tree's.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 runs=5
@@ -28,8 +29,12 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
-cargo build --release -q -p ferry-server --manifest-path "$root/Cargo.toml"
-ferry="$root/target/release/ferry"
+if [ -n "${FERRY_BIN:-}" ]; then
+  ferry=$FERRY_BIN # another build to compare (FERRY_BIN=/path/to/ferry bench/blobs.sh)
+else
+  cargo build --release -q -p ferry-server --manifest-path "$root/Cargo.toml"
+  ferry="$root/target/release/ferry"
+fi
 work=$(mktemp -d)
 chmod 755 "$work" # nginx workers run as another user
 cleanup() {

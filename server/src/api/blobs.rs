@@ -82,13 +82,31 @@ pub(crate) async fn get_blob(
 ) -> Result<HttpResponse, ApiError> {
     let digest = parse_digest(&hex)?;
     let key = StorageKey::blob(&digest);
-    let meta = state.store().head(&key).await.map_err(|e| match e {
+    let missing = |e: object_store::Error| match e {
         object_store::Error::NotFound { .. } => {
             ApiError::new(ErrorCode::BlobNotFound, format!("no blob {digest}"))
         }
         other => ApiError::unavailable(other),
-    })?;
-    let size = meta.size;
+    };
+    // The local store: one open (with its stat) serves the whole answer from the file; other
+    // stores: a HEAD for the size, then a ranged GET.
+    let local = matches!(
+        state.config().storage,
+        crate::storage::config::StorageConfig::Local
+    ) && req.method() != Method::HEAD;
+    let (size, opened) = if local {
+        let got = state
+            .store()
+            .get_opts(&key, GetOptions::default())
+            .await
+            .map_err(missing)?;
+        match got.payload {
+            object_store::GetResultPayload::File(file, _) => (got.meta.size, Some(file)),
+            object_store::GetResultPayload::Stream(_) => (got.meta.size, None),
+        }
+    } else {
+        (state.store().head(&key).await.map_err(missing)?.size, None)
+    };
     let etag = format!("\"{}\"", digest.to_hex());
     let header_str =
         |name: header::HeaderName| req.headers().get(name).and_then(|v| v.to_str().ok());
@@ -140,6 +158,15 @@ pub(crate) async fn get_blob(
         let empty = futures_util::stream::empty::<Result<Bytes, std::io::Error>>();
         return Ok(b.body(actix_web::body::SizedStream::new(len, empty)));
     }
+    let sent = state.metrics().blob_bytes_counter();
+    let count = move |piece: &Bytes| {
+        sent.inc_by(piece.len() as u64);
+    };
+    if let Some(file) = opened {
+        return Ok(b
+            .no_chunking(len)
+            .streaming(mapped_pieces(file, start, end).inspect_ok(count)));
+    }
     let opts = GetOptions {
         range: Some(GetRange::Bounded(start..end)),
         ..GetOptions::default()
@@ -149,10 +176,6 @@ pub(crate) async fn get_blob(
         .get_opts(&key, opts)
         .await
         .map_err(ApiError::unavailable)?;
-    let sent = state.metrics().blob_bytes_counter();
-    let count = move |piece: &Bytes| {
-        sent.inc_by(piece.len() as u64);
-    };
     let range = got.range.clone();
     match got.payload {
         // The local store would stream a file in 8 KiB pieces; read it in larger ones on the
@@ -170,6 +193,74 @@ pub(crate) async fn get_blob(
             Ok(b.no_chunking(len).streaming(stream))
         }
     }
+}
+
+/// The bytes of one response body handed to the HTTP writer at a time: at most the
+/// connection's write buffer (`app/listen.rs`) and under actix's retention limit for it, so
+/// the buffer is reused across pieces instead of being dropped and grown again for each.
+const PIECE: usize = 128 << 10;
+
+/// The most of a blob mapped at once (a window, mapped and read in before its first piece is
+/// sent): bounds the time to the first byte of a cold file and the pages mapped per response.
+const WINDOW: u64 = 16 << 20;
+
+/// Bytes `start..end` of a local store's blob file, a [`WINDOW`] at a time, as [`PIECE`]s.
+/// Each window is mapped read-only with its pages read in (`MAP_POPULATE`) on the blocking
+/// pool, so the connection's thread never waits on the disk, and then handed out in slices:
+/// no read call and no buffer of ferry's own, the page cache's pages copied once, into the
+/// connection's write buffer. (`sendfile` would spare that copy too, but actix's HTTP/1
+/// writer copies every body chunk into its buffer, and owns the socket.)
+fn mapped_pieces(
+    file: std::fs::File,
+    start: u64,
+    end: u64,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+    let file = std::sync::Arc::new(file);
+    futures_util::stream::try_unfold(start, move |at| {
+        let file = file.clone();
+        async move {
+            if at >= end {
+                return Ok::<_, std::io::Error>(None);
+            }
+            let stop = end.min(at.saturating_add(WINDOW));
+            let window = web::block(move || map_range(&file, at, stop))
+                .await
+                .map_err(std::io::Error::other)??;
+            Ok(Some((pieces(window), stop)))
+        }
+    })
+    .try_flatten()
+}
+
+/// Bytes `start..end` of `file`, mapped read-only with their pages read in. Blob files are
+/// never changed in place (the local store writes a file aside and renames it over; deleting
+/// one leaves a live map intact).
+fn map_range(file: &std::fs::File, start: u64, end: u64) -> std::io::Result<Bytes> {
+    if start >= end {
+        return Ok(Bytes::new());
+    }
+    let len = usize::try_from(end - start).map_err(std::io::Error::other)?;
+    #[allow(unsafe_code)]
+    // SAFETY: the map is read-only, and the store never truncates or rewrites a blob file
+    // (see above): the mapped bytes stay valid while the map lives.
+    let map = unsafe {
+        memmap2::MmapOptions::new()
+            .offset(start)
+            .len(len)
+            .populate()
+            .map(file)?
+    };
+    Ok(Bytes::from_owner(map))
+}
+
+/// `whole` as a stream of [`PIECE`]-byte slices (no copy).
+fn pieces(whole: Bytes) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+    let n = whole.len();
+    futures_util::stream::iter(
+        (0..n)
+            .step_by(PIECE)
+            .map(move |a| Ok(whole.slice(a..(a + PIECE).min(n)))),
+    )
 }
 
 /// Bytes `start..end` of `file` as a stream of chunks of up to 256 KiB, read on the blocking

@@ -122,6 +122,10 @@ pub fn bind(state: Arc<AppState>, config: &Config) -> anyhow::Result<Bound> {
     })
 }
 
+/// Bytes of response a connection gathers before it writes them to the socket: a blob's
+/// pieces (`api/blobs.rs`) go out in writes of this size, not of actix's default 32 KiB.
+const WRITE_BUFFER: usize = 256 << 10;
+
 /// The HTTP/1 service of the application over streams of type `T` (`tcp` finds the TCP
 /// stream under one): actix's own defaults (5 s keep-alive, 5 s to send a request's head, 1 s
 /// to close), the graceful stop, and [`on_connect`].
@@ -145,6 +149,7 @@ where
         .keep_alive(actix_http::KeepAlive::Timeout(Duration::from_secs(5)))
         .client_request_timeout(Duration::from_secs(5))
         .client_disconnect_timeout(Duration::from_secs(1))
+        .h1_write_buffer_size(WRITE_BUFFER)
         .graceful_shutdown_signal(move || {
             let stopping = stopping.clone();
             async move { stopping.notified().await }

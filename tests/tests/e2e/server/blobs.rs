@@ -19,7 +19,12 @@ fn fetch(
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or_default().to_string()))
         .collect();
-    let body = resp.body_mut().read_to_vec().expect("body");
+    let body = resp
+        .body_mut()
+        .with_config()
+        .limit(1 << 30)
+        .read_to_vec()
+        .expect("body");
     (status, hdrs, body)
 }
 
@@ -275,4 +280,51 @@ fn a_download_cut_short_counts_what_was_sent_not_what_was_asked() {
         counted < 32 << 20,
         "{counted} bytes counted for a 1 MiB read"
     );
+}
+
+#[test]
+fn a_blob_larger_than_a_map_window_is_served_exactly_whole_and_by_ranges_across_windows() {
+    // 40 MiB and a few bytes: three 16 MiB windows of the local store's mapped path, the last
+    // one short, each handed out in 128 KiB pieces.
+    let app = TestApp::start();
+    let size = (40usize << 20) + 12_345;
+    let mut bytes = vec![0u8; size];
+    let mut x: u32 = 0x2545_f491;
+    for b in &mut bytes {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        *b = x as u8;
+    }
+    let digest = Sha256Digest::of(&bytes);
+    assert!(matches!(app.put_blob(&bytes), 200 | 201));
+    let url = app.at(&format!("/v1/blobs/sha256/{}", digest.to_hex()));
+    let served = app.blob_bytes_served();
+    let (status, h, full) = fetch(&app, &url, &[]);
+    assert_eq!(status, 200);
+    assert_eq!(
+        header(&h, "content-length"),
+        Some(size.to_string().as_str())
+    );
+    assert_eq!(Sha256Digest::of(&full), digest);
+    let w = 16usize << 20;
+    let ranges = [
+        (w - 3, w + 2),               // across the first window's end
+        (w - (128 << 10), 2 * w + 7), // a piece boundary to past the second window
+        (size - 5, size - 1),         // the short last window's tail
+        (0, 0),                       // the first byte
+    ];
+    let mut ranged = 0;
+    for (a, b) in ranges {
+        let (status, h, body) = fetch(&app, &url, &[("range", &format!("bytes={a}-{b}"))]);
+        assert_eq!(status, 206);
+        assert_eq!(
+            header(&h, "content-range"),
+            Some(format!("bytes {a}-{b}/{size}").as_str())
+        );
+        assert_eq!(body, bytes[a..=b], "bytes {a}-{b}");
+        ranged += b - a + 1;
+    }
+    // The byte counter counts what was sent, whole and ranged.
+    assert_eq!(app.blob_bytes_served() - served, (size + ranged) as u64);
 }
