@@ -258,57 +258,59 @@ pub async fn post_telemetry(
         ));
     }
     let body = read_body(payload, &state.config().limits, cfg.max_body_bytes).await?;
-    // Parsing and aggregating is CPU work: keep it off the event loops that serve resolve, and
-    // on at most half the cores.
+    // Parsing and aggregating is CPU work: keep it off the event loops that serve resolve, on
+    // at most half the cores, at a lower priority (api/ingest_pool.rs).
     let _permit = state
         .ingest_permits()
         .acquire()
         .await
         .map_err(ApiError::internal)?;
     let worker = state.clone().into_inner();
-    let report = web::block(move || -> Result<_, ApiError> {
-        // The envelope is an object (no client sends an array, and the document allows none).
-        require_object(
-            &body,
-            ErrorCode::TelemetryMalformed,
-            "expected {\"events\": [...]}",
-        )?;
-        let batch: BatchShape = serde_json::from_slice(&body).map_err(|e| {
-            ApiError::new(
+    let report = state
+        .ingest_pool()
+        .run(move || -> Result<_, ApiError> {
+            // The envelope is an object (no client sends an array, and the document allows none).
+            require_object(
+                &body,
                 ErrorCode::TelemetryMalformed,
-                format!("expected {{\"events\": [...]}}: {e}"),
-            )
-        })?;
-        if batch.events.len() > cfg.max_events {
-            return Err(ApiError::new(
-                ErrorCode::TooManyEvents,
-                format!(
-                    "{} events; a batch holds at most {}",
-                    batch.events.len(),
-                    cfg.max_events
-                ),
-            ));
-        }
-        let receipts = worker.receipts().clone();
-        let catalog = worker.catalog();
-        // A valid receipt proves some replica answered for that release (this one may not
-        // have read the catalog since it was published).
-        let known = |e: &ferry_shared::wire::telemetry::TelemetryEvent| {
-            known_target(&catalog, e)
-                .or_else(|m| if receipts.verifies(e) { Ok(()) } else { Err(m) })
-        };
-        let (report, accepted) = worker.telemetry().ingest(
-            &batch.events.iter().map(|e| e.get()).collect::<Vec<_>>(),
-            OffsetDateTime::now_utc(),
-            &cfg,
-            &known,
-            &|e| receipts.verifies(e),
-            addr,
-        );
-        Ok((report, accepted))
-    })
-    .await
-    .map_err(ApiError::internal)??;
+                "expected {\"events\": [...]}",
+            )?;
+            let batch: BatchShape = serde_json::from_slice(&body).map_err(|e| {
+                ApiError::new(
+                    ErrorCode::TelemetryMalformed,
+                    format!("expected {{\"events\": [...]}}: {e}"),
+                )
+            })?;
+            if batch.events.len() > cfg.max_events {
+                return Err(ApiError::new(
+                    ErrorCode::TooManyEvents,
+                    format!(
+                        "{} events; a batch holds at most {}",
+                        batch.events.len(),
+                        cfg.max_events
+                    ),
+                ));
+            }
+            let receipts = worker.receipts().clone();
+            let catalog = worker.catalog();
+            // A valid receipt proves some replica answered for that release (this one may not
+            // have read the catalog since it was published).
+            let known = |e: &ferry_shared::wire::telemetry::TelemetryEvent| {
+                known_target(&catalog, e)
+                    .or_else(|m| if receipts.verifies(e) { Ok(()) } else { Err(m) })
+            };
+            let (report, accepted) = worker.telemetry().ingest(
+                &batch.events.iter().map(|e| e.get()).collect::<Vec<_>>(),
+                OffsetDateTime::now_utc(),
+                &cfg,
+                &known,
+                &|e| receipts.verifies(e),
+                addr,
+            );
+            Ok((report, accepted))
+        })
+        .await
+        .ok_or_else(|| ApiError::internal("the telemetry batch could not be read"))??;
     let (report, accepted) = report;
     // Receipted events that weigh in vouch for the name of the SDK that sent them.
     if report.weighed

@@ -36,6 +36,7 @@ pub mod extract;
 pub mod fleet;
 pub mod forwarded;
 pub mod health;
+pub mod ingest_pool;
 pub mod limits;
 pub mod ops;
 pub mod revocations;

@@ -236,6 +236,7 @@ pub struct AppState {
     connections: Arc<crate::api::connections::Connections>,
     upload_slots: tokio::sync::Semaphore,
     ingest_permits: tokio::sync::Semaphore,
+    ingest_pool: crate::api::ingest_pool::IngestPool,
     fresh_limiter: crate::fleet::intake::limits::Limiter,
     /// Lookups of operator digests not in memory, per client network.
     digest_limiter: crate::fleet::intake::limits::Limiter,
@@ -302,6 +303,9 @@ impl AppState {
             journal: Default::default(),
             flushing: Default::default(),
         };
+        // Telemetry parsing takes at most half the cores, so resolve always has CPU left.
+        let ingest_threads =
+            (std::thread::available_parallelism().map_or(2, |n| n.get()) / 2).max(1);
         Self {
             settings,
             fleet: Arc::new(fleet),
@@ -311,9 +315,8 @@ impl AppState {
             upload_slots: tokio::sync::Semaphore::new(uploads),
             answers: Default::default(),
             connections: crate::api::connections::Connections::new(per_address, proxies),
-            ingest_permits: tokio::sync::Semaphore::new(
-                (std::thread::available_parallelism().map_or(2, |n| n.get()) / 2).max(1),
-            ),
+            ingest_permits: tokio::sync::Semaphore::new(ingest_threads),
+            ingest_pool: crate::api::ingest_pool::IngestPool::new(ingest_threads),
             fresh_limiter,
             digest_limiter,
             request_counter: AtomicU64::new(0),
@@ -394,6 +397,11 @@ impl AppState {
     /// Bounds telemetry parsing to half the cores, so resolve always has CPU left.
     pub fn ingest_permits(&self) -> &tokio::sync::Semaphore {
         &self.ingest_permits
+    }
+
+    /// The lower-priority threads telemetry batches are parsed and aggregated on.
+    pub fn ingest_pool(&self) -> &crate::api::ingest_pool::IngestPool {
+        &self.ingest_pool
     }
 
     /// True when a request to `route` that answered `status` in `secs` gets an access-log
