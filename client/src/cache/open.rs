@@ -84,6 +84,9 @@ impl Cache {
             }
             Err(e) => return Err(ClientError::io(&index_path, e)),
         };
+        // What the file held: written back only when opening changed it (most starts change
+        // nothing and need no write, nor its two fsyncs).
+        let as_read = index.clone();
         index.version = 1;
         // A lost index: the keyring chain from its copy (walked from the pinned root again
         // before any use).
@@ -132,7 +135,11 @@ impl Cache {
             corrupt: Vec::new(),
             reverify_after: super::REVERIFY_AFTER,
         };
-        cache.save()?;
+        if cache.index == as_read && index_path.is_file() {
+            cache.stamp = super::stamp_of(&index_path);
+        } else {
+            cache.save()?;
+        }
         Ok((cache, rec))
     }
 }

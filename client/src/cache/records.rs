@@ -9,9 +9,18 @@ impl Cache {
         self.update(|i| i.touch(d, size))
     }
 
-    /// Marks several blobs as just used, in one write of the index.
+    /// Marks several blobs as just used, in one write of the index; no write at all when they
+    /// are the most recently used already (an app that loads the same model at every start
+    /// writes nothing to start).
     pub fn mark_all_used(&mut self, used: &[(Sha256Digest, u64)]) -> Result<(), ClientError> {
-        if used.is_empty() {
+        let newest = self.index.clock.saturating_sub(used.len() as u64);
+        let fresh = used.iter().all(|(d, size)| {
+            self.index
+                .blobs
+                .get(&d.to_hex())
+                .is_some_and(|b| b.size == *size && b.last_used > newest)
+        });
+        if used.is_empty() || fresh {
             return Ok(());
         }
         self.update(|i| {
