@@ -197,8 +197,9 @@ impl Client {
         }
     }
 
-    /// When a file of the landed variant no longer matches its digest: it is removed (fetched
-    /// again when next needed) and a failed `verify` event says so; the variant is not blamed.
+    /// When a file of the landed variant no longer matches its digest, or cannot be read: it is
+    /// removed (fetched again when next needed) and a failed `verify` event says so; the
+    /// variant is not blamed.
     fn corrupted(&self, l: &Landed, device: &DeviceInfo) -> Option<TelemetryEvent> {
         let paths: Vec<(Sha256Digest, std::path::PathBuf)> = {
             let cache = self.cache();
@@ -209,12 +210,16 @@ impl Client {
         };
         let mut bad = false;
         for (digest, path) in paths {
-            match crate::cache::hash_file(&path) {
-                Ok(got) if got != digest => {
-                    let _ = std::fs::remove_file(&path);
-                    bad = true;
-                }
-                _ => {}
+            // A file that can no longer be read whole (a bad page: the runtime's read of the
+            // mapped file may have been what killed the process) is corrupt as surely as one
+            // that hashes to something else. A file that is gone (evicted) says nothing.
+            let corrupt = match crate::cache::hash_file(&path) {
+                Ok(got) => got != digest,
+                Err(_) => path.is_file(),
+            };
+            if corrupt {
+                let _ = std::fs::remove_file(&path);
+                bad = true;
             }
         }
         bad.then(|| {
