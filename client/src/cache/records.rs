@@ -10,15 +10,24 @@ impl Cache {
     }
 
     /// Marks several blobs as just used, in one write of the index; no write at all when they
-    /// are the most recently used already (an app that loads the same model at every start
-    /// writes nothing to start).
+    /// are the most recently used already, all of them used after every other blob (an app
+    /// that loads the same model at every start writes nothing for it; eviction, which goes
+    /// by that order, would choose the same).
     pub fn mark_all_used(&mut self, used: &[(Sha256Digest, u64)]) -> Result<(), ClientError> {
-        let newest = self.index.clock.saturating_sub(used.len() as u64);
+        let keys: BTreeSet<String> = used.iter().map(|(d, _)| d.to_hex()).collect();
+        let others = self
+            .index
+            .blobs
+            .iter()
+            .filter(|(k, _)| !keys.contains(*k))
+            .map(|(_, b)| b.last_used)
+            .max()
+            .unwrap_or(0);
         let fresh = used.iter().all(|(d, size)| {
             self.index
                 .blobs
                 .get(&d.to_hex())
-                .is_some_and(|b| b.size == *size && b.last_used > newest)
+                .is_some_and(|b| b.size == *size && b.last_used > others)
         });
         if used.is_empty() || fresh {
             return Ok(());

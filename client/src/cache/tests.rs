@@ -138,3 +138,39 @@ fn recovers_from_a_corrupt_index_and_stray_files() {
     );
     assert!(!cache.blob_path(&d).exists());
 }
+
+#[test]
+fn marking_the_most_recently_used_files_again_writes_nothing_and_keeps_the_lru_order() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (mut cache, _) = Cache::open(dir.path(), 1 << 20).expect("open");
+    let mut blob = |bytes: &[u8]| {
+        let d = Sha256Digest::of(bytes);
+        std::fs::write(cache.part_path(&d), bytes).expect("part");
+        let part = cache.part_path(&d);
+        cache
+            .commit_file(&part, &d, bytes.len() as u64)
+            .expect("commit");
+        (d, bytes.len() as u64)
+    };
+    let (a, b, c) = (blob(&[1; 10]), blob(&[2; 10]), blob(&[3; 10]));
+    let writes = |cache: &Cache| cache.index.clock;
+    // b and c were used last (in either order): using them again changes nothing on disk.
+    cache.mark_all_used(&[b, c]).expect("mark");
+    let clock = writes(&cache);
+    cache.mark_all_used(&[c, b]).expect("mark");
+    assert_eq!(writes(&cache), clock, "no write for files already newest");
+    // a was used after b: marking b and c is a change, and a is the older one afterwards.
+    cache.mark_all_used(&[a]).expect("mark");
+    cache.mark_all_used(&[b, c]).expect("mark");
+    assert!(writes(&cache) > clock + 1);
+    let plan = eviction_plan(
+        cache
+            .index
+            .blobs
+            .iter()
+            .map(|(k, v)| (k.clone(), v.size, v.last_used)),
+        &BTreeSet::new(),
+        20,
+    );
+    assert_eq!(plan, [a.0.to_hex()], "a is evicted first");
+}
