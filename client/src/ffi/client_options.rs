@@ -36,7 +36,12 @@ pub(super) struct ClientOptionsJson {
     storage_headroom_bytes: Option<u64>,
     #[serde(default)]
     delta_updates: Option<bool>,
+    #[serde(default)]
+    reverify_after_secs: Option<u64>,
 }
+
+/// The longest `reverify_after_secs` taken: ten years.
+const MAX_REVERIFY_SECS: u64 = 10 * 365 * 24 * 3600;
 
 /// The DER certificates in `pem` (at least one), or why not.
 fn certificates(pem: &[u8], source: &str) -> Result<Vec<Vec<u8>>, String> {
@@ -62,6 +67,7 @@ pub(super) struct ClientOptions {
     time_runs: Option<bool>,
     headroom: Option<u64>,
     delta: Option<bool>,
+    reverify: Option<Duration>,
 }
 
 impl ClientOptionsJson {
@@ -116,6 +122,14 @@ impl ClientOptionsJson {
         if self.storage_headroom_bytes.is_some_and(|n| n > (1 << 40)) {
             return Err("storage_headroom_bytes must be at most 1 TiB (1099511627776)".into());
         }
+        if self
+            .reverify_after_secs
+            .is_some_and(|n| n > MAX_REVERIFY_SECS)
+        {
+            return Err(format!(
+                "reverify_after_secs must be 0 to {MAX_REVERIFY_SECS} (ten years)"
+            ));
+        }
         Ok(ClientOptions {
             cache_budget: self.cache_budget_bytes,
             roots,
@@ -126,6 +140,7 @@ impl ClientOptionsJson {
             time_runs: self.time_runs,
             headroom: self.storage_headroom_bytes,
             delta: self.delta_updates,
+            reverify: self.reverify_after_secs.map(Duration::from_secs),
         })
     }
 }
@@ -153,6 +168,9 @@ impl ClientOptions {
         }
         if let Some(on) = self.time_runs {
             b = b.time_runs(on);
+        }
+        if let Some(d) = self.reverify {
+            b = b.reverify_after(d);
         }
         if self.headroom.is_some() || self.delta.is_some() {
             let defaults = crate::DownloadLimits::default();
@@ -190,6 +208,8 @@ mod tests {
         );
         let o = check(r#"{"storage_headroom_bytes": 0, "delta_updates": false}"#).expect("valid");
         assert_eq!((o.headroom, o.delta), (Some(0), Some(false)));
+        let o = check(r#"{"reverify_after_secs": 0}"#).expect("valid");
+        assert_eq!(o.reverify, Some(Duration::ZERO));
         for (bad, why) in [
             (r#"{"cache_budget_bytes": 10}"#, "at least 1 MiB"),
             (r#"{"connect_timeout_ms": 5}"#, "connect_timeout_ms must be"),
@@ -212,6 +232,10 @@ mod tests {
                 "storage_headroom_bytes must be",
             ),
             (r#"{"delta_updates": "yes"}"#, "invalid type"),
+            (
+                r#"{"reverify_after_secs": 400000000}"#,
+                "reverify_after_secs must be",
+            ),
         ] {
             let e = check(bad).err().unwrap_or_default();
             assert!(e.contains(why), "{bad}: {e}");
