@@ -112,18 +112,32 @@ impl Client {
     }
 
     /// The program of `variant` with every data file and asset, verified; `None` when any is missing or
-    /// fails its check (a failed file is removed).
+    /// fails its check (a failed file is removed). A file hashed whole now (its first check in
+    /// this cache, or its stamp moved) reports progress as a download does.
     pub(crate) fn verified_program(
         &self,
         variant: &Variant,
     ) -> Result<Option<VerifiedBlob>, ClientError> {
+        let total = variant.size + variant.side_files().map(|f| f.size).sum::<u64>();
+        let mut done = 0u64;
         let mut cache = self.cache();
-        let Some(program) = cache.verified_blob(&variant.sha256, variant.size)? else {
+        let mut check =
+            |cache: &mut crate::cache::Cache, d: &ferry_shared::Sha256Digest, size: u64| {
+                let mut progress = |n: u64| {
+                    if let Some(p) = &self.progress {
+                        p(variant.id.as_str(), done + n, total);
+                    }
+                };
+                let got = cache.verified_blob_with(d, size, &mut progress);
+                done += size;
+                got
+            };
+        let Some(program) = check(&mut cache, &variant.sha256, variant.size)? else {
             return Ok(None);
         };
         let mut data = Vec::with_capacity(variant.extra_files.len());
         for f in variant.side_files() {
-            match cache.verified_blob(&f.sha256, f.size)? {
+            match check(&mut cache, &f.sha256, f.size)? {
                 Some(d) => data.push(d),
                 None => return Ok(None),
             }

@@ -107,9 +107,19 @@ impl Setup {
 
     /// A client of the cache with the witness runtime; `hashed` counts the progress calls.
     fn client(&self, hashed: &Arc<Mutex<u64>>, reverify: std::time::Duration) -> Client {
+        self.client_at(&self.app.url(), hashed, reverify)
+    }
+
+    /// [`Setup::client`] of the server at `url` (an unreachable one: offline).
+    fn client_at(
+        &self,
+        url: &str,
+        hashed: &Arc<Mutex<u64>>,
+        reverify: std::time::Duration,
+    ) -> Client {
         let hashed = hashed.clone();
         self.app
-            .client(self.cache.path())
+            .client_at(url, self.cache.path())
             .runtime(self.witness.clone())
             .reverify_after(reverify)
             .progress(Arc::new(move |_: &str, _: u64, _: u64| {
@@ -294,4 +304,52 @@ fn a_flipped_bit_in_a_data_file_is_found_in_the_background_and_fetched_before_th
         ferry_client::cache::hash_file(&s.blob(&s.data.0)).expect("hash"),
         s.data.0
     );
+}
+
+#[test]
+fn a_first_check_offline_shows_progress_and_the_next_offline_load_hashes_nothing() {
+    let s = setup();
+    let d = device("verify-offline");
+    let hashed = Arc::new(Mutex::new(0u64));
+    let hour = std::time::Duration::from_secs(3600);
+    drop(
+        s.client(&hashed, hour)
+            .load("verify", &d)
+            .expect("first load"),
+    );
+    // The index as a client from before this check wrote it: nothing recorded.
+    let index_path = s.cache.path().join("index.json");
+    let mut index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&index_path).expect("index")).expect("json");
+    for (_, b) in index["blobs"].as_object_mut().expect("blobs").iter_mut() {
+        b.as_object_mut().expect("blob").remove("checked");
+    }
+    std::fs::write(&index_path, serde_json::to_vec(&index).expect("json")).expect("index");
+    let offline = s.client_at("http://127.0.0.1:1", &hashed, hour);
+    *hashed.lock().expect("lock") = 0;
+    let m = offline.load("verify", &d).expect("offline load");
+    assert!(
+        matches!(m.source, Source::LastKnownGood { .. }),
+        "{:?}",
+        m.source
+    );
+    drop(m);
+    assert!(
+        *hashed.lock().expect("lock") > 0,
+        "the first check showed progress"
+    );
+    *hashed.lock().expect("lock") = 0;
+    let m = offline.load("verify", &d).expect("offline load");
+    assert!(
+        matches!(m.source, Source::LastKnownGood { .. }),
+        "{:?}",
+        m.source
+    );
+    drop(m);
+    assert_eq!(
+        *hashed.lock().expect("lock"),
+        0,
+        "recorded: not hashed again"
+    );
+    s.runtime_saw_only_good_bytes();
 }
