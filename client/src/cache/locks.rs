@@ -223,7 +223,12 @@ pub(crate) fn exclusive_within(
 /// A shared lock on an existing file, taken on the file it names now; `None` when it does not
 /// exist (or was replaced or removed while the lock was taken).
 pub(crate) fn shared_existing(path: &Path) -> Result<Option<FileLock>, ClientError> {
-    let file = match OpenOptions::new().read(true).open(path) {
+    let mut opts = OpenOptions::new();
+    opts.read(true);
+    // A pipe put under the name would otherwise block the open until a writer comes.
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut opts, libc::O_NONBLOCK);
+    let file = match opts.open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(ClientError::io(path, e)),

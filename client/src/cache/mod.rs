@@ -155,6 +155,9 @@ pub struct VerifiedBlob {
     /// Trusted by its stamp and head, its last full hash older than the client's
     /// `reverify_after`: the background pass hashes it after the load.
     recheck: bool,
+    /// Trusted by its stamp and head, not hashed whole for this load: a runtime failure on it
+    /// has it hashed whole at once (`recheck.rs`).
+    by_stamp: bool,
     /// A shared lock on the file while any copy of this value lives: no process evicts a blob
     /// another one holds.
     held: Held,
@@ -213,6 +216,20 @@ impl VerifiedBlob {
             .chain(&self.data)
             .chain(&self.assets)
             .filter(|b| b.recheck)
+            .map(|b| VerifiedBlob {
+                data: Vec::new(),
+                assets: Vec::new(),
+                ..b.clone()
+            })
+            .collect()
+    }
+
+    /// This program and its data files (what the runtime reads) that were trusted by their
+    /// stamp for this load, not hashed whole.
+    pub(crate) fn trusted_by_stamp(&self) -> Vec<VerifiedBlob> {
+        std::iter::once(self)
+            .chain(&self.data)
+            .filter(|b| b.by_stamp)
             .map(|b| VerifiedBlob {
                 data: Vec::new(),
                 assets: Vec::new(),
@@ -409,6 +426,7 @@ impl Cache {
             data: Vec::new(),
             assets: Vec::new(),
             recheck: false,
+            by_stamp: false,
             held: Held {
                 _lock: held.map(std::sync::Arc::new),
             },

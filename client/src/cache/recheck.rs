@@ -96,6 +96,48 @@ impl Client {
     }
 }
 
+/// How often the files of a variant the runtime keeps failing on are hashed whole again.
+const AFTER_FAILURE_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+impl Client {
+    /// After the runtime failed on `blob` (its open, a method's load, the golden check): its
+    /// files that were trusted by their stamp are hashed whole now, and any that no longer
+    /// matches is removed with the entries that use it (the next load fetches it again) and
+    /// `event` (the variant's `verify` event) sent as failed.
+    pub(crate) fn corrupt_after_failure(
+        &self,
+        blob: &VerifiedBlob,
+        event: TelemetryEvent,
+        send: &dyn Fn(Vec<TelemetryEvent>),
+    ) {
+        // A variant that fails for another reason (a delegate this device lacks) fails at
+        // every load: its files are hashed at most once an hour for it.
+        let suspects: Vec<VerifiedBlob> = {
+            let c = self.cache();
+            blob.trusted_by_stamp()
+                .into_iter()
+                .filter(|b| !c.hashed_within(b.sha256(), AFTER_FAILURE_EVERY))
+                .collect()
+        };
+        if suspects.is_empty() {
+            return;
+        }
+        let (matched, bad) = hash_all(&suspects);
+        drop(suspects);
+        let found = {
+            let mut c = self.cache();
+            let _ = c.record_hashed(&matched);
+            for d in &bad {
+                let _ = c.forget_corrupt(d);
+            }
+            !c.take_corrupt_of(&bad).is_empty()
+        };
+        if found {
+            send(vec![Client::corrupt_event(event)]);
+        }
+    }
+}
+
 /// Hashes each file whole through the handle its value holds: the digests that matched (with
 /// the stamp they had when their hash began) and those that did not (or could not be read).
 fn hash_all(due: &[VerifiedBlob]) -> (Vec<(Sha256Digest, check::Stamp)>, Vec<Sha256Digest>) {

@@ -174,3 +174,70 @@ fn marking_the_most_recently_used_files_again_writes_nothing_and_keeps_the_lru_o
     );
     assert_eq!(plan, [a.0.to_hex()], "a is evicted first");
 }
+
+#[test]
+fn a_folder_or_a_pipe_under_a_blob_name_is_removed_as_damage_without_blocking() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (mut cache, _) = Cache::open(dir.path(), 1 << 20).expect("open");
+    for (i, make) in ["folder", "pipe"].into_iter().enumerate() {
+        let d = Sha256Digest::of(&[i as u8; 3]);
+        let path = cache.blob_path(&d);
+        match make {
+            "folder" => {
+                std::fs::create_dir_all(path.join("inside")).expect("folder");
+            }
+            _ => {
+                let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("c");
+                #[allow(unsafe_code)]
+                // SAFETY: a NUL-terminated path the call only reads.
+                let r = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
+                assert_eq!(r, 0, "mkfifo");
+            }
+        }
+        // Returns at once (an open of the pipe would wait for a writer), having removed it.
+        assert!(
+            cache.verified_blob(&d, 3).expect("check").is_none(),
+            "{make}"
+        );
+        assert!(std::fs::symlink_metadata(&path).is_err(), "{make} removed");
+        assert!(cache.take_corrupt().contains(&d), "{make} reported");
+    }
+}
+
+#[test]
+fn a_head_record_that_does_not_match_an_intact_file_is_replaced() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (mut cache, _) = Cache::open(dir.path(), 1 << 20).expect("open");
+    let bytes = [7u8; 100];
+    let d = Sha256Digest::of(&bytes);
+    std::fs::write(cache.part_path(&d), bytes).expect("part");
+    let part = cache.part_path(&d);
+    cache.commit_file(&part, &d, 100).expect("commit");
+    let record = |cache: &Cache| cache.index.blobs[&d.to_hex()].checked.expect("checked");
+    assert_eq!(record(&cache).head, check::Head::None);
+    // A wrong head (a damaged or hand-edited index), then one longer than the file.
+    for bogus in [
+        check::Head::Hash {
+            len: 64,
+            sha256: Sha256Digest::from_bytes([0; 32]),
+        },
+        check::Head::Hash {
+            len: u64::MAX,
+            sha256: Sha256Digest::from_bytes([0; 32]),
+        },
+    ] {
+        cache
+            .update(|i| {
+                if let Some(c) = i
+                    .blobs
+                    .get_mut(&d.to_hex())
+                    .and_then(|b| b.checked.as_mut())
+                {
+                    c.head = bogus;
+                }
+            })
+            .expect("edit");
+        assert!(cache.verified_blob(&d, 100).expect("check").is_some());
+        assert_eq!(record(&cache).head, check::Head::None, "{bogus:?} replaced");
+    }
+}

@@ -26,6 +26,13 @@ impl Cache {
         progress: &mut dyn FnMut(u64),
     ) -> Result<Option<VerifiedBlob>, ClientError> {
         let path = self.blob_path(d);
+        // Something else than a plain file under a blob's name (a folder, a pipe, a link): the
+        // cache never makes one, so it is damage; it goes, and the file is fetched again.
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.is_file()) {
+            let _ = std::fs::remove_dir_all(&path).or_else(|_| std::fs::remove_file(&path));
+            self.forget_corrupt(d)?;
+            return Ok(None);
+        }
         // Held from before the check: another process cannot evict what is being checked.
         let Some(lock) = crate::cache::locks::shared_existing(&path)? else {
             return Ok(None);
@@ -41,10 +48,11 @@ impl Cache {
         let trusted = match known {
             Some(c) => match c.head {
                 check::Head::None => Some(c),
-                check::Head::Hash { len, sha256 } => check::hash_head(file, len)
+                check::Head::Hash { len, sha256 } if len <= size => check::hash_head(file, len)
                     .ok()
                     .filter(|h| *h == sha256)
                     .map(|_| c),
+                check::Head::Hash { .. } => None,
                 check::Head::Whole => None,
             },
             None => None,
@@ -54,9 +62,10 @@ impl Cache {
             None if stamp.len != size => (false, false),
             None => {
                 let matched = check::hash_whole(file, size, progress).ok() == Some(*d);
-                if matched && known.is_none() {
-                    // Recorded only when it changes: a file with a head too long to check is
-                    // hashed at every load and needs no new record each time.
+                if matched && known.is_none_or(|c| c.head != check::Head::Whole) {
+                    // Recorded unless it stands: a file with a head too long to check is hashed
+                    // at every load and needs no new record each time; a record whose head did
+                    // not match the intact file is replaced.
                     let checked = check::Checked {
                         stamp,
                         head: check::head_of(file, size).unwrap_or(check::Head::Whole),
@@ -79,6 +88,7 @@ impl Cache {
                 data: Vec::new(),
                 assets: Vec::new(),
                 recheck,
+                by_stamp: trusted.is_some(),
                 held: Held {
                     _lock: Some(std::sync::Arc::new(lock)),
                 },
@@ -129,6 +139,16 @@ impl Cache {
                 }
             }
         })
+    }
+
+    /// Whether blob `d` was last hashed whole less than `within` ago (by the device's clock).
+    pub(crate) fn hashed_within(&self, d: &Sha256Digest, within: std::time::Duration) -> bool {
+        let now = check::now_secs();
+        self.index
+            .blobs
+            .get(&d.to_hex())
+            .and_then(|b| b.checked)
+            .is_some_and(|c| c.hashed_at <= now && now - c.hashed_at < within.as_secs())
     }
 
     /// Sets how old a file's last full hash may be before a background hash.

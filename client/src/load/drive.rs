@@ -85,9 +85,7 @@ impl Client {
                     }
                     let outcome =
                         self.fetch_candidate(model, &plan.candidates[i], opts, &mut spent);
-                    if self.found_corrupt(v) {
-                        send(vec![Client::corrupt_event(base(EventKind::Verify, v))]);
-                    }
+                    self.found_corrupt(v, base(EventKind::Verify, v), &send);
                     let outcome = match outcome {
                         Files::Ready(blob, transfer) => {
                             fetched = Some((blob, transfer.is_some()));
@@ -122,7 +120,11 @@ impl Client {
                             opened = Some(program);
                             Opened::Loaded(ms_since(started))
                         }
-                        Err(failure) => Opened::Failed(failure, ms_since(started)),
+                        Err(failure) => {
+                            // A cached file trusted by its stamp may be what failed.
+                            self.corrupt_after_failure(blob, base(EventKind::Verify, v), &send);
+                            Opened::Failed(failure, ms_since(started))
+                        }
                     };
                     walk.opened(i, outcome, ms_since(candidate_started));
                 }
@@ -184,13 +186,21 @@ impl Client {
         }
     }
 
-    /// Whether a cached file of `v` failed its check since the last call (it was removed,
-    /// and fetched again when the load allowed): ops see it as a failed `verify`.
-    fn found_corrupt(&self, v: &Variant) -> bool {
+    /// When a cached file of `v` failed its check since the last call (it was removed, and
+    /// fetched again when the load allowed), `send`s `event` (its `verify` event) as failed:
+    /// ops see it.
+    fn found_corrupt(
+        &self,
+        v: &Variant,
+        event: TelemetryEvent,
+        send: &dyn Fn(Vec<TelemetryEvent>),
+    ) {
         let files: Vec<Sha256Digest> = std::iter::once(v.sha256)
             .chain(v.side_files().map(|f| f.sha256))
             .collect();
-        !self.cache().take_corrupt_of(&files).is_empty()
+        if !self.cache().take_corrupt_of(&files).is_empty() {
+            send(vec![Client::corrupt_event(event)]);
+        }
     }
 
     /// Candidate `c`'s files made sure of: the verified blob and what was downloaded, or what

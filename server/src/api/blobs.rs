@@ -201,8 +201,9 @@ pub(crate) async fn get_blob(
 const PIECE: usize = 128 << 10;
 
 /// The most of a blob mapped at once (a window, mapped and read in before its first piece is
-/// sent): bounds the time to the first byte of a cold file and the pages mapped per response.
-const WINDOW: u64 = 16 << 20;
+/// sent): bounds the time to the first byte of a cold file, the pages mapped per response and
+/// what a reader that takes one byte makes the server read.
+const WINDOW: u64 = 4 << 20;
 
 /// Bytes `start..end` of a local store's blob file, a [`WINDOW`] at a time, as [`PIECE`]s.
 /// Each window is mapped read-only with its pages read in (`MAP_POPULATE`) on the blocking

@@ -166,10 +166,18 @@ fn flip_byte(path: &Path, at: u64) {
 /// Writes the file's stamp now into the cache index, as if the file had not changed: what a
 /// flipped bit on the medium looks like (no write through the file system).
 fn forge_stamp(cache: &Path, d: &Sha256Digest) {
+    forge_stamp_hashed_at(cache, d, None);
+}
+
+/// [`forge_stamp`], also setting when the file was last hashed whole (seconds since the epoch).
+fn forge_stamp_hashed_at(cache: &Path, d: &Sha256Digest, hashed_at: Option<u64>) {
     let index_path = cache.join("index.json");
     let mut index: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&index_path).expect("index")).expect("json");
     let m = std::fs::metadata(cache.join("blobs/sha256").join(d.to_hex())).expect("meta");
+    if let Some(at) = hashed_at {
+        index["blobs"][d.to_hex()]["checked"]["hashed_at"] = serde_json::json!(at);
+    }
     let stamp = &mut index["blobs"][d.to_hex()]["checked"]["stamp"];
     assert!(stamp.is_object(), "no stamp recorded: {index}");
     stamp["mtime_ns"] = serde_json::json!(m.mtime() * 1_000_000_000 + m.mtime_nsec());
@@ -352,4 +360,53 @@ fn a_first_check_offline_shows_progress_and_the_next_offline_load_hashes_nothing
         "recorded: not hashed again"
     );
     s.runtime_saw_only_good_bytes();
+}
+
+#[test]
+fn a_runtime_failure_on_a_file_trusted_by_its_stamp_has_it_hashed_evicted_and_fetched_again() {
+    // The XNNPACK program keeps its delegate's graph in a segment past its head.
+    let app = TestApp::start();
+    let (m, _) = app.publish(&ferry_tests::releases::release(
+        "segment",
+        "1.0.0",
+        vec![variant(
+            "xnnpack-fp32",
+            "mlp-v1-xnnpack.pte",
+            Delegate::Xnnpack,
+            ">=1.0.0",
+            "*",
+        )],
+    ));
+    let program = m.variants[0].sha256;
+    let cache = tempfile::tempdir().expect("cache");
+    let d = device("verify-segment");
+    let c = app.client(cache.path()).build().expect("client");
+    drop(c.load("segment", &d).expect("first load"));
+    // A flipped bit in the segment (in the XNNPACK graph's own header, past the program's
+    // head), that no write explains, in a file last hashed long ago.
+    let path = cache.path().join("blobs/sha256").join(program.to_hex());
+    let bytes = std::fs::read(&path).expect("program");
+    let base = u64::from_le_bytes(bytes[24..32].try_into().expect("8 bytes"));
+    assert_eq!(
+        &bytes[8..12],
+        b"eh00",
+        "an extended header names the segment base"
+    );
+    assert_eq!(&bytes[base as usize + 4..base as usize + 8], b"XH00");
+    flip_byte(&path, base + 5);
+    forge_stamp_hashed_at(cache.path(), &program, Some(0));
+    let before = c.telemetry_pending().len();
+    // The runtime fails on it: the file is hashed whole then, removed and reported ...
+    let failed = c.load("segment", &d);
+    assert!(failed.is_err(), "{:?}", failed.map(|m| m.report));
+    assert_eq!(verify_failures(&c, before), 1);
+    assert!(!path.exists(), "the damaged file was removed");
+    // ... and the next load fetches it again.
+    let m = c.load("segment", &d).expect("load after the eviction");
+    assert_eq!(m.source, Source::Downloaded);
+    drop(m);
+    assert_eq!(
+        ferry_client::cache::hash_file(&path).expect("hash"),
+        program
+    );
 }

@@ -284,7 +284,7 @@ fn a_download_cut_short_counts_what_was_sent_not_what_was_asked() {
 
 #[test]
 fn a_blob_larger_than_a_map_window_is_served_exactly_whole_and_by_ranges_across_windows() {
-    // 40 MiB and a few bytes: three 16 MiB windows of the local store's mapped path, the last
+    // 40 MiB and a few bytes: eleven 4 MiB windows of the local store's mapped path, the last
     // one short, each handed out in 128 KiB pieces.
     let app = TestApp::start();
     let size = (40usize << 20) + 12_345;
@@ -307,7 +307,7 @@ fn a_blob_larger_than_a_map_window_is_served_exactly_whole_and_by_ranges_across_
         Some(size.to_string().as_str())
     );
     assert_eq!(Sha256Digest::of(&full), digest);
-    let w = 16usize << 20;
+    let w = 4usize << 20;
     let ranges = [
         (w - 3, w + 2),               // across the first window's end
         (w - (128 << 10), 2 * w + 7), // a piece boundary to past the second window
