@@ -6,16 +6,10 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out="$root/target/bench-models/big-xnnpack.pte"
 if [ ! -s "$out" ]; then
-  venv="$root/.venv-export"
-  pins=(executorch==1.5.1 torch==2.14.0 torchvision==0.29.0 torchao==0.18.0)
-  if ! "$venv/bin/python" -c 'import executorch, torch, torchao' 2>/dev/null; then
-    echo "installing the exporter (about 6 GB, once)..." >&2
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet "${pins[@]}"
-  fi
+  python=$("$root/bench/exporter.sh")
   mkdir -p "$(dirname "$out")"
   echo "exporting the 50 MiB benchmark program..." >&2
-  "$venv/bin/python" "$root/bench/big_model.py" "$out.tmp" >&2
+  "$python" "$root/bench/big_model.py" "$out.tmp" >&2
   mv "$out.tmp" "$out"
 fi
 echo "$out"

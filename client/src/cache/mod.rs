@@ -212,10 +212,16 @@ impl VerifiedBlob {
 
     /// This file and its side files that are due a background hash (see `check.rs`).
     pub(crate) fn due_for_recheck(&self) -> Vec<VerifiedBlob> {
+        self.files_where(true, |b| b.recheck)
+    }
+
+    /// This file, its data files and (with `assets`) its assets that `keep` keeps, each alone.
+    fn files_where(&self, assets: bool, keep: impl Fn(&VerifiedBlob) -> bool) -> Vec<VerifiedBlob> {
+        let side = if assets { &self.assets[..] } else { &[] };
         std::iter::once(self)
             .chain(&self.data)
-            .chain(&self.assets)
-            .filter(|b| b.recheck)
+            .chain(side)
+            .filter(|b| keep(b))
             .map(|b| VerifiedBlob {
                 data: Vec::new(),
                 assets: Vec::new(),
@@ -227,15 +233,7 @@ impl VerifiedBlob {
     /// This program and its data files (what the runtime reads) that were trusted by their
     /// stamp for this load, not hashed whole.
     pub(crate) fn trusted_by_stamp(&self) -> Vec<VerifiedBlob> {
-        std::iter::once(self)
-            .chain(&self.data)
-            .filter(|b| b.by_stamp)
-            .map(|b| VerifiedBlob {
-                data: Vec::new(),
-                assets: Vec::new(),
-                ..b.clone()
-            })
-            .collect()
+        self.files_where(false, |b| b.by_stamp)
     }
 
     /// This program with its verified data files and assets.

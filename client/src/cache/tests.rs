@@ -1,5 +1,16 @@
 use super::*;
 
+/// Commits `bytes` to `cache` as a downloaded blob would be; its digest and size.
+fn commit(cache: &mut Cache, bytes: &[u8]) -> (Sha256Digest, u64) {
+    let d = Sha256Digest::of(bytes);
+    std::fs::write(cache.part_path(&d), bytes).expect("part");
+    let part = cache.part_path(&d);
+    cache
+        .commit_file(&part, &d, bytes.len() as u64)
+        .expect("commit");
+    (d, bytes.len() as u64)
+}
+
 #[test]
 fn eviction_is_lru_and_respects_protection() {
     let blobs = vec![
@@ -25,16 +36,11 @@ fn eviction_is_lru_and_respects_protection() {
 fn an_entry_an_update_left_incompatible_is_evicted_first_and_others_stay_protected() {
     let dir = tempfile::tempdir().expect("tmp");
     let (mut cache, _) = Cache::open(dir.path(), 25).expect("open");
-    let mut blob = |bytes: &[u8]| {
-        let d = Sha256Digest::of(bytes);
-        std::fs::write(cache.part_path(&d), bytes).expect("part");
-        let part = cache.part_path(&d);
-        cache
-            .commit_file(&part, &d, bytes.len() as u64)
-            .expect("commit");
-        d
-    };
-    let (old, kept, other) = (blob(&[1; 10]), blob(&[2; 10]), blob(&[3; 10]));
+    let (old, kept, other) = (
+        commit(&mut cache, &[1; 10]).0,
+        commit(&mut cache, &[2; 10]).0,
+        commit(&mut cache, &[3; 10]).0,
+    );
     let entry = |d: Sha256Digest| ModelEntry {
         release: "1.0.0".into(),
         variant: "v".into(),
@@ -143,16 +149,11 @@ fn recovers_from_a_corrupt_index_and_stray_files() {
 fn marking_the_most_recently_used_files_again_writes_nothing_and_keeps_the_lru_order() {
     let dir = tempfile::tempdir().expect("tmp");
     let (mut cache, _) = Cache::open(dir.path(), 1 << 20).expect("open");
-    let mut blob = |bytes: &[u8]| {
-        let d = Sha256Digest::of(bytes);
-        std::fs::write(cache.part_path(&d), bytes).expect("part");
-        let part = cache.part_path(&d);
-        cache
-            .commit_file(&part, &d, bytes.len() as u64)
-            .expect("commit");
-        (d, bytes.len() as u64)
-    };
-    let (a, b, c) = (blob(&[1; 10]), blob(&[2; 10]), blob(&[3; 10]));
+    let (a, b, c) = (
+        commit(&mut cache, &[1; 10]),
+        commit(&mut cache, &[2; 10]),
+        commit(&mut cache, &[3; 10]),
+    );
     let writes = |cache: &Cache| cache.index.clock;
     // b and c were used last (in either order): using them again changes nothing on disk.
     cache.mark_all_used(&[b, c]).expect("mark");
@@ -208,11 +209,7 @@ fn a_folder_or_a_pipe_under_a_blob_name_is_removed_as_damage_without_blocking() 
 fn a_head_record_that_does_not_match_an_intact_file_is_replaced() {
     let dir = tempfile::tempdir().expect("tmp");
     let (mut cache, _) = Cache::open(dir.path(), 1 << 20).expect("open");
-    let bytes = [7u8; 100];
-    let d = Sha256Digest::of(&bytes);
-    std::fs::write(cache.part_path(&d), bytes).expect("part");
-    let part = cache.part_path(&d);
-    cache.commit_file(&part, &d, 100).expect("commit");
+    let (d, _) = commit(&mut cache, &[7u8; 100]);
     let record = |cache: &Cache| cache.index.blobs[&d.to_hex()].checked.expect("checked");
     assert_eq!(record(&cache).head, check::Head::None);
     // A wrong head (a damaged or hand-edited index), then one longer than the file.
