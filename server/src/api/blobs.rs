@@ -27,6 +27,15 @@ pub(crate) enum RangeSpec {
     Unsatisfiable,
 }
 
+/// A byte position or length of a `Range` header: ASCII digits, any number of them (one past
+/// what 64 bits hold is simply larger than any blob: `u64::MAX`); `None` for anything else.
+fn position(digits: &str) -> Option<u64> {
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(digits.parse::<u64>().unwrap_or(u64::MAX))
+}
+
 /// Parses a `Range` header for a resource of `size` bytes. Multiple ranges and malformed
 /// headers are ignored (RFC 9110 allows serving the whole resource instead).
 pub(crate) fn parse_range(value: Option<&str>, size: u64) -> RangeSpec {
@@ -41,7 +50,7 @@ pub(crate) fn parse_range(value: Option<&str>, size: u64) -> RangeSpec {
     };
     let (a, b) = (a.trim(), b.trim());
     if a.is_empty() {
-        let Ok(n) = b.parse::<u64>() else {
+        let Some(n) = position(b) else {
             return RangeSpec::Full;
         };
         if n == 0 || size == 0 {
@@ -49,14 +58,14 @@ pub(crate) fn parse_range(value: Option<&str>, size: u64) -> RangeSpec {
         }
         return RangeSpec::Part(size.saturating_sub(n), size - 1);
     }
-    let Ok(start) = a.parse::<u64>() else {
+    let Some(start) = position(a) else {
         return RangeSpec::Full;
     };
     let end = if b.is_empty() {
         size.saturating_sub(1)
     } else {
-        match b.parse::<u64>() {
-            Ok(e) if e >= start => e.min(size.saturating_sub(1)),
+        match position(b) {
+            Some(e) if e >= start => e.min(size.saturating_sub(1)),
             _ => return RangeSpec::Full,
         }
     };
@@ -366,10 +375,22 @@ mod tests {
         assert_eq!(parse_range(Some("bytes=4-2"), 10), Full);
         assert_eq!(parse_range(Some("items=0-1"), 10), Full);
         assert_eq!(parse_range(Some("bytes=x-y"), 10), Full);
+        // Positions past 64 bits are past any blob: a start there is unsatisfiable, an end
+        // or a suffix length there reaches the blob's end (as bytes=8-100 does).
         assert_eq!(
             parse_range(Some("bytes=99999999999999999999999-"), 10),
-            Full
+            Unsatisfiable
         );
+        assert_eq!(
+            parse_range(Some("bytes=2-99999999999999999999999"), 10),
+            Part(2, 9)
+        );
+        assert_eq!(
+            parse_range(Some("bytes=-99999999999999999999999"), 10),
+            Part(0, 9)
+        );
+        assert_eq!(parse_range(Some("bytes=+1-2"), 10), Full);
+        assert_eq!(parse_range(Some("bytes=1-+2"), 10), Full);
     }
 
     #[test]
