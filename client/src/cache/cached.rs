@@ -20,7 +20,7 @@ use ferry_shared::select::incompatibilities;
 use ferry_shared::wire::telemetry::{EventKind, Outcome, TelemetryEvent};
 
 use crate::Client;
-use crate::cache::{ModelEntry, VerifiedBlob};
+use crate::cache::{Cache, ModelEntry, VerifiedBlob};
 use crate::error::{Attempt, ClientError, Stage};
 use crate::trust::verify::verify_release;
 use crate::types::{CachedModel, DeviceInfo};
@@ -121,29 +121,50 @@ impl Client {
         let total = variant.size + variant.side_files().map(|f| f.size).sum::<u64>();
         let mut done = 0u64;
         let mut cache = self.cache();
-        let mut check =
-            |cache: &mut crate::cache::Cache, d: &ferry_shared::Sha256Digest, size: u64| {
-                let mut progress = |n: u64| {
-                    if let Some(p) = &self.progress {
-                        p(variant.id.as_str(), done + n, total);
-                    }
-                };
-                let got = cache.verified_blob_with(d, size, &mut progress);
-                done += size;
-                got
-            };
-        let Some(program) = check(&mut cache, &variant.sha256, variant.size)? else {
+        let id = variant.id.as_str();
+        let Some(program) = self.check_cached(
+            &mut cache,
+            id,
+            (&mut done, total),
+            &variant.sha256,
+            variant.size,
+        )?
+        else {
             return Ok(None);
         };
         let mut data = Vec::with_capacity(variant.extra_files.len());
         for f in variant.side_files() {
-            match check(&mut cache, &f.sha256, f.size)? {
+            match self.check_cached(&mut cache, id, (&mut done, total), &f.sha256, f.size)? {
                 Some(d) => data.push(d),
                 None => return Ok(None),
             }
         }
         let assets = data.split_off(variant.extra_files.len());
         Ok(Some(program.with_side_files(data, assets)))
+    }
+
+    /// Cached file `d` (`size` bytes) of variant `variant`, checked
+    /// ([`Cache::verified_blob_with`]); a whole hash reports progress on the variant's one
+    /// count: `done` bytes of `total` before it, and `done` grows by its size when it is there.
+    pub(crate) fn check_cached(
+        &self,
+        cache: &mut Cache,
+        variant: &str,
+        (done, total): (&mut u64, u64),
+        d: &ferry_shared::Sha256Digest,
+        size: u64,
+    ) -> Result<Option<VerifiedBlob>, ClientError> {
+        let before = *done;
+        let mut progress = |n: u64| {
+            if let Some(p) = &self.progress {
+                p(variant, before + n, total);
+            }
+        };
+        let got = cache.verified_blob_with(d, size, &mut progress)?;
+        if got.is_some() {
+            *done += size;
+        }
+        Ok(got)
     }
 
     /// The model's last known good entry if its signed constraints admit `device` now, else
@@ -333,29 +354,23 @@ impl Client {
     /// A cached file of `last` failed its integrity check (and was removed): a failed `verify`
     /// event (`hash_mismatch`, stage `cache`), sent with the rest, so ops see it.
     fn report_corrupt(&self, last: &LastGood, device: &DeviceInfo) {
-        let corrupt = self.cache().take_corrupt();
         let v = &last.variant;
-        if !corrupt
-            .iter()
-            .any(|d| *d == v.sha256 || v.side_files().any(|f| f.sha256 == *d))
-        {
+        let files: Vec<_> = std::iter::once(v.sha256)
+            .chain(v.side_files().map(|f| f.sha256))
+            .collect();
+        if self.cache().take_corrupt_of(&files).is_empty() {
             return;
         }
-        let event = TelemetryEvent {
-            variant: v.id.to_string(),
-            delegate: v.delegate.to_string(),
-            outcome: Outcome::Failed,
-            error_code: Some(ErrorCode::HashMismatch.as_str().to_string()),
-            stage: Some(Stage::Cache.as_str().to_string()),
+        let event = Client::corrupt_event(TelemetryEvent {
             receipt: last.entry.receipt.clone(),
             ..self.event(
                 EventKind::Verify,
                 &last.entry.release,
                 last.manifest.model.as_str(),
-                None,
+                Some(v),
                 device,
             )
-        };
+        });
         let _ = self.telemetry.push(&[event]);
     }
 }

@@ -31,9 +31,6 @@ use sha2::{Digest as _, Sha256};
 /// are longer is hashed whole at every load (as before this check existed).
 pub const MAX_HEAD: u64 = 16 << 20;
 
-/// Bytes read per step when hashing a file.
-const STEP: usize = 1 << 20;
-
 /// A file's identity on disk: what any write or replacement changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Stamp {
@@ -138,26 +135,15 @@ fn hash_range(
     h: &mut Sha256,
     progress: &mut dyn FnMut(u64),
 ) -> io::Result<()> {
-    use std::io::{Read as _, Seek as _};
+    use std::io::Seek as _;
     let mut reader = file;
     reader.seek(io::SeekFrom::Start(0))?;
-    let mut buf = vec![0u8; STEP.min(usize::try_from(len).unwrap_or(STEP)).max(1)];
-    let mut at = 0u64;
-    while at < len {
-        let want = usize::try_from((len - at).min(buf.len() as u64)).unwrap_or(buf.len());
-        let n = match reader.read(&mut buf[..want]) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            other => other?,
-        };
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!("the file ended at byte {at} of {len}"),
-            ));
-        }
-        h.update(&buf[..n]);
-        at += n as u64;
-        progress(at);
+    let read = ferry_fs::hash_from(h, reader, Some(len), progress)?;
+    if read < len {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("the file ended at byte {read} of {len}"),
+        ));
     }
     Ok(())
 }
@@ -173,12 +159,8 @@ pub(crate) fn hash_head(file: &File, len: u64) -> io::Result<Sha256Digest> {
 /// program (`.pte`: the flatbuffer, whole file when it has no extended header) or a data file
 /// (`.ptd`: header and flatbuffer); [`Head::None`] for anything else.
 pub(crate) fn head_of(file: &File, len: u64) -> io::Result<Head> {
-    let mut first = [0u8; 64];
-    let n = read_start(
-        file,
-        &mut first[..usize::try_from(len.min(64)).unwrap_or(64)],
-    )?;
-    let first = &first[..n];
+    let first = read_start(file, len.min(64))?;
+    let (first, n) = (&first[..], first.len());
     let limits = ferry_shared::pte::PteLimits {
         max_program_size: u64::MAX,
         ..Default::default()
@@ -202,21 +184,14 @@ pub(crate) fn head_of(file: &File, len: u64) -> io::Result<Head> {
     })
 }
 
-/// Reads the first bytes of `file` into `buf` (fewer at its end), with `read(2)`.
-fn read_start(file: &File, buf: &mut [u8]) -> io::Result<usize> {
+/// Up to `n` first bytes of `file` (fewer at its end), read with `read(2)`.
+fn read_start(file: &File, n: u64) -> io::Result<Vec<u8>> {
     use std::io::{Read as _, Seek as _};
     let mut reader = file;
     reader.seek(io::SeekFrom::Start(0))?;
-    let mut n = 0;
-    while n < buf.len() {
-        match reader.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
+    let mut out = Vec::new();
+    reader.take(n).read_to_end(&mut out)?;
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -257,7 +257,7 @@ pub struct Cache {
     /// The index file as this process last read or wrote it (size, modification time,
     /// inode): when the file no longer matches, another process changed it.
     stamp: Option<(u64, std::time::SystemTime, u64)>,
-    /// Files found corrupt (and removed) since the client last asked ([`Cache::take_corrupt`]).
+    /// Files found corrupt (and removed) since telemetry last took them ([`Cache::take_corrupt_of`]).
     corrupt: Vec<Sha256Digest>,
     /// How old a file's last full hash may be before a load that trusted its stamp has it
     /// hashed again in the background.
@@ -372,11 +372,6 @@ impl Cache {
         self.root
             .join("blobs/sha256")
             .join(format!("{}.part", d.to_hex()))
-    }
-
-    /// The files found corrupt (and removed) since the last call: what telemetry reports.
-    pub(crate) fn take_corrupt(&mut self) -> Vec<Sha256Digest> {
-        std::mem::take(&mut self.corrupt)
     }
 
     /// Moves `part`, a completed download whose bytes were hashed against the signed digest

@@ -6,25 +6,13 @@
 //! `verify` (`hash_mismatch`, stage `cache`), with the receipt of the load's resolve.
 
 use ferry_shared::Sha256Digest;
-use ferry_shared::wire::telemetry::{Outcome, TelemetryEvent};
+use ferry_shared::wire::telemetry::TelemetryEvent;
 
 use super::VerifiedBlob;
 use super::check;
 use crate::Client;
-use crate::error::Stage;
-use ferry_shared::errors::ErrorCode;
 
 impl Client {
-    /// `template` as the failed `verify` event of a cached file found corrupt.
-    pub(crate) fn corrupt_event(template: TelemetryEvent) -> TelemetryEvent {
-        TelemetryEvent {
-            outcome: Outcome::Failed,
-            error_code: Some(ErrorCode::HashMismatch.as_str().to_string()),
-            stage: Some(Stage::Cache.as_str().to_string()),
-            ..template
-        }
-    }
-
     /// Hashes `due` (files a load just trusted by stamp and head) in the background; `template`
     /// is the `verify` event of the variant they belong to, `receipt` its resolve's. A file
     /// this process is hashing already is not hashed twice. Returns at once.
@@ -33,7 +21,7 @@ impl Client {
         due: Vec<VerifiedBlob>,
         template: TelemetryEvent,
         receipt: Option<String>,
-    ) -> Option<std::thread::JoinHandle<()>> {
+    ) {
         let due: Vec<VerifiedBlob> = {
             let mut busy = ferry_shared::sync::lock(&self.rechecking);
             due.into_iter()
@@ -41,7 +29,7 @@ impl Client {
                 .collect()
         };
         if due.is_empty() {
-            return None;
+            return;
         }
         let digests: Vec<Sha256Digest> = due.iter().map(|b| *b.sha256()).collect();
         let (cache, telemetry, busy) = (
@@ -67,16 +55,13 @@ impl Client {
                     let (matched, bad) = hash_all(&due);
                     // The shared locks go before the removal; nothing else waits on them.
                     drop(due);
-                    let mut c = ferry_shared::sync::lock(&cache);
-                    let _ = c.refresh();
-                    let _ = c.record_hashed(&matched);
-                    for d in &bad {
-                        let _ = c.forget_corrupt(d);
-                    }
-                    // Reported here, once: the next load does not report them again.
-                    let taken = c.take_corrupt_of(&bad);
-                    drop(c);
-                    if !taken.is_empty() {
+                    let found = {
+                        let mut c = ferry_shared::sync::lock(&cache);
+                        let _ = c.refresh();
+                        // Reported here, once: the next load does not report them again.
+                        c.settle_hashed(&matched, &bad)
+                    };
+                    if found {
                         let event = TelemetryEvent {
                             receipt,
                             ..Client::corrupt_event(template)
@@ -86,12 +71,8 @@ impl Client {
                     release();
                 }
             });
-        match spawned {
-            Ok(h) => Some(h),
-            Err(_) => {
-                release();
-                None
-            }
+        if spawned.is_err() {
+            release();
         }
     }
 }
@@ -124,14 +105,7 @@ impl Client {
         }
         let (matched, bad) = hash_all(&suspects);
         drop(suspects);
-        let found = {
-            let mut c = self.cache();
-            let _ = c.record_hashed(&matched);
-            for d in &bad {
-                let _ = c.forget_corrupt(d);
-            }
-            !c.take_corrupt_of(&bad).is_empty()
-        };
+        let found = self.cache().settle_hashed(&matched, &bad);
         if found {
             send(vec![Client::corrupt_event(event)]);
         }

@@ -141,6 +141,21 @@ impl Cache {
         })
     }
 
+    /// After a whole hash of blobs outside a load: `matched` (with the stamps they had) get a
+    /// new hash time, `bad` are removed with the entries that use them. Whether any of `bad`
+    /// was removed now (taken from what telemetry will report: the caller reports it).
+    pub(crate) fn settle_hashed(
+        &mut self,
+        matched: &[(Sha256Digest, check::Stamp)],
+        bad: &[Sha256Digest],
+    ) -> bool {
+        let _ = self.record_hashed(matched);
+        for d in bad {
+            let _ = self.forget_corrupt(d);
+        }
+        !self.take_corrupt_of(bad).is_empty()
+    }
+
     /// Whether blob `d` was last hashed whole less than `within` ago (by the device's clock).
     pub(crate) fn hashed_within(&self, d: &Sha256Digest, within: std::time::Duration) -> bool {
         let now = check::now_secs();

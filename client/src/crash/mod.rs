@@ -224,14 +224,12 @@ impl Client {
         }
         bad.then(|| {
             let r = &l.record;
-            let mut e = self.event(EventKind::Verify, &r.release, &r.model, None, device);
-            e.variant.clone_from(&r.variant);
-            e.delegate.clone_from(&r.delegate);
-            e.outcome = Outcome::Failed;
-            e.error_code = Some(ErrorCode::HashMismatch.as_str().to_string());
-            e.stage = Some(Stage::Cache.as_str().to_string());
-            e.receipt.clone_from(&r.receipt);
-            e
+            Client::corrupt_event(TelemetryEvent {
+                variant: r.variant.clone(),
+                delegate: r.delegate.clone(),
+                receipt: r.receipt.clone(),
+                ..self.event(EventKind::Verify, &r.release, &r.model, None, device)
+            })
         })
     }
 

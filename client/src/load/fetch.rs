@@ -203,16 +203,13 @@ impl Client {
         let mut cache = self.cache();
         let mut checked = 0u64;
         for w in wanted {
-            let mut progress = |n: u64| {
-                if let Some(p) = &self.progress {
-                    p(variant, checked + n, total);
-                }
-            };
-            let blob = cache.verified_blob_with(&w.sha256, w.size, &mut progress)?;
-            if blob.is_some() {
-                checked += w.size;
-            }
-            have.push(blob);
+            have.push(self.check_cached(
+                &mut cache,
+                variant,
+                (&mut checked, total),
+                &w.sha256,
+                w.size,
+            )?);
         }
         let used: Vec<(Sha256Digest, u64)> = wanted
             .iter()

@@ -68,6 +68,21 @@ pub(crate) fn stamped(
 }
 
 impl Client {
+    /// `template` (a `verify` event) as the failed one of a cached file found corrupt: outcome
+    /// failed, `hash_mismatch`, stage `cache`.
+    pub(crate) fn corrupt_event(template: TelemetryEvent) -> TelemetryEvent {
+        TelemetryEvent {
+            outcome: Outcome::Failed,
+            error_code: Some(
+                ferry_shared::errors::ErrorCode::HashMismatch
+                    .as_str()
+                    .to_string(),
+            ),
+            stage: Some(crate::error::Stage::Cache.as_str().to_string()),
+            ..template
+        }
+    }
+
     pub(crate) fn event(
         &self,
         kind: EventKind,

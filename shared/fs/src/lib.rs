@@ -123,7 +123,17 @@ pub fn is_staging_name(name: &str) -> bool {
 /// Feeds the first `limit` bytes of `path` (all of it when `None`) into `hasher`; returns how
 /// many bytes were read (fewer than `limit` when the file is shorter).
 pub fn hash_into(hasher: &mut Sha256, path: &Path, limit: Option<u64>) -> io::Result<u64> {
-    let mut f = File::open(path)?;
+    hash_from(hasher, File::open(path)?, limit, &mut |_| {})
+}
+
+/// [`hash_into`] from an open reader (read with `read(2)` from where it stands), calling
+/// `progress` with the bytes hashed so far after each read.
+pub fn hash_from(
+    hasher: &mut Sha256,
+    mut reader: impl Read,
+    limit: Option<u64>,
+    progress: &mut dyn FnMut(u64),
+) -> io::Result<u64> {
     let mut buf = vec![0u8; 256 * 1024];
     let mut total = 0u64;
     loop {
@@ -134,7 +144,7 @@ pub fn hash_into(hasher: &mut Sha256, path: &Path, limit: Option<u64>) -> io::Re
         if want == 0 {
             break;
         }
-        let n = match f.read(&mut buf[..want]) {
+        let n = match reader.read(&mut buf[..want]) {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -142,6 +152,7 @@ pub fn hash_into(hasher: &mut Sha256, path: &Path, limit: Option<u64>) -> io::Re
         };
         hasher.update(&buf[..n]);
         total += n as u64;
+        progress(total);
     }
     Ok(total)
 }
