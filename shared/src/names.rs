@@ -280,13 +280,14 @@ impl<'de> Deserialize<'de> for Sha256Digest {
     }
 }
 
-/// Identifies a public key: the hex SHA-256 of its 32 raw ed25519 bytes.
+/// Identifies a public key: the hex SHA-256 of its public bytes (the 32 raw bytes of an ed25519
+/// key, the 33-byte SEC1 compressed point of a P-256 key).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct KeyId(Sha256Digest);
 
 impl KeyId {
-    /// The id of an ed25519 public key given as raw bytes.
-    pub fn of_public_key(public: &[u8; 32]) -> Self {
+    /// The id of a public key given as its public bytes (see [`crate::trust::key::PublicKey`]).
+    pub fn of_public_key(public: &[u8]) -> Self {
         Self(Sha256Digest::of(public))
     }
 

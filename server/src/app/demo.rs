@@ -130,8 +130,10 @@ pub async fn publish_demo(state: &AppState, config: &Config) -> anyhow::Result<S
         ));
     }
     let key_path = config.keys_dir().join("release.key");
-    let key =
-        keys::load(&key_path).context("the demo signs with the data directory's release key")?;
+    let key = keys::signer::FileSigner::new(
+        keys::load(&key_path).context("the demo signs with the data directory's release key")?,
+        &key_path,
+    );
     let (manifest, _) = build_manifest(
         &spec()?,
         Path::new(""),

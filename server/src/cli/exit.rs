@@ -9,7 +9,8 @@ use crate::cli::remote::{NoToken, Refusal};
 pub const OTHER: u8 = 1;
 /// The command line itself is wrong (clap's own code).
 pub const USAGE: u8 = 2;
-/// No token, a token the server does not know, or one without the needed scope.
+/// No token, a token the server does not know, or one without the needed scope; a signing
+/// token that refused the PIN or is locked.
 pub const AUTH: u8 = 3;
 /// The model, release, rollout or entry does not exist.
 pub const NOT_FOUND: u8 = 4;
@@ -17,7 +18,8 @@ pub const NOT_FOUND: u8 = 4;
 pub const CONFLICT: u8 = 5;
 /// The server refused the request by its rules (invalid input, a guard, a signature).
 pub const REFUSED: u8 = 6;
-/// The server could not be reached, or failed (5xx, 429).
+/// The server could not be reached, or failed (5xx, 429); a signing token or signer program
+/// that cannot be reached.
 pub const UNAVAILABLE: u8 = 7;
 /// `ferry evaluate`, and `ferry sign` of a release with `[evaluation]`: a variant failed
 /// its accuracy bound or could not execute.
@@ -71,6 +73,17 @@ pub fn of(e: &anyhow::Error) -> u8 {
             (429, _) | (500..=599, _) => UNAVAILABLE,
             (400..=499, _) => REFUSED,
             _ => OTHER,
+        };
+    }
+    if let Some(s) = e
+        .chain()
+        .find_map(|c| c.downcast_ref::<crate::keys::signer::SignerError>())
+    {
+        use crate::keys::signer::SignerErrorKind;
+        return match s.kind {
+            SignerErrorKind::Refused => AUTH,
+            SignerErrorKind::Unreachable => UNAVAILABLE,
+            SignerErrorKind::Failed => OTHER,
         };
     }
     if e.chain().any(|c| c.downcast_ref::<ureq::Error>().is_some()) {

@@ -21,6 +21,13 @@ pub enum KeysCommand {
         /// asked twice on the terminal). online.key stays plain: servers start unattended.
         #[arg(long)]
         encrypt: bool,
+        /// Use this root key (pkcs11:… or exec:…; docs/keys.md) instead of making root.key:
+        /// its public key goes in trust.json and keyring version 1, which it signs.
+        #[arg(long, value_name = "URI")]
+        root_key: Option<String>,
+        /// Use this release key (pkcs11:… or exec:…) instead of making release.key.
+        #[arg(long, value_name = "URI")]
+        release_key: Option<String>,
     },
     /// Encrypt a key file in place with a passphrase (from FERRY_KEY_PASSPHRASE, or asked twice
     /// on the terminal); commands that use it then ask for the passphrase.
@@ -40,6 +47,15 @@ pub enum KeysCommand {
         /// afterwards, so rotate again before then).
         #[arg(long)]
         expires_in_days: Option<u32>,
+        /// The new release or root key, kept where the URI says (pkcs11:… or exec:…; see
+        /// docs/keys.md): its public key goes in the next keyring, and no secret is written.
+        /// Without it, a new key file is made.
+        #[arg(long, value_name = "URI")]
+        new_key: Option<String>,
+        /// The root key that signs the new keyring (a path, pkcs11:… or exec:…), instead of
+        /// the folder's root.key.
+        #[arg(long, value_name = "URI")]
+        root_key: Option<String>,
     },
     /// Send the keyring versions in a key folder that a running server does not hold yet
     /// (after `ferry keys rotate release`): it checks each like devices do, stores it for
@@ -64,7 +80,12 @@ pub enum KeysCommand {
         scopes: String,
     },
 }
-pub(crate) fn keys_generate(out: &Path, encrypt: bool, json: bool) -> anyhow::Result<ExitCode> {
+pub(crate) fn keys_generate(
+    out: &Path,
+    encrypt: bool,
+    external: [Option<&str>; 2],
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let p = keys::key_paths(out);
     for path in [&p.root, &p.release, &p.online, &p.trust, &p.keyring] {
         if path.exists() {
@@ -79,7 +100,26 @@ pub(crate) fn keys_generate(out: &Path, encrypt: bool, json: bool) -> anyhow::Re
     } else {
         None
     };
-    let done = keys::generate_keyset_sealed(out, pass.as_deref())?;
+    let [root_uri, release_uri] = external;
+    let root = root_uri.map(keys::signer::open).transpose()?;
+    let release = release_uri.map(keys::signer::open).transpose()?;
+    for (s, role) in [(&root, "root"), (&release, "release")] {
+        if s.as_ref().is_some_and(|s| s.role().is_some()) {
+            return Err(super::exit::Usage(format!(
+                "--{role}-key takes a key kept outside the folder (pkcs11:… or exec:…); \
+                 without it, generate makes a {role}.key file"
+            ))
+            .into());
+        }
+    }
+    let done = keys::generate_keyset_with(
+        out,
+        pass.as_deref(),
+        &keys::External {
+            root: root.as_deref(),
+            release: release.as_deref(),
+        },
+    )?;
     if json {
         println!(
             "{}",
@@ -118,8 +158,18 @@ pub(crate) fn keys_rotate(
     role: keys::RotateRole,
     dir: &Path,
     expires_in_days: Option<u32>,
+    uris: [Option<&str>; 2],
     json: bool,
 ) -> anyhow::Result<ExitCode> {
+    let [new_key, root_key] = uris;
+    if new_key.is_some() && role == keys::RotateRole::Online {
+        return Err(super::exit::Usage(
+            "--new-key: the online key signs every decision on every server, unattended; it \
+             stays a key file (docs/keys.md, \"The online key\")"
+                .into(),
+        )
+        .into());
+    }
     if let Some(d) = expires_in_days
         && !(1..=3650).contains(&d)
     {
@@ -130,7 +180,17 @@ pub(crate) fn keys_rotate(
         .into());
     }
     let expires = expires_in_days.map(|d| time::Duration::days(i64::from(d)));
-    let done = keys::rotate(dir, role, expires)?;
+    let root = root_key.map(keys::signer::open).transpose()?;
+    let new = new_key.map(keys::signer::open).transpose()?;
+    let done = keys::rotate_with(
+        dir,
+        role,
+        expires,
+        &keys::RotateKeys {
+            new_key: new.as_deref(),
+            root_key: root.as_deref(),
+        },
+    )?;
     if json {
         println!("{}", serde_json::json!({ "done": done }));
         return Ok(ExitCode::SUCCESS);
@@ -139,6 +199,12 @@ pub(crate) fn keys_rotate(
         println!("{line}");
     }
     println!();
+    let release_key =
+        new_key.map_or_else(|| format!("{}/release.key", dir.display()), str::to_string);
+    let root_where = new_key.map_or_else(
+        || format!("keep {}/root.key offline", dir.display()),
+        |u| format!("the new root key stays in {u}"),
+    );
     match role {
         keys::RotateRole::Online => println!(
             "next: copy {0}/online.key and {0}/keyring/ to each server's <data>/keys/ and \
@@ -149,17 +215,19 @@ pub(crate) fn keys_rotate(
         keys::RotateRole::Release => println!(
             "next: ferry keys push --keys {0} --server URL (every replica trusts the new key \
              within ramp_check_secs, no restart; or copy {0}/keyring/ to each server's \
-             <data>/keys/ and restart it); sign new releases with {0}/release.key. Releases signed by the retired key are refused \
+             <data>/keys/ and restart it); sign new releases with --key {1}. Releases signed by the retired key are refused \
              from now on: sign and publish them again under a new version, then sign each \
              model's revocation list again (ferry release revoke MODEL --resign --key \
-             {0}/release.key)",
-            dir.display()
+             {1})",
+            dir.display(),
+            release_key
         ),
         keys::RotateRole::Root => println!(
             "next: ferry keys push --keys {0} --server URL (no restart), and put the new \
              {0}/trust.json in each server's <data>/keys/ for its next start; apps pinned to the old trust.json follow the rotation, new app \
-             builds pin the new one; keep {0}/root.key offline",
-            dir.display()
+             builds pin the new one; {1}",
+            dir.display(),
+            root_where
         ),
     }
     Ok(ExitCode::SUCCESS)

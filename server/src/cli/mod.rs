@@ -85,9 +85,10 @@ pub enum Command {
     Sign {
         /// The VARIANTS.toml describing the release.
         variants: PathBuf,
-        /// The release key file.
-        #[arg(long, value_hint = clap::ValueHint::FilePath)]
-        key: PathBuf,
+        /// The release key: a key file, a PKCS#11 URI (pkcs11:token=…;object=…?module-path=…
+        /// &pin-source=…) or exec:COMMAND (docs/keys.md).
+        #[arg(long, value_name = "KEY")]
+        key: String,
         /// Where to write the signed release.
         #[arg(short = 'o', long = "output", value_hint = clap::ValueHint::FilePath)]
         output: PathBuf,
@@ -281,13 +282,31 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
         ),
         Command::Keys { command } => match command {
-            KeysCommand::Generate { out, encrypt } => keys_generate(&out, encrypt, json),
+            KeysCommand::Generate {
+                out,
+                encrypt,
+                root_key,
+                release_key,
+            } => keys_generate(
+                &out,
+                encrypt,
+                [root_key.as_deref(), release_key.as_deref()],
+                json,
+            ),
             KeysCommand::Encrypt { file } => keys_encrypt(&file, json),
             KeysCommand::Rotate {
                 role,
                 keys,
                 expires_in_days,
-            } => keys_rotate(role, &keys, expires_in_days, json),
+                new_key,
+                root_key,
+            } => keys_rotate(
+                role,
+                &keys,
+                expires_in_days,
+                [new_key.as_deref(), root_key.as_deref()],
+                json,
+            ),
             KeysCommand::Token { name, scopes } => keys_token(&name, &scopes, json),
             KeysCommand::Push { keys, remote } => keys::keys_push(&keys, &remote, json),
         },

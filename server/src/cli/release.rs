@@ -1,7 +1,6 @@
 //! `ferry release revoke MODEL VERSION`: signs the next revocation list with a release key and
 //! sends it to the server.
 
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
@@ -28,9 +27,10 @@ pub enum ReleaseCommand {
         /// (after the release key that signed it was rotated out).
         #[arg(long)]
         resign: bool,
-        /// The release key file (the one `ferry sign` uses).
-        #[arg(long, value_hint = clap::ValueHint::FilePath)]
-        key: PathBuf,
+        /// The release key (the one `ferry sign` uses): a key file, pkcs11:… or exec:…
+        /// (docs/keys.md).
+        #[arg(long, value_name = "KEY")]
+        key: String,
         /// Why (shown to operators and in the device's error).
         #[arg(long, default_value = "")]
         reason: String,
@@ -60,7 +60,7 @@ pub(crate) fn release_cmd(command: ReleaseCommand, json: bool) -> anyhow::Result
 fn revoke(
     model: &str,
     version: Option<&str>,
-    key: &Path,
+    key: &str,
     reason: &str,
     remote: &Remote,
     json: bool,
@@ -77,12 +77,13 @@ fn revoke(
     let model_name: ferry_shared::ModelName = model
         .parse()
         .map_err(|e| Usage(format!("model {model:?}: {e}")))?;
-    let key = keys::load(key)?;
-    if key.role != KeyRole::Release {
+    let key = keys::signer::open(key)?;
+    if let Some(role) = key.role()
+        && role != KeyRole::Release
+    {
         return Err(Usage(format!(
-            "key {} has the {} role; revocations are signed with the release key",
-            key.pair.id(),
-            key.role
+            "key {} has the {role} role; revocations are signed with the release key",
+            key.id(),
         ))
         .into());
     }
@@ -147,9 +148,11 @@ fn revoke(
     };
     // The same checks the server and devices make, before anything is signed.
     RevocationList::from_json(&serde_json::to_vec(&next)?)?;
-    let env = key
-        .pair
-        .sign(REVOCATIONS_PAYLOAD_TYPE, &serde_json::to_vec(&next)?);
+    let env = keys::signer::sign_envelope(
+        key.as_ref(),
+        REVOCATIONS_PAYLOAD_TYPE,
+        &serde_json::to_vec(&next)?,
+    )?;
     let answer = admin_call(
         remote,
         "POST",
@@ -168,7 +171,7 @@ fn revoke(
         None => println!(
             "signed {model}'s revocation list again as version {} with key {}",
             answer["version"],
-            key.pair.id()
+            key.id()
         ),
     }
     Ok(ExitCode::SUCCESS)

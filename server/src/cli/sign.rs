@@ -11,18 +11,20 @@ use crate::release::sign;
 
 pub(crate) fn sign_cmd(
     variants: &Path,
-    key: &Path,
+    key: &str,
     output: &Path,
     allow_regression: Option<&str>,
     json_out: bool,
 ) -> anyhow::Result<ExitCode> {
     let spec = sign::read_variants(variants)?;
-    let key = keys::load(key)?;
-    if key.role != KeyRole::Release {
+    // Opened first: a refused PIN or an unreachable signer stops before any work.
+    let key = keys::signer::open(key)?;
+    if let Some(role) = key.role()
+        && role != KeyRole::Release
+    {
         bail!(
-            "{} is a {} key; releases are signed with a release key",
-            key.pair.id(),
-            key.role
+            "{} is a {role} key; releases are signed with a release key",
+            key.id(),
         );
     }
     let base = variants.parent().unwrap_or(Path::new("."));
@@ -50,7 +52,7 @@ pub(crate) fn sign_cmd(
     for w in &warnings {
         eprintln!("warning: {w}");
     }
-    let envelope = sign::sign(&manifest, &key)?;
+    let envelope = sign::sign(&manifest, key.as_ref())?;
     let json = serde_json::to_vec_pretty(&envelope)?;
     ferry_fs::write(output, &json, ferry_fs::Mode::Public)
         .with_context(|| format!("cannot write {}", output.display()))?;
@@ -58,7 +60,7 @@ pub(crate) fn sign_cmd(
         let out = serde_json::json!({
             "model": manifest.model,
             "version": manifest.version.to_string(),
-            "key_id": key.pair.id().to_string(),
+            "key_id": key.id().to_string(),
             "output": output.display().to_string(),
             "warnings": warnings,
             "variants": manifest.variants.iter().zip(&files).map(|(v, f)| serde_json::json!({
@@ -92,7 +94,7 @@ pub(crate) fn sign_cmd(
         "signed {} {} with release key {}",
         manifest.model,
         manifest.version,
-        key.pair.id().short()
+        key.id().short()
     );
     for (v, f) in manifest.variants.iter().zip(&files) {
         println!(

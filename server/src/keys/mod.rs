@@ -12,6 +12,7 @@
 mod provision;
 mod rotate;
 pub mod sealed;
+pub mod signer;
 
 pub use provision::*;
 pub use rotate::*;

@@ -50,12 +50,15 @@ pub fn keyring_file(dir: &Path, version: u64) -> PathBuf {
     dir.join(format!("{version:08}.json"))
 }
 
-/// Signs `keyring` with `signers` (each adds a signature).
-pub(super) fn sign_keyring(keyring: &Keyring, signers: &[&RoleKey]) -> anyhow::Result<Envelope> {
+/// Signs `keyring` with `signers` (each adds a signature, checked against its public key).
+pub(super) fn sign_keyring(
+    keyring: &Keyring,
+    signers: &[&dyn signer::Signer],
+) -> anyhow::Result<Envelope> {
     let bytes = serde_json::to_vec(keyring)?;
-    let mut env = signers[0].pair.sign(KEYRING_PAYLOAD_TYPE, &bytes);
-    for s in &signers[1..] {
-        s.pair.add_signature(&mut env)?;
+    let mut env = Envelope::unsigned(KEYRING_PAYLOAD_TYPE, &bytes);
+    for s in signers {
+        signer::add_signature(*s, &mut env)?;
     }
     Ok(env)
 }
@@ -73,14 +76,6 @@ pub(super) fn write_json(
     ferry_fs::write(path, &json, mode).with_context(|| format!("cannot write {}", path.display()))
 }
 
-pub(super) fn entry(key: &RoleKey) -> TrustedKeyEntry {
-    TrustedKeyEntry {
-        keyid: key.pair.id(),
-        role: key.role,
-        public: hex::encode(key.pair.public()),
-    }
-}
-
 /// Creates a root key, a release key, an online key, `trust.json` (the root key, threshold 1)
 /// and keyring version 1 in `dir`. Refuses when any of them exists. Returns what to print.
 pub fn generate_keyset(dir: &Path) -> anyhow::Result<Vec<String>> {
@@ -90,6 +85,26 @@ pub fn generate_keyset(dir: &Path) -> anyhow::Result<Vec<String>> {
 /// [`generate_keyset`], with the root and release keys encrypted under `passphrase` when one
 /// is given (the online key stays plain: a server starts unattended).
 pub fn generate_keyset_sealed(dir: &Path, passphrase: Option<&str>) -> anyhow::Result<Vec<String>> {
+    generate_keyset_with(dir, passphrase, &External::default())
+}
+
+/// Root and release keys kept outside the key folder (an HSM, a KMS) for
+/// [`generate_keyset_with`].
+#[derive(Default)]
+pub struct External<'a> {
+    /// The root key: its public key goes in `trust.json` and keyring version 1, which it signs.
+    pub root: Option<&'a dyn signer::Signer>,
+    /// The release key: its public key goes in keyring version 1.
+    pub release: Option<&'a dyn signer::Signer>,
+}
+
+/// [`generate_keyset_sealed`], with the root and release keys of `external` used instead of
+/// new key files (no secret of theirs is written).
+pub fn generate_keyset_with(
+    dir: &Path,
+    passphrase: Option<&str>,
+    external: &External<'_>,
+) -> anyhow::Result<Vec<String>> {
     let p = key_paths(dir);
     for path in [&p.root, &p.release, &p.online, &p.trust, &p.keyring] {
         if path.exists() {
@@ -97,61 +112,85 @@ pub fn generate_keyset_sealed(dir: &Path, passphrase: Option<&str>) -> anyhow::R
         }
     }
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let root = generate(KeyRole::Root)?;
-    let release = generate(KeyRole::Release)?;
-    let online = generate(KeyRole::Online)?;
     let mut notes = Vec::new();
-    for (key, path) in [
-        (&root, &p.root),
-        (&release, &p.release),
-        (&online, &p.online),
+    // Keys are made in memory and written only after the keyring is signed: a token or signer
+    // that fails leaves the folder as it was.
+    let mut made: Vec<(KeyRole, signer::FileSigner, Option<&str>)> = Vec::new();
+    for (role, path, ext) in [
+        (KeyRole::Root, &p.root, external.root),
+        (KeyRole::Release, &p.release, external.release),
+        (KeyRole::Online, &p.online, None),
     ] {
-        match passphrase {
-            Some(pass) if key.role != KeyRole::Online => save_sealed(key, path, pass)?,
-            _ => save(key, path)?,
+        if let Some(ext) = ext {
+            notes.push(format!(
+                "using {} as the {role} key {} ({}; no file written)",
+                ext.describe(),
+                ext.id(),
+                ext.public().algorithm()
+            ));
+            continue;
         }
-        notes.push(format!(
-            "created {} key {} at {}{}",
-            key.role,
-            key.pair.id(),
-            path.display(),
-            if passphrase.is_some() && key.role != KeyRole::Online {
-                " (encrypted)"
-            } else {
-                ""
-            }
-        ));
+        let sealed = passphrase.filter(|_| role != KeyRole::Online);
+        made.push((role, signer::FileSigner::new(generate(role)?, path), sealed));
     }
+    let of = |role: KeyRole| -> &dyn signer::Signer {
+        let ext = match role {
+            KeyRole::Root => external.root,
+            KeyRole::Release => external.release,
+            KeyRole::Online => None,
+        };
+        ext.unwrap_or_else(|| {
+            made.iter()
+                .find(|(r, _, _)| *r == role)
+                .map(|(_, s, _)| s as &dyn signer::Signer)
+                .expect("every role has a key")
+        })
+    };
+    let root_entry = TrustedKeyEntry::of(KeyRole::Root, &of(KeyRole::Root).public());
     let trust = TrustFile {
         threshold: Some(1),
-        keys: vec![entry(&root)],
+        keys: vec![root_entry.clone()],
         first_keyring: None,
     };
-    write_json(&p.trust, &trust, ferry_fs::Mode::Public)?;
-    notes.push(format!(
-        "wrote {} (the root key apps pin)",
-        p.trust.display()
-    ));
     let keyring = Keyring {
         format: 1,
         version: 1,
         created: OffsetDateTime::now_utc(),
         root: RootSet {
             threshold: 1,
-            keys: vec![entry(&root)],
+            keys: vec![root_entry],
         },
-        keys: vec![
-            KeyringKey {
-                key: entry(&release),
+        keys: [KeyRole::Release, KeyRole::Online]
+            .into_iter()
+            .map(|role| KeyringKey {
+                key: TrustedKeyEntry::of(role, &of(role).public()),
                 expires_at: None,
-            },
-            KeyringKey {
-                key: entry(&online),
-                expires_at: None,
-            },
-        ],
+            })
+            .collect(),
     };
-    let env = sign_keyring(&keyring, &[&root])?;
+    let env = sign_keyring(&keyring, &[of(KeyRole::Root)])?;
+    for (role, key, sealed) in &made {
+        let path = match role {
+            KeyRole::Root => &p.root,
+            KeyRole::Release => &p.release,
+            KeyRole::Online => &p.online,
+        };
+        match sealed {
+            Some(pass) => save_sealed(key.key(), path, pass)?,
+            None => save(key.key(), path)?,
+        }
+        notes.push(format!(
+            "created {role} key {} at {}{}",
+            key.key().pair.id(),
+            path.display(),
+            if sealed.is_some() { " (encrypted)" } else { "" }
+        ));
+    }
+    write_json(&p.trust, &trust, ferry_fs::Mode::Public)?;
+    notes.push(format!(
+        "wrote {} (the root key apps pin)",
+        p.trust.display()
+    ));
     let path = keyring_file(&p.keyring, 1);
     write_json(&path, &env, ferry_fs::Mode::Public)?;
     notes.push(format!("wrote keyring version 1 at {}", path.display()));

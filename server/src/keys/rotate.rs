@@ -13,29 +13,56 @@ pub enum RotateRole {
     Root,
 }
 
-/// Replaces the `role` key in the key folder `dir` with a new one and writes the next keyring
-/// version, signed with `root.key` (and, for root, with the new root key too; a new
-/// `trust.json` for new app builds is written then, the old one kept in `retired/`). The old
-/// key file moves to `retired/`. `expires_in` sets the new online key's expiry. Nothing
-/// replaces the old files until the new keyring is written. Returns what to print.
+/// Where the keys of a rotation are, besides the key folder's files.
+#[derive(Default)]
+pub struct RotateKeys<'a> {
+    /// The new key for the role, kept where its URI says (`--new-key`); `None`: a new key
+    /// file is made.
+    pub new_key: Option<&'a dyn signer::Signer>,
+    /// The root key that signs the new keyring (`--root-key`); `None`: the folder's
+    /// `root.key`.
+    pub root_key: Option<&'a dyn signer::Signer>,
+}
+
+/// [`rotate_with`] with key files only: a new key file, signed by the folder's `root.key`.
 pub fn rotate(
     dir: &Path,
     role: RotateRole,
     expires_in: Option<time::Duration>,
 ) -> anyhow::Result<Vec<String>> {
+    rotate_with(dir, role, expires_in, &RotateKeys::default())
+}
+
+/// Replaces the `role` key in the key folder `dir` with a new one and writes the next keyring
+/// version, signed with the root key (and, for root, with the new root key too; a new
+/// `trust.json` for new app builds is written then, the old one kept in `retired/`). The old
+/// key file moves to `retired/`. `expires_in` sets the new online key's expiry. Nothing
+/// replaces the old files until the new keyring is written. Returns what to print.
+pub fn rotate_with(
+    dir: &Path,
+    role: RotateRole,
+    expires_in: Option<time::Duration>,
+    with: &RotateKeys<'_>,
+) -> anyhow::Result<Vec<String>> {
     let p = key_paths(dir);
-    let root = load(&p.root).with_context(|| {
-        format!(
-            "rotation signs the new keyring with the root key; {} is needed",
-            p.root.display()
-        )
-    })?;
-    if root.role != KeyRole::Root {
-        bail!(
-            "{} is a {} key, not a root key",
-            p.root.display(),
-            root.role
-        );
+    let root_file;
+    let root: &dyn signer::Signer = match with.root_key {
+        Some(r) => r,
+        None => {
+            let key = load(&p.root).with_context(|| {
+                format!(
+                    "rotation signs the new keyring with the root key; {} is needed (or give                      --root-key URI)",
+                    p.root.display()
+                )
+            })?;
+            root_file = signer::FileSigner::new(key, &p.root);
+            &root_file
+        }
+    };
+    if let Some(r) = root.role()
+        && r != KeyRole::Root
+    {
+        bail!("{} is a {r} key, not a root key", root.describe());
     }
     let (trust_file, state, _) = load_trust(dir)?;
     let Some(root_set) = state.root() else {
@@ -45,10 +72,11 @@ pub fn rotate(
             p.trust.display()
         );
     };
-    if !root_set.keys.iter().any(|k| k.keyid == root.pair.id()) {
+    if !root_set.keys.iter().any(|k| k.keyid == root.id()) {
         bail!(
-            "{} is not a root key of keyring version {}",
-            p.root.display(),
+            "{} (key {}) is not a root key of keyring version {}",
+            root.describe(),
+            root.id(),
             state.version()
         );
     }
@@ -68,42 +96,50 @@ pub fn rotate(
     if expires_in.is_some() && key_role != KeyRole::Online {
         bail!("--expires-in-days applies to online keys only");
     }
-    let fresh = generate(key_role)?;
-    let now = OffsetDateTime::now_utc();
-    let mut next = Keyring {
-        format: 1,
-        version: state.version() + 1,
-        created: now,
-        root: root_set.clone(),
-        keys: state.keys().to_vec(),
-    };
-    if key_role == KeyRole::Root {
-        next.root = RootSet {
-            threshold: 1,
-            keys: vec![entry(&fresh)],
-        };
-    } else {
-        next.keys.retain(|k| k.key.role != key_role);
-        next.keys.push(KeyringKey {
-            key: entry(&fresh),
-            expires_at: expires_in.map(|d| now + d),
-        });
+    if with.new_key.is_some() && key_role == KeyRole::Online {
+        bail!(
+            "--new-key: the online key signs every decision on every server, unattended; it \
+             stays a key file (docs/keys.md, \"The online key\")"
+        );
     }
+    let fresh_file = match with.new_key {
+        Some(_) => None,
+        None => Some(signer::FileSigner::new(
+            generate(key_role)?,
+            &key_path_of(&p, key_role),
+        )),
+    };
+    let fresh: &dyn signer::Signer = match (with.new_key, &fresh_file) {
+        (Some(k), _) => k,
+        (None, Some(f)) => f,
+        (None, None) => unreachable!("a new key file is made when none is given"),
+    };
+    let fresh_entry = TrustedKeyEntry::of(key_role, &fresh.public());
+    if state
+        .keys()
+        .iter()
+        .any(|k| k.key.keyid == fresh_entry.keyid)
+        || root_set.keys.iter().any(|k| k.keyid == fresh_entry.keyid)
+    {
+        bail!(
+            "{} (key {}) is already in keyring version {}: give a new key",
+            fresh.describe(),
+            fresh_entry.keyid,
+            state.version()
+        );
+    }
+    let next = next_keyring(&state, root_set, key_role, fresh_entry.clone(), expires_in);
     let env = if key_role == KeyRole::Root {
-        sign_keyring(&next, &[&root, &fresh])?
+        sign_keyring(&next, &[root, fresh])?
     } else {
-        sign_keyring(&next, &[&root])?
+        sign_keyring(&next, &[root])?
     };
     // Check it the way a client will before anything is written.
     let mut check = state.clone();
     check
         .advance(&env)
         .context("the new keyring does not verify")?;
-    let key_path = match key_role {
-        KeyRole::Root => &p.root,
-        KeyRole::Release => &p.release,
-        KeyRole::Online => &p.online,
-    };
+    let key_path = &key_path_of(&p, key_role);
     // Order: the new secret beside the old one, then the keyring, then the swap. A failure
     // before the keyring is written leaves the folder as it was (plus a `.new` file).
     let staged = key_path.with_extension("key.new");
@@ -120,60 +156,138 @@ pub fn rotate(
             path.display()
         );
     }
-    if is_sealed(key_path) {
-        // The key it replaces was encrypted: so is the new one.
-        let pass = crate::keys::sealed::passphrase(key_path, true)?;
-        save_sealed(&fresh, &staged, &pass)?;
-    } else {
-        save(&fresh, &staged)?;
+    if let Some(f) = &fresh_file {
+        if is_sealed(key_path) {
+            // The key it replaces was encrypted: so is the new one.
+            let pass = crate::keys::sealed::passphrase(key_path, true)?;
+            save_sealed(f.key(), &staged, &pass)?;
+        } else {
+            save(f.key(), &staged)?;
+        }
     }
     write_json(&path, &env, ferry_fs::Mode::Public)?;
-    let mut notes = Vec::new();
-    std::fs::create_dir_all(&p.retired)
-        .with_context(|| format!("cannot create {}", p.retired.display()))?;
-    if key_path.exists() {
-        // Kept byte for byte: an encrypted key stays encrypted.
-        let (_, old_id) = file_id(key_path)?;
-        let retired = p.retired.join(format!("{key_role}-{old_id}.key"));
-        if !retired.exists() {
-            let bytes = std::fs::read(key_path)
-                .with_context(|| format!("cannot read {}", key_path.display()))?;
-            ferry_fs::write(&retired, &bytes, ferry_fs::Mode::OwnerOnly)
-                .with_context(|| format!("cannot write {}", retired.display()))?;
+    let mut notes: Vec<String> = retire(&p, key_role, key_path)?.into_iter().collect();
+    if fresh_file.is_some() {
+        ferry_fs::commit(&staged, key_path)
+            .with_context(|| format!("cannot move {} into place", staged.display()))?;
+        notes.push(format!(
+            "created {key_role} key {} at {}",
+            fresh.id(),
+            key_path.display()
+        ));
+    } else {
+        if key_path.exists() {
+            // The retired copy is kept above; no file key of this role stays in use.
+            std::fs::remove_file(key_path)
+                .with_context(|| format!("cannot remove {}", key_path.display()))?;
         }
         notes.push(format!(
-            "retired {key_role} key {old_id} (kept at {})",
-            retired.display()
+            "the {key_role} key is now {} (key {}, {}); no secret was written",
+            fresh.describe(),
+            fresh.id(),
+            fresh.public().algorithm()
         ));
     }
-    ferry_fs::commit(&staged, key_path)
-        .with_context(|| format!("cannot move {} into place", staged.display()))?;
-    notes.push(format!(
-        "created {key_role} key {} at {}",
-        fresh.pair.id(),
-        key_path.display()
-    ));
     notes.push(format!(
         "wrote keyring version {} at {}",
         next.version,
         path.display()
     ));
     if key_role == KeyRole::Root {
-        let old_copy = p.retired.join(format!("trust-{}.json", state.version()));
-        write_json(&old_copy, &trust_file, ferry_fs::Mode::Public)?;
-        let fresh_trust = TrustFile {
-            threshold: Some(1),
-            keys: vec![entry(&fresh)],
-            first_keyring: Some(next.version),
-        };
-        write_json(&p.trust, &fresh_trust, ferry_fs::Mode::Public)?;
-        notes.push(format!(
-            "wrote {} for new app builds (keyring version {} on); apps pinned to the old one \
-             (kept at {}) keep working",
-            p.trust.display(),
+        notes.push(write_root_trust(
+            &p,
+            &trust_file,
+            state.version(),
             next.version,
-            old_copy.display()
-        ));
+            fresh_entry,
+        )?);
     }
     Ok(notes)
+}
+
+/// Copies the key file a rotation replaces to `retired/` (byte for byte: an encrypted key
+/// stays encrypted); returns the note to print.
+fn retire(p: &KeyPaths, key_role: KeyRole, key_path: &Path) -> anyhow::Result<Option<String>> {
+    std::fs::create_dir_all(&p.retired)
+        .with_context(|| format!("cannot create {}", p.retired.display()))?;
+    if !key_path.exists() {
+        return Ok(None);
+    }
+    let (_, old_id) = file_id(key_path)?;
+    let retired = p.retired.join(format!("{key_role}-{old_id}.key"));
+    if !retired.exists() {
+        let bytes = std::fs::read(key_path)
+            .with_context(|| format!("cannot read {}", key_path.display()))?;
+        ferry_fs::write(&retired, &bytes, ferry_fs::Mode::OwnerOnly)
+            .with_context(|| format!("cannot write {}", retired.display()))?;
+    }
+    Ok(Some(format!(
+        "retired {key_role} key {old_id} (kept at {})",
+        retired.display()
+    )))
+}
+
+/// Keyring version N+1: version N with the `key_role` key replaced by `fresh`.
+fn next_keyring(
+    state: &TrustState,
+    root_set: &RootSet,
+    key_role: KeyRole,
+    fresh_entry: TrustedKeyEntry,
+    expires_in: Option<time::Duration>,
+) -> Keyring {
+    let now = OffsetDateTime::now_utc();
+    let mut next = Keyring {
+        format: 1,
+        version: state.version() + 1,
+        created: now,
+        root: root_set.clone(),
+        keys: state.keys().to_vec(),
+    };
+    if key_role == KeyRole::Root {
+        next.root = RootSet {
+            threshold: 1,
+            keys: vec![fresh_entry],
+        };
+    } else {
+        next.keys.retain(|k| k.key.role != key_role);
+        next.keys.push(KeyringKey {
+            key: fresh_entry,
+            expires_at: expires_in.map(|d| now + d),
+        });
+    }
+    next
+}
+
+/// After a root rotation: keeps the old `trust.json` as `retired/trust-<held>.json` and writes
+/// the new one (the new root, from keyring `version` on).
+fn write_root_trust(
+    p: &KeyPaths,
+    trust_file: &TrustFile,
+    held: u64,
+    version: u64,
+    fresh_entry: TrustedKeyEntry,
+) -> anyhow::Result<String> {
+    let old_copy = p.retired.join(format!("trust-{}.json", held));
+    write_json(&old_copy, &trust_file, ferry_fs::Mode::Public)?;
+    let fresh_trust = TrustFile {
+        threshold: Some(1),
+        keys: vec![fresh_entry],
+        first_keyring: Some(version),
+    };
+    write_json(&p.trust, &fresh_trust, ferry_fs::Mode::Public)?;
+    Ok(format!(
+        "wrote {} for new app builds (keyring version {} on); apps pinned to the old one \
+         (kept at {}) keep working",
+        p.trust.display(),
+        version,
+        old_copy.display()
+    ))
+}
+
+fn key_path_of(p: &KeyPaths, role: KeyRole) -> PathBuf {
+    match role {
+        KeyRole::Root => p.root.clone(),
+        KeyRole::Release => p.release.clone(),
+        KeyRole::Online => p.online.clone(),
+    }
 }

@@ -1,4 +1,4 @@
-//! DSSE envelopes signed with ed25519.
+//! DSSE envelopes signed with ed25519 or ECDSA P-256 ([`crate::trust::key`]).
 //!
 //! An envelope carries a payload type, the exact payload bytes (base64) and one or more
 //! signatures, each naming its key by [`KeyId`]. Signatures cover the DSSE
@@ -16,10 +16,11 @@ use std::fmt;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
-use ed25519_dalek::{Signature, Signer as _, SigningKey, VerifyingKey};
+use ed25519_dalek::{Signer as _, SigningKey};
 use serde::{Deserialize, Serialize};
 
 use crate::names::KeyId;
+use crate::trust::key::{PublicKey, SignatureFault};
 
 /// A DSSE envelope as it travels in JSON.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,7 +39,7 @@ pub struct Envelope {
 pub struct EnvelopeSignature {
     /// Hex key id of the signer (see [`KeyId`]).
     pub keyid: String,
-    /// Base64 of the 64-byte ed25519 signature.
+    /// Base64 of the signature: 64 bytes for ed25519, DER for ECDSA P-256.
     pub sig: String,
 }
 
@@ -137,7 +138,7 @@ pub enum DsseError {
         /// The role the key has.
         actual: KeyRole,
     },
-    /// A signature is not a well-formed ed25519 signature.
+    /// A signature is not well formed for its key's algorithm.
     #[error("signature by {keyid} is malformed: {why}")]
     SignatureMalformed {
         /// The signer.
@@ -226,9 +227,19 @@ impl KeyPair {
         self.key.verifying_key().to_bytes()
     }
 
+    /// The public key, as trust files and key rings hold it.
+    pub fn public_key(&self) -> PublicKey {
+        PublicKey::Ed25519(self.key.verifying_key())
+    }
+
     /// The 32 secret seed bytes (handle with care).
     pub fn seed(&self) -> [u8; 32] {
         self.key.to_bytes()
+    }
+
+    /// Signs `message` as it is (for a signer source that builds the envelope itself).
+    pub fn sign_message(&self, message: &[u8]) -> [u8; 64] {
+        self.key.sign(message).to_bytes()
     }
 
     /// Signs `payload` into a new envelope with one signature.
@@ -260,6 +271,35 @@ impl KeyPair {
     }
 }
 
+impl Envelope {
+    /// A new envelope for `payload` with no signature yet (see [`Envelope::signing_input`]).
+    pub fn unsigned(payload_type: &str, payload: &[u8]) -> Self {
+        Envelope {
+            payload: B64.encode(payload),
+            payload_type: payload_type.to_string(),
+            signatures: Vec::new(),
+        }
+    }
+
+    /// The exact bytes a signer signs: the pre-authentication encoding of this envelope's type
+    /// and payload.
+    pub fn signing_input(&self) -> Result<Vec<u8>, DsseError> {
+        let payload = B64
+            .decode(self.payload.as_bytes())
+            .map_err(|e| DsseError::Malformed(format!("payload is not base64: {e}")))?;
+        Ok(pae(&self.payload_type, &payload))
+    }
+
+    /// Adds a signature made elsewhere (an HSM, a KMS) by the key `keyid` over
+    /// [`Envelope::signing_input`]. Nothing is checked here: verify the result.
+    pub fn push_signature(&mut self, keyid: KeyId, signature: &[u8]) {
+        self.signatures.push(EnvelopeSignature {
+            keyid: keyid.to_hex(),
+            sig: B64.encode(signature),
+        });
+    }
+}
+
 /// A trusted public key and what it may sign.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TrustedKey {
@@ -267,13 +307,13 @@ pub struct TrustedKey {
     pub id: KeyId,
     /// Its role.
     pub role: KeyRole,
-    key: VerifyingKey,
+    key: PublicKey,
 }
 
 impl TrustedKey {
-    /// The 32 public key bytes.
-    pub fn public(&self) -> [u8; 32] {
-        self.key.to_bytes()
+    /// The public key (its algorithm and bytes).
+    pub fn key(&self) -> &PublicKey {
+        &self.key
     }
 }
 
@@ -283,10 +323,7 @@ pub struct KeyRing {
     keys: BTreeMap<KeyId, TrustedKey>,
 }
 
-/// A public key that could not be added to a [`KeyRing`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid ed25519 public key {0}")]
-pub struct BadPublicKey(pub String);
+pub use crate::trust::key::BadPublicKey;
 
 impl KeyRing {
     /// An empty key ring.
@@ -294,17 +331,18 @@ impl KeyRing {
         Self::default()
     }
 
-    /// Trusts `public` for `role`; returns its id. A key has exactly one role: adding it again
-    /// replaces the role.
+    /// Trusts the ed25519 key `public` for `role`; returns its id. A key has exactly one role:
+    /// adding it again replaces the role.
     pub fn add(&mut self, role: KeyRole, public: &[u8; 32]) -> Result<KeyId, BadPublicKey> {
-        let key =
-            VerifyingKey::from_bytes(public).map_err(|_| BadPublicKey(hex::encode(public)))?;
-        if key.is_weak() {
-            return Err(BadPublicKey(hex::encode(public)));
-        }
-        let id = KeyId::of_public_key(public);
+        let key = PublicKey::from_bytes(&crate::trust::key::Algorithm::Ed25519, public)?;
+        Ok(self.insert(role, key))
+    }
+
+    /// Trusts `key` (of either algorithm) for `role`; returns its id.
+    pub fn insert(&mut self, role: KeyRole, key: PublicKey) -> KeyId {
+        let id = key.id();
         self.keys.insert(id, TrustedKey { id, role, key });
-        Ok(id)
+        id
     }
 
     /// The key with id `id`.
@@ -495,27 +533,10 @@ fn check_one(
             keyid: keyid.clone(),
             why: format!("not base64: {e}"),
         })?;
-    let bytes: [u8; 64] = raw
-        .as_slice()
-        .try_into()
-        .map_err(|_| DsseError::SignatureMalformed {
-            keyid: keyid.clone(),
-            why: format!("{} bytes, expected 64", raw.len()),
-        })?;
-    // An ed25519 signature is R || S with S < 2^253 in canonical form: the top three bits of
-    // the last byte must be clear. verify_strict refuses such signatures too; checking here
-    // tells a mangled signature apart from one that is well formed but wrong.
-    if bytes[63] & 0xe0 != 0 {
-        return Err(DsseError::SignatureMalformed {
-            keyid,
-            why: "non-canonical scalar".into(),
-        });
-    }
-    let sig = Signature::from_bytes(&bytes);
-    trusted
-        .key
-        .verify_strict(message, &sig)
-        .map_err(|_| DsseError::SignatureInvalid { keyid })?;
+    trusted.key.verify(message, &raw).map_err(|f| match f {
+        SignatureFault::Malformed(why) => DsseError::SignatureMalformed { keyid, why },
+        SignatureFault::Invalid => DsseError::SignatureInvalid { keyid },
+    })?;
     Ok(id)
 }
 

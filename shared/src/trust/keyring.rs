@@ -236,15 +236,15 @@ fn root_ring(root: &RootSet) -> Result<KeyRing, TrustError> {
             k.keyid, k.role
         )));
     }
-    let ring = TrustFile {
+    let distinct: BTreeSet<_> = root.keys.iter().map(|k| k.keyid).collect();
+    if distinct.len() != root.keys.len() {
+        return Err(TrustError("a root key is listed twice".into()));
+    }
+    TrustFile {
         keys: root.keys.clone(),
         ..TrustFile::default()
     }
-    .to_keyring()?;
-    if ring.len() != root.keys.len() {
-        return Err(TrustError("a root key is listed twice".into()));
-    }
-    Ok(ring)
+    .to_keyring()
 }
 
 /// What a client (or a server) trusts now: the pinned root walked forward through keyrings.
@@ -409,9 +409,8 @@ impl TrustState {
             if k.key.role == KeyRole::Online && k.expires_at.is_some_and(|e| e <= now) {
                 continue;
             }
-            let mut public = [0u8; 32];
-            if hex::decode_to_slice(&k.key.public, &mut public).is_ok() {
-                let _ = ring.add(k.key.role, &public);
+            if let Ok(key) = k.key.public_key() {
+                ring.insert(k.key.role, key);
             }
         }
         ring

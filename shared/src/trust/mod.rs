@@ -10,6 +10,7 @@
 
 pub mod clock;
 pub mod dsse;
+pub mod key;
 pub mod keyring;
 pub mod revocation;
 
@@ -18,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::names::KeyId;
 use crate::trust::dsse::{KeyRing, KeyRole};
+use crate::trust::key::{Algorithm, PublicKey};
 
 /// One trusted public key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,8 +28,37 @@ pub struct TrustedKeyEntry {
     pub keyid: KeyId,
     /// What it may sign.
     pub role: KeyRole,
-    /// The 32-byte ed25519 public key, hex.
+    /// The signature algorithm (absent: `ed25519`; see [`crate::trust::key`]).
+    #[serde(default, skip_serializing_if = "Algorithm::is_ed25519")]
+    pub algorithm: Algorithm,
+    /// The public key, hex: 32 raw bytes for ed25519, the 33-byte SEC1 compressed point for
+    /// P-256.
     pub public: String,
+}
+
+impl TrustedKeyEntry {
+    /// The entry for `key` with `role`.
+    pub fn of(role: KeyRole, key: &PublicKey) -> Self {
+        TrustedKeyEntry {
+            keyid: key.id(),
+            role,
+            algorithm: key.algorithm(),
+            public: hex::encode(key.to_bytes()),
+        }
+    }
+
+    /// The public key, after checking that the key id is its SHA-256.
+    pub fn public_key(&self) -> Result<PublicKey, TrustError> {
+        let key = PublicKey::from_hex(&self.algorithm, &self.public)
+            .map_err(|e| TrustError(format!("key {}: {e}", self.keyid)))?;
+        if key.id() != self.keyid {
+            return Err(TrustError(format!(
+                "key {}: key id does not match its public key",
+                self.keyid
+            )));
+        }
+        Ok(key)
+    }
 }
 
 /// A list of trusted keys: root keys (with a threshold; their keyrings name the current
@@ -60,11 +91,12 @@ impl TrustError {
 }
 
 impl TrustFile {
-    /// Adds a key.
+    /// Adds an ed25519 key.
     pub fn push(&mut self, role: KeyRole, public: &[u8; 32]) {
         self.keys.push(TrustedKeyEntry {
             keyid: KeyId::of_public_key(public),
             role,
+            algorithm: Algorithm::Ed25519,
             public: hex::encode(public),
         });
     }
@@ -74,25 +106,16 @@ impl TrustFile {
         serde_json::from_slice(bytes).map_err(|e| TrustError(e.to_string()))
     }
 
-    /// Builds a key ring, checking every key id against its key.
+    /// Builds a key ring, checking every key id against its key. A key of an algorithm this
+    /// build does not know is left out (it cannot verify anything here); a known one that is
+    /// malformed is an error.
     pub fn to_keyring(&self) -> Result<KeyRing, TrustError> {
         let mut ring = KeyRing::new();
         for k in &self.keys {
-            let mut public = [0u8; 32];
-            hex::decode_to_slice(&k.public, &mut public).map_err(|_| {
-                TrustError(format!(
-                    "key {}: public key is not 64 hex characters",
-                    k.keyid
-                ))
-            })?;
-            if KeyId::of_public_key(&public) != k.keyid {
-                return Err(TrustError(format!(
-                    "key {}: key id does not match its public key",
-                    k.keyid
-                )));
+            if matches!(k.algorithm, Algorithm::Other(_)) {
+                continue;
             }
-            ring.add(k.role, &public)
-                .map_err(|e| TrustError(format!("key {}: {e}", k.keyid)))?;
+            ring.insert(k.role, k.public_key()?);
         }
         Ok(ring)
     }

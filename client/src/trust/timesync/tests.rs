@@ -6,11 +6,7 @@ use time::OffsetDateTime;
 use super::*;
 
 fn entry(role: KeyRole, k: &KeyPair) -> TrustedKeyEntry {
-    TrustedKeyEntry {
-        keyid: k.id(),
-        role,
-        public: hex::encode(k.public()),
-    }
+    TrustedKeyEntry::of(role, &k.public_key())
 }
 
 /// A device pinning `root`, holding keyring version 1 whose online key `online` expires at

@@ -36,7 +36,7 @@ use ferry_shared::trust::dsse::Envelope;
 use ferry_shared::{BackendId, pte};
 use time::OffsetDateTime;
 
-use crate::keys::RoleKey;
+use crate::keys::signer::Signer;
 
 pub mod chunks;
 pub mod files;
@@ -349,13 +349,12 @@ pub fn parse_golden(bytes: &[u8]) -> anyhow::Result<Golden> {
     Ok(g)
 }
 
-/// Signs a manifest with a release key.
-pub fn sign(manifest: &ReleaseManifest, key: &RoleKey) -> anyhow::Result<Envelope> {
-    if key.role != ferry_shared::trust::dsse::KeyRole::Release {
-        bail!(
-            "releases must be signed with a release key; this is a {} key",
-            key.role
-        );
+/// Signs a manifest with a release key (a key file of another role is refused).
+pub fn sign(manifest: &ReleaseManifest, key: &dyn Signer) -> anyhow::Result<Envelope> {
+    if let Some(role) = key.role()
+        && role != ferry_shared::trust::dsse::KeyRole::Release
+    {
+        bail!("releases must be signed with a release key; this is a {role} key");
     }
-    Ok(key.pair.sign(RELEASE_PAYLOAD_TYPE, &manifest.to_json()))
+    crate::keys::signer::sign_envelope(key, RELEASE_PAYLOAD_TYPE, &manifest.to_json())
 }

@@ -2,11 +2,7 @@ use super::*;
 use crate::trust::dsse::KeyPair;
 
 fn entry(role: KeyRole, k: &KeyPair) -> TrustedKeyEntry {
-    TrustedKeyEntry {
-        keyid: k.id(),
-        role,
-        public: hex::encode(k.public()),
-    }
+    TrustedKeyEntry::of(role, &k.public_key())
 }
 
 fn root_set(threshold: u32, roots: &[&KeyPair]) -> RootSet {
