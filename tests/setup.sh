@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what ferry's tests need, idempotently, from package registries only:
-# a C/C++ compiler, nginx (the trusted-proxy tests), the aarch64 cross toolchain and qemu-user (scripts/setup-cross-aarch64.sh), strace (counts the store's fsyncs), faketime (device clocks), a JDK and JNA (the Java binding's
+# a C/C++ compiler, nginx (the trusted-proxy tests), SoftHSM2, opensc and openssl (keys in a
+# PKCS#11 token and an external signer), the aarch64 cross toolchain and qemu-user (scripts/setup-cross-aarch64.sh), strace (counts the store's fsyncs), faketime (device clocks), a JDK and JNA (the Java binding's
 # test), rustfmt and clippy, and (through
 # scripts/setup-executorch.sh) clang, libclang and the ExecuTorch 1.5.1 runtime libraries
 # from the PyPI wheel, moto (an S3 emulator), DuckDB (reads the Parquet telemetry) and kubernetes-validate from PyPI,
@@ -28,6 +29,11 @@ command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 command -v make >/dev/null 2>&1 || need_apt+=(make)
 # The trusted-proxy tests: a real nginx in front of the server (Debian's nginx-light).
 [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || need_apt+=(nginx-light)
+# Keys in hardware (issue 48): SoftHSM2 as the PKCS#11 token, opensc's pkcs11-tool to make
+# Ed25519 and P-256 keys in it, and the openssl CLI behind the tests' exec: signer.
+[ -f /usr/lib/softhsm/libsofthsm2.so ] || need_apt+=(softhsm2)
+command -v pkcs11-tool >/dev/null 2>&1 || need_apt+=(opensc)
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 # The dashboard's browser tests: Debian's Chromium, driven by playwright-core (npm, below).
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then

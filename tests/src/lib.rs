@@ -225,6 +225,7 @@ pub mod proxy;
 pub mod releases;
 pub mod reports;
 pub mod schemas;
+pub mod signers;
 pub mod sourced;
 pub mod store_snapshot;
 pub mod vectors;

@@ -14,4 +14,5 @@ mod publish;
 mod resolve;
 mod revocation;
 mod shapes;
+mod signers;
 mod tls;
