@@ -56,6 +56,10 @@ pub enum KeysCommand {
         /// the folder's root.key.
         #[arg(long, value_name = "URI")]
         root_key: Option<String>,
+        /// Allow the first keyring that lists an ECDSA P-256 key: only once every app build in
+        /// the field verifies P-256 (older clients refuse such a keyring; docs/keys.md).
+        #[arg(long)]
+        fleet_reads_p256: bool,
     },
     /// Send the keyring versions in a key folder that a running server does not hold yet
     /// (after `ferry keys rotate release`): it checks each like devices do, stores it for
@@ -159,6 +163,7 @@ pub(crate) fn keys_rotate(
     dir: &Path,
     expires_in_days: Option<u32>,
     uris: [Option<&str>; 2],
+    fleet_reads_p256: bool,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let [new_key, root_key] = uris;
@@ -189,6 +194,7 @@ pub(crate) fn keys_rotate(
         &keys::RotateKeys {
             new_key: new.as_deref(),
             root_key: root.as_deref(),
+            fleet_reads_p256,
         },
     )?;
     if json {

@@ -300,11 +300,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 expires_in_days,
                 new_key,
                 root_key,
+                fleet_reads_p256,
             } => keys_rotate(
                 role,
                 &keys,
                 expires_in_days,
                 [new_key.as_deref(), root_key.as_deref()],
+                fleet_reads_p256,
                 json,
             ),
             KeysCommand::Token { name, scopes } => keys_token(&name, &scopes, json),

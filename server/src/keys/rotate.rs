@@ -22,6 +22,30 @@ pub struct RotateKeys<'a> {
     /// The root key that signs the new keyring (`--root-key`); `None`: the folder's
     /// `root.key`.
     pub root_key: Option<&'a dyn signer::Signer>,
+    /// The operator checked that every client in the field verifies ECDSA P-256
+    /// (`--fleet-reads-p256`): needed for the first keyring that lists a P-256 key.
+    pub fleet_reads_p256: bool,
+}
+
+/// Refuses the first keyring version that lists an ECDSA P-256 key unless `allowed`: clients
+/// built before P-256 refuse such a keyring (docs/keys.md, "Moving to ECDSA P-256").
+fn gate_p256(state: &TrustState, next: &Keyring, allowed: bool) -> anyhow::Result<()> {
+    let p256 =
+        |k: &TrustedKeyEntry| k.algorithm == ferry_shared::trust::key::Algorithm::EcdsaP256Sha256;
+    let held = state.root().is_some_and(|r| r.keys.iter().any(p256))
+        || state.keys().iter().any(|k| p256(&k.key));
+    let next_has = next.root.keys.iter().any(p256) || next.keys.iter().any(|k| p256(&k.key));
+    if next_has && !held && !allowed {
+        bail!(
+            "keyring version {} would be the first to list an ECDSA P-256 key: ferry clients \
+             built before P-256 support refuse it (they keep their last model and take no \
+             new one). Move when every app build in the field verifies P-256 \
+             (docs/keys.md, \"Moving to ECDSA P-256\"), then run again with \
+             --fleet-reads-p256; or use an Ed25519 key (EC:edwards25519 in a token)",
+            next.version
+        );
+    }
+    Ok(())
 }
 
 /// [`rotate_with`] with key files only: a new key file, signed by the folder's `root.key`.
@@ -51,7 +75,7 @@ pub fn rotate_with(
         None => {
             let key = load(&p.root).with_context(|| {
                 format!(
-                    "rotation signs the new keyring with the root key; {} is needed (or give                      --root-key URI)",
+                    "rotation signs the new keyring with the root key; {} is needed (or give --root-key URI)",
                     p.root.display()
                 )
             })?;
@@ -59,35 +83,8 @@ pub fn rotate_with(
             &root_file
         }
     };
-    if let Some(r) = root.role()
-        && r != KeyRole::Root
-    {
-        bail!("{} is a {r} key, not a root key", root.describe());
-    }
     let (trust_file, state, _) = load_trust(dir)?;
-    let Some(root_set) = state.root() else {
-        bail!(
-            "{} pins no root key: a fixed trust file cannot rotate (apps need a trust file from \
-             `ferry keys generate`)",
-            p.trust.display()
-        );
-    };
-    if !root_set.keys.iter().any(|k| k.keyid == root.id()) {
-        bail!(
-            "{} (key {}) is not a root key of keyring version {}",
-            root.describe(),
-            root.id(),
-            state.version()
-        );
-    }
-    if root_set.threshold > 1 {
-        bail!(
-            "keyring version {} needs {} root signatures; sign it with the other root keys by \
-             hand",
-            state.version(),
-            root_set.threshold
-        );
-    }
+    let root_set = &check_root(root, &state, &p)?;
     let key_role = match role {
         RotateRole::Online => KeyRole::Online,
         RotateRole::Release => KeyRole::Release,
@@ -129,6 +126,7 @@ pub fn rotate_with(
         );
     }
     let next = next_keyring(&state, root_set, key_role, fresh_entry.clone(), expires_in);
+    gate_p256(&state, &next, with.fleet_reads_p256)?;
     let env = if key_role == KeyRole::Root {
         sign_keyring(&next, &[root, fresh])?
     } else {
@@ -203,6 +201,44 @@ pub fn rotate_with(
         )?);
     }
     Ok(notes)
+}
+
+/// The root set in force, after checking that `root` is one of its keys and can sign the next
+/// keyring alone.
+fn check_root(
+    root: &dyn signer::Signer,
+    state: &TrustState,
+    p: &KeyPaths,
+) -> anyhow::Result<RootSet> {
+    if let Some(r) = root.role()
+        && r != KeyRole::Root
+    {
+        bail!("{} is a {r} key, not a root key", root.describe());
+    }
+    let Some(root_set) = state.root().cloned() else {
+        bail!(
+            "{} pins no root key: a fixed trust file cannot rotate (apps need a trust file from \
+             `ferry keys generate`)",
+            p.trust.display()
+        );
+    };
+    if !root_set.keys.iter().any(|k| k.keyid == root.id()) {
+        bail!(
+            "{} (key {}) is not a root key of keyring version {}",
+            root.describe(),
+            root.id(),
+            state.version()
+        );
+    }
+    if root_set.threshold > 1 {
+        bail!(
+            "keyring version {} needs {} root signatures; sign it with the other root keys by \
+             hand",
+            state.version(),
+            root_set.threshold
+        );
+    }
+    Ok(root_set)
 }
 
 /// Copies the key file a rotation replaces to `retired/` (byte for byte: an encrypted key

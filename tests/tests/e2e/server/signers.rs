@@ -198,10 +198,26 @@ fn releases_signed_in_a_token_and_by_an_exec_p256_signer_load_in_the_client_and_
     // Then to a P-256 key behind an exec: signer (a KMS stand-in): ECDSA, DER signatures.
     let exec = openssl_p256_signer(work.path());
     let before = files_under(&keys);
-    ok(run(
+    // The first P-256 key in a keyring strands clients built before P-256: the operator has
+    // to say the fleet reads it.
+    let refused = run(
         &hsm,
         ferry()
             .args(["keys", "rotate", "release", "--keys"])
+            .arg(&keys)
+            .args(["--new-key", &exec]),
+    );
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--fleet-reads-p256"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert_eq!(files_under(&keys), before, "a refused rotation writes nothing");
+    ok(run(
+        &hsm,
+        ferry()
+            .args(["keys", "rotate", "release", "--fleet-reads-p256", "--keys"])
             .arg(&keys)
             .args(["--new-key", &exec]),
     ));
@@ -246,7 +262,7 @@ fn a_root_rotated_into_the_token_signs_keyrings_and_a_token_key_signs_revocation
     ok(run(
         &hsm,
         ferry()
-            .args(["keys", "rotate", "root", "--keys"])
+            .args(["keys", "rotate", "root", "--fleet-reads-p256", "--keys"])
             .arg(&keys)
             .args(["--new-key", &hsm.uri("root")]),
     ));
