@@ -213,7 +213,11 @@ fn releases_signed_in_a_token_and_by_an_exec_p256_signer_load_in_the_client_and_
         "{}",
         String::from_utf8_lossy(&refused.stderr)
     );
-    assert_eq!(files_under(&keys), before, "a refused rotation writes nothing");
+    assert_eq!(
+        files_under(&keys),
+        before,
+        "a refused rotation writes nothing"
+    );
     ok(run(
         &hsm,
         ferry()
