@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use ferry_shared::trust::key::{Algorithm, PublicKey};
 
-use super::{Signer, SignerError, SignerErrorKind};
+use super::source::{Signer, SignerError, SignerErrorKind};
 
 /// How long a signer may take (a person may have to touch a hardware key).
 pub const TIMEOUT: Duration = Duration::from_secs(300);
@@ -45,7 +45,7 @@ impl ExecSigner {
         }
         let out = run(&argv, "public-key", &[])?;
         let pem = String::from_utf8_lossy(&out);
-        let public = super::public_from_pem(&pem).map_err(|why| {
+        let public = super::source::public_from_pem(&pem).map_err(|why| {
             SignerError::new(
                 SignerErrorKind::Failed,
                 format!(
@@ -193,7 +193,7 @@ impl Signer for ExecSigner {
                 "{} bytes, an ed25519 signature has 64",
                 raw.len()
             ))),
-            _ => super::p256_der(&raw)
+            _ => super::source::p256_der(&raw)
                 .ok_or_else(|| garbage("not an ECDSA P-256 signature (DER or r ‖ s)")),
         }
     }

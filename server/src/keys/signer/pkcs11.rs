@@ -28,7 +28,7 @@ use cryptoki::types::AuthPin;
 use ferry_shared::trust::key::{Algorithm, PublicKey};
 use sha2::Digest as _;
 
-use super::{Signer, SignerError, SignerErrorKind};
+use super::source::{Signer, SignerError, SignerErrorKind};
 
 /// Where `FERRY_PKCS11_PIN` is read when the URI names no PIN.
 pub const PIN_ENV: &str = "FERRY_PKCS11_PIN";
@@ -486,7 +486,7 @@ impl Signer for Pkcs11Signer {
                     .session
                     .sign(&Mechanism::Ecdsa, self.key, &digest)
                     .map_err(|e| ck(&self.uri, "C_Sign", e))?;
-                super::p256_der(&raw).ok_or_else(|| {
+                super::source::p256_der(&raw).ok_or_else(|| {
                     failed(format!(
                         "{}: the token's ECDSA signature is {} bytes, neither r ‖ s nor DER",
                         self.uri.describe(),

@@ -244,3 +244,102 @@ proptest! {
         prop_assert_eq!(check(&env, &ring).expect_err("refused").code().as_str(), "signature_invalid");
     }
 }
+
+/// A P-256 key of the tests, as an HSM or a KMS would hold it.
+fn p256_key(seed: u8) -> (p256::ecdsa::SigningKey, crate::trust::key::PublicKey) {
+    let sk = p256::ecdsa::SigningKey::from_slice(&[seed; 32]).expect("scalar");
+    let pk = crate::trust::key::PublicKey::P256(*sk.verifying_key());
+    (sk, pk)
+}
+
+fn p256_sign(env: &mut Envelope, sk: &p256::ecdsa::SigningKey, pk: &crate::trust::key::PublicKey) {
+    use p256::ecdsa::signature::Signer as _;
+    let sig: p256::ecdsa::Signature = sk.sign(&env.signing_input().expect("input"));
+    env.push_signature(pk.id(), sig.to_der().as_bytes());
+}
+
+#[test]
+fn p256_signatures_verify_and_count_toward_thresholds_with_ed25519_ones() {
+    let ed = KeyPair::from_seed(&[1; 32]);
+    let (sk, pk) = p256_key(9);
+    let mut ring = KeyRing::new();
+    ring.add(KeyRole::Release, &ed.public()).expect("ed25519");
+    ring.insert(KeyRole::Release, pk.clone());
+    let mut env = ed.sign("t", b"payload");
+    p256_sign(&mut env, &sk, &pk);
+    let v = verify(
+        &env,
+        "t",
+        &ring,
+        KeyRole::Release,
+        2,
+        &DsseLimits::default(),
+    )
+    .expect("2 of 2");
+    assert_eq!(v.signers().len(), 2);
+    // A P-256 signature alone, and one over other bytes.
+    let mut only = Envelope::unsigned("t", b"payload");
+    p256_sign(&mut only, &sk, &pk);
+    verify(
+        &only,
+        "t",
+        &ring,
+        KeyRole::Release,
+        1,
+        &DsseLimits::default(),
+    )
+    .expect("p256 alone");
+    let mut forged = only.clone();
+    forged.payload = B64.encode(b"other payload");
+    assert!(matches!(
+        verify(
+            &forged,
+            "t",
+            &ring,
+            KeyRole::Release,
+            1,
+            &DsseLimits::default()
+        ),
+        Err(DsseError::SignatureInvalid { .. })
+    ));
+    // The fixed r || s form is not DER: malformed, not invalid.
+    let mut raw = Envelope::unsigned("t", b"payload");
+    use p256::ecdsa::signature::Signer as _;
+    let sig: p256::ecdsa::Signature = sk.sign(&raw.signing_input().expect("input"));
+    raw.push_signature(pk.id(), &sig.to_bytes());
+    assert!(matches!(
+        verify(
+            &raw,
+            "t",
+            &ring,
+            KeyRole::Release,
+            1,
+            &DsseLimits::default()
+        ),
+        Err(DsseError::SignatureMalformed { .. })
+    ));
+}
+
+#[test]
+fn a_release_signed_by_both_algorithms_verifies_for_a_client_that_knows_only_ed25519() {
+    // What a client from before P-256 holds: the Ed25519 release key only. The P-256
+    // signature names a key it does not know, and is passed over.
+    let ed = KeyPair::from_seed(&[1; 32]);
+    let (sk, pk) = p256_key(9);
+    let mut old_ring = KeyRing::new();
+    old_ring
+        .add(KeyRole::Release, &ed.public())
+        .expect("ed25519");
+    let mut env = ed.sign("t", b"payload");
+    p256_sign(&mut env, &sk, &pk);
+    let v = verify(
+        &env,
+        "t",
+        &old_ring,
+        KeyRole::Release,
+        1,
+        &DsseLimits::default(),
+    )
+    .expect("the ed25519 signature counts");
+    assert_eq!(v.signers(), &[ed.id()]);
+}
