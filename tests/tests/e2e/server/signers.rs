@@ -301,6 +301,9 @@ fn a_root_rotated_into_the_token_signs_keyrings_and_a_token_key_signs_revocation
         .expect("load through the token's root");
     assert_eq!((m.release.as_str(), c.keyring_version()), ("1.1.0", 3));
     drop(m);
+    // The C ABI walks the same chain from the first root and loads the token-signed release.
+    let stdout = c_abi_load(&app, work.path());
+    assert!(stdout.contains("source=downloaded"), "{stdout}");
     // A new app build pinning the token's P-256 root starts at version 2.
     let fresh_pin = TrustFile::from_json(&std::fs::read(keys.join("trust.json")).expect("trust"))
         .expect("trust");
