@@ -126,10 +126,8 @@ impl SoftHsm {
     }
 }
 
-/// An `exec:` signer of the tests' own: `tests/signers/openssl-p256.sh` with a new P-256 key
-/// made by openssl in `dir`. Returns the `exec:` URI.
-pub fn openssl_p256_signer(dir: &Path) -> String {
-    let key = dir.join("signer-p256.pem");
+/// Makes a new P-256 key with openssl at `path` (PEM).
+pub fn p256_pem(path: &Path) {
     let out = Command::new("openssl")
         .args([
             "genpkey",
@@ -139,7 +137,7 @@ pub fn openssl_p256_signer(dir: &Path) -> String {
             "ec_paramgen_curve:P-256",
             "-out",
         ])
-        .arg(&key)
+        .arg(path)
         .output()
         .expect("openssl");
     assert!(
@@ -147,6 +145,13 @@ pub fn openssl_p256_signer(dir: &Path) -> String {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// An `exec:` signer of the tests' own: `tests/signers/openssl-p256.sh` with a new P-256 key
+/// made by openssl in `dir`. Returns the `exec:` URI.
+pub fn openssl_p256_signer(dir: &Path) -> String {
+    let key = dir.join("signer-p256.pem");
+    p256_pem(&key);
     format!(
         "exec:/bin/sh {} {}",
         script("openssl-p256.sh").display(),

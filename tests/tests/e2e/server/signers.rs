@@ -47,6 +47,17 @@ fn run(hsm: &SoftHsm, cmd: &mut Command) -> Output {
     hsm.env(cmd).output().expect("run ferry")
 }
 
+/// `ferry keys rotate ROLE --keys KEYS ARGS…` with the token's configuration.
+fn rotate(hsm: &SoftHsm, role: &str, keys: &Path, args: &[&str]) -> Output {
+    run(
+        hsm,
+        ferry()
+            .args(["keys", "rotate", role, "--keys"])
+            .arg(keys)
+            .args(args),
+    )
+}
+
 /// `ferry keys push` of the folder to the app.
 fn push(hsm: &SoftHsm, app: &TestApp, keys: &Path) {
     ok(run(
@@ -165,12 +176,11 @@ fn releases_signed_in_a_token_and_by_an_exec_p256_signer_load_in_the_client_and_
     // The release key moves into the token: only a keyring version and the retired key file
     // are new in the key folder, and no file holds a secret it did not hold before.
     let before = files_under(&keys);
-    ok(run(
+    ok(rotate(
         &hsm,
-        ferry()
-            .args(["keys", "rotate", "release", "--keys"])
-            .arg(&keys)
-            .args(["--new-key", &hsm.uri("release")]),
+        "release",
+        &keys,
+        &["--new-key", &hsm.uri("release")],
     ));
     let after = files_under(&keys);
     let added: Vec<&String> = after.iter().filter(|f| !before.contains(f)).collect();
@@ -200,13 +210,7 @@ fn releases_signed_in_a_token_and_by_an_exec_p256_signer_load_in_the_client_and_
     let before = files_under(&keys);
     // The first P-256 key in a keyring strands clients built before P-256: the operator has
     // to say the fleet reads it.
-    let refused = run(
-        &hsm,
-        ferry()
-            .args(["keys", "rotate", "release", "--keys"])
-            .arg(&keys)
-            .args(["--new-key", &exec]),
-    );
+    let refused = rotate(&hsm, "release", &keys, &["--new-key", &exec]);
     assert_eq!(refused.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("--fleet-reads-p256"),
@@ -218,12 +222,11 @@ fn releases_signed_in_a_token_and_by_an_exec_p256_signer_load_in_the_client_and_
         before,
         "a refused rotation writes nothing"
     );
-    ok(run(
+    ok(rotate(
         &hsm,
-        ferry()
-            .args(["keys", "rotate", "release", "--fleet-reads-p256", "--keys"])
-            .arg(&keys)
-            .args(["--new-key", &exec]),
+        "release",
+        &keys,
+        &["--fleet-reads-p256", "--new-key", &exec],
     ));
     let added: Vec<String> = files_under(&keys)
         .into_iter()
@@ -263,12 +266,11 @@ fn a_root_rotated_into_the_token_signs_keyrings_and_a_token_key_signs_revocation
     hsm.keygen("release", "02", "EC:edwards25519");
 
     // Root: the old file root and the token's P-256 key both sign keyring version 2.
-    ok(run(
+    ok(rotate(
         &hsm,
-        ferry()
-            .args(["keys", "rotate", "root", "--fleet-reads-p256", "--keys"])
-            .arg(&keys)
-            .args(["--new-key", &hsm.uri("root")]),
+        "root",
+        &keys,
+        &["--fleet-reads-p256", "--new-key", &hsm.uri("root")],
     ));
     assert!(!keys.join("root.key").exists());
     let trust: serde_json::Value =
@@ -279,17 +281,16 @@ fn a_root_rotated_into_the_token_signs_keyrings_and_a_token_key_signs_revocation
         "{trust}"
     );
     // Release: keyring version 3 is signed by the root in the token alone.
-    ok(run(
+    ok(rotate(
         &hsm,
-        ferry()
-            .args(["keys", "rotate", "release", "--keys"])
-            .arg(&keys)
-            .args([
-                "--root-key",
-                &hsm.uri("root"),
-                "--new-key",
-                &hsm.uri("release"),
-            ]),
+        "release",
+        &keys,
+        &[
+            "--root-key",
+            &hsm.uri("root"),
+            "--new-key",
+            &hsm.uri("release"),
+        ],
     ));
     push(&hsm, &app, &keys);
     ship_signed(&hsm, &app, work.path(), "1.1.0", &hsm.uri("release"));
@@ -360,19 +361,7 @@ fn a_refused_pin_a_missing_key_and_failing_signers_sign_nothing_and_exit_with_th
     let pem = work.path().join("k.pem");
     let other = work.path().join("other.pem");
     for p in [&pem, &other] {
-        let out = Command::new("openssl")
-            .args([
-                "genpkey",
-                "-algorithm",
-                "EC",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-out",
-            ])
-            .arg(p)
-            .output()
-            .expect("openssl");
-        assert!(out.status.success());
+        ferry_tests::signers::p256_pem(p);
     }
     let module_gone = hsm
         .uri("release")
@@ -450,13 +439,7 @@ fn a_refused_pin_a_missing_key_and_failing_signers_sign_nothing_and_exit_with_th
         &hsm,
         ferry().args(["keys", "generate", "--out"]).arg(&keys),
     ));
-    let out = run(
-        &hsm,
-        ferry()
-            .args(["keys", "rotate", "online", "--keys"])
-            .arg(&keys)
-            .args(["--new-key", &hsm.uri("release")]),
-    );
+    let out = rotate(&hsm, "online", &keys, &["--new-key", &hsm.uri("release")]);
     assert_eq!(
         out.status.code(),
         Some(2),
