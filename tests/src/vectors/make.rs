@@ -37,6 +37,7 @@ pub fn generate() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     keyrings(&mut out, &k)?;
     revocation_lists(&mut out, &k);
     telemetry(&mut out, &k);
+    p256_vectors(&mut out, &k, &release.manifest)?;
     let Out { mut files, index } = out;
     let mut index_bytes = serde_json::to_vec_pretty(&json!({
         "protocol": 1,
@@ -411,4 +412,80 @@ fn telemetry(out: &mut Out, k: &Keys) {
                "expect": {"status": 200, "accepted": 1, "ignored": 0, "rejected": []},
                "about": "a client's run timings since its last flush: one inference event per model, method and variant"}),
     );
+}
+
+/// The release key on ECDSA P-256 (as an HSM or a KMS holds it): a fixed scalar, so the vectors
+/// are the same at every run (ECDSA signatures here are deterministic, RFC 6979).
+fn p256_release_key() -> anyhow::Result<p256::ecdsa::SigningKey> {
+    let scalar = ferry_shared::Sha256Digest::of(b"ferry vectors: the release key on ECDSA P-256");
+    Ok(p256::ecdsa::SigningKey::from_slice(scalar.as_bytes())?)
+}
+
+/// Keys on ECDSA P-256: a keyring that lists a P-256 release key beside the Ed25519 one, a
+/// release signed by both (what a fleet moving to P-256 is sent), and one signed by P-256 alone.
+fn p256_vectors(out: &mut Out, k: &Keys, manifest: &ReleaseManifest) -> anyhow::Result<()> {
+    use ferry_shared::trust::key::PublicKey;
+    use p256::ecdsa::signature::Signer as _;
+    let sk = p256_release_key()?;
+    let pk = PublicKey::P256(*sk.verifying_key());
+    let k1: Envelope =
+        serde_json::from_slice(&std::fs::read(dir().join("keys/keyring/00000001.json"))?)?;
+    let mut ring: Value = serde_json::from_slice(&ferry_shared::trust::dsse::decode_payload(
+        &k1,
+        &Default::default(),
+    )?)?;
+    ring["version"] = 2.into();
+    ring["created"] = ISSUED.into();
+    ring["keys"]
+        .as_array_mut()
+        .expect("keys")
+        .push(serde_json::to_value(
+            ferry_shared::trust::TrustedKeyEntry::of(
+                ferry_shared::trust::dsse::KeyRole::Release,
+                &pk,
+            ),
+        )?);
+    out.add(
+        "keyring-2-p256.json",
+        bytes(&signed(
+            &k.root.pair,
+            ferry_shared::trust::keyring::KEYRING_PAYLOAD_TYPE,
+            &ring,
+        )),
+        json!({"kind": "keyring", "schema": "keyring.schema.json", "chain": ["keyring-1.json"],
+               "expect": {"client": "ok", "version": 2},
+               "about": "keyring version 2 adds a release key on ECDSA P-256 (`algorithm`; the public key is the 33-byte compressed SEC1 point, its key id that point's SHA-256); clients built before ferry read ECDSA P-256 refuse it (docs/keys.md, Moving to ECDSA P-256)"}),
+    );
+    let mut payload = serde_json::to_value(manifest)?;
+    payload["version"] = "1.3.0".into();
+    let payload = bytes(&payload);
+    let release_type = ferry_shared::manifest::RELEASE_PAYLOAD_TYPE;
+    let p256_signature = |env: &mut Envelope| -> anyhow::Result<()> {
+        let sig: p256::ecdsa::Signature = sk.sign(&env.signing_input()?);
+        env.push_signature(pk.id(), sig.to_der().as_bytes());
+        Ok(())
+    };
+    let mut dual = Envelope::unsigned(release_type, &payload);
+    let input = dual.signing_input()?;
+    dual.push_signature(k.release.pair.id(), &k.release.pair.sign_message(&input));
+    p256_signature(&mut dual)?;
+    let all = ["xnnpack-fp32", "vulkan-fp32", "portable-fp32"];
+    out.add(
+        "release-dual.json",
+        bytes(&dual),
+        json!({"kind": "release", "schema": "release-manifest.schema.json",
+               "expect": {"client": "ok", "variants": all},
+               "about": "a release signed by the Ed25519 and the P-256 release keys: read by a client that knows keyring 1 alone (the signature of a key it does not know is passed over)"}),
+    );
+    let mut only = Envelope::unsigned(release_type, &payload);
+    p256_signature(&mut only)?;
+    out.add(
+        "release-p256.json",
+        bytes(&only),
+        json!({"kind": "release", "schema": "release-manifest.schema.json",
+               "keyrings": ["keyring-2-p256.json"],
+               "expect": {"client": "ok", "variants": all},
+               "about": "a release signed by the P-256 release key alone (DER signature), read after keyring-2-p256.json"}),
+    );
+    Ok(())
 }
