@@ -261,6 +261,7 @@ impl ClientBuilder {
             record_flights: self.record_flights,
             crash_ledger: crate::crash::ledger::Ledger::new(&cache_dir),
             unsaved_crashes: Mutex::new(Vec::new()),
+            source_book: Default::default(),
             telemetry: Arc::new(telemetry::TelemetryQueue::new(
                 &cache_dir,
                 self.max_telemetry_events,

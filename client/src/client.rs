@@ -58,6 +58,8 @@ pub struct Client {
     pub(crate) crash_ledger: crate::crash::ledger::Ledger,
     /// Crashes found this run that the cache could not keep (they stand for this process).
     pub(crate) unsaved_crashes: Mutex<Vec<crate::crash::ledger::CrashRecord>>,
+    /// Blob sources that failed recently (`transfer/sources.rs`).
+    pub(crate) source_book: Arc<crate::transfer::sources::SourceBook>,
 }
 
 impl Client {

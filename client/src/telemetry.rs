@@ -306,6 +306,7 @@ mod tests {
             inference: Default::default(),
             bytes_fetched: None,
             bytes_total: None,
+            sources: Vec::new(),
             kind: EventKind::Load,
             model: "m".into(),
             release: "1.0.0".into(),

@@ -189,6 +189,7 @@ fn decision(
                 }
             })
             .collect(),
+        sources: Vec::new(),
     }
 }
 

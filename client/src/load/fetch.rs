@@ -12,15 +12,18 @@ use crate::cache::VerifiedBlob;
 use crate::error::ClientError;
 use crate::policy::LoadOptions;
 use crate::transfer::download;
+use crate::transfer::sources::{Route, Tally, WholeFetch};
 use crate::trust::verify::PlannedVariant;
 
 /// What one load downloaded of a variant's files.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Transfer {
     /// Bytes fetched from the server (less than `total` with delta updates).
     pub fetched: u64,
     /// The size of the files that were not cached.
     pub total: u64,
+    /// What each blob source did, when the decision listed sources.
+    pub sources: Vec<ferry_shared::wire::sources::SourceUse>,
 }
 
 /// The length of a partial download (0 when there is none).
@@ -111,6 +114,7 @@ impl Client {
             .map(|(w, _)| w.size)
             .sum();
         let mut blobs = Vec::with_capacity(wanted.len());
+        let mut tally = Tally::default();
         for ((w, h), &index) in wanted.iter().zip(have).zip(&indexes) {
             if let Some(blob) = h {
                 blobs.push(blob);
@@ -139,7 +143,14 @@ impl Client {
                     f
                 });
             let known = prefetched.remove(&w.sha256);
-            let fetched_file = self.fetch_file(c, w, (index, known), &part, had, progress.as_ref());
+            let fetched_file = self.fetch_file(
+                c,
+                w,
+                (index, known),
+                (&part, had),
+                progress.as_ref(),
+                &mut tally,
+            );
             let (fetched, memo, later) = match fetched_file {
                 Ok(got) => got,
                 Err(e) => {
@@ -162,10 +173,10 @@ impl Client {
             // after a first download (one small request, once the file is in and unlocked).
             let memo = match (memo, later, index) {
                 (Some(m), _, _) => Some(m),
-                (None, Some(index_url), Some(r)) => {
+                (None, true, Some(r)) => {
                     let got = crate::transfer::delta::index_for_later(
                         &self.agent,
-                        &index_url,
+                        &self.routes(c, &r.sha256),
                         &r,
                         w.size,
                         &self.limits,
@@ -181,6 +192,9 @@ impl Client {
             if let Some(m) = memo {
                 crate::transfer::delta::remember(self.cache().root(), &w.sha256, &m);
             }
+        }
+        if let Some(t) = downloaded.as_mut() {
+            t.sources = tally.0;
         }
         let mut blobs = blobs.into_iter();
         let program = blobs
@@ -223,18 +237,18 @@ impl Client {
 
     /// Downloads file `w` of candidate `c` into `part` (holding `had` bytes already): built
     /// from cached chunks when its release signs a chunk index `index` and the cache holds
-    /// some, else whole. Returns the bytes fetched, the file's chunk index to keep with it,
-    /// and when there is none yet (a first install), the URL to fetch it from afterwards.
+    /// some, else whole, from the decision's sources in order (`tally` notes what each did).
+    /// Returns the bytes fetched, the file's chunk index to keep with it, and whether there is
+    /// none yet (a first install) and it should be fetched afterwards.
     fn fetch_file(
         &self,
         c: &PlannedVariant,
         w: &download::Wanted<'_>,
         (index, prefetched): (Option<ChunkIndexRef>, Option<ChunkIndex>),
-        part: &std::path::Path,
-        had: u64,
+        (part, had): (&std::path::Path, u64),
         progress: Option<&download::ProgressFn>,
-    ) -> Result<(u64, Option<ChunkIndex>, Option<String>), ClientError> {
-        let v = &c.variant;
+        tally: &mut Tally,
+    ) -> Result<(u64, Option<ChunkIndex>, bool), ClientError> {
         // The same bound as a whole download's, before any byte (a delta writes the file too).
         if w.size > self.limits.max_bytes {
             return Err(ClientError::TooLarge {
@@ -243,19 +257,15 @@ impl Client {
                 limit: self.limits.max_bytes,
             });
         }
-        let url = if w.sha256 == v.sha256 {
-            self.url_for(&c.url)
-        } else {
-            self.data_url(&c.url, &v.sha256, &w.sha256)
-        };
+        let routes = self.routes(c, &w.sha256);
         // Taken out so that the cache is not locked while a file is built from chunks.
         let cache_root = self.cache().root().to_path_buf();
-        let index_url = index.map(|r| self.data_url(&c.url, &v.sha256, &r.sha256));
-        let job = index.zip(index_url.as_deref()).map(|(r, index_url)| {
+        let index_routes = index.map(|r| self.routes(c, &r.sha256));
+        let job = index.zip(index_routes.as_deref()).map(|(r, index_routes)| {
             crate::transfer::delta::DeltaJob {
                 agent: &self.agent,
-                url: &url,
-                index_url,
+                routes: &routes,
+                index_routes,
                 index: r,
                 cache_root: &cache_root,
                 part,
@@ -263,15 +273,30 @@ impl Client {
                 limits: &self.limits,
                 progress,
                 prefetched,
+                book: &self.source_book,
+                tally: std::cell::RefCell::default(),
+                current: std::cell::Cell::new(0),
             }
         });
         let run = job
             .as_ref()
             .map(crate::transfer::delta::DeltaJob::run)
             .transpose()?;
+        if let Some(j) = &job {
+            tally.merge(&j.tally.borrow());
+        }
         let built = run.as_ref().and_then(|r| r.built.as_ref().ok());
         if built.is_none() {
-            download::fetch(&self.agent, &url, part, *w, &self.limits, progress)?;
+            let whole = WholeFetch {
+                agent: &self.agent,
+                routes: &routes,
+                part,
+                wanted: *w,
+                limits: &self.limits,
+                progress,
+                book: &self.source_book,
+            };
+            whole.run(tally)?;
         }
         let mut fetched = match built {
             Some(d) => d.fetched,
@@ -281,12 +306,31 @@ impl Client {
         if built.is_none() && memo.is_some() {
             fetched += index.map_or(0, |r| r.size);
         }
-        let later = run
-            .as_ref()
-            .is_some_and(|r| r.fetch_later)
-            .then(|| index_url.clone())
-            .flatten();
+        let later = run.as_ref().is_some_and(|r| r.fetch_later);
         Ok((fetched, memo, later))
+    }
+
+    /// Where file `digest` of candidate `c` may be fetched, in the order to try: each source
+    /// the signed decision lists (those that failed lately last), or without a list, the
+    /// candidate's URL (for a data file, the same place with its digest).
+    pub(crate) fn routes(&self, c: &PlannedVariant, digest: &Sha256Digest) -> Vec<Route> {
+        if c.sources.is_empty() {
+            let url = if *digest == c.variant.sha256 {
+                self.url_for(&c.url)
+            } else {
+                self.data_url(&c.url, &c.variant.sha256, digest)
+            };
+            return vec![Route { source: None, url }];
+        }
+        let hex = digest.to_hex();
+        self.source_book
+            .order(&c.sources)
+            .into_iter()
+            .map(|s| Route {
+                source: Some(s.to_string()),
+                url: self.url_for(&ferry_shared::wire::sources::blob_url(s, &hex)),
+            })
+            .collect()
     }
 
     /// What fetching file `w` of candidate `c` costs, known before any of its bytes come:
@@ -304,8 +348,8 @@ impl Client {
             .saturating_sub(part_len(&self.cache().part_path(&w.sha256)));
         let root = self.cache().root().to_path_buf();
         let delta = r.and_then(|r| {
-            let url = self.data_url(&c.url, &c.variant.sha256, &r.sha256);
-            crate::transfer::delta::estimate(&self.agent, &url, &r, w, &root, &self.limits)
+            let routes = self.routes(c, &r.sha256);
+            crate::transfer::delta::estimate(&self.agent, &routes, &r, w, &root, &self.limits)
         });
         match delta {
             Some((index, bytes)) => (bytes, Some(index)),

@@ -118,6 +118,7 @@ impl Client {
             inference: Default::default(),
             bytes_fetched: None,
             bytes_total: None,
+            sources: Vec::new(),
         }
     }
 

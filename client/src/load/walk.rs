@@ -234,6 +234,7 @@ impl<'a> Walk<'a> {
         self.events.push(TelemetryEvent {
             bytes_fetched: Some(t.fetched),
             bytes_total: Some(t.total),
+            sources: t.sources.clone(),
             ..(self.base)(EventKind::Download, v)
         });
     }

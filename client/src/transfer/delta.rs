@@ -28,6 +28,7 @@ use crate::transfer::download::{
     DownloadLimits, ProgressFn, Wanted, backoff, hash_prefix, open_at, parse_content_range,
     part_len, truncate,
 };
+use crate::transfer::sources::{Route, SourceBook, Tally};
 
 mod sources;
 pub(crate) use sources::remember;
@@ -62,6 +63,10 @@ enum Stop {
     Transient(String),
     /// Something a retry cannot fix: download the file whole instead.
     Refused(String),
+    /// Bytes that do not hash to what the signed index says: the source lied (or broke).
+    Lied(String),
+    /// The source failed and the next one takes over at once.
+    NextSource,
     /// The cache failed (a full disk): the download fails.
     Client(ClientError),
 }
@@ -103,11 +108,74 @@ fn fetch_index(
         .read_to_vec()
         .map_err(|e| Stop::Transient(format!("chunk index: {e}")))?;
     if bytes.len() as u64 != r.size || Sha256Digest::of(&bytes) != r.sha256 {
-        return Err(Stop::Refused(
+        return Err(Stop::Lied(
             "the chunk index the server sent is not the signed one".into(),
         ));
     }
     ChunkIndex::parse(&bytes, file_size).map_err(|e| Stop::Refused(e.to_string()))
+}
+
+/// The stable code a source's failure is reported with.
+fn code_of(stop: &Stop) -> &'static str {
+    match stop {
+        Stop::Transient(_) => "network",
+        Stop::Lied(_) => "hash_mismatch",
+        _ => "bad_response",
+    }
+}
+
+/// The text of a stop that ends the delta.
+fn why_of(stop: Stop) -> Result<String, ClientError> {
+    match stop {
+        Stop::Transient(w) | Stop::Refused(w) | Stop::Lied(w) => Ok(w),
+        Stop::NextSource => Ok("every source failed".into()),
+        Stop::Client(e) => Err(e),
+    }
+}
+
+/// Fetches the chunk index `r` from `routes` in order: each once, the last with `retries`
+/// retries of a transient failure. What each route did goes to `tally` and `book`.
+#[allow(clippy::too_many_arguments)]
+fn index_from(
+    agent: &ureq::Agent,
+    routes: &[Route],
+    r: &ChunkIndexRef,
+    file_size: u64,
+    limits: &DownloadLimits,
+    whole_request: Option<std::time::Duration>,
+    retries: u32,
+    (book, tally): (&SourceBook, &mut Tally),
+) -> Result<ChunkIndex, Stop> {
+    let mut last = Stop::Refused("no source for the chunk index".into());
+    for (i, route) in routes.iter().enumerate() {
+        let is_last = i + 1 == routes.len();
+        let mut failures = 0u32;
+        loop {
+            match fetch_index(agent, &route.url, r, file_size, limits, whole_request) {
+                Ok(index) => {
+                    tally.served(route, r.size);
+                    if let Some(s) = &route.source {
+                        book.mark_good(s);
+                    }
+                    return Ok(index);
+                }
+                Err(Stop::Transient(_)) if is_last && failures < retries => {
+                    failures += 1;
+                    std::thread::sleep(backoff(limits, failures));
+                }
+                Err(Stop::Client(e)) => return Err(Stop::Client(e)),
+                Err(stop) => {
+                    tally.failed(route, code_of(&stop));
+                    if let Some(s) = &route.source {
+                        book.mark_bad(s);
+                    }
+                    last = stop;
+                    break;
+                }
+            }
+        }
+    }
+    Err(last)
 }
 
 /// The file being built: the `.part` file, the hash of what it holds, and the counts.
@@ -219,7 +287,10 @@ impl Builder<'_> {
                 .read_exact(&mut buf)
                 .map_err(|e| Stop::Transient(format!("range body: {e}")))?;
             self.buf = buf;
-            self.append(c, "a fetched")?;
+            self.append(c, "a fetched").map_err(|e| match e {
+                Stop::Refused(why) => Stop::Lied(why),
+                other => other,
+            })?;
             self.outcome.fetched += c.size;
         }
         Ok(())
@@ -230,10 +301,11 @@ impl Builder<'_> {
 pub(crate) struct DeltaJob<'a> {
     /// The HTTP agent.
     pub agent: &'a ureq::Agent,
-    /// The file's URL (ranges are asked of it).
-    pub url: &'a str,
-    /// The URL of its chunk index.
-    pub index_url: &'a str,
+    /// Where the file is, in the order to try (ranges are asked of one, then the next when it
+    /// fails).
+    pub routes: &'a [Route],
+    /// Where its chunk index is, in the order to try.
+    pub index_routes: &'a [Route],
     /// The signed reference to its chunk index.
     pub index: ChunkIndexRef,
     /// The cache's root folder (its blobs are the chunks' sources).
@@ -248,6 +320,12 @@ pub(crate) struct DeltaJob<'a> {
     pub progress: Option<&'a ProgressFn>,
     /// The index when [`estimate`] fetched it already.
     pub prefetched: Option<ChunkIndex>,
+    /// Sources that failed recently.
+    pub book: &'a SourceBook,
+    /// What each source did for this file.
+    pub tally: std::cell::RefCell<Tally>,
+    /// The route ranges are asked of now (an index into `routes`).
+    pub current: std::cell::Cell<usize>,
 }
 
 impl DeltaJob<'_> {
@@ -296,7 +374,7 @@ impl DeltaJob<'_> {
             while j < chunks.len() && !sources.contains_key(&chunks[j].sha256) {
                 j += 1;
             }
-            result = b.fetch(self.agent, self.url, &chunks[i..j], self.limits);
+            result = self.fetch_run(&mut b, &chunks[i..j]);
             i = j;
         }
         *outcome = std::mem::take(&mut b.outcome);
@@ -312,6 +390,33 @@ impl DeltaJob<'_> {
             )));
         }
         Ok(())
+    }
+
+    /// Fetches the chunks `run` from the current route; when it fails and another route is
+    /// left, notes the failure and moves on to that route (`Stop::NextSource`).
+    fn fetch_run(&self, b: &mut Builder<'_>, run: &[Chunk]) -> Result<(), Stop> {
+        let at = self.current.get().min(self.routes.len().saturating_sub(1));
+        let Some(route) = self.routes.get(at) else {
+            return Err(Stop::Refused("no source for the file".into()));
+        };
+        let before = b.outcome.fetched;
+        let got = b.fetch(self.agent, &route.url, run, self.limits);
+        let mut tally = self.tally.borrow_mut();
+        tally.served(route, b.outcome.fetched - before);
+        match got {
+            Ok(()) => Ok(()),
+            Err(Stop::Client(e)) => Err(Stop::Client(e)),
+            Err(stop) if at + 1 < self.routes.len() => {
+                tally.failed(route, code_of(&stop));
+                if let Some(s) = &route.source {
+                    self.book.mark_bad(s);
+                }
+                self.current.set(at + 1);
+                Err(Stop::NextSource)
+            }
+            Err(Stop::Lied(why)) => Err(Stop::Refused(why)),
+            Err(stop) => Err(stop),
+        }
     }
 
     /// Builds the file into the part file from cached chunks and ranges of its URL, when the
@@ -333,29 +438,24 @@ impl DeltaJob<'_> {
                 true,
             ));
         }
-        let mut failures = 0u32;
-        let index = loop {
-            if let Some(i) = &self.prefetched {
-                break i.clone();
-            }
-            // Only without an estimate's index: fetched here, with retries.
-            match fetch_index(
-                self.agent,
-                self.index_url,
-                &self.index,
-                wanted.size,
-                limits,
-                None,
-            ) {
-                Ok(i) => break i,
-                Err(Stop::Transient(_)) if failures < limits.retries => {
-                    failures += 1;
-                    std::thread::sleep(backoff(limits, failures));
+        let index = match &self.prefetched {
+            Some(i) => i.clone(),
+            None => {
+                // Only without an estimate's index: fetched here, with retries.
+                let fetched = index_from(
+                    self.agent,
+                    self.index_routes,
+                    &self.index,
+                    wanted.size,
+                    limits,
+                    None,
+                    limits.retries,
+                    (self.book, &mut self.tally.borrow_mut()),
+                );
+                match fetched {
+                    Ok(i) => i,
+                    Err(stop) => return Ok(whole(&why_of(stop)?, None, false)),
                 }
-                Err(Stop::Transient(why) | Stop::Refused(why)) => {
-                    return Ok(whole(&why, None, false));
-                }
-                Err(Stop::Client(e)) => return Err(e),
             }
         };
         let sources = local_sources(self.cache_root, &wanted.sha256, &index);
@@ -388,7 +488,10 @@ impl DeltaJob<'_> {
                     }
                     std::thread::sleep(backoff(limits, failures));
                 }
-                Err(Stop::Refused(why)) => return Ok(whole(&why, Some(index), false)),
+                Err(Stop::NextSource) => {}
+                Err(Stop::Refused(why) | Stop::Lied(why)) => {
+                    return Ok(whole(&why, Some(index), false));
+                }
                 Err(Stop::Client(e)) => return Err(e),
             }
         }
@@ -400,7 +503,7 @@ impl DeltaJob<'_> {
 /// cache, so that the cache knows the new blob's chunks without cutting it.
 pub(crate) fn index_for_later(
     agent: &ureq::Agent,
-    url: &str,
+    routes: &[Route],
     r: &ChunkIndexRef,
     file_size: u64,
     limits: &DownloadLimits,
@@ -409,13 +512,15 @@ pub(crate) fn index_for_later(
         min_body_time: std::time::Duration::from_secs(10),
         ..*limits
     };
-    fetch_index(
+    index_from(
         agent,
-        url,
+        routes,
         r,
         file_size,
         &quick,
         Some(std::time::Duration::from_secs(10)),
+        0,
+        (&SourceBook::default(), &mut Tally::default()),
     )
     .ok()
 }
@@ -427,7 +532,7 @@ pub(crate) fn index_for_later(
 /// small file, nothing cached to take chunks from, or no index to be had.
 pub(crate) fn estimate(
     agent: &ureq::Agent,
-    index_url: &str,
+    index_routes: &[Route],
     r: &ChunkIndexRef,
     wanted: &Wanted<'_>,
     cache_root: &Path,
@@ -439,7 +544,17 @@ pub(crate) fn estimate(
     {
         return None;
     }
-    let index = fetch_index(agent, index_url, r, wanted.size, limits, None).ok()?;
+    let index = index_from(
+        agent,
+        index_routes,
+        r,
+        wanted.size,
+        limits,
+        None,
+        limits.retries,
+        (&SourceBook::default(), &mut Tally::default()),
+    )
+    .ok()?;
     let sources = local_sources(cache_root, &wanted.sha256, &index);
     let missing: u64 = index
         .chunks

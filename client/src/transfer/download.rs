@@ -164,6 +164,12 @@ fn etag_path(part: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
+/// Forgets the validator (`ETag`) kept for `part`: the next request resumes it with a plain
+/// `Range` (another source's validator would only make it start over).
+pub(crate) fn forget_validator(part: &Path) {
+    let _ = std::fs::remove_file(etag_path(part));
+}
+
 pub(crate) fn truncate(part: &Path) -> Result<(), ClientError> {
     let _ = std::fs::remove_file(etag_path(part));
     match std::fs::remove_file(part) {

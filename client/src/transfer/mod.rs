@@ -5,4 +5,5 @@
 pub(crate) mod delta;
 pub mod download;
 pub(crate) mod resolve;
+pub(crate) mod sources;
 pub(crate) mod tls;

@@ -98,6 +98,7 @@ mod tests {
                 revocations_version: revocations,
                 sequence: 7,
                 candidates: Vec::new(),
+                sources: Vec::new(),
                 nonce: None,
                 time: None,
             },

@@ -27,6 +27,8 @@ use crate::error::ClientError;
 pub struct PlannedVariant {
     pub(crate) variant: Variant,
     pub(crate) url: String,
+    /// The decision's blob sources this build can use, in the signed order (empty: `url`).
+    pub(crate) sources: std::sync::Arc<[String]>,
 }
 
 impl PlannedVariant {
@@ -38,6 +40,13 @@ impl PlannedVariant {
     /// Download URL (absolute, or relative to the server).
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The blob sources the signed decision lists for its files, in the order they are tried
+    /// (URL prefixes a file's hex SHA-256 is appended to; empty: [`PlannedVariant::url`]
+    /// alone).
+    pub fn sources(&self) -> &[String] {
+        &self.sources
     }
 }
 
@@ -288,7 +297,33 @@ pub fn verify_response(
     if decision.candidates.is_empty() {
         return mismatch("the decision lists no candidate".into());
     }
+    let candidates = planned(&decision, &manifest, request)?;
+    let release_envelope = release.clone();
+    let decision_value = decision.into_inner();
+    manifest.try_map(|manifest| {
+        Ok::<_, ClientError>(Plan {
+            decision: decision_value,
+            manifest,
+            release_envelope,
+            candidates,
+            receipt: resp.receipt.clone(),
+        })
+    })
+}
+
+/// The decision's candidates checked against the signed manifest and this device, each with
+/// the decision's usable blob sources.
+fn planned(
+    decision: &Decision,
+    manifest: &ReleaseManifest,
+    request: &ResolveRequest,
+) -> Result<Vec<PlannedVariant>, ClientError> {
+    let mismatch = |m: String| Err(ClientError::DecisionMismatch(m));
     let mut candidates = Vec::new();
+    let sources: std::sync::Arc<[String]> = ferry_shared::wire::sources::usable(&decision.sources)
+        .into_iter()
+        .map(String::from)
+        .collect();
     for c in &decision.candidates {
         let Some(v) = manifest.variant(&c.variant) else {
             return mismatch(format!(
@@ -319,19 +354,10 @@ pub fn verify_response(
         candidates.push(PlannedVariant {
             variant: v.clone(),
             url: c.url.clone(),
+            sources: sources.clone(),
         });
     }
-    let release_envelope = release.clone();
-    let decision_value = decision.into_inner();
-    manifest.try_map(|manifest| {
-        Ok::<_, ClientError>(Plan {
-            decision: decision_value,
-            manifest,
-            release_envelope,
-            candidates,
-            receipt: resp.receipt.clone(),
-        })
-    })
+    Ok(candidates)
 }
 
 /// The revocation list to go by for `model`, and the envelope to keep when the answer brought

@@ -201,6 +201,7 @@ pub(crate) async fn resolve_inner(
     let policy = Policy {
         preference: &state.config().preference,
         base_url: &base,
+        sources: &state.config().sources,
         ttl_secs: state.config().decision_ttl_secs,
         keyring_version: state.keys().version,
         operators: operators.as_deref(),

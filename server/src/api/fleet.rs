@@ -322,6 +322,13 @@ pub async fn post_telemetry(
     {
         state.telemetry().vouch(&sdk.header_value(), addr);
     }
+    for a in accepted
+        .events
+        .iter()
+        .filter(|a| !a.event.sources.is_empty())
+    {
+        (state.metrics().sources).report(&a.event.sources, &state.config().sources);
+    }
     // Accepted means durable: answered only once the journal holds the batch (then counted).
     if !accepted.events.is_empty() {
         match state.fleet().journal.get() {

@@ -29,6 +29,9 @@ use crate::tokens::TokenEntry;
 pub struct Settings {
     /// The URL devices reach this server at (blob URLs in answers), when not the request's.
     pub public_url: Option<String>,
+    /// The blob sources decisions list, in order (empty: none listed; see
+    /// [`ferry_shared::wire::sources`]).
+    pub sources: Vec<String>,
     /// Request limits.
     pub limits: Limits,
     /// Admin tokens.

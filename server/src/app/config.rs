@@ -25,6 +25,11 @@ pub struct Config {
     /// Base URL clients should download blobs from (absolute URLs in decisions); when unset,
     /// decisions carry paths relative to the server.
     pub public_url: Option<String>,
+    /// Where devices may fetch blobs, in the order to try them (`sources`, `FERRY_SOURCES`
+    /// comma-separated): URL prefixes a blob's hex digest is appended to, `origin` for this
+    /// server's own blob route. Signed into every decision; empty: none listed (each
+    /// candidate's URL alone, as before).
+    pub sources: Vec<String>,
     /// TLS certificate and key (PEM); HTTPS when set.
     pub tls: Option<TlsConfig>,
     /// Request limits.
@@ -82,6 +87,7 @@ struct FileConfig {
     listen: Option<String>,
     data: Option<PathBuf>,
     public_url: Option<String>,
+    sources: Option<Vec<String>>,
     tls: Option<TlsConfig>,
     #[serde(default)]
     limits: Limits,
@@ -159,6 +165,10 @@ impl Config {
         {
             bail!("public_url {u:?} must start with http:// or https://");
         }
+        let sources = match env("FERRY_SOURCES") {
+            Some(list) => blob_sources(list.split(',').map(str::trim).map(String::from))?,
+            None => blob_sources(file.sources.unwrap_or_default().into_iter())?,
+        };
         let tls = match (env("FERRY_TLS_CERT"), env("FERRY_TLS_KEY")) {
             (Some(cert), Some(key)) => Some(TlsConfig {
                 cert: cert.into(),
@@ -241,6 +251,7 @@ impl Config {
             listen,
             data,
             public_url: public_url.map(|u| u.trim_end_matches('/').to_string()),
+            sources,
             tls,
             limits: file.limits,
             tokens,
@@ -272,6 +283,7 @@ impl Config {
     pub fn settings(&self) -> crate::api::state::Settings {
         crate::api::state::Settings {
             public_url: self.public_url.clone(),
+            sources: self.sources.clone(),
             limits: self.limits.clone(),
             tokens: self.tokens.clone(),
             preference: self.preference.clone(),
@@ -288,6 +300,35 @@ impl Config {
 /// Reads an environment variable (the binary's source for [`Config::load`]).
 pub fn process_env(key: &str) -> Option<String> {
     std::env::var(key).ok().filter(|v| !v.is_empty())
+}
+
+/// `sources`: each `origin` (this server's blob route) or a URL prefix ending in `/`, at most
+/// [`MAX_SOURCES`](ferry_shared::wire::sources::MAX_SOURCES), none twice.
+fn blob_sources(listed: impl Iterator<Item = String>) -> anyhow::Result<Vec<String>> {
+    use ferry_shared::wire::sources::{MAX_SOURCES, ORIGIN_SOURCE, is_usable};
+    let mut out: Vec<String> = Vec::new();
+    for s in listed {
+        let s = if s == "origin" {
+            ORIGIN_SOURCE.to_string()
+        } else {
+            s
+        };
+        if !is_usable(&s) {
+            bail!(
+                "source {s:?} must be \"origin\" or a URL prefix that a blob's hex SHA-256 is \
+                 appended to, ending in '/', like https://cdn.example.com/v1/blobs/sha256/ \
+                 (http or https, no query, at most 512 bytes)"
+            );
+        }
+        if out.contains(&s) {
+            bail!("source {s:?} is listed twice");
+        }
+        out.push(s);
+    }
+    if out.len() > MAX_SOURCES {
+        bail!("{} sources; at most {MAX_SOURCES} are allowed", out.len());
+    }
+    Ok(out)
 }
 
 /// `protocol_v1_sunset`: a date, written `2029-06-30` or as a TOML date (no time of day).

@@ -8,6 +8,7 @@
 //! Bottom layer: imports only `ferry-shared`.
 
 pub mod protocol;
+pub mod sources;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -89,6 +90,8 @@ pub struct Metrics {
     store_up: Gauge,
     /// Protocol versions and SDKs on the device endpoints, and unknown fields.
     pub protocol: crate::metrics::protocol::ProtocolMetrics,
+    /// What devices report of the blob sources they fetched from.
+    pub sources: crate::metrics::sources::SourceMetrics,
 }
 
 /// Fleet-wide figures of one model for [`Metrics::model_state`].
@@ -120,8 +123,10 @@ impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();
         let protocol = crate::metrics::protocol::ProtocolMetrics::register(&mut registry);
+        let sources = crate::metrics::sources::SourceMetrics::register(&mut registry);
         let mut m = Self {
             protocol,
+            sources,
             registry,
             requests: Family::<RequestLabels, Counter>::default(),
             durations: Family::<RouteLabels, Histogram, fn() -> Histogram>::new_with_constructor(

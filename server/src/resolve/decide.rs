@@ -90,6 +90,8 @@ pub struct Policy<'a> {
     pub preference: &'a Preference,
     /// The base URL of blob URLs (empty: paths relative to the server).
     pub base_url: &'a str,
+    /// The blob sources to list, in order (empty: none; candidates' URLs use `base_url`).
+    pub sources: &'a [String],
     /// How long a decision stays valid, in seconds.
     pub ttl_secs: u64,
     /// The keyring version in force.
@@ -259,9 +261,13 @@ pub fn decide(
                 backends: v.backends.clone(),
                 sha256: v.sha256,
                 size: v.size,
-                url: format!("{}/v1/blobs/sha256/{}", policy.base_url, v.sha256.to_hex()),
+                url: match policy.sources.first() {
+                    Some(first) => ferry_shared::wire::sources::blob_url(first, &v.sha256.to_hex()),
+                    None => format!("{}/v1/blobs/sha256/{}", policy.base_url, v.sha256.to_hex()),
+                },
             })
             .collect(),
+        sources: policy.sources.to_vec(),
         nonce: device.nonce.clone(),
         time: device.nonce.as_ref().map(|_| now),
     };

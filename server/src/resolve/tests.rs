@@ -132,6 +132,7 @@ fn policy(preference: &Preference) -> Policy<'_> {
     Policy {
         preference,
         base_url: "",
+        sources: &[],
         ttl_secs: 300,
         keyring_version: 1,
         operators: None,

@@ -339,6 +339,11 @@ pub struct Decision {
     pub sequence: u64,
     /// Variants to try, best first; the XNNPACK fallback last where one is compatible.
     pub candidates: Vec<Candidate>,
+    /// Where the candidates' files may be fetched, in the order to try them: URL prefixes to
+    /// which a file's hex SHA-256 is appended (see [`crate::wire::sources`]). Absent: each
+    /// candidate's `url`, and its data files beside it. Additive in v1.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<String>,
     /// The request's [`ResolveRequest::nonce`], when it had one: this decision was made for
     /// that request alone, so it is fresh whatever the device's clock says.
     #[serde(default, skip_serializing_if = "Option::is_none")]

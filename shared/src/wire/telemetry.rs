@@ -163,6 +163,10 @@ pub struct TelemetryEvent {
     /// For `download` events: the size of the variant's files that were not already cached.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes_total: Option<u64>,
+    /// For `download` events: what each blob source the client tried did (bytes served,
+    /// failures), when the decision listed sources. Additive in v1.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<crate::wire::sources::SourceUse>,
 }
 
 /// The body of `POST /v1/telemetry`.
@@ -173,7 +177,7 @@ pub struct TelemetryBatch {
 }
 
 /// The fields of a v1 telemetry event this build knows.
-pub const EVENT_FIELDS: [&str; 31] = [
+pub const EVENT_FIELDS: [&str; 32] = [
     "kind",
     "model",
     "release",
@@ -205,6 +209,7 @@ pub const EVENT_FIELDS: [&str; 31] = [
     "probe",
     "bytes_fetched",
     "bytes_total",
+    "sources",
 ];
 
 /// The event kinds this build knows, as they appear on the wire.
@@ -341,6 +346,12 @@ mod tests {
             },
             bytes_fetched: Some(1),
             bytes_total: Some(2),
+            sources: vec![crate::wire::sources::SourceUse {
+                source: "/v1/blobs/sha256/".into(),
+                bytes: 2,
+                failures: 0,
+                error: None,
+            }],
         };
         let v = serde_json::to_value(&e).expect("json");
         let back: TelemetryEvent = serde_json::from_value(v.clone()).expect("round trip");

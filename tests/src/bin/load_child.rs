@@ -105,6 +105,7 @@ fn event(tag: &str, i: usize) -> TelemetryEvent {
         inference: Default::default(),
         bytes_fetched: None,
         bytes_total: None,
+        sources: Vec::new(),
     }
 }
 

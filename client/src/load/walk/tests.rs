@@ -48,6 +48,7 @@ fn base(kind: EventKind, v: &Variant) -> TelemetryEvent {
         inference: Default::default(),
         bytes_fetched: None,
         bytes_total: None,
+        sources: Vec::new(),
     }
 }
 
@@ -116,6 +117,7 @@ fn downloads_and_loads_are_reported_in_order() {
         crate::load::fetch::Transfer {
             fetched: 10,
             total: 100,
+            sources: Vec::new(),
         },
     );
     walk.loaded(1, 7.5);
@@ -201,6 +203,7 @@ fn downloaded() -> Step {
     Step::Fetch(Fetched::Ready(Some(crate::load::fetch::Transfer {
         fetched: 5,
         total: 5,
+        sources: Vec::new(),
     })))
 }
 

@@ -2,6 +2,7 @@
 
 use ferry_shared::ModelName;
 use ferry_shared::errors::ErrorCode;
+use ferry_shared::wire::sources::{MAX_SOURCE_LEN, MAX_SOURCES};
 use ferry_shared::wire::telemetry::{EventKind, TelemetryEvent};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
@@ -26,6 +27,9 @@ pub(crate) const MAX_FIELD: usize = 128;
 /// Largest byte count a download event may report (1 TiB: a variant of 16 GiB files, many
 /// times over).
 pub(crate) const MAX_EVENT_BYTES: u64 = 1 << 40;
+
+/// The most failures one source may report in one download event.
+const MAX_SOURCE_FAILURES: u32 = 10_000;
 /// Longest receipt (a MAC and up to 64 variant ids).
 pub(crate) const MAX_RECEIPT: usize = 8192;
 /// Devices tracked per variant for the per-device event cap.
@@ -113,6 +117,20 @@ pub fn validate(
     {
         return Err(invalid(format!(
             "bytes_fetched and bytes_total must be at most {MAX_EVENT_BYTES}"
+        )));
+    }
+    if e.sources.len() > MAX_SOURCES
+        || e.sources.iter().any(|u| {
+            u.source.len() > MAX_SOURCE_LEN
+                || u.bytes > MAX_EVENT_BYTES
+                || u.failures > MAX_SOURCE_FAILURES
+                || u.error.as_ref().is_some_and(|c| c.len() > 64)
+        })
+    {
+        return Err(invalid(format!(
+            "sources holds at most {MAX_SOURCES} entries, each a source of at most \
+             {MAX_SOURCE_LEN} bytes, at most {MAX_EVENT_BYTES} bytes, \
+             {MAX_SOURCE_FAILURES} failures and an error code of at most 64 bytes"
         )));
     }
     if e.kind == EventKind::Fallback && e.to_variant.as_deref().is_none_or(str::is_empty) {

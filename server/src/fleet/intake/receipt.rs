@@ -143,6 +143,7 @@ mod tests {
             inference: Default::default(),
             bytes_fetched: None,
             bytes_total: None,
+            sources: Vec::new(),
         }
     }
 

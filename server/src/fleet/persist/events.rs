@@ -103,6 +103,7 @@ pub fn schema() -> Arc<Schema> {
         Field::new("probe", DataType::Boolean, true),
         Field::new("bytes_fetched", DataType::Int64, true),
         Field::new("bytes_total", DataType::Int64, true),
+        maybe_text("sources"),
     ]))
 }
 
@@ -163,6 +164,7 @@ pub fn encode(events: &[RawEvent], node: &str) -> Result<Vec<u8>, parquet::error
     let mut probe = BooleanBuilder::with_capacity(n);
     let mut bytes_fetched = arrow_array::builder::Int64Builder::with_capacity(n);
     let mut bytes_total = arrow_array::builder::Int64Builder::with_capacity(n);
+    let mut sources = strings();
     for r in events {
         let e = &r.event;
         received.append_value(micros(r.received_at));
@@ -203,6 +205,13 @@ pub fn encode(events: &[RawEvent], node: &str) -> Result<Vec<u8>, parquet::error
         probe.append_option(i.probe);
         bytes_fetched.append_option(e.bytes_fetched.and_then(|b| i64::try_from(b).ok()));
         bytes_total.append_option(e.bytes_total.and_then(|b| i64::try_from(b).ok()));
+        // What each blob source did, as the JSON array the device sent (DuckDB reads it with
+        // its JSON functions).
+        sources.append_option(
+            (!e.sources.is_empty())
+                .then(|| serde_json::to_string(&e.sources).ok())
+                .flatten(),
+        );
     }
     let columns: Vec<ArrayRef> = vec![
         Arc::new(received.finish()),
@@ -238,6 +247,7 @@ pub fn encode(events: &[RawEvent], node: &str) -> Result<Vec<u8>, parquet::error
         Arc::new(probe.finish()),
         Arc::new(bytes_fetched.finish()),
         Arc::new(bytes_total.finish()),
+        Arc::new(sources.finish()),
     ];
     let batch = RecordBatch::try_new(schema(), columns)?;
     let props = WriterProperties::builder()
@@ -295,6 +305,7 @@ mod tests {
             inference: Default::default(),
             bytes_fetched: None,
             bytes_total: None,
+            sources: Vec::new(),
         }
     }
 

@@ -17,6 +17,7 @@ mod operators;
 mod policy;
 mod protocol;
 mod shared_cache;
+mod sources;
 mod tensors;
 mod trust;
 mod verify_once;

@@ -1,0 +1,140 @@
+//! Blob sources: the places a device may fetch a file's bytes from, in the order the server
+//! signed them into the decision ([`crate::wire::resolve::Decision::sources`]).
+//!
+//! A source is a URL prefix to which a file's hex SHA-256 is appended: an absolute `http://` or
+//! `https://` prefix (a CDN, an object store's public URL, another ferry server) or a path
+//! starting with `/`, relative to the server the device resolved with (`/v1/blobs/sha256/` is
+//! that server itself, a site mirror for the devices of a site). No source is trusted: every
+//! byte is checked against the signed digests, so a source list only says where to look.
+
+use serde::{Deserialize, Serialize};
+
+/// The most sources a decision may list; a reader uses the first this many.
+pub const MAX_SOURCES: usize = 8;
+
+/// The longest source a reader uses, in bytes.
+pub const MAX_SOURCE_LEN: usize = 512;
+
+/// The server's own blob route, as a source relative to the server.
+pub const ORIGIN_SOURCE: &str = "/v1/blobs/sha256/";
+
+/// Whether `source` is a prefix this build can fetch from: `http://…/` or `https://…/` with a
+/// host, or a path from the server's root (`/…/`), of at most [`MAX_SOURCE_LEN`] bytes, without
+/// spaces, control characters, a query or a fragment (the digest goes at the end).
+pub fn is_usable(source: &str) -> bool {
+    let well_formed = source.len() <= MAX_SOURCE_LEN
+        && source.len() > 1
+        && source.ends_with('/')
+        && source
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'?' && b != b'#' && b != b'\\');
+    if !well_formed {
+        return false;
+    }
+    let rest = source
+        .strip_prefix("https://")
+        .or_else(|| source.strip_prefix("http://"));
+    match rest {
+        Some(rest) => rest.split('/').next().is_some_and(|host| !host.is_empty()),
+        None => source.starts_with('/') && !source.starts_with("//"),
+    }
+}
+
+/// The sources of `listed` a reader uses, in order: the usable ones ([`is_usable`]), each once,
+/// at most [`MAX_SOURCES`]. An entry this build cannot use (a newer scheme, say) is passed over,
+/// as protocol v1 asks of readers.
+pub fn usable(listed: &[String]) -> Vec<&str> {
+    let mut out: Vec<&str> = Vec::new();
+    for s in listed {
+        if out.len() == MAX_SOURCES {
+            break;
+        }
+        if is_usable(s) && !out.contains(&s.as_str()) {
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// The address of the file with SHA-256 `hex` at `source`.
+pub fn blob_url(source: &str, hex: &str) -> String {
+    format!("{source}{hex}")
+}
+
+/// What one source did for one download, as a `download` event reports it
+/// ([`crate::wire::telemetry::TelemetryEvent::sources`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceUse {
+    /// The source, as the decision listed it.
+    pub source: String,
+    /// Bytes it served that were kept (checked against the signed digests).
+    #[serde(default)]
+    pub bytes: u64,
+    /// Times the client gave up on it during the download (unreachable, an error status, too
+    /// slow, or bytes that did not hash).
+    #[serde(default)]
+    pub failures: u32,
+    /// The stable code of its last failure (`network`, `blob_not_found`, `hash_mismatch`,
+    /// `size_mismatch`, `bad_response`, `server_certificate_invalid`), when it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usable_sources_are_http_prefixes_or_server_paths() {
+        for ok in [
+            "/v1/blobs/sha256/",
+            "https://cdn.example.com/v1/blobs/sha256/",
+            "http://10.0.0.5:8080/v1/blobs/sha256/",
+            "https://bucket.s3.amazonaws.com/ferry/blobs/sha256/",
+        ] {
+            assert!(is_usable(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "/",
+            "//cdn.example.com/x/",
+            "https:///x/",
+            "https://cdn.example.com/v1/blobs/sha256",
+            "ftp://cdn.example.com/x/",
+            "ipfs://x/",
+            "https://cdn.example.com/a b/",
+            "https://cdn.example.com/x/?sig=1/",
+            "https://cdn.example.com/x#/",
+            "cdn.example.com/x/",
+        ] {
+            assert!(!is_usable(bad), "{bad:?}");
+        }
+        assert!(is_usable(&format!("/{}/", "a".repeat(MAX_SOURCE_LEN - 2))));
+        assert!(!is_usable(&format!("/{}/", "a".repeat(MAX_SOURCE_LEN - 1))));
+    }
+
+    #[test]
+    fn a_reader_keeps_usable_sources_once_in_order_and_at_most_eight() {
+        let listed: Vec<String> = [
+            "ipfs://newer-scheme/",
+            "https://a.example/",
+            "/v1/blobs/sha256/",
+            "https://a.example/",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain((0..20).map(|i| format!("https://m{i}.example/")))
+        .collect();
+        let got = usable(&listed);
+        assert_eq!(got.len(), MAX_SOURCES);
+        assert_eq!(
+            &got[..3],
+            [
+                "https://a.example/",
+                "/v1/blobs/sha256/",
+                "https://m0.example/"
+            ]
+        );
+        assert_eq!(blob_url(got[0], "ab"), "https://a.example/ab");
+    }
+}
