@@ -96,17 +96,31 @@ pub(crate) fn keys_generate(
             bail!("{} exists; refusing to overwrite keys", path.display());
         }
     }
-    let pass = if encrypt {
-        Some(crate::keys::sealed::passphrase(
+    let [root_uri, release_uri] = external;
+    // The key files this writes (a key kept outside the folder has none).
+    let files: Vec<&Path> = [(&p.root, root_uri), (&p.release, release_uri)]
+        .into_iter()
+        .filter(|(_, uri)| uri.is_none())
+        .map(|(path, _)| path.as_path())
+        .collect();
+    let pass = match (encrypt, files.as_slice()) {
+        (false, _) => None,
+        (true, []) => {
+            return Err(super::exit::Usage(
+                "--encrypt: both keys are kept outside the folder; there is no key file to \
+                 encrypt"
+                    .into(),
+            )
+            .into());
+        }
+        (true, [one]) => Some(crate::keys::sealed::passphrase(one, true)?),
+        (true, _) => Some(crate::keys::sealed::passphrase(
             &out.join("root.key and release.key"),
             true,
-        )?)
-    } else {
-        None
+        )?),
     };
-    let [root_uri, release_uri] = external;
-    let root = root_uri.map(keys::signer::open).transpose()?;
-    let release = release_uri.map(keys::signer::open).transpose()?;
+    let root = root_uri.map(keys::signer::open_checked).transpose()?;
+    let release = release_uri.map(keys::signer::open_checked).transpose()?;
     for (s, role) in [(&root, "root"), (&release, "release")] {
         if s.as_ref().is_some_and(|s| s.role().is_some()) {
             return Err(super::exit::Usage(format!(
@@ -124,10 +138,15 @@ pub(crate) fn keys_generate(
             release: release.as_deref(),
         },
     )?;
+    let where_kept = |path: &Path, uri: Option<&str>| {
+        uri.map_or_else(|| path.display().to_string(), keys::signer::redact)
+    };
     if json {
         println!(
             "{}",
-            serde_json::json!({"done": done, "root_key": p.root, "release_key": p.release,
+            serde_json::json!({"done": done,
+                "root_key": where_kept(&p.root, root_uri),
+                "release_key": where_kept(&p.release, release_uri),
                 "online_key": p.online, "trust": p.trust, "keyring": p.keyring})
         );
         return Ok(ExitCode::SUCCESS);
@@ -136,11 +155,26 @@ pub(crate) fn keys_generate(
         println!("{line}");
     }
     println!();
-    println!(
-        "keep {} and {} offline (they sign keyrings and releases)",
-        p.root.display(),
-        p.release.display()
-    );
+    match files.as_slice() {
+        [] => println!(
+            "the root and release keys stay where they are ({} and {})",
+            where_kept(&p.root, root_uri),
+            where_kept(&p.release, release_uri)
+        ),
+        [one] => println!(
+            "keep {} offline; the other key stays in {}",
+            one.display(),
+            root_uri
+                .or(release_uri)
+                .map(keys::signer::redact)
+                .unwrap_or_default()
+        ),
+        _ => println!(
+            "keep {} and {} offline (they sign keyrings and releases)",
+            p.root.display(),
+            p.release.display()
+        ),
+    }
     println!(
         "copy online.key, trust.json and keyring/ to each server's <data>/keys/; give trust.json \
          to app developers"
@@ -186,7 +220,7 @@ pub(crate) fn keys_rotate(
     }
     let expires = expires_in_days.map(|d| time::Duration::days(i64::from(d)));
     let root = root_key.map(keys::signer::open).transpose()?;
-    let new = new_key.map(keys::signer::open).transpose()?;
+    let new = new_key.map(keys::signer::open_checked).transpose()?;
     let done = keys::rotate_with(
         dir,
         role,
@@ -205,11 +239,13 @@ pub(crate) fn keys_rotate(
         println!("{line}");
     }
     println!();
-    let release_key =
-        new_key.map_or_else(|| format!("{}/release.key", dir.display()), str::to_string);
+    let release_key = new_key.map_or_else(
+        || format!("{}/release.key", dir.display()),
+        keys::signer::redact,
+    );
     let root_where = new_key.map_or_else(
         || format!("keep {}/root.key offline", dir.display()),
-        |u| format!("the new root key stays in {u}"),
+        |u| format!("the new root key stays in {}", keys::signer::redact(u)),
     );
     match role {
         keys::RotateRole::Online => println!(

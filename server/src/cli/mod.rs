@@ -45,8 +45,10 @@ use crate::app::config::Flags;
     version,
     about,
     after_help = "Exit codes: 0 ok, 1 other failure, 2 usage, 3 auth (no token, unknown token, \
-                  missing scope), 4 not found, 5 conflict, 6 refused by the server's rules, \
-                  7 server or network unavailable, 8 evaluation failed. See docs/cli.md."
+                  missing scope; a signing token's PIN refused or locked), 4 not found, \
+                  5 conflict, 6 refused by the server's rules, 7 server, network or signer \
+                  unavailable (a PKCS#11 library or token, an exec: signer), 8 evaluation \
+                  failed. See docs/cli.md."
 )]
 pub struct Cli {
     /// Print JSON for scripts instead of text for people (every command; `serve` logs JSON).

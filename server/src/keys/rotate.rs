@@ -37,7 +37,8 @@ fn gate_p256(state: &TrustState, next: &Keyring, allowed: bool) -> anyhow::Resul
     let next_has = next.root.keys.iter().any(p256) || next.keys.iter().any(|k| p256(&k.key));
     if next_has && !held && !allowed {
         bail!(
-            "keyring version {} would be the first to list an ECDSA P-256 key: ferry clients \
+            "keyring version {} would list an ECDSA P-256 key, and the keyring in force lists \
+             none: ferry clients \
              built before P-256 support refuse it (they keep their last model and take no \
              new one). Move when every app build in the field verifies P-256 \
              (docs/keys.md, \"Moving to ECDSA P-256\"), then run again with \

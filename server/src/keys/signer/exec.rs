@@ -9,8 +9,11 @@
 //! - Exit status 0 means done; anything else is a failure, and its standard error is shown.
 //!
 //! A program that cannot be started is unreachable (exit 7); one that runs longer than
-//! [`TIMEOUT`] is stopped and reported as unreachable too. Output past [`MAX_OUTPUT`] bytes is
-//! an error.
+//! [`TIMEOUT`] (or `FERRY_SIGNER_TIMEOUT_SECS`, 1 to 3600) is stopped with everything it started (it runs in a process group of its own) and
+//! reported as unreachable too. Output past [`MAX_OUTPUT`] bytes is an error. A program that
+//! exits without reading its input is judged by its exit status (the closed pipe is not an
+//! error of ferry's). It does not inherit ferry's own secrets (`FERRY_TOKEN`,
+//! `FERRY_ADMIN_TOKEN`, `FERRY_KEY_PASSPHRASE`, `FERRY_PKCS11_PIN`).
 
 use std::io::{Read as _, Write as _};
 use std::process::{Command, Stdio};
@@ -21,8 +24,18 @@ use ferry_shared::trust::key::{Algorithm, PublicKey};
 
 use super::source::{Signer, SignerError, SignerErrorKind};
 
-/// How long a signer may take (a person may have to touch a hardware key).
+/// How long a signer may take by default (a person may have to touch a hardware key).
 pub const TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How long a signer may take: `FERRY_SIGNER_TIMEOUT_SECS` when it holds 1 to 3600, else
+/// [`TIMEOUT`].
+fn timeout() -> Duration {
+    std::env::var("FERRY_SIGNER_TIMEOUT_SECS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|s| (1..=3600).contains(s))
+        .map_or(TIMEOUT, Duration::from_secs)
+}
 /// Most bytes read from a signer's standard output or error.
 pub const MAX_OUTPUT: usize = 64 << 10;
 
@@ -81,12 +94,96 @@ fn read_bounded(mut r: impl std::io::Read) -> (Vec<u8>, bool) {
     (buf, over)
 }
 
+/// The environment variables holding ferry's own secrets, which a signer does not get.
+const WITHHELD: [&str; 4] = [
+    "FERRY_TOKEN",
+    "FERRY_ADMIN_TOKEN",
+    "FERRY_KEY_PASSPHRASE",
+    "FERRY_PKCS11_PIN",
+];
+
+/// While alive, a write to a pipe whose reader is gone fails with an error instead of killing
+/// the process (the command line restores SIGPIPE's default action for `ferry … | head`).
+struct PipeErrorsNotSignals {
+    #[cfg(unix)]
+    before: libc::sighandler_t,
+}
+
+impl PipeErrorsNotSignals {
+    #[cfg(unix)]
+    #[allow(unsafe_code)]
+    fn new() -> Self {
+        // SAFETY: setting a signal's disposition to "ignore" is sound at any time; the previous
+        // disposition is put back on drop.
+        let before = unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+        PipeErrorsNotSignals { before }
+    }
+
+    #[cfg(not(unix))]
+    fn new() -> Self {
+        PipeErrorsNotSignals {}
+    }
+}
+
+impl Drop for PipeErrorsNotSignals {
+    #[cfg(unix)]
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        if self.before != libc::SIG_ERR {
+            // SAFETY: restores the disposition `new` replaced.
+            unsafe {
+                libc::signal(libc::SIGPIPE, self.before);
+            }
+        }
+    }
+
+    #[cfg(not(unix))]
+    fn drop(&mut self) {}
+}
+
+/// Stops `child` and every process it started (its process group).
+fn stop_all(child: &mut std::process::Child) {
+    #[cfg(unix)]
+    #[allow(unsafe_code)]
+    if let Ok(pid) = i32::try_from(child.id()) {
+        // SAFETY: signals the process group the child leads (made at spawn); no memory is
+        // touched.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// The last lines of a program's standard error, at most 10 lines and 1,000 characters.
+fn stderr_tail(err: &[u8]) -> String {
+    let text = String::from_utf8_lossy(err);
+    let lines: Vec<&str> = text.lines().rev().take(10).collect();
+    let joined = lines.into_iter().rev().collect::<Vec<_>>().join(" | ");
+    let chars: Vec<char> = joined.chars().collect();
+    if chars.len() > 1000 {
+        format!(
+            "…{}",
+            chars[chars.len() - 1000..].iter().collect::<String>()
+        )
+    } else {
+        joined
+    }
+}
+
 /// Runs `argv verb` with `input` on standard input; returns its standard output.
 fn run(argv: &[String], verb: &str, input: &[u8]) -> Result<Vec<u8>, SignerError> {
     let who = describe(argv);
-    let mut child = Command::new(&argv[0])
-        .args(&argv[1..])
-        .arg(verb)
+    let _pipes = PipeErrorsNotSignals::new();
+    let mut command = Command::new(&argv[0]);
+    command.args(&argv[1..]).arg(verb);
+    for secret in WITHHELD {
+        command.env_remove(secret);
+    }
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -110,18 +207,21 @@ fn run(argv: &[String], verb: &str, input: &[u8]) -> Result<Vec<u8>, SignerError
     let stderr = child.stderr.take();
     let out_reader = std::thread::spawn(move || stdout.map(read_bounded).unwrap_or_default());
     let err_reader = std::thread::spawn(move || stderr.map(read_bounded).unwrap_or_default());
-    let deadline = Instant::now() + TIMEOUT;
+    let limit = timeout();
+    let deadline = Instant::now() + limit;
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
             Ok(None) if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
+                stop_all(&mut child);
+                // Every reader of its input is gone: the writer ends (before SIGPIPE's
+                // disposition is put back).
+                let _ = writer.join();
                 return Err(SignerError::new(
                     SignerErrorKind::Unreachable,
                     format!(
                         "{who} {verb}: no answer within {} s; stopped it",
-                        TIMEOUT.as_secs()
+                        limit.as_secs()
                     ),
                 ));
             }
@@ -138,15 +238,12 @@ fn run(argv: &[String], verb: &str, input: &[u8]) -> Result<Vec<u8>, SignerError
     let (out, out_over) = out_reader.join().unwrap_or_default();
     let (err, _) = err_reader.join().unwrap_or_default();
     if !status.success() {
-        let tail = String::from_utf8_lossy(&err);
-        let tail: Vec<&str> = tail.lines().rev().take(10).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        let tail = stderr_tail(&err);
         return Err(SignerError::new(
             SignerErrorKind::Failed,
             format!(
-                "{who} {verb} failed ({status}){}{}",
+                "{who} {verb} failed ({status}){}{tail}",
                 if tail.is_empty() { "" } else { ": " },
-                tail.join(" | ")
             ),
         ));
     }

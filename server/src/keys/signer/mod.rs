@@ -87,9 +87,63 @@ impl Signer for crate::keys::RoleKey {
     }
 }
 
+/// `spec` with the value of any `pin-value` attribute hidden, for messages and hints.
+pub fn redact(spec: &str) -> String {
+    let mut out = String::with_capacity(spec.len());
+    let mut rest = spec;
+    while let Some(at) = rest.find("pin-value=") {
+        let (before, after) = rest.split_at(at + "pin-value=".len());
+        out.push_str(before);
+        out.push_str("***");
+        rest = after.find(['&', ';']).map_or("", |end| &after[end..]);
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The message every key check signs: no payload a device would accept.
+const CHECK_MESSAGE: &[u8] = b"ferry signer check: this signature is never published";
+
+/// Opens `spec` as [`open`] does, then has it sign a test message and checks that signature
+/// against its public key: for a key that is about to be listed in a keyring or trust file, so
+/// a signer that cannot sign (a wrong PIN a logged-in token did not check, a KMS the caller
+/// may not use) is found now, not at the next `ferry sign`.
+pub fn open_checked(spec: &str) -> anyhow::Result<Box<dyn Signer>> {
+    let signer = open(spec)?;
+    let sig = signer.sign(CHECK_MESSAGE)?;
+    if signer.public().verify(CHECK_MESSAGE, &sig).is_err() {
+        return Err(SignerError::new(
+            SignerErrorKind::Failed,
+            format!(
+                "{}: a test signature does not verify under its public key {}; it was not \
+                 written anywhere",
+                signer.describe(),
+                signer.id()
+            ),
+        )
+        .into());
+    }
+    Ok(signer)
+}
+
 /// Opens the signer `spec` names (see the module docs). A file key that is encrypted asks for
-/// its passphrase here.
+/// its passphrase here. Errors never show a `pin-value` ([`redact`]).
 pub fn open(spec: &str) -> anyhow::Result<Box<dyn Signer>> {
+    let shown = redact(spec);
+    open_unredacted(spec).map_err(|e| {
+        if shown == spec {
+            e
+        } else {
+            let text = format!("{e:#}").replace(spec, &shown);
+            match e.downcast_ref::<SignerError>() {
+                Some(s) => SignerError::new(s.kind, text).into(),
+                None => anyhow::anyhow!(text),
+            }
+        }
+    })
+}
+
+fn open_unredacted(spec: &str) -> anyhow::Result<Box<dyn Signer>> {
     if let Some(rest) = spec.strip_prefix("pkcs11:") {
         return Ok(Box::new(pkcs11::Pkcs11Signer::open(rest)?));
     }
@@ -108,9 +162,10 @@ pub fn open(spec: &str) -> anyhow::Result<Box<dyn Signer>> {
         return Err(SignerError::new(
             SignerErrorKind::Failed,
             format!(
-                "unknown key scheme {scheme:?} in {spec:?}: --key takes a key file path, a \
+                "unknown key scheme {scheme:?} in {:?}: --key takes a key file path, a \
                  pkcs11: URI or exec:COMMAND (for a cloud KMS, use exec: with its CLI; \
-                 docs/keys.md has recipes)"
+                 docs/keys.md has recipes)",
+                redact(spec)
             ),
         )
         .into());

@@ -69,8 +69,9 @@ fn failed(message: String) -> SignerError {
     SignerError::new(SignerErrorKind::Failed, message)
 }
 
-/// Decodes `%XX` escapes.
-fn unescape(raw: &str) -> Result<Vec<u8>, SignerError> {
+/// Decodes the `%XX` escapes of attribute `name`'s value (errors name the attribute, never
+/// the value: it may be a PIN).
+fn unescape(name: &str, raw: &str) -> Result<Vec<u8>, SignerError> {
     let bytes = raw.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -80,7 +81,11 @@ fn unescape(raw: &str) -> Result<Vec<u8>, SignerError> {
                 .get(i + 1..i + 3)
                 .and_then(|h| std::str::from_utf8(h).ok())
                 .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| failed(format!("pkcs11: URI: bad %-escape in {raw:?}")))?;
+                .ok_or_else(|| {
+                    failed(format!(
+                        "pkcs11: URI: bad %-escape in {name} (a '%' takes two hex digits)"
+                    ))
+                })?;
             out.push(hex);
             i += 3;
         } else {
@@ -91,9 +96,9 @@ fn unescape(raw: &str) -> Result<Vec<u8>, SignerError> {
     Ok(out)
 }
 
-fn text(raw: &str) -> Result<String, SignerError> {
-    String::from_utf8(unescape(raw)?)
-        .map_err(|_| failed(format!("pkcs11: URI: {raw:?} is not UTF-8")))
+fn text(name: &str, raw: &str) -> Result<String, SignerError> {
+    String::from_utf8(unescape(name, raw)?)
+        .map_err(|_| failed(format!("pkcs11: URI: {name} is not UTF-8")))
 }
 
 impl Pkcs11Uri {
@@ -104,17 +109,29 @@ impl Pkcs11Uri {
         }
         let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
         let mut uri = Pkcs11Uri::default();
+        let mut seen: Vec<String> = Vec::new();
+        let mut once = |name: &str| -> Result<(), SignerError> {
+            if seen.iter().any(|s| s == name) {
+                return Err(failed(format!("pkcs11: URI: {name} is given twice")));
+            }
+            seen.push(name.to_string());
+            Ok(())
+        };
         for attr in path.split(';').filter(|a| !a.is_empty()) {
-            let (name, value) = attr
-                .split_once('=')
-                .ok_or_else(|| failed(format!("pkcs11: URI: {attr:?} has no '='")))?;
+            let (name, value) = attr.split_once('=').ok_or_else(|| {
+                failed(format!(
+                    "pkcs11: URI: a path attribute has no '=' ({})",
+                    attr.chars().take(24).collect::<String>()
+                ))
+            })?;
+            once(name)?;
             match name {
-                "token" => uri.token = Some(text(value)?),
-                "manufacturer" => uri.manufacturer = Some(text(value)?),
-                "serial" => uri.serial = Some(text(value)?),
-                "model" => uri.model = Some(text(value)?),
-                "object" => uri.object = Some(text(value)?),
-                "id" => uri.id = Some(unescape(value)?),
+                "token" => uri.token = Some(text(name, value)?),
+                "manufacturer" => uri.manufacturer = Some(text(name, value)?),
+                "serial" => uri.serial = Some(text(name, value)?),
+                "model" => uri.model = Some(text(name, value)?),
+                "object" => uri.object = Some(text(name, value)?),
+                "id" => uri.id = Some(unescape(name, value)?),
                 "slot-id" => {
                     uri.slot_id = Some(value.parse().map_err(|_| {
                         failed(format!("pkcs11: URI: slot-id {value:?} is not a number"))
@@ -145,11 +162,12 @@ impl Pkcs11Uri {
         for attr in query.split('&').filter(|a| !a.is_empty()) {
             let (name, value) = attr
                 .split_once('=')
-                .ok_or_else(|| failed(format!("pkcs11: URI: {attr:?} has no '='")))?;
+                .ok_or_else(|| failed("pkcs11: URI: a query attribute has no '='".to_string()))?;
+            once(name)?;
             match name {
-                "module-path" => uri.module_path = Some(text(value)?),
-                "pin-value" => uri.pin_value = Some(text(value)?),
-                "pin-source" => uri.pin_source = Some(text(value)?),
+                "module-path" => uri.module_path = Some(text(name, value)?),
+                "pin-value" => uri.pin_value = Some(text(name, value)?),
+                "pin-source" => uri.pin_source = Some(text(name, value)?),
                 "module-name" => {
                     return Err(failed(
                         "pkcs11: URI: give the library with module-path (module-name lookup \
@@ -165,6 +183,11 @@ impl Pkcs11Uri {
                     )));
                 }
             }
+        }
+        if uri.pin_value.is_some() && uri.pin_source.is_some() {
+            return Err(failed(
+                "pkcs11: URI: give pin-value or pin-source, not both".into(),
+            ));
         }
         if uri.object.is_none() && uri.id.is_none() {
             return Err(failed(
@@ -299,11 +322,29 @@ impl Pkcs11Signer {
         let session = ctx
             .open_ro_session(slot)
             .map_err(|e| ck(&uri, "cannot open a session", e))?;
-        let pin = AuthPin::from(uri.pin()?);
+        let pin_text = uri.pin()?;
+        let pin_digest: [u8; 32] = sha2::Sha256::digest(pin_text.as_bytes()).into();
+        let pin = AuthPin::from(pin_text);
         // Login is per token and process: a second key of a token already logged in (the old
-        // and the new root of a rotation) shares it.
+        // and the new root of a rotation) shares it, and the token does not check the second
+        // PIN, so ferry does: it must be the one that logged in.
+        let token = (module.clone(), slot.id());
         match session.login(UserType::User, Some(&pin)) {
-            Ok(()) | Err(CkError::Pkcs11(RvError::UserAlreadyLoggedIn, _)) => {}
+            Ok(()) => {
+                logged_in(token, Some(pin_digest));
+            }
+            Err(CkError::Pkcs11(RvError::UserAlreadyLoggedIn, _)) => {
+                if logged_in(token, None) != Some(pin_digest) {
+                    return Err(SignerError::new(
+                        SignerErrorKind::Refused,
+                        format!(
+                            "{}: PIN refused: the token is already logged in for another key \
+                             of this command with another PIN (a token has one user PIN)",
+                            uri.describe()
+                        ),
+                    ));
+                }
+            }
             Err(e) => return Err(ck(&uri, "login", e)),
         }
         let key = find_one(&session, &uri, ObjectClass::PRIVATE_KEY)?;
@@ -319,6 +360,22 @@ impl Pkcs11Signer {
     }
 }
 
+/// The SHA-256 of the PIN each token (library, slot) was logged in with by this process:
+/// records `pin` when given, and returns what is recorded.
+fn logged_in(token: (String, u64), pin: Option<[u8; 32]>) -> Option<[u8; 32]> {
+    /// A token (library, slot id) and the digest of the PIN it was logged in with.
+    type Login = ((String, u64), [u8; 32]);
+    static LOGINS: std::sync::Mutex<Vec<Login>> = std::sync::Mutex::new(Vec::new());
+    let mut held = LOGINS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(p) = pin {
+        held.retain(|(t, _)| *t != token);
+        held.push((token.clone(), p));
+    }
+    held.iter().find(|(t, _)| *t == token).map(|(_, p)| *p)
+}
+
 /// One initialised context per library for the whole process: `C_Initialize` may run once, and
 /// a rotation can hold two keys of one token (the old root and the new).
 fn context(uri: &Pkcs11Uri, module: &str) -> Result<Pkcs11, SignerError> {
@@ -329,7 +386,11 @@ fn context(uri: &Pkcs11Uri, module: &str) -> Result<Pkcs11, SignerError> {
     if let Some((_, ctx)) = held.iter().find(|(m, _)| m == module) {
         return Ok(ctx.clone());
     }
-    let ctx = Pkcs11::new(module).map_err(|e| ck(uri, "cannot load the library", e))?;
+    // A library that loads but is no PKCS#11 module (a wrong path) reaches no token either.
+    let ctx = Pkcs11::new(module).map_err(|e| SignerError {
+        kind: SignerErrorKind::Unreachable,
+        ..ck(uri, "cannot load the library (is it a PKCS#11 module?)", e)
+    })?;
     match ctx.initialize(CInitializeArgs::new(CInitializeFlags::OS_LOCKING_OK)) {
         Ok(()) | Err(CkError::Pkcs11(RvError::CryptokiAlreadyInitialized, _)) => {}
         Err(e) => return Err(ck(uri, "cannot initialise the library", e)),

@@ -40,3 +40,36 @@ fn pem_public_keys_of_both_algorithms_are_read() {
     assert!(public_from_pem("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----").is_err());
     assert!(public_from_pem("hello").is_err());
 }
+
+#[test]
+fn a_pin_value_never_shows_in_what_ferry_prints() {
+    assert_eq!(
+        super::redact("pkcs11:token=t;object=o?module-path=/m.so&pin-value=1234&x-a=b"),
+        "pkcs11:token=t;object=o?module-path=/m.so&pin-value=***&x-a=b"
+    );
+    assert_eq!(
+        super::redact("pkcs11:object=o?pin-value=12%2634&pin-value=9"),
+        "pkcs11:object=o?pin-value=***&pin-value=***"
+    );
+    assert_eq!(super::redact("keys/release.key"), "keys/release.key");
+    // An unknown scheme echoes the spec without its PIN.
+    let e = super::open("PKCS11:object=o?module-path=/m.so&pin-value=secret-pin")
+        .err()
+        .expect("unknown scheme");
+    assert!(!format!("{e:#}").contains("secret-pin"), "{e:#}");
+    let e = super::open("pkcs11:object=o?module-path=/m.so&pin-value=secret%ZZ")
+        .err()
+        .expect("bad escape");
+    assert!(!format!("{e:#}").contains("secret"), "{e:#}");
+}
+
+#[test]
+fn a_pkcs11_uri_gives_each_attribute_once_and_one_pin_source() {
+    for bad in [
+        "object=a;object=b?module-path=/m.so",
+        "object=a?module-path=/m.so&module-path=/n.so",
+        "object=a?module-path=/m.so&pin-value=1&pin-source=file:/p",
+    ] {
+        assert!(super::pkcs11::Pkcs11Uri::parse(bad).is_err(), "{bad}");
+    }
+}

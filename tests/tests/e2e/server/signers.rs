@@ -447,3 +447,152 @@ fn a_refused_pin_a_missing_key_and_failing_signers_sign_nothing_and_exit_with_th
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A `VARIANTS.toml` for `mlp` `version` whose manifest is larger than a pipe's buffer (three
+/// variants, each listing 500 SoCs), so that a signer that does not read its input makes
+/// ferry's write fail every time, not only when it loses a race.
+fn large_variants(work: &Path, version: &str) -> std::path::PathBuf {
+    let small = variants(work, version);
+    let socs: Vec<String> = (0..500)
+        .map(|i| format!("\"vendor-soc-family-with-a-long-marketing-name-{i:04}\""))
+        .collect();
+    let mut text = format!("model = \"mlp\"\nversion = \"{version}\"\n");
+    for id in ["xnnpack-fp32", "xnnpack-fp32-b", "xnnpack-fp32-c"] {
+        text.push_str(&format!(
+            "\n[[variant]]\nid = \"{id}\"\nfile = \"mlp-v1-xnnpack.pte\"\ndelegate = \
+             \"xnnpack\"\nquant = \"fp32\"\nruntime = \">=1.0.0\"\napp = \"*\"\nsocs = [{}]\n",
+            socs.join(", ")
+        ));
+    }
+    std::fs::write(&small, text).expect("write");
+    small
+}
+
+#[test]
+fn signers_that_cannot_sign_and_pins_that_do_not_match_are_found_before_anything_is_written() {
+    let work = tempfile::tempdir().expect("tmp");
+    let hsm = SoftHsm::new("ferry-checks");
+    hsm.keygen("root", "01", "EC:edwards25519");
+    hsm.keygen("release", "02", "EC:edwards25519");
+    let pem = work.path().join("k.pem");
+    ferry_tests::signers::p256_pem(&pem);
+    let exec = |name: &str| format!("exec:/bin/sh {} {}", script(name).display(), pem.display());
+
+    // A signer that exits without reading the message: its exit status is the answer (exit 1
+    // and its last words), never a signal that kills ferry.
+    let spec = large_variants(work.path(), "7.0.0");
+    let out_file = work.path().join("release-7.0.0.json");
+    for _ in 0..3 {
+        let out = run(
+            &hsm,
+            ferry()
+                .arg("sign")
+                .arg(&spec)
+                .args(["--key", &exec("closes-input.sh"), "-o"])
+                .arg(&out_file),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("login failed"), "{stderr}");
+        assert!(!out_file.exists());
+    }
+
+    // A signer that never answers is stopped at FERRY_SIGNER_TIMEOUT_SECS with every process
+    // it started.
+    let pid_file = work.path().join("helper.pid");
+    let hangs = format!(
+        "exec:/bin/sh {} {} {}",
+        script("hangs.sh").display(),
+        pem.display(),
+        pid_file.display()
+    );
+    let small = variants(work.path(), "7.1.0");
+    let out = run(
+        &hsm,
+        ferry()
+            .env("FERRY_SIGNER_TIMEOUT_SECS", "2")
+            .arg("sign")
+            .arg(&small)
+            .args(["--key", &hangs, "-o"])
+            .arg(work.path().join("release-7.1.0.json")),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{stderr}");
+    assert!(stderr.contains("no answer within 2 s"), "{stderr}");
+    let helper = std::fs::read_to_string(&pid_file).expect("the signer started its helper");
+    ferry_tests::until("the signer's helper process is gone", || {
+        !Path::new(&format!("/proc/{}", helper.trim())).exists()
+    });
+
+    // A key about to be listed in a keyring signs a test message first.
+    let keys = work.path().join("keys");
+    ok(run(
+        &hsm,
+        ferry().args(["keys", "generate", "--out"]).arg(&keys),
+    ));
+    let before = files_under(&keys);
+    let out = rotate(
+        &hsm,
+        "release",
+        &keys,
+        &["--fleet-reads-p256", "--new-key", &exec("cannot-sign.sh")],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("AccessDenied"), "{stderr}");
+    assert_eq!(files_under(&keys), before, "nothing was written");
+    let generated = work.path().join("generated");
+    let out = run(
+        &hsm,
+        ferry()
+            .args(["keys", "generate", "--out"])
+            .arg(&generated)
+            .args(["--release-key", &exec("cannot-sign.sh")]),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(files_under(&generated).is_empty());
+
+    // The root moves into the token; then a release key of the same token with a wrong PIN:
+    // the token is already logged in for the root, so ferry checks the PIN itself.
+    ok(rotate(
+        &hsm,
+        "root",
+        &keys,
+        &["--new-key", &hsm.uri("root")],
+    ));
+    let before = files_under(&keys);
+    let wrong = hsm.uri_with_pin("release", "0000");
+    let out = rotate(
+        &hsm,
+        "release",
+        &keys,
+        &["--root-key", &hsm.uri("root"), "--new-key", &wrong],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("PIN refused"), "{stderr}");
+    assert_eq!(files_under(&keys), before, "nothing was written");
+
+    // With the right PIN inline, nothing ferry prints shows it.
+    let right = hsm.uri_with_pin("release", ferry_tests::signers::PIN);
+    let out = rotate(
+        &hsm,
+        "release",
+        &keys,
+        &["--root-key", &hsm.uri("root"), "--new-key", &right],
+    );
+    let said = ok(out);
+    assert!(said.contains("pin-value=***"), "{said}");
+    assert!(
+        !said.contains(&format!("pin-value={}", ferry_tests::signers::PIN)),
+        "{said}"
+    );
+    let (code, stderr, _) = sign_refused(&hsm, work.path(), &format!("{right}&pin-value=1"));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("given twice"), "{stderr}");
+    assert!(!stderr.contains(ferry_tests::signers::PIN), "{stderr}");
+    let typo = right.replace("pkcs11:", "PKCS11:");
+    let (code, stderr, _) = sign_refused(&hsm, work.path(), &typo);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(!stderr.contains(ferry_tests::signers::PIN), "{stderr}");
+}
