@@ -174,3 +174,42 @@ fn a_dead_cdn_and_a_lying_cdn_are_passed_over_every_byte_checked_and_reported() 
         "the second download used the origin alone: {rows:?}"
     );
 }
+
+#[test]
+fn a_delta_update_takes_the_next_source_for_the_ranges_a_lying_cdn_got_wrong() {
+    use super::delta::{LARGE, World, fine_tuned};
+    let v1 = noise(LARGE, 11);
+    let world = World::new(&v1, fine_tuned(&v1));
+    // The CDN serves the chunk index as it is, then flips a bit in the first range it serves.
+    let liar = FaultProxy::start(world.app.server.addr);
+    liar.blob_faults([Fault::Pass, Fault::FlipByte(1000)]);
+    let lying = format!("{}/v1/blobs/sha256/", liar.url());
+    let edge = edge(&world.app, &[lying.clone(), ORIGIN.to_string()]);
+    let before = edge.state.metrics().render();
+    let c = world.load_v2(&edge.url());
+    let ranges: Vec<Option<String>> = liar
+        .log()
+        .into_iter()
+        .filter(|l| l.line.contains("/v1/blobs/"))
+        .map(|l| l.range)
+        .collect();
+    // The index, then one range, from the CDN; every later range from the origin.
+    assert_eq!(ranges.len(), 2, "{ranges:?}");
+    assert!(ranges[0].is_none() && ranges[1].is_some(), "{ranges:?}");
+    assert!(c.send_telemetry().sent >= 1);
+    let after = edge.state.metrics().render();
+    let grew = |line: &str| counter(&after, line) - counter(&before, line);
+    assert_eq!(
+        grew(&format!(
+            "ferry_source_failures_total{{source=\"{lying}\",error=\"hash_mismatch\"}}"
+        )),
+        1,
+        "{after}"
+    );
+    let from_origin = grew(&format!("ferry_source_bytes_total{{source=\"{ORIGIN}\"}}"));
+    // Still a delta: the changed 5% and the chunks around it, not the whole file again.
+    assert!(
+        from_origin > 0 && from_origin <= LARGE as u64 / 10,
+        "{from_origin} bytes from the origin for a {LARGE}-byte file with 5% changed"
+    );
+}
