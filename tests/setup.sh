@@ -34,6 +34,8 @@ command -v make >/dev/null 2>&1 || need_apt+=(make)
 [ -f /usr/lib/softhsm/libsofthsm2.so ] || need_apt+=(softhsm2)
 command -v pkcs11-tool >/dev/null 2>&1 || need_apt+=(opensc)
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
+# A caching HTTP proxy in front of the blob routes, as a CDN is (tests/src/varnish.rs).
+[ -x /usr/sbin/varnishd ] || command -v varnishd >/dev/null 2>&1 || need_apt+=(varnish)
 # The dashboard's browser tests: Debian's Chromium, driven by playwright-core (npm, below).
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -228,6 +228,7 @@ pub mod schemas;
 pub mod signers;
 pub mod sourced;
 pub mod store_snapshot;
+pub mod varnish;
 pub mod vectors;
 
 /// The committed `.ptd` fixture with the element type of tensor `key` changed to

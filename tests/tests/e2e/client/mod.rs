@@ -2,6 +2,7 @@
 //! processes, download policies, deltas and large files, device clocks, trust, constraints, data
 //! files, tensors, metadata, runtime operators.
 
+mod cdn;
 pub(crate) mod clock;
 pub(crate) mod clock_https;
 mod constraints;

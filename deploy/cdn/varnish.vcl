@@ -1,0 +1,61 @@
+vcl 4.1;
+
+# Varnish (7.x) as a CDN or site cache in front of ferry (docs/operations.md, "A CDN in front").
+#
+# What is cached: GET and HEAD of /v1/blobs/sha256/<hex> (programs, data files, assets, chunk
+# indexes) and /v1/releases/sha256/<hex> (signed release manifests). Both are immutable and named
+# by their SHA-256, so they are kept for a year, keyed by path alone, and never need a purge.
+# Byte ranges (resumed downloads, delta updates) are served from the cached object.
+#
+# What is never cached: everything else. Resolve answers are made for one device class, cohort
+# or device (a nonce, a pin), signed time is made for one request, keyrings and revocation lists
+# change, telemetry and admin calls are writes or need a token, and the dashboard is for
+# operators. They all go to ferry as they came.
+
+backend ferry {
+    .host = "127.0.0.1";
+    .port = "8080";
+    .first_byte_timeout = 60s;
+    .between_bytes_timeout = 60s;
+}
+
+sub vcl_recv {
+    if ((req.method == "GET" || req.method == "HEAD")
+        && req.url ~ "^/v1/(blobs|releases)/sha256/[0-9a-f]{64}$") {
+        # One object per digest, whatever the host name, cookies or credentials.
+        unset req.http.Cookie;
+        unset req.http.Authorization;
+        return (hash);
+    }
+    set req.http.X-Ferry-Cache = "pass";
+    return (pass);
+}
+
+sub vcl_hash {
+    hash_data(req.url);
+    return (lookup);
+}
+
+sub vcl_backend_response {
+    if (bereq.url ~ "^/v1/(blobs|releases)/sha256/") {
+        if (beresp.status == 200) {
+            set beresp.ttl = 365d;
+            unset beresp.http.Set-Cookie;
+        } else {
+            # Not there (yet): ask ferry again next time.
+            set beresp.ttl = 0s;
+            set beresp.uncacheable = true;
+        }
+    }
+    return (deliver);
+}
+
+sub vcl_deliver {
+    if (req.http.X-Ferry-Cache == "pass") {
+        set resp.http.X-Ferry-Cache = "pass";
+    } elsif (obj.hits > 0) {
+        set resp.http.X-Ferry-Cache = "hit";
+    } else {
+        set resp.http.X-Ferry-Cache = "miss";
+    }
+}
