@@ -96,6 +96,11 @@ pub struct LoadReport {
     /// from the cache, paged in on demand) or `file` (read into memory).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub load_mode: Option<String>,
+    /// For a download, what each blob source the decision listed did (bytes served and kept,
+    /// failures, the last failure's code); empty when the decision listed none or nothing was
+    /// downloaded.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<ferry_shared::wire::sources::SourceUse>,
 }
 
 /// What the on-device probe did after a load.

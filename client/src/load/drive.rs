@@ -88,7 +88,7 @@ impl Client {
                     self.found_corrupt(v, base(EventKind::Verify, v), &send);
                     let outcome = match outcome {
                         Files::Ready(blob, transfer) => {
-                            fetched = Some((blob, transfer.is_some()));
+                            fetched = Some((blob, transfer.as_ref().map(|t| t.sources.clone())));
                             Fetched::Ready(transfer)
                         }
                         Files::Not(outcome, error) => {
@@ -284,7 +284,8 @@ struct Handover {
     blob: VerifiedBlob,
     program: Box<dyn Program>,
     golden: Option<f64>,
-    downloaded: bool,
+    /// Downloaded now (with what each blob source did), or `None` when it was cached.
+    downloaded: Option<Vec<ferry_shared::wire::sources::SourceUse>>,
     flight: Option<crate::crash::flight::Flight>,
 }
 
@@ -332,7 +333,7 @@ impl Client {
                 .collect();
             cache.evict(&in_use)?;
         }
-        let source = if downloaded {
+        let source = if downloaded.is_some() {
             Source::Downloaded
         } else {
             Source::Cached
@@ -345,6 +346,7 @@ impl Client {
             load_started,
         );
         report.load_mode = program.load_mode().map(str::to_string);
+        report.sources = downloaded.unwrap_or_default();
         Ok(LoadedModel {
             model: model.to_string(),
             release,

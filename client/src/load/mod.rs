@@ -303,6 +303,7 @@ impl Client {
             clock_offset_s: self.clock_offset_secs(),
             probe: None,
             load_mode: None,
+            sources: Vec::new(),
         }
     }
 }

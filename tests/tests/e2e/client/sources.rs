@@ -98,6 +98,21 @@ fn a_dead_cdn_and_a_lying_cdn_are_passed_over_every_byte_checked_and_reported() 
 
     let loaded = c.load("src", &device("src-1")).expect("the model loads");
     assert_eq!(loaded.release, "1.0.0");
+    // The load report says what each source did, in the order they were tried.
+    let report: Vec<(&str, u64, u32)> = loaded
+        .report
+        .sources
+        .iter()
+        .map(|u| (u.source.as_str(), u.bytes, u.failures))
+        .collect();
+    assert_eq!(
+        report,
+        [
+            (dead.as_str(), 0, 1),
+            (lying.as_str(), 0, 1),
+            (ORIGIN, program + asset, 0)
+        ]
+    );
     let blob_requests = |p: &FaultProxy| {
         p.log()
             .iter()
