@@ -116,12 +116,15 @@ pub enum ClientError {
         message: String,
     },
     /// The server answered 5xx (after retries).
-    #[error("server error from {url}: HTTP {status}")]
+    #[error("server error from {url}: HTTP {status}{said}")]
     Server {
         /// What was requested.
         url: String,
         /// The status.
         status: u16,
+        /// What the server said of it, when it said something (` (code: message)`), else
+        /// empty: a site mirror's `origin_unavailable` says why.
+        said: String,
     },
     /// The server answered with an error of its own (`no_compatible_variant`, ...).
     #[error("{code}: {message}")]

@@ -29,6 +29,7 @@ pub mod fleet;
 pub mod keyring;
 pub mod keys;
 pub mod metrics;
+pub mod mirror;
 pub mod plans;
 pub mod release;
 pub mod resolve;

@@ -77,6 +77,8 @@ catalogue! {
     StorageUnavailable = "storage_unavailable",
     /// The object store has no room for the write (the disk is full or over its quota); nothing was stored. (server)
     StorageFull = "storage_full",
+    /// A site mirror could not reach its origin for what only the origin gives: a fresh answer (the device has no time estimate), signed time, a file the mirror does not hold, or a resolve answer it has not kept; devices keep their last known good model. (server, client)
+    OriginUnavailable = "origin_unavailable",
     /// The server's online key is past the expiry its keyring gives it; devices refuse what it signs. (server)
     OnlineKeyExpired = "online_key_expired",
     /// A rollout or deny-list change lost the race to other writers too many times. (server)

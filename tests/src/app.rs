@@ -132,6 +132,17 @@ impl TestApp {
         spawn(test_config(self.dir.path(), listen), false)
     }
 
+    /// [`TestApp::try_replica_at`] with a change to its configuration.
+    pub fn try_replica_at_with(
+        &self,
+        listen: &str,
+        tweak: ConfigTweak,
+    ) -> anyhow::Result<RunningServer> {
+        let mut config = test_config(self.dir.path(), listen);
+        tweak(&mut config);
+        spawn(config, false)
+    }
+
     /// Base URL.
     pub fn url(&self) -> String {
         self.server.url()

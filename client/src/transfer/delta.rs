@@ -117,11 +117,13 @@ fn fetch_index(
 
 /// The stable code a source's failure is reported with.
 fn code_of(stop: &Stop) -> &'static str {
+    use ferry_shared::errors::ErrorCode;
     match stop {
-        Stop::Transient(_) => "network",
-        Stop::Lied(_) => "hash_mismatch",
-        _ => "bad_response",
+        Stop::Transient(_) => ErrorCode::Network,
+        Stop::Lied(_) => ErrorCode::HashMismatch,
+        _ => ErrorCode::BadResponse,
     }
+    .as_str()
 }
 
 /// The text of a stop that ends the delta.

@@ -145,7 +145,11 @@ impl Client {
                     if status >= 500 && failures < self.limits.retries {
                         format!("HTTP {status}")
                     } else if status >= 500 {
-                        return Err(ClientError::Server { url, status });
+                        return Err(ClientError::Server {
+                            url,
+                            status,
+                            said: server_said(&mut resp),
+                        });
                     } else {
                         // A planned retirement of this protocol, announced by the server.
                         self.note_sunset(
@@ -553,6 +557,29 @@ impl Client {
             _ => Ok(()),
         }
     }
+}
+
+/// ` (code: message)` of a ferry error answer, else empty.
+fn server_said(resp: &mut ureq::http::Response<ureq::Body>) -> String {
+    #[derive(serde::Deserialize)]
+    struct Said {
+        code: String,
+        message: String,
+    }
+    resp.body_mut()
+        .with_config()
+        .limit(64 << 10)
+        .read_to_vec()
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Said>(&b).ok())
+        .map(|s| {
+            let message: String = s.message.chars().take(500).collect();
+            format!(
+                " ({}: {message})",
+                s.code.chars().take(64).collect::<String>()
+            )
+        })
+        .unwrap_or_default()
 }
 
 /// An HTTP `Date` header (`Sun, 06 Nov 1994 08:49:37 GMT`).

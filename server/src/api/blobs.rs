@@ -219,7 +219,7 @@ const WINDOW: u64 = 4 << 20;
 /// no read call and no buffer of ferry's own, the page cache's pages copied once, into the
 /// connection's write buffer. (`sendfile` would spare that copy too, but actix's HTTP/1
 /// writer copies every body chunk into its buffer, and owns the socket.)
-fn mapped_pieces(
+pub(crate) fn mapped_pieces(
     file: std::fs::File,
     start: u64,
     end: u64,

@@ -111,7 +111,9 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::PteMalformed
         | C::PteLimitExceeded => StatusCode::UNPROCESSABLE_ENTITY,
         C::RateLimited => StatusCode::TOO_MANY_REQUESTS,
-        C::StorageUnavailable | C::OnlineKeyExpired => StatusCode::SERVICE_UNAVAILABLE,
+        C::StorageUnavailable | C::OnlineKeyExpired | C::OriginUnavailable => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
         C::StorageFull => StatusCode::INSUFFICIENT_STORAGE,
         // A keyring pushed to `POST /v1/admin/keyring`.
         C::KeyringInvalid => StatusCode::UNPROCESSABLE_ENTITY,

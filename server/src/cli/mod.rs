@@ -74,8 +74,15 @@ pub enum Command {
         #[arg(long, value_hint = clap::ValueHint::DirPath)]
         data: Option<PathBuf>,
         /// Publish the built-in demo model `demo-mlp` on start.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "mirror_of")]
         demo: bool,
+        /// Run as a read-only site mirror of the origin at this URL (docs/operations.md, "A
+        /// site mirror"): devices of the site point at the mirror.
+        #[arg(long, value_name = "URL", requires = "trust")]
+        mirror_of: Option<String>,
+        /// The trust file apps pin (the origin's trust.json), for --mirror-of.
+        #[arg(long, value_name = "FILE", requires = "mirror_of", value_hint = clap::ValueHint::FilePath)]
+        trust: Option<PathBuf>,
     },
     /// Key management.
     Keys {
@@ -274,15 +281,19 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             listen,
             data,
             demo,
-        } => serve(
-            Flags {
+            mirror_of,
+            trust,
+        } => {
+            let flags = Flags {
                 config,
                 listen,
                 data,
-            },
-            demo,
-            json,
-        ),
+            };
+            match mirror_of.zip(trust) {
+                Some((origin, trust)) => serve::serve_mirror(flags, origin, trust, json),
+                None => serve(flags, demo, json),
+            }
+        }
         Command::Keys { command } => match command {
             KeysCommand::Generate {
                 out,

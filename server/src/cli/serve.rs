@@ -32,6 +32,31 @@ fn say(json: bool, line: &str) {
     }
 }
 
+/// `ferry serve --mirror-of URL --trust FILE`: a site mirror (`crate::mirror`).
+pub(crate) fn serve_mirror(
+    flags: Flags,
+    origin: String,
+    trust: std::path::PathBuf,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let mut config = Config::load(&flags, &process_env)?;
+    config.log_json |= json;
+    init_logging(config.log_json);
+    let line = |addr: std::net::SocketAddr| {
+        format!(
+            "site mirror of {origin} listening on http://{addr}, holding files in {}",
+            config.data.join("mirror").display()
+        )
+    };
+    let json = config.log_json;
+    let opts = crate::mirror::MirrorOptions {
+        origin: origin.clone(),
+        trust,
+    };
+    crate::mirror::run(&config, &opts, |addr| say(json, &line(addr)))?;
+    Ok(ExitCode::SUCCESS)
+}
+
 pub(crate) fn serve(flags: Flags, demo: bool, json: bool) -> anyhow::Result<ExitCode> {
     let mut config = Config::load(&flags, &process_env)?;
     // `ferry --json serve`: JSON logs, as FERRY_LOG_FORMAT=json.

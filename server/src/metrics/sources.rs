@@ -6,6 +6,7 @@
 //! otherwise (a device's report cannot grow the registry); the error label takes the client's
 //! stable codes, any other text as `other`.
 
+use ferry_shared::errors::ErrorCode;
 use ferry_shared::wire::sources::SourceUse;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -13,13 +14,13 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
 /// The failure codes a client reports for a source, kept as label values.
-const ERRORS: [&str; 6] = [
-    "network",
-    "blob_not_found",
-    "hash_mismatch",
-    "size_mismatch",
-    "bad_response",
-    "server_certificate_invalid",
+const ERRORS: [ErrorCode; 6] = [
+    ErrorCode::Network,
+    ErrorCode::BlobNotFound,
+    ErrorCode::HashMismatch,
+    ErrorCode::SizeMismatch,
+    ErrorCode::BadResponse,
+    ErrorCode::ServerCertificateInvalid,
 ];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -78,7 +79,7 @@ impl SourceMetrics {
                 let error = u
                     .error
                     .as_deref()
-                    .and_then(|e| ERRORS.iter().find(|k| **k == e).copied())
+                    .and_then(|e| ERRORS.iter().map(|k| k.as_str()).find(|k| *k == e))
                     .unwrap_or("other");
                 self.failures
                     .get_or_create(&FailureLabels { source, error })

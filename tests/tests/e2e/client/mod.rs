@@ -18,6 +18,7 @@ mod operators;
 mod policy;
 mod protocol;
 mod shared_cache;
+mod site_mirror;
 mod sources;
 mod tensors;
 mod trust;

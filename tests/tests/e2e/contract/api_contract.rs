@@ -383,6 +383,9 @@ const NO_OPERATION: &[&str] = &[
     // Checked where the threshold can be above one (devices, `ferry keys`); the server's
     // checks need one signature.
     "signature_threshold",
+    // Answered by a site mirror (`ferry serve --mirror-of`), not by the origin this document
+    // describes (docs/operations.md, "A site mirror").
+    "origin_unavailable",
 ];
 
 #[test]

@@ -40,6 +40,8 @@ public enum ErrorCode {
     STORAGE_UNAVAILABLE("storage_unavailable"),
     /** The object store has no room for the write (the disk is full or over its quota); nothing was stored. (server) */
     STORAGE_FULL("storage_full"),
+    /** A site mirror could not reach its origin for what only the origin gives: a fresh answer (the device has no time estimate), signed time, a file the mirror does not hold, or a resolve answer it has not kept; devices keep their last known good model. (server, client) */
+    ORIGIN_UNAVAILABLE("origin_unavailable"),
     /** The server's online key is past the expiry its keyring gives it; devices refuse what it signs. (server) */
     ONLINE_KEY_EXPIRED("online_key_expired"),
     /** A rollout or deny-list change lost the race to other writers too many times. (server) */

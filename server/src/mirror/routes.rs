@@ -1,0 +1,385 @@
+//! The site mirror's HTTP routes: what devices call (blobs and release manifests served from
+//! what the mirror holds; resolve, keyring, keys and signed time relayed to the origin, with the
+//! shareable answers kept; telemetry queued), and `GET /v1/admin/mirror` and `/metrics` for a
+//! token with the read scope.
+
+use std::sync::Arc;
+
+use actix_web::http::{Method, StatusCode, header};
+use actix_web::{HttpRequest, HttpResponse, web};
+use bytes::Bytes;
+use ferry_shared::errors::ErrorCode;
+use ferry_shared::wire::resolve::ResolveRequest;
+
+use super::Mirror;
+use super::held::{HeldError, Kind};
+use crate::api::error::ApiError;
+
+/// The routes of a mirror.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/v1/blobs/sha256/{hex}", web::get().to(blob))
+        .route("/v1/blobs/sha256/{hex}", web::head().to(blob))
+        .route("/v1/releases/sha256/{hex}", web::get().to(release))
+        .route("/v1/releases/sha256/{hex}", web::head().to(release))
+        .route("/v1/resolve", web::post().to(resolve))
+        .route("/v1/keyring", web::get().to(keyring))
+        .route("/v1/keys", web::get().to(keys))
+        .route("/v1/time", web::get().to(signed_time))
+        .route("/v1/telemetry", web::post().to(telemetry))
+        .route("/v1/admin/mirror", web::get().to(admin_state))
+        .route("/metrics", web::get().to(metrics))
+        .route(
+            "/healthz",
+            web::get().to(|| async { HttpResponse::Ok().body("ok\n") }),
+        )
+        .default_service(web::to(elsewhere));
+}
+
+async fn elsewhere(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    Err(ApiError::new(
+        ErrorCode::NotFound,
+        format!(
+            "{} {}: a site mirror serves devices only (blobs, releases, resolve, keyring, \
+             time, telemetry) and GET /v1/admin/mirror; send publishing and rollout calls to \
+             the origin",
+            req.method(),
+            req.path()
+        ),
+    ))
+}
+
+fn held_error(e: HeldError) -> ApiError {
+    match e {
+        HeldError::NotAtOrigin(what) => {
+            ApiError::new(ErrorCode::BlobNotFound, format!("the origin has no {what}"))
+        }
+        HeldError::Unreachable(why) | HeldError::Wrong(why) => ApiError::new(
+            ErrorCode::OriginUnavailable,
+            format!("the mirror does not hold the file and cannot fetch it: {why}"),
+        ),
+        HeldError::Disk(why) => ApiError::unavailable(why),
+    }
+}
+
+async fn blob(
+    req: HttpRequest,
+    m: web::Data<Arc<Mirror>>,
+    hex: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    held_file(&req, &m, Kind::Blob, &hex, "application/octet-stream").await
+}
+
+async fn release(
+    req: HttpRequest,
+    m: web::Data<Arc<Mirror>>,
+    hex: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    held_file(&req, &m, Kind::Release, &hex, "application/json").await
+}
+
+/// Serves a held file (fetched and verified first when the mirror lacks it), with ranges and
+/// validators as the origin serves it.
+async fn held_file(
+    req: &HttpRequest,
+    m: &Mirror,
+    kind: Kind,
+    hex: &str,
+    content_type: &str,
+) -> Result<HttpResponse, ApiError> {
+    let digest = crate::api::extract::parse_digest(hex)?;
+    let path = m.held.ensure(kind, digest).await.map_err(|e| {
+        if matches!(e, HeldError::Unreachable(_)) {
+            m.contact.failed(&e.to_string());
+        }
+        held_error(e)
+    })?;
+    let file = std::fs::File::open(&path).map_err(ApiError::unavailable)?;
+    let size = file.metadata().map_err(ApiError::unavailable)?.len();
+    let etag = format!("\"{}\"", digest.to_hex());
+    let header_str =
+        |name: header::HeaderName| req.headers().get(name).and_then(|v| v.to_str().ok());
+    let builder = |status: StatusCode| {
+        let mut b = HttpResponse::build(status);
+        b.insert_header((header::ETAG, etag.clone()))
+            .insert_header((header::CACHE_CONTROL, "public, max-age=31536000, immutable"))
+            .insert_header((header::ACCEPT_RANGES, "bytes"));
+        b
+    };
+    if crate::api::blobs::etag_matches(header_str(header::IF_NONE_MATCH), &etag) {
+        return Ok(builder(StatusCode::NOT_MODIFIED).finish());
+    }
+    let range_header = match header_str(header::IF_RANGE) {
+        Some(v) if v.trim() != etag => None,
+        _ => header_str(header::RANGE),
+    };
+    let (status, start, end) = match crate::api::blobs::parse_range(range_header, size) {
+        crate::api::blobs::RangeSpec::Full => (StatusCode::OK, 0, size),
+        crate::api::blobs::RangeSpec::Part(a, b) => (StatusCode::PARTIAL_CONTENT, a, b + 1),
+        crate::api::blobs::RangeSpec::Unsatisfiable => {
+            return Err(ApiError::new(
+                ErrorCode::RangeNotSatisfiable,
+                format!("the range asked for is outside the file's {size} bytes"),
+            ));
+        }
+    };
+    let mut b = builder(status);
+    b.content_type(content_type);
+    if status == StatusCode::PARTIAL_CONTENT {
+        b.insert_header((
+            header::CONTENT_RANGE,
+            format!("bytes {start}-{}/{size}", end - 1),
+        ));
+    }
+    let len = end - start;
+    if req.method() == Method::HEAD {
+        let empty = futures_util::stream::empty::<Result<Bytes, std::io::Error>>();
+        return Ok(b.body(actix_web::body::SizedStream::new(len, empty)));
+    }
+    Ok(b.no_chunking(len)
+        .streaming(crate::api::blobs::mapped_pieces(file, start, end)))
+}
+
+/// The device's address for the origin: what a trusted proxy in front of the mirror said, then
+/// the peer the mirror saw, as `X-Forwarded-For` lists them.
+fn forwarded_for(req: &HttpRequest) -> Option<String> {
+    let peer = req.peer_addr().map(|a| a.ip().to_string());
+    let before = req
+        .headers()
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    match (before, peer) {
+        (Some(b), Some(p)) => Some(format!("{b}, {p}")),
+        (b, p) => b.or(p),
+    }
+}
+
+/// The device headers relayed to the origin.
+fn device_headers(req: &HttpRequest) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for name in [
+        ferry_shared::wire::protocol::PROTOCOL_HEADER,
+        ferry_shared::wire::protocol::SDK_HEADER,
+        "content-type",
+    ] {
+        if let Some(v) = req.headers().get(name).and_then(|v| v.to_str().ok()) {
+            out.push((name.to_string(), v.to_string()));
+        }
+    }
+    if let Some(f) = forwarded_for(req) {
+        out.push(("x-forwarded-for".into(), f));
+    }
+    out
+}
+
+/// The origin's answer as the device gets it.
+fn relayed(answer: super::Relayed) -> HttpResponse {
+    let mut b =
+        HttpResponse::build(StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY));
+    for (k, v) in &answer.headers {
+        b.insert_header((k.as_str(), v.as_str()));
+    }
+    b.insert_header(("ferry-mirror", "relayed"));
+    b.body(answer.body)
+}
+
+async fn resolve(
+    req: HttpRequest,
+    m: web::Data<Arc<Mirror>>,
+    body: Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let request: ResolveRequest = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(
+            ErrorCode::RequestMalformed,
+            format!("not a resolve request: {e}"),
+        )
+    })?;
+    let path = match req.query_string() {
+        "" => "/v1/resolve".to_string(),
+        q => format!("/v1/resolve?{q}"),
+    };
+    let got = m
+        .relay(
+            Method::POST,
+            &path,
+            Some(body.to_vec()),
+            device_headers(&req),
+        )
+        .await;
+    match got {
+        Ok(answer) if answer.status < 500 => {
+            if answer.status == 200 {
+                m.kept
+                    .consider(&request, &answer.body, time::OffsetDateTime::now_utc());
+            }
+            Ok(relayed(answer))
+        }
+        Ok(answer) => kept_answer(&m, &request, &format!("HTTP {}", answer.status)),
+        Err(why) => kept_answer(&m, &request, &why),
+    }
+}
+
+/// The kept answer for `request` while the origin is away (`why`), or a clear error.
+fn kept_answer(m: &Mirror, request: &ResolveRequest, why: &str) -> Result<HttpResponse, ApiError> {
+    match m.kept.answer(request, time::OffsetDateTime::now_utc()) {
+        Ok(body) => Ok(HttpResponse::Ok()
+            .content_type("application/json")
+            .insert_header(("ferry-mirror", "kept"))
+            .insert_header((header::CACHE_CONTROL, "no-store"))
+            .body(body)),
+        Err(not) => Err(ApiError::new(
+            ErrorCode::OriginUnavailable,
+            format!(
+                "the origin is unreachable ({why}) and {not}; the device keeps its last known good model"
+            ),
+        )),
+    }
+}
+
+/// Relays a `GET` document the mirror keeps (`keyring`, `keys`), serving the kept copy while
+/// the origin is away.
+async fn document(req: &HttpRequest, m: &Mirror, name: &str) -> Result<HttpResponse, ApiError> {
+    let path = format!("/v1/{name}");
+    match m.relay(Method::GET, &path, None, device_headers(req)).await {
+        Ok(answer) if answer.status == 200 => {
+            m.kept.keep_document(name, &answer.body);
+            Ok(relayed(answer))
+        }
+        Ok(answer) if answer.status < 500 => Ok(relayed(answer)),
+        other => {
+            let why = match other {
+                Ok(a) => format!("HTTP {}", a.status),
+                Err(e) => e,
+            };
+            match m.kept.document(name) {
+                Some(bytes) => Ok(HttpResponse::Ok()
+                    .content_type("application/json")
+                    .insert_header(("ferry-mirror", "kept"))
+                    .body(bytes)),
+                None => Err(ApiError::new(
+                    ErrorCode::OriginUnavailable,
+                    format!("the origin is unreachable ({why}) and the mirror holds no {name}"),
+                )),
+            }
+        }
+    }
+}
+
+async fn keyring(req: HttpRequest, m: web::Data<Arc<Mirror>>) -> Result<HttpResponse, ApiError> {
+    document(&req, &m, "keyring").await
+}
+
+async fn keys(req: HttpRequest, m: web::Data<Arc<Mirror>>) -> Result<HttpResponse, ApiError> {
+    document(&req, &m, "keys").await
+}
+
+async fn signed_time(
+    req: HttpRequest,
+    m: web::Data<Arc<Mirror>>,
+) -> Result<HttpResponse, ApiError> {
+    let path = match req.query_string() {
+        "" => "/v1/time".to_string(),
+        q => format!("/v1/time?{q}"),
+    };
+    match m
+        .relay(Method::GET, &path, None, device_headers(&req))
+        .await
+    {
+        Ok(answer) if answer.status < 500 => Ok(relayed(answer)),
+        Ok(answer) => Err(ApiError::new(
+            ErrorCode::OriginUnavailable,
+            format!(
+                "the origin answered HTTP {}; signed time is made by the origin alone",
+                answer.status
+            ),
+        )),
+        Err(why) => Err(ApiError::new(
+            ErrorCode::OriginUnavailable,
+            format!("the origin is unreachable ({why}); signed time is made by the origin alone"),
+        )),
+    }
+}
+
+async fn telemetry(
+    req: HttpRequest,
+    m: web::Data<Arc<Mirror>>,
+    body: Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let text = String::from_utf8(body.to_vec())
+        .map_err(|_| ApiError::new(ErrorCode::TelemetryMalformed, "the batch is not UTF-8 text"))?;
+    let events = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v.get("events").and_then(|e| e.as_array()).map(Vec::len))
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::TelemetryMalformed,
+                "expected {\"events\": [...]}",
+            )
+        })?;
+    let header = |n: &str| {
+        req.headers()
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let queue = m.queue.clone();
+    let (from, sdk, protocol) = (
+        forwarded_for(&req),
+        header(ferry_shared::wire::protocol::SDK_HEADER),
+        header(ferry_shared::wire::protocol::PROTOCOL_HEADER),
+    );
+    web::block(move || queue.push(text, from, sdk, protocol))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(|e| match e {
+            super::queue::QueueError::Full(_) => {
+                ApiError::new(ErrorCode::RateLimited, e.to_string())
+            }
+            super::queue::QueueError::Disk(_) => ApiError::unavailable(e.to_string()),
+        })?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "accepted": events, "ignored": 0, "rejected": [], "queued": true,
+    })))
+}
+
+async fn admin_state(
+    req: HttpRequest,
+    m: web::Data<Arc<Mirror>>,
+) -> Result<HttpResponse, ApiError> {
+    crate::api::auth::authorize(&req, &m.tokens, crate::tokens::Scope::Read)?;
+    let m2 = m.clone();
+    let state = web::block(move || m2.state())
+        .await
+        .map_err(ApiError::internal)?;
+    Ok(HttpResponse::Ok().json(state))
+}
+
+async fn metrics(req: HttpRequest, m: web::Data<Arc<Mirror>>) -> Result<HttpResponse, ApiError> {
+    crate::api::auth::authorize(&req, &m.tokens, crate::tokens::Scope::Read)?;
+    let m2 = m.clone();
+    let s = web::block(move || m2.state())
+        .await
+        .map_err(ApiError::internal)?;
+    let n = |k: &str| s[k].as_u64().unwrap_or(0);
+    let text = format!(
+        "# TYPE ferry_mirror_hits counter\nferry_mirror_hits_total {}\n\
+         # TYPE ferry_mirror_misses counter\nferry_mirror_misses_total {}\n\
+         # TYPE ferry_mirror_origin_bytes counter\nferry_mirror_origin_bytes_total {}\n\
+         # TYPE ferry_mirror_altered_files counter\nferry_mirror_altered_files_total {}\n\
+         # TYPE ferry_mirror_held_bytes gauge\nferry_mirror_held_bytes {}\n\
+         # TYPE ferry_mirror_queue_batches gauge\nferry_mirror_queue_batches {}\n\
+         # TYPE ferry_mirror_forwarded_batches counter\nferry_mirror_forwarded_batches_total {}\n\
+         # TYPE ferry_mirror_origin_up gauge\nferry_mirror_origin_up {}\n# EOF\n",
+        n("hits"),
+        n("misses"),
+        n("origin_bytes"),
+        n("altered"),
+        s["held"]["bytes"].as_u64().unwrap_or(0),
+        s["queue"]["batches"].as_u64().unwrap_or(0),
+        s["queue"]["forwarded"].as_u64().unwrap_or(0),
+        u8::from(s["origin_up"].as_bool().unwrap_or(false)),
+    );
+    Ok(HttpResponse::Ok()
+        .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
+        .body(text))
+}

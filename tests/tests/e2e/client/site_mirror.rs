@@ -1,0 +1,202 @@
+//! A site mirror (`ferry serve --mirror-of URL --trust FILE`) between an origin and the real
+//! clients of a site: the origin sends each file once for every device on the mirror; with the
+//! origin stopped, a device with a time estimate and an empty cache resolves (a kept answer)
+//! and loads what the mirror holds, and the telemetry of that load reaches the origin once it is
+//! back (in its raw Parquet log, once), through a restart of the mirror; a file altered on the
+//! mirror's disk is never served.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use ferry_client::Client;
+use ferry_server::app::config::{Config, Flags};
+use ferry_server::mirror::{MirrorOptions, RunningMirror};
+use ferry_shared::Sha256Digest;
+use ferry_tests::app::{Options, READ_TOKEN, TestApp};
+use ferry_tests::kit::device;
+
+use super::delta::noise;
+
+/// A mirror of `origin` on `data` (a fresh port).
+fn mirror(origin: &str, trust: &Path, data: &Path) -> RunningMirror {
+    let env = |_: &str| None;
+    let flags = Flags {
+        config: None,
+        listen: Some("127.0.0.1:0".into()),
+        data: Some(data.to_path_buf()),
+    };
+    let mut config = Config::load(&flags, &env).expect("config");
+    config
+        .tokens
+        .push(ferry_server::tokens::TokenEntry::from_secret(
+            "reader",
+            READ_TOKEN,
+            vec![ferry_server::tokens::Scope::Read],
+        ));
+    ferry_server::mirror::spawn(
+        config,
+        MirrorOptions {
+            origin: origin.to_string(),
+            trust: trust.to_path_buf(),
+        },
+    )
+    .expect("the mirror starts")
+}
+
+fn client(url: &str, app: &TestApp, cache: &Path) -> Arc<Client> {
+    let limits = ferry_client::DownloadLimits {
+        retries: 1,
+        backoff: std::time::Duration::from_millis(10),
+        ..Default::default()
+    };
+    Arc::new(
+        app.client_at(url, cache)
+            .download_limits(limits)
+            .build()
+            .expect("client"),
+    )
+}
+
+/// `GET /v1/admin/mirror` with the read token.
+fn state(m: &RunningMirror) -> serde_json::Value {
+    let mut r = ureq::get(format!("{}/v1/admin/mirror", m.url()))
+        .header("authorization", format!("Bearer {READ_TOKEN}"))
+        .call()
+        .expect("mirror state");
+    let text = r.body_mut().read_to_string().expect("body");
+    serde_json::from_str(&text).expect("json")
+}
+
+/// The raw log's `kind = 'load'` events of `install`, as DuckDB reads them.
+fn loads_of(origin: &TestApp, install: &str) -> usize {
+    let table = ferry_tests::duckdb::events_table(&origin.store_dir());
+    if !origin
+        .stored_files()
+        .iter()
+        .any(|f| f.starts_with("telemetry/events/"))
+    {
+        return 0;
+    }
+    let rows = ferry_tests::duckdb::query(&format!(
+        "SELECT count(*) AS n FROM {table} WHERE kind = 'load' AND install_id = '{install}'"
+    ));
+    rows[0]["n"].as_u64().unwrap_or(0) as usize
+}
+
+#[test]
+fn a_site_mirror_serves_its_devices_from_one_fetch_and_while_the_origin_is_away() {
+    let mut origin = TestApp::start_with(Options {
+        tweak: Some(Box::new(ferry_tests::fast_telemetry)),
+        ..Default::default()
+    });
+    let dir = tempfile::tempdir().expect("tmp");
+    let asset_bytes = noise(2 << 20, 41);
+    std::fs::write(dir.path().join("weights.bin"), &asset_bytes).expect("write");
+    let (m, _) = origin.publish(&ferry_tests::releases::portable_with_asset(
+        "site",
+        "1.0.0",
+        &dir.path().join("weights.bin"),
+    ));
+    let (program, asset) = (m.variants[0].size, m.variants[0].assets[0].size);
+    let trust = origin.dir.path().join("keys/trust.json");
+    let site = dir.path().join("mirror");
+    let mut mirror_server = mirror(&origin.url(), &trust, &site);
+    let url = mirror_server.url();
+
+    // Three devices on the site: the origin sends each file once.
+    let before = origin.blob_bytes_served();
+    for i in 0..3 {
+        let c = client(&url, &origin, &dir.path().join(format!("d{i}")));
+        let loaded = c
+            .load("site", &device(&format!("site-{i}")))
+            .expect("loads");
+        assert_eq!(
+            std::fs::read(loaded.asset("weights.bin").expect("asset")).expect("read"),
+            asset_bytes
+        );
+        // A second resolve, with the time learned: the shared answer the mirror keeps.
+        c.resolve("site", &device(&format!("site-{i}")))
+            .expect("resolve");
+        assert!(c.send_telemetry().sent >= 1);
+    }
+    assert_eq!(origin.blob_bytes_served() - before, program + asset);
+    let s = state(&mirror_server);
+    assert_eq!(s["misses"], 3, "program, asset and release manifest: {s}");
+    assert!(s["hits"].as_u64().unwrap_or(0) >= 6, "{s}");
+    assert_eq!(s["kept_answers"], 1, "{s}");
+    assert_eq!(s["origin_up"], true, "{s}");
+    ferry_tests::until("the devices' telemetry reached the origin", || {
+        (0..3).all(|i| loads_of(&origin, &format!("site-{i}")) == 1)
+    });
+
+    // A device that learned the time through the mirror, with nothing cached yet.
+    let fresh = client(&url, &origin, &dir.path().join("fresh"));
+    fresh
+        .resolve("site", &device("site-fresh"))
+        .expect("learns the time");
+
+    // The origin goes away.
+    let addr = origin.server.addr.to_string();
+    let placeholder = origin.try_replica_at("127.0.0.1:0").expect("placeholder");
+    std::mem::replace(&mut origin.server, placeholder).stop();
+    let loaded = fresh
+        .load("site", &device("site-fresh"))
+        .expect("loads from the mirror while the origin is away");
+    assert_eq!(loaded.release, "1.0.0");
+    drop(loaded);
+    assert!(fresh.send_telemetry().sent >= 1, "the mirror queues it");
+    // A device without a time estimate gets a clear error (and would keep its last known good).
+    let stranger = client(&url, &origin, &dir.path().join("stranger"));
+    let err = stranger
+        .load("site", &device("site-stranger"))
+        .expect_err("no fresh answer without the origin");
+    assert!(err.to_string().contains("origin_unavailable"), "{err}");
+    let s = state(&mirror_server);
+    assert_eq!(s["origin_up"], false, "{s}");
+    assert!(s["queue"]["batches"].as_u64().unwrap_or(0) >= 1, "{s}");
+
+    // The mirror restarts during the outage: its queue is on disk.
+    mirror_server.stop();
+    mirror_server = mirror(&format!("http://{addr}"), &trust, &site);
+    assert!(
+        state(&mirror_server)["queue"]["batches"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 1
+    );
+
+    // The origin is back on its address: the queued load arrives, once.
+    let back = origin
+        .try_replica_at_with(&addr, Box::new(ferry_tests::fast_telemetry))
+        .expect("origin back");
+    let _ = std::mem::replace(&mut origin.server, back);
+    ferry_tests::until("the queued telemetry reached the origin", || {
+        loads_of(&origin, "site-fresh") >= 1
+    });
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert_eq!(loads_of(&origin, "site-fresh"), 1, "once");
+    assert_eq!(state(&mirror_server)["queue"]["batches"], 0);
+    assert_eq!(state(&mirror_server)["origin_up"], true);
+
+    // A file altered on the mirror's disk is never served: found, deleted, fetched again.
+    let digest: Sha256Digest = m.variants[0].assets[0].sha256;
+    let held = site.join("mirror/blobs/sha256").join(digest.to_hex());
+    let mut bytes = std::fs::read(&held).expect("held");
+    bytes[1000] ^= 1;
+    std::fs::write(&held, &bytes).expect("alter");
+    let mut r = ureq::get(format!(
+        "{}/v1/blobs/sha256/{}",
+        mirror_server.url(),
+        digest.to_hex()
+    ))
+    .call()
+    .expect("get");
+    let got = r
+        .body_mut()
+        .with_config()
+        .limit(16 << 20)
+        .read_to_vec()
+        .expect("body");
+    assert_eq!(Sha256Digest::of(&got), digest);
+    assert_eq!(state(&mirror_server)["altered"], 1);
+}
