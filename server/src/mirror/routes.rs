@@ -11,8 +11,8 @@ use bytes::Bytes;
 use ferry_shared::errors::ErrorCode;
 use ferry_shared::wire::resolve::ResolveRequest;
 
-use super::Mirror;
 use super::held::{HeldError, Kind};
+use super::state::{Mirror, Relayed};
 use crate::api::error::ApiError;
 
 /// The routes of a mirror.
@@ -173,7 +173,7 @@ fn device_headers(req: &HttpRequest) -> Vec<(String, String)> {
 }
 
 /// The origin's answer as the device gets it.
-fn relayed(answer: super::Relayed) -> HttpResponse {
+fn relayed(answer: Relayed) -> HttpResponse {
     let mut b =
         HttpResponse::build(StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY));
     for (k, v) in &answer.headers {
