@@ -4,6 +4,7 @@
 
 pub(crate) mod delta;
 pub mod download;
+pub(crate) mod http;
 pub(crate) mod resolve;
 pub(crate) mod sources;
 pub(crate) mod tls;

@@ -9,6 +9,7 @@ use ferry_shared::wire::resolve::{ErrorBody, ResolveRequest, ResolveResponse};
 use crate::Client;
 use crate::error::ClientError;
 use crate::transfer::download;
+use crate::transfer::http::{http_date, server_said, unreachable};
 use crate::trust::record::{Held, after_verify};
 use crate::trust::timesync::fresh_nonce;
 use crate::trust::verify::{Plan, verify_response};
@@ -556,63 +557,5 @@ impl Client {
             )),
             _ => Ok(()),
         }
-    }
-}
-
-/// ` (code: message)` of a ferry error answer, else empty.
-fn server_said(resp: &mut ureq::http::Response<ureq::Body>) -> String {
-    #[derive(serde::Deserialize)]
-    struct Said {
-        code: String,
-        message: String,
-    }
-    resp.body_mut()
-        .with_config()
-        .limit(64 << 10)
-        .read_to_vec()
-        .ok()
-        .and_then(|b| serde_json::from_slice::<Said>(&b).ok())
-        .map(|s| {
-            let message: String = s.message.chars().take(500).collect();
-            format!(
-                " ({}: {message})",
-                s.code.chars().take(64).collect::<String>()
-            )
-        })
-        .unwrap_or_default()
-}
-
-/// An HTTP `Date` header (`Sun, 06 Nov 1994 08:49:37 GMT`).
-fn http_date(value: &str) -> Option<time::OffsetDateTime> {
-    let format = time::format_description::parse_borrowed::<1>(
-        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT",
-    )
-    .ok()?;
-    time::PrimitiveDateTime::parse(value.trim(), &format)
-        .ok()
-        .map(time::PrimitiveDateTime::assume_utc)
-}
-
-/// Whether `e` says the server cannot be reached at all (as opposed to a failure on the way
-/// that a retry may get past): the connection was refused, could not be made or timed out
-/// connecting, or the host does not resolve.
-pub(crate) fn unreachable(e: &ureq::Error) -> bool {
-    use std::io::ErrorKind as K;
-    match e {
-        ureq::Error::HostNotFound
-        | ureq::Error::ConnectionFailed
-        | ureq::Error::Timeout(ureq::Timeout::Resolve | ureq::Timeout::Connect) => true,
-        ureq::Error::Io(io) => {
-            matches!(
-                io.kind(),
-                K::ConnectionRefused
-                    | K::NetworkUnreachable
-                    | K::HostUnreachable
-                    | K::AddrNotAvailable
-            )
-            // The standard library's name lookup failure (no kind of its own).
-            || io.to_string().starts_with("failed to lookup address information")
-        }
-        _ => false,
     }
 }

@@ -191,6 +191,7 @@ pub(crate) fn release_view(r: &Release) -> serde_json::Value {
         "evaluation": r.manifest.evaluation,
         "inspection": r.inspection,
         "envelope": r.envelope,
+        "envelope_sha256": r.envelope_sha256.to_hex(),
     })
 }
 

@@ -10,6 +10,7 @@ mod fleet;
 mod health;
 mod inspect;
 mod keys;
+mod mirror;
 mod models;
 mod ops;
 mod publish;
@@ -145,6 +146,12 @@ pub enum Command {
         /// What to show.
         #[command(subcommand)]
         command: fleet::FleetCommand,
+    },
+    /// A site mirror: fill it ahead of a rollout (`ferry serve --mirror-of` runs one).
+    Mirror {
+        /// What to do.
+        #[command(subcommand)]
+        command: mirror::MirrorCommand,
     },
     /// The deny list: list, add, override, clear.
     Deny {
@@ -357,6 +364,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             remote,
         } => health_cmd(&model, since.as_deref(), json, &remote),
         Command::Deny { command } => deny::deny_cmd(command, json),
+        Command::Mirror { command } => mirror::mirror_cmd(command, json),
         Command::Fleet { command } => fleet::fleet_cmd(command, json),
         Command::Release { command } => release::release_cmd(command, json),
         Command::Releases { model, remote } => releases::releases_cmd(&model, json, &remote),

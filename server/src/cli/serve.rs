@@ -52,6 +52,7 @@ pub(crate) fn serve_mirror(
     let opts = crate::mirror::MirrorOptions {
         origin: origin.clone(),
         trust,
+        origin_token: process_env("FERRY_ORIGIN_TOKEN"),
     };
     crate::mirror::run(&config, &opts, |addr| say(json, &line(addr)))?;
     Ok(ExitCode::SUCCESS)

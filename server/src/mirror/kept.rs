@@ -96,6 +96,12 @@ impl Kept {
         Ok(kept)
     }
 
+    /// The keys the mirror trusts at `now` (the pinned trust walked through the keyrings it
+    /// relayed).
+    pub fn ring_at(&self, now: OffsetDateTime) -> ferry_shared::trust::dsse::KeyRing {
+        ferry_shared::sync::lock(&self.trust).ring_at(now)
+    }
+
     /// How many answers are kept.
     pub fn len(&self) -> usize {
         ferry_shared::sync::lock(&self.answers).len()

@@ -7,6 +7,7 @@
 //! - [`kept`]: the origin's shareable resolve answers, keyrings and trust file, served while
 //!   the origin is away (for as long as a kept decision is valid).
 //! - [`queue`]: the devices' telemetry, on disk, forwarded in order.
+//! - [`sync`]: filling the mirror ahead of a rollout (`ferry mirror sync`).
 //! - [`routes`]: the HTTP side; [`state`]: what ties them together.
 //!
 //! A mirror signs nothing and holds no key; it verifies what it keeps with the pinned trust
@@ -18,6 +19,7 @@ pub mod kept;
 pub mod queue;
 pub mod routes;
 pub mod state;
+pub mod sync;
 
 pub use state::{Mirror, MirrorOptions, Relayed};
 

@@ -27,6 +27,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/v1/time", web::get().to(signed_time))
         .route("/v1/telemetry", web::post().to(telemetry))
         .route("/v1/admin/mirror", web::get().to(admin_state))
+        .route("/v1/admin/mirror/sync", web::post().to(sync))
         .route("/metrics", web::get().to(metrics))
         .route(
             "/healthz",
@@ -352,6 +353,29 @@ async fn admin_state(
         .await
         .map_err(ApiError::internal)?;
     Ok(HttpResponse::Ok().json(state))
+}
+
+/// `POST /v1/admin/mirror/sync` `{"model": …, "release": …}` (the publish scope).
+async fn sync(
+    req: HttpRequest,
+    m: web::Data<Arc<Mirror>>,
+    body: Bytes,
+) -> Result<HttpResponse, ApiError> {
+    crate::api::auth::authorize(&req, &m.tokens, crate::tokens::Scope::Publish)?;
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Sync {
+        model: String,
+        release: Option<String>,
+    }
+    let ask: Sync = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(
+            ErrorCode::RequestMalformed,
+            format!("expected {{\"model\": …, \"release\": …}}: {e}"),
+        )
+    })?;
+    let done = super::sync::sync(&m, &ask.model, ask.release.as_deref()).await?;
+    Ok(HttpResponse::Ok().json(done))
 }
 
 async fn metrics(req: HttpRequest, m: web::Data<Arc<Mirror>>) -> Result<HttpResponse, ApiError> {

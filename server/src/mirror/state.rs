@@ -19,6 +19,9 @@ pub struct MirrorOptions {
     pub origin: String,
     /// The trust file apps pin (the origin's `trust.json`).
     pub trust: PathBuf,
+    /// A token with the read scope on the origin (`FERRY_ORIGIN_TOKEN`), for
+    /// `ferry mirror sync` to list releases; `None`: sync is refused.
+    pub origin_token: Option<String>,
 }
 
 /// An answer relayed from the origin.
@@ -55,6 +58,8 @@ pub struct Mirror {
     pub queue: Arc<queue::Queue>,
     /// When the origin last answered.
     pub contact: Arc<queue::Contact>,
+    /// The origin token (see [`MirrorOptions::origin_token`]).
+    pub(crate) origin_token: Option<String>,
     /// The tokens `GET /v1/admin/mirror` and `/metrics` accept.
     pub(crate) tokens: Vec<TokenEntry>,
 }
@@ -104,6 +109,7 @@ impl Mirror {
             contact,
             origin,
             agent,
+            origin_token: opts.origin_token.clone(),
             tokens: config.tokens.clone(),
         }))
     }

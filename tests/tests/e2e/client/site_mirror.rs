@@ -12,7 +12,7 @@ use ferry_client::Client;
 use ferry_server::app::config::{Config, Flags};
 use ferry_server::mirror::{MirrorOptions, RunningMirror};
 use ferry_shared::Sha256Digest;
-use ferry_tests::app::{Options, READ_TOKEN, TestApp};
+use ferry_tests::app::{ADMIN_TOKEN, Options, READ_TOKEN, TestApp};
 use ferry_tests::kit::device;
 
 use super::delta::noise;
@@ -33,11 +33,19 @@ fn mirror(origin: &str, trust: &Path, data: &Path) -> RunningMirror {
             READ_TOKEN,
             vec![ferry_server::tokens::Scope::Read],
         ));
+    config
+        .tokens
+        .push(ferry_server::tokens::TokenEntry::from_secret(
+            "admin",
+            ADMIN_TOKEN,
+            ferry_server::tokens::Scope::ALL.to_vec(),
+        ));
     ferry_server::mirror::spawn(
         config,
         MirrorOptions {
             origin: origin.to_string(),
             trust: trust.to_path_buf(),
+            origin_token: Some(ferry_tests::app::READ_TOKEN.to_string()),
         },
     )
     .expect("the mirror starts")
@@ -199,4 +207,56 @@ fn a_site_mirror_serves_its_devices_from_one_fetch_and_while_the_origin_is_away(
         .expect("body");
     assert_eq!(Sha256Digest::of(&got), digest);
     assert_eq!(state(&mirror_server)["altered"], 1);
+}
+
+#[test]
+fn ferry_mirror_sync_fills_a_mirror_before_its_devices_ask() {
+    let origin = TestApp::start();
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::write(dir.path().join("w.bin"), noise(1 << 20, 43)).expect("write");
+    let (m, _) = origin.publish(&ferry_tests::releases::portable_with_asset(
+        "fill",
+        "1.0.0",
+        &dir.path().join("w.bin"),
+    ));
+    let files = m.variants[0].size + m.variants[0].assets[0].size;
+    let trust = origin.dir.path().join("keys/trust.json");
+    let site = mirror(&origin.url(), &trust, &dir.path().join("mirror"));
+    let sync = |model: &str| {
+        ferry_tests::signers::ferry()
+            .args(["--json", "mirror", "sync", model, "--server", &site.url()])
+            .args(["--token", ADMIN_TOKEN])
+            .output()
+            .expect("ferry mirror sync")
+    };
+    let out = sync("fill");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let done: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(done["releases"], serde_json::json!(["1.0.0"]), "{done}");
+    assert_eq!(done["files"], 2, "{done}");
+    assert_eq!(done["bytes"], files, "{done}");
+    assert!(
+        done["fetched_bytes"].as_u64().unwrap_or(0) > files,
+        "with the manifest: {done}"
+    );
+    // Filled: a device on the site costs the origin no blob byte.
+    let before = origin.blob_bytes_served();
+    let c = client(&site.url(), &origin, &dir.path().join("d"));
+    c.load("fill", &device("fill-1")).expect("loads");
+    assert_eq!(origin.blob_bytes_served(), before);
+    // Again: nothing to fetch. An unknown model: not found (exit 4), said clearly.
+    let again: serde_json::Value = serde_json::from_slice(&sync("fill").stdout).expect("json");
+    assert_eq!(again["fetched_bytes"], 0, "{again}");
+    let out = sync("nothere");
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothere"));
 }
