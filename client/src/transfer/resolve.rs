@@ -131,7 +131,7 @@ impl Client {
         let (sent, started) = (self.clock.since_boot(), std::time::Instant::now());
         let body = serde_json::to_vec(&request).map_err(|e| ClientError::Config(e.to_string()))?;
         let mut failures = 0u32;
-        let (status, text, server_date) = loop {
+        let (status, text, server_date, mirror) = loop {
             if failures > 0 {
                 std::thread::sleep(download::backoff(&self.limits, failures));
             }
@@ -165,6 +165,8 @@ impl Client {
                         );
                         // The server's time as its HTTP answer says (unsigned): only to tell
                         // an app that the device's clock is wrong.
+                        // A site mirror says so: its devices fetch from it first.
+                        let mirror = resp.headers().contains_key("ferry-mirror");
                         let date = resp
                             .headers()
                             .get("date")
@@ -179,7 +181,7 @@ impl Client {
                                 url: url.clone(),
                                 message: e.to_string(),
                             })?;
-                        break (status, text, date);
+                        break (status, text, date, mirror);
                     }
                 }
                 Err(e) => match crate::transfer::tls::certificate_error(&url, &e) {
@@ -236,8 +238,14 @@ impl Client {
         let release = self.release_envelope(&resp, &request)?;
         let trust = self.trust();
         let last = self.cache().last_sequence(model);
-        let plan = verify_response(&resp, &release, &request, &trust, self.now(), last)
+        let mut plan = verify_response(&resp, &release, &request, &trust, self.now(), last)
             .map_err(|e| self.explain_time_error(e, server_date))?;
+        if mirror {
+            plan = plan.try_map(|mut p| {
+                p.prefer_server();
+                Ok::<_, ClientError>(p)
+            })?;
+        }
         if request.nonce.is_some() {
             self.check_fresh(&plan, sent, started)?;
         }

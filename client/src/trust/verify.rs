@@ -61,6 +61,21 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Puts the server's own blob route first in every candidate's sources (added when the
+    /// decision lists none): the answer came through a site mirror, which serves the site's
+    /// devices from near by. Only the order changes what is tried; every byte is still checked
+    /// against the signed digests.
+    pub(crate) fn prefer_server(&mut self) {
+        use ferry_shared::wire::sources::ORIGIN_SOURCE;
+        for c in &mut self.candidates {
+            let rest = c.sources.iter().filter(|s| *s != ORIGIN_SOURCE).cloned();
+            c.sources = std::iter::once(ORIGIN_SOURCE.to_string())
+                .chain(rest)
+                .take(ferry_shared::wire::sources::MAX_SOURCES)
+                .collect();
+        }
+    }
+
     /// The signed decision.
     pub fn decision(&self) -> &Decision {
         &self.decision

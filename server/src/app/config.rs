@@ -305,23 +305,30 @@ pub fn process_env(key: &str) -> Option<String> {
 /// `sources`: each `origin` (this server's blob route) or a URL prefix ending in `/`, at most
 /// [`MAX_SOURCES`](ferry_shared::wire::sources::MAX_SOURCES), none twice.
 fn blob_sources(listed: impl Iterator<Item = String>) -> anyhow::Result<Vec<String>> {
-    use ferry_shared::wire::sources::{MAX_SOURCES, ORIGIN_SOURCE, is_usable};
+    use ferry_shared::wire::sources::{MAX_SOURCES, ORIGIN_SOURCE, why_unusable};
     let mut out: Vec<String> = Vec::new();
-    for s in listed {
-        let s = if s == "origin" {
+    for given in listed {
+        let s = if given == "origin" {
             ORIGIN_SOURCE.to_string()
         } else {
-            s
+            // A URL's scheme is case-insensitive; the wire form is lower case.
+            let lower = given.to_ascii_lowercase();
+            match ["https://", "http://"]
+                .iter()
+                .find(|p| lower.starts_with(**p))
+            {
+                Some(p) => format!("{p}{}", &given[p.len()..]),
+                None => given.clone(),
+            }
         };
-        if !is_usable(&s) {
+        if let Some(why) = why_unusable(&s) {
             bail!(
-                "source {s:?} must be \"origin\" or a URL prefix that a blob's hex SHA-256 is \
-                 appended to, ending in '/', like https://cdn.example.com/v1/blobs/sha256/ \
-                 (http or https, no query, at most 512 bytes)"
+                "source {given:?} {why}; a source is \"origin\" or a URL prefix like \
+                 https://cdn.example.com/v1/blobs/sha256/"
             );
         }
         if out.contains(&s) {
-            bail!("source {s:?} is listed twice");
+            bail!("source {given:?} is listed twice");
         }
         out.push(s);
     }

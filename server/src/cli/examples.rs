@@ -14,7 +14,8 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
         "serve",
         "ferry serve --demo\n\
          ferry serve --config /etc/ferry/ferry.toml\n\
-         FERRY_STORAGE=s3 FERRY_S3_BUCKET=models ferry serve --listen 0.0.0.0:8080",
+         FERRY_STORAGE=s3 FERRY_S3_BUCKET=models ferry serve --listen 0.0.0.0:8080\n\
+         ferry serve --mirror-of https://models.example.com --trust trust.json --listen 0.0.0.0:8080",
     ),
     (
         "keys",
@@ -103,6 +104,15 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
         "ferry fleet clients demo-mlp\nferry fleet clients demo-mlp --since 7d --json",
     ),
     ("deny", "ferry deny list demo-mlp"),
+    (
+        "mirror",
+        "ferry mirror sync demo-mlp --server http://mirror.site:8080",
+    ),
+    (
+        "mirror sync",
+        "ferry mirror sync demo-mlp --server http://mirror.site:8080\n\
+         ferry mirror sync demo-mlp --release 1.1.0 --server http://mirror.site:8080 --json",
+    ),
     (
         "deny list",
         "ferry deny list demo-mlp\nferry deny list demo-mlp --json",

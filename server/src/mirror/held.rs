@@ -188,11 +188,23 @@ impl Held {
             return Ok(path);
         }
         let me = self.clone();
-        let got = tokio::task::spawn_blocking(move || me.check_or_fetch(kind, digest))
-            .await
-            .map_err(|e| HeldError::Disk(e.to_string()))?;
-        ferry_shared::sync::lock(&self.fetching).remove(&(kind, digest));
-        got
+        // The fetch runs to its end even if the request that started it goes away, and then
+        // lets go of its lock entry.
+        tokio::task::spawn_blocking(move || {
+            let got = me.check_or_fetch(kind, digest);
+            ferry_shared::sync::lock(&me.fetching).remove(&(kind, digest));
+            got
+        })
+        .await
+        .map_err(|e| HeldError::Disk(e.to_string()))?
+    }
+
+    /// True when `meta` (of a file just opened) is what file `digest` was verified as: the
+    /// opened file is the verified one.
+    pub fn is_verified(&self, kind: Kind, digest: &Sha256Digest, meta: &std::fs::Metadata) -> bool {
+        ferry_shared::sync::lock(&self.verified)
+            .get(&(kind, *digest))
+            .is_some_and(|s| *s == stamp_of(meta))
     }
 
     /// True when the file is there with the stamp it was verified with.

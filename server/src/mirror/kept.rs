@@ -91,7 +91,7 @@ impl Kept {
             trust: Mutex::new(trust),
         };
         if let Some(list) = kept.document("keyring") {
-            kept.learn_keyrings(&list);
+            let _ = kept.learn_keyrings(&list);
         }
         Ok(kept)
     }
@@ -117,22 +117,30 @@ impl Kept {
         std::fs::read(self.dir.join(format!("{name}.json"))).ok()
     }
 
-    /// Keeps document `name` (written aside and renamed: a reader never sees half).
-    pub fn keep_document(&self, name: &str, bytes: &[u8]) {
-        if name == "keyring" {
-            self.learn_keyrings(bytes);
+    /// Keeps document `name` (written aside and renamed: a reader never sees half) when it is
+    /// what it should be: a keyring list whose keyrings verify from the pinned trust, a trust
+    /// file that parses. Anything else (a captive portal's page, a proxy's error) is not kept.
+    pub fn keep_document(&self, name: &str, bytes: &[u8]) -> bool {
+        let good = match name {
+            "keyring" => self.learn_keyrings(bytes),
+            "keys" => ferry_shared::trust::TrustFile::from_json(bytes).is_ok(),
+            _ => false,
+        };
+        if good {
+            let _ = write_atomic(&self.dir.join(format!("{name}.json")), bytes);
         }
-        let _ = write_atomic(&self.dir.join(format!("{name}.json")), bytes);
+        good
     }
 
-    /// Walks the mirror's trust through the keyrings of a `GET /v1/keyring` answer.
-    fn learn_keyrings(&self, bytes: &[u8]) {
+    /// Walks the mirror's trust through the keyrings of a `GET /v1/keyring` answer; false when
+    /// it is not one, or its keyrings do not verify.
+    fn learn_keyrings(&self, bytes: &[u8]) -> bool {
         #[derive(Deserialize)]
         struct List {
             keyrings: Vec<Envelope>,
         }
         let Ok(list) = serde_json::from_slice::<List>(bytes) else {
-            return;
+            return false;
         };
         let mut trust = ferry_shared::sync::lock(&self.trust);
         let mut next = trust.clone();
@@ -143,7 +151,9 @@ impl Kept {
             .collect();
         if next.advance_all(&newer).is_ok() {
             *trust = next;
+            return true;
         }
+        false
     }
 
     /// Keeps the answer `body` (a 200 to `request`) when it may be shared.

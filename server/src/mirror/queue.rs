@@ -43,11 +43,22 @@ pub struct QueueCounts {
     pub dropped: AtomicU64,
 }
 
+/// What is queued, in memory (the folder is read once, at open).
+#[derive(Debug, Default)]
+struct Pending {
+    /// The next batch's sequence number.
+    next: u64,
+    /// The queued batches, oldest first: sequence number and size.
+    batches: std::collections::VecDeque<(u64, u64)>,
+    /// Their total size.
+    bytes: u64,
+}
+
 /// The queue on disk.
 #[derive(Debug)]
 pub struct Queue {
     dir: PathBuf,
-    next: Mutex<u64>,
+    pending: Mutex<Pending>,
     wake: Condvar,
     stopped: std::sync::atomic::AtomicBool,
     /// Forwarded and dropped batches.
@@ -73,10 +84,17 @@ impl Queue {
     /// Opens the queue in `dir` (what a previous run left is sent first).
     pub fn open(dir: &Path) -> anyhow::Result<Arc<Self>> {
         std::fs::create_dir_all(dir)?;
-        let last = Self::files(dir).last().map_or(0, |(n, _)| *n);
+        let mut pending = Pending::default();
+        for (n, path) in Self::files(dir) {
+            let len = std::fs::metadata(&path).map_or(0, |m| m.len());
+            pending.batches.push_back((n, len));
+            pending.bytes += len;
+            pending.next = n + 1;
+        }
+        pending.next = pending.next.max(1);
         Ok(Arc::new(Queue {
             dir: dir.to_path_buf(),
-            next: Mutex::new(last + 1),
+            pending: Mutex::new(pending),
             wake: Condvar::new(),
             stopped: std::sync::atomic::AtomicBool::new(false),
             counts: QueueCounts::default(),
@@ -100,13 +118,12 @@ impl Queue {
 
     /// Batches and bytes waiting.
     pub fn depth(&self) -> (usize, u64) {
-        let files = Self::files(&self.dir);
-        let bytes = files
-            .iter()
-            .filter_map(|(_, p)| std::fs::metadata(p).ok())
-            .map(|m| m.len())
-            .sum();
-        (files.len(), bytes)
+        let p = ferry_shared::sync::lock(&self.pending);
+        (p.batches.len(), p.bytes)
+    }
+
+    fn path_of(&self, n: u64) -> PathBuf {
+        self.dir.join(format!("{n:020}.json"))
     }
 
     /// Queues one batch (durably) and wakes the forwarder.
@@ -117,12 +134,6 @@ impl Queue {
         sdk: Option<String>,
         protocol: Option<String>,
     ) -> Result<(), QueueError> {
-        let (batches, bytes) = self.depth();
-        if batches >= MAX_BATCHES || bytes + body.len() as u64 > MAX_BYTES {
-            return Err(QueueError::Full(format!(
-                "{batches} batches, {bytes} bytes"
-            )));
-        }
         let q = Queued {
             from,
             sdk,
@@ -130,13 +141,36 @@ impl Queue {
             body,
         };
         let bytes = serde_json::to_vec(&q).map_err(|e| QueueError::Disk(e.to_string()))?;
-        let mut next = ferry_shared::sync::lock(&self.next);
-        let path = self.dir.join(format!("{:020}.json", *next));
-        super::kept::write_atomic(&path, &bytes).map_err(|e| QueueError::Disk(e.to_string()))?;
-        *next += 1;
-        drop(next);
+        let size = bytes.len() as u64;
+        // The bound and the write under one lock: concurrent batches cannot overshoot it.
+        let mut p = ferry_shared::sync::lock(&self.pending);
+        if p.batches.len() >= MAX_BATCHES || p.bytes + size > MAX_BYTES {
+            return Err(QueueError::Full(format!(
+                "{} batches, {} bytes",
+                p.batches.len(),
+                p.bytes
+            )));
+        }
+        let n = p.next;
+        super::kept::write_atomic(&self.path_of(n), &bytes)
+            .map_err(|e| QueueError::Disk(e.to_string()))?;
+        p.next += 1;
+        p.batches.push_back((n, size));
+        p.bytes += size;
+        drop(p);
         self.wake.notify_all();
         Ok(())
+    }
+
+    /// Removes the oldest batch (sent or dropped).
+    fn pop(&self, n: u64) {
+        let _ = std::fs::remove_file(self.path_of(n));
+        let mut p = ferry_shared::sync::lock(&self.pending);
+        if p.batches.front().is_some_and(|(m, _)| *m == n)
+            && let Some((_, size)) = p.batches.pop_front()
+        {
+            p.bytes = p.bytes.saturating_sub(size);
+        }
     }
 
     /// Stops the forwarder (after the batch it is sending, if any).
@@ -149,30 +183,35 @@ impl Queue {
     pub fn forward(self: Arc<Self>, origin: String, agent: ureq::Agent, contact: Arc<Contact>) {
         let mut pause = Duration::from_millis(250);
         while !self.stopped.load(Ordering::Acquire) {
-            let Some((_, path)) = Self::files(&self.dir).into_iter().next() else {
-                let guard = ferry_shared::sync::lock(&self.next);
+            let front = ferry_shared::sync::lock(&self.pending)
+                .batches
+                .front()
+                .copied();
+            let Some((n, _)) = front else {
+                let guard = ferry_shared::sync::lock(&self.pending);
                 let _ = self
                     .wake
                     .wait_timeout(guard, Duration::from_secs(1))
                     .map(|(g, _)| drop(g));
                 continue;
             };
+            let path = self.path_of(n);
             match self.send(&origin, &agent, &path) {
                 Sent::Taken => {
                     contact.reached();
                     self.counts.forwarded.fetch_add(1, Ordering::Relaxed);
-                    let _ = std::fs::remove_file(&path);
+                    self.pop(n);
                     pause = Duration::from_millis(250);
                 }
                 Sent::Refused(why) => {
                     contact.reached();
                     tracing::warn!(batch = %path.display(), "the origin refused a queued telemetry batch: {why}; dropped");
                     self.counts.dropped.fetch_add(1, Ordering::Relaxed);
-                    let _ = std::fs::remove_file(&path);
+                    self.pop(n);
                 }
                 Sent::Later(why) => {
                     contact.failed(&why);
-                    let guard = ferry_shared::sync::lock(&self.next);
+                    let guard = ferry_shared::sync::lock(&self.pending);
                     let _ = self.wake.wait_timeout(guard, pause).map(|(g, _)| drop(g));
                     pause = (pause * 2).min(Duration::from_secs(10));
                 }

@@ -29,11 +29,19 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/v1/admin/mirror", web::get().to(admin_state))
         .route("/v1/admin/mirror/sync", web::post().to(sync))
         .route("/metrics", web::get().to(metrics))
-        .route(
-            "/healthz",
-            web::get().to(|| async { HttpResponse::Ok().body("ok\n") }),
-        )
+        .route("/healthz", web::get().to(healthz))
         .default_service(web::to(elsewhere));
+}
+
+/// Healthy while it serves (what it holds serves devices when the origin is away); says when
+/// the origin is unreachable.
+async fn healthz(m: web::Data<Arc<Mirror>>) -> HttpResponse {
+    match m.contact.get() {
+        (_, Some(why)) => {
+            HttpResponse::Ok().body(format!("ok; the origin is unreachable: {why}\n"))
+        }
+        _ => HttpResponse::Ok().body("ok\n"),
+    }
 }
 
 async fn elsewhere(req: HttpRequest) -> Result<HttpResponse, ApiError> {
@@ -51,9 +59,10 @@ async fn elsewhere(req: HttpRequest) -> Result<HttpResponse, ApiError> {
 
 fn held_error(e: HeldError) -> ApiError {
     match e {
-        HeldError::NotAtOrigin(what) => {
-            ApiError::new(ErrorCode::BlobNotFound, format!("the origin has no {what}"))
-        }
+        HeldError::NotAtOrigin(what) => ApiError::new(
+            ErrorCode::BlobNotFound,
+            format!("the origin has no file {what}"),
+        ),
         HeldError::Unreachable(why) | HeldError::Wrong(why) => ApiError::new(
             ErrorCode::OriginUnavailable,
             format!("the mirror does not hold the file and cannot fetch it: {why}"),
@@ -94,8 +103,21 @@ async fn held_file(
         }
         held_error(e)
     })?;
-    let file = std::fs::File::open(&path).map_err(ApiError::unavailable)?;
-    let size = file.metadata().map_err(ApiError::unavailable)?.len();
+    // The file opened is the one verified (a file swapped in between is checked again).
+    let mut file = std::fs::File::open(&path).map_err(ApiError::unavailable)?;
+    let mut meta = file.metadata().map_err(ApiError::unavailable)?;
+    if !m.held.is_verified(kind, &digest, &meta) {
+        let path = m.held.ensure(kind, digest).await.map_err(held_error)?;
+        file = std::fs::File::open(&path).map_err(ApiError::unavailable)?;
+        meta = file.metadata().map_err(ApiError::unavailable)?;
+        if !m.held.is_verified(kind, &digest, &meta) {
+            return Err(ApiError::unavailable(format!(
+                "{} keeps changing on disk; not served",
+                path.display()
+            )));
+        }
+    }
+    let size = meta.len();
     let etag = format!("\"{}\"", digest.to_hex());
     let header_str =
         |name: header::HeaderName| req.headers().get(name).and_then(|v| v.to_str().ok());
@@ -117,10 +139,16 @@ async fn held_file(
         crate::api::blobs::RangeSpec::Full => (StatusCode::OK, 0, size),
         crate::api::blobs::RangeSpec::Part(a, b) => (StatusCode::PARTIAL_CONTENT, a, b + 1),
         crate::api::blobs::RangeSpec::Unsatisfiable => {
-            return Err(ApiError::new(
+            use actix_web::ResponseError as _;
+            let mut resp = ApiError::new(
                 ErrorCode::RangeNotSatisfiable,
-                format!("the range asked for is outside the file's {size} bytes"),
-            ));
+                format!("the range asked for is outside the blob's {size} bytes"),
+            )
+            .error_response();
+            if let Ok(v) = header::HeaderValue::from_str(&format!("bytes */{size}")) {
+                resp.headers_mut().insert(header::CONTENT_RANGE, v);
+            }
+            return Ok(resp);
         }
     };
     let mut b = builder(status);
@@ -187,8 +215,10 @@ fn relayed(answer: Relayed) -> HttpResponse {
 async fn resolve(
     req: HttpRequest,
     m: web::Data<Arc<Mirror>>,
-    body: Bytes,
+    payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
+    let body =
+        crate::api::extract::read_body(payload, &m.limits, m.limits.max_resolve_bytes).await?;
     let request: ResolveRequest = serde_json::from_slice(&body).map_err(|e| {
         ApiError::new(
             ErrorCode::RequestMalformed,
@@ -209,7 +239,8 @@ async fn resolve(
         .await;
     match got {
         Ok(answer) if answer.status < 500 => {
-            if answer.status == 200 {
+            // An answer to `?explain=true` (or any query) is for the one who asked.
+            if answer.status == 200 && req.query_string().is_empty() {
                 m.kept
                     .consider(&request, &answer.body, time::OffsetDateTime::now_utc());
             }
@@ -301,45 +332,106 @@ async fn signed_time(
     }
 }
 
+/// The events of a batch as the origin would take them: the known ones that pass the origin's
+/// own checks (their text kept byte for byte), the rejected with why, and how many are of a
+/// kind this build does not know (ignored, as the origin ignores them).
+fn checked_events(
+    body: &[u8],
+    cfg: &crate::fleet::config::TelemetryConfig,
+) -> Result<(Vec<String>, Vec<serde_json::Value>, usize), ApiError> {
+    #[derive(serde::Deserialize)]
+    struct Shape<'a> {
+        #[serde(borrow)]
+        events: Vec<&'a serde_json::value::RawValue>,
+    }
+    let batch: Shape = serde_json::from_slice(body).map_err(|e| {
+        ApiError::new(
+            ErrorCode::TelemetryMalformed,
+            format!("expected {{\"events\": [...]}}: {e}"),
+        )
+    })?;
+    if batch.events.len() > cfg.max_events {
+        return Err(ApiError::new(
+            ErrorCode::TooManyEvents,
+            format!(
+                "{} events; a batch holds at most {}",
+                batch.events.len(),
+                cfg.max_events
+            ),
+        ));
+    }
+    let now = time::OffsetDateTime::now_utc();
+    let (mut kept, mut rejected, mut ignored) = (Vec::new(), Vec::new(), 0);
+    for (i, raw) in batch.events.iter().enumerate() {
+        let peek = ferry_shared::wire::telemetry::peek_event(raw.get());
+        if peek.unknown_kind {
+            ignored += 1;
+            continue;
+        }
+        let checked = if peek.malformed_kind {
+            Err((
+                ErrorCode::EventInvalid,
+                "kind is not an event kind name".to_string(),
+            ))
+        } else {
+            crate::fleet::intake::ingest::validate(raw.get(), now, cfg).map(|_| ())
+        };
+        match checked {
+            Ok(()) => kept.push(raw.get().to_string()),
+            Err((code, message)) => rejected.push(serde_json::json!({
+                "index": i,
+                "code": code.as_str(),
+                "message": if rejected.len() < 32 { message } else { String::new() },
+            })),
+        }
+    }
+    Ok((kept, rejected, ignored))
+}
+
 async fn telemetry(
     req: HttpRequest,
     m: web::Data<Arc<Mirror>>,
-    body: Bytes,
+    payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let text = String::from_utf8(body.to_vec())
-        .map_err(|_| ApiError::new(ErrorCode::TelemetryMalformed, "the batch is not UTF-8 text"))?;
-    let events = serde_json::from_str::<serde_json::Value>(&text)
-        .ok()
-        .and_then(|v| v.get("events").and_then(|e| e.as_array()).map(Vec::len))
-        .ok_or_else(|| {
-            ApiError::new(
-                ErrorCode::TelemetryMalformed,
-                "expected {\"events\": [...]}",
-            )
-        })?;
-    let header = |n: &str| {
-        req.headers()
-            .get(n)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-    };
-    let queue = m.queue.clone();
-    let (from, sdk, protocol) = (
-        forwarded_for(&req),
-        header(ferry_shared::wire::protocol::SDK_HEADER),
-        header(ferry_shared::wire::protocol::PROTOCOL_HEADER),
-    );
-    web::block(move || queue.push(text, from, sdk, protocol))
-        .await
-        .map_err(ApiError::internal)?
-        .map_err(|e| match e {
-            super::queue::QueueError::Full(_) => {
-                ApiError::new(ErrorCode::RateLimited, e.to_string())
-            }
-            super::queue::QueueError::Disk(_) => ApiError::unavailable(e.to_string()),
-        })?;
+    if !m.batch_allowed(req.peer_addr().map(|a| a.ip())) {
+        return Err(ApiError::new(
+            ErrorCode::RateLimited,
+            format!(
+                "more than {} telemetry batches a minute from this address",
+                m.telemetry.per_address_per_minute
+            ),
+        ));
+    }
+    let body =
+        crate::api::extract::read_body(payload, &m.limits, m.telemetry.max_body_bytes).await?;
+    let (kept, rejected, ignored) = checked_events(&body, &m.telemetry)?;
+    let accepted = kept.len();
+    if accepted > 0 {
+        let text = format!("{{\"events\":[{}]}}", kept.join(","));
+        let header = |n: &str| {
+            req.headers()
+                .get(n)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let queue = m.queue.clone();
+        let (from, sdk, protocol) = (
+            forwarded_for(&req),
+            header(ferry_shared::wire::protocol::SDK_HEADER),
+            header(ferry_shared::wire::protocol::PROTOCOL_HEADER),
+        );
+        web::block(move || queue.push(text, from, sdk, protocol))
+            .await
+            .map_err(ApiError::internal)?
+            .map_err(|e| match e {
+                super::queue::QueueError::Full(_) => {
+                    ApiError::new(ErrorCode::RateLimited, e.to_string())
+                }
+                super::queue::QueueError::Disk(_) => ApiError::unavailable(e.to_string()),
+            })?;
+    }
     Ok(HttpResponse::Ok().json(serde_json::json!({
-        "accepted": events, "ignored": 0, "rejected": [], "queued": true,
+        "accepted": accepted, "ignored": ignored, "rejected": rejected, "queued": true,
     })))
 }
 

@@ -62,14 +62,29 @@ pub struct Mirror {
     pub(crate) origin_token: Option<String>,
     /// The tokens `GET /v1/admin/mirror` and `/metrics` accept.
     pub(crate) tokens: Vec<TokenEntry>,
+    /// Telemetry limits (batch size, body size, batches per address and minute).
+    pub(crate) telemetry: crate::fleet::config::TelemetryConfig,
+    /// Request limits (resolve body size, body time).
+    pub(crate) limits: crate::api::limits::Limits,
+    /// Telemetry batches per address in the current minute.
+    batches_by_address: std::sync::Mutex<(u64, std::collections::HashMap<std::net::IpAddr, u32>)>,
 }
 
 impl Mirror {
     /// Opens the mirror's folders under `<data>/mirror/` and starts its telemetry forwarder.
     pub fn open(config: &Config, opts: &MirrorOptions) -> anyhow::Result<Arc<Self>> {
         let origin = opts.origin.trim_end_matches('/').to_string();
-        if !(origin.starts_with("http://") || origin.starts_with("https://")) {
-            anyhow::bail!("--mirror-of {origin:?} must be the origin's http:// or https:// URL");
+        let host = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"))
+            .map(|rest| rest.split('/').next().unwrap_or_default());
+        let well_formed =
+            origin.bytes().all(|b| b.is_ascii_graphic()) && !origin.contains(['?', '#', '@', '\\']);
+        if !well_formed || host.is_none_or(str::is_empty) {
+            anyhow::bail!(
+                "--mirror-of {origin:?} must be the origin's http:// or https:// URL: a host \
+                 and maybe a path, without spaces, credentials, a query or a fragment"
+            );
         }
         let text = std::fs::read(&opts.trust)
             .with_context(|| format!("cannot read --trust {}", opts.trust.display()))?;
@@ -111,6 +126,9 @@ impl Mirror {
             agent,
             origin_token: opts.origin_token.clone(),
             tokens: config.tokens.clone(),
+            telemetry: config.telemetry,
+            limits: config.limits.clone(),
+            batches_by_address: std::sync::Mutex::new((0, std::collections::HashMap::new())),
         }))
     }
 
@@ -170,6 +188,25 @@ impl Mirror {
             Err(e) => self.contact.failed(e),
         }
         got
+    }
+
+    /// Counts a telemetry batch from `addr`; false when the address is past
+    /// `telemetry.per_address_per_minute` this minute (one device cannot fill the queue that the
+    /// whole site shares).
+    pub fn batch_allowed(&self, addr: Option<std::net::IpAddr>) -> bool {
+        let Some(addr) = addr else {
+            return true;
+        };
+        let minute = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() / 60);
+        let mut held = ferry_shared::sync::lock(&self.batches_by_address);
+        if held.0 != minute || held.1.len() > 100_000 {
+            *held = (minute, std::collections::HashMap::new());
+        }
+        let n = held.1.entry(addr).or_insert(0);
+        *n += 1;
+        *n <= self.telemetry.per_address_per_minute
     }
 
     /// What `GET /v1/admin/mirror` shows.

@@ -18,25 +18,44 @@ pub const MAX_SOURCE_LEN: usize = 512;
 /// The server's own blob route, as a source relative to the server.
 pub const ORIGIN_SOURCE: &str = "/v1/blobs/sha256/";
 
-/// Whether `source` is a prefix this build can fetch from: `http://…/` or `https://…/` with a
-/// host, or a path from the server's root (`/…/`), of at most [`MAX_SOURCE_LEN`] bytes, without
-/// spaces, control characters, a query or a fragment (the digest goes at the end).
+/// Whether `source` is a prefix this build can fetch from (see [`why_unusable`]).
 pub fn is_usable(source: &str) -> bool {
-    let well_formed = source.len() <= MAX_SOURCE_LEN
-        && source.len() > 1
-        && source.ends_with('/')
-        && source
-            .bytes()
-            .all(|b| b.is_ascii_graphic() && b != b'?' && b != b'#' && b != b'\\');
-    if !well_formed {
-        return false;
+    why_unusable(source).is_none()
+}
+
+/// Why `source` is not a prefix this build can fetch from, or `None` when it is: `http://…/` or
+/// `https://…/` with a host and no credentials, or a path from the server's root (`/…/`), of at
+/// most [`MAX_SOURCE_LEN`] bytes, ending in `/` (the digest goes at the end), without spaces,
+/// control characters, a query or a fragment.
+pub fn why_unusable(source: &str) -> Option<&'static str> {
+    if source.len() > MAX_SOURCE_LEN {
+        return Some("longer than 512 bytes");
+    }
+    if source.len() < 2 || !source.ends_with('/') {
+        return Some("must end in '/' (a blob's hex SHA-256 is appended to it)");
+    }
+    if !source.bytes().all(|b| b.is_ascii_graphic()) {
+        return Some("holds a space or a control character");
+    }
+    if source.contains(['?', '#', '\\']) {
+        return Some("holds a query or a fragment");
     }
     let rest = source
         .strip_prefix("https://")
         .or_else(|| source.strip_prefix("http://"));
     match rest {
-        Some(rest) => rest.split('/').next().is_some_and(|host| !host.is_empty()),
-        None => source.starts_with('/') && !source.starts_with("//"),
+        Some(rest) => {
+            let authority = rest.split('/').next().unwrap_or_default();
+            if authority.is_empty() {
+                Some("names no host")
+            } else if authority.contains('@') {
+                Some("holds credentials (user@): every device would get them")
+            } else {
+                None
+            }
+        }
+        None if source.starts_with('/') && !source.starts_with("//") => None,
+        None => Some("must start with http://, https:// or / (a path on the server)"),
     }
 }
 
@@ -106,6 +125,7 @@ mod tests {
             "https://cdn.example.com/x/?sig=1/",
             "https://cdn.example.com/x#/",
             "cdn.example.com/x/",
+            "https://user:pass@cdn.example.com/b/",
         ] {
             assert!(!is_usable(bad), "{bad:?}");
         }

@@ -282,3 +282,50 @@ fn request_log_and_metrics_listen_are_read_and_mistakes_named() {
         assert!(e.contains(says), "{bad}: {e}");
     }
 }
+
+#[test]
+fn blob_sources_are_checked_and_named_on_the_wire_form() {
+    let dir = std::env::temp_dir().join(format!("ferry-config-sources-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let c = load_file(
+        &dir,
+        "sources = [\"HTTPS://cdn.example.com/v1/blobs/sha256/\", \"origin\"]",
+    )
+    .expect("valid sources");
+    assert_eq!(
+        c.sources,
+        [
+            "https://cdn.example.com/v1/blobs/sha256/",
+            "/v1/blobs/sha256/"
+        ]
+    );
+    for (text, says) in [
+        (
+            "sources = [\"https://cdn.example.com/x\"]",
+            "must end in '/'",
+        ),
+        (
+            "sources = [\"ftp://cdn.example.com/x/\"]",
+            "must start with",
+        ),
+        ("sources = [\"https://cdn.example.com/x/?sig=1/\"]", "query"),
+        (
+            "sources = [\"https://u:p@cdn.example.com/x/\"]",
+            "credentials",
+        ),
+        (
+            "sources = [\"origin\", \"origin\"]",
+            "\"origin\" is listed twice",
+        ),
+        ("sources = [\"\"]", "must end in '/'"),
+    ] {
+        let err = load_file(&dir, text).expect_err(text);
+        assert!(format!("{err:#}").contains(says), "{text}: {err:#}");
+    }
+    let many: Vec<String> = (0..9)
+        .map(|i| format!("\"https://m{i}.example/\""))
+        .collect();
+    let err = load_file(&dir, &format!("sources = [{}]", many.join(", "))).expect_err("nine");
+    assert!(format!("{err:#}").contains("at most 8"), "{err:#}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

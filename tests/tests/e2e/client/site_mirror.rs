@@ -93,8 +93,18 @@ fn loads_of(origin: &TestApp, install: &str) -> usize {
 
 #[test]
 fn a_site_mirror_serves_its_devices_from_one_fetch_and_while_the_origin_is_away() {
+    // The origin lists a CDN first (one the site cannot reach): devices behind the mirror fetch
+    // from the mirror first all the same.
+    let cdn = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        format!("http://{}/v1/blobs/sha256/", l.local_addr().expect("addr"))
+    };
+    let sources = vec![cdn.clone(), "/v1/blobs/sha256/".to_string()];
     let mut origin = TestApp::start_with(Options {
-        tweak: Some(Box::new(ferry_tests::fast_telemetry)),
+        tweak: Some(Box::new(move |c| {
+            ferry_tests::fast_telemetry(c);
+            c.sources = sources;
+        })),
         ..Default::default()
     });
     let dir = tempfile::tempdir().expect("tmp");
@@ -118,6 +128,19 @@ fn a_site_mirror_serves_its_devices_from_one_fetch_and_while_the_origin_is_away(
         let loaded = c
             .load("site", &device(&format!("site-{i}")))
             .expect("loads");
+        if i == 0 {
+            let used: Vec<&str> = loaded
+                .report
+                .sources
+                .iter()
+                .map(|u| u.source.as_str())
+                .collect();
+            assert_eq!(
+                used,
+                ["/v1/blobs/sha256/"],
+                "the mirror first, the CDN untried"
+            );
+        }
         assert_eq!(
             std::fs::read(loaded.asset("weights.bin").expect("asset")).expect("read"),
             asset_bytes
@@ -251,6 +274,41 @@ fn ferry_mirror_sync_fills_a_mirror_before_its_devices_ask() {
     // Again: nothing to fetch. An unknown model: not found (exit 4), said clearly.
     let again: serde_json::Value = serde_json::from_slice(&sync("fill").stdout).expect("json");
     assert_eq!(again["fetched_bytes"], 0, "{again}");
+    // The mirror says of a batch what the origin would: the size bound, each bad event.
+    let post = |body: String| {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .new_agent();
+        let mut r = agent
+            .post(format!("{}/v1/telemetry", site.url()))
+            .header("content-type", "application/json")
+            .send(body.as_bytes())
+            .expect("post");
+        let text = r.body_mut().read_to_string().expect("body");
+        (
+            r.status().as_u16(),
+            serde_json::from_str::<serde_json::Value>(&text).expect("json"),
+        )
+    };
+    let good = ferry_tests::kit::Event::load("fill", "1.0.0", "portable-fp32").json();
+    let (status, body) = post(format!(r#"{{"events": [{good}, 1, {{"kind": "load"}}]}}"#));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["accepted"], 1, "{body}");
+    let rejected: Vec<u64> = body["rejected"]
+        .as_array()
+        .expect("rejected")
+        .iter()
+        .map(|r| r["index"].as_u64().expect("index"))
+        .collect();
+    assert_eq!(rejected, [1, 2], "{body}");
+    let many = vec![good.to_string(); 501].join(",");
+    let (status, body) = post(format!(r#"{{"events": [{many}]}}"#));
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (413, Some("too_many_events")),
+        "{body}"
+    );
     let out = sync("nothere");
     assert_eq!(
         out.status.code(),
