@@ -50,7 +50,7 @@ pub struct Options {
 
 /// The configuration of a test server on `data`, listening on `listen`, with the admin and
 /// read tokens.
-fn test_config(data: &Path, listen: &str) -> Config {
+pub fn test_config(data: &Path, listen: &str) -> Config {
     let env = |k: &str| (k == "FERRY_ADMIN_TOKEN").then(|| ADMIN_TOKEN.to_string());
     let flags = Flags {
         config: None,

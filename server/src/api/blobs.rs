@@ -84,6 +84,61 @@ pub(crate) fn etag_matches(value: Option<&str>, etag: &str) -> bool {
     })
 }
 
+/// The answer to a `GET` or `HEAD` of immutable bytes named by the strong `etag`, `size`
+/// bytes long, before its body: the builder (status, validators, caching, `Content-Range`) and
+/// the bytes `start..end` to send; or the whole answer when it needs no body (304, 416).
+pub(crate) fn immutable_answer(
+    req: &HttpRequest,
+    etag: &str,
+    size: u64,
+    content_type: &str,
+) -> Result<(actix_web::HttpResponseBuilder, u64, u64), Box<HttpResponse>> {
+    let header_str =
+        |name: header::HeaderName| req.headers().get(name).and_then(|v| v.to_str().ok());
+    let builder = |status: StatusCode| {
+        let mut b = HttpResponse::build(status);
+        b.insert_header((header::ETAG, etag.to_string()))
+            .insert_header((header::CACHE_CONTROL, "public, max-age=31536000, immutable"))
+            .insert_header((header::ACCEPT_RANGES, "bytes"));
+        b
+    };
+    if etag_matches(header_str(header::IF_NONE_MATCH), etag) {
+        return Err(Box::new(builder(StatusCode::NOT_MODIFIED).finish()));
+    }
+    // A Range with an If-Range naming another representation gets the whole blob (RFC 9110:
+    // the client's partial copy is of something else). Only the strong ETag matches; blobs are
+    // immutable, so a date never does.
+    let range_header = match header_str(header::IF_RANGE) {
+        Some(v) if v.trim() != etag => None,
+        _ => header_str(header::RANGE),
+    };
+    let (status, start, end) = match parse_range(range_header, size) {
+        RangeSpec::Full => (StatusCode::OK, 0, size),
+        RangeSpec::Part(a, b) => (StatusCode::PARTIAL_CONTENT, a, b + 1),
+        RangeSpec::Unsatisfiable => {
+            use actix_web::ResponseError as _;
+            let mut resp = ApiError::new(
+                ErrorCode::RangeNotSatisfiable,
+                format!("the range asked for is outside the blob's {size} bytes"),
+            )
+            .error_response();
+            if let Ok(v) = header::HeaderValue::from_str(&format!("bytes */{size}")) {
+                resp.headers_mut().insert(header::CONTENT_RANGE, v);
+            }
+            return Err(Box::new(resp));
+        }
+    };
+    let mut b = builder(status);
+    b.content_type(content_type.to_string());
+    if status == StatusCode::PARTIAL_CONTENT {
+        b.insert_header((
+            header::CONTENT_RANGE,
+            format!("bytes {start}-{}/{size}", end - 1),
+        ));
+    }
+    Ok((b, start, end))
+}
+
 pub(crate) async fn get_blob(
     req: HttpRequest,
     state: web::Data<AppState>,
@@ -117,50 +172,11 @@ pub(crate) async fn get_blob(
         (state.store().head(&key).await.map_err(missing)?.size, None)
     };
     let etag = format!("\"{}\"", digest.to_hex());
-    let header_str =
-        |name: header::HeaderName| req.headers().get(name).and_then(|v| v.to_str().ok());
-    let builder = |status: StatusCode| {
-        let mut b = HttpResponse::build(status);
-        b.insert_header((header::ETAG, etag.clone()))
-            .insert_header((header::CACHE_CONTROL, "public, max-age=31536000, immutable"))
-            .insert_header((header::ACCEPT_RANGES, "bytes"));
-        b
+    let (mut b, start, end) = match immutable_answer(&req, &etag, size, "application/octet-stream")
+    {
+        Ok(head) => head,
+        Err(done) => return Ok(*done),
     };
-    if etag_matches(header_str(header::IF_NONE_MATCH), &etag) {
-        return Ok(builder(StatusCode::NOT_MODIFIED).finish());
-    }
-    // A Range with an If-Range naming another representation gets the whole blob (RFC 9110:
-    // the client's partial copy is of something else). Only the strong ETag matches; blobs are
-    // immutable, so a date never does.
-    let range_header = match header_str(header::IF_RANGE) {
-        Some(v) if v.trim() != etag => None,
-        _ => header_str(header::RANGE),
-    };
-    let range = parse_range(range_header, size);
-    let (status, start, end) = match range {
-        RangeSpec::Full => (StatusCode::OK, 0, size),
-        RangeSpec::Part(a, b) => (StatusCode::PARTIAL_CONTENT, a, b + 1),
-        RangeSpec::Unsatisfiable => {
-            use actix_web::ResponseError as _;
-            let mut resp = ApiError::new(
-                ErrorCode::RangeNotSatisfiable,
-                format!("the range asked for is outside the blob's {size} bytes"),
-            )
-            .error_response();
-            if let Ok(v) = header::HeaderValue::from_str(&format!("bytes */{size}")) {
-                resp.headers_mut().insert(header::CONTENT_RANGE, v);
-            }
-            return Ok(resp);
-        }
-    };
-    let mut b = builder(status);
-    b.content_type("application/octet-stream");
-    if status == StatusCode::PARTIAL_CONTENT {
-        b.insert_header((
-            header::CONTENT_RANGE,
-            format!("bytes {start}-{}/{size}", end - 1),
-        ));
-    }
     let len = end - start;
     if req.method() == Method::HEAD {
         // The body is never sent for HEAD, but its declared size becomes Content-Length.

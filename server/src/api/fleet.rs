@@ -232,11 +232,11 @@ pub async fn get_rollout(
 }
 
 #[derive(Debug, Deserialize)]
-struct BatchShape<'a> {
+pub(crate) struct BatchShape<'a> {
     /// Each event's JSON text, borrowed from the body: parsed one by one, so that one bad
     /// event is refused alone.
     #[serde(borrow)]
-    events: Vec<&'a serde_json::value::RawValue>,
+    pub(crate) events: Vec<&'a serde_json::value::RawValue>,
 }
 
 /// `POST /v1/telemetry`.

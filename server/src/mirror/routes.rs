@@ -119,46 +119,11 @@ async fn held_file(
     }
     let size = meta.len();
     let etag = format!("\"{}\"", digest.to_hex());
-    let header_str =
-        |name: header::HeaderName| req.headers().get(name).and_then(|v| v.to_str().ok());
-    let builder = |status: StatusCode| {
-        let mut b = HttpResponse::build(status);
-        b.insert_header((header::ETAG, etag.clone()))
-            .insert_header((header::CACHE_CONTROL, "public, max-age=31536000, immutable"))
-            .insert_header((header::ACCEPT_RANGES, "bytes"));
-        b
-    };
-    if crate::api::blobs::etag_matches(header_str(header::IF_NONE_MATCH), &etag) {
-        return Ok(builder(StatusCode::NOT_MODIFIED).finish());
-    }
-    let range_header = match header_str(header::IF_RANGE) {
-        Some(v) if v.trim() != etag => None,
-        _ => header_str(header::RANGE),
-    };
-    let (status, start, end) = match crate::api::blobs::parse_range(range_header, size) {
-        crate::api::blobs::RangeSpec::Full => (StatusCode::OK, 0, size),
-        crate::api::blobs::RangeSpec::Part(a, b) => (StatusCode::PARTIAL_CONTENT, a, b + 1),
-        crate::api::blobs::RangeSpec::Unsatisfiable => {
-            use actix_web::ResponseError as _;
-            let mut resp = ApiError::new(
-                ErrorCode::RangeNotSatisfiable,
-                format!("the range asked for is outside the blob's {size} bytes"),
-            )
-            .error_response();
-            if let Ok(v) = header::HeaderValue::from_str(&format!("bytes */{size}")) {
-                resp.headers_mut().insert(header::CONTENT_RANGE, v);
-            }
-            return Ok(resp);
-        }
-    };
-    let mut b = builder(status);
-    b.content_type(content_type);
-    if status == StatusCode::PARTIAL_CONTENT {
-        b.insert_header((
-            header::CONTENT_RANGE,
-            format!("bytes {start}-{}/{size}", end - 1),
-        ));
-    }
+    let (mut b, start, end) =
+        match crate::api::blobs::immutable_answer(req, &etag, size, content_type) {
+            Ok(head) => head,
+            Err(done) => return Ok(*done),
+        };
     let len = end - start;
     if req.method() == Method::HEAD {
         let empty = futures_util::stream::empty::<Result<Bytes, std::io::Error>>();
@@ -339,12 +304,7 @@ fn checked_events(
     body: &[u8],
     cfg: &crate::fleet::config::TelemetryConfig,
 ) -> Result<(Vec<String>, Vec<serde_json::Value>, usize), ApiError> {
-    #[derive(serde::Deserialize)]
-    struct Shape<'a> {
-        #[serde(borrow)]
-        events: Vec<&'a serde_json::value::RawValue>,
-    }
-    let batch: Shape = serde_json::from_slice(body).map_err(|e| {
+    let batch: crate::api::fleet::BatchShape = serde_json::from_slice(body).map_err(|e| {
         ApiError::new(
             ErrorCode::TelemetryMalformed,
             format!("expected {{\"events\": [...]}}: {e}"),

@@ -4,29 +4,11 @@
 //! cache honours `ETag`, `If-None-Match` and `If-Range`, and nothing made for one device (resolve
 //! answers, signed time) or for operators (admin routes) is cached.
 
-use std::path::Path;
-use std::sync::Arc;
-
-use ferry_client::Client;
 use ferry_tests::app::{ADMIN_TOKEN, Options, TestApp};
 use ferry_tests::kit::device;
 use ferry_tests::varnish::Varnish;
 
-use super::delta::{LARGE, World, fine_tuned, noise};
-
-fn client(url: &str, app: &TestApp, cache: &Path) -> Arc<Client> {
-    let limits = ferry_client::DownloadLimits {
-        retries: 2,
-        backoff: std::time::Duration::from_millis(10),
-        ..Default::default()
-    };
-    Arc::new(
-        app.client_at(url, cache)
-            .download_limits(limits)
-            .build()
-            .expect("client"),
-    )
-}
+use super::delta::{LARGE, World, client, fine_tuned, noise};
 
 /// An HTTP agent that reports every status.
 fn agent() -> ureq::Agent {

@@ -6,40 +6,18 @@
 //! mirror's disk is never served.
 
 use std::path::Path;
-use std::sync::Arc;
 
-use ferry_client::Client;
-use ferry_server::app::config::{Config, Flags};
 use ferry_server::mirror::{MirrorOptions, RunningMirror};
 use ferry_shared::Sha256Digest;
 use ferry_tests::app::{ADMIN_TOKEN, Options, READ_TOKEN, TestApp};
 use ferry_tests::kit::device;
 
-use super::delta::noise;
+use super::delta::{client, noise};
 
 /// A mirror of `origin` on `data` (a fresh port).
 fn mirror(origin: &str, trust: &Path, data: &Path) -> RunningMirror {
-    let env = |_: &str| None;
-    let flags = Flags {
-        config: None,
-        listen: Some("127.0.0.1:0".into()),
-        data: Some(data.to_path_buf()),
-    };
-    let mut config = Config::load(&flags, &env).expect("config");
-    config
-        .tokens
-        .push(ferry_server::tokens::TokenEntry::from_secret(
-            "reader",
-            READ_TOKEN,
-            vec![ferry_server::tokens::Scope::Read],
-        ));
-    config
-        .tokens
-        .push(ferry_server::tokens::TokenEntry::from_secret(
-            "admin",
-            ADMIN_TOKEN,
-            ferry_server::tokens::Scope::ALL.to_vec(),
-        ));
+    // The test server's configuration: the admin and read tokens.
+    let config = ferry_tests::app::test_config(data, "127.0.0.1:0");
     ferry_server::mirror::spawn(
         config,
         MirrorOptions {
@@ -49,20 +27,6 @@ fn mirror(origin: &str, trust: &Path, data: &Path) -> RunningMirror {
         },
     )
     .expect("the mirror starts")
-}
-
-fn client(url: &str, app: &TestApp, cache: &Path) -> Arc<Client> {
-    let limits = ferry_client::DownloadLimits {
-        retries: 1,
-        backoff: std::time::Duration::from_millis(10),
-        ..Default::default()
-    };
-    Arc::new(
-        app.client_at(url, cache)
-            .download_limits(limits)
-            .build()
-            .expect("client"),
-    )
 }
 
 /// `GET /v1/admin/mirror` with the read token.

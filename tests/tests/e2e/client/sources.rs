@@ -6,15 +6,13 @@
 //! `ferry_source_*` counters and the raw Parquet log, read by DuckDB).
 
 use std::path::Path;
-use std::sync::Arc;
 
-use ferry_client::Client;
 use ferry_server::app::startup::RunningServer;
 use ferry_tests::app::{Options, TestApp};
 use ferry_tests::kit::device;
 use ferry_tests::proxy::{Fault, FaultProxy};
 
-use super::delta::noise;
+use super::delta::{client, noise};
 
 /// The server's own blob route, as a source.
 const ORIGIN: &str = "/v1/blobs/sha256/";
@@ -34,20 +32,6 @@ fn counter(text: &str, name_and_labels: &str) -> u64 {
         .and_then(|l| l.split_whitespace().last())
         .and_then(|v| v.parse::<f64>().ok())
         .map_or(0, |v| v as u64)
-}
-
-fn client(url: &str, app: &TestApp, cache: &Path) -> Arc<Client> {
-    let limits = ferry_client::DownloadLimits {
-        retries: 2,
-        backoff: std::time::Duration::from_millis(10),
-        ..Default::default()
-    };
-    Arc::new(
-        app.client_at(url, cache)
-            .download_limits(limits)
-            .build()
-            .expect("client"),
-    )
 }
 
 /// Publishes model `model` 1.0.0 (the portable MLP with a `len`-byte asset) on `app`; returns

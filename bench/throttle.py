@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""A site's uplink for benchmarks: a TCP proxy from 127.0.0.1:LISTEN to 127.0.0.1:UPSTREAM whose
+connections share one token bucket of RATE bytes a second (in both directions together), as a
+thin link shares its bandwidth among everyone behind it. Stdlib only.
+
+Usage: throttle.py LISTEN_PORT UPSTREAM_PORT RATE_BYTES_PER_SECOND"""
+
+import asyncio
+import sys
+import time
+
+CHUNK = 16 << 10
+
+
+class Bucket:
+    """RATE bytes a second, at most one second's worth in reserve."""
+
+    def __init__(self, rate: int) -> None:
+        self.rate = rate
+        self.tokens = float(rate)
+        self.last = time.monotonic()
+        self.lock = asyncio.Lock()
+
+    async def take(self, n: int) -> None:
+        async with self.lock:
+            while True:
+                now = time.monotonic()
+                self.tokens = min(self.rate, self.tokens + (now - self.last) * self.rate)
+                self.last = now
+                if self.tokens >= n:
+                    self.tokens -= n
+                    return
+                await asyncio.sleep((n - self.tokens) / self.rate)
+
+
+async def pipe(reader, writer, bucket: Bucket) -> None:
+    try:
+        while True:
+            data = await reader.read(CHUNK)
+            if not data:
+                break
+            await bucket.take(len(data))
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, asyncio.CancelledError):
+        pass
+    finally:
+        try:
+            writer.close()
+        except Exception:
+            pass
+
+
+async def main() -> None:
+    listen, upstream, rate = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    bucket = Bucket(rate)
+
+    async def handle(r, w):
+        try:
+            ur, uw = await asyncio.open_connection("127.0.0.1", upstream)
+        except OSError:
+            w.close()
+            return
+        await asyncio.gather(pipe(r, uw, bucket), pipe(ur, w, bucket))
+
+    server = await asyncio.start_server(handle, "127.0.0.1", listen)
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
