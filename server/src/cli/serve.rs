@@ -42,9 +42,14 @@ pub(crate) fn serve_mirror(
     let mut config = Config::load(&flags, &process_env)?;
     config.log_json |= json;
     init_logging(config.log_json);
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let line = |addr: std::net::SocketAddr| {
         format!(
-            "site mirror of {origin} listening on http://{addr}, holding files in {}",
+            "site mirror of {origin} listening on {scheme}://{addr}, holding files in {}",
             config.data.join("mirror").display()
         )
     };
@@ -53,6 +58,7 @@ pub(crate) fn serve_mirror(
         origin: origin.clone(),
         trust,
         origin_token: process_env("FERRY_ORIGIN_TOKEN"),
+        origin_ca: process_env("FERRY_ORIGIN_CA").map(std::path::PathBuf::from),
     };
     crate::mirror::run(&config, &opts, |addr| say(json, &line(addr)))?;
     Ok(ExitCode::SUCCESS)

@@ -34,6 +34,7 @@ use crate::app::config::Config;
 pub struct RunningMirror {
     /// Where it listens.
     pub addr: SocketAddr,
+    tls: bool,
     /// Its state.
     pub mirror: Arc<Mirror>,
     handle: actix_web::dev::ServerHandle,
@@ -41,9 +42,10 @@ pub struct RunningMirror {
 }
 
 impl RunningMirror {
-    /// `http://addr`.
+    /// `http://addr` (or `https://` with TLS).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// Stops the mirror and waits for its thread.
@@ -85,8 +87,16 @@ fn server(
             .app_data(actix_web::web::PayloadConfig::new(max_body))
             .configure(routes::configure)
     })
-    .workers(2)
-    .bind(config.listen)
+    .workers(2);
+    // HTTPS with the configured certificate ([tls] or FERRY_TLS_CERT/FERRY_TLS_KEY), as the
+    // origin serves it.
+    let http = match &config.tls {
+        Some(tls) => http.bind_rustls_0_23(
+            config.listen,
+            crate::app::listen::tls_config(&tls.cert, &tls.key)?,
+        ),
+        None => http.bind(config.listen),
+    }
     .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = http
         .addrs()
@@ -115,6 +125,7 @@ pub fn run(
 /// Starts a mirror on a new thread; returns once it is listening.
 pub fn spawn(config: Config, opts: MirrorOptions) -> anyhow::Result<RunningMirror> {
     let mirror = Mirror::open(&config, &opts)?;
+    let tls = config.tls.is_some();
     let (tx, rx) = std::sync::mpsc::channel();
     let m = mirror.clone();
     let thread = std::thread::spawn(move || {
@@ -134,6 +145,7 @@ pub fn spawn(config: Config, opts: MirrorOptions) -> anyhow::Result<RunningMirro
         .map_err(|_| anyhow::anyhow!("mirror thread died while starting"))??;
     Ok(RunningMirror {
         addr,
+        tls,
         mirror,
         handle,
         thread: Some(thread),

@@ -22,6 +22,27 @@ pub struct MirrorOptions {
     /// A token with the read scope on the origin (`FERRY_ORIGIN_TOKEN`), for
     /// `ferry mirror sync` to list releases; `None`: sync is refused.
     pub origin_token: Option<String>,
+    /// The CA certificates (PEM) an HTTPS origin's certificate is checked against
+    /// (`FERRY_ORIGIN_CA`), when not a public CA's.
+    pub origin_ca: Option<PathBuf>,
+}
+
+/// The roots of `--origin-ca` (`FERRY_ORIGIN_CA`): every certificate of the PEM file.
+fn origin_roots(path: &std::path::Path) -> anyhow::Result<ureq::tls::TlsConfig> {
+    let pem = std::fs::read(path)
+        .with_context(|| format!("cannot read FERRY_ORIGIN_CA {}", path.display()))?;
+    let mut roots = Vec::new();
+    for item in ureq::tls::parse_pem(&pem) {
+        if let ureq::tls::PemItem::Certificate(c) =
+            item.with_context(|| format!("bad PEM in {}", path.display()))?
+        {
+            roots.push(c);
+        }
+    }
+    anyhow::ensure!(!roots.is_empty(), "{} holds no certificate", path.display());
+    Ok(ureq::tls::TlsConfig::builder()
+        .root_certs(ureq::tls::RootCerts::Specific(Arc::new(roots)))
+        .build())
 }
 
 /// An answer relayed from the origin.
@@ -93,12 +114,14 @@ impl Mirror {
         let trust = ferry_shared::trust::keyring::TrustState::from_trust_file(&file)
             .with_context(|| format!("--trust {}", opts.trust.display()))?;
         let dir = config.data.join("mirror");
-        let agent = ureq::Agent::config_builder()
+        let mut agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_connect(Some(Duration::from_secs(5)))
-            .timeout_recv_response(Some(Duration::from_secs(30)))
-            .build()
-            .new_agent();
+            .timeout_recv_response(Some(Duration::from_secs(30)));
+        if let Some(ca) = &opts.origin_ca {
+            agent = agent.tls_config(origin_roots(ca)?);
+        }
+        let agent = agent.build().new_agent();
         let contact = Arc::new(queue::Contact::default());
         let queue = queue::Queue::open(&dir.join("telemetry"))?;
         {

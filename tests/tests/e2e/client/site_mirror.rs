@@ -24,6 +24,7 @@ fn mirror(origin: &str, trust: &Path, data: &Path) -> RunningMirror {
             origin: origin.to_string(),
             trust: trust.to_path_buf(),
             origin_token: Some(ferry_tests::app::READ_TOKEN.to_string()),
+            origin_ca: None,
         },
     )
     .expect("the mirror starts")
@@ -281,4 +282,62 @@ fn ferry_mirror_sync_fills_a_mirror_before_its_devices_ask() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("nothere"));
+}
+
+#[test]
+fn a_mirror_serves_its_devices_over_https_from_an_https_origin() {
+    use super::clock_https::{current, https_app};
+    use super::e2e::phone;
+    use base64::Engine as _;
+    let origin_pki = current();
+    let origin = https_app(&origin_pki, None);
+    let dir = tempfile::tempdir().expect("tmp");
+    // The mirror checks the origin against the origin's CA (FERRY_ORIGIN_CA, PEM).
+    let ca_pem = dir.path().join("origin-ca.pem");
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&origin_pki.ca_der);
+    let lines: Vec<&str> = b64
+        .as_bytes()
+        .chunks(64)
+        .map(|c| std::str::from_utf8(c).expect("ascii"))
+        .collect();
+    std::fs::write(
+        &ca_pem,
+        format!(
+            "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+            lines.join("\n")
+        ),
+    )
+    .expect("write");
+    let site_pki = current();
+    let mut config = ferry_tests::app::test_config(&dir.path().join("mirror"), "127.0.0.1:0");
+    config.tls = Some(ferry_server::app::config::TlsConfig {
+        cert: site_pki.cert.clone(),
+        key: site_pki.key.clone(),
+    });
+    let site = ferry_server::mirror::spawn(
+        config,
+        MirrorOptions {
+            origin: origin.url(),
+            trust: origin.dir.path().join("keys/trust.json"),
+            origin_token: None,
+            origin_ca: Some(ca_pem),
+        },
+    )
+    .expect("the mirror starts");
+    assert!(site.url().starts_with("https://"));
+    let c = origin
+        .client_at(&site.url(), &dir.path().join("d"))
+        .app_version(semver::Version::new(2, 0, 0))
+        .download_limits(ferry_tests::kit::quick_limits())
+        .root_certificate_der(site_pki.ca_der.clone())
+        .build()
+        .expect("client");
+    let m = c
+        .load(
+            "mlp",
+            &phone(ferry_shared::manifest::Platform::Linux, &["XnnpackBackend"]),
+        )
+        .expect("loads through the HTTPS mirror");
+    assert_eq!(m.release, "1.0.0");
+    assert!(site.mirror.state()["held"]["files"].as_u64().unwrap_or(0) >= 2);
 }
