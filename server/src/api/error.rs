@@ -254,6 +254,10 @@ impl ResponseError for ApiError {
                 status = status.as_u16(),
                 "{internal}"
             );
+        } else if self.code == ErrorCode::OriginUnavailable {
+            // A site mirror during an outage answers this to every device: the mirror says
+            // once when the origin goes away and comes back (mirror/queue.rs, Contact).
+            tracing::debug!(request_id, code = %self.code, "{}", self.message);
         } else if status.is_server_error() {
             tracing::error!(request_id, code = %self.code, "{}", self.message);
         }
@@ -267,6 +271,8 @@ impl ResponseError for ApiError {
                 actix_web::http::header::WWW_AUTHENTICATE,
                 "Bearer realm=\"ferry admin\"",
             ));
+        } else if self.code == ErrorCode::OriginUnavailable {
+            resp.insert_header((actix_web::http::header::RETRY_AFTER, "60"));
         } else if self.code == ErrorCode::StorageUnavailable {
             // A store that did not answer is usually back within seconds (a restart, a
             // failover); callers that honour Retry-After come back then, not at once.

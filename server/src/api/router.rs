@@ -135,7 +135,7 @@ pub async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {
 
 /// The `X-Request-Id` header when it is 1 to 128 characters of `[A-Za-z0-9._:-]` (anything
 /// else is ignored: it goes into logs and error bodies).
-fn incoming_request_id(headers: &actix_web::http::header::HeaderMap) -> Option<String> {
+pub(crate) fn incoming_request_id(headers: &actix_web::http::header::HeaderMap) -> Option<String> {
     let v = headers.get("x-request-id")?.to_str().ok()?;
     (!v.is_empty()
         && v.len() <= 128

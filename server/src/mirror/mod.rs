@@ -81,11 +81,44 @@ fn server(
         .max_resolve_bytes
         .max(config.telemetry.max_body_bytes);
     let data = actix_web::web::Data::new(mirror);
+    let ids = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let http = actix_web::HttpServer::new(move || {
+        let ids = ids.clone();
         actix_web::App::new()
             .app_data(data.clone())
             .app_data(actix_web::web::PayloadConfig::new(max_body))
             .configure(routes::configure)
+            .wrap_fn(move |req, srv| {
+                use actix_web::dev::Service as _;
+                // A caller's request id is kept (and relayed to the origin), else one is made,
+                // so logs line up across the device, the mirror and the origin.
+                let id =
+                    crate::api::router::incoming_request_id(req.headers()).unwrap_or_else(|| {
+                        let n = ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        format!("mirror-{n:x}")
+                    });
+                let (method, path) = (req.method().clone(), req.path().to_string());
+                let started = std::time::Instant::now();
+                let fut = crate::api::error::REQUEST_ID.scope(id.clone(), srv.call(req));
+                async move {
+                    let mut res = fut.await?;
+                    if let Ok(v) = actix_web::http::header::HeaderValue::from_str(&id) {
+                        res.headers_mut().insert(
+                            actix_web::http::header::HeaderName::from_static("x-request-id"),
+                            v,
+                        );
+                    }
+                    tracing::debug!(
+                        request_id = %id,
+                        %method,
+                        path,
+                        status = res.status().as_u16(),
+                        ms = started.elapsed().as_secs_f64() * 1000.0,
+                        "request"
+                    );
+                    Ok(res)
+                }
+            })
     })
     .workers(2);
     // HTTPS with the configured certificate ([tls] or FERRY_TLS_CERT/FERRY_TLS_KEY), as the

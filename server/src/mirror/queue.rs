@@ -263,14 +263,25 @@ pub struct Contact {
 }
 
 impl Contact {
-    /// The origin answered.
+    /// The origin answered (said once, at WARN, when it is back after a failure).
     pub fn reached(&self) {
-        *ferry_shared::sync::lock(&self.state) = (Some(time::OffsetDateTime::now_utc()), None);
+        let mut s = ferry_shared::sync::lock(&self.state);
+        if let Some(why) = &s.1 {
+            tracing::warn!("the origin is reachable again (it was not: {why})");
+        }
+        *s = (Some(time::OffsetDateTime::now_utc()), None);
     }
 
-    /// The origin could not be reached (`why`).
+    /// The origin could not be reached (`why`; said once at WARN until it is back).
     pub fn failed(&self, why: &str) {
-        ferry_shared::sync::lock(&self.state).1 = Some(why.to_string());
+        let mut s = ferry_shared::sync::lock(&self.state);
+        if s.1.is_none() {
+            tracing::warn!(
+                "the origin cannot be reached: {why}; the mirror serves what it holds and \
+                 keeps, and queues telemetry"
+            );
+        }
+        s.1 = Some(why.to_string());
     }
 
     /// When it last answered, and the failure since, if any.

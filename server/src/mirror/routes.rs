@@ -163,6 +163,9 @@ fn device_headers(req: &HttpRequest) -> Vec<(String, String)> {
     if let Some(f) = forwarded_for(req) {
         out.push(("x-forwarded-for".into(), f));
     }
+    if let Ok(id) = crate::api::error::REQUEST_ID.try_with(String::clone) {
+        out.push(("x-request-id".into(), id));
+    }
     out
 }
 
