@@ -125,6 +125,9 @@ pub enum ClientError {
         /// What the server said of it, when it said something (` (code: message)`), else
         /// empty: a site mirror's `origin_unavailable` says why.
         said: String,
+        /// The server's code when it is one an app may act on: `origin_unavailable` (a site
+        /// mirror whose origin is away); `None` for any other 5xx.
+        code: Option<ErrorCode>,
     },
     /// The server answered with an error of its own (`no_compatible_variant`, ...).
     #[error("{code}: {message}")]
@@ -353,7 +356,7 @@ impl ClientError {
             ClientError::Config(_) => ErrorCode::ConfigInvalid.as_str(),
             ClientError::Network { .. } => ErrorCode::Network.as_str(),
             ClientError::Certificate { .. } => ErrorCode::ServerCertificateInvalid.as_str(),
-            ClientError::Server { .. } => ErrorCode::ServerError.as_str(),
+            ClientError::Server { code, .. } => code.unwrap_or(ErrorCode::ServerError).as_str(),
             ClientError::Rejected { code, .. } => code,
             ClientError::BadResponse { .. } => ErrorCode::BadResponse.as_str(),
             ClientError::Verify { code, .. } => code.as_str(),

@@ -12,6 +12,7 @@ vcl 4.1;
 # change, telemetry and admin calls are writes or need a token, and the dashboard is for
 # operators. They all go to ferry as they came.
 
+# Set to where ferry listens.
 backend ferry {
     .host = "127.0.0.1";
     .port = "8080";

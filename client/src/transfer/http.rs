@@ -1,27 +1,36 @@
 //! What an HTTP answer says beyond its body: a ferry error's code and message, the `Date`
 //! header, whether a request failed because the server cannot be reached.
 
-/// ` (code: message)` of a ferry error answer, else empty.
-pub(crate) fn server_said(resp: &mut ureq::http::Response<ureq::Body>) -> String {
+/// ` (code: message)` of a ferry error answer (else empty), and its code when it is
+/// `origin_unavailable` (the one 5xx code an app may act on: a site mirror's origin is away).
+pub(crate) fn server_said(
+    resp: &mut ureq::http::Response<ureq::Body>,
+) -> (String, Option<ferry_shared::errors::ErrorCode>) {
     #[derive(serde::Deserialize)]
     struct Said {
         code: String,
         message: String,
     }
-    resp.body_mut()
+    let Some(s) = resp
+        .body_mut()
         .with_config()
         .limit(64 << 10)
         .read_to_vec()
         .ok()
         .and_then(|b| serde_json::from_slice::<Said>(&b).ok())
-        .map(|s| {
-            let message: String = s.message.chars().take(500).collect();
-            format!(
-                " ({}: {message})",
-                s.code.chars().take(64).collect::<String>()
-            )
-        })
-        .unwrap_or_default()
+    else {
+        return (String::new(), None);
+    };
+    let message: String = s.message.chars().take(500).collect();
+    let code = ferry_shared::errors::ErrorCode::parse(&s.code)
+        .filter(|c| *c == ferry_shared::errors::ErrorCode::OriginUnavailable);
+    (
+        format!(
+            " ({}: {message})",
+            s.code.chars().take(64).collect::<String>()
+        ),
+        code,
+    )
 }
 
 /// An HTTP `Date` header (`Sun, 06 Nov 1994 08:49:37 GMT`).

@@ -146,10 +146,12 @@ impl Client {
                     if status >= 500 && failures < self.limits.retries {
                         format!("HTTP {status}")
                     } else if status >= 500 {
+                        let (said, code) = server_said(&mut resp);
                         return Err(ClientError::Server {
                             url,
                             status,
-                            said: server_said(&mut resp),
+                            said,
+                            code,
                         });
                     } else {
                         // A planned retirement of this protocol, announced by the server.

@@ -189,6 +189,20 @@ impl Kept {
         ferry_shared::sync::lock(&self.answers).insert(k, kept);
     }
 
+    /// Forgets the answers kept for `request`'s device class: the origin has just refused it
+    /// (a revoked release, a deny entry, a model withdrawn), so what was kept must not be served
+    /// in an outage.
+    pub fn forget(&self, request: &ResolveRequest) {
+        let selection = request.selection_digest();
+        let mut answers = ferry_shared::sync::lock(&self.answers);
+        for cohort in [Cohort::Baseline, Cohort::Staged] {
+            let k = key(&selection, cohort);
+            if answers.remove(&k).is_some() {
+                let _ = std::fs::remove_file(self.dir.join("answers").join(format!("{k}.json")));
+            }
+        }
+    }
+
     /// The decision of `answer`, when its signature verifies under the mirror's trust.
     fn verified_decision(
         &self,

@@ -108,6 +108,13 @@ fn server(
                             v,
                         );
                     }
+                    // Every answer says which protocol it speaks, as the origin's do.
+                    res.headers_mut().insert(
+                        actix_web::http::header::HeaderName::from_static("ferry-protocol"),
+                        actix_web::http::header::HeaderValue::from(
+                            ferry_shared::wire::protocol::PROTOCOL,
+                        ),
+                    );
                     tracing::debug!(
                         request_id = %id,
                         %method,

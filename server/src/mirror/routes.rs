@@ -211,6 +211,10 @@ async fn resolve(
             if answer.status == 200 && req.query_string().is_empty() {
                 m.kept
                     .consider(&request, &answer.body, time::OffsetDateTime::now_utc());
+            } else if (400..500).contains(&answer.status) && answer.status != 429 {
+                // The origin refuses this class now (a revocation, a deny entry): what was
+                // kept for it is not served in an outage.
+                m.kept.forget(&request);
             }
             Ok(relayed(answer))
         }

@@ -341,3 +341,46 @@ fn a_mirror_serves_its_devices_over_https_from_an_https_origin() {
     assert_eq!(m.release, "1.0.0");
     assert!(site.mirror.state()["held"]["files"].as_u64().unwrap_or(0) >= 2);
 }
+
+#[test]
+fn a_release_revoked_on_the_origin_is_not_served_from_the_mirror_in_an_outage() {
+    use ferry_shared::trust::revocation::REVOCATIONS_PAYLOAD_TYPE;
+    let mut origin = TestApp::start();
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::write(dir.path().join("w.bin"), noise(64 << 10, 47)).expect("write");
+    origin.publish(&ferry_tests::releases::portable_with_asset(
+        "gone",
+        "1.0.0",
+        &dir.path().join("w.bin"),
+    ));
+    let trust = origin.dir.path().join("keys/trust.json");
+    let site = mirror(&origin.url(), &trust, &dir.path().join("mirror"));
+    let c = client(&site.url(), &origin, &dir.path().join("d"));
+    c.resolve("gone", &device("gone-1"))
+        .expect("learns the time");
+    c.resolve("gone", &device("gone-1"))
+        .expect("the shared answer");
+    assert_eq!(state(&site)["kept_answers"], 1);
+    // The release is revoked: the origin refuses the class, and the mirror forgets its answer.
+    let list = ferry_tests::releases::revocation_list("gone", 1, &["1.0.0"], "bad build");
+    let env = origin.release_key().pair.sign(
+        REVOCATIONS_PAYLOAD_TYPE,
+        &serde_json::to_vec(&list).expect("json"),
+    );
+    let (s, b) = origin.post_raw(
+        "/v1/admin/models/gone/revocations",
+        &serde_json::to_vec(&env).expect("json"),
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(s, 201, "{b}");
+    let refused = c.resolve("gone", &device("gone-1")).expect_err("revoked");
+    assert_eq!(refused.code(), "no_compatible_variant", "{refused}");
+    assert_eq!(state(&site)["kept_answers"], 0);
+    // In the outage that follows, the mirror has nothing to serve for it.
+    let placeholder = origin.try_replica_at("127.0.0.1:0").expect("placeholder");
+    std::mem::replace(&mut origin.server, placeholder).stop();
+    let err = c
+        .resolve("gone", &device("gone-1"))
+        .expect_err("nothing kept");
+    assert_eq!(err.code(), "origin_unavailable", "{err}");
+}
