@@ -69,6 +69,17 @@ pub struct Config {
     /// name per run (each run leaves its own rollup, which keeps counting). Give every replica
     /// its own; two live processes with one name overwrite each other's counts.
     pub node_id: Option<String>,
+    /// A site mirror's disk budget for the files it holds, in bytes (`[mirror]
+    /// max_held_bytes`, `FERRY_MIRROR_MAX_HELD_BYTES`; `None`: no bound). Past it, the files
+    /// served longest ago are deleted (fetched again when asked for).
+    pub mirror_max_held_bytes: Option<u64>,
+}
+
+/// `[mirror]`: settings of `ferry serve --mirror-of` only.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MirrorSection {
+    max_held_bytes: Option<u64>,
 }
 
 /// TLS files.
@@ -106,6 +117,7 @@ struct FileConfig {
     telemetry: crate::fleet::config::TelemetryConfig,
     storage: Option<StorageConfig>,
     node_id: Option<String>,
+    mirror: Option<MirrorSection>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -247,6 +259,15 @@ impl Config {
             .validate()
             .map_err(|m| anyhow::anyhow!("limits.{m}"))?;
         let storage = StorageConfig::resolve(file.storage, env)?;
+        let mirror_max_held_bytes = match env("FERRY_MIRROR_MAX_HELD_BYTES") {
+            Some(v) => Some(v.trim().parse::<u64>().map_err(|_| {
+                anyhow::anyhow!("FERRY_MIRROR_MAX_HELD_BYTES {v:?} must be a number of bytes")
+            })?),
+            None => file.mirror.and_then(|m| m.max_held_bytes),
+        };
+        if mirror_max_held_bytes.is_some_and(|b| b < 1 << 20) {
+            bail!("mirror.max_held_bytes must be at least 1048576 (1 MiB)");
+        }
         Ok(Config {
             listen,
             data,
@@ -266,6 +287,7 @@ impl Config {
             telemetry: file.telemetry,
             storage,
             node_id,
+            mirror_max_held_bytes,
         })
     }
 

@@ -102,6 +102,33 @@ pub struct HeldCounts {
     pub origin_bytes: std::sync::atomic::AtomicU64,
     /// Files found altered on disk (deleted, fetched again).
     pub altered: std::sync::atomic::AtomicU64,
+    /// Files deleted to stay within the disk budget (fetched again when asked for).
+    pub evicted: std::sync::atomic::AtomicU64,
+}
+
+/// What is held, by file: its size and when it was last served (a counter), for the totals
+/// and for evicting the file served longest ago when the disk budget is passed.
+#[derive(Debug, Default)]
+struct Usage {
+    tick: u64,
+    files: HashMap<(Kind, Sha256Digest), (u64, u64)>,
+    total: u64,
+}
+
+impl Usage {
+    fn touch(&mut self, file: (Kind, Sha256Digest), size: u64) {
+        self.tick += 1;
+        if let Some((old, _)) = self.files.insert(file, (size, self.tick)) {
+            self.total = self.total.saturating_sub(old);
+        }
+        self.total += size;
+    }
+
+    fn forget(&mut self, file: &(Kind, Sha256Digest)) {
+        if let Some((size, _)) = self.files.remove(file) {
+            self.total = self.total.saturating_sub(size);
+        }
+    }
 }
 
 /// The lock one file's fetch holds: requests for that file wait on it.
@@ -116,14 +143,40 @@ pub struct Held {
     max_bytes: u64,
     verified: Mutex<HashMap<(Kind, Sha256Digest), Stamp>>,
     fetching: Mutex<HashMap<(Kind, Sha256Digest), FetchLock>>,
-    /// Hits, misses, bytes from the origin, altered files.
+    usage: Mutex<Usage>,
+    budget: Option<u64>,
+    /// Hits, misses, bytes from the origin, altered and evicted files.
     pub counts: HeldCounts,
 }
 
 impl Held {
     /// Files under `root`, fetched from `origin` (a base URL) with `agent`, each at most
-    /// `max_bytes`.
-    pub fn new(root: &Path, origin: &str, agent: ureq::Agent, max_bytes: u64) -> Self {
+    /// `max_bytes`, all together at most `budget` (when set: the files served longest ago go
+    /// first). What a previous run left is counted, oldest first by modification time.
+    pub fn new(
+        root: &Path,
+        origin: &str,
+        agent: ureq::Agent,
+        max_bytes: u64,
+        budget: Option<u64>,
+    ) -> Self {
+        let mut found = Vec::new();
+        for kind in [Kind::Blob, Kind::Release] {
+            let dir = root.join(kind.folder()).join("sha256");
+            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                if let (Ok(d), Ok(m)) = (
+                    Sha256Digest::from_hex(&e.file_name().to_string_lossy()),
+                    e.metadata(),
+                ) {
+                    found.push((m.modified().ok(), (kind, d), m.len()));
+                }
+            }
+        }
+        found.sort_by_key(|(t, _, _)| *t);
+        let mut usage = Usage::default();
+        for (_, file, size) in found {
+            usage.touch(file, size);
+        }
         Held {
             root: root.to_path_buf(),
             origin: origin.trim_end_matches('/').to_string(),
@@ -131,7 +184,40 @@ impl Held {
             max_bytes,
             verified: Mutex::new(HashMap::new()),
             fetching: Mutex::new(HashMap::new()),
+            usage: Mutex::new(usage),
+            budget,
             counts: HeldCounts::default(),
+        }
+    }
+
+    /// Notes that `file` (of `size` bytes) was served now.
+    fn used(&self, file: (Kind, Sha256Digest), size: u64) {
+        ferry_shared::sync::lock(&self.usage).touch(file, size);
+    }
+
+    /// Deletes the files served longest ago (never `keep`) until the total is within the
+    /// budget. A file being served stays readable to that answer (it holds it open).
+    fn evict(&self, keep: (Kind, Sha256Digest)) {
+        let Some(budget) = self.budget else {
+            return;
+        };
+        let mut usage = ferry_shared::sync::lock(&self.usage);
+        while usage.total > budget {
+            let Some(oldest) = usage
+                .files
+                .iter()
+                .filter(|(f, _)| **f != keep)
+                .min_by_key(|(_, (_, last))| *last)
+                .map(|(f, _)| *f)
+            else {
+                break;
+            };
+            let _ = std::fs::remove_file(self.path(oldest.0, &oldest.1));
+            ferry_shared::sync::lock(&self.verified).remove(&oldest);
+            usage.forget(&oldest);
+            self.counts
+                .evicted
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -143,23 +229,15 @@ impl Held {
             .join(digest.to_hex())
     }
 
+    /// The disk budget, when there is one.
+    pub fn budget(&self) -> Option<u64> {
+        self.budget
+    }
+
     /// The number of files and bytes held.
     pub fn totals(&self) -> (u64, u64) {
-        let mut files = 0;
-        let mut bytes = 0;
-        for kind in [Kind::Blob, Kind::Release] {
-            let dir = self.root.join(kind.folder()).join("sha256");
-            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-                let name = e.file_name();
-                if Sha256Digest::from_hex(&name.to_string_lossy()).is_ok()
-                    && let Ok(m) = e.metadata()
-                {
-                    files += 1;
-                    bytes += m.len();
-                }
-            }
-        }
-        (files, bytes)
+        let usage = ferry_shared::sync::lock(&self.usage);
+        (usage.files.len() as u64, usage.total)
     }
 
     /// The path of file `digest`, verified: held already (checked again if it may have
@@ -171,9 +249,7 @@ impl Held {
     ) -> Result<PathBuf, HeldError> {
         let path = self.path(kind, &digest);
         if self.still_verified(kind, &digest, &path) {
-            self.counts
-                .hits
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.hit(kind, digest, &path);
             return Ok(path);
         }
         let lock = {
@@ -182,9 +258,7 @@ impl Held {
         };
         let _one = lock.lock().await;
         if self.still_verified(kind, &digest, &path) {
-            self.counts
-                .hits
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.hit(kind, digest, &path);
             return Ok(path);
         }
         let me = self.clone();
@@ -197,6 +271,16 @@ impl Held {
         })
         .await
         .map_err(|e| HeldError::Disk(e.to_string()))?
+    }
+
+    /// A request served from the file held.
+    fn hit(&self, kind: Kind, digest: Sha256Digest, path: &Path) {
+        self.counts
+            .hits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Ok(m) = std::fs::metadata(path) {
+            self.used((kind, digest), m.len());
+        }
     }
 
     /// True when `meta` (of a file just opened) is what file `digest` was verified as: the
@@ -225,9 +309,7 @@ impl Held {
             match hash_file(&path) {
                 Ok((d, stamp)) if d == digest => {
                     ferry_shared::sync::lock(&self.verified).insert((kind, digest), stamp);
-                    self.counts
-                        .hits
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.hit(kind, digest, &path);
                     return Ok(path);
                 }
                 _ => {
@@ -239,6 +321,7 @@ impl Held {
                         .altered
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     ferry_shared::sync::lock(&self.verified).remove(&(kind, digest));
+                    ferry_shared::sync::lock(&self.usage).forget(&(kind, digest));
                     std::fs::remove_file(&path).map_err(|e| HeldError::Disk(e.to_string()))?;
                 }
             }
@@ -321,6 +404,8 @@ impl Held {
         std::fs::rename(&part, path).map_err(disk)?;
         let meta = std::fs::metadata(path).map_err(disk)?;
         ferry_shared::sync::lock(&self.verified).insert((kind, digest), stamp_of(&meta));
+        self.used((kind, digest), meta.len());
+        self.evict((kind, digest));
         Ok(())
     }
 }

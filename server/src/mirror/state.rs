@@ -141,6 +141,7 @@ impl Mirror {
                 &origin,
                 agent.clone(),
                 config.limits.max_blob_bytes,
+                config.mirror_max_held_bytes,
             )),
             kept: kept::Kept::open(&dir, trust)?,
             queue,
@@ -257,6 +258,8 @@ impl Mirror {
             "hit_ratio": if hits + misses == 0 { 0.0 } else { hits as f64 / (hits + misses) as f64 },
             "origin_bytes": c.origin_bytes.load(Ordering::Relaxed),
             "altered": c.altered.load(Ordering::Relaxed),
+            "evicted": c.evicted.load(Ordering::Relaxed),
+            "max_held_bytes": self.held.budget(),
             "kept_answers": self.kept.len(),
             "queue": {
                 "batches": batches,

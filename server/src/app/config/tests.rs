@@ -329,3 +329,22 @@ fn blob_sources_are_checked_and_named_on_the_wire_form() {
     assert!(format!("{err:#}").contains("at most 8"), "{err:#}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_mirror_disk_budget_is_a_number_of_at_least_a_mebibyte() {
+    let dir = tempfile::tempdir().expect("dir");
+    let c = load_file(dir.path(), "[mirror]\nmax_held_bytes = 10737418240\n").expect("config");
+    assert_eq!(c.mirror_max_held_bytes, Some(10 << 30));
+    assert_eq!(
+        load_file(dir.path(), "")
+            .expect("config")
+            .mirror_max_held_bytes,
+        None
+    );
+    let err = load_file(dir.path(), "[mirror]\nmax_held_bytes = 5\n").expect_err("tiny");
+    assert!(format!("{err:#}").contains("at least 1048576"), "{err:#}");
+    assert!(
+        load_file(dir.path(), "[mirror]\nmax_bytes = 5\n").is_err(),
+        "a typo is an error"
+    );
+}

@@ -384,3 +384,50 @@ fn a_release_revoked_on_the_origin_is_not_served_from_the_mirror_in_an_outage() 
         .expect_err("nothing kept");
     assert_eq!(err.code(), "origin_unavailable", "{err}");
 }
+
+#[test]
+fn a_mirror_keeps_within_its_disk_budget_by_evicting_what_was_served_longest_ago() {
+    let origin = TestApp::start();
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut assets = Vec::new();
+    for (model, seed) in [("old", 51), ("new", 52)] {
+        let path = dir.path().join(format!("{model}.bin"));
+        std::fs::write(&path, noise(1 << 20, seed)).expect("write");
+        let (m, _) = origin.publish(&ferry_tests::releases::portable_with_asset(
+            model, "1.0.0", &path,
+        ));
+        assets.push(m.variants[0].assets[0].size);
+    }
+    let budget = (3 << 20) / 2;
+    let mut config = ferry_tests::app::test_config(&dir.path().join("mirror"), "127.0.0.1:0");
+    config.mirror_max_held_bytes = Some(budget);
+    let site = ferry_server::mirror::spawn(
+        config,
+        MirrorOptions {
+            origin: origin.url(),
+            trust: origin.dir.path().join("keys/trust.json"),
+            origin_token: None,
+            origin_ca: None,
+        },
+    )
+    .expect("the mirror starts");
+    let load = |model: &str, device_dir: &str| {
+        let c = client(&site.url(), &origin, &dir.path().join(device_dir));
+        c.load(model, &device(device_dir)).expect("loads");
+    };
+    load("old", "d1");
+    load("new", "d2");
+    let s = site.mirror.state();
+    assert!(s["held"]["bytes"].as_u64().expect("bytes") <= budget, "{s}");
+    assert!(s["evicted"].as_u64().unwrap_or(0) >= 1, "{s}");
+    // The evicted asset is fetched again when a device asks for it.
+    let before = origin.blob_bytes_served();
+    load("old", "d3");
+    assert!(origin.blob_bytes_served() - before >= assets[0]);
+    assert!(
+        site.mirror.state()["held"]["bytes"]
+            .as_u64()
+            .expect("bytes")
+            <= budget
+    );
+}
