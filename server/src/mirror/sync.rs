@@ -110,6 +110,9 @@ async fn sync_release(
     let held = |e: super::held::HeldError| origin_error(e.to_string());
     let path = m.held.ensure(Kind::Release, digest).await.map_err(held)?;
     let bytes = std::fs::read(&path).map_err(ApiError::unavailable)?;
+    if !files.iter().any(|(f, _)| *f == digest) {
+        files.push((digest, bytes.len() as u64));
+    }
     let env: Envelope = serde_json::from_slice(&bytes)
         .map_err(|e| origin_error(format!("the release manifest is not an envelope: {e}")))?;
     let ring = m.kept.ring_at(time::OffsetDateTime::now_utc());
@@ -147,7 +150,8 @@ async fn sync_release(
 }
 
 /// Fills the mirror with `release` of `model` (or the releases live on the origin); says what
-/// it holds for them and what it fetched.
+/// it holds for them (files and bytes, the signed release manifests included) and what it
+/// fetched now.
 pub async fn sync(
     m: &Arc<Mirror>,
     model: &str,
