@@ -239,6 +239,33 @@ pub(crate) struct BatchShape<'a> {
     pub(crate) events: Vec<&'a serde_json::value::RawValue>,
 }
 
+/// A telemetry batch's events (each one's JSON text), within `max_events`: what the origin and a
+/// site mirror both read before they look at any event.
+pub(crate) fn read_batch(body: &[u8], max_events: usize) -> Result<BatchShape<'_>, ApiError> {
+    // The envelope is an object (no client sends an array, and the document allows none).
+    require_object(
+        body,
+        ErrorCode::TelemetryMalformed,
+        "expected {\"events\": [...]}",
+    )?;
+    let batch: BatchShape = serde_json::from_slice(body).map_err(|e| {
+        ApiError::new(
+            ErrorCode::TelemetryMalformed,
+            format!("expected {{\"events\": [...]}}: {e}"),
+        )
+    })?;
+    if batch.events.len() > max_events {
+        return Err(ApiError::new(
+            ErrorCode::TooManyEvents,
+            format!(
+                "{} events; a batch holds at most {max_events}",
+                batch.events.len()
+            ),
+        ));
+    }
+    Ok(batch)
+}
+
 /// `POST /v1/telemetry`.
 pub async fn post_telemetry(
     req: HttpRequest,
@@ -269,28 +296,7 @@ pub async fn post_telemetry(
     let report = state
         .ingest_pool()
         .run(move || -> Result<_, ApiError> {
-            // The envelope is an object (no client sends an array, and the document allows none).
-            require_object(
-                &body,
-                ErrorCode::TelemetryMalformed,
-                "expected {\"events\": [...]}",
-            )?;
-            let batch: BatchShape = serde_json::from_slice(&body).map_err(|e| {
-                ApiError::new(
-                    ErrorCode::TelemetryMalformed,
-                    format!("expected {{\"events\": [...]}}: {e}"),
-                )
-            })?;
-            if batch.events.len() > cfg.max_events {
-                return Err(ApiError::new(
-                    ErrorCode::TooManyEvents,
-                    format!(
-                        "{} events; a batch holds at most {}",
-                        batch.events.len(),
-                        cfg.max_events
-                    ),
-                ));
-            }
+            let batch = read_batch(&body, cfg.max_events)?;
             let receipts = worker.receipts().clone();
             let catalog = worker.catalog();
             // A valid receipt proves some replica answered for that release (this one may not

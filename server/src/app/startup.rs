@@ -305,32 +305,24 @@ pub fn spawn_refresh(state: Arc<AppState>, config: &Config) {
     });
 }
 
-/// A server running on its own thread (for tests and embedding).
-pub struct RunningServer {
-    /// Where it listens.
-    pub addr: SocketAddr,
-    /// Where its `metrics_listen` listener is, when configured.
-    pub metrics_addr: Option<SocketAddr>,
-    /// Its state.
-    pub state: Arc<AppState>,
-    tls: bool,
+/// An HTTP server running on a thread of its own: stopped (and its thread joined) by
+/// [`ServerThread::stop`] or when dropped. The origin's and a site mirror's share it.
+pub struct ServerThread {
     handle: actix_web::dev::ServerHandle,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl RunningServer {
-    /// `http://addr` (or `https://` with TLS).
-    pub fn url(&self) -> String {
-        let scheme = if self.tls { "https" } else { "http" };
-        format!("{scheme}://{}", self.addr)
+impl ServerThread {
+    /// The server `handle` runs on `thread`.
+    pub fn new(handle: actix_web::dev::ServerHandle, thread: std::thread::JoinHandle<()>) -> Self {
+        ServerThread {
+            handle,
+            thread: Some(thread),
+        }
     }
 
-    /// Stops the server and waits for its thread.
-    pub fn stop(mut self) {
-        self.shutdown();
-    }
-
-    fn shutdown(&mut self) {
+    /// Stops the server and waits for its thread (once; later calls do nothing).
+    pub fn stop(&mut self) {
         if let Some(t) = self.thread.take() {
             let h = self.handle.clone();
             // Stopping needs an executor; the server's own thread has one.
@@ -342,9 +334,34 @@ impl RunningServer {
     }
 }
 
-impl Drop for RunningServer {
+impl Drop for ServerThread {
     fn drop(&mut self) {
-        self.shutdown();
+        self.stop();
+    }
+}
+
+/// A server running on its own thread (for tests and embedding).
+pub struct RunningServer {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Where its `metrics_listen` listener is, when configured.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Its state.
+    pub state: Arc<AppState>,
+    tls: bool,
+    serving: ServerThread,
+}
+
+impl RunningServer {
+    /// `http://addr` (or `https://` with TLS).
+    pub fn url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// Stops the server and waits for its thread.
+    pub fn stop(mut self) {
+        self.serving.stop();
     }
 }
 
@@ -393,8 +410,7 @@ pub fn spawn(config: Config, demo: bool) -> anyhow::Result<RunningServer> {
         metrics_addr,
         state,
         tls,
-        handle,
-        thread: Some(thread),
+        serving: ServerThread::new(handle, thread),
     })
 }
 

@@ -248,8 +248,8 @@ impl Held {
         digest: Sha256Digest,
     ) -> Result<PathBuf, HeldError> {
         let path = self.path(kind, &digest);
-        if self.still_verified(kind, &digest, &path) {
-            self.hit(kind, digest, &path);
+        if let Some(size) = self.still_verified(kind, &digest, &path) {
+            self.hit(kind, digest, size);
             return Ok(path);
         }
         let lock = {
@@ -257,8 +257,8 @@ impl Held {
             f.entry((kind, digest)).or_default().clone()
         };
         let _one = lock.lock().await;
-        if self.still_verified(kind, &digest, &path) {
-            self.hit(kind, digest, &path);
+        if let Some(size) = self.still_verified(kind, &digest, &path) {
+            self.hit(kind, digest, size);
             return Ok(path);
         }
         let me = self.clone();
@@ -273,14 +273,12 @@ impl Held {
         .map_err(|e| HeldError::Disk(e.to_string()))?
     }
 
-    /// A request served from the file held.
-    fn hit(&self, kind: Kind, digest: Sha256Digest, path: &Path) {
+    /// A request served from the file held (`size` bytes).
+    fn hit(&self, kind: Kind, digest: Sha256Digest, size: u64) {
         self.counts
             .hits
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if let Ok(m) = std::fs::metadata(path) {
-            self.used((kind, digest), m.len());
-        }
+        self.used((kind, digest), size);
     }
 
     /// True when `meta` (of a file just opened) is what file `digest` was verified as: the
@@ -291,14 +289,13 @@ impl Held {
             .is_some_and(|s| *s == stamp_of(meta))
     }
 
-    /// True when the file is there with the stamp it was verified with.
-    fn still_verified(&self, kind: Kind, digest: &Sha256Digest, path: &Path) -> bool {
-        let Ok(meta) = std::fs::metadata(path) else {
-            return false;
-        };
+    /// The file's size when it is there with the stamp it was verified with.
+    fn still_verified(&self, kind: Kind, digest: &Sha256Digest, path: &Path) -> Option<u64> {
+        let meta = std::fs::metadata(path).ok()?;
         ferry_shared::sync::lock(&self.verified)
             .get(&(kind, *digest))
             .is_some_and(|s| *s == stamp_of(&meta))
+            .then_some(meta.len())
     }
 
     /// On the blocking pool, under the file's lock: hashes a file that is there but not (or no
@@ -309,7 +306,7 @@ impl Held {
             match hash_file(&path) {
                 Ok((d, stamp)) if d == digest => {
                     ferry_shared::sync::lock(&self.verified).insert((kind, digest), stamp);
-                    self.hit(kind, digest, &path);
+                    self.hit(kind, digest, stamp.len);
                     return Ok(path);
                 }
                 _ => {

@@ -37,8 +37,7 @@ pub struct RunningMirror {
     tls: bool,
     /// Its state.
     pub mirror: Arc<Mirror>,
-    handle: actix_web::dev::ServerHandle,
-    thread: Option<std::thread::JoinHandle<()>>,
+    serving: crate::app::startup::ServerThread,
 }
 
 impl RunningMirror {
@@ -48,26 +47,16 @@ impl RunningMirror {
         format!("{scheme}://{}", self.addr)
     }
 
-    /// Stops the mirror and waits for its thread.
+    /// Stops the mirror (its telemetry forwarder, then its server) and waits for its thread.
     pub fn stop(mut self) {
-        self.shutdown();
-    }
-
-    fn shutdown(&mut self) {
-        if let Some(t) = self.thread.take() {
-            self.mirror.queue.stop();
-            let h = self.handle.clone();
-            std::thread::spawn(move || actix_web::rt::System::new().block_on(h.stop(false)))
-                .join()
-                .ok();
-            let _ = t.join();
-        }
+        self.mirror.queue.stop();
+        self.serving.stop();
     }
 }
 
 impl Drop for RunningMirror {
     fn drop(&mut self) {
-        self.shutdown();
+        self.mirror.queue.stop();
     }
 }
 
@@ -187,7 +176,6 @@ pub fn spawn(config: Config, opts: MirrorOptions) -> anyhow::Result<RunningMirro
         addr,
         tls,
         mirror,
-        handle,
-        thread: Some(thread),
+        serving: crate::app::startup::ServerThread::new(handle, thread),
     })
 }

@@ -311,22 +311,7 @@ fn checked_events(
     body: &[u8],
     cfg: &crate::fleet::config::TelemetryConfig,
 ) -> Result<(Vec<String>, Vec<serde_json::Value>, usize), ApiError> {
-    let batch: crate::api::fleet::BatchShape = serde_json::from_slice(body).map_err(|e| {
-        ApiError::new(
-            ErrorCode::TelemetryMalformed,
-            format!("expected {{\"events\": [...]}}: {e}"),
-        )
-    })?;
-    if batch.events.len() > cfg.max_events {
-        return Err(ApiError::new(
-            ErrorCode::TooManyEvents,
-            format!(
-                "{} events; a batch holds at most {}",
-                batch.events.len(),
-                cfg.max_events
-            ),
-        ));
-    }
+    let batch = crate::api::fleet::read_batch(body, cfg.max_events)?;
     let now = time::OffsetDateTime::now_utc();
     let (mut kept, mut rejected, mut ignored) = (Vec::new(), Vec::new(), 0);
     for (i, raw) in batch.events.iter().enumerate() {

@@ -14,20 +14,27 @@ use ferry_tests::kit::device;
 
 use super::delta::{client, noise};
 
-/// A mirror of `origin` on `data` (a fresh port).
+/// A mirror of `origin` on `data` (a fresh port), with the origin's read token.
 fn mirror(origin: &str, trust: &Path, data: &Path) -> RunningMirror {
-    // The test server's configuration: the admin and read tokens.
-    let config = ferry_tests::app::test_config(data, "127.0.0.1:0");
-    ferry_server::mirror::spawn(
-        config,
-        MirrorOptions {
-            origin: origin.to_string(),
-            trust: trust.to_path_buf(),
-            origin_token: Some(ferry_tests::app::READ_TOKEN.to_string()),
-            origin_ca: None,
-        },
-    )
-    .expect("the mirror starts")
+    mirror_with(origin, trust, data, |_, _| {})
+}
+
+/// [`mirror`] with a change to its configuration and options.
+fn mirror_with(
+    origin: &str,
+    trust: &Path,
+    data: &Path,
+    tweak: impl FnOnce(&mut ferry_server::app::config::Config, &mut MirrorOptions),
+) -> RunningMirror {
+    let mut config = ferry_tests::app::test_config(data, "127.0.0.1:0");
+    let mut opts = MirrorOptions {
+        origin: origin.to_string(),
+        trust: trust.to_path_buf(),
+        origin_token: Some(ferry_tests::app::READ_TOKEN.to_string()),
+        origin_ca: None,
+    };
+    tweak(&mut config, &mut opts);
+    ferry_server::mirror::spawn(config, opts).expect("the mirror starts")
 }
 
 /// `GET /v1/admin/mirror` with the read token.
@@ -308,21 +315,16 @@ fn a_mirror_serves_its_devices_over_https_from_an_https_origin() {
     )
     .expect("write");
     let site_pki = current();
-    let mut config = ferry_tests::app::test_config(&dir.path().join("mirror"), "127.0.0.1:0");
-    config.tls = Some(ferry_server::app::config::TlsConfig {
-        cert: site_pki.cert.clone(),
-        key: site_pki.key.clone(),
-    });
-    let site = ferry_server::mirror::spawn(
-        config,
-        MirrorOptions {
-            origin: origin.url(),
-            trust: origin.dir.path().join("keys/trust.json"),
-            origin_token: None,
-            origin_ca: Some(ca_pem),
+    let (cert, key) = (site_pki.cert.clone(), site_pki.key.clone());
+    let site = mirror_with(
+        &origin.url(),
+        &origin.dir.path().join("keys/trust.json"),
+        &dir.path().join("mirror"),
+        |config, opts| {
+            config.tls = Some(ferry_server::app::config::TlsConfig { cert, key });
+            opts.origin_ca = Some(ca_pem);
         },
-    )
-    .expect("the mirror starts");
+    );
     assert!(site.url().starts_with("https://"));
     let c = origin
         .client_at(&site.url(), &dir.path().join("d"))
@@ -398,18 +400,12 @@ fn a_mirror_keeps_within_its_disk_budget_by_evicting_what_was_served_longest_ago
         assets.push(m.variants[0].assets[0].size);
     }
     let budget = (3 << 20) / 2;
-    let mut config = ferry_tests::app::test_config(&dir.path().join("mirror"), "127.0.0.1:0");
-    config.mirror_max_held_bytes = Some(budget);
-    let site = ferry_server::mirror::spawn(
-        config,
-        MirrorOptions {
-            origin: origin.url(),
-            trust: origin.dir.path().join("keys/trust.json"),
-            origin_token: None,
-            origin_ca: None,
-        },
-    )
-    .expect("the mirror starts");
+    let site = mirror_with(
+        &origin.url(),
+        &origin.dir.path().join("keys/trust.json"),
+        &dir.path().join("mirror"),
+        |config, _| config.mirror_max_held_bytes = Some(budget),
+    );
     let load = |model: &str, device_dir: &str| {
         let c = client(&site.url(), &origin, &dir.path().join(device_dir));
         c.load(model, &device(device_dir)).expect("loads");
