@@ -12,7 +12,8 @@
 //! Prints one JSON object: `release`, `variant`, `path`, `bytes` (the program file's size),
 //! `seconds`, `rss_start_kb` (resident memory before the download) and `peak_rss_kb` (the
 //! process's high-water resident memory), both from `/proc/self/status` where there is one.
-//! `--no-delta` downloads files whole even when the cache holds chunks of them.
+//! `--no-delta` downloads files whole even when the cache holds chunks of them; `--no-compress`
+//! downloads them as they are, never in the `ferry-grouped-zstd` encoding.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -58,6 +59,9 @@ struct Args {
     /// Download every file whole, never from cached chunks (delta updates off).
     #[arg(long)]
     no_delta: bool,
+    /// Never ask for the ferry-grouped-zstd encoding of a whole file.
+    #[arg(long)]
+    no_compress: bool,
 }
 
 /// A runtime that announces a version and backends but loads nothing.
@@ -105,6 +109,7 @@ fn run(args: &Args) -> Result<serde_json::Value, String> {
         .app_version(args.app_version.clone())
         .download_limits(ferry_client::DownloadLimits {
             delta: !args.no_delta,
+            compressed: !args.no_compress,
             ..ferry_client::DownloadLimits::default()
         })
         .runtime(Arc::new(Announce {

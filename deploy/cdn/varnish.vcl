@@ -7,6 +7,13 @@ vcl 4.1;
 # by their SHA-256, so they are kept for a year, keyed by path alone, and never need a purge.
 # Byte ranges (resumed downloads, delta updates) are served from the cached object.
 #
+# A whole blob asked for in the ferry-grouped-zstd encoding (ferry publish stores one for files
+# it compresses well; clients ask for it with Accept-Encoding) is another object, cached beside
+# the plain one. Varnish rewrites Accept-Encoding for its own gzip handling, so the choice is
+# carried in X-Ferry-Encoding, which the cached objects vary on, and given back to ferry on a
+# miss. Plain bytes ferry sent to a request for the encoding (it has none for that file) serve
+# every request for the path, ranges included, so such a file is fetched once.
+#
 # What is never cached: everything else. Resolve answers are made for one device class, cohort
 # or device (a nonce, a pin), signed time is made for one request, keyrings and revocation lists
 # change, telemetry and admin calls are writes or need a token, and the dashboard is for
@@ -26,6 +33,14 @@ sub vcl_recv {
         # One object per digest, whatever the host name, cookies or credentials.
         unset req.http.Cookie;
         unset req.http.Authorization;
+        if (req.url ~ "^/v1/blobs/" && !req.http.Range
+            && req.http.Accept-Encoding ~ "(^|,)\s*ferry-grouped-zstd\s*(;|,|$)") {
+            set req.http.X-Ferry-Encoding = "ferry-grouped-zstd";
+            set req.http.Accept-Encoding = "ferry-grouped-zstd";
+        } else {
+            unset req.http.X-Ferry-Encoding;
+            unset req.http.Accept-Encoding;
+        }
         return (hash);
     }
     set req.http.X-Ferry-Cache = "pass";
@@ -37,11 +52,35 @@ sub vcl_hash {
     return (lookup);
 }
 
+sub vcl_backend_fetch {
+    if (bereq.url ~ "^/v1/blobs/sha256/") {
+        if (bereq.http.X-Ferry-Encoding) {
+            set bereq.http.Accept-Encoding = bereq.http.X-Ferry-Encoding;
+        } else {
+            unset bereq.http.Accept-Encoding;
+        }
+    }
+    return (fetch);
+}
+
 sub vcl_backend_response {
     if (bereq.url ~ "^/v1/(blobs|releases)/sha256/") {
         if (beresp.status == 200) {
             set beresp.ttl = 365d;
             unset beresp.http.Set-Cookie;
+            if (bereq.url ~ "^/v1/blobs/") {
+                if (beresp.http.Content-Encoding == "ferry-grouped-zstd") {
+                    # The encoding: only for requests that ask for it.
+                    set beresp.http.Vary = "X-Ferry-Encoding";
+                } elsif (bereq.http.X-Ferry-Encoding) {
+                    # The encoding was asked for and ferry has none: these bytes serve every
+                    # request, ranges included.
+                    unset beresp.http.Vary;
+                } else {
+                    # Plain bytes asked for plainly: ferry may hold an encoding for the others.
+                    set beresp.http.Vary = "X-Ferry-Encoding";
+                }
+            }
         } else {
             # Not there (yet): ask ferry again next time.
             set beresp.ttl = 0s;
@@ -52,6 +91,10 @@ sub vcl_backend_response {
 }
 
 sub vcl_deliver {
+    if (req.url ~ "^/v1/blobs/sha256/" && resp.status < 300) {
+        # What ferry itself sends, for caches after this one.
+        set resp.http.Vary = "accept-encoding";
+    }
     if (req.http.X-Ferry-Cache == "pass") {
         set resp.http.X-Ferry-Cache = "pass";
     } elsif (obj.hits > 0) {

@@ -18,20 +18,21 @@
 //! part. A file whose hash does not match is deleted and never reaches the cache or runtime.
 
 use ferry_shared::errors::ErrorCode;
-use std::fs::OpenOptions;
-use std::io::{Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_shared::Sha256Digest;
 use ferry_shared::manifest::Variant;
-use sha2::{Digest as _, Sha256};
+use sha2::Digest as _;
 
 use crate::error::ClientError;
 
 mod copy;
-use copy::{Copied, CopyError, copy_hashing};
+mod part;
+mod receive;
+pub(crate) use part::{etag_path, forget_validator, hash_prefix, open_at, part_len, truncate};
+use receive::{Body, Received, grouped_zstd, receive};
 
 /// Download progress: the variant id, the bytes of its files on disk and their total (the
 /// program and its data files together, so one bar covers the whole download).
@@ -65,6 +66,11 @@ pub struct DownloadLimits {
     /// Build a file from chunks the cache already holds and fetch only the others, when its
     /// release signs a chunk index (default on; off downloads every file whole).
     pub delta: bool,
+    /// Ask for a whole file in the `ferry-grouped-zstd` encoding (default on): a server that
+    /// holds one sends fewer bytes (about 15% fewer for float32 weights), which the client
+    /// decodes as they arrive and checks against the signed digest like any download. Off, or
+    /// after an encoded answer that does not decode to the signed bytes, files come as they are.
+    pub compressed: bool,
 }
 
 impl Default for DownloadLimits {
@@ -73,6 +79,7 @@ impl Default for DownloadLimits {
             max_bytes: 16 << 30,
             headroom: 64 << 20,
             delta: true,
+            compressed: true,
             retries: 5,
             backoff: Duration::from_millis(200),
             backoff_cap: Duration::from_secs(5),
@@ -146,39 +153,6 @@ pub fn backoff(limits: &DownloadLimits, n: u32) -> Duration {
     exp.min(limits.backoff_cap).mul_f64(0.5 + jitter())
 }
 
-pub(crate) fn hash_prefix(path: &Path, len: u64) -> Result<Sha256, ClientError> {
-    let mut h = Sha256::new();
-    if len > 0 {
-        ferry_fs::hash_into(&mut h, path, Some(len)).map_err(|e| ClientError::io(path, e))?;
-    }
-    Ok(h)
-}
-
-pub(crate) fn part_len(path: &Path) -> u64 {
-    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
-}
-
-fn etag_path(part: &Path) -> PathBuf {
-    let mut p = part.as_os_str().to_owned();
-    p.push(".etag");
-    PathBuf::from(p)
-}
-
-/// Forgets the validator (`ETag`) kept for `part`: the next request resumes it with a plain
-/// `Range` (another source's validator would only make it start over).
-pub(crate) fn forget_validator(part: &Path) {
-    let _ = std::fs::remove_file(etag_path(part));
-}
-
-pub(crate) fn truncate(part: &Path) -> Result<(), ClientError> {
-    let _ = std::fs::remove_file(etag_path(part));
-    match std::fs::remove_file(part) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(ClientError::io(part, e)),
-    }
-}
-
 /// One file to download, as the signed manifest describes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Wanted<'a> {
@@ -225,14 +199,15 @@ fn full_length(
 }
 
 /// The GET of the bytes from `have` on (resuming `part` when it holds some), with time for
-/// the body in proportion to what is left.
+/// the body in proportion to what is left; a whole file in the `ferry-grouped-zstd` encoding
+/// when `encoded`.
 fn request(
     agent: &ureq::Agent,
     url: &str,
     part: &Path,
-    have: u64,
-    size: u64,
+    (have, size): (u64, u64),
     limits: &DownloadLimits,
+    encoded: bool,
 ) -> ureq::RequestBuilder<ureq::typestate::WithoutBody> {
     let body_time = limits.min_body_time
         + limits
@@ -248,6 +223,8 @@ fn request(
         if let Ok(tag) = std::fs::read_to_string(etag_path(part)) {
             req = req.header("if-range", tag.trim());
         }
+    } else if encoded {
+        req = req.header("accept-encoding", ferry_fs::grouped::CODING);
     }
     req
 }
@@ -267,18 +244,13 @@ fn rejected(url: &str, status: u16, why: &str) -> ClientError {
     }
 }
 
-/// The partial download `part`, cut to `start` bytes and open for writing from there.
-pub(crate) fn open_at(part: &Path, start: u64) -> Result<std::fs::File, ClientError> {
-    let mut file = OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(false)
-        .open(part)
-        .map_err(|e| ClientError::io(part, e))?;
-    file.set_len(start).map_err(|e| ClientError::io(part, e))?;
-    file.seek(SeekFrom::Start(start))
-        .map_err(|e| ClientError::io(part, e))?;
-    Ok(file)
+/// The error for a whole download that hashes to `actual`, not the signed digest.
+fn mismatch(wanted: Wanted<'_>, actual: Sha256Digest) -> ClientError {
+    ClientError::HashMismatch {
+        variant: wanted.id.to_string(),
+        expected: wanted.sha256.to_hex(),
+        actual: actual.to_hex(),
+    }
 }
 
 /// Downloads the `wanted` blob from `url` into `part` until the file is complete and its
@@ -307,6 +279,8 @@ pub fn fetch(
     let mut failures = 0u32;
     let mut last_problem = String::new();
     let mut restarted_after_mismatch = false;
+    // Off for the rest of this download once an encoded answer failed to decode to the file.
+    let mut encoded = limits.compressed;
     loop {
         if failures > limits.retries {
             return Err(ClientError::Network {
@@ -329,16 +303,12 @@ pub fn fetch(
             }
             truncate(part)?;
             if restarted_after_mismatch {
-                return Err(ClientError::HashMismatch {
-                    variant: id.to_string(),
-                    expected: wanted.sha256.to_hex(),
-                    actual: digest.to_hex(),
-                });
+                return Err(mismatch(wanted, digest));
             }
             restarted_after_mismatch = true;
             continue;
         }
-        let mut resp = match request(agent, url, part, have, size, limits).call() {
+        let mut resp = match request(agent, url, part, (have, size), limits, encoded).call() {
             Ok(r) => r,
             Err(e) => {
                 if let Some(refused) = crate::transfer::tls::certificate_error(url, &e) {
@@ -366,6 +336,15 @@ pub fn fetch(
                 message: format!("{url} holds {n} bytes; the signed manifest says {size}"),
             });
         }
+        let coded = grouped_zstd(resp.headers());
+        if coded && (status != 200 || have > 0 || !encoded) {
+            // Only a whole file that was asked for comes encoded.
+            truncate(part)?;
+            encoded = false;
+            failures += 1;
+            last_problem = format!("an encoded answer (HTTP {status}) to a request for bytes");
+            continue;
+        }
         let reply = classify(status, content_range.as_deref(), have, size);
         let append = match reply {
             Reply::Append => true,
@@ -383,63 +362,58 @@ pub fn fetch(
             }
             Reply::Fatal(status, why) => return Err(rejected(url, status, &why)),
         };
-        if let Some(tag) = resp.headers().get("etag").and_then(|v| v.to_str().ok()) {
+        if coded {
+            // The encoded answer's validator names the encoding, not the bytes a later range
+            // of the file would be resumed from.
+            forget_validator(part);
+        } else if let Some(tag) = resp.headers().get("etag").and_then(|v| v.to_str().ok()) {
             let _ = std::fs::write(etag_path(part), tag);
         }
-        let start = if append { have } else { 0 };
-        let hasher = if append {
-            hash_prefix(part, have)?
-        } else {
-            Sha256::new()
-        };
-        let mut file = open_at(part, start)?;
-        let mut reader = resp
-            .body_mut()
-            .with_config()
-            .limit(size - start + 1)
-            .reader();
-        let copied = copy_hashing(&mut reader, &mut file, hasher, start, size, |written| {
-            if let Some(p) = progress {
-                p(id, written, size);
+        let got = receive(
+            &mut resp,
+            Body {
+                part,
+                have: if append { have } else { 0 },
+                coded,
+                size,
+                id,
+            },
+            |written| {
+                if let Some(p) = progress {
+                    p(id, written, size);
+                }
+            },
+        )?;
+        let digest = match got {
+            Received::Whole(digest) => digest,
+            Received::Short(why) => {
+                // Keep what arrived: the next attempt resumes from here.
+                failures += 1;
+                last_problem = why;
+                continue;
             }
-        });
-        let Copied {
-            written,
-            hasher,
-            stream_error,
-        } = match copied {
-            Ok(c) => c,
-            Err(CopyError::TooLong) => {
-                drop(file);
-                truncate(part)?;
-                return Err(ClientError::SizeMismatch {
-                    variant: id.to_string(),
-                    message: format!("the server sent more than the signed {size} bytes"),
-                });
+            Received::Undecodable(why) => {
+                // The encoding is bad, not the connection: the file comes as it is next time.
+                encoded &= !why.1;
+                failures += 1;
+                last_problem = why.0;
+                continue;
             }
-            Err(CopyError::Write(e)) => return Err(ClientError::io(part, e)),
         };
-        file.flush().map_err(|e| ClientError::io(part, e))?;
-        if written < size {
-            // Keep what arrived: the next attempt resumes from here.
-            failures += 1;
-            last_problem = stream_error
-                .unwrap_or_else(|| format!("connection closed at byte {written} of {size}"));
-            continue;
-        }
-        file.sync_all().map_err(|e| ClientError::io(part, e))?;
-        let digest = Sha256Digest::from_bytes(hasher.finalize().into());
         if digest == wanted.sha256 {
             let _ = std::fs::remove_file(etag_path(part));
             return Ok(());
         }
         truncate(part)?;
+        if coded {
+            // An encoding that decodes to other bytes: once more, as the file is.
+            encoded = false;
+            failures += 1;
+            last_problem = format!("the encoded answer decodes to sha256 {digest}");
+            continue;
+        }
         if !append || restarted_after_mismatch {
-            return Err(ClientError::HashMismatch {
-                variant: id.to_string(),
-                expected: wanted.sha256.to_hex(),
-                actual: digest.to_hex(),
-            });
+            return Err(mismatch(wanted, digest));
         }
         // A resumed download can mix two representations; one clean retry from byte 0.
         restarted_after_mismatch = true;

@@ -139,13 +139,52 @@ pub(crate) fn immutable_answer(
     Ok((b, start, end))
 }
 
+/// Whether the request asks for the `ferry-grouped-zstd` encoding (named in `Accept-Encoding`
+/// without `q=0`) of a whole blob (no `Range`: ranges are always of the blob's own bytes).
+fn wants_grouped_zstd(req: &HttpRequest) -> bool {
+    if req.headers().contains_key(header::RANGE) {
+        return false;
+    }
+    req.headers()
+        .get_all(header::ACCEPT_ENCODING)
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|item| {
+            let mut parts = item.split(';').map(str::trim);
+            let named = parts
+                .next()
+                .is_some_and(|c| c.eq_ignore_ascii_case(ferry_fs::grouped::CODING));
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q <= 0.0))
+            });
+            named && !refused
+        })
+}
+
+/// The size of the object at `key`, and on the local store (for a GET) the open file to serve
+/// it from.
+async fn open_blob(
+    state: &AppState,
+    key: &object_store::path::Path,
+    local: bool,
+) -> Result<(u64, Option<std::fs::File>), object_store::Error> {
+    if !local {
+        return Ok((state.store().head(key).await?.size, None));
+    }
+    let got = state.store().get_opts(key, GetOptions::default()).await?;
+    Ok(match got.payload {
+        object_store::GetResultPayload::File(file, _) => (got.meta.size, Some(file)),
+        object_store::GetResultPayload::Stream(_) => (got.meta.size, None),
+    })
+}
+
 pub(crate) async fn get_blob(
     req: HttpRequest,
     state: web::Data<AppState>,
     hex: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let digest = parse_digest(&hex)?;
-    let key = StorageKey::blob(&digest);
     let missing = |e: object_store::Error| match e {
         object_store::Error::NotFound { .. } => {
             ApiError::new(ErrorCode::BlobNotFound, format!("no blob {digest}"))
@@ -158,30 +197,52 @@ pub(crate) async fn get_blob(
         state.config().storage,
         crate::storage::config::StorageConfig::Local
     ) && req.method() != Method::HEAD;
-    let (size, opened) = if local {
-        let got = state
-            .store()
-            .get_opts(&key, GetOptions::default())
-            .await
-            .map_err(missing)?;
-        match got.payload {
-            object_store::GetResultPayload::File(file, _) => (got.meta.size, Some(file)),
-            object_store::GetResultPayload::Stream(_) => (got.meta.size, None),
+    // The encoding when it was asked for and is stored; the blob's own bytes otherwise.
+    let mut coded = None;
+    if wants_grouped_zstd(&req) {
+        let key = StorageKey::grouped_zstd(&digest);
+        if let Ok(found) = open_blob(&state, &key, local).await {
+            coded = Some((key, found));
         }
-    } else {
-        (state.store().head(&key).await.map_err(missing)?.size, None)
+    }
+    let encoded = coded.is_some();
+    let (key, (size, opened)) = match coded {
+        Some(c) => c,
+        None => {
+            let key = StorageKey::blob(&digest);
+            let found = open_blob(&state, &key, local).await.map_err(missing)?;
+            (key, found)
+        }
     };
-    let etag = format!("\"{}\"", digest.to_hex());
+    let etag = if encoded {
+        format!("\"{}.grouped-zstd\"", digest.to_hex())
+    } else {
+        format!("\"{}\"", digest.to_hex())
+    };
     let (mut b, start, end) = match immutable_answer(&req, &etag, size, "application/octet-stream")
     {
         Ok(head) => head,
-        Err(done) => return Ok(*done),
+        Err(mut done) => {
+            done.headers_mut().insert(
+                header::VARY,
+                header::HeaderValue::from_static("accept-encoding"),
+            );
+            return Ok(*done);
+        }
     };
+    // Caches keep the encoded and the plain answer apart.
+    b.insert_header((header::VARY, "accept-encoding"));
+    if encoded {
+        b.insert_header((header::CONTENT_ENCODING, ferry_fs::grouped::CODING));
+    }
     let len = end - start;
     if req.method() == Method::HEAD {
         // The body is never sent for HEAD, but its declared size becomes Content-Length.
         let empty = futures_util::stream::empty::<Result<Bytes, std::io::Error>>();
         return Ok(b.body(actix_web::body::SizedStream::new(len, empty)));
+    }
+    if encoded {
+        state.metrics().grouped_zstd_answer();
     }
     let sent = state.metrics().blob_bytes_counter();
     let count = move |piece: &Bytes| {
@@ -340,6 +401,53 @@ pub(crate) async fn put_blob_handler(
     tracing::info!(caller = caller.name, %digest, size, created, "blob upload");
     Ok(HttpResponse::build(status).json(serde_json::json!({
         "sha256": digest.to_hex(),
+        "size": size,
+        "created": created,
+    })))
+}
+
+/// `PUT /v1/admin/blobs/sha256/{hex}/grouped-zstd`: the `ferry-grouped-zstd` encoding of a
+/// stored blob, kept when it decodes to exactly the blob's bytes and is smaller.
+pub(crate) async fn put_grouped_zstd_handler(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    hex: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let caller = authorize(&req, &state.config().tokens, Scope::Publish)?;
+    let digest = parse_digest(&hex)?;
+    let Ok(_slot) = state.upload_slots().try_acquire() else {
+        return Err(ApiError::new(
+            ErrorCode::RateLimited,
+            format!(
+                "{} blob uploads are running (limits.max_concurrent_uploads); retry when one ends",
+                state.config().limits.max_concurrent_uploads
+            ),
+        ));
+    };
+    let existing = match state.config().storage {
+        crate::storage::config::StorageConfig::Local => {
+            crate::release::publish::ExistingBlob::Verify
+        }
+        _ => crate::release::publish::ExistingBlob::Trust,
+    };
+    let outcome = crate::release::publish::encoded::put_grouped_zstd(
+        state.store(),
+        &digest,
+        payload,
+        state.config().limits.upload_time(),
+        existing,
+    )
+    .await?;
+    use crate::release::publish::encoded::EncodedOutcome;
+    let (status, size, created) = match outcome {
+        EncodedOutcome::Created { size } => (StatusCode::CREATED, size, true),
+        EncodedOutcome::Existed { size } => (StatusCode::OK, size, false),
+    };
+    tracing::info!(caller = caller.name, %digest, size, created, "grouped-zstd upload");
+    Ok(HttpResponse::build(status).json(serde_json::json!({
+        "sha256": digest.to_hex(),
+        "encoding": ferry_fs::grouped::CODING,
         "size": size,
         "created": created,
     })))

@@ -13,7 +13,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 
 use crate::api::AppState;
 use crate::api::admin::{get_model, get_release, list_models, post_release};
-use crate::api::blobs::{get_blob, put_blob_handler};
+use crate::api::blobs::{get_blob, put_blob_handler, put_grouped_zstd_handler};
 use crate::api::device::{keyring, keys, release_by_digest, resolve, signed_time};
 use crate::api::error::{ApiError, REQUEST_ID, STORE_NAME};
 use crate::api::ops::{healthz, metrics, metrics_open, readyz};
@@ -58,6 +58,9 @@ fn table() -> Vec<(&'static str, &'static str, Routes)> {
         ("/v1/blobs/sha256/{hex}", GET, |r| get_head(r, get_blob)),
         ("/v1/admin/blobs/sha256/{hex}", "PUT", |r| {
             r.route(web::put().to(put_blob_handler))
+        }),
+        ("/v1/admin/blobs/sha256/{hex}/grouped-zstd", "PUT", |r| {
+            r.route(web::put().to(put_grouped_zstd_handler))
         }),
         ("/v1/admin/models", GET, |r| get_head(r, list_models)),
         ("/v1/admin/token", GET, |r| {

@@ -2,6 +2,8 @@
 //!
 //! Top layer: may import every module.
 
+mod bars;
+mod compress;
 mod deny;
 mod evaluate;
 mod examples;
@@ -121,6 +123,11 @@ pub enum Command {
         /// Do not draw progress bars.
         #[arg(long)]
         quiet: bool,
+        /// Upload the files only as they are: no ferry-grouped-zstd encoding (by default each
+        /// file's encoding is made and uploaded too when it saves at least 5%, and devices
+        /// download it instead for a first install).
+        #[arg(long)]
+        no_compress: bool,
     },
     /// Staged rollouts: start, set, pause, resume, rollback, complete, status.
     Rollout {
@@ -343,17 +350,15 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             files,
             remote,
             quiet,
+            no_compress,
         } => {
             let (server, token, ca) = remote.resolve()?;
-            publish_cmd(
-                &release,
-                &files,
-                &server,
-                &token,
-                ca.as_deref(),
+            let flags = publish::PublishFlags {
                 quiet,
                 json,
-            )
+                compress: !no_compress,
+            };
+            publish_cmd(&release, &files, &server, &token, ca.as_deref(), flags)
         }
         Command::Inspect { file } => inspect(&file, json),
         Command::Evaluate { variants } => evaluate::evaluate_cmd(&variants, json),

@@ -1,6 +1,5 @@
 //! `ferry publish`: upload missing blobs with progress, then the release; idempotent on retry.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -10,20 +9,18 @@ use ferry_shared::Sha256Digest;
 use ferry_shared::manifest::ReleaseManifest;
 use ferry_shared::trust::dsse::Envelope;
 
+use super::bars::{Progress, upload_bar};
 use super::remote::{http_agent, http_error};
 
-/// A reader that advances a progress bar.
-pub(crate) struct Progress<R> {
-    inner: R,
-    bar: indicatif::ProgressBar,
-}
-
-impl<R: Read> Read for Progress<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.bar.inc(n as u64);
-        Ok(n)
-    }
+/// How `ferry publish` reports and what it uploads besides the files.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PublishFlags {
+    /// No progress bars.
+    pub(crate) quiet: bool,
+    /// One JSON line for the end.
+    pub(crate) json: bool,
+    /// Also upload each file's `ferry-grouped-zstd` encoding where it saves enough.
+    pub(crate) compress: bool,
 }
 
 pub(crate) fn publish_cmd(
@@ -32,10 +29,10 @@ pub(crate) fn publish_cmd(
     server: &str,
     token: &str,
     ca: Option<&Path>,
-    quiet: bool,
-    json: bool,
+    flags: PublishFlags,
 ) -> anyhow::Result<ExitCode> {
-    let quiet = quiet || json;
+    let PublishFlags { json, compress, .. } = flags;
+    let quiet = flags.quiet || json;
     // What was done, for --json.
     let mut blobs: Vec<serde_json::Value> = Vec::new();
     let say = |line: String| {
@@ -76,71 +73,14 @@ pub(crate) fn publish_cmd(
     // are still checked (and a torn one uploaded again).
     let identical = check_first(&agent, server, &auth, &manifest, &raw)?;
     let (wanted, found) = locate(files, &manifest)?;
-    for (digest, size, variant, data_file) in &wanted {
-        // How the file is named in messages: the variant, or its data file.
-        let id = &match data_file {
-            Some(name) => format!("{variant} (file {name})"),
-            None => variant.clone(),
-        };
-        let entry = |uploaded: bool| {
-            let mut e = serde_json::json!({"variant": variant, "sha256": digest, "size": size, "uploaded": uploaded});
-            if let Some(name) = data_file {
-                e["data_file"] = serde_json::json!(name);
-            }
-            e
-        };
-        let Some((_, path)) = found.iter().find(|(d, _)| d == digest) else {
-            bail!(
-                "variant {id}: no file in {} has sha256 {digest}",
-                files.display()
-            );
-        };
-        let url = format!("{server}/v1/blobs/sha256/{}", digest.to_hex());
-        let head = agent
-            .head(&url)
-            .call()
-            .with_context(|| format!("cannot reach {server}"))?;
-        let stored_size = head
-            .headers()
-            .get("content-length")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        if head.status() == 200 && stored_size == Some(*size) {
-            say(format!(
-                "{id}: blob {} already on the server",
-                digest.to_hex()
-            ));
-            blobs.push(entry(false));
-            continue;
-        }
-        if head.status() == 200 {
-            say(format!(
-                "{id}: blob {} is on the server with {} bytes instead of {size}: uploading it again",
-                digest.to_hex(),
-                stored_size.map_or("an unknown number of".to_string(), |s| s.to_string())
-            ));
-        }
-        let bar = upload_bar(quiet, *size, id);
-        let file = std::fs::File::open(path)?;
-        let mut reader = Progress {
-            inner: file,
-            bar: bar.clone(),
-        };
-        let put = format!("{server}/v1/admin/blobs/sha256/{}", digest.to_hex());
-        let resp = agent
-            .put(&put)
-            .header("authorization", &auth)
-            .header("content-type", "application/octet-stream")
-            .header("content-length", &size.to_string())
-            .send(ureq::SendBody::from_reader(&mut reader))
-            .with_context(|| format!("uploading {}", path.display()))?;
-        bar.finish_and_clear();
-        if !resp.status().is_success() {
-            return Err(http_error(&format!("upload of {}", path.display()), resp));
-        }
-        say(format!("{id}: uploaded {} ({size} bytes)", path.display()));
-        blobs.push(entry(true));
-    }
+    let up = Uploader {
+        agent: &agent,
+        server,
+        auth: &auth,
+        quiet,
+        compress,
+    };
+    blobs.extend(upload_files(&up, files, &wanted, &found, &say)?);
     upload_chunk_indexes(&agent, server, &auth, &manifest, &found, &say)?;
     let (model, version) = (manifest.model.to_string(), manifest.version.to_string());
     if identical {
@@ -269,6 +209,111 @@ fn upload_chunk_indexes(
     Ok(())
 }
 
+/// Where `ferry publish` uploads, as whom, and how.
+struct Uploader<'a> {
+    agent: &'a ureq::Agent,
+    server: &'a str,
+    auth: &'a str,
+    quiet: bool,
+    compress: bool,
+}
+
+/// Uploads every file of `wanted` the server lacks (and its encoding, with `compress`): what
+/// was done per file, for `--json`.
+fn upload_files(
+    up: &Uploader<'_>,
+    files: &Path,
+    wanted: &[WantedFile],
+    found: &[FoundFile],
+    say: &dyn Fn(String),
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    let Uploader {
+        agent,
+        server,
+        auth,
+        quiet,
+        compress,
+    } = *up;
+    let mut blobs = Vec::new();
+    for (digest, size, variant, data_file) in wanted {
+        // How the file is named in messages: the variant, or its data file.
+        let id = &match data_file {
+            Some(name) => format!("{variant} (file {name})"),
+            None => variant.clone(),
+        };
+        let Some((_, path)) = found.iter().find(|(d, _)| d == digest) else {
+            bail!(
+                "variant {id}: no file in {} has sha256 {digest}",
+                files.display()
+            );
+        };
+        // The file's entry for --json, with what was done about its compressed form.
+        let entry = |uploaded: bool| -> anyhow::Result<serde_json::Value> {
+            let mut e = serde_json::json!({"variant": variant, "sha256": digest, "size": size, "uploaded": uploaded});
+            if let Some(name) = data_file {
+                e["data_file"] = serde_json::json!(name);
+            }
+            if compress {
+                let file = super::compress::ToEncode {
+                    id,
+                    digest: *digest,
+                    size: *size,
+                    path,
+                };
+                e["compressed"] =
+                    super::compress::ensure_grouped_zstd(agent, server, auth, &file, quiet, say)?;
+            }
+            Ok(e)
+        };
+        let url = format!("{server}/v1/blobs/sha256/{}", digest.to_hex());
+        let head = agent
+            .head(&url)
+            .call()
+            .with_context(|| format!("cannot reach {server}"))?;
+        let stored_size = head
+            .headers()
+            .get("content-length")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if head.status() == 200 && stored_size == Some(*size) {
+            say(format!(
+                "{id}: blob {} already on the server",
+                digest.to_hex()
+            ));
+            blobs.push(entry(false)?);
+            continue;
+        }
+        if head.status() == 200 {
+            say(format!(
+                "{id}: blob {} is on the server with {} bytes instead of {size}: uploading it again",
+                digest.to_hex(),
+                stored_size.map_or("an unknown number of".to_string(), |s| s.to_string())
+            ));
+        }
+        let bar = upload_bar(quiet, *size, id);
+        let file = std::fs::File::open(path)?;
+        let mut reader = Progress {
+            inner: file,
+            bar: bar.clone(),
+        };
+        let put = format!("{server}/v1/admin/blobs/sha256/{}", digest.to_hex());
+        let resp = agent
+            .put(&put)
+            .header("authorization", auth)
+            .header("content-type", "application/octet-stream")
+            .header("content-length", &size.to_string())
+            .send(ureq::SendBody::from_reader(&mut reader))
+            .with_context(|| format!("uploading {}", path.display()))?;
+        bar.finish_and_clear();
+        if !resp.status().is_success() {
+            return Err(http_error(&format!("upload of {}", path.display()), resp));
+        }
+        say(format!("{id}: uploaded {} ({size} bytes)", path.display()));
+        blobs.push(entry(true)?);
+    }
+    Ok(blobs)
+}
+
 pub(crate) fn hash_file(path: &Path) -> anyhow::Result<Sha256Digest> {
     let digest =
         ferry_fs::sha256_file(path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -364,23 +409,6 @@ fn locate(
         );
     }
     Ok((wanted, found))
-}
-
-/// The progress bar of one upload (hidden with `quiet`).
-fn upload_bar(quiet: bool, size: u64, id: &str) -> indicatif::ProgressBar {
-    let bar = if quiet {
-        indicatif::ProgressBar::hidden()
-    } else {
-        indicatif::ProgressBar::new(size)
-    };
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    bar.set_message(id.to_string());
-    bar
 }
 
 /// Says so when the release just published is not live (a model's later release waits for a

@@ -76,6 +76,7 @@ pub struct Metrics {
     telemetry_events: Family<OutcomeLabels, Counter>,
     telemetry_raw_dropped: Counter,
     blob_bytes: Counter,
+    grouped_zstd_answers: Counter,
     resident_bytes: Gauge,
     open_fds: Gauge,
     rollout_basis_points: Family<ModelLabels, Gauge>,
@@ -141,6 +142,7 @@ impl Default for Metrics {
             telemetry_events: Family::<OutcomeLabels, Counter>::default(),
             telemetry_raw_dropped: Counter::default(),
             blob_bytes: Counter::default(),
+            grouped_zstd_answers: Counter::default(),
             resident_bytes: Gauge::default(),
             open_fds: Gauge::default(),
             rollout_basis_points: Family::<ModelLabels, Gauge>::default(),
@@ -220,6 +222,12 @@ impl Metrics {
             "ferry_blob_bytes_served",
             "Bytes of model blobs sent to clients (counted as they are sent)",
             self.blob_bytes.clone(),
+        );
+        registry.register(
+            "ferry_blob_grouped_zstd_answers",
+            "Whole-blob answers sent in the ferry-grouped-zstd encoding (the client asked for it \
+             and ferry publish stored one)",
+            self.grouped_zstd_answers.clone(),
         );
         registry.register(
             "ferry_process_resident_memory_bytes",
@@ -388,6 +396,11 @@ impl Metrics {
     /// download counts what was sent, not what was asked for).
     pub fn blob_bytes_counter(&self) -> Counter {
         self.blob_bytes.clone()
+    }
+
+    /// Counts one whole-blob answer sent in the `ferry-grouped-zstd` encoding.
+    pub fn grouped_zstd_answer(&self) {
+        self.grouped_zstd_answers.inc();
     }
 
     /// Brings the raw-telemetry drop counter up to `total` (kept by the telemetry writer).

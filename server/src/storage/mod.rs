@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! blobs/sha256/<hex>                                  .pte bytes, immutable
+//! encoded/grouped-zstd/sha256/<hex>                   a blob's ferry-grouped-zstd encoding, immutable
 //! releases/<model>/<version>.json                     DSSE-signed release manifest, immutable (create-if-absent)
 //! inspections/<model>/<version>.json                  the inspector's report per variant, written first
 //! state/<model>/rollout/<revision>.json               rollout plan revisions (create-if-absent)
@@ -127,6 +128,11 @@ impl StorageKey {
     /// A blob's key.
     pub fn blob(digest: &Sha256Digest) -> StorePath {
         StorePath::from(format!("blobs/sha256/{}", digest.to_hex()))
+    }
+
+    /// The key of a blob's `ferry-grouped-zstd` encoding (`ferry_fs::grouped`).
+    pub fn grouped_zstd(digest: &Sha256Digest) -> StorePath {
+        StorePath::from(format!("encoded/grouped-zstd/sha256/{}", digest.to_hex()))
     }
 
     /// The prefix under which all releases live.

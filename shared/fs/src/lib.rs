@@ -10,6 +10,8 @@
 //! [`commit`] is the second half alone, for files that were written in place over time (a
 //! resumable download's `.part` file) and are published once complete.
 
+pub mod grouped;
+
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};

@@ -89,47 +89,21 @@ where
     }
     let upload = store.put_multipart(&key).await?;
     let mut writer = WriteMultipart::new_with_chunk_size(upload, UPLOAD_PART_BYTES);
-    let mut hasher = Sha256::new();
-    let mut size = 0u64;
-    let mut body = body;
-    let deadline = tokio::time::Instant::now() + time.total;
-    loop {
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let Ok(next) = tokio::time::timeout(time.idle.min(left), body.next()).await else {
-            let _ = writer.abort().await;
-            return Err(if left <= time.idle {
-                PublishError::TooSlow {
-                    secs: time.total.as_secs(),
-                }
-            } else {
-                PublishError::Stalled {
-                    secs: time.idle.as_secs(),
-                }
-            });
-        };
-        let Some(chunk) = next else {
-            break;
-        };
-        let chunk = match chunk {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = writer.abort().await;
-                return Err(PublishError::Interrupted(e.to_string()));
-            }
-        };
-        size += chunk.len() as u64;
-        if size > max {
-            let _ = writer.abort().await;
-            return Err(PublishError::BlobTooLarge { max });
-        }
-        hasher.update(&chunk);
-        if let Err(e) = writer.wait_for_capacity(UPLOAD_PARTS_IN_FLIGHT).await {
+    let mut check = Check::Hash(Sha256::new());
+    let size = match stream_body(&mut writer, body, max, time, &mut check).await {
+        Ok(size) => size,
+        Err(e) => {
             // Leave no orphaned parts behind on the store.
             let _ = writer.abort().await;
-            return Err(e.into());
+            return Err(e);
         }
-        writer.write(&chunk);
-    }
+    };
+    let Check::Hash(hasher) = check else {
+        let _ = writer.abort().await;
+        return Err(PublishError::Internal(
+            "a blob upload was not hashed".into(),
+        ));
+    };
     let actual = Sha256Digest::from_bytes(hasher.finalize().into());
     if &actual != digest {
         let _ = writer.abort().await;
@@ -144,6 +118,72 @@ where
     }
     writer.finish().await?;
     Ok(BlobOutcome::Created { size })
+}
+
+/// What checks the bytes of an upload as they stream by.
+pub(crate) enum Check {
+    /// They are the blob: hash them.
+    Hash(Sha256),
+    /// They are an encoding of the blob: hand them to the thread that decodes and hashes them.
+    Decode(tokio::sync::mpsc::Sender<Bytes>),
+}
+
+impl Check {
+    async fn feed(&mut self, chunk: &Bytes) -> Result<(), PublishError> {
+        match self {
+            Check::Hash(h) => h.update(chunk),
+            Check::Decode(to) => {
+                if to.send(chunk.clone()).await.is_err() {
+                    // The decoder stopped on bad bytes; its caller says why.
+                    return Err(PublishError::EncodingInvalid(String::new()));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Streams `body` into `writer`, through `check`, refusing more than `max` bytes or a body
+/// that pauses longer than `time.idle` or takes longer than `time.total`; the bytes streamed.
+/// On an error the caller aborts the upload.
+pub(crate) async fn stream_body<S, E>(
+    writer: &mut WriteMultipart,
+    mut body: S,
+    max: u64,
+    time: UploadTime,
+    check: &mut Check,
+) -> Result<u64, PublishError>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    let mut size = 0u64;
+    let deadline = tokio::time::Instant::now() + time.total;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let Ok(next) = tokio::time::timeout(time.idle.min(left), body.next()).await else {
+            return Err(if left <= time.idle {
+                PublishError::TooSlow {
+                    secs: time.total.as_secs(),
+                }
+            } else {
+                PublishError::Stalled {
+                    secs: time.idle.as_secs(),
+                }
+            });
+        };
+        let Some(chunk) = next else {
+            return Ok(size);
+        };
+        let chunk = chunk.map_err(|e| PublishError::Interrupted(e.to_string()))?;
+        size += chunk.len() as u64;
+        if size > max {
+            return Err(PublishError::BlobTooLarge { max });
+        }
+        check.feed(&chunk).await?;
+        writer.wait_for_capacity(UPLOAD_PARTS_IN_FLIGHT).await?;
+        writer.write(&chunk);
+    }
 }
 
 /// The SHA-256 of a stored object, streamed.

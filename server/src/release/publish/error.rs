@@ -40,6 +40,12 @@ pub enum PublishError {
         /// What the bytes hash to.
         actual: Sha256Digest,
     },
+    /// An encoded upload does not decode (see `ferry_fs::grouped`).
+    #[error("the body is not a valid ferry-grouped-zstd encoding: {0}")]
+    EncodingInvalid(String),
+    /// An encoded upload for a blob the server does not hold.
+    #[error("blob {0} is not on the server: upload the file itself first")]
+    EncodedWithoutBlob(Sha256Digest),
     /// An empty blob.
     #[error("an empty blob cannot be a model")]
     BlobEmpty,
@@ -179,6 +185,8 @@ impl PublishError {
             PublishError::Stalled { .. } | PublishError::TooSlow { .. } => ErrorCode::BodyTimeout,
             PublishError::HashMismatch { .. } => ErrorCode::HashMismatch,
             PublishError::BlobEmpty => ErrorCode::BlobEmpty,
+            PublishError::EncodingInvalid(_) => ErrorCode::RequestMalformed,
+            PublishError::EncodedWithoutBlob(_) => ErrorCode::BlobNotFound,
             PublishError::EnvelopeMalformed(_) => ErrorCode::EnvelopeMalformed,
             PublishError::Signature(e) => e.code(),
             PublishError::Manifest(e) => e.code(),

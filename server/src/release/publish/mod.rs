@@ -7,6 +7,7 @@
 
 pub mod blobs;
 pub mod chunks;
+pub mod encoded;
 pub mod error;
 
 pub use blobs::{

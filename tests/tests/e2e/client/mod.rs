@@ -5,6 +5,7 @@
 mod cdn;
 pub(crate) mod clock;
 pub(crate) mod clock_https;
+mod compressed;
 mod constraints;
 mod crash;
 mod data_files;
