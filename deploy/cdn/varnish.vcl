@@ -34,7 +34,8 @@ sub vcl_recv {
         unset req.http.Cookie;
         unset req.http.Authorization;
         if (req.url ~ "^/v1/blobs/" && !req.http.Range
-            && req.http.Accept-Encoding ~ "(^|,)\s*ferry-grouped-zstd\s*(;|,|$)") {
+            && req.http.Accept-Encoding ~ "(?i)(^|,)\s*ferry-grouped-zstd\s*(;|,|$)"
+            && req.http.Accept-Encoding !~ "(?i)ferry-grouped-zstd\s*;\s*q\s*=\s*(0(\.0*)?|-[^,]*)\s*(,|$)") {
             set req.http.X-Ferry-Encoding = "ferry-grouped-zstd";
             set req.http.Accept-Encoding = "ferry-grouped-zstd";
         } else {

@@ -154,9 +154,13 @@ fn wants_grouped_zstd(req: &HttpRequest) -> bool {
             let named = parts
                 .next()
                 .is_some_and(|c| c.eq_ignore_ascii_case(ferry_fs::grouped::CODING));
+            // A quality that is not a number above 0 refuses the coding (q=0, q=abc, q=NaN).
             let refused = parts.any(|p| {
-                p.strip_prefix("q=")
-                    .is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q <= 0.0))
+                let Some((name, q)) = p.split_once('=') else {
+                    return false;
+                };
+                name.trim().eq_ignore_ascii_case("q")
+                    && !q.trim().parse::<f32>().is_ok_and(|q| q > 0.0)
             });
             named && !refused
         })
@@ -488,6 +492,42 @@ mod tests {
         );
         assert_eq!(parse_range(Some("bytes=+1-2"), 10), Full);
         assert_eq!(parse_range(Some("bytes=1-+2"), 10), Full);
+    }
+
+    #[test]
+    fn the_encoding_is_sent_only_when_asked_for_with_a_positive_quality() {
+        let asks = |headers: &[(&str, &str)]| {
+            let mut r = actix_web::test::TestRequest::get();
+            for (k, v) in headers {
+                r = r.append_header((*k, *v));
+            }
+            wants_grouped_zstd(&r.to_http_request())
+        };
+        let ae = |v: &'static str| [("accept-encoding", v)];
+        assert!(asks(&ae("ferry-grouped-zstd")));
+        assert!(asks(&ae("gzip, FERRY-GROUPED-ZSTD;q=0.5")));
+        assert!(asks(&[
+            ("accept-encoding", "gzip"),
+            ("accept-encoding", "ferry-grouped-zstd")
+        ]));
+        for refused in [
+            "ferry-grouped-zstd;q=0",
+            "ferry-grouped-zstd; Q=0.000",
+            "ferry-grouped-zstd;q=abc",
+            "ferry-grouped-zstd;q=NaN",
+            "ferry-grouped-zstd;q=-1",
+            "gzip, br",
+            "ferry-grouped-zstdx",
+            "*",
+        ] {
+            assert!(!asks(&ae(refused)), "{refused}");
+        }
+        assert!(!asks(&[]));
+        // Ranges are always of the blob's own bytes.
+        assert!(!asks(&[
+            ("accept-encoding", "ferry-grouped-zstd"),
+            ("range", "bytes=0-1")
+        ]));
     }
 
     #[test]

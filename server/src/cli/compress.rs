@@ -1,5 +1,7 @@
 //! `ferry publish`'s second representation of each file: its `ferry-grouped-zstd` encoding
 //! (`ferry_fs::grouped`), made here and uploaded when the server lacks it and it saves enough.
+//! It is optional: when it cannot be made or uploaded, publishing goes on with a warning, and
+//! devices download the file as it is.
 
 use std::io::{BufReader, BufWriter, Seek as _, SeekFrom};
 use std::path::Path;
@@ -15,6 +17,9 @@ use super::remote::http_error;
 /// smaller saving is not worth a second copy on the store and CDNs.
 const KEEP_AT_MOST_PERCENT: u64 = 95;
 
+/// Sample blocks that save less than this (in percent) mean the file is not encoded at all.
+const SAMPLES_AT_LEAST_PERCENT: f64 = 2.0;
+
 /// One file of a release to encode.
 pub(crate) struct ToEncode<'a> {
     /// How messages name it.
@@ -29,8 +34,30 @@ pub(crate) struct ToEncode<'a> {
 
 /// Makes sure the server holds the `ferry-grouped-zstd` encoding of `file` when it saves at
 /// least 5%: what was done, for `--json` (`encoding`, `size`, `uploaded`; `encoding` null when
-/// the encoding would save too little).
+/// the encoding would save too little or could not be uploaded, with `error` then). Never an
+/// error: a failure is a warning on stderr.
 pub(crate) fn ensure_grouped_zstd(
+    agent: &ureq::Agent,
+    server: &str,
+    auth: &str,
+    file: &ToEncode<'_>,
+    quiet: bool,
+    say: &dyn Fn(String),
+) -> serde_json::Value {
+    match try_ensure(agent, server, auth, file, quiet, say) {
+        Ok(done) => done,
+        Err(e) => {
+            eprintln!(
+                "warning: {}: its {CODING} encoding was not uploaded ({e:#}); devices download \
+                 the file as it is (publish with --no-compress to skip this step)",
+                file.id
+            );
+            serde_json::json!({"encoding": null, "size": null, "uploaded": false, "error": format!("{e:#}")})
+        }
+    }
+}
+
+fn try_ensure(
     agent: &ureq::Agent,
     server: &str,
     auth: &str,
@@ -61,7 +88,19 @@ pub(crate) fn ensure_grouped_zstd(
         ));
         return Ok(serde_json::json!({"encoding": CODING, "size": size, "uploaded": false}));
     }
-    let (encoded, len) = encode(file, quiet)?;
+    let mut input = std::fs::File::open(file.path)
+        .with_context(|| format!("cannot read {}", file.path.display()))?;
+    let choice = ferry_fs::grouped::choose(&mut input, file.size)
+        .with_context(|| format!("cannot read {}", file.path.display()))?;
+    if choice.saving_percent() < SAMPLES_AT_LEAST_PERCENT {
+        say(format!(
+            "{}: not compressed (samples of it save {:.1}%)",
+            file.id,
+            choice.saving_percent()
+        ));
+        return Ok(serde_json::json!({"encoding": null, "size": null, "uploaded": false}));
+    }
+    let (encoded, len) = encode(file, input, choice.width, quiet)?;
     if len * 100 > file.size * KEEP_AT_MOST_PERCENT {
         say(format!(
             "{}: not compressed ({CODING} would save {:.1}%, under {}%)",
@@ -76,7 +115,7 @@ pub(crate) fn ensure_grouped_zstd(
         inner: encoded,
         bar: bar.clone(),
     };
-    let resp = agent
+    let mut resp = agent
         .put(format!("{server}/v1/admin/blobs/sha256/{hex}/grouped-zstd"))
         .header("authorization", auth)
         .header("content-type", "application/octet-stream")
@@ -90,6 +129,23 @@ pub(crate) fn ensure_grouped_zstd(
             resp,
         ));
     }
+    let answer: serde_json::Value = resp
+        .body_mut()
+        .with_config()
+        .limit(64 << 10)
+        .read_to_string()
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    if answer["created"] == false {
+        say(format!(
+            "{}: its {CODING} encoding was already on the server",
+            file.id
+        ));
+        return Ok(
+            serde_json::json!({"encoding": CODING, "size": answer["size"], "uploaded": false}),
+        );
+    }
     say(format!(
         "{}: uploaded its {CODING} encoding ({len} bytes, {:.1}% smaller)",
         file.id,
@@ -102,21 +158,23 @@ fn saved(len: u64, size: u64) -> f64 {
     100.0 * (1.0 - len as f64 / size.max(1) as f64)
 }
 
-/// The encoding of `file` in an unnamed temporary file (gone when dropped), rewound, and its
-/// length.
-fn encode(file: &ToEncode<'_>, quiet: bool) -> anyhow::Result<(std::fs::File, u64)> {
-    let mut input = std::fs::File::open(file.path)
-        .with_context(|| format!("cannot read {}", file.path.display()))?;
-    let width = ferry_fs::grouped::choose_width(&mut input, file.size)
-        .with_context(|| format!("cannot read {}", file.path.display()))?;
+/// The encoding of `file` (open as `input`) in an unnamed temporary file (in `TMPDIR`; gone
+/// when dropped), rewound, and its length.
+fn encode(
+    file: &ToEncode<'_>,
+    input: std::fs::File,
+    width: u8,
+    quiet: bool,
+) -> anyhow::Result<(std::fs::File, u64)> {
     let bar = upload_bar(quiet, file.size, &format!("{} (compressing)", file.id));
     let reader = Progress {
         inner: BufReader::new(input),
         bar: bar.clone(),
     };
-    let out = tempfile::tempfile().context("cannot make a temporary file to compress into")?;
+    let out =
+        tempfile::tempfile().context("cannot make a temporary file to compress into (TMPDIR)")?;
     let out = ferry_fs::grouped::encode(reader, file.size, width, BufWriter::new(out))
-        .with_context(|| format!("compressing {}", file.path.display()))?;
+        .with_context(|| format!("compressing {} into a temporary file", file.path.display()))?;
     bar.finish_and_clear();
     let mut out = out
         .into_inner()

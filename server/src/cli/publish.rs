@@ -261,7 +261,7 @@ fn upload_files(
                     path,
                 };
                 e["compressed"] =
-                    super::compress::ensure_grouped_zstd(agent, server, auth, &file, quiet, say)?;
+                    super::compress::ensure_grouped_zstd(agent, server, auth, &file, quiet, say);
             }
             Ok(e)
         };

@@ -38,8 +38,8 @@ pub const BLOCK: u32 = 1 << 20;
 /// The smallest block size a reader takes.
 pub const MIN_BLOCK: u32 = 4 << 10;
 
-/// The largest block size a reader takes (it holds two blocks at a time).
-pub const MAX_BLOCK: u32 = 16 << 20;
+/// The largest block size a reader takes (it holds two blocks at a time): [`BLOCK`].
+pub const MAX_BLOCK: u32 = BLOCK;
 
 /// The zstd level `ferry publish` compresses at (`bench/compression.py`: level 19 saves about
 /// 1.5 points more on FP32 weights, at many times the time).
@@ -79,8 +79,11 @@ impl Header {
         if &b[..4] != MAGIC {
             return Err(invalid("it does not start with FRGZ"));
         }
-        if b[4] != VERSION || b[6..8] != [0, 0] {
+        if b[4] != VERSION {
             return Err(invalid(&format!("format version {} is unknown", b[4])));
+        }
+        if b[6..8] != [0, 0] {
+            return Err(invalid("bytes 6 and 7 of the header are not zero"));
         }
         let width = b[5];
         let block = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
@@ -165,12 +168,32 @@ pub fn encode<R: Read, W: Write>(mut input: R, len: u64, width: u8, out: W) -> i
     z.finish()
 }
 
-/// The word width that compresses `file` best, judged on up to eight blocks spread through it:
-/// 4 for float32 weights, 1 for programs of integers and text.
-pub fn choose_width<F: Read + Seek>(file: &mut F, len: u64) -> io::Result<u8> {
+/// What [`choose`] found on a file's sample blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Choice {
+    /// The word width that compressed them best.
+    pub width: u8,
+    /// Bytes sampled.
+    pub sampled: u64,
+    /// What they compressed to with that width (each block on its own).
+    pub compressed: u64,
+}
+
+impl Choice {
+    /// The share the samples saved, in percent (negative when they grew).
+    pub fn saving_percent(&self) -> f64 {
+        100.0 * (1.0 - self.compressed as f64 / self.sampled.max(1) as f64)
+    }
+}
+
+/// The word width that compresses `file` best, judged on up to eight blocks spread through it
+/// (4 for float32 weights, 1 for programs of integers and text), and what those blocks
+/// compressed to: an estimate of the saving before the whole file is encoded.
+pub fn choose<F: Read + Seek>(file: &mut F, len: u64) -> io::Result<Choice> {
     let blocks = len.div_ceil(u64::from(BLOCK)).max(1);
     let picks = blocks.min(8);
-    let mut sizes = [0usize; 2];
+    let mut sizes = [0u64; 2];
+    let mut sampled = 0u64;
     let mut block = vec![0u8; BLOCK as usize];
     let mut grouped = Vec::with_capacity(BLOCK as usize);
     for k in 0..picks {
@@ -178,13 +201,23 @@ pub fn choose_width<F: Read + Seek>(file: &mut F, len: u64) -> io::Result<u8> {
         file.seek(SeekFrom::Start(at))?;
         let n = usize::try_from((len - at).min(u64::from(BLOCK))).map_err(io::Error::other)?;
         file.read_exact(&mut block[..n])?;
+        sampled += n as u64;
         for (slot, width) in [1usize, 4].into_iter().enumerate() {
             group(&block[..n], width, &mut grouped);
-            sizes[slot] += zstd::bulk::compress(&grouped, LEVEL)?.len();
+            sizes[slot] += zstd::bulk::compress(&grouped, LEVEL)?.len() as u64;
         }
     }
     file.seek(SeekFrom::Start(0))?;
-    Ok(if sizes[1] < sizes[0] { 4 } else { 1 })
+    let (width, compressed) = if sizes[1] < sizes[0] {
+        (4, sizes[1])
+    } else {
+        (1, sizes[0])
+    };
+    Ok(Choice {
+        width,
+        sampled,
+        compressed,
+    })
 }
 
 /// A reader of an encoded stream that yields the decoded file.
@@ -308,6 +341,19 @@ impl<R: BufRead> Decoder<R> {
         Ok(())
     }
 
+    /// After the whole file was read: an error unless the stream under the frame ends there too
+    /// (what an upload must be; a download's body may be cut by its length instead).
+    pub fn finish(mut self) -> io::Result<()> {
+        if self.left > 0 || self.at < self.block.len() {
+            return Err(invalid("the file was not read to its end"));
+        }
+        self.zstd.finish_frame()?;
+        if !self.zstd.get_mut().inner.fill_buf()?.is_empty() {
+            return Err(invalid("bytes follow the encoded file"));
+        }
+        Ok(())
+    }
+
     /// Marks a decoding error as the format's fault unless the stream under it failed.
     fn failure(&mut self, e: io::Error) -> io::Error {
         if !self.zstd.get_ref().failed {
@@ -383,10 +429,25 @@ mod tests {
         let (plain, grouped) = (encoded(&data, 1).len(), encoded(&data, 4).len());
         assert!(grouped < plain, "grouped {grouped} >= plain {plain}");
         let mut file = io::Cursor::new(data.clone());
-        assert_eq!(choose_width(&mut file, data.len() as u64).expect("test"), 4);
+        let chosen = choose(&mut file, data.len() as u64).expect("test");
+        assert_eq!(chosen.width, 4);
+        assert!(chosen.saving_percent() > 5.0, "{chosen:?}");
         let text = b"the runtime loads a program ".repeat(50_000);
         let mut file = io::Cursor::new(text.clone());
-        assert_eq!(choose_width(&mut file, text.len() as u64).expect("test"), 1);
+        assert_eq!(choose(&mut file, text.len() as u64).expect("test").width, 1);
+        // Bytes that do not compress say so before anything is encoded.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let random: Vec<u8> = (0..3 << 20)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect();
+        let mut file = io::Cursor::new(random.clone());
+        let chosen = choose(&mut file, random.len() as u64).expect("test");
+        assert!(chosen.saving_percent() < 1.0, "{chosen:?}");
     }
 
     #[test]
@@ -424,12 +485,34 @@ mod tests {
             refused(&b, true);
         }
         // Bad headers.
-        for (at, value) in [(0, b'X'), (4, 2), (5, 3), (6, 1), (11, 0x10), (8, 0x02)] {
+        for (at, value) in [(0, b'X'), (4, 2), (5, 3), (6, 1), (10, 0x20), (8, 0x02)] {
             let mut b = good.clone();
             b[at] = value;
             let e = Decoder::new(&b[..]).err().expect("refused");
             assert_eq!(e.kind(), io::ErrorKind::InvalidData, "byte {at}");
         }
+    }
+
+    #[test]
+    fn finish_refuses_bytes_after_the_frame() {
+        let data = floats(300_000);
+        let good = encoded(&data, 4);
+        let read_all = |bytes: &[u8]| -> io::Result<()> {
+            let mut d = Decoder::new(bytes)?;
+            let mut out = Vec::new();
+            d.read_to_end(&mut out)?;
+            assert_eq!(out, data);
+            d.finish()
+        };
+        read_all(&good).expect("the encoding alone");
+        let mut longer = good.clone();
+        longer.extend_from_slice(b"junk");
+        let e = read_all(&longer).expect_err("junk after the frame");
+        assert!(e.to_string().contains("follow"), "{e}");
+        // A second (skippable) frame after the first is more bytes too.
+        let mut skippable = good.clone();
+        skippable.extend_from_slice(&[0x50, 0x2a, 0x4d, 0x18, 0, 0, 0, 0]);
+        assert!(read_all(&skippable).is_err());
     }
 
     #[test]

@@ -70,6 +70,11 @@ where
         .await
         .map_err(|e| PublishError::Internal(format!("the decoder stopped: {e}")));
     let outcome = match (streamed, decoded) {
+        // The decoder stopped taking pieces without a complaint: it cannot have, as it reads
+        // to the end of the body, but say something true if it did.
+        (Err(PublishError::EncodingInvalid(why)), Ok(Ok(_))) if why.is_empty() => Err(
+            PublishError::EncodingInvalid("bytes follow the encoded file".into()),
+        ),
         (Err(PublishError::EncodingInvalid(_)), Ok(Err(why))) | (Ok(_), Ok(Err(why))) => {
             Err(PublishError::EncodingInvalid(why))
         }
@@ -147,6 +152,8 @@ fn decoded_digest(
             Err(e) => return Err(e.to_string()),
         }
     }
+    // The body must end with the frame: what is stored is served to devices as it is.
+    decoder.finish().map_err(|e| e.to_string())?;
     Ok(Sha256Digest::from_bytes(hasher.finalize().into()))
 }
 

@@ -53,6 +53,18 @@ fn client(url: &str, app: &TestApp, cache: &Path, compressed: bool) -> Arc<Clien
 /// Signs model `model` 1.0.0 (the portable program with `asset`) and publishes it with the
 /// `ferry` binary; its `--json` answer.
 fn publish(app: &TestApp, model: &str, asset: &[u8], dir: &Path) -> serde_json::Value {
+    publish_with(app, &app.url(), model, asset, dir, &[])
+}
+
+/// [`publish`] to the server at `server` (a replica of `app`), with `env` set for `ferry`.
+fn publish_with(
+    app: &TestApp,
+    server: &str,
+    model: &str,
+    asset: &[u8],
+    dir: &Path,
+    env: &[(&str, &str)],
+) -> serde_json::Value {
     let files = dir.join("files");
     std::fs::create_dir_all(&files).expect("mkdir");
     std::fs::write(files.join("weights.bin"), asset).expect("asset");
@@ -73,7 +85,8 @@ fn publish(app: &TestApp, model: &str, asset: &[u8], dir: &Path) -> serde_json::
         .arg(&release)
         .arg("--files")
         .arg(&files)
-        .args(["--server", &app.url(), "--token", ADMIN_TOKEN, "--json"])
+        .args(["--server", server, "--token", ADMIN_TOKEN, "--json"])
+        .envs(env.iter().copied())
         .output()
         .expect("ferry publish");
     assert!(
@@ -233,6 +246,17 @@ fn an_encoding_that_is_not_the_blob_is_refused_and_a_damaged_one_never_reaches_a
         put_encoding(&app, &digest, &good[..good.len() / 2]),
         (400, "request_malformed".into())
     );
+    // Anything after the frame (devices would be served it).
+    for tail in [&b"junk"[..], &noise(200 << 10, 5)] {
+        let mut longer = good.clone();
+        longer.extend_from_slice(tail);
+        assert_eq!(
+            put_encoding(&app, &digest, &longer),
+            (400, "request_malformed".into()),
+            "{} bytes after the frame",
+            tail.len()
+        );
+    }
     let stored = app
         .store_dir()
         .join("encoded/grouped-zstd/sha256")
@@ -343,4 +367,131 @@ fn varnish_caches_encoded_and_plain_answers_apart() {
         "e3 got the encoding: {to_e3} bytes"
     );
     cdn.counter_at_least("MAIN.cache_hit", hits + 2);
+}
+
+#[test]
+fn publishing_goes_on_without_the_encoding_when_it_cannot_be_made() {
+    let app = TestApp::start();
+    let dir = tempfile::tempdir().expect("tmp");
+    let asset = weights(1 << 18, 17);
+    // No temporary file can be made: a warning, and the release is published.
+    let report = publish_with(
+        &app,
+        &app.url(),
+        "warned",
+        &asset,
+        dir.path(),
+        &[("TMPDIR", "/nonexistent/ferry-tmp")],
+    );
+    assert_eq!(report["state"], "published", "{report}");
+    let c = compressed_of(&report, &Sha256Digest::of(&asset));
+    assert_eq!(c["encoding"], serde_json::Value::Null, "{report}");
+    assert!(
+        c["error"].as_str().is_some_and(|e| e.contains("TMPDIR")),
+        "{report}"
+    );
+    let m = client(&app.url(), &app, &dir.path().join("d1"), true)
+        .load("warned", &device("warned-1"))
+        .expect("loads the plain file");
+    assert_eq!(asset_of(&m), asset);
+    // Running it again adds the encoding.
+    let again = publish(&app, "warned", &asset, dir.path());
+    assert_eq!(again["state"], "identical");
+    assert_eq!(
+        compressed_of(&again, &Sha256Digest::of(&asset))["uploaded"],
+        true
+    );
+}
+
+/// `GET` (or `HEAD`) of blob `digest` at `server` asking for the encoding: whether it came
+/// encoded, and the body decoded when it did (as it is otherwise).
+fn fetch_encoded(server: &str, digest: &Sha256Digest, head: bool) -> (bool, Vec<u8>) {
+    let url = format!("{server}/v1/blobs/sha256/{}", digest.to_hex());
+    let agent = ureq::Agent::new_with_defaults();
+    let mut resp = if head {
+        agent
+            .head(&url)
+            .header("accept-encoding", ferry_fs::grouped::CODING)
+            .call()
+    } else {
+        agent
+            .get(&url)
+            .header("accept-encoding", ferry_fs::grouped::CODING)
+            .call()
+    }
+    .expect("blob");
+    let coded = resp
+        .headers()
+        .get("content-encoding")
+        .is_some_and(|v| v == ferry_fs::grouped::CODING);
+    if head {
+        return (coded, Vec::new());
+    }
+    let mut body = resp.body_mut().with_config().limit(64 << 20).reader();
+    let mut out = Vec::new();
+    if coded {
+        use std::io::Read as _;
+        ferry_fs::grouped::Decoder::new(std::io::BufReader::new(body))
+            .and_then(|mut d| d.read_to_end(&mut out))
+            .expect("decodes");
+    } else {
+        std::io::copy(&mut body, &mut out).expect("body");
+    }
+    (coded, out)
+}
+
+#[test]
+fn three_replicas_on_s3_serve_the_encoding_one_of_them_stored_and_so_does_a_restarted_one() {
+    let moto = ferry_tests::moto::Moto::start("ferry-encoded");
+    let storage = moto.storage("ferry-encoded");
+    let s = storage.clone();
+    let app = TestApp::start_with(ferry_tests::app::Options {
+        demo: false,
+        keys: None,
+        store: None,
+        tweak: Some(Box::new(move |c| c.storage = s)),
+    });
+    let mut replicas: Vec<_> = (0..2).map(|_| app.replica(Some(storage.clone()))).collect();
+    let dir = tempfile::tempdir().expect("tmp");
+    let asset = weights(1 << 20, 23);
+    let digest = Sha256Digest::of(&asset);
+    // Published through the second replica.
+    let report = publish_with(&app, &replicas[0].url(), "spread", &asset, dir.path(), &[]);
+    assert_eq!(
+        compressed_of(&report, &digest)["uploaded"],
+        true,
+        "{report}"
+    );
+    let urls = |replicas: &[ferry_server::app::startup::RunningServer]| {
+        std::iter::once(app.url())
+            .chain(replicas.iter().map(|r| r.url()))
+            .collect::<Vec<_>>()
+    };
+    for url in urls(&replicas) {
+        assert_eq!(
+            fetch_encoded(&url, &digest, false),
+            (true, asset.clone()),
+            "{url}"
+        );
+        assert!(fetch_encoded(&url, &digest, true).0, "HEAD at {url}");
+    }
+    // A device on the third replica (which learns of the release from the store).
+    let c = client(&replicas[1].url(), &app, &dir.path().join("d1"), true);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let m = loop {
+        match c.load("spread", &device("spread-1")) {
+            Ok(m) => break m,
+            Err(e) if std::time::Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            Err(e) => panic!("the third replica never served the release: {e}"),
+        }
+    };
+    assert_eq!(asset_of(&m), asset);
+    // A replica started again serves the encoding from the store.
+    replicas.pop();
+    replicas.push(app.replica(Some(storage.clone())));
+    let restarted = replicas[1].url();
+    assert_eq!(fetch_encoded(&restarted, &digest, false), (true, asset));
 }
