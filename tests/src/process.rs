@@ -19,7 +19,8 @@ pub struct ServerProcess {
 impl ServerProcess {
     /// Starts `bin` (the tests' `env!("CARGO_BIN_EXE_serve-child")`) as `ferry serve` on
     /// `data`, on a free loopback port unless `args` name one, with `args` added (`--demo`,
-    /// `--config FILE`, `--listen ADDR`); returns once it listens. The admin token is
+    /// `--config FILE`, `--listen ADDR`, `--mirror-of URL --trust FILE`); returns once it
+    /// listens. The admin token is
     /// [`ADMIN_TOKEN`].
     pub fn start(bin: &str, data: &Path, args: &[&str]) -> ServerProcess {
         let mut cmd = Command::new(bin);
@@ -43,8 +44,14 @@ impl ServerProcess {
                 let _ = child.kill();
                 panic!("the server exited before listening:\n{}", said.join("\n"));
             };
-            if let Some(rest) = line.strip_prefix("ferry: listening on ") {
-                break rest.split_whitespace().next().expect("url").to_string();
+            // `ferry: listening on URL (...)`, or a mirror's `ferry: site mirror of ORIGIN
+            // listening on URL, ...`.
+            if let Some((_, rest)) = line
+                .strip_prefix("ferry: ")
+                .and_then(|l| l.split_once("listening on "))
+            {
+                let url = rest.split_whitespace().next().expect("url");
+                break url.trim_end_matches(',').to_string();
             }
             said.push(line);
         };

@@ -41,6 +41,8 @@ pub struct QueueCounts {
     pub forwarded: AtomicU64,
     /// Batches the origin refused (dropped).
     pub dropped: AtomicU64,
+    /// Events of forwarded batches the origin refused one by one (its answer's `rejected`).
+    pub rejected_events: AtomicU64,
 }
 
 /// What is queued, in memory (the folder is read once, at open).
@@ -197,9 +199,13 @@ impl Queue {
             };
             let path = self.path_of(n);
             match self.send(&origin, &agent, &path) {
-                Sent::Taken => {
+                Sent::Taken(rejected) => {
                     contact.reached();
                     self.counts.forwarded.fetch_add(1, Ordering::Relaxed);
+                    if let Some((n, first)) = rejected {
+                        self.counts.rejected_events.fetch_add(n, Ordering::Relaxed);
+                        tracing::warn!(batch = %path.display(), "the origin took a queued telemetry batch but refused {n} of its events, the first: {first}");
+                    }
                     self.pop(n);
                     pause = Duration::from_millis(250);
                 }
@@ -240,8 +246,8 @@ impl Queue {
             req = req.header(ferry_shared::wire::protocol::PROTOCOL_HEADER, p);
         }
         match req.send(q.body.as_bytes()) {
-            Ok(resp) => match resp.status().as_u16() {
-                200..=299 => Sent::Taken,
+            Ok(mut resp) => match resp.status().as_u16() {
+                200..=299 => Sent::Taken(refused_events(&mut resp)),
                 408 | 429 | 500..=599 => Sent::Later(format!("HTTP {}", resp.status())),
                 s => Sent::Refused(format!("HTTP {s}")),
             },
@@ -250,8 +256,30 @@ impl Queue {
     }
 }
 
+/// How many events of a taken batch the origin refused, and the first one's code and reason.
+fn refused_events(resp: &mut ureq::http::Response<ureq::Body>) -> Option<(u64, String)> {
+    let text = resp
+        .body_mut()
+        .with_config()
+        .limit(1 << 20)
+        .read_to_string()
+        .ok()?;
+    let answer: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let rejected = answer["rejected"].as_array().filter(|r| !r.is_empty())?;
+    let first = &rejected[0];
+    Some((
+        rejected.len() as u64,
+        format!(
+            "{} ({})",
+            first["code"].as_str().unwrap_or("?"),
+            first["message"].as_str().unwrap_or("")
+        ),
+    ))
+}
+
 enum Sent {
-    Taken,
+    /// Taken, with the events it refused one by one (how many, the first's reason).
+    Taken(Option<(u64, String)>),
     Refused(String),
     Later(String),
 }

@@ -437,6 +437,7 @@ async fn metrics(req: HttpRequest, m: web::Data<Arc<Mirror>>) -> Result<HttpResp
          # TYPE ferry_mirror_held_bytes gauge\nferry_mirror_held_bytes {}\n\
          # TYPE ferry_mirror_queue_batches gauge\nferry_mirror_queue_batches {}\n\
          # TYPE ferry_mirror_forwarded_batches counter\nferry_mirror_forwarded_batches_total {}\n\
+         # TYPE ferry_mirror_rejected_events counter\nferry_mirror_rejected_events_total {}\n\
          # TYPE ferry_mirror_origin_up gauge\nferry_mirror_origin_up {}\n# EOF\n",
         n("hits"),
         n("misses"),
@@ -445,6 +446,7 @@ async fn metrics(req: HttpRequest, m: web::Data<Arc<Mirror>>) -> Result<HttpResp
         s["held"]["bytes"].as_u64().unwrap_or(0),
         s["queue"]["batches"].as_u64().unwrap_or(0),
         s["queue"]["forwarded"].as_u64().unwrap_or(0),
+        s["queue"]["rejected_events"].as_u64().unwrap_or(0),
         u8::from(s["origin_up"].as_bool().unwrap_or(false)),
     );
     Ok(HttpResponse::Ok()

@@ -266,6 +266,7 @@ impl Mirror {
                 "bytes": queued_bytes,
                 "forwarded": self.queue.counts.forwarded.load(Ordering::Relaxed),
                 "dropped": self.queue.counts.dropped.load(Ordering::Relaxed),
+                "rejected_events": self.queue.counts.rejected_events.load(Ordering::Relaxed),
             },
         })
     }

@@ -48,7 +48,7 @@ fn state(m: &RunningMirror) -> serde_json::Value {
 }
 
 /// The raw log's `kind = 'load'` events of `install`, as DuckDB reads them.
-fn loads_of(origin: &TestApp, install: &str) -> usize {
+pub(crate) fn loads_of(origin: &TestApp, install: &str) -> usize {
     let table = ferry_tests::duckdb::events_table(&origin.store_dir());
     if !origin
         .stored_files()
