@@ -27,22 +27,9 @@ cargo build --release -q -p ferry-server --manifest-path "$root/Cargo.toml"
 cargo build --release -q -p ferry-client --example prefetch --manifest-path "$root/Cargo.toml"
 bin="$root/target/release"
 token=bench-admin-token-0123456789
-work=$(mktemp -d "$root/target/bench-compressed.XXXXXX")
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-wait_ready() { # $1: url, $2: log
-  for _ in $(seq 300); do curl -sf "$1/healthz" >/dev/null && return; sleep 0.1; done
-  echo "did not start: $(cat "$2")" >&2
-  exit 1
-}
+BENCH_NAME=compressed
+# shellcheck source=bench/common.sh
+. "$root/bench/common.sh"
 
 port=$(free_port)
 origin="http://127.0.0.1:$port"
@@ -84,19 +71,15 @@ python3 "$root/bench/throttle.py" "$uplink_port" "$port" "$rate" 2>"$work/thrott
 pids+=($!)
 wait_ready "http://127.0.0.1:$uplink_port" "$work/throttle.log"
 
-served() {
-  curl -sf -H "authorization: Bearer $token" "$origin/metrics" |
-    awk '$1 == "ferry_blob_bytes_served_total" {printf "%.0f\n", $2}'
-}
 one() { # $1: server URL, $2: extra flag -> "bytes ms"
   local cache="$work/cache" b0 t0
   rm -rf "$cache"
-  b0=$(served)
+  b0=$(served "$origin" "$token")
   t0=$(date +%s%N)
   # shellcheck disable=SC2086
   "$bin/examples/prefetch" --server "$1" --model packed --trust "$work/origin/keys/trust.json" \
     --cache "$cache" $2 >/dev/null
-  echo "$(( $(served) - b0 )) $(( ($(date +%s%N) - t0) / 1000000 ))"
+  echo "$(( $(served "$origin" "$token") - b0 )) $(( ($(date +%s%N) - t0) / 1000000 ))"
 }
 for link in loopback throttled; do
   url=$origin

@@ -28,22 +28,9 @@ cargo build --release -q -p ferry-server --manifest-path "$root/Cargo.toml"
 cargo build --release -q -p ferry-client --example prefetch --manifest-path "$root/Cargo.toml"
 bin="$root/target/release"
 token=bench-admin-token-0123456789
-work=$(mktemp -d "$root/target/bench-mirror.XXXXXX")
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-wait_ready() { # $1: url, $2: log
-  for _ in $(seq 300); do curl -sf "$1/healthz" >/dev/null && return; sleep 0.1; done
-  echo "did not start: $(cat "$2")" >&2
-  exit 1
-}
+BENCH_NAME=mirror
+# shellcheck source=bench/common.sh
+. "$root/bench/common.sh"
 
 # The origin, with the model: the portable MLP and an incompressible asset.
 port=$(free_port)
@@ -89,10 +76,6 @@ FERRY_ADMIN_TOKEN=$token FERRY_LOG=warn "$bin/ferry" serve --mirror-of "$uplink"
 pids+=($!)
 wait_ready "$mirror" "$work/mirror.log"
 
-served() { # the origin's blob bytes sent so far
-  curl -sf -H "authorization: Bearer $token" "$origin/metrics" |
-    awk '$1 == "ferry_blob_bytes_served_total" {printf "%.0f\n", $2}'
-}
 fleet() { # $1: server URL the devices use, $2: label -> prints one time (ms) per device
   local i
   rm -rf "$work/devices-$2"
@@ -116,11 +99,11 @@ print(f"RESULT {label} {origin_bytes} {statistics.median(times)} {p95} {times[-1
 PY
 }
 echo "$devices devices, $concurrency at a time, a $mib MiB asset, uplink $((rate >> 20)) MiB/s" >&2
-b0=$(served)
+b0=$(served "$origin" "$token")
 direct=$(fleet "$uplink" direct)
-b1=$(served)
+b1=$(served "$origin" "$token")
 site=$(fleet "$mirror" mirror)
-b2=$(served)
+b2=$(served "$origin" "$token")
 # shellcheck disable=SC2086
 summary direct $((b1 - b0)) $direct | tee "$work/direct.txt"
 # shellcheck disable=SC2086

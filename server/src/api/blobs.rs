@@ -353,6 +353,36 @@ fn pieces(whole: Bytes) -> impl futures_util::Stream<Item = Result<Bytes, std::i
     )
 }
 
+/// One of the server's upload slots (`limits.max_concurrent_uploads`; 429 when all are in
+/// use), and whether an upload over a stored object checks it first (the local store) or
+/// trusts it (object stores, whose writes are all-or-nothing).
+fn upload_slot(
+    state: &AppState,
+) -> Result<
+    (
+        tokio::sync::SemaphorePermit<'_>,
+        crate::release::publish::ExistingBlob,
+    ),
+    ApiError,
+> {
+    let Ok(slot) = state.upload_slots().try_acquire() else {
+        return Err(ApiError::new(
+            ErrorCode::RateLimited,
+            format!(
+                "{} blob uploads are running (limits.max_concurrent_uploads); retry when one ends",
+                state.config().limits.max_concurrent_uploads
+            ),
+        ));
+    };
+    let existing = match state.config().storage {
+        crate::storage::config::StorageConfig::Local => {
+            crate::release::publish::ExistingBlob::Verify
+        }
+        _ => crate::release::publish::ExistingBlob::Trust,
+    };
+    Ok((slot, existing))
+}
+
 pub(crate) async fn put_blob_handler(
     req: HttpRequest,
     state: web::Data<AppState>,
@@ -374,21 +404,7 @@ pub(crate) async fn put_blob_handler(
             format!("blob is {len} bytes; the limit is {max}"),
         ));
     }
-    let Ok(_slot) = state.upload_slots().try_acquire() else {
-        return Err(ApiError::new(
-            ErrorCode::RateLimited,
-            format!(
-                "{} blob uploads are running (limits.max_concurrent_uploads); retry when one ends",
-                state.config().limits.max_concurrent_uploads
-            ),
-        ));
-    };
-    let existing = match state.config().storage {
-        crate::storage::config::StorageConfig::Local => {
-            crate::release::publish::ExistingBlob::Verify
-        }
-        _ => crate::release::publish::ExistingBlob::Trust,
-    };
+    let (_slot, existing) = upload_slot(&state)?;
     let outcome = put_blob(
         state.store(),
         &digest,
@@ -420,21 +436,7 @@ pub(crate) async fn put_grouped_zstd_handler(
 ) -> Result<HttpResponse, ApiError> {
     let caller = authorize(&req, &state.config().tokens, Scope::Publish)?;
     let digest = parse_digest(&hex)?;
-    let Ok(_slot) = state.upload_slots().try_acquire() else {
-        return Err(ApiError::new(
-            ErrorCode::RateLimited,
-            format!(
-                "{} blob uploads are running (limits.max_concurrent_uploads); retry when one ends",
-                state.config().limits.max_concurrent_uploads
-            ),
-        ));
-    };
-    let existing = match state.config().storage {
-        crate::storage::config::StorageConfig::Local => {
-            crate::release::publish::ExistingBlob::Verify
-        }
-        _ => crate::release::publish::ExistingBlob::Trust,
-    };
+    let (_slot, existing) = upload_slot(&state)?;
     let outcome = crate::release::publish::encoded::put_grouped_zstd(
         state.store(),
         &digest,

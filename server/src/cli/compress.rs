@@ -11,7 +11,7 @@ use ferry_fs::grouped::CODING;
 use ferry_shared::Sha256Digest;
 
 use super::bars::{Progress, upload_bar};
-use super::remote::http_error;
+use super::remote::{content_length, http_error};
 
 /// An encoding is uploaded only when it is at most this share of the file (in percent): a
 /// smaller saving is not worth a second copy on the store and CDNs.
@@ -77,11 +77,7 @@ fn try_ensure(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.eq_ignore_ascii_case(CODING));
     if head.status() == 200 && held {
-        let size = head
-            .headers()
-            .get("content-length")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
+        let size = content_length(&head);
         say(format!(
             "{}: its {CODING} encoding is already on the server",
             file.id

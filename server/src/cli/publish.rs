@@ -10,7 +10,7 @@ use ferry_shared::manifest::ReleaseManifest;
 use ferry_shared::trust::dsse::Envelope;
 
 use super::bars::{Progress, upload_bar};
-use super::remote::{http_agent, http_error};
+use super::remote::{content_length, http_agent, http_error};
 
 /// How `ferry publish` reports and what it uploads besides the files.
 #[derive(Debug, Clone, Copy)]
@@ -270,11 +270,7 @@ fn upload_files(
             .head(&url)
             .call()
             .with_context(|| format!("cannot reach {server}"))?;
-        let stored_size = head
-            .headers()
-            .get("content-length")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
+        let stored_size = content_length(&head);
         if head.status() == 200 && stored_size == Some(*size) {
             say(format!(
                 "{id}: blob {} already on the server",

@@ -202,6 +202,14 @@ impl std::error::Error for Refusal {}
 
 /// Turns a non-2xx response into a [`Refusal`] quoting the server's `{code, message,
 /// request_id}`.
+/// An answer's `Content-Length`, when it has a valid one.
+pub(crate) fn content_length<B>(resp: &ureq::http::Response<B>) -> Option<u64> {
+    resp.headers()
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+}
+
 pub(crate) fn http_error(what: &str, mut resp: ureq::http::Response<ureq::Body>) -> anyhow::Error {
     let status = resp.status().as_u16();
     let text = resp
