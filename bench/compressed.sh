@@ -67,7 +67,9 @@ for b in json.load(open(sys.argv[1]))["blobs"]:
 PY
 
 uplink_port=$(free_port)
-python3 "$root/bench/throttle.py" "$uplink_port" "$port" "$rate" 2>"$work/throttle.log" &
+# No burst reserve: the download that runs first after a pause would otherwise get a second of
+# the rate for free.
+python3 "$root/bench/throttle.py" "$uplink_port" "$port" "$rate" 0.01 2>"$work/throttle.log" &
 pids+=($!)
 wait_ready "http://127.0.0.1:$uplink_port" "$work/throttle.log"
 

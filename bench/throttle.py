@@ -3,7 +3,8 @@
 connections share one token bucket of RATE bytes a second (in both directions together), as a
 thin link shares its bandwidth among everyone behind it. Stdlib only.
 
-Usage: throttle.py LISTEN_PORT UPSTREAM_PORT RATE_BYTES_PER_SECOND"""
+Usage: throttle.py LISTEN_PORT UPSTREAM_PORT RATE_BYTES_PER_SECOND [RESERVE_SECONDS]
+(RESERVE_SECONDS: how many seconds of the rate an idle link saves up for a burst; default 1)"""
 
 import asyncio
 import sys
@@ -13,11 +14,12 @@ CHUNK = 16 << 10
 
 
 class Bucket:
-    """RATE bytes a second, at most one second's worth in reserve."""
+    """RATE bytes a second, at most RESERVE seconds' worth saved up."""
 
-    def __init__(self, rate: int) -> None:
+    def __init__(self, rate: int, reserve: float = 1.0) -> None:
         self.rate = rate
-        self.tokens = float(rate)
+        self.cap = max(float(CHUNK), rate * reserve)
+        self.tokens = self.cap
         self.last = time.monotonic()
         self.lock = asyncio.Lock()
 
@@ -25,7 +27,7 @@ class Bucket:
         async with self.lock:
             while True:
                 now = time.monotonic()
-                self.tokens = min(self.rate, self.tokens + (now - self.last) * self.rate)
+                self.tokens = min(self.cap, self.tokens + (now - self.last) * self.rate)
                 self.last = now
                 if self.tokens >= n:
                     self.tokens -= n
@@ -53,7 +55,8 @@ async def pipe(reader, writer, bucket: Bucket) -> None:
 
 async def main() -> None:
     listen, upstream, rate = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-    bucket = Bucket(rate)
+    reserve = float(sys.argv[4]) if len(sys.argv) > 4 else 1.0
+    bucket = Bucket(rate, reserve)
 
     async def handle(r, w):
         try:
