@@ -212,7 +212,8 @@ pub unsafe extern "C" fn ferry_client_new(
 /// telemetry from a background thread), `time_runs` (default true), `storage_headroom_bytes`
 /// (free space a download must leave on the cache's filesystem, at most 1 TiB; default 64 MiB),
 /// `delta_updates` (build files from cached chunks and fetch only the missing ones; default
-/// true) and `reverify_after_secs` (how old a cached file's last whole hash may be before a
+/// true), `compressed_downloads` (ask for whole files in the ferry-grouped-zstd encoding,
+/// decoded and checked on the device; default true) and `reverify_after_secs` (how old a cached file's last whole hash may be before a
 /// load has it hashed again in the background, 0 to ten years; default a day; see
 /// docs/client.md, "Verify once"). A key or value out of range is `FERRY_ERR_CONFIG` with
 /// `config_invalid`.

@@ -37,6 +37,8 @@ pub(super) struct ClientOptionsJson {
     #[serde(default)]
     delta_updates: Option<bool>,
     #[serde(default)]
+    compressed_downloads: Option<bool>,
+    #[serde(default)]
     reverify_after_secs: Option<u64>,
 }
 
@@ -67,6 +69,7 @@ pub(super) struct ClientOptions {
     time_runs: Option<bool>,
     headroom: Option<u64>,
     delta: Option<bool>,
+    compressed: Option<bool>,
     reverify: Option<Duration>,
 }
 
@@ -140,6 +143,7 @@ impl ClientOptionsJson {
             time_runs: self.time_runs,
             headroom: self.storage_headroom_bytes,
             delta: self.delta_updates,
+            compressed: self.compressed_downloads,
             reverify: self.reverify_after_secs.map(Duration::from_secs),
         })
     }
@@ -172,11 +176,12 @@ impl ClientOptions {
         if let Some(d) = self.reverify {
             b = b.reverify_after(d);
         }
-        if self.headroom.is_some() || self.delta.is_some() {
+        if self.headroom.is_some() || self.delta.is_some() || self.compressed.is_some() {
             let defaults = crate::DownloadLimits::default();
             b = b.download_limits(crate::DownloadLimits {
                 headroom: self.headroom.unwrap_or(defaults.headroom),
                 delta: self.delta.unwrap_or(defaults.delta),
+                compressed: self.compressed.unwrap_or(defaults.compressed),
                 ..defaults
             });
         }
@@ -208,6 +213,8 @@ mod tests {
         );
         let o = check(r#"{"storage_headroom_bytes": 0, "delta_updates": false}"#).expect("valid");
         assert_eq!((o.headroom, o.delta), (Some(0), Some(false)));
+        let o = check(r#"{"compressed_downloads": false}"#).expect("valid");
+        assert_eq!(o.compressed, Some(false));
         let o = check(r#"{"reverify_after_secs": 0}"#).expect("valid");
         assert_eq!(o.reverify, Some(Duration::ZERO));
         for (bad, why) in [
@@ -232,6 +239,7 @@ mod tests {
                 "storage_headroom_bytes must be",
             ),
             (r#"{"delta_updates": "yes"}"#, "invalid type"),
+            (r#"{"compressed_downloads": 1}"#, "invalid type"),
             (
                 r#"{"reverify_after_secs": 400000000}"#,
                 "reverify_after_secs must be",

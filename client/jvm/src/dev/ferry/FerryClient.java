@@ -35,7 +35,8 @@ public final class FerryClient implements AutoCloseable {
      * {@code root_certificates_file} or {@code root_certificates_pem} (a fleet's private CA for
      * HTTPS), {@code connect_timeout_ms}, {@code response_timeout_ms}, {@code method},
      * {@code max_telemetry_events}, {@code telemetry_autosend}, {@code time_runs},
-     * {@code storage_headroom_bytes}, {@code delta_updates}, {@code reverify_after_secs}; see
+     * {@code storage_headroom_bytes}, {@code delta_updates}, {@code compressed_downloads},
+     * {@code reverify_after_secs}; see
      * {@code ferry_client_new_with} in {@code ferry.h}. Bad options throw {@code config_invalid}.
      */
     public FerryClient(
