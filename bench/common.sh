@@ -1,7 +1,7 @@
 # Shared by the benchmark scripts that start ferry servers of their own (bench/mirror.sh,
 # bench/compressed.sh): sourced, not run. Sets `work` (a fresh folder under target/, removed on
-# exit with every process whose pid is added to `pids`) and defines free_port, wait_ready and
-# served. Needs `root` set to the repository.
+# exit with every process whose pid is added to `pids`) and defines free_port, wait_ready,
+# served and start_origin. Needs `root` set to the repository.
 
 work=$(mktemp -d "$root/target/bench-${BENCH_NAME:-bench}.XXXXXX")
 pids=()
@@ -25,4 +25,13 @@ wait_ready() { # $1: url, $2: log
 served() { # $1: server URL, $2: a token with the read scope -> the blob bytes it sent so far
   curl -sf -H "authorization: Bearer $2" "$1/metrics" |
     awk '$1 == "ferry_blob_bytes_served_total" {printf "%.0f\n", $2}'
+}
+
+start_origin() { # `ferry serve --demo` ($bin, $token set) on a free port: sets port and origin
+  port=$(free_port)
+  origin="http://127.0.0.1:$port"
+  FERRY_ADMIN_TOKEN=$token FERRY_LOG=warn "$bin/ferry" serve --demo --data "$work/origin" \
+    --listen "127.0.0.1:$port" 2>"$work/origin.log" &
+  pids+=($!)
+  wait_ready "$origin" "$work/origin.log"
 }

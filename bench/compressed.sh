@@ -31,12 +31,7 @@ BENCH_NAME=compressed
 # shellcheck source=bench/common.sh
 . "$root/bench/common.sh"
 
-port=$(free_port)
-origin="http://127.0.0.1:$port"
-FERRY_ADMIN_TOKEN=$token FERRY_LOG=warn "$bin/ferry" serve --demo --data "$work/origin" \
-  --listen "127.0.0.1:$port" 2>"$work/origin.log" &
-pids+=($!)
-wait_ready "$origin" "$work/origin.log"
+start_origin
 mkdir -p "$work/model"
 ln -s "$file" "$work/model/model.pte"
 cat >"$work/model/VARIANTS.toml" <<TOML

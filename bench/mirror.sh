@@ -33,12 +33,7 @@ BENCH_NAME=mirror
 . "$root/bench/common.sh"
 
 # The origin, with the model: the portable MLP and an incompressible asset.
-port=$(free_port)
-origin="http://127.0.0.1:$port"
-FERRY_ADMIN_TOKEN=$token FERRY_LOG=warn "$bin/ferry" serve --demo --data "$work/origin" \
-  --listen "127.0.0.1:$port" 2>"$work/origin.log" &
-pids+=($!)
-wait_ready "$origin" "$work/origin.log"
+start_origin
 mkdir -p "$work/model"
 cp "$root/tests/fixtures/pte/mlp-v1-portable.pte" "$work/model/model.pte"
 head -c "$((mib << 20))" /dev/urandom >"$work/model/weights.bin"
