@@ -359,9 +359,15 @@ impl RunningServer {
         format!("{scheme}://{}", self.addr)
     }
 
-    /// Stops the server and waits for its thread.
+    /// Stops the server and waits for its thread, then (at most 2 s) for its connections to
+    /// close: a forced stop does not wait for the workers, and until each has taken its stop,
+    /// a connection it holds (a client's pooled keep-alive connection) is still answered.
     pub fn stop(mut self) {
         self.serving.stop();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while self.state.connections().addresses() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 }
 
