@@ -90,6 +90,15 @@ impl Default for DownloadLimits {
     }
 }
 
+/// What a finished download got in the `ferry-grouped-zstd` encoding.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Fetched {
+    /// The file's bytes that came encoded (the rest came as they are).
+    pub encoded_bytes: u64,
+    /// Encoded answers that did not decode to the signed bytes and were dropped.
+    pub encoding_failures: u32,
+}
+
 /// What to do with a response to a (possibly ranged) request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
@@ -244,6 +253,21 @@ fn rejected(url: &str, status: u16, why: &str) -> ClientError {
     }
 }
 
+/// Refuses a file over `limits.max_bytes`; makes the part file's folder.
+fn prepare(part: &Path, wanted: Wanted<'_>, limits: &DownloadLimits) -> Result<(), ClientError> {
+    if wanted.size > limits.max_bytes {
+        return Err(ClientError::TooLarge {
+            variant: wanted.id.to_string(),
+            size: wanted.size,
+            limit: limits.max_bytes,
+        });
+    }
+    if let Some(dir) = part.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| ClientError::io(dir, e))?;
+    }
+    Ok(())
+}
+
 /// The error for a whole download that hashes to `actual`, not the signed digest.
 fn mismatch(wanted: Wanted<'_>, actual: Sha256Digest) -> ClientError {
     ClientError::HashMismatch {
@@ -255,7 +279,7 @@ fn mismatch(wanted: Wanted<'_>, actual: Sha256Digest) -> ClientError {
 
 /// Downloads the `wanted` blob from `url` into `part` until the file is complete and its
 /// SHA-256 equals the signed digest. On success `part` holds exactly the signed bytes (synced
-/// to disk); the caller moves it into the cache.
+/// to disk); the caller moves it into the cache. Says what came encoded.
 pub fn fetch(
     agent: &ureq::Agent,
     url: &str,
@@ -263,24 +287,15 @@ pub fn fetch(
     wanted: Wanted<'_>,
     limits: &DownloadLimits,
     progress: Option<&ProgressFn>,
-) -> Result<(), ClientError> {
-    let size = wanted.size;
-    let id = wanted.id;
-    if size > limits.max_bytes {
-        return Err(ClientError::TooLarge {
-            variant: id.to_string(),
-            size,
-            limit: limits.max_bytes,
-        });
-    }
-    if let Some(dir) = part.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| ClientError::io(dir, e))?;
-    }
+) -> Result<Fetched, ClientError> {
+    let (size, id) = (wanted.size, wanted.id);
+    prepare(part, wanted, limits)?;
     let mut failures = 0u32;
     let mut last_problem = String::new();
     let mut restarted_after_mismatch = false;
     // Off for the rest of this download once an encoded answer failed to decode to the file.
     let mut encoded = limits.compressed;
+    let mut got_encoded = Fetched::default();
     loop {
         if failures > limits.retries {
             return Err(ClientError::Network {
@@ -299,9 +314,10 @@ pub fn fetch(
         if have == size {
             let digest = Sha256Digest::from_bytes(hash_prefix(part, size)?.finalize().into());
             if digest == wanted.sha256 {
-                return Ok(());
+                return Ok(got_encoded);
             }
             truncate(part)?;
+            got_encoded.encoded_bytes = 0;
             if restarted_after_mismatch {
                 return Err(mismatch(wanted, digest));
             }
@@ -341,6 +357,8 @@ pub fn fetch(
             // Only a whole file that was asked for comes encoded.
             truncate(part)?;
             encoded = false;
+            got_encoded.encoded_bytes = 0;
+            got_encoded.encoding_failures += 1;
             failures += 1;
             last_problem = format!("an encoded answer (HTTP {status}) to a request for bytes");
             continue;
@@ -388,12 +406,19 @@ pub fn fetch(
             Received::Whole(digest) => digest,
             Received::Short(why) => {
                 // Keep what arrived: the next attempt resumes from here.
+                if coded {
+                    got_encoded.encoded_bytes = part_len(part);
+                }
                 failures += 1;
                 last_problem = why;
                 continue;
             }
             Received::Undecodable(why) => {
                 // The encoding is bad, not the connection: the file comes as it is next time.
+                if why.1 {
+                    got_encoded.encoded_bytes = 0;
+                    got_encoded.encoding_failures += 1;
+                }
                 encoded &= !why.1;
                 failures += 1;
                 last_problem = why.0;
@@ -402,11 +427,16 @@ pub fn fetch(
         };
         if digest == wanted.sha256 {
             let _ = std::fs::remove_file(etag_path(part));
-            return Ok(());
+            if coded {
+                got_encoded.encoded_bytes = size;
+            }
+            return Ok(got_encoded);
         }
         truncate(part)?;
+        got_encoded.encoded_bytes = 0;
         if coded {
             // An encoding that decodes to other bytes: once more, as the file is.
+            got_encoded.encoding_failures += 1;
             encoded = false;
             failures += 1;
             last_problem = format!("the encoded answer decodes to sha256 {digest}");

@@ -85,6 +85,8 @@ impl Tally {
                     bytes: 0,
                     failures: 0,
                     error: None,
+                    encoded_bytes: 0,
+                    encoding_failures: 0,
                 });
                 self.0.len() - 1
             }
@@ -97,6 +99,19 @@ impl Tally {
         if let Some(s) = &route.source {
             let u = self.entry(s);
             u.bytes = u.bytes.saturating_add(bytes);
+        }
+    }
+
+    /// What `route`'s answers in the `ferry-grouped-zstd` encoding came to.
+    pub(crate) fn encoded(&mut self, route: &Route, fetched: download::Fetched) {
+        if let Some(s) = &route.source
+            && fetched != download::Fetched::default()
+        {
+            let u = self.entry(s);
+            u.encoded_bytes = u.encoded_bytes.saturating_add(fetched.encoded_bytes);
+            u.encoding_failures = u
+                .encoding_failures
+                .saturating_add(fetched.encoding_failures);
         }
     }
 
@@ -114,6 +129,8 @@ impl Tally {
         for o in &other.0 {
             let u = self.entry(&o.source);
             u.bytes = u.bytes.saturating_add(o.bytes);
+            u.encoded_bytes = u.encoded_bytes.saturating_add(o.encoded_bytes);
+            u.encoding_failures = u.encoding_failures.saturating_add(o.encoding_failures);
             u.failures = u.failures.saturating_add(o.failures);
             if o.error.is_some() {
                 u.error.clone_from(&o.error);
@@ -187,8 +204,9 @@ impl WholeFetch<'_> {
                 self.progress,
             );
             match got {
-                Ok(()) => {
+                Ok(fetched) => {
                     tally.served(r, self.wanted.size.saturating_sub(before));
+                    tally.encoded(r, fetched);
                     if let Some(s) = &r.source {
                         self.book.mark_good(s);
                     }
@@ -272,6 +290,13 @@ mod tests {
         t.served(&plain, 99);
         let mut more = Tally::default();
         more.served(&cdn, 5);
+        more.encoded(
+            &cdn,
+            download::Fetched {
+                encoded_bytes: 5,
+                encoding_failures: 1,
+            },
+        );
         t.merge(&more);
         assert_eq!(
             t.0,
@@ -280,6 +305,8 @@ mod tests {
                 bytes: 15,
                 failures: 1,
                 error: Some("network".into()),
+                encoded_bytes: 5,
+                encoding_failures: 1,
             }]
         );
     }

@@ -97,6 +97,18 @@ pub struct SourceUse {
     /// `size_mismatch`, `bad_response`, `server_certificate_invalid`), when it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Of `bytes`, those that came in the `ferry-grouped-zstd` encoding (counted as the file's
+    /// bytes they decoded to). Additive in v1: absent is none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub encoded_bytes: u64,
+    /// Encoded answers from it that did not decode to the signed bytes, after which the file
+    /// came as it is. Additive in v1: absent is none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub encoding_failures: u32,
+}
+
+fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
 }
 
 #[cfg(test)]

@@ -351,6 +351,8 @@ mod tests {
                 bytes: 2,
                 failures: 0,
                 error: None,
+                encoded_bytes: 0,
+                encoding_failures: 0,
             }],
         };
         let v = serde_json::to_value(&e).expect("json");

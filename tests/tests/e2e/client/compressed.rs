@@ -158,9 +158,21 @@ fn asset_of(m: &ferry_client::LoadedModel) -> Vec<u8> {
     std::fs::read(m.asset("weights.bin").expect("asset")).expect("read asset")
 }
 
+/// A server that signs its own blob route as the one source (so downloads report per source)
+/// and writes telemetry at once.
+fn sourced() -> TestApp {
+    TestApp::start_with(ferry_tests::app::Options {
+        tweak: Some(Box::new(|c| {
+            ferry_tests::fast_telemetry(c);
+            c.sources = vec!["/v1/blobs/sha256/".into()];
+        })),
+        ..Default::default()
+    })
+}
+
 #[test]
 fn ferry_publish_stores_an_encoding_and_devices_download_it_checked() {
-    let app = TestApp::start();
+    let app = sourced();
     let dir = tempfile::tempdir().expect("tmp");
     let asset = weights(1 << 20, 5); // 4 MiB
     let report = publish(&app, "packed", &asset, dir.path());
@@ -182,9 +194,8 @@ fn ferry_publish_stores_an_encoding_and_devices_download_it_checked() {
     // A device downloads the encoded files: fewer bytes leave the server, the signed bytes
     // reach the cache.
     let before = app.blob_bytes_served();
-    let m = client(&app.url(), &app, &dir.path().join("d1"), true)
-        .load("packed", &device("packed-1"))
-        .expect("loads");
+    let c1 = client(&app.url(), &app, &dir.path().join("d1"), true);
+    let m = c1.load("packed", &device("packed-1")).expect("loads");
     assert_eq!(asset_of(&m), asset);
     let sent = app.blob_bytes_served() - before;
     let program = std::fs::metadata(&m.path).expect("program").len();
@@ -193,6 +204,29 @@ fn ferry_publish_stores_an_encoding_and_devices_download_it_checked() {
         "sent {sent}; program {program}, encoded asset {encoded}"
     );
     assert!(metric(&app, "ferry_blob_grouped_zstd_answers_total") >= 1);
+    // The load report and the download event say what came encoded.
+    let used = &m.report.sources;
+    assert_eq!(used.len(), 1, "{used:?}");
+    assert_eq!(used[0].encoded_bytes, used[0].bytes, "{used:?}");
+    assert_eq!(used[0].bytes, program + asset.len() as u64, "{used:?}");
+    assert_eq!(used[0].encoding_failures, 0, "{used:?}");
+    assert!(c1.send_telemetry().sent >= 1);
+    let table = ferry_tests::duckdb::events_table(&app.store_dir());
+    ferry_tests::until("the download event's sources reached the raw log", || {
+        app.stored_files()
+            .iter()
+            .any(|f| f.starts_with("telemetry/events/"))
+            && ferry_tests::duckdb::query(&format!(
+                "SELECT sources FROM {table} WHERE kind = 'download' AND install_id = 'packed-1'"
+            ))
+            .iter()
+            .any(|r| {
+                r["sources"]
+                    .as_str()
+                    .and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok())
+                    .is_some_and(|v| v[0]["encoded_bytes"] == used[0].bytes)
+            })
+    });
 
     // A client that does not ask gets the files as they are.
     let before = app.blob_bytes_served();
@@ -205,7 +239,7 @@ fn ferry_publish_stores_an_encoding_and_devices_download_it_checked() {
 
 #[test]
 fn an_encoding_that_is_not_the_blob_is_refused_and_a_damaged_one_never_reaches_a_device() {
-    let app = TestApp::start();
+    let app = sourced();
     let dir = tempfile::tempdir().expect("tmp");
     let asset = weights(1 << 20, 9);
     let path = dir.path().join("weights.bin");
@@ -274,6 +308,9 @@ fn an_encoding_that_is_not_the_blob_is_refused_and_a_damaged_one_never_reaches_a
         .load("guarded", &device("guarded-1"))
         .expect("loads from the plain file");
     assert_eq!(asset_of(&m), asset);
+    let used = &m.report.sources;
+    assert_eq!(used[0].encoding_failures, 1, "{used:?}");
+    assert!(used[0].encoded_bytes < used[0].bytes, "{used:?}");
     assert!(
         app.blob_bytes_served() - before >= asset.len() as u64,
         "the asset came as it is after the encoding failed"
