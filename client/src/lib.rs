@@ -57,7 +57,7 @@ pub use crate::runtime::{
     MethodSignature, Program, Runtime, RuntimeError, TensorSpec, max_abs_diff,
 };
 pub use crate::telemetry::SendReport;
-pub use crate::transfer::download::{DownloadLimits, Fetched, ProgressFn};
+pub use crate::transfer::download::{DownloadLimits, ProgressFn};
 pub use crate::trust::timekeeping::{Clock, SystemClock};
 pub use crate::trust::verify::{Plan, PlannedVariant};
 pub use crate::types::{

@@ -90,13 +90,27 @@ impl Default for DownloadLimits {
     }
 }
 
-/// What a finished download got in the `ferry-grouped-zstd` encoding.
+/// What a download did, for the per-source report: how much of the part file it found there
+/// and kept, what came in the `ferry-grouped-zstd` encoding, and the encoded answers it
+/// dropped.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Fetched {
-    /// The file's bytes that came encoded (the rest came as they are).
+    /// Bytes of the part file that were there before the download and are still in it (a
+    /// resumed download's head; 0 once the file was written again from its start).
+    pub inherited: u64,
+    /// Bytes in the part file that came encoded (counted as the file bytes they decoded to).
     pub encoded_bytes: u64,
-    /// Encoded answers that did not decode to the signed bytes and were dropped.
+    /// Encoded answers that were dropped: they did not decode to the signed bytes, or came
+    /// where none was asked for (a cache that ignores `Vary` or `Range`).
     pub encoding_failures: u32,
+}
+
+impl Fetched {
+    /// The part file was emptied or is being written again from its start.
+    fn rewritten(&mut self) {
+        self.inherited = 0;
+        self.encoded_bytes = 0;
+    }
 }
 
 /// What to do with a response to a (possibly ranged) request.
@@ -268,6 +282,37 @@ fn prepare(part: &Path, wanted: Wanted<'_>, limits: &DownloadLimits) -> Result<(
     Ok(())
 }
 
+/// What the part file holds before a request.
+enum Settled {
+    /// This many bytes, fewer than the file's (a longer part was emptied).
+    Partial(u64),
+    /// The whole file, with the signed digest.
+    Complete,
+    /// The file's length with another digest (emptied now).
+    Mismatch(Sha256Digest),
+}
+
+/// Looks at the part file before a request: cuts one longer than the file, and checks one as
+/// long as the file.
+fn settle(part: &Path, wanted: Wanted<'_>, counts: &mut Fetched) -> Result<Settled, ClientError> {
+    let have = part_len(part);
+    if have > wanted.size {
+        truncate(part)?;
+        counts.rewritten();
+        return Ok(Settled::Partial(0));
+    }
+    if have < wanted.size {
+        return Ok(Settled::Partial(have));
+    }
+    let digest = Sha256Digest::from_bytes(hash_prefix(part, have)?.finalize().into());
+    if digest == wanted.sha256 {
+        return Ok(Settled::Complete);
+    }
+    truncate(part)?;
+    counts.rewritten();
+    Ok(Settled::Mismatch(digest))
+}
+
 /// The error for a whole download that hashes to `actual`, not the signed digest.
 fn mismatch(wanted: Wanted<'_>, actual: Sha256Digest) -> ClientError {
     ClientError::HashMismatch {
@@ -279,7 +324,7 @@ fn mismatch(wanted: Wanted<'_>, actual: Sha256Digest) -> ClientError {
 
 /// Downloads the `wanted` blob from `url` into `part` until the file is complete and its
 /// SHA-256 equals the signed digest. On success `part` holds exactly the signed bytes (synced
-/// to disk); the caller moves it into the cache. Says what came encoded.
+/// to disk); the caller moves it into the cache. Says what it did ([`Fetched`]).
 pub fn fetch(
     agent: &ureq::Agent,
     url: &str,
@@ -288,14 +333,31 @@ pub fn fetch(
     limits: &DownloadLimits,
     progress: Option<&ProgressFn>,
 ) -> Result<Fetched, ClientError> {
+    let mut counts = Fetched::default();
+    fetch_counting(agent, url, part, wanted, limits, progress, &mut counts).map(|()| counts)
+}
+
+/// [`fetch`], noting what it did in `counts` also when it fails.
+pub(crate) fn fetch_counting(
+    agent: &ureq::Agent,
+    url: &str,
+    part: &Path,
+    wanted: Wanted<'_>,
+    limits: &DownloadLimits,
+    progress: Option<&ProgressFn>,
+    counts: &mut Fetched,
+) -> Result<(), ClientError> {
     let (size, id) = (wanted.size, wanted.id);
     prepare(part, wanted, limits)?;
+    *counts = Fetched {
+        inherited: part_len(part),
+        ..Fetched::default()
+    };
     let mut failures = 0u32;
     let mut last_problem = String::new();
     let mut restarted_after_mismatch = false;
     // Off for the rest of this download once an encoded answer failed to decode to the file.
     let mut encoded = limits.compressed;
-    let mut got_encoded = Fetched::default();
     loop {
         if failures > limits.retries {
             return Err(ClientError::Network {
@@ -306,24 +368,15 @@ pub fn fetch(
         if failures > 0 {
             std::thread::sleep(backoff(limits, failures));
         }
-        let mut have = part_len(part);
-        if have > size {
-            truncate(part)?;
-            have = 0;
-        }
-        if have == size {
-            let digest = Sha256Digest::from_bytes(hash_prefix(part, size)?.finalize().into());
-            if digest == wanted.sha256 {
-                return Ok(got_encoded);
+        let have = match settle(part, wanted, counts)? {
+            Settled::Partial(have) => have,
+            Settled::Complete => return Ok(()),
+            Settled::Mismatch(_) if !restarted_after_mismatch => {
+                restarted_after_mismatch = true;
+                continue;
             }
-            truncate(part)?;
-            got_encoded.encoded_bytes = 0;
-            if restarted_after_mismatch {
-                return Err(mismatch(wanted, digest));
-            }
-            restarted_after_mismatch = true;
-            continue;
-        }
+            Settled::Mismatch(digest) => return Err(mismatch(wanted, digest)),
+        };
         let mut resp = match request(agent, url, part, (have, size), limits, encoded).call() {
             Ok(r) => r,
             Err(e) => {
@@ -357,8 +410,8 @@ pub fn fetch(
             // Only a whole file that was asked for comes encoded.
             truncate(part)?;
             encoded = false;
-            got_encoded.encoded_bytes = 0;
-            got_encoded.encoding_failures += 1;
+            counts.rewritten();
+            counts.encoding_failures += 1;
             failures += 1;
             last_problem = format!("an encoded answer (HTTP {status}) to a request for bytes");
             continue;
@@ -369,6 +422,7 @@ pub fn fetch(
             Reply::FromStart => false,
             Reply::Restart(why) => {
                 truncate(part)?;
+                counts.rewritten();
                 failures += 1;
                 last_problem = why;
                 continue;
@@ -380,6 +434,9 @@ pub fn fetch(
             }
             Reply::Fatal(status, why) => return Err(rejected(url, status, &why)),
         };
+        if !append {
+            counts.rewritten();
+        }
         if coded {
             // The encoded answer's validator names the encoding, not the bytes a later range
             // of the file would be resumed from.
@@ -407,7 +464,7 @@ pub fn fetch(
             Received::Short(why) => {
                 // Keep what arrived: the next attempt resumes from here.
                 if coded {
-                    got_encoded.encoded_bytes = part_len(part);
+                    counts.encoded_bytes = part_len(part);
                 }
                 failures += 1;
                 last_problem = why;
@@ -415,9 +472,10 @@ pub fn fetch(
             }
             Received::Undecodable(why) => {
                 // The encoding is bad, not the connection: the file comes as it is next time.
+                // What was written of it is gone (the part is cut back to its start).
+                counts.rewritten();
                 if why.1 {
-                    got_encoded.encoded_bytes = 0;
-                    got_encoded.encoding_failures += 1;
+                    counts.encoding_failures += 1;
                 }
                 encoded &= !why.1;
                 failures += 1;
@@ -428,15 +486,17 @@ pub fn fetch(
         if digest == wanted.sha256 {
             let _ = std::fs::remove_file(etag_path(part));
             if coded {
-                got_encoded.encoded_bytes = size;
+                counts.encoded_bytes = size;
             }
-            return Ok(got_encoded);
+            return Ok(());
         }
         truncate(part)?;
-        got_encoded.encoded_bytes = 0;
-        if coded {
-            // An encoding that decodes to other bytes: once more, as the file is.
-            got_encoded.encoding_failures += 1;
+        let had_encoded = counts.encoded_bytes > 0;
+        counts.rewritten();
+        if coded || had_encoded {
+            // An encoding that decodes to other bytes (whole, or the head of a file resumed
+            // plain): once more, as the file is.
+            counts.encoding_failures += 1;
             encoded = false;
             failures += 1;
             last_problem = format!("the encoded answer decodes to sha256 {digest}");

@@ -105,7 +105,7 @@ impl Tally {
     /// What `route`'s answers in the `ferry-grouped-zstd` encoding came to.
     pub(crate) fn encoded(&mut self, route: &Route, fetched: download::Fetched) {
         if let Some(s) = &route.source
-            && fetched != download::Fetched::default()
+            && (fetched.encoded_bytes > 0 || fetched.encoding_failures > 0)
         {
             let u = self.entry(s);
             u.encoded_bytes = u.encoded_bytes.saturating_add(fetched.encoded_bytes);
@@ -194,19 +194,22 @@ impl WholeFetch<'_> {
                 // Another source's validator means nothing to this one.
                 download::forget_validator(self.part);
             }
-            let before = download::part_len(self.part);
-            let got = download::fetch(
+            let mut counts = download::Fetched::default();
+            let got = download::fetch_counting(
                 self.agent,
                 &r.url,
                 self.part,
                 self.wanted,
                 &limits,
                 self.progress,
+                &mut counts,
             );
+            // What this route wrote that is in the part file now.
+            let kept = download::part_len(self.part).saturating_sub(counts.inherited);
             match got {
-                Ok(fetched) => {
-                    tally.served(r, self.wanted.size.saturating_sub(before));
-                    tally.encoded(r, fetched);
+                Ok(()) => {
+                    tally.served(r, self.wanted.size.saturating_sub(counts.inherited));
+                    tally.encoded(r, counts);
                     if let Some(s) = &r.source {
                         self.book.mark_good(s);
                     }
@@ -216,7 +219,8 @@ impl WholeFetch<'_> {
                     let Some(code) = source_fault(&e) else {
                         return Err(e);
                     };
-                    tally.served(r, download::part_len(self.part).saturating_sub(before));
+                    tally.served(r, kept);
+                    tally.encoded(r, counts);
                     tally.failed(r, &code);
                     if let Some(s) = &r.source {
                         self.book.mark_bad(s);
@@ -293,6 +297,7 @@ mod tests {
         more.encoded(
             &cdn,
             download::Fetched {
+                inherited: 0,
                 encoded_bytes: 5,
                 encoding_failures: 1,
             },

@@ -101,8 +101,9 @@ pub struct SourceUse {
     /// bytes they decoded to). Additive in v1: absent is none.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub encoded_bytes: u64,
-    /// Encoded answers from it that did not decode to the signed bytes, after which the file
-    /// came as it is. Additive in v1: absent is none.
+    /// Encoded answers from it that were dropped: they did not decode to the signed bytes, or
+    /// came where none was asked for (a cache that ignores `Vary` or `Range`). Additive in v1:
+    /// absent is none.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub encoding_failures: u32,
 }

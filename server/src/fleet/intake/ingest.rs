@@ -125,12 +125,15 @@ pub fn validate(
                 || u.bytes > MAX_EVENT_BYTES
                 || u.failures > MAX_SOURCE_FAILURES
                 || u.error.as_ref().is_some_and(|c| c.len() > 64)
+                || u.encoded_bytes > u.bytes
+                || u.encoding_failures > MAX_SOURCE_FAILURES
         })
     {
         return Err(invalid(format!(
             "sources holds at most {MAX_SOURCES} entries, each a source of at most \
-             {MAX_SOURCE_LEN} bytes, at most {MAX_EVENT_BYTES} bytes, \
-             {MAX_SOURCE_FAILURES} failures and an error code of at most 64 bytes"
+             {MAX_SOURCE_LEN} bytes, at most {MAX_EVENT_BYTES} bytes (of them at most all \
+             encoded), {MAX_SOURCE_FAILURES} failures and encoding failures and an error code \
+             of at most 64 bytes"
         )));
     }
     if e.kind == EventKind::Fallback && e.to_variant.as_deref().is_none_or(str::is_empty) {

@@ -356,6 +356,35 @@ fn an_encoded_download_cut_part_way_resumes_with_the_files_own_bytes() {
 }
 
 #[test]
+fn a_file_written_again_plain_after_an_encoded_head_reports_no_encoded_bytes() {
+    let app = sourced();
+    let dir = tempfile::tempdir().expect("tmp");
+    let asset = weights(2 << 20, 29); // 8 MiB
+    publish(&app, "again", &asset, dir.path());
+    let proxy = FaultProxy::start(app.server.addr);
+    // The encoded asset is cut at 3 MiB (the program's answer is shorter than that); its resume
+    // meets a cache that ignores Range and sends the plain file whole from its start.
+    proxy.blob_faults([
+        Fault::CutAt(3 << 20),
+        Fault::CutAt(3 << 20),
+        Fault::IgnoreRange,
+    ]);
+    let m = client(&proxy.url(), &app, &dir.path().join("d1"), true)
+        .load("again", &device("again-1"))
+        .expect("loads");
+    assert_eq!(asset_of(&m), asset);
+    let program = std::fs::metadata(&m.path).expect("program").len();
+    let used = &m.report.sources;
+    assert_eq!(used.len(), 1, "{used:?}");
+    assert_eq!(used[0].bytes, program + asset.len() as u64, "{used:?}");
+    assert_eq!(
+        used[0].encoded_bytes, program,
+        "only the program came encoded: {used:?}"
+    );
+    assert_eq!(used[0].encoding_failures, 0, "{used:?}");
+}
+
+#[test]
 fn varnish_caches_encoded_and_plain_answers_apart() {
     let app = TestApp::start();
     let dir = tempfile::tempdir().expect("tmp");
