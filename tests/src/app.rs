@@ -160,14 +160,21 @@ impl TestApp {
         r.body_mut().read_to_string().expect("text")
     }
 
-    /// The server's count of blob bytes it served (`ferry_blob_bytes_served` in `/metrics`).
-    pub fn blob_bytes_served(&self) -> u64 {
-        let text = self.metrics();
-        text.lines()
-            .find(|l| l.starts_with("ferry_blob_bytes_served"))
+    /// The value of the first `/metrics` line that starts with `series` (a name, or a name and
+    /// its labels), when there is one.
+    pub fn counter(&self, series: &str) -> Option<u64> {
+        self.metrics()
+            .lines()
+            .find(|l| l.starts_with(series))
             .and_then(|l| l.split_whitespace().last())
             .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or_else(|| panic!("no ferry_blob_bytes_served in\n{text}")) as u64
+            .map(|v| v as u64)
+    }
+
+    /// The server's count of blob bytes it served (`ferry_blob_bytes_served` in `/metrics`).
+    pub fn blob_bytes_served(&self) -> u64 {
+        self.counter("ferry_blob_bytes_served")
+            .expect("ferry_blob_bytes_served in /metrics")
     }
 
     /// `url() + path`.

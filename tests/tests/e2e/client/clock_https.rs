@@ -122,12 +122,7 @@ fn client(app: &TestApp, pki: &Pki, cache: &Path, offset: time::Duration) -> fer
 
 /// A counter from the server's metrics (0 when absent).
 fn metric(app: &TestApp, series: &str) -> u64 {
-    let text = app.metrics();
-    text.lines()
-        .find(|l| l.starts_with(series))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    app.counter(series).unwrap_or(0)
 }
 
 const SIGNED_TIMES: &str = "ferry_signed_times_total{outcome=\"signed\"}";

@@ -36,17 +36,16 @@ fn weights(count: usize, seed: u64) -> Vec<u8> {
 
 /// A client of `url` for `app` with its cache in `cache`, asking for encoded files or not.
 fn client(url: &str, app: &TestApp, cache: &Path, compressed: bool) -> Arc<Client> {
-    let limits = DownloadLimits {
-        retries: 3,
-        backoff: std::time::Duration::from_millis(10),
-        compressed,
-        ..Default::default()
-    };
-    Arc::new(
-        app.client_at(url, cache)
-            .download_limits(limits)
-            .build()
-            .expect("client"),
+    super::delta::client_with_limits(
+        url,
+        app,
+        cache,
+        DownloadLimits {
+            retries: 3,
+            backoff: std::time::Duration::from_millis(10),
+            compressed,
+            ..Default::default()
+        },
     )
 }
 
@@ -116,16 +115,6 @@ fn compressed_of(report: &serde_json::Value, digest: &Sha256Digest) -> serde_jso
         .find(|b| b["sha256"] == digest.to_hex())
         .unwrap_or_else(|| panic!("{digest} not in {report}"))["compressed"]
         .clone()
-}
-
-/// A counter of the server's `/metrics`.
-fn metric(app: &TestApp, name: &str) -> u64 {
-    let text = app.metrics();
-    text.lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("no {name} in\n{text}")) as u64
 }
 
 /// `PUT /v1/admin/blobs/sha256/<digest>/grouped-zstd` with `body`: the status and the error
@@ -203,7 +192,11 @@ fn ferry_publish_stores_an_encoding_and_devices_download_it_checked() {
         sent < program + encoded + 1024,
         "sent {sent}; program {program}, encoded asset {encoded}"
     );
-    assert!(metric(&app, "ferry_blob_grouped_zstd_answers_total") >= 1);
+    assert!(
+        app.counter("ferry_blob_grouped_zstd_answers_total")
+            .expect("the metric")
+            >= 1
+    );
     // The load report and the download event say what came encoded.
     let used = &m.report.sources;
     assert_eq!(used.len(), 1, "{used:?}");

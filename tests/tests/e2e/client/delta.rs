@@ -64,6 +64,16 @@ fn client_with(url: &str, app: &TestApp, cache: &Path, headroom: u64) -> Arc<Cli
         headroom,
         ..Default::default()
     };
+    client_with_limits(url, app, cache, limits)
+}
+
+/// A client of `url` for `app` with its cache in `cache` and these download limits.
+pub(crate) fn client_with_limits(
+    url: &str,
+    app: &TestApp,
+    cache: &Path,
+    limits: ferry_client::DownloadLimits,
+) -> Arc<Client> {
     Arc::new(
         app.client_at(url, cache)
             .download_limits(limits)
