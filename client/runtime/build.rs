@@ -47,8 +47,11 @@ fn executorch() {
         .include(include.join("executorch/runtime/core/portable_type/c10"))
         .define("ET_EVENT_TRACER_ENABLED", None)
         .define("C10_USING_CUSTOM_GENERATED_MACROS", None)
+        // module.h reads a deprecated member of its own.
+        .flag_if_supported("-Wno-deprecated-declarations")
         .file("cpp/registered_backends.cpp")
         .file("cpp/registered_kernels.cpp")
         .file("cpp/log_filter.cpp")
+        .file("cpp/source_loader.cpp")
         .compile("ferry_et_shim");
 }

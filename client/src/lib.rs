@@ -41,6 +41,7 @@ mod load;
 pub mod policy;
 pub mod run;
 pub mod runtime;
+pub mod seal;
 pub mod telemetry;
 pub mod transfer;
 pub mod trust;

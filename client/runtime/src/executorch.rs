@@ -150,10 +150,18 @@ pub fn registered_operators() -> Vec<String> {
         .clone()
 }
 
+mod source;
+
 /// A program opened in the linked runtime (methods are loaded on demand).
 pub struct ExecuTorchProgram {
+    // Dropped first: the runtime's loaders read from `sources` until it is gone.
     module: Module<'static>,
-    mapped: bool,
+    mode: &'static str,
+    #[allow(
+        dead_code,
+        reason = "kept alive for the runtime's loaders; see source.rs"
+    )]
+    sources: Vec<source::Held>,
 }
 
 impl std::fmt::Debug for ExecuTorchProgram {
@@ -201,12 +209,17 @@ impl ExecuTorchProgram {
         module
             .load(Some(ProgramVerification::InternalConsistency), None)
             .map_err(|e| RuntimeError::load(et_error("program load failed", e)))?;
-        Ok(Self { module, mapped })
+        Ok(Self {
+            module,
+            mode: if mapped { "mmap" } else { "file" },
+            sources: Vec::new(),
+        })
     }
 
-    /// `mmap` when the program and its data files were mapped, `file` when they were read.
+    /// `mmap` when the program and its data files were mapped, `file` when they were read,
+    /// `source` when they were read through [`ExecuTorchProgram::open_sources`].
     pub fn load_mode(&self) -> &'static str {
-        if self.mapped { "mmap" } else { "file" }
+        self.mode
     }
 }
 

@@ -12,6 +12,23 @@ use ferry_shared::manifest::TensorValue;
 #[cfg(feature = "executorch")]
 pub mod executorch;
 
+/// Bytes the runtime reads a program or a data file from at any offset, when they are not a
+/// plain file: a sealed file decrypted as it is read (the client), for one. Reads may come from
+/// several threads at once.
+pub trait ProgramSource: Send + Sync {
+    /// The plaintext's length in bytes.
+    fn len(&self) -> u64;
+
+    /// True when the source holds no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Fills `out` with the bytes at `offset`; an error when they cannot be read (or, for a
+    /// sealed file, do not authenticate).
+    fn read_at(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()>;
+}
+
 /// A runtime failure with the runtime's own code and message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]

@@ -11,6 +11,7 @@
 //! resumable download's `.part` file) and are published once complete.
 
 pub mod grouped;
+pub mod sealed;
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -101,6 +102,35 @@ pub fn write(path: &Path, bytes: &[u8], mode: Mode) -> io::Result<()> {
         drop(file);
         std::fs::rename(&tmp, path)?;
         sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Writes a file durably and atomically as [`write`] does, its bytes coming from `fill` (which
+/// streams them into the writer it is given, and may fail: nothing is left behind then).
+pub fn write_with<T>(
+    path: &Path,
+    mode: Mode,
+    fill: impl FnOnce(&mut io::BufWriter<&mut File>) -> io::Result<T>,
+) -> io::Result<T> {
+    let dir = parent_of(path);
+    std::fs::create_dir_all(dir)?;
+    let (mut file, tmp) = stage(path, mode)?;
+    let result = (|| {
+        let value = {
+            let mut w = io::BufWriter::with_capacity(1 << 20, &mut file);
+            let value = fill(&mut w)?;
+            w.flush()?;
+            value
+        };
+        file.sync_all()?;
+        drop(file);
+        std::fs::rename(&tmp, path)?;
+        sync_dir(dir)?;
+        Ok(value)
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
