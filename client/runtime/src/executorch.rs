@@ -159,9 +159,10 @@ pub struct ExecuTorchProgram {
     mode: &'static str,
     #[allow(
         dead_code,
-        reason = "kept alive for the runtime's loaders; see source.rs"
+        clippy::vec_box,
+        reason = "kept alive, each at a fixed address the C++ loaders point to (source.rs)"
     )]
-    sources: Vec<source::Held>,
+    sources: Vec<Box<Box<dyn crate::ProgramSource>>>,
 }
 
 impl std::fmt::Debug for ExecuTorchProgram {

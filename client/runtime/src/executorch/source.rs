@@ -20,11 +20,9 @@ unsafe extern "C" {
     ) -> *mut c_void;
 }
 
-/// A source kept alive as long as the module that reads it (a thin pointer to it is what the
-/// C++ loader holds).
-pub(super) struct Held(
-    #[allow(dead_code, reason = "read through a raw pointer")] Box<Box<dyn ProgramSource>>,
-);
+/// A source kept alive as long as the module that reads it (a thin pointer to the inner box is
+/// what the C++ loader holds).
+type Held = Box<Box<dyn ProgramSource>>;
 
 /// Called by the C++ loader: fills `out` with `size` bytes of `source` at `offset`.
 #[unsafe(no_mangle)]
@@ -65,14 +63,14 @@ impl ExecuTorchProgram {
         data: Option<Box<dyn ProgramSource>>,
     ) -> Result<Self, RuntimeError> {
         default_log_level();
-        let program = Held(Box::new(program));
-        let data = data.map(|d| Held(Box::new(d)));
-        let program_len = length(program.0.as_ref().as_ref(), "program")?;
+        let program: Held = Box::new(program);
+        let data: Option<Held> = data.map(Box::new);
+        let program_len = length(program.as_ref().as_ref(), "program")?;
         let data_len = match &data {
-            Some(d) => length(d.0.as_ref().as_ref(), "data file")?,
+            Some(d) => length(d.as_ref().as_ref(), "data file")?,
             None => 0,
         };
-        let thin = |h: &Held| -> *const c_void { std::ptr::from_ref(h.0.as_ref()).cast() };
+        let thin = |h: &Held| -> *const c_void { std::ptr::from_ref(h.as_ref()).cast() };
         // SAFETY: the pointers stay valid while `sources` holds them, which outlives `module`
         // (field order of `ExecuTorchProgram`); the shim only stores them.
         let raw = unsafe {
