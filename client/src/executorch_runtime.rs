@@ -67,6 +67,18 @@ impl Runtime for ExecuTorchRuntime {
             self.mmap_from,
         )?))
     }
+
+    fn opens_sources(&self) -> bool {
+        true
+    }
+
+    fn open_sources(
+        &self,
+        program: Box<dyn ferry_runtime::ProgramSource>,
+        data: Option<Box<dyn ferry_runtime::ProgramSource>>,
+    ) -> Result<Box<dyn Program>, RuntimeError> {
+        Ok(Box::new(ExecuTorchProgram::open_sources(program, data)?))
+    }
 }
 
 impl Program for ExecuTorchProgram {

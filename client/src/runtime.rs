@@ -8,7 +8,7 @@
 use crate::cache::VerifiedBlob;
 use ferry_shared::manifest::TensorValue;
 
-pub use ferry_runtime::{MethodSignature, RuntimeError, TensorSpec, max_abs_diff};
+pub use ferry_runtime::{MethodSignature, ProgramSource, RuntimeError, TensorSpec, max_abs_diff};
 
 /// A runtime that can load `.pte` programs.
 pub trait Runtime: Send + Sync {
@@ -25,6 +25,27 @@ pub trait Runtime: Send + Sync {
     /// Opens a program whose bytes the cache verified (does not load methods yet), with the
     /// data files (`.ptd`) it keeps tensors in, verified with it ([`VerifiedBlob::data_files`]).
     fn open(&self, blob: &VerifiedBlob) -> Result<Box<dyn Program>, RuntimeError>;
+
+    /// True when the runtime can open a program read through [`ProgramSource`]s
+    /// ([`Runtime::open_sources`]): only then does the client ask for sealed variants (the
+    /// default: no).
+    fn opens_sources(&self) -> bool {
+        false
+    }
+
+    /// Opens a program whose bytes come from `program` (a sealed file decrypted as it is
+    /// read), with its data file from `data`. Runtimes that cannot say so with an error (the
+    /// default).
+    fn open_sources(
+        &self,
+        program: Box<dyn ProgramSource>,
+        data: Option<Box<dyn ProgramSource>>,
+    ) -> Result<Box<dyn Program>, RuntimeError> {
+        let _ = (program, data);
+        Err(RuntimeError::load(
+            "this runtime cannot read a program through a data loader (sealed variants)",
+        ))
+    }
 }
 
 /// An opened program.

@@ -99,6 +99,7 @@ pub fn variant(id: &str, file: &str, delegate: Delegate, runtime: &str, app: &st
         assets: Vec::new(),
         preprocess: None,
         latency_budget_ms: None,
+        sealed: None,
     }
 }
 
@@ -114,6 +115,7 @@ pub fn release(model: &str, version: &str, variants: Vec<VariantSpec>) -> Varian
         assets: Vec::new(),
         preprocess: None,
         latency_budget_ms: None,
+        sealed: None,
         variants,
     }
 }
@@ -259,6 +261,7 @@ pub fn tinyllm() -> VariantsFile {
         assets: Vec::new(),
         preprocess: None,
         latency_budget_ms: None,
+        sealed: None,
         variants: vec![custom, standard],
     }
 }

@@ -49,6 +49,7 @@ fn release(version: &str, tag: &str) -> VariantsFile {
         assets: Vec::new(),
         preprocess: None,
         latency_budget_ms: None,
+        sealed: None,
         variants: vec![
             variant(
                 "xnnpack-fp32",

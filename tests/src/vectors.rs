@@ -96,6 +96,7 @@ fn release_spec() -> VariantsFile {
         assets: Vec::new(),
         preprocess: None,
         latency_budget_ms: None,
+        sealed: None,
         variants: vec![
             variant(
                 "xnnpack-fp32",

@@ -58,6 +58,11 @@ impl Client {
             nonce,
             operators_digest,
             operators: operators.filter(|_| send_operators),
+            seal_schemes: if self.runtime.opens_sources() {
+                vec![ferry_shared::manifest::SEAL_SCHEME.to_string()]
+            } else {
+                Vec::new()
+            },
         })
     }
 

@@ -66,6 +66,7 @@ pub(crate) async fn post_release(
     }
     let lifecycle = Lifecycle {
         catalog: &catalog,
+        key_release: state.key_service().held(),
         goes_live: state.config().publish_goes_live,
         actor: &caller.name,
     };

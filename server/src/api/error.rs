@@ -61,6 +61,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::EventOutOfRange => StatusCode::BAD_REQUEST,
         C::Unauthorized => StatusCode::UNAUTHORIZED,
         C::Forbidden
+        | C::KeyReleaseRefused
         | C::PayloadTypeMismatch
         | C::SignatureMissing
         | C::SignatureTooMany
@@ -100,6 +101,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::BlobMissing
         | C::BlobSizeMismatch
         | C::ChunkIndexMismatch
+        | C::SealedInvalid
         | C::ManifestMalformed
         | C::ManifestUnknownField
         | C::ManifestInvalid
@@ -111,9 +113,11 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::PteMalformed
         | C::PteLimitExceeded => StatusCode::UNPROCESSABLE_ENTITY,
         C::RateLimited => StatusCode::TOO_MANY_REQUESTS,
-        C::StorageUnavailable | C::OnlineKeyExpired | C::OriginUnavailable => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
+        C::KeyReleaseStopped => StatusCode::GONE,
+        C::StorageUnavailable
+        | C::OnlineKeyExpired
+        | C::OriginUnavailable
+        | C::KeyReleaseUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         C::StorageFull => StatusCode::INSUFFICIENT_STORAGE,
         // A keyring pushed to `POST /v1/admin/keyring`.
         C::KeyringInvalid => StatusCode::UNPROCESSABLE_ENTITY,
@@ -122,6 +126,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         // The server never answers with these (they are the client's, the C ABI's or the
         // trust file's); were one to reach here it would be a bug, hence 500.
         C::TrustInvalid
+        | C::SealedKeyMissing
         | C::ReleaseRevoked
         | C::ConfigInvalid
         | C::InvalidArgument

@@ -45,6 +45,10 @@ pub struct Limits {
     /// few distinct runtimes, which are in memory after their first request. More are refused
     /// with 429 `rate_limited` (the client then uses the answer it has).
     pub unknown_digests_per_minute: u32,
+    /// Key requests for sealed variants (`POST /v1/keys/release`) one client address may make
+    /// per minute (default 60; each install may make 6). More are refused with 429
+    /// `rate_limited`; a device asks once per sealed release it loads.
+    pub key_requests_per_minute: u32,
     /// Longest a connection's answers may wait for its client to read them, in seconds
     /// (default 60): a connection whose client stopped reading is closed, and while an answer
     /// cannot go out, no further request on that connection is read (pipelined requests wait
@@ -106,6 +110,7 @@ impl Default for Limits {
             store_timeout_secs: 10,
             fresh_decisions_per_minute: 600,
             unknown_digests_per_minute: 120,
+            key_requests_per_minute: 60,
             write_timeout_secs: 60,
             trusted_proxies: Vec::new(),
             client_address_header: ClientAddressHeader::default(),
@@ -144,6 +149,9 @@ impl Limits {
             return Err(
                 "unknown_digests_per_minute must be between 0 (no limit) and 1000000".into(),
             );
+        }
+        if !(1..=1_000_000).contains(&self.key_requests_per_minute) {
+            return Err("key_requests_per_minute must be between 1 and 1000000".into());
         }
         if self.fresh_decisions_per_minute > 1_000_000 {
             return Err(

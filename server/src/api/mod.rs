@@ -12,6 +12,8 @@
 //! | `GET /v1/admin/models[/{model}[/releases/{version}]]` | `read` | [`admin`] |
 //! | `GET`, `POST /v1/admin/keyring` | `read`, `publish` | [`admin`] (newer keyrings without a restart) |
 //! | `POST /v1/telemetry` | device | [`fleet`] |
+//! | `POST /v1/keys/release` | device (a receipt) | [`keys`] (sealed variants' keys) |
+//! | `PUT`, `DELETE .../releases/{version}/seal-stop`, `GET .../key-releases` | `rollout`, `read` | [`seal_admin`] |
 //! | `GET, POST /v1/admin/models/{model}/rollout` | `read` / `rollout` | [`fleet`] |
 //! | `GET /v1/admin/models/{model}/health[/series]` | `read` | [`fleet`] |
 //! | `GET, POST /v1/admin/models/{model}/deny` | `read` / `rollout` | [`fleet`] |
@@ -37,10 +39,12 @@ pub mod fleet;
 pub mod forwarded;
 pub mod health;
 pub mod ingest_pool;
+pub mod keys;
 pub mod limits;
 pub mod ops;
 pub mod revocations;
 pub mod router;
+pub mod seal_admin;
 pub mod state;
 pub mod ui;
 

@@ -52,6 +52,9 @@ fn table() -> Vec<(&'static str, &'static str, Routes)> {
         ("/v1/keyring", GET, |r| get_head(r, keyring)),
         ("/v1/resolve", "POST", |r| r.route(web::post().to(resolve))),
         ("/v1/time", GET, |r| get_head(r, signed_time)),
+        ("/v1/keys/release", "POST", |r| {
+            r.route(web::post().to(crate::api::keys::release_keys))
+        }),
         ("/v1/releases/sha256/{hex}", GET, |r| {
             get_head(r, release_by_digest)
         }),
@@ -80,6 +83,19 @@ fn table() -> Vec<(&'static str, &'static str, Routes)> {
         ("/v1/admin/models/{model}/releases/{version}", GET, |r| {
             get_head(r, get_release)
         }),
+        (
+            "/v1/admin/models/{model}/releases/{version}/seal-stop",
+            "PUT, DELETE",
+            |r| {
+                r.route(web::put().to(crate::api::seal_admin::put_seal_stop))
+                    .route(web::delete().to(crate::api::seal_admin::delete_seal_stop))
+            },
+        ),
+        (
+            "/v1/admin/models/{model}/releases/{version}/key-releases",
+            GET,
+            |r| get_head(r, crate::api::seal_admin::get_key_releases),
+        ),
         ("/v1/telemetry", "POST", |r| {
             r.route(web::post().to(fleet::post_telemetry))
         }),
@@ -172,6 +188,7 @@ fn device_endpoint(path: &str) -> Option<&'static str> {
         "/v1/resolve" => Some("resolve"),
         "/v1/telemetry" => Some("telemetry"),
         "/v1/keys" => Some("keys"),
+        "/v1/keys/release" => Some("key_release"),
         "/v1/keyring" => Some("keyring"),
         _ if path.starts_with("/v1/blobs/") => Some("blobs"),
         _ if path.starts_with("/v1/releases/") => Some("releases"),

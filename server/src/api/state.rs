@@ -252,6 +252,7 @@ pub struct AppState {
     started: std::time::Instant,
     catalog_reloaded_ms: AtomicU64,
     store_name: Arc<str>,
+    key_service: crate::release::key_release::KeyService,
 }
 
 impl AppState {
@@ -266,6 +267,11 @@ impl AppState {
             keys_dir,
         } = parts;
         let online = keys.online.pair;
+        let key_service = crate::release::key_release::KeyService::new(
+            keys.key_release,
+            settings.limits.key_requests_per_minute,
+            6,
+        );
         let view = KeyView::new(keys.state, keys.chain, &online.id());
         let receipts = crate::fleet::intake::receipt::ReceiptKey::derive(&online);
         let mut prefix = [0u8; 4];
@@ -329,7 +335,13 @@ impl AppState {
             catalog_reloaded_ms: AtomicU64::new(0),
             request_prefix: hex::encode(prefix),
             store_name: store_name.into(),
+            key_service,
         }
+    }
+
+    /// The key-release service of sealed variants.
+    pub fn key_service(&self) -> &crate::release::key_release::KeyService {
+        &self.key_service
     }
 
     /// The store as errors name it ("the local store at ...", "the S3 bucket ...").

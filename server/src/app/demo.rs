@@ -68,6 +68,7 @@ fn spec() -> anyhow::Result<VariantsFile> {
             assets: Vec::new(),
             preprocess: None,
             latency_budget_ms: None,
+            sealed: None,
         })
     };
     Ok(VariantsFile {
@@ -79,6 +80,7 @@ fn spec() -> anyhow::Result<VariantsFile> {
         assets: Vec::new(),
         preprocess: None,
         latency_budget_ms: None,
+        sealed: None,
         variants: vec![
             v(
                 "coreml-fp32",
@@ -163,6 +165,7 @@ pub async fn publish_demo(state: &AppState, config: &Config) -> anyhow::Result<S
     let catalog = state.catalog();
     let lifecycle = Lifecycle {
         catalog: &catalog,
+        key_release: state.key_service().held(),
         goes_live: state.config().publish_goes_live,
         actor: "demo",
     };

@@ -264,6 +264,12 @@ pub(crate) fn keys_rotate(
             dir.display(),
             release_key
         ),
+        keys::RotateRole::KeyRelease => println!(
+            "next: copy {0}/key-release.key, {0}/retired/ and {0}/keyring/ to each server's \
+             <data>/keys/ and restart it (servers keep unwrapping releases sealed to the \
+             retired key), and sign new sealed releases with this key folder",
+            dir.display()
+        ),
         keys::RotateRole::Root => println!(
             "next: ferry keys push --keys {0} --server URL (no restart), and put the new \
              {0}/trust.json in each server's <data>/keys/ for its next start; apps pinned to the old trust.json follow the rotation, new app \

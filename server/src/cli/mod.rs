@@ -108,6 +108,14 @@ pub enum Command {
         /// in the signed manifest.
         #[arg(long, value_name = "REASON")]
         allow_regression: Option<String>,
+        /// For sealed variants: the key folder whose keyring names the server's key-release
+        /// key and which keeps the seal secret (default: the folder of --key).
+        #[arg(long, value_hint = clap::ValueHint::DirPath)]
+        keys: Option<PathBuf>,
+        /// For sealed variants: where to write the sealed files, `NAME.<digest>.sealed`
+        /// (default: the VARIANTS.toml's folder); publish them with --files.
+        #[arg(long, value_hint = clap::ValueHint::DirPath)]
+        sealed_out: Option<PathBuf>,
     },
     /// Upload a signed release's blobs, then the release, to a server (idempotent on retry).
     Publish {
@@ -344,7 +352,19 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             key,
             output,
             allow_regression,
-        } => sign_cmd(&variants, &key, &output, allow_regression.as_deref(), json),
+            keys,
+            sealed_out,
+        } => sign_cmd(
+            &variants,
+            &key,
+            &output,
+            allow_regression.as_deref(),
+            sign::SealPaths {
+                keys: keys.as_deref(),
+                out: sealed_out.as_deref(),
+            },
+            json,
+        ),
         Command::Publish {
             release,
             files,

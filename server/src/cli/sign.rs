@@ -9,15 +9,26 @@ use ferry_shared::trust::dsse::KeyRole;
 use crate::keys;
 use crate::release::sign;
 
+/// Where sealing finds its keys and puts the sealed files (`--keys`, `--sealed-out`).
+#[derive(Debug, Default)]
+pub(crate) struct SealPaths<'a> {
+    /// The key folder (default: the folder of `--key` when it is a file).
+    pub(crate) keys: Option<&'a Path>,
+    /// Where sealed files go (default: the VARIANTS.toml's folder).
+    pub(crate) out: Option<&'a Path>,
+}
+
 pub(crate) fn sign_cmd(
     variants: &Path,
     key: &str,
     output: &Path,
     allow_regression: Option<&str>,
+    seal_paths: SealPaths<'_>,
     json_out: bool,
 ) -> anyhow::Result<ExitCode> {
     let spec = sign::read_variants(variants)?;
     // Opened first: a refused PIN or an unreachable signer stops before any work.
+    let key_uri = key;
     let key = keys::signer::open(key)?;
     if let Some(role) = key.role()
         && role != KeyRole::Release
@@ -40,15 +51,39 @@ pub(crate) fn sign_cmd(
             .with_context(|| format!("SOURCE_DATE_EPOCH {v:?} is not a unix time in seconds"))?,
         Err(_) => time::OffsetDateTime::now_utc(),
     };
+    let mut built = sign::build(&spec, base, &read, created)?;
+    if spec.evaluation.is_some() {
+        built.manifest.evaluation = Some(gate(&spec, base, allow_regression)?);
+    }
+    if spec.variants.iter().any(|v| v.is_sealed(&spec)) {
+        let keys_dir = match seal_paths.keys {
+            Some(d) => d.to_path_buf(),
+            None => Path::new(key_uri)
+                .parent()
+                .filter(|_| Path::new(key_uri).is_file())
+                .map(Path::to_path_buf)
+                .context(
+                    "sealed variants need the key folder (its keyring lists the server's \
+                     key-release key): give it with --keys DIR",
+                )?,
+        };
+        let (keys, notes) = sign::seal::seal_keys(&keys_dir)?;
+        for n in notes {
+            eprintln!("{n}");
+        }
+        let out = seal_paths.out.unwrap_or(base);
+        let more = sign::seal::seal_variants(&mut built, &spec, &keys, out)?;
+        built.warnings.extend(more);
+    }
+    built
+        .manifest
+        .validate(&ferry_shared::manifest::ManifestLimits::default())?;
     let sign::Built {
-        mut manifest,
+        manifest,
         files,
         warnings,
-    } = sign::build(&spec, base, &read, created)?;
-    if spec.evaluation.is_some() {
-        manifest.evaluation = Some(gate(&spec, base, allow_regression)?);
-        manifest.validate(&ferry_shared::manifest::ManifestLimits::default())?;
-    }
+        ..
+    } = built;
     for w in &warnings {
         eprintln!("warning: {w}");
     }
@@ -65,6 +100,7 @@ pub(crate) fn sign_cmd(
             "warnings": warnings,
             "variants": manifest.variants.iter().zip(&files).map(|(v, f)| serde_json::json!({
                 "id": v.id,
+                "sealed": v.sealed.as_ref().map(|x| x.scheme.clone()),
                 "delegate": v.delegate,
                 "size": v.size,
                 "sha256": v.sha256,
@@ -98,11 +134,12 @@ pub(crate) fn sign_cmd(
     );
     for (v, f) in manifest.variants.iter().zip(&files) {
         println!(
-            "  {:<16} {:<9} {:>10} bytes  {}  [{}]",
+            "  {:<16} {:<9} {:>10} bytes  {}{}  [{}]",
             v.id.as_str(),
             v.delegate.to_string(),
             v.size,
             f.path.display(),
+            if v.sealed.is_some() { " (sealed)" } else { "" },
             v.backends
                 .iter()
                 .map(|b| b.as_str())

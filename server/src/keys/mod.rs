@@ -9,11 +9,13 @@
 //!
 //! Bottom layer: imports only `ferry-shared` and `ferry-fs`.
 
+mod key_release;
 mod provision;
 mod rotate;
 pub mod sealed;
 pub mod signer;
 
+pub use key_release::*;
 pub use provision::*;
 pub use rotate::*;
 

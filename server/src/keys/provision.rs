@@ -14,6 +14,9 @@ pub struct ServerKeys {
     pub state: TrustState,
     /// Every keyring version, oldest first (published at `GET /v1/keyring`).
     pub chain: Vec<Envelope>,
+    /// The key-release keys held (`key-release.key`, then retired ones): what unwraps sealed
+    /// variants' file keys. Empty when the folder predates sealing.
+    pub key_release: Vec<KeyReleaseSecret>,
 }
 
 /// Where the files of a key folder live.
@@ -31,6 +34,8 @@ pub struct KeyPaths {
     pub keyring: PathBuf,
     /// Keys replaced by a rotation, kept for the record.
     pub retired: PathBuf,
+    /// Unwraps sealed variants' file keys; on every server.
+    pub key_release: PathBuf,
 }
 
 /// Paths of a key folder.
@@ -42,6 +47,7 @@ pub fn key_paths(dir: &Path) -> KeyPaths {
         trust: dir.join("trust.json"),
         keyring: dir.join("keyring"),
         retired: dir.join("retired"),
+        key_release: dir.join("key-release.key"),
     }
 }
 
@@ -106,7 +112,14 @@ pub fn generate_keyset_with(
     external: &External<'_>,
 ) -> anyhow::Result<Vec<String>> {
     let p = key_paths(dir);
-    for path in [&p.root, &p.release, &p.online, &p.trust, &p.keyring] {
+    for path in [
+        &p.root,
+        &p.release,
+        &p.online,
+        &p.trust,
+        &p.keyring,
+        &p.key_release,
+    ] {
         if path.exists() {
             bail!("{} exists; refusing to overwrite keys", path.display());
         }
@@ -146,6 +159,7 @@ pub fn generate_keyset_with(
                 .expect("every role has a key")
         })
     };
+    let key_release = KeyReleaseSecret::generate()?;
     let root_entry = TrustedKeyEntry::of(KeyRole::Root, &of(KeyRole::Root).public());
     let trust = TrustFile {
         threshold: Some(1),
@@ -167,6 +181,7 @@ pub fn generate_keyset_with(
                 expires_at: None,
             })
             .collect(),
+        key_release: vec![key_release.entry()],
     };
     let env = sign_keyring(&keyring, &[of(KeyRole::Root)])?;
     for (role, key, sealed) in &made {
@@ -186,6 +201,12 @@ pub fn generate_keyset_with(
             if sealed.is_some() { " (encrypted)" } else { "" }
         ));
     }
+    key_release.save(&p.key_release)?;
+    notes.push(format!(
+        "created key-release key {} at {} (unwraps sealed variants' keys; on every server)",
+        key_release.id(),
+        p.key_release.display()
+    ));
     write_json(&p.trust, &trust, ferry_fs::Mode::Public)?;
     notes.push(format!(
         "wrote {} (the root key apps pin)",
@@ -328,10 +349,12 @@ pub fn load_server_keys(dir: &Path) -> anyhow::Result<ServerKeys> {
                 .unwrap_or_default()
         );
     }
+    let key_release = load_key_release(dir)?;
     Ok(ServerKeys {
         online,
         trust,
         state,
         chain,
+        key_release,
     })
 }

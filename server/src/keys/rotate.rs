@@ -11,6 +11,9 @@ pub enum RotateRole {
     Release,
     /// The root key (apps pin it; the new keyring is signed by the old and the new root).
     Root,
+    /// The key-release key that sealed variants' file keys are wrapped to (on every server;
+    /// the old one is kept, since releases sealed to it are still served).
+    KeyRelease,
 }
 
 /// Where the keys of a rotation are, besides the key folder's files.
@@ -84,13 +87,19 @@ pub fn rotate_with(
             &root_file
         }
     };
-    let (trust_file, state, _) = load_trust(dir)?;
-    let root_set = &check_root(root, &state, &p)?;
     let key_role = match role {
         RotateRole::Online => KeyRole::Online,
         RotateRole::Release => KeyRole::Release,
         RotateRole::Root => KeyRole::Root,
+        RotateRole::KeyRelease => {
+            if expires_in.is_some() || with.new_key.is_some() {
+                bail!("--expires-in-days and --new-key do not apply to the key-release key");
+            }
+            return rotate_key_release(dir, root);
+        }
     };
+    let (trust_file, state, _) = load_trust(dir)?;
+    let root_set = &check_root(root, &state, &p)?;
     if expires_in.is_some() && key_role != KeyRole::Online {
         bail!("--expires-in-days applies to online keys only");
     }
@@ -206,7 +215,7 @@ pub fn rotate_with(
 
 /// The root set in force, after checking that `root` is one of its keys and can sign the next
 /// keyring alone.
-fn check_root(
+pub(super) fn check_root(
     root: &dyn signer::Signer,
     state: &TrustState,
     p: &KeyPaths,
@@ -279,6 +288,7 @@ fn next_keyring(
         created: now,
         root: root_set.clone(),
         keys: state.keys().to_vec(),
+        key_release: state.key_release().to_vec(),
     };
     if key_role == KeyRole::Root {
         next.root = RootSet {

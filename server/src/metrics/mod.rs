@@ -77,6 +77,7 @@ pub struct Metrics {
     telemetry_raw_dropped: Counter,
     blob_bytes: Counter,
     grouped_zstd_answers: Counter,
+    key_releases: Family<OutcomeLabels, Counter>,
     resident_bytes: Gauge,
     open_fds: Gauge,
     rollout_basis_points: Family<ModelLabels, Gauge>,
@@ -143,6 +144,7 @@ impl Default for Metrics {
             telemetry_raw_dropped: Counter::default(),
             blob_bytes: Counter::default(),
             grouped_zstd_answers: Counter::default(),
+            key_releases: Family::<OutcomeLabels, Counter>::default(),
             resident_bytes: Gauge::default(),
             open_fds: Gauge::default(),
             rollout_basis_points: Family::<ModelLabels, Gauge>::default(),
@@ -182,6 +184,11 @@ impl Metrics {
             "ferry_resolves",
             "Resolve requests, by outcome (ok or the error code)",
             self.resolves.clone(),
+        );
+        registry.register(
+            "ferry_key_releases",
+            "Key requests for sealed variants, by outcome (ok or the error code)",
+            self.key_releases.clone(),
         );
         registry.register(
             "ferry_fresh_decisions",
@@ -327,6 +334,13 @@ impl Metrics {
                 route: route.to_string(),
             })
             .observe(seconds);
+    }
+
+    /// Counts one key request by outcome (`ok` or a catalogue code).
+    pub fn key_release(&self, outcome: &'static str) {
+        self.key_releases
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
     }
 
     /// Counts one resolve by outcome (`ok` or a catalogue code).

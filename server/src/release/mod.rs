@@ -7,6 +7,7 @@
 //! downloads.
 
 pub mod evaluate;
+pub mod key_release;
 pub mod publish;
 pub mod sign;
 pub mod update_size;

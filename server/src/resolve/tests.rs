@@ -91,6 +91,7 @@ fn device(
         nonce: None,
         operators_digest: None,
         operators: None,
+        seal_schemes: Vec::new(),
     }
 }
 

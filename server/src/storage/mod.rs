@@ -155,6 +155,21 @@ impl StorageKey {
         StorePath::from(format!("inspections/{model}/{version}.json"))
     }
 
+    /// The record that stops key releases for a sealed release (present: stopped).
+    pub fn seal_stop(model: &ModelName, version: &Version) -> StorePath {
+        StorePath::from(format!("sealing/{model}/{version}/stopped.json"))
+    }
+
+    /// The audit records of key releases for a release, one object each.
+    pub fn key_audits(model: &ModelName, version: &Version) -> StorePath {
+        StorePath::from(format!("sealing/{model}/{version}/released"))
+    }
+
+    /// One key release's audit record (`id` sorts by time).
+    pub fn key_audit(model: &ModelName, version: &Version, id: &str) -> StorePath {
+        StorePath::from(format!("sealing/{model}/{version}/released/{id}.json"))
+    }
+
     /// The revision-log prefix of `model`'s rollout plans.
     pub fn rollout_log(model: &ModelName) -> String {
         format!("state/{model}/rollout")

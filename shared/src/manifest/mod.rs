@@ -13,6 +13,7 @@ mod delegate;
 mod error;
 mod evaluation;
 mod metadata;
+mod sealing;
 mod types;
 mod validate;
 
@@ -25,6 +26,7 @@ pub use metadata::{
     ColorOrder, Layout, MAX_CHANNELS, MAX_LABELS, MAX_LABELS_BYTES, MAX_PREPROCESS_VALUE,
     MAX_RESIZE, MIN_STD, Preprocess, Resize, ResizeFilter,
 };
+pub use sealing::{SEAL_SCHEME, SealedFileKey, Sealing, WRAPPED_KEY_BYTES};
 pub use types::*;
 
 /// The DSSE payload type of a signed release manifest.

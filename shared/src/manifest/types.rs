@@ -153,6 +153,11 @@ pub struct Variant {
     /// candidate first there (an additive v1 field; older clients ignore it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_budget_ms: Option<f64>,
+    /// Present when the variant's files are sealed (`sealed = true` in VARIANTS.toml): its
+    /// `sha256` and `size` (and its side files') are then those of the sealed bytes, and a
+    /// device needs a key release to load it. An additive v1 field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed: Option<crate::manifest::Sealing>,
 }
 
 /// Largest latency budget a variant may state (one hour).
@@ -177,6 +182,13 @@ impl Variant {
         self.side_files()
             .filter(|f| seen.insert(f.sha256))
             .fold(self.size, |sum, f| sum.saturating_add(f.size))
+    }
+
+    /// The digests of its files: the program, then each side file.
+    pub fn file_digests(&self) -> Vec<Sha256Digest> {
+        std::iter::once(self.sha256)
+            .chain(self.side_files().map(|f| f.sha256))
+            .collect()
     }
 
     /// The operators it needs as far as known: none when its manifest predates the list.

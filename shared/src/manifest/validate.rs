@@ -117,6 +117,13 @@ impl ReleaseManifest {
             }
             check_files(&ctx, "extra file", &v.extra_files, limits)?;
             check_metadata(&ctx, v, limits)?;
+            if let Some(Err(why)) = v
+                .sealed
+                .as_ref()
+                .map(|s| s.check(&v.file_digests(), limits.max_blob_size))
+            {
+                return bad(format!("{ctx}: {why}"));
+            }
             if let Some(b) = v.latency_budget_ms
                 && !(b.is_finite() && b > 0.0 && b <= MAX_LATENCY_BUDGET_MS)
             {

@@ -117,6 +117,25 @@ fn check(v: &Variant, device: &ResolveRequest, explain: bool) -> Vec<String> {
     if c.soc_deny.iter().any(|s| s.to_ascii_lowercase() == soc) {
         add(&|| format!("SoC {} is on the variant's deny list", device.soc));
     }
+    if let Some(sealing) = &v.sealed
+        && !device.seal_schemes.contains(&sealing.scheme)
+    {
+        add(&|| {
+            if device.seal_schemes.is_empty() {
+                format!(
+                    "sealed ({}): this client cannot open sealed variants (a ferry client \
+                     before sealing, or a runtime without a data loader)",
+                    sealing.scheme
+                )
+            } else {
+                format!(
+                    "sealed with {}, the client opens {}",
+                    sealing.scheme,
+                    device.seal_schemes.join(", ")
+                )
+            }
+        });
+    }
     let missing: Vec<&str> = v
         .backends
         .iter()
@@ -356,6 +375,7 @@ mod tests {
             nonce: None,
             operators_digest: None,
             operators: None,
+            seal_schemes: Vec::new(),
         }
     }
 

@@ -32,6 +32,7 @@ use time::OffsetDateTime;
 use crate::errors::ErrorCode;
 use crate::names::KeyId;
 use crate::trust::dsse::{DsseError, DsseLimits, Envelope, KeyRing, KeyRole, verify};
+use crate::trust::key_release::KeyReleaseKey;
 use crate::trust::{TrustError, TrustFile, TrustedKeyEntry};
 
 /// DSSE payload type of a keyring.
@@ -83,6 +84,10 @@ pub struct Keyring {
     pub root: RootSet,
     /// The current release and online keys.
     pub keys: Vec<KeyringKey>,
+    /// The server's key-release keys, current first (an additive v1 field; see
+    /// [`crate::trust::key_release`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key_release: Vec<KeyReleaseKey>,
 }
 
 /// The body of `GET /v1/keyring`: every keyring version, oldest first.
@@ -198,6 +203,12 @@ impl Keyring {
                 return Err(invalid(format!("no {role} key")));
             }
         }
+        if self.key_release.len() > MAX_KEYS {
+            return Err(invalid(format!("more than {MAX_KEYS} key-release keys")));
+        }
+        for k in &self.key_release {
+            k.x25519_public().map_err(invalid)?;
+        }
         Ok(())
     }
 
@@ -253,6 +264,7 @@ pub struct TrustState {
     version: u64,
     root: Option<RootSet>,
     keys: Vec<KeyringKey>,
+    key_release: Vec<KeyReleaseKey>,
     created: Option<OffsetDateTime>,
 }
 
@@ -280,6 +292,7 @@ impl TrustState {
                         expires_at: None,
                     })
                     .collect(),
+                key_release: Vec::new(),
                 created: None,
             });
         }
@@ -301,6 +314,7 @@ impl TrustState {
             version: first - 1,
             root: Some(root),
             keys: Vec::new(),
+            key_release: Vec::new(),
             created: None,
         })
     }
@@ -323,6 +337,12 @@ impl TrustState {
     /// The current release and online keys.
     pub fn keys(&self) -> &[KeyringKey] {
         &self.keys
+    }
+
+    /// The server's key-release keys in the keyring held, current first (none for a fixed
+    /// trust file).
+    pub fn key_release(&self) -> &[KeyReleaseKey] {
+        &self.key_release
     }
 
     /// Accepts keyring version `version + 1` (see the module docs for every check).
@@ -379,6 +399,7 @@ impl TrustState {
         self.version = next.version;
         self.root = Some(next.root);
         self.keys = next.keys;
+        self.key_release = next.key_release;
         self.created = Some(next.created);
         Ok(())
     }

@@ -11,6 +11,7 @@
 pub mod clock;
 pub mod dsse;
 pub mod key;
+pub mod key_release;
 pub mod keyring;
 pub mod revocation;
 

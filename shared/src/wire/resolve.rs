@@ -77,7 +77,15 @@ pub struct ResolveRequest {
     /// did not know the digest); they must hash to `operators_digest`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operators: Option<Vec<String>>,
+    /// The sealing schemes the client can open (`ferry-seal-1`): sealed variants of another
+    /// scheme, or any sealed variant for a client that lists none (every client before
+    /// sealing), are left out. Part of the selection digest when not empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub seal_schemes: Vec<String>,
 }
+
+/// Most sealing schemes a request lists.
+pub const MAX_SEAL_SCHEMES: usize = 8;
 
 /// The fewest random bytes a request nonce carries.
 pub const MIN_NONCE_BYTES: usize = 16;
@@ -180,13 +188,30 @@ impl ResolveRequest {
                 None => return Err("operators needs operators_digest".into()),
             }
         }
+        if self.seal_schemes.len() > MAX_SEAL_SCHEMES {
+            return Err(format!(
+                "{} seal_schemes; at most {MAX_SEAL_SCHEMES} are allowed",
+                self.seal_schemes.len()
+            ));
+        }
+        for scheme in &self.seal_schemes {
+            let ok = (1..=32).contains(&scheme.len())
+                && scheme
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            if !ok {
+                return Err(format!(
+                    "seal scheme {scheme:?} is not 1 to 32 of [a-z0-9-]"
+                ));
+            }
+        }
         Ok(())
     }
 }
 
 /// The fields of a v1 resolve request this build knows, in the order [`ResolveRequest`]
 /// declares them.
-pub const REQUEST_FIELDS: [&str; 13] = [
+pub const REQUEST_FIELDS: [&str; 14] = [
     "model",
     "install_id",
     "app_version",
@@ -200,6 +225,7 @@ pub const REQUEST_FIELDS: [&str; 13] = [
     "nonce",
     "operators_digest",
     "operators",
+    "seal_schemes",
 ];
 
 impl ResolveRequest {
@@ -232,6 +258,18 @@ impl ResolveRequest {
         if let Some(d) = &self.operators_digest {
             part(b"operators");
             part(d.to_hex().as_bytes());
+        }
+        // Added later still, the same way: a client that opens no sealed variant keeps its
+        // digest.
+        if !self.seal_schemes.is_empty() {
+            let mut schemes: Vec<&str> = self.seal_schemes.iter().map(String::as_str).collect();
+            schemes.sort_unstable();
+            schemes.dedup();
+            part(b"seal");
+            part(&(schemes.len() as u64).to_be_bytes());
+            for scheme in schemes {
+                part(scheme.as_bytes());
+            }
         }
         Sha256Digest::from_bytes(h.finalize().into())
     }

@@ -30,6 +30,7 @@ fn trust(root: &KeyPair, online: &KeyPair, online_expires: OffsetDateTime) -> Tr
                 expires_at: Some(online_expires),
             },
         ],
+        key_release: Vec::new(),
     };
     let env = root.sign(
         KEYRING_PAYLOAD_TYPE,

@@ -88,6 +88,22 @@ impl ReceiptKey {
         let Some(receipt) = e.receipt.as_deref() else {
             return false;
         };
+        let facts = Facts {
+            install_id: &e.install_id,
+            model: &e.model,
+            release: &e.release,
+            platform: &e.platform,
+            soc: &e.soc,
+            device_model: &e.device_model,
+        };
+        let mut variants = vec![e.variant.as_str()];
+        variants.extend(e.to_variant.as_deref());
+        self.names(receipt, &facts, &variants)
+    }
+
+    /// True when `receipt` is one this server issued for `facts` and it names every one of
+    /// `variants`.
+    pub fn names(&self, receipt: &str, facts: &Facts<'_>, variants: &[&str]) -> bool {
         let Some(rest) = receipt.strip_prefix("v1.") else {
             return false;
         };
@@ -97,19 +113,10 @@ impl ReceiptKey {
         let Ok(mac) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(mac) else {
             return false;
         };
-        let facts = Facts {
-            install_id: &e.install_id,
-            model: &e.model,
-            release: &e.release,
-            platform: &e.platform,
-            soc: &e.soc,
-            device_model: &e.device_model,
-        };
-        if self.mac(&facts, list).verify_slice(&mac).is_err() {
+        if self.mac(facts, list).verify_slice(&mac).is_err() {
             return false;
         }
-        let names = |v: &str| list.split(',').any(|x| x == v);
-        names(&e.variant) && e.to_variant.as_deref().is_none_or(names)
+        variants.iter().all(|v| list.split(',').any(|x| x == *v))
     }
 }
 

@@ -114,6 +114,26 @@ pub enum PublishError {
         /// The inspector's reason.
         why: String,
     },
+    /// A sealed variant the server cannot admit (see [`crate::release::publish::sealed`]).
+    #[error("variant {variant}: {why}")]
+    SealedInvalid {
+        /// The variant.
+        variant: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A sealed variant whose key-release key this server does not hold.
+    #[error(
+        "variant {variant} is sealed to key-release key {key}, which this server does not hold: \
+         copy key-release.key (and retired/) from the key folder into the server's keys folder \
+         and restart it, or sign with the key folder whose keyring the server holds"
+    )]
+    KeyReleaseUnavailable {
+        /// The variant.
+        variant: String,
+        /// The key it names.
+        key: String,
+    },
     /// The declared delegate is not in the bytes.
     #[error("{0}")]
     DelegateMismatch(String),
@@ -197,6 +217,8 @@ impl PublishError {
             PublishError::ChunkIndexMismatch { .. } => ErrorCode::ChunkIndexMismatch,
             PublishError::NotAPte { .. } => ErrorCode::NotAPte,
             PublishError::DelegateMismatch(_) => ErrorCode::DelegateMismatch,
+            PublishError::SealedInvalid { .. } => ErrorCode::SealedInvalid,
+            PublishError::KeyReleaseUnavailable { .. } => ErrorCode::KeyReleaseUnavailable,
             PublishError::DataFilesMissing { .. } => ErrorCode::DataFilesMissing,
             PublishError::DataFilesMismatch { .. } => ErrorCode::DataFilesMismatch,
             PublishError::NotAPtd { .. } => ErrorCode::NotAPte,

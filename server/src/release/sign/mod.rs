@@ -41,6 +41,7 @@ use crate::keys::signer::Signer;
 pub mod chunks;
 pub mod files;
 pub mod metadata;
+pub mod seal;
 pub mod variants;
 
 pub use variants::{SignedFile, VariantSpec, VariantsFile, read_variants};
@@ -100,6 +101,9 @@ pub struct Built {
     /// What `ferry sign` warns about (the metadata against the program; see also
     /// [`contract_warnings`]).
     pub warnings: Vec<String>,
+    /// Each variant's inspection, in order (signed into a sealed variant, whose program the
+    /// server cannot read).
+    pub reports: Vec<pte::PteReport>,
 }
 
 /// [`build_manifest`], keeping the warnings.
@@ -112,6 +116,7 @@ pub fn build(
     let mut variants = Vec::new();
     let mut files = Vec::new();
     let mut warnings = Vec::new();
+    let mut reports = Vec::new();
     for v in &spec.variants {
         let path = base.join(&v.file);
         let limits = pte::PteLimits::default();
@@ -214,8 +219,10 @@ pub fn build(
             preprocess: meta.preprocess,
             labels: meta.labels,
             latency_budget_ms: v.latency_budget_ms.or(spec.latency_budget_ms),
+            sealed: None,
             chunk_index: None,
         });
+        reports.push(report);
     }
     let mut manifest = ReleaseManifest {
         format: 1,
@@ -233,6 +240,7 @@ pub fn build(
         manifest,
         files,
         warnings,
+        reports,
     })
 }
 

@@ -38,6 +38,10 @@ pub struct VariantsFile {
     /// variant's own replaces it. Signed per variant as `latency_budget_ms`.
     #[serde(default)]
     pub latency_budget_ms: Option<f64>,
+    /// `sealed = true`: every variant's files are sealed (encrypted; a device needs a key
+    /// release to load them) unless a variant says `sealed = false`.
+    #[serde(default)]
+    pub sealed: Option<bool>,
     /// The variants.
     #[serde(rename = "variant")]
     pub variants: Vec<VariantSpec>,
@@ -90,6 +94,16 @@ pub struct VariantSpec {
     /// Its own latency budget (ms), replacing the release-wide one.
     #[serde(default)]
     pub latency_budget_ms: Option<f64>,
+    /// Whether its files are sealed, replacing the release-wide `sealed`.
+    #[serde(default)]
+    pub sealed: Option<bool>,
+}
+
+impl VariantSpec {
+    /// Whether this variant is sealed in the release `spec`.
+    pub fn is_sealed(&self, spec: &VariantsFile) -> bool {
+        self.sealed.or(spec.sealed).unwrap_or(false)
+    }
 }
 
 /// A file the manifest refers to, for `ferry publish`.

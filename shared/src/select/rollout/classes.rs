@@ -194,6 +194,7 @@ pub fn classes(model: &ModelName, releases: &[&ReleaseManifest]) -> Vec<DeviceCl
                                     nonce: None,
                                     operators_digest: None,
                                     operators: None,
+                                    seal_schemes: Vec::new(),
                                 };
                                 let sig: BTreeSet<(usize, usize)> = flat
                                     .iter()

@@ -28,6 +28,7 @@ fn keyring(version: u64, root: RootSet, release: &KeyPair, online: &KeyPair) -> 
                 expires_at: None,
             },
         ],
+        key_release: Vec::new(),
     }
 }
 

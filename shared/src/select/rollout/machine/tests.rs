@@ -126,6 +126,7 @@ fn request(parts: &ResolveRequestParts) -> crate::wire::resolve::ResolveRequest 
         nonce: None,
         operators_digest: None,
         operators: None,
+        seal_schemes: Vec::new(),
     }
 }
 

@@ -1,0 +1,209 @@
+//! Releasing the keys of sealed variants: who may have them, and how they are handed over.
+//!
+//! A device asks with the receipt of the resolve that chose the variant (it binds the install
+//! id, model, release, device class and the variants offered), a fresh X25519 public key, and,
+//! where the app has one, a platform attestation. The policy:
+//! - a receipt this server (or any replica: receipts derive from the online key) issued for
+//!   this install, release and device class, naming the variant, is required;
+//! - the release must not be stopped (`ferry release seal-stop`) or revoked;
+//! - an attestation verifier, when configured, must accept the token, and with
+//!   `require_attestation` a request without one is refused;
+//! - every install and client address is rate-limited;
+//! - every key handed out is audited (who, which variant, when) before it leaves.
+//!
+//! The file key is unwrapped with the key-release key the release names and wrapped again to
+//! the device's public key for its install id (`ferry_fs::sealed::keys::release`).
+
+use std::sync::Arc;
+
+use ferry_fs::sealed::keys as seal_keys;
+use ferry_shared::manifest::Variant;
+use ferry_shared::wire::keys::{Attestation, KeyRequest, ReleasedKey};
+
+use crate::fleet::intake::limits::{IpKey, Limiter};
+use crate::keys::KeyReleaseSecret;
+
+/// Checks a platform attestation token (Play Integrity, App Attest, a TPM quote): the app asks
+/// its platform for a token over [`binding`] of the request, and the server's verifier decides.
+pub trait AttestationVerifier: Send + Sync {
+    /// `Ok(())` when `attestation` vouches for a genuine app on a genuine device for this
+    /// request; the reason otherwise.
+    fn verify(&self, attestation: &Attestation, request: &KeyRequest) -> Result<(), String>;
+}
+
+/// The value an app binds its attestation to (the nonce or client data hash it passes to the
+/// platform): SHA-256 over the install id, model, release, variant and the request's public
+/// key, length-prefixed, hex.
+pub fn binding(request: &KeyRequest) -> String {
+    use sha2::{Digest as _, Sha256};
+    let mut h = Sha256::new();
+    for part in [
+        "ferry key request v1",
+        request.install_id.as_str(),
+        request.model.as_str(),
+        request.release.as_str(),
+        request.variant.as_str(),
+        request.public_key.as_str(),
+    ] {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part.as_bytes());
+    }
+    hex::encode(h.finalize())
+}
+
+/// Why a key request was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The request is malformed or names something that is not a sealed variant's file.
+    Invalid(String),
+    /// No valid receipt, or the attestation policy said no.
+    Refused(String),
+    /// The release is stopped or revoked.
+    Stopped(String),
+    /// This server cannot unwrap the keys.
+    Unavailable(String),
+    /// Over the rate limit.
+    Limited,
+}
+
+/// The key-release service of one server.
+pub struct KeyService {
+    held: Vec<KeyReleaseSecret>,
+    limiter: Limiter,
+    verifier: Option<Arc<dyn AttestationVerifier>>,
+    require_attestation: bool,
+}
+
+impl std::fmt::Debug for KeyService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyService")
+            .field("held", &self.held)
+            .field("verifier", &self.verifier.is_some())
+            .field("require_attestation", &self.require_attestation)
+            .finish()
+    }
+}
+
+impl KeyService {
+    /// A service with the `held` keys, letting each client address make `per_address` and
+    /// each install `per_install` requests a minute.
+    pub fn new(held: Vec<KeyReleaseSecret>, per_address: u32, per_install: u32) -> Self {
+        Self {
+            held,
+            limiter: Limiter::new(per_address, per_install),
+            verifier: None,
+            require_attestation: false,
+        }
+    }
+
+    /// Checks attestations with `verifier`; with `required`, a request without one is refused.
+    pub fn with_attestation(
+        mut self,
+        verifier: Option<Arc<dyn AttestationVerifier>>,
+        required: bool,
+    ) -> Self {
+        self.verifier = verifier;
+        self.require_attestation = required;
+        self
+    }
+
+    /// The key-release keys held (publish refuses a sealed release wrapped to another).
+    pub fn held(&self) -> &[KeyReleaseSecret] {
+        &self.held
+    }
+
+    /// Takes one request from the allowances of `address` and the install.
+    pub fn admit(
+        &self,
+        address: Option<std::net::IpAddr>,
+        install_id: &str,
+    ) -> Result<(), Refusal> {
+        let install = {
+            use std::hash::{Hash as _, Hasher as _};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            install_id.hash(&mut h);
+            h.finish()
+        };
+        if self.limiter.address(IpKey::of(address)) && self.limiter.install(install, 1) {
+            Ok(())
+        } else {
+            Err(Refusal::Limited)
+        }
+    }
+
+    /// The attestation policy.
+    pub fn check_attestation(&self, request: &KeyRequest) -> Result<(), Refusal> {
+        match (&request.attestation, &self.verifier) {
+            (None, _) if self.require_attestation => Err(Refusal::Refused(
+                "this server requires a platform attestation with every key request".into(),
+            )),
+            (Some(_), None) if self.require_attestation => Err(Refusal::Refused(
+                "attestation is required but no verifier is configured".into(),
+            )),
+            (Some(a), Some(v)) => v
+                .verify(a, request)
+                .map_err(|why| Refusal::Refused(format!("attestation refused: {why}"))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The keys of `variant`'s files `request` asks for, wrapped to its public key.
+    pub fn release(
+        &self,
+        request: &KeyRequest,
+        variant: &Variant,
+    ) -> Result<Vec<ReleasedKey>, Refusal> {
+        let Some(sealing) = &variant.sealed else {
+            return Err(Refusal::Invalid(format!(
+                "variant {} is not sealed",
+                variant.id
+            )));
+        };
+        let device = seal_keys::decode::<32>(&request.public_key)
+            .map_err(|e| Refusal::Invalid(format!("public_key: {e}")))?;
+        let Some(key) = self.held.iter().find(|k| k.id() == sealing.key_release) else {
+            return Err(Refusal::Unavailable(format!(
+                "this server does not hold key-release key {}",
+                sealing.key_release
+            )));
+        };
+        let wanted: Vec<_> = if request.files.is_empty() {
+            sealing.files.iter().collect()
+        } else {
+            request
+                .files
+                .iter()
+                .map(|d| {
+                    sealing.file(d).ok_or_else(|| {
+                        Refusal::Invalid(format!("{d} is not a file of variant {}", variant.id))
+                    })
+                })
+                .collect::<Result<_, _>>()?
+        };
+        let mut out = Vec::with_capacity(wanted.len());
+        for f in wanted {
+            let fail = |e: ferry_fs::sealed::SealError| {
+                Refusal::Unavailable(format!("the key of {}: {e}", f.sha256))
+            };
+            let wrapped = seal_keys::decode::<{ seal_keys::WRAPPED }>(&f.key).map_err(fail)?;
+            let file_key =
+                seal_keys::unwrap(key.secret(), &wrapped, f.sha256.as_bytes()).map_err(fail)?;
+            let mut ephemeral = [0u8; 32];
+            getrandom::fill(&mut ephemeral)
+                .map_err(|e| Refusal::Unavailable(format!("no randomness: {e}")))?;
+            let released = seal_keys::release(
+                &device,
+                &ephemeral,
+                &file_key,
+                f.sha256.as_bytes(),
+                &request.install_id,
+            )
+            .map_err(|e| Refusal::Invalid(format!("public_key: {e}")))?;
+            out.push(ReleasedKey {
+                sha256: f.sha256,
+                key: seal_keys::encode(&released),
+            });
+        }
+        Ok(out)
+    }
+}
