@@ -39,6 +39,8 @@ pub struct ClientBuilder {
     record_flights: bool,
     reverify_after: Duration,
     sdk: String,
+    key_store: Option<Arc<dyn crate::seal::keys::KeyStore>>,
+    attest: Option<Arc<dyn crate::seal::keys::Attest>>,
 }
 
 /// The SDK this crate names itself as in the `Ferry-Sdk` header when used from Rust.
@@ -70,7 +72,25 @@ impl ClientBuilder {
             record_flights: true,
             reverify_after: crate::cache::REVERIFY_AFTER,
             sdk: RUST_SDK.to_string(),
+            key_store: None,
+            attest: None,
         }
+    }
+
+    /// Where the keys of sealed variants are kept once the server released them: the app's
+    /// platform key store (Android Keystore, the iOS Keychain, a TPM). The default,
+    /// [`crate::seal::keys::FileKeyStore`] in the cache's `sealed-keys/` folder, keeps them in files
+    /// and protects nothing against whoever copies the app's data (`docs/client.md`).
+    pub fn key_store(mut self, store: Arc<dyn crate::seal::keys::KeyStore>) -> Self {
+        self.key_store = Some(store);
+        self
+    }
+
+    /// Adds a platform attestation (Play Integrity, App Attest) to every key request for a
+    /// sealed variant (servers that require one refuse requests without it).
+    pub fn attestation(mut self, attest: Arc<dyn crate::seal::keys::Attest>) -> Self {
+        self.attest = Some(attest);
+        self
     }
 
     /// How old a cached file's last full hash may be before a load that trusted it by its
@@ -252,7 +272,14 @@ impl ClientBuilder {
             keeper.now(&*clock)
         })))?;
         let time_agent = pool(crate::transfer::tls::Dates::Unchecked)?;
+        let key_store = self.key_store.unwrap_or_else(|| {
+            Arc::new(crate::seal::keys::FileKeyStore::new(
+                cache_dir.join("sealed-keys"),
+            ))
+        });
         let client = Client {
+            key_store,
+            attest: self.attest,
             server: self.server,
             trust: Mutex::new(trust),
             agent,

@@ -60,6 +60,10 @@ pub struct Client {
     pub(crate) unsaved_crashes: Mutex<Vec<crate::crash::ledger::CrashRecord>>,
     /// Blob sources that failed recently (`transfer/sources.rs`).
     pub(crate) source_book: Arc<crate::transfer::sources::SourceBook>,
+    /// Where released keys of sealed variants are kept (`seal/keys.rs`).
+    pub(crate) key_store: Arc<dyn crate::seal::keys::KeyStore>,
+    /// The app's platform attestation for key requests, if any.
+    pub(crate) attest: Option<Arc<dyn crate::seal::keys::Attest>>,
 }
 
 impl Client {

@@ -33,6 +33,9 @@ pub enum Stage {
     Probe,
     /// A run of the loaded model (a crash there is the variant's).
     Run,
+    /// Getting the key of a sealed variant (from the device's key store, or released by the
+    /// server).
+    Key,
 }
 
 impl Stage {
@@ -50,6 +53,7 @@ impl Stage {
             Stage::Cache => "cache",
             Stage::Probe => "probe",
             Stage::Run => "run",
+            Stage::Key => "key",
         }
     }
 
@@ -67,6 +71,7 @@ impl Stage {
             Stage::Cache,
             Stage::Probe,
             Stage::Run,
+            Stage::Key,
         ]
         .into_iter()
         .find(|s| s.as_str() == name)

@@ -88,8 +88,10 @@ impl TestApp {
         if let Some(from) = &opts.keys {
             let to = config.keys_dir();
             std::fs::create_dir_all(to.join("keyring")).expect("keys dir");
-            for f in ["online.key", "trust.json"] {
-                std::fs::copy(from.join(f), to.join(f)).expect("copy key");
+            for f in ["online.key", "trust.json", "key-release.key"] {
+                if from.join(f).exists() {
+                    std::fs::copy(from.join(f), to.join(f)).expect("copy key");
+                }
             }
             for e in std::fs::read_dir(from.join("keyring"))
                 .expect("keyring")
@@ -180,6 +182,12 @@ impl TestApp {
     /// `url() + path`.
     pub fn at(&self, path: &str) -> String {
         format!("{}{path}", self.url())
+    }
+
+    /// The key folder `ferry keys generate` made for this server (root, release, online and
+    /// key-release keys, trust.json, keyring/).
+    pub fn keys_dir(&self) -> PathBuf {
+        self.dir.path().join("keys")
     }
 
     /// The data directory's release key (trusted by the server).
@@ -450,7 +458,7 @@ impl TestApp {
             config.storage = s;
             // Replicas share keys (a real deployment provisions them).
             std::fs::create_dir_all(config.keys_dir()).expect("keys dir");
-            for f in ["online.key", "trust.json"] {
+            for f in ["online.key", "trust.json", "key-release.key"] {
                 std::fs::copy(
                     self.dir.path().join("keys").join(f),
                     config.keys_dir().join(f),

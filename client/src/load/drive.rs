@@ -115,7 +115,7 @@ impl Client {
                     let v = &plan.candidates[i].variant;
                     let record =
                         self.flight_record(model, &release, v, plan.receipt.as_deref(), device);
-                    let outcome = match self.open_and_check(blob, v, &record, false) {
+                    let outcome = match self.open_and_check(blob, v, (&record, device), false) {
                         Ok(program) => {
                             opened = Some(program);
                             Opened::Loaded(ms_since(started))
@@ -130,7 +130,7 @@ impl Client {
                 }
                 Next::Loaded(i) => {
                     send(walk.take_events());
-                    let (Some((blob, downloaded)), Some((program, golden, flight))) =
+                    let (Some((blob, downloaded)), Some((program, golden, flight, keys))) =
                         (fetched.take(), opened.take())
                     else {
                         return Err(ClientError::Config(
@@ -149,6 +149,7 @@ impl Client {
                             golden,
                             downloaded,
                             flight,
+                            keys,
                         },
                         walk.into_attempts(),
                         load_started,
@@ -287,6 +288,8 @@ struct Handover {
     /// Downloaded now (with what each blob source did), or `None` when it was cached.
     downloaded: Option<Vec<ferry_shared::wire::sources::SourceUse>>,
     flight: Option<crate::crash::flight::Flight>,
+    /// A sealed variant's file keys (its assets are read with them).
+    keys: Option<crate::seal::FileKeys>,
 }
 
 impl Client {
@@ -307,11 +310,12 @@ impl Client {
             golden,
             downloaded,
             flight,
+            keys,
         } = opened;
         let release = plan.manifest.version.to_string();
         // Read before the entry is recorded: a load that fails here leaves the last known
         // good as it was.
-        let metadata = crate::run::metadata::ModelMetadata::of(v, &blob)?;
+        let metadata = crate::run::metadata::ModelMetadata::of(v, &blob, keys)?;
         let entry = ModelEntry {
             release: release.clone(),
             variant: v.id.to_string(),

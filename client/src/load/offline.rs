@@ -160,8 +160,8 @@ impl Client {
             entry.receipt.as_deref(),
             device,
         );
-        let (program, golden, flight) = self
-            .open_and_check(&blob, &variant, &record, false)
+        let (program, golden, flight, keys) = self
+            .open_and_check(&blob, &variant, (&record, device), false)
             .map_err(|f| ClientError::AllCandidatesFailed {
                 attempts: vec![Attempt {
                     variant: variant.id.to_string(),
@@ -213,7 +213,7 @@ impl Client {
             golden_max_abs_diff: golden,
             golden: variant.golden.clone(),
             contract: variant.methods.clone(),
-            metadata: crate::run::metadata::ModelMetadata::of(&variant, &blob)?,
+            metadata: crate::run::metadata::ModelMetadata::of(&variant, &blob, keys)?,
             times: None,
             receipt: None,
             method: self.method.clone(),

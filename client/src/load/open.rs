@@ -11,10 +11,18 @@ use crate::crash::flight::{Flight, FlightRecord};
 use crate::error::Stage;
 use crate::run::golden::{LoadFailure, check_golden};
 use crate::runtime::Program;
+use crate::seal::{FileKeys, KeyAsk};
+use crate::types::DeviceInfo;
 
 /// An opened program that passed its checks: the program, the golden check's largest
-/// difference, and its flight (idle), which the loaded model keeps for its runs.
-pub(crate) type Opened = (Box<dyn Program>, Option<f64>, Option<Flight>);
+/// difference, its flight (idle), which the loaded model keeps for its runs, and for a sealed
+/// variant its file keys (its assets are read with them).
+pub(crate) type Opened = (
+    Box<dyn Program>,
+    Option<f64>,
+    Option<Flight>,
+    Option<FileKeys>,
+);
 
 impl Client {
     /// Opens the program, checks backends, loads the method, runs the golden check, each step
@@ -24,34 +32,47 @@ impl Client {
         &self,
         blob: &VerifiedBlob,
         v: &Variant,
-        record: &FlightRecord,
+        (record, device): (&FlightRecord, &DeviceInfo),
         probing: bool,
     ) -> Result<Opened, LoadFailure> {
+        // A sealed variant's keys first: no native step, nothing to mark in flight.
+        let keys = match &v.sealed {
+            Some(s) => Some(self.file_keys(v, s, &KeyAsk { record, device })?),
+            None => None,
+        };
         let mut flight = self.flight(record);
         let mut steps = Steps {
             flight: flight.as_mut(),
             probing,
             first: true,
         };
-        let out = self.open_steps(blob, v, &mut steps);
+        let sealed = keys
+            .as_ref()
+            .zip(v.sealed.as_ref())
+            .map(|(k, s)| (s, k, device.install_id.as_str()));
+        let out = self.open_steps(blob, v, sealed, &mut steps);
         if let Some(f) = &mut flight {
             f.clear(true);
         }
-        out.map(|(program, diff)| (program, diff, flight))
+        out.map(|(program, diff)| (program, diff, flight, keys))
     }
 
     fn open_steps(
         &self,
         blob: &VerifiedBlob,
         v: &Variant,
+        sealed: Option<(&ferry_shared::manifest::Sealing, &FileKeys, &str)>,
         steps: &mut Steps<'_>,
     ) -> Result<(Box<dyn Program>, Option<f64>), LoadFailure> {
         let registered = self.runtime.registered_backends();
         steps.mark(Stage::LoadProgram);
-        let mut program = self
-            .runtime
-            .open(blob)
-            .map_err(|e| LoadFailure::runtime(Stage::LoadProgram, e))?;
+        let mut program = match sealed {
+            Some((sealing, keys, install)) => self.open_sealed(blob, v, sealing, keys, install)?,
+            None => self
+                .runtime
+                .open(blob)
+                .map_err(|e| LoadFailure::runtime(Stage::LoadProgram, e))?,
+        };
         let needed = program
             .method_backends(&self.method)
             .map_err(|e| LoadFailure::runtime(Stage::LoadMethod, e))?;

@@ -124,7 +124,8 @@ impl Client {
                 continue;
             };
             let record = self.flight_record(model, &release, v, plan.receipt.as_deref(), device);
-            let Ok((mut program, _, mut flight)) = self.open_and_check(&blob, v, &record, true)
+            let Ok((mut program, _, mut flight, _)) =
+                self.open_and_check(&blob, v, (&record, device), true)
             else {
                 continue;
             };

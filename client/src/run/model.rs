@@ -146,8 +146,25 @@ impl LoadedModel {
         self.metadata.labels.as_deref()
     }
 
+    /// The asset `name` (a labels file, a tokenizer) to read: its verified file, or for a
+    /// sealed variant its sealed file decrypted as it is read (the plaintext is never written
+    /// anywhere). Works for every variant; valid while this model is loaded.
+    pub fn open_asset(
+        &self,
+        name: &str,
+    ) -> Result<Box<dyn crate::run::metadata::ReadSeek>, crate::ClientError> {
+        self.metadata.open_asset(name)
+    }
+
+    /// True when the loaded variant is sealed: its files in the cache are ciphertext (read
+    /// its assets with [`LoadedModel::open_asset`]).
+    pub fn is_sealed(&self) -> bool {
+        self.metadata.sealed.is_some()
+    }
+
     /// The verified file of the asset `name` (a labels file, a tokenizer) in the cache, valid
-    /// while this model is loaded; `None` when the variant has no such asset.
+    /// while this model is loaded; `None` when the variant has no such asset. For a sealed
+    /// variant the file is ciphertext: read it with [`LoadedModel::open_asset`].
     pub fn asset(&self, name: &str) -> Option<&std::path::Path> {
         self.metadata.assets.get(name).map(PathBuf::as_path)
     }

@@ -1,11 +1,21 @@
 //! Sealed variants on the device: the program, its data file and its assets stay ciphertext
 //! in the cache; the runtime reads them through [`SealedSource`], which decrypts the pieces it
-//! is asked for as it reads them (no plaintext file, no second full copy in memory).
+//! is asked for as it reads them (no plaintext file, no second full copy in memory). Keys come
+//! from the device's [`KeyStore`] or, the first time, from the server (`request.rs`), and the
+//! app reads sealed assets through [`SealedAsset`].
+
+pub(crate) mod keys;
+mod open;
+mod request;
 
 use std::fs::File;
 use std::path::Path;
 
 use ferry_fs::sealed::SealedReader;
+
+pub use keys::{Attest, FileKeyStore, FileKeys, KeyStore, entry_name};
+pub use open::SealedAsset;
+pub(crate) use request::KeyAsk;
 
 /// A sealed file opened with its file key, read by the runtime at any offset.
 #[derive(Debug)]

@@ -6,6 +6,18 @@
 pub(crate) fn server_said(
     resp: &mut ureq::http::Response<ureq::Body>,
 ) -> (String, Option<ferry_shared::errors::ErrorCode>) {
+    let (said, code) = server_said_code(resp);
+    (
+        said,
+        code.filter(|c| *c == ferry_shared::errors::ErrorCode::OriginUnavailable),
+    )
+}
+
+/// ` (code: message)` of a ferry error answer (else empty), and its code when it is one of
+/// the catalogue's.
+pub(crate) fn server_said_code(
+    resp: &mut ureq::http::Response<ureq::Body>,
+) -> (String, Option<ferry_shared::errors::ErrorCode>) {
     #[derive(serde::Deserialize)]
     struct Said {
         code: String,
@@ -22,8 +34,7 @@ pub(crate) fn server_said(
         return (String::new(), None);
     };
     let message: String = s.message.chars().take(500).collect();
-    let code = ferry_shared::errors::ErrorCode::parse(&s.code)
-        .filter(|c| *c == ferry_shared::errors::ErrorCode::OriginUnavailable);
+    let code = ferry_shared::errors::ErrorCode::parse(&s.code);
     (
         format!(
             " ({}: {message})",

@@ -58,7 +58,7 @@ async fn release_inner(
         .validate()
         .map_err(|m| ApiError::new(ErrorCode::RequestInvalid, m))?;
     let service = state.key_service();
-    service.admit(peer, &request.install_id).map_err(refusal)?;
+    service.admit_address(peer).map_err(refusal)?;
     let version = semver::Version::parse(&request.release)
         .map_err(|e| ApiError::new(ErrorCode::InvalidVersion, format!("release: {e}")))?;
     let release = state
@@ -97,6 +97,9 @@ async fn release_inner(
                 .into(),
         )));
     }
+    service
+        .admit_install(&request.install_id)
+        .map_err(refusal)?;
     if let Some(revoked) = state
         .revocations()
         .get(&request.model)

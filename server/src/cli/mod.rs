@@ -122,9 +122,10 @@ pub enum Command {
         /// The signed release (from `ferry sign`).
         release: PathBuf,
         /// Folder holding the release's `.pte` programs and `.ptd` data files (found by digest,
-        /// so their names do not matter).
-        #[arg(long, value_hint = clap::ValueHint::DirPath)]
-        files: PathBuf,
+        /// so their names do not matter); give it again for more folders (the sealed files
+        /// `ferry sign --sealed-out` wrote, for one).
+        #[arg(long, value_hint = clap::ValueHint::DirPath, required = true)]
+        files: Vec<PathBuf>,
         /// Where and who (a token with the `publish` scope).
         #[command(flatten)]
         remote: Remote,
@@ -174,7 +175,7 @@ pub enum Command {
         #[command(subcommand)]
         command: deny::DenyCommand,
     },
-    /// Release actions: revoke.
+    /// Release actions: revoke; stop the key releases of a sealed release; who got its keys.
     Release {
         /// What to do.
         #[command(subcommand)]

@@ -25,7 +25,7 @@ pub(crate) struct PublishFlags {
 
 pub(crate) fn publish_cmd(
     release: &Path,
-    files: &Path,
+    files: &[PathBuf],
     server: &str,
     token: &str,
     ca: Option<&Path>,
@@ -167,11 +167,21 @@ fn upload_chunk_indexes(
             }
         }
     }
+    let sealed: std::collections::HashSet<Sha256Digest> = manifest
+        .variants
+        .iter()
+        .filter_map(|v| v.sealed.as_ref())
+        .flat_map(|s| s.files.iter().map(|f| f.sha256))
+        .collect();
     for (digest, id, signed) in refs {
         let Some((_, path)) = found.iter().find(|(d, _)| *d == digest) else {
             bail!("variant {id}: no file has sha256 {digest}");
         };
-        let index = crate::release::sign::chunks::index_of_file(path)?;
+        let index = if sealed.contains(&digest) {
+            crate::release::sign::chunks::index_of_sealed_file(path)?
+        } else {
+            crate::release::sign::chunks::index_of_file(path)?
+        };
         if index.reference() != signed {
             bail!(
                 "variant {id}: the chunk index of {} is not the one the release signs (it was \
@@ -222,7 +232,7 @@ struct Uploader<'a> {
 /// was done per file, for `--json`.
 fn upload_files(
     up: &Uploader<'_>,
-    files: &Path,
+    files: &[PathBuf],
     wanted: &[WantedFile],
     found: &[FoundFile],
     say: &dyn Fn(String),
@@ -244,7 +254,7 @@ fn upload_files(
         let Some((_, path)) = found.iter().find(|(d, _)| d == digest) else {
             bail!(
                 "variant {id}: no file in {} has sha256 {digest}",
-                files.display()
+                shown(files)
             );
         };
         // The file's entry for --json, with what was done about its compressed form.
@@ -353,8 +363,17 @@ fn check_first(
 
 /// Every file the release names (a file several variants share once), and where in `files`
 /// each is, found by size and then hash; an error naming every one that is absent.
+/// The folders of `--files`, for messages.
+fn shown(files: &[PathBuf]) -> String {
+    files
+        .iter()
+        .map(|f| f.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn locate(
-    files: &Path,
+    files: &[PathBuf],
     manifest: &ReleaseManifest,
 ) -> anyhow::Result<(Vec<WantedFile>, Vec<FoundFile>)> {
     // Find each blob in the folder by size, then hash.
@@ -373,10 +392,15 @@ fn locate(
         }
     }
     let mut found: Vec<FoundFile> = Vec::new();
-    for entry in
-        std::fs::read_dir(files).with_context(|| format!("cannot list {}", files.display()))?
-    {
-        let path = entry?.path();
+    let mut entries = Vec::new();
+    for dir in files {
+        for entry in
+            std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?
+        {
+            entries.push(entry?.path());
+        }
+    }
+    for path in entries {
         let Ok(meta) = std::fs::metadata(&path) else {
             continue;
         };
@@ -400,7 +424,7 @@ fn locate(
     if !absent.is_empty() {
         bail!(
             "no file in {} has the bytes of: {}; nothing was uploaded",
-            files.display(),
+            shown(files),
             absent.join(", ")
         );
     }

@@ -1,5 +1,5 @@
 //! `ferry release revoke MODEL VERSION`: signs the next revocation list with a release key and
-//! sends it to the server.
+//! sends it to the server; `ferry release seal-stop` and `key-releases` for sealed releases.
 
 use std::process::ExitCode;
 
@@ -38,6 +38,34 @@ pub enum ReleaseCommand {
         #[command(flatten)]
         remote: Remote,
     },
+    /// Stop releasing the keys of a sealed release (devices without its key can no longer load
+    /// it; devices with one drop it at their next resolve), or resume with --resume.
+    SealStop {
+        /// Model name.
+        model: String,
+        /// The sealed release.
+        version: String,
+        /// Resume key releases instead.
+        #[arg(long)]
+        resume: bool,
+        /// Why (kept with the stop).
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Where and who (a token with the `rollout` scope).
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Who got the keys of a sealed release: the newest audit records, and whether key releases
+    /// are stopped.
+    KeyReleases {
+        /// Model name.
+        model: String,
+        /// The sealed release.
+        version: String,
+        /// Where and who (a token with the `read` scope).
+        #[command(flatten)]
+        remote: Remote,
+    },
 }
 
 pub(crate) fn release_cmd(command: ReleaseCommand, json: bool) -> anyhow::Result<ExitCode> {
@@ -54,7 +82,94 @@ pub(crate) fn release_cmd(command: ReleaseCommand, json: bool) -> anyhow::Result
             (None, true) => revoke(&model, None, &key, &reason, &remote, json),
             _ => Err(Usage("give either a VERSION to revoke or --resign, not both".into()).into()),
         },
+        ReleaseCommand::SealStop {
+            model,
+            version,
+            resume,
+            reason,
+            remote,
+        } => seal_stop(&model, &version, resume, &reason, &remote, json),
+        ReleaseCommand::KeyReleases {
+            model,
+            version,
+            remote,
+        } => key_releases(&model, &version, &remote, json),
     }
+}
+
+fn seal_stop(
+    model: &str,
+    version: &str,
+    resume: bool,
+    reason: &str,
+    remote: &Remote,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let path = format!("/v1/admin/models/{model}/releases/{version}/seal-stop");
+    let answer = if resume {
+        admin_call(remote, "DELETE", &path, None)?
+    } else {
+        admin_call(
+            remote,
+            "PUT",
+            &path,
+            Some(serde_json::json!({ "reason": reason })),
+        )?
+    };
+    if json {
+        println!("{answer}");
+    } else if resume {
+        println!("key releases of {model} {version} resumed");
+    } else {
+        println!(
+            "key releases of {model} {version} stopped: devices without its key cannot load \
+             it; devices holding one drop it at their next resolve (undo with --resume)"
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn key_releases(
+    model: &str,
+    version: &str,
+    remote: &Remote,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let answer = admin_call(
+        remote,
+        "GET",
+        &format!("/v1/admin/models/{model}/releases/{version}/key-releases"),
+        None,
+    )?;
+    if json {
+        println!("{answer}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    match answer.get("stopped").filter(|s| !s.is_null()) {
+        Some(s) => println!(
+            "{model} {version}: key releases STOPPED by {} at {} {}",
+            s["by"].as_str().unwrap_or("?"),
+            s["at"].as_str().unwrap_or("?"),
+            s["reason"].as_str().unwrap_or_default()
+        ),
+        None => println!("{model} {version}: key releases open"),
+    }
+    println!(
+        "{} key release(s) in all; newest first:",
+        answer["total"].as_u64().unwrap_or(0)
+    );
+    for r in answer["records"].as_array().into_iter().flatten() {
+        println!(
+            "  {}  {:<12} install {}  {} {}  from {}",
+            r["at"].as_str().unwrap_or("?"),
+            r["variant"].as_str().unwrap_or("?"),
+            r["install_id"].as_str().unwrap_or("?"),
+            r["platform"].as_str().unwrap_or(""),
+            r["device_model"].as_str().unwrap_or(""),
+            r["address"].as_str().unwrap_or("?")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn revoke(

@@ -109,6 +109,12 @@ pub(crate) fn admin_call(
             .header("authorization", &auth)
             .header("content-type", "application/json")
             .send(serde_json::to_vec(&b)?.as_slice()),
+        ("PUT", b) => agent
+            .put(&url)
+            .header("authorization", &auth)
+            .header("content-type", "application/json")
+            .send(serde_json::to_vec(&b.unwrap_or_default())?.as_slice()),
+        ("DELETE", _) => agent.delete(&url).header("authorization", &auth).call(),
         _ => agent.get(&url).header("authorization", &auth).call(),
     }
     .with_context(|| format!("cannot reach {server}"))?;

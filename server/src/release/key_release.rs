@@ -24,31 +24,11 @@ use crate::fleet::intake::limits::{IpKey, Limiter};
 use crate::keys::KeyReleaseSecret;
 
 /// Checks a platform attestation token (Play Integrity, App Attest, a TPM quote): the app asks
-/// its platform for a token over [`binding`] of the request, and the server's verifier decides.
+/// its platform for a token over the request's [`KeyRequest::binding`], and the server's verifier decides.
 pub trait AttestationVerifier: Send + Sync {
     /// `Ok(())` when `attestation` vouches for a genuine app on a genuine device for this
     /// request; the reason otherwise.
     fn verify(&self, attestation: &Attestation, request: &KeyRequest) -> Result<(), String>;
-}
-
-/// The value an app binds its attestation to (the nonce or client data hash it passes to the
-/// platform): SHA-256 over the install id, model, release, variant and the request's public
-/// key, length-prefixed, hex.
-pub fn binding(request: &KeyRequest) -> String {
-    use sha2::{Digest as _, Sha256};
-    let mut h = Sha256::new();
-    for part in [
-        "ferry key request v1",
-        request.install_id.as_str(),
-        request.model.as_str(),
-        request.release.as_str(),
-        request.variant.as_str(),
-        request.public_key.as_str(),
-    ] {
-        h.update((part.len() as u64).to_be_bytes());
-        h.update(part.as_bytes());
-    }
-    hex::encode(h.finalize())
 }
 
 /// Why a key request was refused.
@@ -112,19 +92,25 @@ impl KeyService {
         &self.held
     }
 
-    /// Takes one request from the allowances of `address` and the install.
-    pub fn admit(
-        &self,
-        address: Option<std::net::IpAddr>,
-        install_id: &str,
-    ) -> Result<(), Refusal> {
+    /// Takes one request from the allowance of the client `address` (before anything else).
+    pub fn admit_address(&self, address: Option<std::net::IpAddr>) -> Result<(), Refusal> {
+        if self.limiter.address(IpKey::of(address)) {
+            Ok(())
+        } else {
+            Err(Refusal::Limited)
+        }
+    }
+
+    /// Takes one request from the allowance of an install whose receipt verified (so nobody
+    /// can spend another device's allowance with its install id alone).
+    pub fn admit_install(&self, install_id: &str) -> Result<(), Refusal> {
         let install = {
             use std::hash::{Hash as _, Hasher as _};
             let mut h = std::collections::hash_map::DefaultHasher::new();
             install_id.hash(&mut h);
             h.finish()
         };
-        if self.limiter.address(IpKey::of(address)) && self.limiter.install(install, 1) {
+        if self.limiter.install(install, 1) {
             Ok(())
         } else {
             Err(Refusal::Limited)

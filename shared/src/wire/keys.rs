@@ -59,6 +59,27 @@ pub struct KeyRequest {
 }
 
 impl KeyRequest {
+    /// The value an app binds a platform attestation to (the nonce or client data hash it
+    /// passes to Play Integrity or App Attest): SHA-256 over the install id, model, release,
+    /// variant and public key, each length-prefixed, as 64 hex characters. The server's
+    /// verifier checks the token names it.
+    pub fn binding(&self) -> String {
+        use sha2::{Digest as _, Sha256};
+        let mut h = Sha256::new();
+        for part in [
+            "ferry key request v1",
+            self.install_id.as_str(),
+            self.model.as_str(),
+            self.release.as_str(),
+            self.variant.as_str(),
+            self.public_key.as_str(),
+        ] {
+            h.update((part.len() as u64).to_be_bytes());
+            h.update(part.as_bytes());
+        }
+        hex::encode(h.finalize())
+    }
+
     /// Checks the fields against the limits; a message on failure.
     pub fn validate(&self) -> Result<(), String> {
         let text = |what: &str, s: &str, max: usize| -> Result<(), String> {

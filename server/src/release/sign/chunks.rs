@@ -41,6 +41,14 @@ pub fn index_of_file(path: &Path) -> anyhow::Result<ChunkIndex> {
     Ok(from_pieces(pieces))
 }
 
+/// The chunk index of the sealed file at `path`: its sealed chunks, cut where the sealing cut
+/// them (`ferry_fs::sealed::Layout::index_ranges`), read without any key.
+pub fn index_of_sealed_file(path: &Path) -> anyhow::Result<ChunkIndex> {
+    let pieces = ferry_fs::sealed::index_entries(path)
+        .with_context(|| format!("cannot read {} as a sealed file", path.display()))?;
+    Ok(from_pieces(pieces))
+}
+
 /// Gives every file of `manifest` of at least [`CHUNKED_FILE_MIN`] bytes its chunk index
 /// reference; `files` are the signed files in the manifest's order.
 pub fn attach(manifest: &mut ReleaseManifest, files: &[SignedFile]) -> anyhow::Result<()> {

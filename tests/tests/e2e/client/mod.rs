@@ -19,6 +19,7 @@ mod offline_start;
 mod operators;
 mod policy;
 mod protocol;
+mod sealed;
 mod shared_cache;
 pub(crate) mod site_mirror;
 mod sources;
