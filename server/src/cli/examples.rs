@@ -31,7 +31,8 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
     ),
     (
         "keys rotate",
-        "ferry keys rotate online --keys keys --expires-in-days 365\nferry keys rotate release --keys keys",
+        "ferry keys rotate online --keys keys --expires-in-days 365\nferry keys rotate release --keys keys\n\
+         ferry keys rotate key-release --keys keys",
     ),
     (
         "keys push",
@@ -44,12 +45,14 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
     (
         "sign",
         "ferry sign models/VARIANTS.toml --key ferry-data/keys/release.key -o release.json\n\
-         SOURCE_DATE_EPOCH=$(git log -1 --format=%ct) ferry sign VARIANTS.toml --key /offline/release.key -o release.json",
+         SOURCE_DATE_EPOCH=$(git log -1 --format=%ct) ferry sign VARIANTS.toml --key /offline/release.key -o release.json\n\
+         ferry sign VARIANTS.toml --key keys/release.key --sealed-out sealed -o release.json",
     ),
     (
         "publish",
         "ferry publish release.json --files models\n\
-         FERRY_SERVER=https://ferry.example.com ferry publish release.json --files models --quiet",
+         FERRY_SERVER=https://ferry.example.com ferry publish release.json --files models --quiet\n\
+         ferry publish release.json --files sealed --files models",
     ),
     (
         "rollout",
@@ -136,6 +139,15 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
     (
         "release revoke",
         "ferry release revoke demo-mlp 1.1.0 --key keys/release.key --reason 'wrong weights'",
+    ),
+    (
+        "release seal-stop",
+        "ferry release seal-stop demo-mlp 1.1.0 --reason 'keys leaked from a test device'\n\
+         ferry release seal-stop demo-mlp 1.1.0 --resume",
+    ),
+    (
+        "release key-releases",
+        "ferry release key-releases demo-mlp 1.1.0\nferry release key-releases demo-mlp 1.1.0 --json",
     ),
     ("models", "ferry models\nferry models --json"),
     (

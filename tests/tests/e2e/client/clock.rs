@@ -439,6 +439,8 @@ fn shared_request_of(dev: &ferry_client::DeviceInfo) -> serde_json::Value {
         "app_version": "2.0.0",
         "runtime_version": runtime.version().to_string(),
         "backends": runtime.registered_backends(),
+        // What the real client sends: its runtime opens sealed variants.
+        "seal_schemes": [ferry_shared::manifest::SEAL_SCHEME],
         "platform": "linux",
         "os_version": dev.os_version,
         "device_model": dev.device_model,

@@ -86,6 +86,8 @@ fn old_server_answer(app: &TestApp) -> Vec<u8> {
         "app_version": "1.0.0",
         "runtime_version": runtime.version().to_string(),
         "backends": runtime.registered_backends(),
+        // What the real client sends: its runtime opens sealed variants.
+        "seal_schemes": [ferry_shared::manifest::SEAL_SCHEME],
         "platform": "linux",
         "os_version": dev.os_version,
         "device_model": dev.device_model,

@@ -236,7 +236,8 @@ fn forged(app: &TestApp, edit: impl FnOnce(&mut ferry_shared::wire::resolve::Dec
         &serde_json::json!({"model": "demo-mlp", "install_id": "e2e-device", "app_version": "1.0.0",
             "runtime_version": runtime.version().to_string(),
             "backends": runtime.registered_backends(), "platform": "linux", "os_version": "17.0",
-            "device_model": "test phone", "soc": "SM8550", "ram_mb": 8192}),
+            "device_model": "test phone", "soc": "SM8550", "ram_mb": 8192,
+            "seal_schemes": [ferry_shared::manifest::SEAL_SCHEME]}),
         false,
     );
     assert_eq!(status, 200);
@@ -450,7 +451,8 @@ fn shared_decisions_answer_only_their_own_profile_and_cohort() {
         serde_json::json!({"model": "mlp", "install_id": install, "app_version": "2.0.0",
             "runtime_version": runtime.version().to_string(),
             "backends": runtime.registered_backends(), "platform": "linux", "os_version": "17.0",
-            "device_model": "test phone", "soc": soc, "ram_mb": 8192})
+            "device_model": "test phone", "soc": soc, "ram_mb": 8192,
+            "seal_schemes": [ferry_shared::manifest::SEAL_SCHEME]})
     };
     let dev = |install: &str, soc: &str| DeviceInfo {
         install_id: install.into(),

@@ -88,7 +88,10 @@ fn an_undeclared_method_gets_405_with_allow_and_head_answers_like_get() {
     };
     for (pattern, allow) in ferry_server::api::router::allowed_methods() {
         let path = concrete(pattern);
-        for undeclared in ["TRACE", "DELETE", "PATCH"] {
+        for undeclared in ["TRACE", "DELETE", "PATCH"]
+            .into_iter()
+            .filter(|m| !methods(allow).contains(*m))
+        {
             let (status, got_allow, kind, _, body) = call(undeclared, &path);
             assert_eq!(status, 405, "{undeclared} {path}");
             assert_eq!(methods(&got_allow), methods(allow), "{undeclared} {path}");

@@ -38,7 +38,7 @@ fn signed_by(app: &TestApp, key: &keys::RoleKey, edit: impl FnOnce(&mut Decision
         &serde_json::json!({"model": "mlp", "install_id": "rotating-device",
             "app_version": "1.0.0", "runtime_version": "1.5.1", "backends": ["XnnpackBackend"],
             "platform": "linux", "os_version": "6.1", "device_model": "test board", "soc": "x86",
-            "ram_mb": 4096}),
+            "ram_mb": 4096, "seal_schemes": [ferry_shared::manifest::SEAL_SCHEME]}),
         false,
     );
     assert_eq!(status, 200, "{body}");

@@ -90,6 +90,16 @@ public enum ErrorCode {
     BLOB_SIZE_MISMATCH("blob_size_mismatch"),
     /** A file's chunk index (for delta updates) is not the one its bytes give: it does not parse, does not add up to the file, or a chunk's SHA-256 differs from the stored bytes. Sign the release again with this ferry. (server, CLI) */
     CHUNK_INDEX_MISMATCH("chunk_index_mismatch"),
+    /** A sealed variant cannot be published: a scheme this server does not know, no signed inspection of its program, or a file key that does not unwrap with the key-release key it names. (server) */
+    SEALED_INVALID("sealed_invalid"),
+    /** The server holds no key-release key for this sealed release (its key folder lacks key-release.key or the retired key the release was sealed to). (server, client) */
+    KEY_RELEASE_UNAVAILABLE("key_release_unavailable"),
+    /** A key request for a sealed variant was refused: no valid receipt of a resolve that chose this variant for this install, or the attestation verifier refused the device. (server, client) */
+    KEY_RELEASE_REFUSED("key_release_refused"),
+    /** Key releases for this sealed release were stopped by an operator (`ferry release seal-stop`) or the release is revoked. (server, client) */
+    KEY_RELEASE_STOPPED("key_release_stopped"),
+    /** The device holds no key for a sealed variant and could not get one (offline, or the server refused): it cannot load it. (client) */
+    SEALED_KEY_MISSING("sealed_key_missing"),
     /** The version is already published with other content; releases are immutable. (server, CLI) */
     RELEASE_EXISTS("release_exists"),
     /** The release is not published. (server, CLI) */
