@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Exports the 1 GiB-weights program of the cached-load benchmark with the real exporter: one
 16384x16384 fp32 linear layer (portable kernels) whose weights go to a separate .ptd data file
-(external constants). Usage: big_ptd.py OUT_DIR  (writes big-ptd.pte and big-ptd.ptd there)"""
+(external constants). Usage: big_ptd.py OUT_DIR [FEATURES]  (writes big-ptd.pte and big-ptd.ptd
+there; FEATURES 11585 gives 512 MiB of weights)"""
 
 import os
 import shutil
@@ -11,7 +12,7 @@ import tempfile
 import torch
 from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
-FEATURES = 16384  # 16384 * 16384 * 4 bytes of weights: 1 GiB
+FEATURES = int(sys.argv[2]) if len(sys.argv) > 2 else 16384  # 16384^2 * 4 bytes: 1 GiB
 out = sys.argv[1]
 torch.manual_seed(0)
 with torch.no_grad():

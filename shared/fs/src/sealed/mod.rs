@@ -168,8 +168,12 @@ pub fn index_entries(path: &Path) -> io::Result<Vec<(u64, [u8; 32])>> {
     Ok(out)
 }
 
-/// Plaintext bytes a read opens with one positional read of the file at most (16 pieces).
-const BATCH_PIECES: usize = 16;
+/// Reads of at least this many bytes are split between threads (the runtime loads a data
+/// file's tensors in one read each: a large model's first load is mostly this).
+const PARALLEL_FROM: usize = 8 << 20;
+
+/// Most threads one read uses.
+const MAX_THREADS: usize = 8;
 
 /// A sealed file opened with its file key: reads any range of the plaintext, decrypting and
 /// authenticating only the pieces it touches. Safe to share between threads.
@@ -212,9 +216,10 @@ impl SealedReader {
     }
 
     /// Fills `out` with the plaintext from `offset`; a range past the end is an error, and so
-    /// is a piece that does not authenticate (`InvalidData`).
+    /// is a piece that does not authenticate (`InvalidData`). A large read is shared between
+    /// the machine's cores.
     pub fn read_at(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
-        let end = offset
+        offset
             .checked_add(out.len() as u64)
             .filter(|e| *e <= self.plain_len())
             .ok_or_else(|| {
@@ -227,39 +232,59 @@ impl SealedReader {
                     ),
                 )
             })?;
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(MAX_THREADS)
+            .min(out.len() / PARALLEL_FROM.max(1) + 1);
+        if threads < 2 {
+            return self.read_serial(offset, out);
+        }
+        let part = out.len().div_ceil(threads);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = out
+                .chunks_mut(part)
+                .enumerate()
+                .map(|(i, piece)| {
+                    let at = offset + (i * part) as u64;
+                    s.spawn(move || self.read_serial(at, piece))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("a read panicked"))))
+                .collect::<io::Result<()>>()
+        })
+    }
+
+    /// [`SealedReader::read_at`] on this thread: a piece wholly inside `out` is read (with its
+    /// tag, which lands where the next piece goes) and decrypted in place; the pieces at the
+    /// edges go through a scratch buffer.
+    fn read_serial(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
+        let end = offset + out.len() as u64;
         let mut at = offset;
         let mut scratch = Vec::new();
         while at < end {
             let c = self.layout.chunk_at(at);
             let (start, sealed_start, len) = self.layout.chunks[c];
-            let chunk_end = start + u64::from(len);
-            let first = ((at - start) / PIECE as u64) as usize;
-            let wanted_end = end.min(chunk_end);
-            let last = ((wanted_end - 1 - start) / PIECE as u64) as usize;
-            let pieces = (last - first + 1).min(BATCH_PIECES);
-            let span_plain =
-                (u64::from(len) - (first * PIECE) as u64).min((pieces * PIECE) as u64) as usize;
-            let span = span_plain + pieces * TAG;
-            scratch.resize(span, 0);
-            read_exact_at(
-                &self.file,
-                &mut scratch,
-                sealed_start + (first * (PIECE + TAG)) as u64,
-            )?;
-            for (k, sealed) in scratch.chunks_mut(PIECE + TAG).enumerate() {
-                let index = first + k;
-                let piece_start = start + (index * PIECE) as u64;
-                let plain = format::open_piece(&self.keys[c], len, index as u32, sealed)?;
-                let from = at.max(piece_start);
-                let to = end.min(piece_start + plain.len() as u64);
-                if from >= to {
-                    break;
-                }
-                out[(from - offset) as usize..(to - offset) as usize].copy_from_slice(
-                    &plain[(from - piece_start) as usize..(to - piece_start) as usize],
-                );
-                at = to;
+            let index = ((at - start) / PIECE as u64) as usize;
+            let piece_start = start + (index * PIECE) as u64;
+            let piece_len = (len as usize - index * PIECE).min(PIECE);
+            let sealed_at = sealed_start + (index * (PIECE + TAG)) as u64;
+            let dst = (at - offset) as usize;
+            if at == piece_start && dst + piece_len + TAG <= out.len() {
+                let buf = &mut out[dst..dst + piece_len + TAG];
+                read_exact_at(&self.file, buf, sealed_at)?;
+                format::open_piece(&self.keys[c], len, index as u32, buf)?;
+                at += piece_len as u64;
+                continue;
             }
+            scratch.resize(piece_len + TAG, 0);
+            read_exact_at(&self.file, &mut scratch, sealed_at)?;
+            let plain = format::open_piece(&self.keys[c], len, index as u32, &mut scratch)?;
+            let to = end.min(piece_start + piece_len as u64);
+            out[dst..(to - offset) as usize]
+                .copy_from_slice(&plain[(at - piece_start) as usize..(to - piece_start) as usize]);
+            at = to;
         }
         Ok(())
     }

@@ -265,3 +265,28 @@ fn chunk_keys_depend_on_content_and_secret() {
         keys::chunk_key(&[1; 32], b"abc")
     );
 }
+
+#[test]
+fn large_reads_shared_between_threads_give_the_plaintext() {
+    let dir = tempfile::tempdir().expect("dir");
+    let plain = noise(21 << 20, 13);
+    let (path, _) = sealed(dir.path(), "large", &plain);
+    let r = SealedReader::open(File::open(&path).expect("open"), &FILE_KEY).expect("reader");
+    for (off, len) in [
+        (0usize, plain.len()),
+        (12345, plain.len() - 12345 - 77),
+        (PIECE - 1, (17 << 20) + 3),
+    ] {
+        let mut out = vec![0u8; len];
+        r.read_at(off as u64, &mut out).expect("read");
+        assert!(out[..] == plain[off..off + len], "{len} bytes at {off}");
+    }
+    // A damaged piece in the middle fails the whole read, whichever thread met it.
+    let mut bytes = std::fs::read(&path).expect("read");
+    bytes[10 << 20] ^= 1;
+    std::fs::write(&path, &bytes).expect("write");
+    let r = SealedReader::open(File::open(&path).expect("open"), &FILE_KEY).expect("reader");
+    let mut out = vec![0u8; plain.len()];
+    let e = r.read_at(0, &mut out).expect_err("damaged");
+    assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+}
