@@ -92,8 +92,8 @@ fn open(args: &Args, dir: &Path) -> Result<(ExecuTorchProgram, f64), String> {
     } else {
         ferry_runtime::executorch::MMAP_FROM_BYTES
     };
-    let mut p = ExecuTorchProgram::open_with(&args.program, &data, mmap_from)
-        .map_err(|e| e.to_string())?;
+    let mut p =
+        ExecuTorchProgram::open_with(&args.program, &data, mmap_from).map_err(|e| e.to_string())?;
     p.load_method(&args.method).map_err(|e| e.to_string())?;
     Ok((p, started.elapsed().as_secs_f64() * 1000.0))
 }

@@ -514,6 +514,28 @@ enum ferry_status ferry_model_preprocess(const struct ferry_model *model,
 const char *ferry_model_asset_path(const struct ferry_model *model, const char *name);
 
 /**
+ * Reads up to `cap` bytes of the model's asset `name` from byte `offset` into `out`, and
+ * writes how many to `*read` (0 at or past the end). For a sealed variant the asset is
+ * decrypted as it is read (its cached file is ciphertext: read it with this function, not
+ * through `ferry_model_asset_path`); for others it is the file's bytes. `*size`, when
+ * `size` is not NULL, gets the asset's whole length. `FERRY_OK`;
+ * `FERRY_ERR_INVALID_ARGUMENT` for a NULL `model`, `name`, `read` (or `out` with `cap` > 0);
+ * `FERRY_ERR_LOAD` with code `not_found` for a variant without such an asset, `cache_io` when
+ * the file cannot be read or does not authenticate.
+ *
+ * # Safety
+ * `model` is NULL or a live handle; `name` NULL or a NUL-terminated string; `out` NULL or
+ * writable for `cap` bytes; `read` and `size` NULL or writable.
+ */
+enum ferry_status ferry_model_read_asset(const struct ferry_model *model,
+                                         const char *name,
+                                         uint64_t offset,
+                                         uint8_t *out,
+                                         uintptr_t cap,
+                                         uintptr_t *read,
+                                         uint64_t *size);
+
+/**
  * A field of a loaded model (a `ferry_model_field` value), valid until `ferry_model_free`;
  * NULL for a NULL handle or a value that names no field (the field is taken as an integer,
  * so a value from a newer header is answered with NULL rather than undefined behaviour).

@@ -133,6 +133,19 @@ public final class TypedModel {
                         + java.util.Arrays.toString(p.std));
             }
             System.out.println("asset " + m.assetPath("digits-labels.txt"));
+            if (m.assetPath("digits-labels.txt") != null) {
+                byte[] bytes = m.readAsset("digits-labels.txt");
+                System.out.println("asset bytes " + bytes.length + " "
+                        + new String(bytes, java.nio.charset.StandardCharsets.UTF_8)
+                                .split("\n")[0]);
+            }
+            try {
+                m.readAsset("absent.txt");
+                System.out.println("an absent asset was read");
+                exit = 1;
+            } catch (FerryException e) {
+                System.out.println("absent asset: code=" + e.code());
+            }
             client.setThermalState("serious");
             try {
                 client.setThermalState("hot");

@@ -1,7 +1,7 @@
 //! A loaded model's signed metadata through the C ABI: its input preprocessing as a struct
-//! (`ferry_model_preprocess`), its labels (`FERRY_FIELD_LABELS`) and the verified files of its
-//! assets (`ferry_model_asset_path`), and every text field of a loaded model
-//! (`ferry_model_info`).
+//! (`ferry_model_preprocess`), its labels (`FERRY_FIELD_LABELS`), the verified files of its
+//! assets (`ferry_model_asset_path`) and their bytes (`ferry_model_read_asset`, which decrypts a
+//! sealed variant's as it reads), and every text field of a loaded model (`ferry_model_info`).
 
 use std::ffi::{CStr, c_char};
 
@@ -64,6 +64,95 @@ pub unsafe extern "C" fn ferry_model_asset_path(
         Some(p) => p.as_ptr(),
         None => std::ptr::null(),
     }
+}
+
+/// Reads up to `cap` bytes of the model's asset `name` from byte `offset` into `out`, and
+/// writes how many to `*read` (0 at or past the end). For a sealed variant the asset is
+/// decrypted as it is read (its cached file is ciphertext: read it with this function, not
+/// through `ferry_model_asset_path`); for others it is the file's bytes. `*size`, when
+/// `size` is not NULL, gets the asset's whole length. `FERRY_OK`;
+/// `FERRY_ERR_INVALID_ARGUMENT` for a NULL `model`, `name`, `read` (or `out` with `cap` > 0);
+/// `FERRY_ERR_LOAD` with code `not_found` for a variant without such an asset, `cache_io` when
+/// the file cannot be read or does not authenticate.
+///
+/// # Safety
+/// `model` is NULL or a live handle; `name` NULL or a NUL-terminated string; `out` NULL or
+/// writable for `cap` bytes; `read` and `size` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferry_model_read_asset(
+    model: *const FerryModel,
+    name: *const c_char,
+    offset: u64,
+    out: *mut u8,
+    cap: usize,
+    read: *mut usize,
+    size: *mut u64,
+) -> FerryStatus {
+    use ferry_shared::errors::ErrorCode;
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    guard(|| {
+        if model.is_null() || name.is_null() || read.is_null() || (out.is_null() && cap > 0) {
+            return fail(
+                FerryStatus::FerryErrInvalidArgument,
+                ErrorCode::InvalidArgument.as_str(),
+                "model, name and read must not be NULL, nor out when cap > 0",
+            );
+        }
+        // SAFETY: per the contract.
+        let (m, name) = unsafe { (&*model, CStr::from_ptr(name)) };
+        let Ok(name) = name.to_str() else {
+            return fail(
+                FerryStatus::FerryErrInvalidArgument,
+                ErrorCode::InvalidArgument.as_str(),
+                "name is not UTF-8",
+            );
+        };
+        let loaded = ferry_shared::sync::lock(&m.model);
+        if loaded.asset(name).is_none() {
+            return fail(
+                FerryStatus::FerryErrLoad,
+                ErrorCode::NotFound.as_str(),
+                &format!("the variant has no asset {name:?}"),
+            );
+        }
+        let io = |e: String| fail(FerryStatus::FerryErrLoad, ErrorCode::CacheIo.as_str(), &e);
+        let mut reader = match loaded.open_asset(name) {
+            Ok(r) => r,
+            Err(e) => return io(e.to_string()),
+        };
+        let total = match reader.seek(SeekFrom::End(0)) {
+            Ok(t) => t,
+            Err(e) => return io(e.to_string()),
+        };
+        let buf: &mut [u8] = if cap == 0 {
+            &mut []
+        } else {
+            // SAFETY: `out` is writable for `cap` bytes per the contract.
+            unsafe { std::slice::from_raw_parts_mut(out, cap) }
+        };
+        let mut done = 0usize;
+        if offset < total {
+            if let Err(e) = reader.seek(SeekFrom::Start(offset)) {
+                return io(e.to_string());
+            }
+            while done < buf.len() {
+                match reader.read(&mut buf[done..]) {
+                    Ok(0) => break,
+                    Ok(n) => done += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return io(e.to_string()),
+                }
+            }
+        }
+        // SAFETY: `read` is writable; `size` NULL or writable, per the contract.
+        unsafe {
+            *read = done;
+            if !size.is_null() {
+                *size = total;
+            }
+        }
+        FerryStatus::FerryOk
+    })
 }
 
 /// Which field of a loaded model [`ferry_model_info`] returns.

@@ -251,7 +251,10 @@ impl SealedReader {
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("a read panicked"))))
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(io::Error::other("a read panicked")))
+                })
                 .collect::<io::Result<()>>()
         })
     }

@@ -271,6 +271,10 @@ fn java_runs_tensors_of_every_element_type_through_the_binding() {
             "{stdout}"
         );
         assert!(stdout.contains(" queued=0\n"), "{stdout}");
+        assert!(
+            stdout.contains("absent asset: code=not_found\n"),
+            "{stdout}"
+        );
         // The signed metadata, typed, through the binding.
         if model == "typed-io" {
             assert!(
@@ -285,10 +289,12 @@ fn java_runs_tensors_of_every_element_type_through_the_binding() {
                 .lines()
                 .find_map(|l| l.strip_prefix("asset "))
                 .expect("asset line");
+            let text = std::fs::read_to_string(asset).expect("the asset file");
+            assert!(text.starts_with("zero\n"));
+            // Its bytes through the binding's reader (which decrypts a sealed variant's).
             assert!(
-                std::fs::read_to_string(asset)
-                    .expect("the asset file")
-                    .starts_with("zero\n")
+                stdout.contains(&format!("asset bytes {} zero\n", text.len())),
+                "{stdout}"
             );
         } else {
             assert!(stdout.contains("labels none\n"), "{stdout}");

@@ -213,6 +213,38 @@ fn a_sealed_release_loads_with_the_exporters_outputs_and_no_plaintext_rests_anyw
     );
     drop(model);
 
+    // The C ABI loads it with no change, and reads the sealed labels through the key.
+    let target = ferry_tests::ffi_library_dir();
+    let exe = dir.path().join("sealed_asset");
+    ferry_tests::compile_c(
+        &ferry_tests::fixtures_dir().join("../c/sealed_asset.c"),
+        &exe,
+        &target,
+    );
+    let trust = dir.path().join("trust.json");
+    std::fs::copy(app.keys_dir().join("trust.json"), &trust).expect("trust");
+    let c_cache = tempfile::tempdir().expect("c cache");
+    let out = std::process::Command::new(&exe)
+        .arg(app.url())
+        .arg(&trust)
+        .arg(c_cache.path())
+        .args(["sealed", LABELS])
+        .env("LD_LIBRARY_PATH", &target)
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("variant=sealed-fp32"), "{stdout}");
+    assert!(
+        stdout.contains("asset<<<zero\none\ntwo\n>>>\nsize=13"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("absent: not_found"), "{stdout}");
+
     // A copy of the cache under another install id has no key, and none can be released.
     let copy = tempfile::tempdir().expect("copy");
     ferry_tests::app::copy_tree(cache.path(), copy.path()).expect("copy cache");

@@ -128,6 +128,9 @@ public final class Ferry {
 
         String ferry_model_asset_path(Pointer model, String name);
 
+        int ferry_model_read_asset(Pointer model, String name, long offset, byte[] out,
+                SizeT cap, Pointer read, LongByReference size);
+
         int ferry_model_run_f32(Pointer model, float[] input, long[] shape, SizeT ndim,
                 float[] output, SizeT outputCapacity, Pointer outputLen);
 

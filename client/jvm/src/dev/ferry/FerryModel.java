@@ -2,6 +2,7 @@ package dev.ferry;
 
 import com.sun.jna.Memory;
 import com.sun.jna.Pointer;
+import com.sun.jna.ptr.LongByReference;
 import com.sun.jna.ptr.PointerByReference;
 import java.nio.ByteBuffer;
 
@@ -91,6 +92,49 @@ public final class FerryModel implements AutoCloseable {
      */
     public synchronized String assetPath(String name) {
         return Ferry.LIB.ferry_model_asset_path(live(), name);
+    }
+
+    /**
+     * Reads up to {@code out.length} bytes of the variant's asset {@code name} from byte
+     * {@code offset} into {@code out}; returns how many (0 at the end). For a sealed variant the
+     * asset is decrypted as it is read (its cached file is ciphertext); for others these are
+     * the file's bytes. Throws {@link FerryException} (code {@code not_found}) for a variant
+     * without such an asset.
+     */
+    public synchronized int readAsset(String name, long offset, byte[] out) {
+        Memory read = Ferry.sizeOut();
+        LongByReference size = new LongByReference();
+        Ferry.check(Ferry.LIB.ferry_model_read_asset(live(), name, offset, out,
+                new Ferry.SizeT(out.length), read, size));
+        return (int) Ferry.sizeIn(read);
+    }
+
+    /**
+     * The whole of the variant's asset {@code name} (at most 256 MiB; read larger ones with
+     * {@link #readAsset(String, long, byte[])}), decrypted for a sealed variant.
+     */
+    public synchronized byte[] readAsset(String name) {
+        LongByReference size = new LongByReference();
+        Memory read = Ferry.sizeOut();
+        Ferry.check(Ferry.LIB.ferry_model_read_asset(live(), name, 0, new byte[0],
+                new Ferry.SizeT(0), read, size));
+        long total = size.getValue();
+        if (total > (256L << 20)) {
+            throw new IllegalStateException(
+                    "asset " + name + " has " + total + " bytes; read it in pieces");
+        }
+        byte[] all = new byte[(int) total];
+        int done = 0;
+        while (done < all.length) {
+            byte[] piece = new byte[Math.min(1 << 20, all.length - done)];
+            int n = readAsset(name, done, piece);
+            if (n == 0) {
+                break;
+            }
+            System.arraycopy(piece, 0, all, done, n);
+            done += n;
+        }
+        return all;
     }
 
     /**
