@@ -249,13 +249,10 @@ impl SealedReader {
                     s.spawn(move || self.read_serial(at, piece))
                 })
                 .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(io::Error::other("a read panicked")))
-                })
-                .collect::<io::Result<()>>()
+            handles.into_iter().try_for_each(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(io::Error::other("a read panicked")))
+            })
         })
     }
 
