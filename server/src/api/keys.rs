@@ -121,7 +121,14 @@ async fn release_inner(
         Err(object_store::Error::NotFound { .. }) => {}
         Err(e) => return Err(crate::storage::StoreError::from(e).into()),
     }
-    service.check_attestation(&request).map_err(refusal)?;
+    // A verifier is a program: run it off the async workers.
+    let checked = {
+        let (service, request) = (service.clone(), request.clone());
+        tokio::task::spawn_blocking(move || service.check_attestation(&request))
+            .await
+            .map_err(|e| ApiError::new(ErrorCode::Internal, format!("attestation: {e}")))?
+    };
+    checked.map_err(refusal)?;
     let keys = service.release(&request, variant).map_err(refusal)?;
     let audit_id = audit(state, &request, &version, peer, keys.len()).await?;
     Ok(HttpResponse::Ok()

@@ -50,6 +50,8 @@ pub struct Settings {
     pub telemetry: TelemetryConfig,
     /// Which requests get an access-log line at INFO.
     pub request_log: RequestLog,
+    /// The key-release policy of sealed variants.
+    pub sealing: crate::release::attest::SealingConfig,
 }
 
 /// Which requests the access log writes at INFO (the others at DEBUG, seen with
@@ -252,7 +254,7 @@ pub struct AppState {
     started: std::time::Instant,
     catalog_reloaded_ms: AtomicU64,
     store_name: Arc<str>,
-    key_service: crate::release::key_release::KeyService,
+    key_service: Arc<crate::release::key_release::KeyService>,
 }
 
 impl AppState {
@@ -271,6 +273,13 @@ impl AppState {
             keys.key_release,
             settings.limits.key_requests_per_minute,
             6,
+        )
+        .with_attestation(
+            settings
+                .sealing
+                .verifier()
+                .map(|v| Arc::new(v) as Arc<dyn crate::release::key_release::AttestationVerifier>),
+            settings.sealing.require_attestation,
         );
         let view = KeyView::new(keys.state, keys.chain, &online.id());
         let receipts = crate::fleet::intake::receipt::ReceiptKey::derive(&online);
@@ -335,12 +344,12 @@ impl AppState {
             catalog_reloaded_ms: AtomicU64::new(0),
             request_prefix: hex::encode(prefix),
             store_name: store_name.into(),
-            key_service,
+            key_service: Arc::new(key_service),
         }
     }
 
     /// The key-release service of sealed variants.
-    pub fn key_service(&self) -> &crate::release::key_release::KeyService {
+    pub fn key_service(&self) -> &Arc<crate::release::key_release::KeyService> {
         &self.key_service
     }
 

@@ -73,6 +73,8 @@ pub struct Config {
     /// max_held_bytes`, `FERRY_MIRROR_MAX_HELD_BYTES`; `None`: no bound). Past it, the files
     /// served longest ago are deleted (fetched again when asked for).
     pub mirror_max_held_bytes: Option<u64>,
+    /// `[sealing]`: the key-release policy of sealed variants (the attestation verifier).
+    pub sealing: crate::release::attest::SealingConfig,
 }
 
 /// `[mirror]`: settings of `ferry serve --mirror-of` only.
@@ -118,6 +120,8 @@ struct FileConfig {
     storage: Option<StorageConfig>,
     node_id: Option<String>,
     mirror: Option<MirrorSection>,
+    #[serde(default)]
+    sealing: crate::release::attest::SealingConfig,
 }
 
 #[derive(Debug, Deserialize)]
@@ -258,6 +262,9 @@ impl Config {
         file.limits
             .validate()
             .map_err(|m| anyhow::anyhow!("limits.{m}"))?;
+        file.sealing
+            .validate()
+            .map_err(|m| anyhow::anyhow!("sealing.{m}"))?;
         let storage = StorageConfig::resolve(file.storage, env)?;
         let mirror_max_held_bytes = match env("FERRY_MIRROR_MAX_HELD_BYTES") {
             Some(v) => Some(v.trim().parse::<u64>().map_err(|_| {
@@ -288,6 +295,7 @@ impl Config {
             storage,
             node_id,
             mirror_max_held_bytes,
+            sealing: file.sealing,
         })
     }
 
@@ -315,6 +323,7 @@ impl Config {
             storage: self.storage.clone(),
             telemetry: self.telemetry,
             request_log: self.request_log,
+            sealing: self.sealing.clone(),
         }
     }
 }

@@ -6,6 +6,7 @@
 //! variants on a held-out set; [`update_size`] says what a device on the previous release
 //! downloads.
 
+pub mod attest;
 pub mod evaluate;
 pub mod key_release;
 pub mod publish;

@@ -348,3 +348,34 @@ fn a_mirror_disk_budget_is_a_number_of_at_least_a_mebibyte() {
         "a typo is an error"
     );
 }
+
+#[test]
+fn the_sealing_policy_needs_an_exec_verifier_to_require_attestation() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let c = load_file(dir.path(), "").expect("defaults");
+    assert_eq!(c.sealing, crate::release::attest::SealingConfig::default());
+    let c = load_file(
+        dir.path(),
+        "[sealing]\nattestation_verifier = \"exec:/usr/local/bin/verify --strict\"\nrequire_attestation = true\n",
+    )
+    .expect("a verifier");
+    assert!(c.sealing.require_attestation && c.sealing.verifier().is_some());
+    for (bad, says) in [
+        (
+            "[sealing]\nrequire_attestation = true\n",
+            "needs an attestation_verifier",
+        ),
+        (
+            "[sealing]\nattestation_verifier = \"/bin/verify\"\n",
+            "exec:COMMAND",
+        ),
+        (
+            "[sealing]\nattestation_verifier = \"exec:  \"\n",
+            "exec:COMMAND",
+        ),
+        ("[sealing]\nverifier = \"exec:x\"\n", "unknown field"),
+    ] {
+        let e = format!("{:#}", load_file(dir.path(), bad).expect_err(bad));
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+}

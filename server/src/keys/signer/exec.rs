@@ -174,6 +174,17 @@ fn stderr_tail(err: &[u8]) -> String {
 
 /// Runs `argv verb` with `input` on standard input; returns its standard output.
 fn run(argv: &[String], verb: &str, input: &[u8]) -> Result<Vec<u8>, SignerError> {
+    run_within(argv, verb, input, timeout())
+}
+
+/// [`run`] with its own time limit: for other programs of the same protocol (the attestation
+/// verifier of sealed variants).
+pub(crate) fn run_within(
+    argv: &[String],
+    verb: &str,
+    input: &[u8],
+    limit: Duration,
+) -> Result<Vec<u8>, SignerError> {
     let who = describe(argv);
     let _pipes = PipeErrorsNotSignals::new();
     let mut command = Command::new(&argv[0]);
@@ -207,7 +218,6 @@ fn run(argv: &[String], verb: &str, input: &[u8]) -> Result<Vec<u8>, SignerError
     let stderr = child.stderr.take();
     let out_reader = std::thread::spawn(move || stdout.map(read_bounded).unwrap_or_default());
     let err_reader = std::thread::spawn(move || stderr.map(read_bounded).unwrap_or_default());
-    let limit = timeout();
     let deadline = Instant::now() + limit;
     let status = loop {
         match child.try_wait() {

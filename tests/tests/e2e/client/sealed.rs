@@ -430,3 +430,66 @@ fn keys_need_a_receipt_old_clients_never_get_sealed_variants_and_stops_hold_on_e
     assert_eq!(listed["total"], 5, "{listed}");
     assert!(listed["stopped"].is_null(), "{listed}");
 }
+
+/// An app's platform attestation: the token its platform gave for the request's binding.
+struct TestAttest(&'static str);
+
+impl ferry_client::seal::Attest for TestAttest {
+    fn attest(&self, binding: &str) -> Option<(String, String)> {
+        let token = match self.0 {
+            "good" => format!("ok:{binding}"),
+            other => other.to_string(),
+        };
+        Some(("test".into(), token))
+    }
+}
+
+#[test]
+fn with_attestation_required_only_devices_the_operators_verifier_allows_get_keys() {
+    let verifier = ferry_tests::fixtures_dir().join("../attest/verifier.py");
+    let app = TestApp::start_with(ferry_tests::app::Options {
+        tweak: Some(Box::new(move |c| {
+            c.sealing = ferry_server::release::attest::SealingConfig {
+                attestation_verifier: Some(format!("exec:python3 {}", verifier.display())),
+                require_attestation: true,
+            };
+        })),
+        ..Default::default()
+    });
+    let dir = tempfile::tempdir().expect("tmp");
+    let files = release_dir(dir.path(), "sealed", "1.0.0", false);
+    sign_and_publish(&app, dir.path(), &files);
+    let load = |attest: Option<&'static str>, install: &str| {
+        let cache = tempfile::tempdir().expect("cache");
+        let mut b = app.client(cache.path());
+        if let Some(a) = attest {
+            b = b.attestation(Arc::new(TestAttest(a)));
+        }
+        let c = b.build().expect("client");
+        c.load("sealed", &device(install)).map(|m| m.variant)
+    };
+    let refused = |outcome: Result<String, ClientError>| match outcome {
+        Err(ClientError::AllCandidatesFailed { attempts }) => attempts[0].error_code.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        load(Some("good"), "attested").expect("an attested device loads"),
+        "sealed-fp32"
+    );
+    assert_eq!(refused(load(None, "no-token")), "key_release_refused");
+    assert_eq!(
+        refused(load(Some("ok:forged"), "forged")),
+        "key_release_refused"
+    );
+    // A verifier that fails refuses: it fails closed.
+    assert_eq!(
+        refused(load(Some("crash"), "crashing")),
+        "key_release_refused"
+    );
+    let (_, audit) = app.get_json(
+        "/v1/admin/models/sealed/releases/1.0.0/key-releases",
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(audit["total"], 1, "{audit}");
+    assert_eq!(audit["records"][0]["attestation"], "test", "{audit}");
+}
