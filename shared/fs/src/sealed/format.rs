@@ -49,6 +49,8 @@ pub const PLAIN_CHUNKS: crate::ChunkSizes = crate::ChunkSizes {
 
 /// The chunk index's largest chunk (2 MiB), for cutting the sealed file's tail.
 pub const INDEX_CHUNK_MAX: u64 = 2 << 20;
+/// The chunk index's smallest chunk but the last (128 KiB).
+pub const INDEX_CHUNK_MIN: u64 = 128 << 10;
 
 /// Why sealed bytes cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -223,16 +225,21 @@ impl Layout {
             .saturating_sub(1)
     }
 
-    /// The ranges of the sealed file that its chunk index lists: each sealed chunk but the
-    /// last; then the last with the tail, cut at [`INDEX_CHUNK_MAX`] (the tail changes with
-    /// every sealing, the chunks only with their plaintext).
+    /// The ranges of the sealed file that its chunk index lists: each sealed chunk, then the
+    /// tail (key table, lengths, trailer; it changes with every sealing, the chunks only with
+    /// their plaintext) cut at [`INDEX_CHUNK_MAX`]. A last chunk shorter than
+    /// [`INDEX_CHUNK_MIN`] is listed with the tail (only an index's last entry may be short).
     pub fn index_ranges(&self) -> Vec<(u64, u64)> {
         let mut out = Vec::with_capacity(self.chunks.len() + 1);
+        let mut at = 0;
         let n = self.chunks.len();
-        for &(_, sealed, len) in self.chunks.iter().take(n.saturating_sub(1)) {
-            out.push((sealed, sealed_chunk_len(u64::from(len))));
+        for (i, &(_, sealed, len)) in self.chunks.iter().enumerate() {
+            let size = sealed_chunk_len(u64::from(len));
+            if i + 1 < n || size >= INDEX_CHUNK_MIN {
+                out.push((sealed, size));
+                at = sealed + size;
+            }
         }
-        let mut at = self.chunks.last().map_or(0, |c| c.1);
         let end = self.trailer.table_offset + self.trailer.tail_len();
         while end - at > INDEX_CHUNK_MAX {
             out.push((at, INDEX_CHUNK_MAX));

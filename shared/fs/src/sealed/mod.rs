@@ -75,7 +75,7 @@ pub fn seal_file(
         let mut whole = Sha256::new();
         let (mut keys, mut lengths, mut index) = (Vec::new(), Vec::new(), Vec::new());
         let (mut plain_len, mut sealed_len) = (0u64, 0u64);
-        // The last sealed chunk is held back: the index lists it with the tail.
+        // The last sealed chunk is held back: the index may list it with the tail.
         let mut held: Vec<u8> = Vec::new();
         let mut sealed = Vec::with_capacity(PLAIN_CHUNKS.max as usize + 1024);
         for chunk in chunker {
@@ -104,11 +104,18 @@ pub fn seal_file(
         }
         .to_bytes();
         let table = format::seal_table(file_key, &keys, &lengths, &trailer);
-        let mut tail = held;
+        // The last chunk is listed alone when it may be, else with the tail (as
+        // `Layout::index_ranges` cuts it).
+        let mut tail = if held.len() as u64 >= format::INDEX_CHUNK_MIN {
+            index.push((held.len() as u64, Sha256::digest(&held).into()));
+            Vec::new()
+        } else {
+            held
+        };
+        let written = tail.len();
         tail.extend_from_slice(&table);
         tail.extend_from_slice(&lengths);
         tail.extend_from_slice(&trailer);
-        let written = tail.len() - (table.len() + lengths.len() + TRAILER);
         w.write_all(&tail[written..])?;
         whole.update(&tail[written..]);
         for piece in tail.chunks(format::INDEX_CHUNK_MAX as usize) {

@@ -112,9 +112,10 @@ fn an_unchanged_chunk_seals_to_the_same_bytes_across_releases() {
         .filter(|c| !plain_a.contains(&c.1))
         .map(|c| c.0)
         .sum();
-    // What sealing adds: at most the last chunk and the tail, which change with every sealing.
+    // What sealing adds: the tail (key table, lengths, trailer), which changes with every
+    // sealing, and a last chunk shorter than 128 KiB listed with it.
     assert!(
-        new <= plain_new + (2 << 20),
+        new <= plain_new + (128 << 10) + 4096,
         "a 5% edit leaves {new} of {} sealed bytes new; {plain_new} unsealed",
         sb.size
     );

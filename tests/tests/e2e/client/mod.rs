@@ -20,6 +20,7 @@ mod operators;
 mod policy;
 mod protocol;
 mod sealed;
+mod sealed_updates;
 mod shared_cache;
 pub(crate) mod site_mirror;
 mod sources;

@@ -59,7 +59,7 @@ fn release_dir(dir: &Path, model: &str, version: &str, plain_too: bool) -> PathB
 
 /// Signs and publishes the release in `files` with the `ferry` binary (sealed files go to
 /// `dir/sealed`); the signed manifest's JSON.
-fn sign_and_publish(app: &TestApp, dir: &Path, files: &Path) -> serde_json::Value {
+pub(crate) fn sign_and_publish(app: &TestApp, dir: &Path, files: &Path) -> serde_json::Value {
     let sealed = dir.join("sealed");
     let release = dir.join("release.json");
     let out = ferry()
