@@ -218,6 +218,7 @@ fn run(args: &Args) -> Result<(), Failure> {
             "path": loaded.path,
             "data_files": loaded.data_files,
             "assets": loaded.assets(),
+            "sealed": loaded.is_sealed(),
             "labels": loaded.labels(),
             "preprocess": loaded.preprocess(),
             "source": source,
@@ -265,7 +266,19 @@ fn run(args: &Args) -> Result<(), Failure> {
             println!("labels: {} ({}{more})", l.len(), shown.join(", "));
         }
         for (name, path) in loaded.assets() {
-            println!("asset {name}: {}", path.display());
+            if loaded.is_sealed() {
+                // The cached file is ciphertext: the app reads it through open_asset.
+                let size = loaded
+                    .open_asset(name)
+                    .and_then(|mut r| {
+                        std::io::Seek::seek(&mut r, std::io::SeekFrom::End(0))
+                            .map_err(|e| ferry_client::ClientError::Config(e.to_string()))
+                    })
+                    .map_or_else(|e| format!("unreadable: {e}"), |n| format!("{n} bytes"));
+                println!("asset {name}: sealed, {size} through open_asset");
+            } else {
+                println!("asset {name}: {}", path.display());
+            }
         }
         if let Some(d) = diff {
             println!("forward matches the reference output: max |diff| = {d:e}");

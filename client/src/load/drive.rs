@@ -115,7 +115,8 @@ impl Client {
                     let v = &plan.candidates[i].variant;
                     let record =
                         self.flight_record(model, &release, v, plan.receipt.as_deref(), device);
-                    let outcome = match self.open_and_check(blob, v, (&record, device), false) {
+                    let ctx = (&record, device, plan.sealed_stopped.as_slice());
+                    let outcome = match self.open_and_check(blob, v, ctx, false) {
                         Ok(program) => {
                             opened = Some(program);
                             Opened::Loaded(ms_since(started))

@@ -161,7 +161,7 @@ impl Client {
             device,
         );
         let (program, golden, flight, keys) = self
-            .open_and_check(&blob, &variant, (&record, device), false)
+            .open_and_check(&blob, &variant, (&record, device, &[]), false)
             .map_err(|f| ClientError::AllCandidatesFailed {
                 attempts: vec![Attempt {
                     variant: variant.id.to_string(),

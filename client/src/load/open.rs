@@ -32,12 +32,19 @@ impl Client {
         &self,
         blob: &VerifiedBlob,
         v: &Variant,
-        (record, device): (&FlightRecord, &DeviceInfo),
+        (record, device, stopped): (&FlightRecord, &DeviceInfo, &[String]),
         probing: bool,
     ) -> Result<Opened, LoadFailure> {
         // A sealed variant's keys first: no native step, nothing to mark in flight.
         let keys = match &v.sealed {
-            Some(s) => Some(self.file_keys(v, s, &KeyAsk { record, device })?),
+            Some(s) => {
+                let ask = KeyAsk {
+                    record,
+                    device,
+                    stopped: stopped.contains(&record.release),
+                };
+                Some(self.file_keys(v, s, &ask)?)
+            }
             None => None,
         };
         let mut flight = self.flight(record);

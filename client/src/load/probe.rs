@@ -125,7 +125,7 @@ impl Client {
             };
             let record = self.flight_record(model, &release, v, plan.receipt.as_deref(), device);
             let Ok((mut program, _, mut flight, _)) =
-                self.open_and_check(&blob, v, (&record, device), true)
+                self.open_and_check(&blob, v, (&record, device, &plan.sealed_stopped), true)
             else {
                 continue;
             };

@@ -29,6 +29,8 @@ fn failure(code: ErrorCode, message: String) -> LoadFailure {
 pub(crate) struct KeyAsk<'a> {
     pub(crate) record: &'a FlightRecord,
     pub(crate) device: &'a DeviceInfo,
+    /// The server's answer said an operator stopped this release's keys.
+    pub(crate) stopped: bool,
 }
 
 impl Client {
@@ -41,6 +43,18 @@ impl Client {
         ask: &KeyAsk<'_>,
     ) -> Result<FileKeys, LoadFailure> {
         let install = &ask.device.install_id;
+        if ask.stopped {
+            // Held keys go: the release no longer loads here.
+            self.forget_keys(sealing, install);
+            return Err(failure(
+                ErrorCode::KeyReleaseStopped,
+                format!(
+                    "an operator stopped the keys of {} {} (sealed variant {}); its held keys \
+                     were forgotten",
+                    ask.record.model, ask.record.release, v.id
+                ),
+            ));
+        }
         let mut keys = FileKeys::default();
         let mut missing: Vec<Sha256Digest> = Vec::new();
         for f in &sealing.files {
@@ -169,7 +183,7 @@ impl Client {
             return Err(failure(
                 code,
                 format!(
-                    "the server refused the key of sealed variant {} (HTTP {status}): {said}",
+                    "the server refused the key of sealed variant {} (HTTP {status}){said}",
                     request.variant
                 ),
             ));

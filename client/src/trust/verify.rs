@@ -58,6 +58,8 @@ pub struct Plan {
     pub(crate) release_envelope: Envelope,
     pub(crate) candidates: Vec<PlannedVariant>,
     pub(crate) receipt: Option<String>,
+    /// Releases whose sealed keys an operator stopped, as the answer named them.
+    pub(crate) sealed_stopped: Vec<String>,
 }
 
 impl Plan {
@@ -322,6 +324,7 @@ pub fn verify_response(
             release_envelope,
             candidates,
             receipt: resp.receipt.clone(),
+            sealed_stopped: resp.sealed_stopped.clone(),
         })
     })
 }

@@ -277,6 +277,7 @@ pub(crate) async fn resolve_inner(
         explain: Some(explanation),
         operators_wanted,
         rollout: Some(rollout),
+        sealed_stopped: state.key_service().stopped_of(&device.model),
     };
     notes.served(cohort);
     Ok(no_store(response))
@@ -430,6 +431,15 @@ fn render(
     body.extend_from_slice(b"\"");
     if operators_wanted {
         body.extend_from_slice(b",\"operators_wanted\":true");
+    }
+    // Sealed releases whose keys are stopped (none, and no lock taken, almost always).
+    let stopped = state.key_service().stopped_of(&device.model);
+    if let Some(json) = (!stopped.is_empty())
+        .then(|| serde_json::to_vec(&stopped).ok())
+        .flatten()
+    {
+        body.extend_from_slice(b",\"sealed_stopped\":");
+        body.extend_from_slice(&json);
     }
     body.extend_from_slice(b"}");
     HttpResponse::Ok()

@@ -3,8 +3,9 @@
 //! reading who got keys (`GET .../key-releases`, scope `read`).
 //!
 //! A stop is one object in the store, read by every replica on every key request, so it holds
-//! at once across replicas and restarts; devices that already hold a key learn of it from
-//! their next resolve (the decision lists the stopped releases) and drop the key.
+//! at once across replicas and restarts. Each replica also lists the stops with its catalog
+//! refresh (every 30 s) and names them in resolve answers (`sealed_stopped`): a device that
+//! holds a key learns of the stop there and forgets the key.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use ferry_shared::errors::ErrorCode;
@@ -97,6 +98,7 @@ pub(crate) async fn put_seal_stop(
             PutPayload::from(bytes),
         )
         .await?;
+    state.key_service().note_stop(&model, &version, true);
     tracing::warn!(%model, %version, by = %caller.name, "key releases stopped");
     Ok(HttpResponse::Ok().json(serde_json::json!({"stopped": true, "record": record})))
 }
@@ -118,6 +120,7 @@ pub(crate) async fn delete_seal_stop(
         Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
         Err(e) => return Err(e.into()),
     }
+    state.key_service().note_stop(&model, &version, false);
     tracing::warn!(%model, %version, by = %caller.name, "key releases resumed");
     Ok(HttpResponse::Ok().json(serde_json::json!({"stopped": false})))
 }

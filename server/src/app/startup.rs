@@ -245,6 +245,25 @@ fn warn_expiry(state: &AppState) {
     }
 }
 
+/// Lists the stopped sealed releases in the store (written by any replica) for resolve answers.
+async fn refresh_seal_stops(state: &AppState) {
+    use futures_util::StreamExt as _;
+    let mut listing = state
+        .store()
+        .list(Some(&crate::storage::StorageKey::seal_stops()));
+    let mut stopped = Vec::new();
+    while let Some(meta) = listing.next().await {
+        match meta {
+            Ok(m) => stopped.extend(crate::storage::StorageKey::parse_seal_stop(&m.location)),
+            Err(e) => {
+                tracing::warn!("listing sealed releases' stops failed: {e}");
+                return;
+            }
+        }
+    }
+    state.key_service().set_stopped(stopped);
+}
+
 /// Re-reads the catalog and rollout state every [`CATALOG_REFRESH`] (picks up changes made by
 /// other replicas sharing the store), and flushes telemetry every `telemetry.flush_secs`; warns
 /// (hourly) when the online key is within [`EXPIRY_WARNING`] of its expiry.
@@ -254,9 +273,11 @@ pub fn spawn_refresh(state: Arc<AppState>, config: &Config) {
     actix_web::rt::spawn(async move {
         let mut tick = actix_web::rt::time::interval(CATALOG_REFRESH);
         tick.tick().await;
+        refresh_seal_stops(&state).await;
         let mut ticks = 0u64;
         loop {
             tick.tick().await;
+            refresh_seal_stops(&state).await;
             // About once an hour, and on the first tick: say so before the online key expires.
             if ticks.is_multiple_of(120) {
                 warn_expiry(&state);

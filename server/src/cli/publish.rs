@@ -73,12 +73,14 @@ pub(crate) fn publish_cmd(
     // are still checked (and a torn one uploaded again).
     let identical = check_first(&agent, server, &auth, &manifest, &raw)?;
     let (wanted, found) = locate(files, &manifest)?;
+    let sealed = sealed_files(&manifest);
     let up = Uploader {
         agent: &agent,
         server,
         auth: &auth,
         quiet,
         compress,
+        sealed: &sealed,
     };
     blobs.extend(upload_files(&up, files, &wanted, &found, &say)?);
     upload_chunk_indexes(&agent, server, &auth, &manifest, &found, &say)?;
@@ -167,12 +169,7 @@ fn upload_chunk_indexes(
             }
         }
     }
-    let sealed: std::collections::HashSet<Sha256Digest> = manifest
-        .variants
-        .iter()
-        .filter_map(|v| v.sealed.as_ref())
-        .flat_map(|s| s.files.iter().map(|f| f.sha256))
-        .collect();
+    let sealed = sealed_files(manifest);
     for (digest, id, signed) in refs {
         let Some((_, path)) = found.iter().find(|(d, _)| *d == digest) else {
             bail!("variant {id}: no file has sha256 {digest}");
@@ -226,6 +223,8 @@ struct Uploader<'a> {
     auth: &'a str,
     quiet: bool,
     compress: bool,
+    /// The release's sealed files.
+    sealed: &'a std::collections::HashSet<Sha256Digest>,
 }
 
 /// Uploads every file of `wanted` the server lacks (and its encoding, with `compress`): what
@@ -243,6 +242,7 @@ fn upload_files(
         auth,
         quiet,
         compress,
+        sealed,
     } = *up;
     let mut blobs = Vec::new();
     for (digest, size, variant, data_file) in wanted {
@@ -263,7 +263,8 @@ fn upload_files(
             if let Some(name) = data_file {
                 e["data_file"] = serde_json::json!(name);
             }
-            if compress {
+            // Ciphertext does not compress: a sealed file's encoding is not tried.
+            if compress && !sealed.contains(digest) {
                 let file = super::compress::ToEncode {
                     id,
                     digest: *digest,
@@ -363,6 +364,16 @@ fn check_first(
 
 /// Every file the release names (a file several variants share once), and where in `files`
 /// each is, found by size and then hash; an error naming every one that is absent.
+/// The digests of the release's sealed files.
+fn sealed_files(manifest: &ReleaseManifest) -> std::collections::HashSet<Sha256Digest> {
+    manifest
+        .variants
+        .iter()
+        .filter_map(|v| v.sealed.as_ref())
+        .flat_map(|s| s.files.iter().map(|f| f.sha256))
+        .collect()
+}
+
 /// The folders of `--files`, for messages.
 fn shown(files: &[PathBuf]) -> String {
     files
@@ -422,10 +433,18 @@ fn locate(
         })
         .collect();
     if !absent.is_empty() {
+        let sealed = manifest.variants.iter().any(|v| v.sealed.is_some());
         bail!(
-            "no file in {} has the bytes of: {}; nothing was uploaded",
+            "no file in {} has the bytes of: {}; nothing was uploaded{}",
             shown(files),
-            absent.join(", ")
+            absent.join(", "),
+            if sealed {
+                " (the release has sealed variants: their files are the NAME.<digest>.sealed \
+                 files `ferry sign` wrote to --sealed-out; give that folder with another \
+                 --files)"
+            } else {
+                ""
+            }
         );
     }
     Ok((wanted, found))

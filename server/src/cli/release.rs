@@ -39,14 +39,14 @@ pub enum ReleaseCommand {
         remote: Remote,
     },
     /// Stop releasing the keys of a sealed release (devices without its key can no longer load
-    /// it; devices with one drop it at their next resolve), or resume with --resume.
+    /// it; devices with one forget it at their next online load), or resume with --resume.
     SealStop {
         /// Model name.
         model: String,
         /// The sealed release.
         version: String,
         /// Resume key releases instead.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "reason")]
         resume: bool,
         /// Why (kept with the stop).
         #[arg(long, default_value = "")]
@@ -123,7 +123,9 @@ fn seal_stop(
     } else {
         println!(
             "key releases of {model} {version} stopped: devices without its key cannot load \
-             it; devices holding one drop it at their next resolve (undo with --resume)"
+             it, and devices holding one forget it when a resolve answer names the stop (each \
+             replica reads stops every 30 s); a device that stays offline keeps loading until \
+             it resolves again. Undo with --resume"
         );
     }
     Ok(ExitCode::SUCCESS)

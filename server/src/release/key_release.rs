@@ -20,6 +20,9 @@ use ferry_fs::sealed::keys as seal_keys;
 use ferry_shared::manifest::Variant;
 use ferry_shared::wire::keys::{Attestation, KeyRequest, ReleasedKey};
 
+use ferry_shared::ModelName;
+use semver::Version;
+
 use crate::fleet::intake::limits::{IpKey, Limiter};
 use crate::keys::KeyReleaseSecret;
 
@@ -49,6 +52,11 @@ pub enum Refusal {
 /// The key-release service of one server.
 pub struct KeyService {
     held: Vec<KeyReleaseSecret>,
+    /// The releases whose keys are stopped, as this replica last read them from the store (what
+    /// resolve answers tell devices; key requests read the store itself).
+    stopped: std::sync::Mutex<std::collections::BTreeMap<ModelName, Vec<String>>>,
+    /// Whether any release is stopped: resolve skips the lock while none is.
+    any_stopped: std::sync::atomic::AtomicBool,
     limiter: Limiter,
     verifier: Option<Arc<dyn AttestationVerifier>>,
     require_attestation: bool,
@@ -70,6 +78,8 @@ impl KeyService {
     pub fn new(held: Vec<KeyReleaseSecret>, per_address: u32, per_install: u32) -> Self {
         Self {
             held,
+            stopped: Default::default(),
+            any_stopped: Default::default(),
             limiter: Limiter::new(per_address, per_install),
             verifier: None,
             require_attestation: false,
@@ -85,6 +95,46 @@ impl KeyService {
         self.verifier = verifier;
         self.require_attestation = required;
         self
+    }
+
+    /// Replaces the stopped releases with `stopped` (read from the store).
+    pub fn set_stopped(&self, stopped: impl IntoIterator<Item = (ModelName, Version)>) {
+        let mut by_model: std::collections::BTreeMap<ModelName, Vec<String>> = Default::default();
+        for (m, v) in stopped {
+            by_model.entry(m).or_default().push(v.to_string());
+        }
+        let mut all = ferry_shared::sync::lock(&self.stopped);
+        *all = by_model;
+        self.note_any(&all);
+    }
+
+    fn note_any(&self, all: &std::collections::BTreeMap<ModelName, Vec<String>>) {
+        self.any_stopped.store(
+            all.values().any(|v| !v.is_empty()),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// Marks one release stopped (`true`) or not, at once on this replica.
+    pub fn note_stop(&self, model: &ModelName, version: &Version, stopped: bool) {
+        let mut all = ferry_shared::sync::lock(&self.stopped);
+        let list = all.entry(model.clone()).or_default();
+        list.retain(|v| *v != version.to_string());
+        if stopped {
+            list.push(version.to_string());
+        }
+        self.note_any(&all);
+    }
+
+    /// The versions of `model` whose keys are stopped, as resolve answers list them.
+    pub fn stopped_of(&self, model: &ModelName) -> Vec<String> {
+        if !self.any_stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            return Vec::new();
+        }
+        ferry_shared::sync::lock(&self.stopped)
+            .get(model)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The key-release keys held (publish refuses a sealed release wrapped to another).
@@ -145,8 +195,9 @@ impl KeyService {
                 variant.id
             )));
         };
-        let device = seal_keys::decode::<32>(&request.public_key)
-            .map_err(|e| Refusal::Invalid(format!("public_key: {e}")))?;
+        let device = seal_keys::decode::<32>(&request.public_key).map_err(|_| {
+            Refusal::Invalid("public_key is not 32 bytes of base64url (no padding)".into())
+        })?;
         let Some(key) = self.held.iter().find(|k| k.id() == sealing.key_release) else {
             return Err(Refusal::Unavailable(format!(
                 "this server does not hold key-release key {}",
@@ -184,7 +235,13 @@ impl KeyService {
                 f.sha256.as_bytes(),
                 &request.install_id,
             )
-            .map_err(|e| Refusal::Invalid(format!("public_key: {e}")))?;
+            .map_err(|_| {
+                Refusal::Invalid(
+                    "public_key is a weak X25519 key (a low-order point): send the public key \
+                     of a fresh key pair"
+                        .into(),
+                )
+            })?;
             out.push(ReleasedKey {
                 sha256: f.sha256,
                 key: seal_keys::encode(&released),

@@ -157,7 +157,20 @@ impl StorageKey {
 
     /// The record that stops key releases for a sealed release (present: stopped).
     pub fn seal_stop(model: &ModelName, version: &Version) -> StorePath {
-        StorePath::from(format!("sealing/{model}/{version}/stopped.json"))
+        StorePath::from(format!("seal-stops/{model}/{version}.json"))
+    }
+
+    /// Where every stop record is (listed by each replica to tell devices).
+    pub fn seal_stops() -> StorePath {
+        StorePath::from("seal-stops")
+    }
+
+    /// The model and version a stop record's path names.
+    pub fn parse_seal_stop(path: &StorePath) -> Option<(ModelName, Version)> {
+        let mut parts = path.as_ref().strip_prefix("seal-stops/")?.split('/');
+        let model = parts.next()?.parse().ok()?;
+        let version = parts.next()?.strip_suffix(".json")?.parse().ok()?;
+        parts.next().is_none().then_some((model, version))
     }
 
     /// The audit records of key releases for a release, one object each.

@@ -472,6 +472,12 @@ pub struct ResolveResponse {
     /// With `?explain=true`: where this install id stands in the model's rollout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutStance>,
+    /// Releases of the model whose sealed variants' keys an operator stopped (`ferry release
+    /// seal-stop`): a device holding such a key forgets it and loads another candidate. Not
+    /// signed: dropping it only helps someone who holds a key already, adding it only denies a
+    /// load, which blocking the answer does too. An additive v1 field.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sealed_stopped: Vec<String>,
 }
 
 /// Where an install id stands in a model's rollout, as `?explain=true` says it.

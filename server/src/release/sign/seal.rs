@@ -51,7 +51,7 @@ pub fn seal_keys(dir: &Path) -> anyhow::Result<(SealKeys, Vec<String>)> {
     let (_, state, _) = crate::keys::load_trust(dir).with_context(|| {
         format!(
             "sealing wraps each file's key to the server's key-release key, read from the key \
-             folder {} (its trust.json and keyring/); give the folder with --keys",
+             folder's trust.json and keyring/ ({}: from --keys, else the folder of --key)",
             dir.display()
         )
     })?;

@@ -257,6 +257,38 @@ fn a_sealed_release_loads_with_the_exporters_outputs_and_no_plaintext_rests_anyw
         }
         other => panic!("loaded from a copied cache: {:?}", other.map(|m| m.variant)),
     }
+
+    // An operator stops the release: the device holding its keys forgets them at its next
+    // online load (the answer names the stop), and nothing loads it any more.
+    let out = ferry()
+        .args([
+            "release",
+            "seal-stop",
+            "sealed",
+            "1.0.0",
+            "--reason",
+            "test",
+        ])
+        .args(["--server", &app.url(), "--token", ADMIN_TOKEN])
+        .output()
+        .expect("seal-stop");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let held = || {
+        std::fs::read_dir(cache.path().join("sealed-keys"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    assert_eq!(held(), 3, "the program's, data file's and labels' keys");
+    let online = client(&app, &app.url(), cache.path());
+    let e = online
+        .load("sealed", &device("sealed-device"))
+        .expect_err("a stopped release does not load");
+    assert!(e.to_string().contains("key_release_stopped"), "{e}");
+    assert_eq!(held(), 0, "the held keys were forgotten");
 }
 
 /// `POST /v1/keys/release` with `body`: the status and the answer.
@@ -404,10 +436,29 @@ fn keys_need_a_receipt_old_clients_never_get_sealed_variants_and_stops_hold_on_e
             (410, Some("key_release_stopped"))
         );
     }
+    // The replica that took the stop names it in its resolve answers at once; a restarted
+    // one reads it from the store.
+    let stopped_in = |u: &str| {
+        let mut resp = ureq::post(format!("{u}/v1/resolve"))
+            .header("content-type", "application/json")
+            .send(
+                &serde_json::to_vec(&serde_json::json!({
+                    "model": "sealed", "install_id": "dev-4", "app_version": "1.0.0",
+                    "runtime_version": "1.5.1", "platform": "linux",
+                    "seal_schemes": ["ferry-seal-1"]}))
+                .expect("json")[..],
+            )
+            .expect("resolve");
+        let v: serde_json::Value =
+            serde_json::from_str(&resp.body_mut().read_to_string().expect("body")).expect("json");
+        v["sealed_stopped"].clone()
+    };
+    assert_eq!(stopped_in(&r3_url), serde_json::json!(["1.0.0"]));
     app.restart().expect("restart");
     let url = app.url();
     let (status, _) = ask(&app, &url, &key_request("dev-3", &good));
     assert_eq!(status, 410, "the stop outlives a restart");
+    assert_eq!(stopped_in(&url), serde_json::json!(["1.0.0"]));
     let out = ferry()
         .args(["release", "seal-stop", "sealed", "1.0.0", "--resume"])
         .args(["--server", &r2_url, "--token", ADMIN_TOKEN])
