@@ -113,9 +113,8 @@ impl Client {
                     };
                     let started = Instant::now();
                     let v = &plan.candidates[i].variant;
-                    let record =
-                        self.flight_record(model, &release, v, plan.receipt.as_deref(), device);
-                    let ctx = (&record, device, plan.sealed_stopped.as_slice());
+                    let r = self.flight_record(model, &release, v, plan.receipt.as_deref(), device);
+                    let ctx = (&r, device, plan.sealed_stopped.as_slice());
                     let outcome = match self.open_and_check(blob, v, ctx, false) {
                         Ok(program) => {
                             opened = Some(program);

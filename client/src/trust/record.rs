@@ -110,6 +110,7 @@ mod tests {
             },
             candidates: Vec::new(),
             receipt: None,
+            sealed_stopped: Vec::new(),
         }
     }
 
