@@ -124,6 +124,25 @@ fn attempt_json(a: &ferry_client::Attempt) -> serde_json::Value {
     serde_json::json!({"variant": a.variant, "delegate": a.delegate, "stage": a.stage, "error_code": a.error_code, "message": a.message})
 }
 
+/// One line per asset: its verified file, or for a sealed variant its size through the
+/// decrypting reader (the cached file is ciphertext).
+fn print_assets(loaded: &ferry_client::LoadedModel) {
+    for (name, path) in loaded.assets() {
+        if !loaded.is_sealed() {
+            println!("asset {name}: {}", path.display());
+            continue;
+        }
+        let size = loaded
+            .open_asset(name)
+            .and_then(|mut r| {
+                std::io::Seek::seek(&mut r, std::io::SeekFrom::End(0))
+                    .map_err(|e| ferry_client::ClientError::Config(e.to_string()))
+            })
+            .map_or_else(|e| format!("unreadable: {e}"), |n| format!("{n} bytes"));
+        println!("asset {name}: sealed, {size} through open_asset");
+    }
+}
+
 fn run(args: &Args) -> Result<(), Failure> {
     let fail = |code: &str, m: String| (code.to_string(), m, Vec::new(), None);
     let trust_bytes = std::fs::read(&args.trust)
@@ -265,21 +284,7 @@ fn run(args: &Args) -> Result<(), Failure> {
             let more = if l.len() > shown.len() { ", ..." } else { "" };
             println!("labels: {} ({}{more})", l.len(), shown.join(", "));
         }
-        for (name, path) in loaded.assets() {
-            if loaded.is_sealed() {
-                // The cached file is ciphertext: the app reads it through open_asset.
-                let size = loaded
-                    .open_asset(name)
-                    .and_then(|mut r| {
-                        std::io::Seek::seek(&mut r, std::io::SeekFrom::End(0))
-                            .map_err(|e| ferry_client::ClientError::Config(e.to_string()))
-                    })
-                    .map_or_else(|e| format!("unreadable: {e}"), |n| format!("{n} bytes"));
-                println!("asset {name}: sealed, {size} through open_asset");
-            } else {
-                println!("asset {name}: {}", path.display());
-            }
-        }
+        print_assets(&loaded);
         if let Some(d) = diff {
             println!("forward matches the reference output: max |diff| = {d:e}");
         }
