@@ -403,22 +403,8 @@ pub(crate) async fn get_release(
 ) -> Result<HttpResponse, ApiError> {
     authorize(&req, &state.config().tokens, Scope::Read)?;
     let (model, version) = path.into_inner();
-    let model = parse_model(&model)?;
-    if version.len() > 64 {
-        return Err(ApiError::new(
-            ErrorCode::InvalidVersion,
-            "a version is at most 64 characters",
-        ));
-    }
-    let version: Version = version
-        .parse()
-        .map_err(|e| ApiError::new(ErrorCode::InvalidVersion, format!("{e}")))?;
-    let release = state.catalog().release(&model, &version).ok_or_else(|| {
-        ApiError::new(
-            ErrorCode::ReleaseNotFound,
-            format!("{model} {version} is not published"),
-        )
-    })?;
+    let (model, version, release) =
+        crate::api::extract::published_release(&state, &model, &version)?;
     let mut view = release_view(&release);
     // The inspector's report is read when asked for (the catalog does not hold it: a cold
     // start reads one file per release, not two).

@@ -52,6 +52,39 @@ async fn read_all(mut payload: web::Payload, limit: usize) -> Result<Bytes, ApiE
     Ok(buf.freeze())
 }
 
+/// The published release `model` `version` named in a path (`invalid_name`,
+/// `invalid_version` or `release_not_found` otherwise).
+pub(crate) fn published_release(
+    state: &AppState,
+    model: &str,
+    version: &str,
+) -> Result<
+    (
+        ModelName,
+        semver::Version,
+        std::sync::Arc<crate::storage::catalog::Release>,
+    ),
+    ApiError,
+> {
+    let model = parse_model(model)?;
+    if version.len() > 64 {
+        return Err(ApiError::new(
+            ErrorCode::InvalidVersion,
+            "a version is at most 64 characters",
+        ));
+    }
+    let version: semver::Version = version
+        .parse()
+        .map_err(|e| ApiError::new(ErrorCode::InvalidVersion, format!("{e}")))?;
+    let release = state.catalog().release(&model, &version).ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::ReleaseNotFound,
+            format!("{model} {version} is not published"),
+        )
+    })?;
+    Ok((model, version, release))
+}
+
 pub(crate) fn parse_model(s: &str) -> Result<ModelName, ApiError> {
     s.parse()
         .map_err(|e: ferry_shared::NameError| ApiError::new(ErrorCode::InvalidName, e.to_string()))

@@ -16,7 +16,7 @@ use semver::Version;
 use crate::api::AppState;
 use crate::api::auth::authorize;
 use crate::api::error::ApiError;
-use crate::api::extract::{parse_model, read_body};
+use crate::api::extract::read_body;
 use crate::storage::StorageKey;
 use crate::tokens::Scope;
 
@@ -28,24 +28,7 @@ fn sealed_release(
     model: &str,
     version: &str,
 ) -> Result<(ferry_shared::ModelName, Version), ApiError> {
-    let model = parse_model(model)?;
-    let version: Version = version
-        .get(..64.min(version.len()))
-        .filter(|v| v.len() == version.len())
-        .ok_or_else(|| {
-            ApiError::new(
-                ErrorCode::InvalidVersion,
-                "a version is at most 64 characters",
-            )
-        })?
-        .parse()
-        .map_err(|e| ApiError::new(ErrorCode::InvalidVersion, format!("{e}")))?;
-    let release = state.catalog().release(&model, &version).ok_or_else(|| {
-        ApiError::new(
-            ErrorCode::ReleaseNotFound,
-            format!("{model} {version} is not published"),
-        )
-    })?;
+    let (model, version, release) = crate::api::extract::published_release(state, model, version)?;
     if !release.manifest.variants.iter().any(|v| v.sealed.is_some()) {
         return Err(ApiError::new(
             ErrorCode::RequestInvalid,

@@ -219,13 +219,18 @@ pub fn content_chunks<R: Read>(reader: R, sizes: ChunkSizes) -> io::Result<Vec<(
     );
     let mut out = Vec::new();
     for chunk in chunker {
-        let chunk = chunk.map_err(|e| match e {
-            fastcdc::v2020::Error::IoError(e) => e,
-            other => io::Error::other(other.to_string()),
-        })?;
+        let chunk = chunk.map_err(cdc_error)?;
         out.push((chunk.length as u64, Sha256::digest(&chunk.data).into()));
     }
     Ok(out)
+}
+
+/// A content-defined chunker's error as an I/O error (the reader's own, when it was one).
+pub(crate) fn cdc_error(e: fastcdc::v2020::Error) -> io::Error {
+    match e {
+        fastcdc::v2020::Error::IoError(e) => e,
+        other => io::Error::other(other.to_string()),
+    }
 }
 
 /// [`content_chunks`] of a whole file.
@@ -241,7 +246,7 @@ mod tests {
     use super::*;
 
     /// Pseudo-random bytes from a fixed seed (xorshift), so the tests need no files.
-    fn noise(len: usize, seed: u64) -> Vec<u8> {
+    pub(crate) fn noise(len: usize, seed: u64) -> Vec<u8> {
         let mut x = seed | 1;
         (0..len)
             .map(|_| {

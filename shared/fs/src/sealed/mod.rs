@@ -79,10 +79,7 @@ pub fn seal_file(
         let mut held: Vec<u8> = Vec::new();
         let mut sealed = Vec::with_capacity(PLAIN_CHUNKS.max as usize + 1024);
         for chunk in chunker {
-            let chunk = chunk.map_err(|e| match e {
-                fastcdc::v2020::Error::IoError(e) => e,
-                other => io::Error::other(other.to_string()),
-            })?;
+            let chunk = chunk.map_err(crate::cdc_error)?;
             if !held.is_empty() {
                 index.push((held.len() as u64, Sha256::digest(&held).into()));
             }

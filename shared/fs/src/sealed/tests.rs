@@ -3,18 +3,7 @@ use std::path::{Path, PathBuf};
 
 use super::*;
 
-/// Pseudo-random bytes from a fixed seed (xorshift).
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
+use crate::tests::noise;
 
 const SECRET: [u8; 32] = [7; 32];
 const FILE_KEY: [u8; 32] = [9; 32];

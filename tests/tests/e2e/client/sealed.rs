@@ -306,13 +306,10 @@ fn ask(app: &TestApp, url: &str, body: &serde_json::Value) -> (u16, serde_json::
     (status, serde_json::from_str(&text).unwrap_or_default())
 }
 
-/// A resolve for `install` (listing the scheme when `sealing`); its receipt.
-fn receipt(app: &TestApp, url: &str, install: &str, sealing: bool) -> String {
+/// A resolve answer from `url` for `install` (listing the scheme when `sealing`).
+fn resolve(url: &str, install: &str, sealing: bool) -> serde_json::Value {
     let schemes: &[&str] = if sealing { &["ferry-seal-1"] } else { &[] };
     let mut resp = ureq::post(format!("{url}/v1/resolve"))
-        .config()
-        .http_status_as_error(false)
-        .build()
         .header("content-type", "application/json")
         .send(
             &serde_json::to_vec(&serde_json::json!({
@@ -323,11 +320,17 @@ fn receipt(app: &TestApp, url: &str, install: &str, sealing: bool) -> String {
             .expect("json")[..],
         )
         .expect("resolve");
-    let _ = app;
     assert_eq!(resp.status().as_u16(), 200);
-    let v: serde_json::Value =
-        serde_json::from_str(&resp.body_mut().read_to_string().expect("body")).expect("json");
-    v["receipt"].as_str().expect("receipt").to_string()
+    serde_json::from_str(&resp.body_mut().read_to_string().expect("body")).expect("json")
+}
+
+/// The receipt of [`resolve`].
+fn receipt(app: &TestApp, url: &str, install: &str, sealing: bool) -> String {
+    let _ = app;
+    resolve(url, install, sealing)["receipt"]
+        .as_str()
+        .expect("receipt")
+        .to_string()
 }
 
 fn key_request(install: &str, receipt: &str) -> serde_json::Value {
@@ -438,21 +441,7 @@ fn keys_need_a_receipt_old_clients_never_get_sealed_variants_and_stops_hold_on_e
     }
     // The replica that took the stop names it in its resolve answers at once; a restarted
     // one reads it from the store.
-    let stopped_in = |u: &str| {
-        let mut resp = ureq::post(format!("{u}/v1/resolve"))
-            .header("content-type", "application/json")
-            .send(
-                &serde_json::to_vec(&serde_json::json!({
-                    "model": "sealed", "install_id": "dev-4", "app_version": "1.0.0",
-                    "runtime_version": "1.5.1", "platform": "linux",
-                    "seal_schemes": ["ferry-seal-1"]}))
-                .expect("json")[..],
-            )
-            .expect("resolve");
-        let v: serde_json::Value =
-            serde_json::from_str(&resp.body_mut().read_to_string().expect("body")).expect("json");
-        v["sealed_stopped"].clone()
-    };
+    let stopped_in = |u: &str| resolve(u, "dev-4", true)["sealed_stopped"].clone();
     assert_eq!(stopped_in(&r3_url), serde_json::json!(["1.0.0"]));
     app.restart().expect("restart");
     let url = app.url();
