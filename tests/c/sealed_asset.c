@@ -1,7 +1,8 @@
 /*
- * Loads a sealed variant through ferry's C ABI with no change from a plain one, then reads one
- * of its assets with ferry_model_read_asset a few bytes at a time (the cached file is
- * ciphertext; the function decrypts as it reads).
+ * Loads a sealed variant through ferry's C ABI with no change from a plain one (keys held in
+ * memory only: "sealed_key_store": "memory"), then reads one of its assets with
+ * ferry_model_read_asset a few bytes at a time (the cached file is ciphertext; the function
+ * decrypts as it reads).
  *
  * usage: sealed_asset SERVER TRUST_JSON_FILE CACHE_DIR MODEL ASSET
  * prints: variant=ID, the asset's bytes between "asset<<<" and ">>>", and size=N
@@ -42,7 +43,9 @@ int main(int argc, char **argv) {
   char *trust = read_file(argv[2]);
   if (!trust) return 2;
   ferry_client *client;
-  if (ferry_client_new(argv[1], trust, argv[3], "1.0.0", &client) != FERRY_OK) return fail("client");
+  if (ferry_client_new_with(argv[1], trust, argv[3], "1.0.0", "{\"sealed_key_store\":\"memory\"}",
+                            &client) != FERRY_OK)
+    return fail("client");
   ferry_model *model;
   if (ferry_load(client, argv[4], "{\"install_id\":\"c-sealed\",\"platform\":\"linux\",\"ram_mb\":4096}",
                  &model) != FERRY_OK)

@@ -40,6 +40,11 @@ pub(super) struct ClientOptionsJson {
     compressed_downloads: Option<bool>,
     #[serde(default)]
     reverify_after_secs: Option<u64>,
+    /// Where the keys of sealed variants are kept: `files` (the default, in the cache's
+    /// `sealed-keys/`) or `memory` (this process only: every start asks the server again, and
+    /// no key is ever on disk).
+    #[serde(default)]
+    sealed_key_store: Option<String>,
 }
 
 /// The longest `reverify_after_secs` taken: ten years.
@@ -71,6 +76,7 @@ pub(super) struct ClientOptions {
     delta: Option<bool>,
     compressed: Option<bool>,
     reverify: Option<Duration>,
+    memory_keys: bool,
 }
 
 impl ClientOptionsJson {
@@ -145,6 +151,13 @@ impl ClientOptionsJson {
             delta: self.delta_updates,
             compressed: self.compressed_downloads,
             reverify: self.reverify_after_secs.map(Duration::from_secs),
+            memory_keys: match self.sealed_key_store.as_deref() {
+                None | Some("files") => false,
+                Some("memory") => true,
+                Some(other) => {
+                    return Err(format!("sealed_key_store {other:?}: give files or memory"));
+                }
+            },
         })
     }
 }
@@ -175,6 +188,9 @@ impl ClientOptions {
         }
         if let Some(d) = self.reverify {
             b = b.reverify_after(d);
+        }
+        if self.memory_keys {
+            b = b.key_store(std::sync::Arc::new(crate::seal::MemoryKeyStore::default()));
         }
         if self.headroom.is_some() || self.delta.is_some() || self.compressed.is_some() {
             let defaults = crate::DownloadLimits::default();
@@ -213,6 +229,16 @@ mod tests {
         );
         let o = check(r#"{"storage_headroom_bytes": 0, "delta_updates": false}"#).expect("valid");
         assert_eq!((o.headroom, o.delta), (Some(0), Some(false)));
+        assert!(
+            check(r#"{"sealed_key_store": "memory"}"#)
+                .expect("valid")
+                .memory_keys
+        );
+        assert!(
+            !check(r#"{"sealed_key_store": "files"}"#)
+                .expect("valid")
+                .memory_keys
+        );
         let o = check(r#"{"compressed_downloads": false}"#).expect("valid");
         assert_eq!(o.compressed, Some(false));
         let o = check(r#"{"reverify_after_secs": 0}"#).expect("valid");
@@ -240,6 +266,10 @@ mod tests {
             ),
             (r#"{"delta_updates": "yes"}"#, "invalid type"),
             (r#"{"compressed_downloads": 1}"#, "invalid type"),
+            (
+                r#"{"sealed_key_store": "keychain"}"#,
+                "give files or memory",
+            ),
             (
                 r#"{"reverify_after_secs": 400000000}"#,
                 "reverify_after_secs must be",

@@ -101,6 +101,35 @@ impl KeyStore for FileKeyStore {
     }
 }
 
+/// A [`KeyStore`] in this process's memory only: no key is ever written anywhere, and every
+/// start of the app asks the server again (an offline start cannot load a sealed variant).
+#[derive(Default)]
+pub struct MemoryKeyStore(std::sync::Mutex<std::collections::HashMap<String, [u8; 32]>>);
+
+impl std::fmt::Debug for MemoryKeyStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MemoryKeyStore(..)")
+    }
+}
+
+impl KeyStore for MemoryKeyStore {
+    fn get(&self, name: &str) -> Option<[u8; 32]> {
+        ferry_shared::sync::lock(&self.0).get(name).copied()
+    }
+
+    fn put(&self, name: &str, key: &[u8; 32]) -> Result<(), String> {
+        ferry_shared::sync::lock(&self.0).insert(name.to_string(), *key);
+        Ok(())
+    }
+
+    fn remove(&self, name: &str) {
+        if let Some(mut k) = ferry_shared::sync::lock(&self.0).remove(name) {
+            use zeroize::Zeroize as _;
+            k.zeroize();
+        }
+    }
+}
+
 /// The file keys of one sealed variant, by sealed digest (held in memory for the load).
 #[derive(Default)]
 pub struct FileKeys(Vec<(Sha256Digest, [u8; 32])>);
@@ -135,6 +164,16 @@ impl Drop for FileKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_store_round_trips() {
+        let store = MemoryKeyStore::default();
+        assert!(store.get("a").is_none());
+        store.put("a", &[3; 32]).expect("put");
+        assert_eq!(store.get("a"), Some([3; 32]));
+        store.remove("a");
+        assert!(store.get("a").is_none());
+    }
 
     #[test]
     fn file_store_round_trips_and_refuses_odd_names() {

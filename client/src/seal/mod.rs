@@ -13,7 +13,7 @@ use std::path::Path;
 
 use ferry_fs::sealed::SealedReader;
 
-pub use keys::{Attest, FileKeyStore, FileKeys, KeyStore, entry_name};
+pub use keys::{Attest, FileKeyStore, FileKeys, KeyStore, MemoryKeyStore, entry_name};
 pub use open::SealedAsset;
 pub(crate) use request::KeyAsk;
 

@@ -147,6 +147,8 @@ pub async fn build_state(
     // Fleet-wide telemetry: every replica's rollup so far, including this replica's earlier
     // runs, before the first request.
     crate::fleet::persist::flush::flush_rollups(state.fleet()).await;
+    // Stopped sealed releases, named in resolve answers from the first one.
+    refresh_seal_stops(&state).await;
     open_journal(state.fleet(), &config.data.join("journal"), &mut notes).await;
     let plans = state.rollouts().len();
     notes.push(format!("rollout plans: {plans}"));

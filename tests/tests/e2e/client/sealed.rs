@@ -244,6 +244,10 @@ fn a_sealed_release_loads_with_the_exporters_outputs_and_no_plaintext_rests_anyw
         "{stdout}"
     );
     assert!(stdout.contains("absent: not_found"), "{stdout}");
+    assert!(
+        !c_cache.path().join("sealed-keys").exists(),
+        "with sealed_key_store memory no key is written"
+    );
 
     // A copy of the cache under another install id has no key, and none can be released.
     let copy = tempfile::tempdir().expect("copy");
