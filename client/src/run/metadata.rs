@@ -79,7 +79,12 @@ impl ModelMetadata {
                         message: format!("no key for the sealed asset {name}"),
                     }
                 })?;
-                Ok(Box::new(SealedAsset::open(path, key).map_err(io)?))
+                // Each read decrypts whole 64 KiB pieces: a piece-sized buffer keeps an app's
+                // small reads (a line, a token) from opening the same piece again and again.
+                Ok(Box::new(std::io::BufReader::with_capacity(
+                    ferry_fs::sealed::format::PIECE,
+                    SealedAsset::open(path, key).map_err(io)?,
+                )))
             }
         }
     }

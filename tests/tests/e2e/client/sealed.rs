@@ -98,6 +98,21 @@ pub(crate) fn sign_and_publish(app: &TestApp, dir: &Path, files: &Path) -> serde
     signed
 }
 
+/// `ferry release seal-stop sealed 1.0.0 ARGS` against `url`, which must succeed.
+fn seal_stop(url: &str, args: &[&str]) {
+    let out = ferry()
+        .args(["release", "seal-stop", "sealed", "1.0.0"])
+        .args(args)
+        .args(["--server", url, "--token", ADMIN_TOKEN])
+        .output()
+        .expect("seal-stop");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn client(app: &TestApp, url: &str, cache: &Path) -> Arc<Client> {
     Arc::new(app.client_at(url, cache).build().expect("client"))
 }
@@ -264,23 +279,7 @@ fn a_sealed_release_loads_with_the_exporters_outputs_and_no_plaintext_rests_anyw
 
     // An operator stops the release: the device holding its keys forgets them at its next
     // online load (the answer names the stop), and nothing loads it any more.
-    let out = ferry()
-        .args([
-            "release",
-            "seal-stop",
-            "sealed",
-            "1.0.0",
-            "--reason",
-            "test",
-        ])
-        .args(["--server", &app.url(), "--token", ADMIN_TOKEN])
-        .output()
-        .expect("seal-stop");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    seal_stop(&app.url(), &["--reason", "test"]);
     let held = || {
         std::fs::read_dir(cache.path().join("sealed-keys"))
             .map(|d| d.count())
@@ -419,23 +418,7 @@ fn keys_need_a_receipt_old_clients_never_get_sealed_variants_and_stops_hold_on_e
     let r3 = app.replica(None);
     let r2_url = format!("http://{}", r2.addr);
     let r3_url = format!("http://{}", r3.addr);
-    let out = ferry()
-        .args([
-            "release",
-            "seal-stop",
-            "sealed",
-            "1.0.0",
-            "--reason",
-            "leak",
-        ])
-        .args(["--server", &r3_url, "--token", ADMIN_TOKEN])
-        .output()
-        .expect("seal-stop");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    seal_stop(&r3_url, &["--reason", "leak"]);
     for u in [&url, &r2_url, &r3_url] {
         let (status, answer) = ask(&app, u, &key_request("dev-3", &good));
         assert_eq!(
@@ -452,16 +435,7 @@ fn keys_need_a_receipt_old_clients_never_get_sealed_variants_and_stops_hold_on_e
     let (status, _) = ask(&app, &url, &key_request("dev-3", &good));
     assert_eq!(status, 410, "the stop outlives a restart");
     assert_eq!(stopped_in(&url), serde_json::json!(["1.0.0"]));
-    let out = ferry()
-        .args(["release", "seal-stop", "sealed", "1.0.0", "--resume"])
-        .args(["--server", &r2_url, "--token", ADMIN_TOKEN])
-        .output()
-        .expect("resume");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    seal_stop(&r2_url, &["--resume"]);
     let (status, body) = ask(&app, &r3_url, &key_request("dev-3", &good));
     assert_eq!(status, 200, "{body}");
     let out = ferry()
