@@ -307,6 +307,7 @@ mod tests {
             bytes_fetched: None,
             bytes_total: None,
             sources: Vec::new(),
+            metric: Default::default(),
             kind: EventKind::Load,
             model: "m".into(),
             release: "1.0.0".into(),

@@ -23,6 +23,7 @@
 //! request), and no two files import each other in a circle (`tests/circles`).
 
 pub mod errors;
+pub mod experiment;
 pub mod manifest;
 pub mod names;
 pub mod pte;

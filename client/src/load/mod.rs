@@ -119,6 +119,7 @@ impl Client {
             bytes_fetched: None,
             bytes_total: None,
             sources: Vec::new(),
+            metric: Default::default(),
         }
     }
 

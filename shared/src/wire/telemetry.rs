@@ -23,6 +23,20 @@ pub enum EventKind {
     /// A variant took the app down natively while it was loaded or run (reported on the next
     /// launch): `stage` says where, `at` when, `error_code` is `crashed`.
     Crash,
+    /// A value the app recorded (`Client::record_metric`): `name` and `value` ([`MetricFields`]),
+    /// about the model, release and variant it had loaded. Additive in v1.
+    Metric,
+}
+
+/// What a `metric` event adds: the app's metric and its value.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MetricFields {
+    /// The metric's name (1–64 of `[a-z0-9_.-]`, starting with a letter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Its value (a finite number).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<f64>,
 }
 
 /// The device's thermal state as the app reports it (Android's seven `PowerManager` states map
@@ -167,6 +181,9 @@ pub struct TelemetryEvent {
     /// failures), when the decision listed sources. Additive in v1.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<crate::wire::sources::SourceUse>,
+    /// For `metric` events: the app's metric. Additive in v1.
+    #[serde(flatten)]
+    pub metric: MetricFields,
 }
 
 /// The body of `POST /v1/telemetry`.
@@ -177,7 +194,7 @@ pub struct TelemetryBatch {
 }
 
 /// The fields of a v1 telemetry event this build knows.
-pub const EVENT_FIELDS: [&str; 32] = [
+pub const EVENT_FIELDS: [&str; 34] = [
     "kind",
     "model",
     "release",
@@ -210,16 +227,19 @@ pub const EVENT_FIELDS: [&str; 32] = [
     "bytes_fetched",
     "bytes_total",
     "sources",
+    "name",
+    "value",
 ];
 
 /// The event kinds this build knows, as they appear on the wire.
-pub const EVENT_KINDS: [&str; 6] = [
+pub const EVENT_KINDS: [&str; 7] = [
     "download",
     "verify",
     "load",
     "fallback",
     "inference",
     "crash",
+    "metric",
 ];
 
 /// What a cheap look at one event's JSON text shows before it is parsed: the fields this build
@@ -354,6 +374,10 @@ mod tests {
                 encoded_bytes: 0,
                 encoding_failures: 0,
             }],
+            metric: MetricFields {
+                name: Some("accepted".into()),
+                value: Some(1.0),
+            },
         };
         let v = serde_json::to_value(&e).expect("json");
         let back: TelemetryEvent = serde_json::from_value(v.clone()).expect("round trip");

@@ -106,6 +106,7 @@ fn event(tag: &str, i: usize) -> TelemetryEvent {
         bytes_fetched: None,
         bytes_total: None,
         sources: Vec::new(),
+        metric: Default::default(),
     }
 }
 

@@ -49,6 +49,7 @@ fn base(kind: EventKind, v: &Variant) -> TelemetryEvent {
         bytes_fetched: None,
         bytes_total: None,
         sources: Vec::new(),
+        metric: Default::default(),
     }
 }
 

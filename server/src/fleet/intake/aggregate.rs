@@ -279,11 +279,9 @@ impl Telemetry {
                 } else {
                     report.unverified += 1;
                 }
-                batch.events.push(AcceptedEvent {
-                    event,
-                    verified,
-                    counted: false,
-                });
+                batch
+                    .events
+                    .push(AcceptedEvent::new(event, verified, false));
                 continue;
             };
             // Crashes have a budget of their own: a device that reports a crash was not
@@ -310,11 +308,9 @@ impl Telemetry {
                     report.counted_models.insert(event.model.clone());
                 }
             }
-            batch.events.push(AcceptedEvent {
-                event,
-                verified,
-                counted,
-            });
+            batch
+                .events
+                .push(AcceptedEvent::new(event, verified, counted));
         }
         (report, batch)
     }

@@ -92,6 +92,7 @@ pub fn validate(
             | EventKind::Download
             | EventKind::Inference
             | EventKind::Crash
+            | EventKind::Metric
     ) && (e.release.is_empty() || e.variant.is_empty())
     {
         return Err(invalid(
@@ -101,6 +102,7 @@ pub fn validate(
     if e.kind == EventKind::Inference {
         crate::fleet::counts::latency::check(&e).map_err(invalid)?;
     }
+    check_metric(&e).map_err(invalid)?;
     if e.kind == EventKind::Crash
         && (e.outcome != ferry_shared::wire::telemetry::Outcome::Failed
             || e.error_code.as_deref() != Some(ErrorCode::Crashed.as_str())
@@ -187,4 +189,28 @@ pub fn validate(
         ));
     }
     Ok(e)
+}
+
+/// The largest magnitude an app metric's value may have.
+pub const MAX_METRIC_VALUE: f64 = 1e12;
+
+/// A `metric` event names a well-formed metric and carries a finite value within
+/// ±[`MAX_METRIC_VALUE`]; other kinds carry neither.
+fn check_metric(e: &TelemetryEvent) -> Result<(), String> {
+    let m = &e.metric;
+    if e.kind != EventKind::Metric {
+        return if m.name.is_none() && m.value.is_none() {
+            Ok(())
+        } else {
+            Err("name and value belong to metric events only".into())
+        };
+    }
+    let name = m.name.as_deref().ok_or("a metric event needs a name")?;
+    ferry_shared::experiment::plan::check_metric_name(name)?;
+    match m.value {
+        Some(v) if v.is_finite() && v.abs() <= MAX_METRIC_VALUE => Ok(()),
+        _ => Err(format!(
+            "a metric event needs a finite value within +-{MAX_METRIC_VALUE:e}"
+        )),
+    }
 }

@@ -120,6 +120,16 @@ impl ReceiptKey {
     }
 }
 
+/// The experiment arm a receipt names (see
+/// [`ferry_shared::experiment::ArmTag::receipt_entry`]); only meaningful for a receipt that
+/// verified.
+pub fn arm_of(receipt: &str) -> Option<ferry_shared::experiment::ArmTag> {
+    let rest = receipt.strip_prefix("v1.")?;
+    let (list, _) = rest.rsplit_once('.')?;
+    list.split(',')
+        .find_map(ferry_shared::experiment::ArmTag::from_receipt_entry)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,6 +161,7 @@ mod tests {
             bytes_fetched: None,
             bytes_total: None,
             sources: Vec::new(),
+            metric: Default::default(),
         }
     }
 

@@ -24,6 +24,26 @@ pub struct AcceptedEvent {
     /// Within the per-device cap: it adds to its variant's counts.
     #[serde(rename = "c")]
     pub counted: bool,
+    /// The experiment arm its verified receipt names (`<experiment id>=<arm>`).
+    #[serde(rename = "a", default, skip_serializing_if = "Option::is_none")]
+    pub arm: Option<String>,
+}
+
+impl AcceptedEvent {
+    /// An accepted event; the arm is read from its receipt when it verified.
+    pub fn new(event: TelemetryEvent, verified: bool, counted: bool) -> Self {
+        let arm = verified
+            .then(|| event.receipt.as_deref())
+            .flatten()
+            .and_then(crate::fleet::intake::receipt::arm_of)
+            .map(|t| format!("{}={}", t.id, t.arm.as_str()));
+        Self {
+            event,
+            verified,
+            counted,
+            arm,
+        }
+    }
 }
 
 /// One batch as accepted.
@@ -82,6 +102,7 @@ impl Accepted {
             event: a.event,
             received_at: at,
             counted: a.verified,
+            arm: a.arm,
             seq,
         })
     }
@@ -93,6 +114,7 @@ impl Accepted {
             event: a.event.clone(),
             received_at: at,
             counted: a.verified,
+            arm: a.arm.clone(),
             seq,
         })
     }

@@ -30,6 +30,8 @@ pub struct RawEvent {
     pub received_at: OffsetDateTime,
     /// Whether it carried a valid receipt (and so counts toward health, halts and denies).
     pub counted: bool,
+    /// The experiment arm its verified receipt named (`<experiment id>=<arm>`).
+    pub arm: Option<String>,
     /// The journal record that holds it (0: none): names the raw file it goes to, so that a
     /// replay after a crash finds whether it was written.
     pub seq: u64,
@@ -104,6 +106,9 @@ pub fn schema() -> Arc<Schema> {
         Field::new("bytes_fetched", DataType::Int64, true),
         Field::new("bytes_total", DataType::Int64, true),
         maybe_text("sources"),
+        maybe_text("name"),
+        Field::new("value", DataType::Float64, true),
+        maybe_text("experiment_arm"),
     ]))
 }
 
@@ -119,6 +124,7 @@ fn kind_name(k: EventKind) -> &'static str {
         EventKind::Fallback => "fallback",
         EventKind::Inference => "inference",
         EventKind::Crash => "crash",
+        EventKind::Metric => "metric",
     }
 }
 
@@ -165,6 +171,9 @@ pub fn encode(events: &[RawEvent], node: &str) -> Result<Vec<u8>, parquet::error
     let mut bytes_fetched = arrow_array::builder::Int64Builder::with_capacity(n);
     let mut bytes_total = arrow_array::builder::Int64Builder::with_capacity(n);
     let mut sources = strings();
+    let mut metric_name = strings();
+    let mut metric_value = Float64Builder::with_capacity(n);
+    let mut arm = strings();
     for r in events {
         let e = &r.event;
         received.append_value(micros(r.received_at));
@@ -212,6 +221,9 @@ pub fn encode(events: &[RawEvent], node: &str) -> Result<Vec<u8>, parquet::error
                 .then(|| serde_json::to_string(&e.sources).ok())
                 .flatten(),
         );
+        metric_name.append_option(e.metric.name.as_deref());
+        metric_value.append_option(e.metric.value);
+        arm.append_option(r.arm.as_deref());
     }
     let columns: Vec<ArrayRef> = vec![
         Arc::new(received.finish()),
@@ -248,6 +260,9 @@ pub fn encode(events: &[RawEvent], node: &str) -> Result<Vec<u8>, parquet::error
         Arc::new(bytes_fetched.finish()),
         Arc::new(bytes_total.finish()),
         Arc::new(sources.finish()),
+        Arc::new(metric_name.finish()),
+        Arc::new(metric_value.finish()),
+        Arc::new(arm.finish()),
     ];
     let batch = RecordBatch::try_new(schema(), columns)?;
     let props = WriterProperties::builder()
@@ -306,6 +321,7 @@ mod tests {
             bytes_fetched: None,
             bytes_total: None,
             sources: Vec::new(),
+            metric: Default::default(),
         }
     }
 
@@ -317,6 +333,7 @@ mod tests {
                 event: event(i),
                 received_at: t0,
                 counted: !i.is_multiple_of(5),
+                arm: None,
                 seq: 0,
             })
             .collect();
@@ -359,6 +376,7 @@ mod tests {
             event: event(0),
             received_at: t,
             counted: true,
+            arm: None,
             seq: 0,
         };
         let days = by_day(vec![mk(after), mk(before), mk(after)]);

@@ -288,6 +288,7 @@ mod tests {
                 event,
                 received_at: OffsetDateTime::UNIX_EPOCH,
                 counted: true,
+                arm: None,
                 seq: 0,
             }
         };

@@ -1,0 +1,121 @@
+//! What one device reported, folded per period, and the one number per metric it contributes.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::experiment::plan::ArmName;
+use crate::wire::telemetry::{EventKind, Outcome, TelemetryEvent};
+
+/// Share of the device's loads that failed.
+pub const LOAD_FAILURE: &str = "load_failure";
+/// Whether the device fell back from a variant (0 or 1).
+pub const FALLBACK: &str = "fallback";
+/// Whether a variant crashed the app on the device (0 or 1).
+pub const CRASH: &str = "crash";
+/// The mean of the device's warm p95 latencies (ms).
+pub const LATENCY: &str = "latency_p95_ms";
+/// The bytes the device downloaded for the model.
+pub const DOWNLOAD_BYTES: &str = "download_bytes";
+
+/// ferry's own metrics, lower is better for each.
+pub const OWN: [&str; 5] = [LOAD_FAILURE, FALLBACK, CRASH, LATENCY, DOWNLOAD_BYTES];
+
+/// App metric names one device may hold per period (more are dropped and counted).
+pub const MAX_APP_METRICS: usize = 32;
+
+/// One device's events in one period, folded.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Period {
+    /// Events of any kind.
+    pub events: u64,
+    /// Load events.
+    pub loads: u64,
+    /// Failed load events.
+    pub load_failures: u64,
+    /// Fallback events.
+    pub fallbacks: u64,
+    /// Crash events.
+    pub crashes: u64,
+    /// Inference summaries with a warm p95 (the probe's excluded).
+    pub latency_n: u64,
+    /// Their sum (ms).
+    pub latency_sum: f64,
+    /// Bytes fetched by download events.
+    pub bytes: u64,
+    /// App metrics: count and sum of the values, by name.
+    pub app: BTreeMap<String, (u64, f64)>,
+}
+
+impl Period {
+    /// Folds one event in; false when an app metric was dropped (too many names).
+    pub fn add(&mut self, e: &TelemetryEvent) -> bool {
+        self.events += 1;
+        match e.kind {
+            EventKind::Load => {
+                self.loads += 1;
+                self.load_failures += u64::from(e.outcome == Outcome::Failed);
+            }
+            EventKind::Fallback => self.fallbacks += 1,
+            EventKind::Crash => self.crashes += 1,
+            EventKind::Inference if e.inference.probe != Some(true) => {
+                if let Some(p) = e.inference.p95_ms.filter(|p| p.is_finite() && *p >= 0.0) {
+                    self.latency_n += 1;
+                    self.latency_sum += p;
+                }
+            }
+            EventKind::Download => {
+                self.bytes = self.bytes.saturating_add(e.bytes_fetched.unwrap_or(0))
+            }
+            EventKind::Metric => {
+                let (Some(name), Some(value)) = (&e.metric.name, e.metric.value) else {
+                    return true;
+                };
+                if !value.is_finite() {
+                    return true;
+                }
+                if !self.app.contains_key(name) && self.app.len() >= MAX_APP_METRICS {
+                    return false;
+                }
+                let slot = self.app.entry(name.clone()).or_default();
+                slot.0 += 1;
+                slot.1 += value;
+            }
+            _ => {}
+        }
+        true
+    }
+
+    /// The device's one number for `metric` in this period (`None`: it reported nothing that
+    /// bears on it).
+    pub fn value(&self, metric: &str) -> Option<f64> {
+        match metric {
+            LOAD_FAILURE => (self.loads > 0).then(|| self.load_failures as f64 / self.loads as f64),
+            FALLBACK => (self.loads > 0).then(|| f64::from(u8::from(self.fallbacks > 0))),
+            CRASH => (self.events > 0).then(|| f64::from(u8::from(self.crashes > 0))),
+            LATENCY => (self.latency_n > 0).then(|| self.latency_sum / self.latency_n as f64),
+            DOWNLOAD_BYTES => (self.events > 0).then_some(self.bytes as f64),
+            app => self
+                .app
+                .get(app)
+                .filter(|(n, _)| *n > 0)
+                .map(|(n, s)| s / *n as f64),
+        }
+    }
+}
+
+/// One device in an experiment: its arm (none: it was never given one, its past only counts),
+/// its class, and its periods.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceRecord {
+    /// The arm its receipts named during the experiment.
+    pub arm: Option<ArmName>,
+    /// Its SoC as last reported.
+    pub soc: String,
+    /// Its device model as last reported.
+    pub device_model: String,
+    /// Before the experiment (or before its first answer in an arm).
+    pub pre: Period,
+    /// In its arm.
+    pub during: Period,
+}
