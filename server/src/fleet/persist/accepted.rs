@@ -33,7 +33,7 @@ impl AcceptedEvent {
     /// An accepted event; the arm is read from its receipt when it verified.
     pub fn new(event: TelemetryEvent, verified: bool, counted: bool) -> Self {
         let arm = verified
-            .then(|| event.receipt.as_deref())
+            .then_some(event.receipt.as_deref())
             .flatten()
             .and_then(crate::fleet::intake::receipt::arm_of)
             .map(|t| format!("{}={}", t.id, t.arm.as_str()));
