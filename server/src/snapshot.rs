@@ -129,6 +129,8 @@ pub struct Views {
     pub catalog: Snapshot<Catalog>,
     /// The rollout plan in force per model (newest revision).
     pub rollouts: Snapshot<BTreeMap<ModelName, RolloutPlan>>,
+    /// The experiment plan in force per model (newest revision, running or stopped).
+    pub experiments: Snapshot<BTreeMap<ModelName, ferry_shared::experiment::ExperimentPlan>>,
     /// The deny list in force per model, with its revision.
     pub deny: Snapshot<BTreeMap<ModelName, DenyInForce>>,
     /// The revocation list in force per model, with its signed envelope.
@@ -143,6 +145,7 @@ impl Views {
         Self {
             catalog: Snapshot::new(catalog),
             rollouts: Snapshot::default(),
+            experiments: Snapshot::default(),
             deny: Snapshot::default(),
             revocations: Snapshot::default(),
             keys: Snapshot::new(keys),
@@ -177,6 +180,24 @@ impl Views {
                     list: Arc::new(list),
                 },
             );
+            Some(next)
+        });
+    }
+
+    /// Puts one model's experiment plan in force, unless a newer revision already is.
+    pub fn set_experiment(&self, plan: ferry_shared::experiment::ExperimentPlan) {
+        let Ok(model) = plan.model.parse::<ModelName>() else {
+            return;
+        };
+        self.experiments.update(|held| {
+            if held
+                .get(&model)
+                .is_some_and(|h| h.revision >= plan.revision)
+            {
+                return None;
+            }
+            let mut next = held.clone();
+            next.insert(model, plan);
             Some(next)
         });
     }

@@ -212,6 +212,12 @@ catalogue! {
     RolloutNotNewer = "rollout_not_newer",
     /// The change would leave a device class with no compatible variant; nothing changed. (server, CLI)
     RolloutStrandsDevices = "rollout_strands_devices",
+    /// An experiment start or stop is malformed, or names arms that cannot be compared (an unpublished or revoked release, a missing variant, the same arm twice). (server, CLI)
+    ExperimentInvalid = "experiment_invalid",
+    /// An experiment of the model is already running. (server, CLI)
+    ExperimentRunning = "experiment_running",
+    /// The model has no experiment (running, for a stop). (server, CLI)
+    ExperimentNotFound = "experiment_not_found",
     /// A deny-list change is malformed. (server, CLI)
     DenyInvalid = "deny_invalid",
     /// `clear` names an entry that does not exist. (server, CLI)

@@ -166,6 +166,7 @@ fn decision(
         request: req.selection_digest(),
         cohort_rule: None,
         pinned: None,
+        experiment: None,
         release_sha256,
         issued_at: issued,
         expires_at: issued + time::Duration::hours(1),

@@ -91,6 +91,7 @@ mod tests {
                 request: digest,
                 cohort_rule: None,
                 pinned: None,
+                experiment: None,
                 release_sha256: digest,
                 issued_at: OffsetDateTime::UNIX_EPOCH,
                 expires_at: OffsetDateTime::UNIX_EPOCH,

@@ -291,6 +291,22 @@ pub fn verify_response(
             ));
         }
     }
+    // An experiment arm must be this device's own by the experiment's hash (an arm name this
+    // build does not know is a newer server's, and tolerated).
+    if let Some(x) = &decision.experiment
+        && let Some(named) = ferry_shared::experiment::ArmName::parse(&x.arm)
+        && ferry_shared::experiment::plan::assign(
+            &x.salt,
+            x.basis_points,
+            decision.model.as_str(),
+            &request.install_id,
+        ) != Some(named)
+    {
+        return Err(ClientError::DecisionMismatch(format!(
+            "the decision is for the {} arm of experiment {}, which this device is not in",
+            x.arm, x.id
+        )));
+    }
     if decision.release_sha256 != resp.release_ref.sha256 {
         return Err(ClientError::DecisionMismatch(format!(
             "the decision names release manifest {}, the answer refers to {}",

@@ -179,7 +179,9 @@ pub(crate) async fn resolve_inner(
     let (revocations, rollouts, deny_lists) =
         (state.revocations(), state.rollouts(), state.deny_lists());
     let deny_in_force = deny_lists.get(&device.model);
+    let experiments = state.experiments();
     let model_state = ModelState {
+        experiment: experiments.get(&device.model),
         published,
         plan: rollouts.get(&device.model),
         deny: deny_in_force.map_or(&[], |d| d.entries.as_slice()),
@@ -187,13 +189,12 @@ pub(crate) async fn resolve_inner(
         revocations: revocations.get(&device.model),
     };
     let generation = model_state.generation();
-    let wanted_cohort = model_state.cohort_of(&device.install_id);
-    let digest = device.selection_digest();
+    let key = model_state.share_key(&device, now);
     let shared = !explain
         && !operators_wanted
         && device.nonce.is_none()
         && model_state.pin_of(&device.install_id, now).is_none();
-    if shared && let Some(answer) = state.answers().get(&digest, wanted_cohort, generation, now) {
+    if shared && let Some(answer) = state.answers().get(&key, generation, now) {
         notes.served(answer.cohort);
         return Ok(render(state, &device, &answer, false));
     }
@@ -253,11 +254,15 @@ pub(crate) async fn resolve_inner(
             .map(|c| c.variant.as_str().to_string())
             .collect(),
         cohort,
+        arm: decision
+            .experiment
+            .as_ref()
+            .map(|e| format!("@{}={}", e.id, e.arm)),
     };
     if !explain {
         let answer = std::sync::Arc::new(answer);
         if shared {
-            state.answers().put(digest, wanted_cohort, answer.clone());
+            state.answers().put(key, answer.clone());
         }
         notes.served(answer.cohort);
         return Ok(render(state, &device, &answer, operators_wanted));
@@ -394,7 +399,14 @@ async fn runtime_operators(
 
 /// The telemetry receipt of `device` for `answer`.
 fn receipt(state: &AppState, device: &ResolveRequest, answer: &Answer) -> String {
-    let ids: Vec<&str> = answer.variants.iter().map(String::as_str).collect();
+    // The experiment arm rides in the variant list as `@<id>=<arm>` (no variant id starts with
+    // `@`), so replicas that do not know experiments still verify the receipt.
+    let ids: Vec<&str> = answer
+        .variants
+        .iter()
+        .map(String::as_str)
+        .chain(answer.arm.as_deref())
+        .collect();
     state.receipts().issue(
         &crate::fleet::intake::receipt::Facts {
             install_id: &device.install_id,

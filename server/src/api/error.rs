@@ -55,6 +55,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::EnvelopeMalformed
         | C::EnvelopeTooLarge
         | C::RolloutInvalid
+        | C::ExperimentInvalid
         | C::DenyInvalid
         | C::TelemetryMalformed
         | C::EventInvalid
@@ -78,6 +79,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::BlobNotFound
         | C::ReleaseNotFound
         | C::RolloutNotFound
+        | C::ExperimentNotFound
         | C::DenyNotFound => StatusCode::NOT_FOUND,
         C::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         C::StateContended
@@ -88,7 +90,8 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::RolloutNotPaused
         | C::RolloutChanged
         | C::RolloutNotNewer
-        | C::RolloutStrandsDevices => StatusCode::CONFLICT,
+        | C::RolloutStrandsDevices
+        | C::ExperimentRunning => StatusCode::CONFLICT,
         C::BodyTooLarge | C::BlobTooLarge | C::TooManyEvents => StatusCode::PAYLOAD_TOO_LARGE,
         C::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
         C::RangeNotSatisfiable => StatusCode::RANGE_NOT_SATISFIABLE,

@@ -34,6 +34,7 @@ pub mod blobs;
 pub mod connections;
 pub mod device;
 pub mod error;
+pub mod experiments;
 pub mod extract;
 pub mod fleet;
 pub mod forwarded;

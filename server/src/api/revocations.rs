@@ -102,6 +102,8 @@ pub(crate) async fn post_revocations(
     }
     // Also for a retry: this replica may not have read the list another one stored.
     state.views().set_revocations(list, Some(env));
+    // A revoked arm ends the model's experiment.
+    crate::api::experiments::stop_if_revoked(&state, &model).await;
     let mut answer = if stored {
         HttpResponse::Created()
     } else {

@@ -102,6 +102,16 @@ fn table() -> Vec<(&'static str, &'static str, Routes)> {
         ("/v1/admin/models/{model}/rollout", GET_POST, |r| {
             get_head(r, fleet::get_rollout).route(web::post().to(fleet::post_rollout))
         }),
+        ("/v1/admin/models/{model}/experiment", GET_POST, |r| {
+            get_head(r, crate::api::experiments::get_experiment)
+                .route(web::post().to(crate::api::experiments::post_experiment))
+        }),
+        ("/v1/admin/models/{model}/experiment/stop", "POST", |r| {
+            r.route(web::post().to(crate::api::experiments::post_stop))
+        }),
+        ("/v1/admin/models/{model}/experiment/history", GET, |r| {
+            get_head(r, crate::api::experiments::get_history)
+        }),
         ("/v1/admin/models/{model}/health", GET, |r| {
             get_head(r, health::get_health)
         }),

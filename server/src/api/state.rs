@@ -320,6 +320,7 @@ impl AppState {
             operators: Default::default(),
             journal: Default::default(),
             flushing: Default::default(),
+            experiments: Default::default(),
         };
         // Telemetry parsing takes at most half the cores, so resolve always has CPU left.
         let ingest_threads =
@@ -527,6 +528,13 @@ impl AppState {
     /// The rollout plans in force.
     pub fn rollouts(&self) -> Arc<BTreeMap<ModelName, RolloutPlan>> {
         self.fleet.views.rollouts.get()
+    }
+
+    /// The experiment plans in force.
+    pub fn experiments(
+        &self,
+    ) -> Arc<BTreeMap<ModelName, ferry_shared::experiment::ExperimentPlan>> {
+        self.fleet.views.experiments.get()
     }
 
     /// The deny lists in force.

@@ -98,6 +98,29 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
         "ferry rollout status demo-mlp\nferry rollout status demo-mlp --json",
     ),
     (
+        "experiment",
+        "ferry experiment start demo-mlp --control 1.0.0 --treatment 1.1.0 --share 20\nferry experiment status demo-mlp",
+    ),
+    (
+        "experiment start",
+        "ferry experiment start demo-mlp --control 1.0.0 --treatment 1.1.0 --share 20 --reason 'fine-tune'\n\
+         ferry experiment start demo-mlp --control 1.1.0/xnnpack-fp32 --treatment 1.1.0/xnnpack-int8 --classes soc\n\
+         ferry experiment start demo-mlp --control 1.0.0 --treatment 1.1.0 --metric accepted --metric time_to_answer_ms:lower",
+    ),
+    (
+        "experiment status",
+        "ferry experiment status demo-mlp\nferry experiment status demo-mlp --json",
+    ),
+    (
+        "experiment stop",
+        "ferry experiment stop demo-mlp --reason 'no difference after 2 weeks'\n\
+         ferry experiment stop demo-mlp --winner treatment --roll-out --reason 'int8 is as good and faster'",
+    ),
+    (
+        "experiment history",
+        "ferry experiment history demo-mlp\nferry experiment history demo-mlp --json",
+    ),
+    (
         "health",
         "ferry health demo-mlp\nferry health demo-mlp --since 1h\nferry health demo-mlp --since step --json",
     ),

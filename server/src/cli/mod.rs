@@ -8,6 +8,7 @@ mod deny;
 mod evaluate;
 mod examples;
 pub mod exit;
+mod experiment;
 mod fleet;
 mod health;
 mod inspect;
@@ -143,6 +144,13 @@ pub enum Command {
         /// What to do.
         #[command(subcommand)]
         command: RolloutCommand,
+    },
+    /// Experiments: compare two releases or variants on the same kind of devices, with
+    /// results you can trust while you watch them.
+    Experiment {
+        /// What to do.
+        #[command(subcommand)]
+        command: experiment::ExperimentCommand,
     },
     /// Fleet health of a model: loads, failures, fallbacks and native crashes per release,
     /// variant and device class.
@@ -384,6 +392,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Inspect { file } => inspect(&file, json),
         Command::Evaluate { variants } => evaluate::evaluate_cmd(&variants, json),
         Command::Rollout { command } => rollout_cmd(command, json),
+        Command::Experiment { command } => experiment::experiment_cmd(command, json),
         Command::Health {
             model,
             since,

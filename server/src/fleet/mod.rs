@@ -9,7 +9,8 @@
 //!   time buckets, flushes, compaction and the raw Parquet event log;
 //! - [`intake`]: validation, rate limits, receipts, and `Telemetry` (counting into the outbox,
 //!   the views over the outbox and the store);
-//! - [`actions`]: halts, ramps and learned deny entries.
+//! - [`actions`]: halts, ramps and learned deny entries;
+//! - [`experiments`]: experiments' results, read from the raw event log.
 //!
 //! The plans those actions change (rollout, deny, revocation) are model state, not
 //! telemetry: they live in [`crate::plans`]. The decisions themselves (bucketing, selection,
@@ -25,6 +26,7 @@ pub mod census;
 pub mod config;
 pub mod counts;
 pub mod devices;
+pub mod experiments;
 pub mod intake;
 pub mod persist;
 
@@ -76,6 +78,8 @@ pub struct Fleet {
     pub journal: std::sync::OnceLock<persist::journal::Journal>,
     /// Held by the flush in progress (one at a time).
     pub flushing: tokio::sync::Mutex<()>,
+    /// Experiments' devices folded from the raw event log.
+    pub experiments: experiments::Experiments,
 }
 
 impl Fleet {
@@ -111,6 +115,12 @@ pub async fn load_state(
     let plans = crate::plans::rollout::load_all(&fleet.store, models.iter()).await?;
     fleet.replace_rollouts(plans);
     let views = &fleet.views;
+    for plan in crate::plans::experiment::load_all(&fleet.store, models.iter())
+        .await?
+        .into_values()
+    {
+        views.set_experiment(plan);
+    }
     for m in &models {
         if let Some((revision, entries)) = crate::plans::deny::load(&fleet.store, m).await? {
             views.set_deny(m, revision, entries);

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use ferry_shared::Sha256Digest;
+use ferry_shared::experiment::ArmName;
 use ferry_shared::wire::resolve::Cohort;
 use time::OffsetDateTime;
 
@@ -20,9 +21,9 @@ use time::OffsetDateTime;
 /// a full shard starts over. Revocation lists are shared, not copied into each answer.
 pub const MAX_PER_SHARD: usize = 1024;
 
-/// What a model's answers depend on besides the request: rollout revision, deny-list revision,
-/// releases published, and the revocation list's version and whether devices are sent it.
-pub type Generation = (u64, u64, u64, u64, bool);
+/// What a model's answers depend on besides the request (see
+/// [`crate::resolve::decide::Generation`]).
+pub use crate::resolve::decide::Generation;
 
 /// One signed answer, rendered up to the receipt.
 #[derive(Debug)]
@@ -41,9 +42,13 @@ pub struct Answer {
     pub variants: Vec<String>,
     /// The cohort the decision names (for cohort sizes).
     pub cohort: Cohort,
+    /// The experiment arm the decision names, as a receipt entry (`@<id>=<arm>`).
+    pub arm: Option<String>,
 }
 
-type Key = (Sha256Digest, Cohort);
+/// Whom an answer is shared by: the request's digest, the cohort and the experiment arm the
+/// device falls in by hash.
+pub type Key = (Sha256Digest, Cohort, Option<ArmName>);
 
 /// The answers, in shards by digest.
 #[derive(Debug, Default)]
@@ -56,27 +61,26 @@ impl Answers {
         &self.shards[usize::from(digest.as_bytes()[0] & 15)]
     }
 
-    /// The answer for `digest` and `cohort` if it is still good for `generation` at `now`.
+    /// The answer for `key` if it is still good for `generation` at `now`.
     pub fn get(
         &self,
-        digest: &Sha256Digest,
-        cohort: Cohort,
+        key: &Key,
         generation: Generation,
         now: OffsetDateTime,
     ) -> Option<Arc<Answer>> {
-        let shard = ferry_shared::sync::lock(self.shard(digest));
+        let shard = ferry_shared::sync::lock(self.shard(&key.0));
         shard
-            .get(&(*digest, cohort))
+            .get(key)
             .filter(|a| a.generation == generation && now < a.reuse_until)
             .cloned()
     }
 
-    /// Keeps `answer` for `digest` and `cohort`.
-    pub fn put(&self, digest: Sha256Digest, cohort: Cohort, answer: Arc<Answer>) {
-        let mut shard = ferry_shared::sync::lock(self.shard(&digest));
+    /// Keeps `answer` for `key`.
+    pub fn put(&self, key: Key, answer: Arc<Answer>) {
+        let mut shard = ferry_shared::sync::lock(self.shard(&key.0));
         if shard.len() >= MAX_PER_SHARD {
             shard.clear();
         }
-        shard.insert((digest, cohort), answer);
+        shard.insert(key, answer);
     }
 }

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use ferry_shared::errors::ErrorCode;
+use ferry_shared::experiment::ArmName;
 use ferry_shared::manifest::{ReleaseManifest, Variant};
 use ferry_shared::select::deny::DenyEntry;
 use ferry_shared::select::rollout::{Pin, RolloutPlan};
@@ -34,11 +35,14 @@ pub struct ModelState<'a> {
     pub deny_revision: u64,
     /// The revocation list in force.
     pub revocations: Option<&'a Revocations>,
+    /// The experiment plan in force (running or stopped).
+    pub experiment: Option<&'a ferry_shared::experiment::ExperimentPlan>,
 }
 
 /// What makes two answers for one request interchangeable: rollout revision, deny-list
-/// revision, releases published, revocation list version, and whether devices get that list.
-pub type Generation = (u64, u64, u64, u64, bool);
+/// revision, releases published, revocation list version, whether devices get that list, and
+/// the experiment revision.
+pub type Generation = (u64, u64, u64, u64, bool, u64);
 
 impl ModelState<'_> {
     /// The model's state generation (a cached answer is reused only within one).
@@ -49,6 +53,7 @@ impl ModelState<'_> {
             self.published as u64,
             self.revocations.map_or(0, |r| r.list.version),
             self.revocations.is_some_and(|r| r.envelope.is_some()),
+            self.experiment.map_or(0, |e| e.revision),
         )
     }
 
@@ -66,7 +71,7 @@ impl ModelState<'_> {
     /// The revocation list version devices are told of (0 when no current release key
     /// signed the list).
     pub fn revocations_version(&self) -> u64 {
-        let (_, _, _, version, signed) = self.generation();
+        let (_, _, _, version, signed, _) = self.generation();
         if signed { version } else { 0 }
     }
 
@@ -74,12 +79,39 @@ impl ModelState<'_> {
     /// generation. Every input only grows and comes from the store, so replicas that have
     /// caught up agree and no clock can push it ahead.
     pub fn sequence(&self) -> u64 {
-        let (rollout, deny, releases, _, _) = self.generation();
+        let (rollout, deny, releases, _, _, experiment) = self.generation();
         ferry_shared::wire::resolve::SEQUENCE_BASE
             + rollout
             + deny
             + releases
             + self.revocations_version()
+            + experiment
+    }
+
+    /// Whom `device`'s answer is shared with: its request's digest, its cohort and its
+    /// experiment arm by hash.
+    pub fn share_key(
+        &self,
+        device: &ResolveRequest,
+        now: OffsetDateTime,
+    ) -> crate::resolve::answers::Key {
+        (
+            device.selection_digest(),
+            self.cohort_of(&device.install_id),
+            self.arm_of(&device.install_id, now),
+        )
+    }
+
+    /// The experiment arm `install_id` would be in, by hash and cohort alone (whether the
+    /// device can run both arms is known only once its request is read): the key its answer is
+    /// shared under.
+    pub fn arm_of(&self, install_id: &str, now: OffsetDateTime) -> Option<ArmName> {
+        let plan = self.experiment.filter(|p| p.is_running())?;
+        if self.cohort_of(install_id) != Cohort::Baseline || self.pin_of(install_id, now).is_some()
+        {
+            return None;
+        }
+        plan.bucket_arm(install_id)
     }
 }
 
@@ -179,6 +211,7 @@ pub fn decide(
     if releases.is_empty() {
         return Err(Refusal::NotPublished(model));
     }
+    let releases_all = releases;
     let plan = state.plan;
     let wanted_cohort = state.cohort_of(&device.install_id);
     let pin = state.pin_of(&device.install_id, now);
@@ -216,9 +249,25 @@ pub fn decide(
             .find(|e| e.demotes(&release, id, soc, model))
             .map(|e| Rule::Demote(e.reason()))
     };
-    let selection = select::select(&manifests, device, policy.preference, &deny)
-        .map_err(|explain| Refusal::NoFit { model, explain })?;
-    let release = releases
+    let all = releases_all;
+    let eligible = wanted_cohort == Cohort::Baseline && pin.is_none();
+    let (experiment, selection) = match crate::resolve::experiment::pick(
+        device,
+        state.experiment,
+        eligible,
+        all,
+        state.revocations,
+        policy.preference,
+        &deny,
+    ) {
+        Some((arm, selection)) => (Some(arm), selection),
+        None => (
+            None,
+            select::select(&manifests, device, policy.preference, &deny)
+                .map_err(|explain| Refusal::NoFit { model, explain })?,
+        ),
+    };
+    let release = all
         .iter()
         .find(|r| r.manifest.version == selection.manifest.version)
         .cloned()
@@ -246,6 +295,7 @@ pub fn decide(
             basis_points: p.basis_points,
         }),
         pinned: pin.as_ref().map(|p| p.install_id.clone()),
+        experiment,
         release_sha256: release.envelope_sha256,
         issued_at: now,
         expires_at: now + time::Duration::seconds(i64::try_from(policy.ttl_secs).unwrap_or(0)),

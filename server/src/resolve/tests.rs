@@ -122,6 +122,7 @@ fn state<'a>(published: usize, plan: Option<&'a RolloutPlan>) -> ModelState<'a> 
         deny: &[],
         deny_revision: 0,
         revocations: None,
+        experiment: None,
     }
 }
 

@@ -188,6 +188,11 @@ impl StorageKey {
         format!("state/{model}/rollout")
     }
 
+    /// The revision-log prefix of `model`'s experiment plans.
+    pub fn experiment_log(model: &ModelName) -> String {
+        format!("state/{model}/experiment")
+    }
+
     /// The revision-log prefix of `model`'s revocation lists.
     pub fn revocations_log(model: &ModelName) -> String {
         format!("state/{model}/revocations")

@@ -47,37 +47,70 @@ pub struct Period {
     pub app: BTreeMap<String, (u64, f64)>,
 }
 
+/// What [`Period::add_row`] reads of one event (as the raw event log stores it).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Row<'a> {
+    /// Its kind, as on the wire (`load`, `metric`, ...).
+    pub kind: &'a str,
+    /// Its outcome was `failed`.
+    pub failed: bool,
+    /// Its warm p95 (inference events).
+    pub p95_ms: Option<f64>,
+    /// Timed by the on-device probe.
+    pub probe: bool,
+    /// Bytes fetched (download events).
+    pub bytes_fetched: Option<u64>,
+    /// The app metric's name and value (metric events).
+    pub metric: Option<(&'a str, f64)>,
+}
+
 impl Period {
     /// Folds one event in; false when an app metric was dropped (too many names).
     pub fn add(&mut self, e: &TelemetryEvent) -> bool {
+        let kind = serde_json::to_value(e.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        self.add_row(&Row {
+            kind: &kind,
+            failed: e.outcome == Outcome::Failed,
+            p95_ms: e.inference.p95_ms,
+            probe: e.inference.probe == Some(true),
+            bytes_fetched: e.bytes_fetched,
+            metric: e
+                .metric
+                .name
+                .as_deref()
+                .zip(e.metric.value)
+                .filter(|_| e.kind == EventKind::Metric),
+        })
+    }
+
+    /// Folds one event's row in; false when an app metric was dropped (too many names).
+    pub fn add_row(&mut self, r: &Row<'_>) -> bool {
         self.events += 1;
-        match e.kind {
-            EventKind::Load => {
+        match r.kind {
+            "load" => {
                 self.loads += 1;
-                self.load_failures += u64::from(e.outcome == Outcome::Failed);
+                self.load_failures += u64::from(r.failed);
             }
-            EventKind::Fallback => self.fallbacks += 1,
-            EventKind::Crash => self.crashes += 1,
-            EventKind::Inference if e.inference.probe != Some(true) => {
-                if let Some(p) = e.inference.p95_ms.filter(|p| p.is_finite() && *p >= 0.0) {
+            "fallback" => self.fallbacks += 1,
+            "crash" => self.crashes += 1,
+            "inference" if !r.probe => {
+                if let Some(p) = r.p95_ms.filter(|p| p.is_finite() && *p >= 0.0) {
                     self.latency_n += 1;
                     self.latency_sum += p;
                 }
             }
-            EventKind::Download => {
-                self.bytes = self.bytes.saturating_add(e.bytes_fetched.unwrap_or(0))
-            }
-            EventKind::Metric => {
-                let (Some(name), Some(value)) = (&e.metric.name, e.metric.value) else {
+            "download" => self.bytes = self.bytes.saturating_add(r.bytes_fetched.unwrap_or(0)),
+            "metric" => {
+                let Some((name, value)) = r.metric.filter(|(_, v)| v.is_finite()) else {
                     return true;
                 };
-                if !value.is_finite() {
-                    return true;
-                }
                 if !self.app.contains_key(name) && self.app.len() >= MAX_APP_METRICS {
                     return false;
                 }
-                let slot = self.app.entry(name.clone()).or_default();
+                let slot = self.app.entry(name.to_string()).or_default();
                 slot.0 += 1;
                 slot.1 += value;
             }

@@ -1,6 +1,7 @@
 //! Experiments: two arms (releases, or variants of one release) compared on the same kind of
 //! devices, with statistics that stay valid while an operator watches them.
 //!
+//! - [`change`]: starting and stopping one, as pure functions;
 //! - [`plan`]: the plan, its arms and metrics, and the sticky assignment of a device to an
 //!   arm by a hash of the experiment's own salt, the model and the install id;
 //! - [`metrics`]: one device's events folded per period (before the experiment, in its arm)
@@ -12,6 +13,7 @@
 //! and stores the plans.
 
 pub mod analysis;
+pub mod change;
 pub mod metrics;
 pub mod plan;
 pub mod stats;

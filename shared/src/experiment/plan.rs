@@ -244,19 +244,10 @@ impl ExperimentPlan {
         }
     }
 
-    /// The arm `install_id` belongs to by hash alone: inside the share, one half each (the
-    /// halves by a second hash, so a device's arm does not change when the share grows). Who
-    /// takes part also depends on the rollout and the device (see the resolve decision).
+    /// The arm `install_id` belongs to by hash alone (see [`assign`]). Who takes part also
+    /// depends on the rollout and the device (see the resolve decision).
     pub fn bucket_arm(&self, install_id: &str) -> Option<ArmName> {
-        if bucket(&self.salt, &self.model, install_id) >= self.basis_points.min(FULL) {
-            return None;
-        }
-        let half = bucket(&format!("{}/arm", self.salt), &self.model, install_id);
-        Some(if half < FULL / 2 {
-            ArmName::Control
-        } else {
-            ArmName::Treatment
-        })
+        assign(&self.salt, self.basis_points, &self.model, install_id)
     }
 
     /// The tag decisions and receipts carry for a device in `arm`.
@@ -268,7 +259,24 @@ impl ExperimentPlan {
     }
 }
 
-/// An experiment's arm as decisions name it (the additive `experiment` field).
+/// The arm `install_id` of `model` belongs to in an experiment of `salt` taking
+/// `basis_points` of the devices: inside the share
+/// (`bucket(salt, model, install_id) < basis_points`), one half each by a second bucket
+/// (`bucket(salt + "/arm", model, install_id) < 5000`: control), so a device's arm does not
+/// change when the share grows. Clients check a decision's arm with it.
+pub fn assign(salt: &str, basis_points: u32, model: &str, install_id: &str) -> Option<ArmName> {
+    if bucket(salt, model, install_id) >= basis_points.min(FULL) {
+        return None;
+    }
+    let half = bucket(&format!("{salt}/arm"), model, install_id);
+    Some(if half < FULL / 2 {
+        ArmName::Control
+    } else {
+        ArmName::Treatment
+    })
+}
+
+/// An experiment's arm as receipts name it (the additive `experiment` field).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ArmTag {
     /// The experiment's id.

@@ -285,6 +285,21 @@ pub struct CohortRule {
     pub basis_points: u32,
 }
 
+/// The experiment arm a decision puts the device in (the additive `experiment` field): the
+/// client checks that its own install id falls in that arm by
+/// [`crate::experiment::plan::assign`]`(salt, basis_points, model, install id)`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ExperimentArm {
+    /// The experiment's id.
+    pub id: String,
+    /// The arm (`control` or `treatment`; kept as text, so a newer arm name reads).
+    pub arm: String,
+    /// The experiment's assignment salt.
+    pub salt: String,
+    /// The share of the model's devices that take part, in basis points.
+    pub basis_points: u32,
+}
+
 /// Where the signed release manifest of a resolve answer is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReleaseRef {
@@ -353,6 +368,10 @@ pub struct Decision {
     /// Set on a decision made for one pinned test device: its install id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pinned: Option<String>,
+    /// The experiment arm the device is in, when it takes part in one (its release and
+    /// candidates are that arm's). Additive in v1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experiment: Option<ExperimentArm>,
     /// SHA-256 of the signed release envelope (see [`ReleaseRef`]).
     pub release_sha256: Sha256Digest,
     /// When the server made it.
