@@ -21,9 +21,10 @@ use time::OffsetDateTime;
 /// a full shard starts over. Revocation lists are shared, not copied into each answer.
 pub const MAX_PER_SHARD: usize = 1024;
 
-/// What a model's answers depend on besides the request (see
-/// [`crate::resolve::decide::Generation`]).
-pub use crate::resolve::decide::Generation;
+/// What makes two answers for one request interchangeable: rollout revision, deny-list
+/// revision, releases published, revocation list version, whether devices get that list, and
+/// the experiment revision.
+pub type Generation = (u64, u64, u64, u64, bool, u64);
 
 /// One signed answer, rendered up to the receipt.
 #[derive(Debug)]

@@ -39,10 +39,7 @@ pub struct ModelState<'a> {
     pub experiment: Option<&'a ferry_shared::experiment::ExperimentPlan>,
 }
 
-/// What makes two answers for one request interchangeable: rollout revision, deny-list
-/// revision, releases published, revocation list version, whether devices get that list, and
-/// the experiment revision.
-pub type Generation = (u64, u64, u64, u64, bool, u64);
+pub use crate::resolve::answers::Generation;
 
 impl ModelState<'_> {
     /// The model's state generation (a cached answer is reused only within one).

@@ -4,6 +4,7 @@
 //! - [`change`]: starting and stopping one, as pure functions;
 //! - [`plan`]: the plan, its arms and metrics, and the sticky assignment of a device to an
 //!   arm by a hash of the experiment's own salt, the model and the install id;
+//! - [`names`]: ferry's own metrics;
 //! - [`metrics`]: one device's events folded per period (before the experiment, in its arm)
 //!   and the one number per metric it contributes;
 //! - [`stats`]: CUPED and the always-valid interval (mSPRT) over one value per device;
@@ -15,6 +16,7 @@
 pub mod analysis;
 pub mod change;
 pub mod metrics;
+pub mod names;
 pub mod plan;
 pub mod stats;
 

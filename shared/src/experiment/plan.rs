@@ -85,7 +85,7 @@ pub enum Better {
 /// A metric an experiment compares.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MetricSpec {
-    /// Its name: one of ferry's ([`crate::experiment::metrics::OWN`]) or an app metric.
+    /// Its name: one of ferry's ([`crate::experiment::names::OWN`]) or an app metric.
     pub name: String,
     /// Which way is better.
     pub better: Better,
@@ -123,7 +123,7 @@ impl std::str::FromStr for MetricSpec {
             None => (s, None),
         };
         check_metric_name(name)?;
-        let own = crate::experiment::metrics::OWN.contains(&name);
+        let own = crate::experiment::names::OWN.contains(&name);
         let better = match dir {
             None if own => Better::Lower,
             None => Better::Higher,
