@@ -597,6 +597,22 @@ enum ferry_status ferry_client_set_thermal_state(const struct ferry_client *clie
                                                  const char *state);
 
 /**
+ * Records one value of the app metric `name` (for example `"accepted"`, 1.0 or 0.0) against
+ * every model this client has loaded and not freed; `*models` (may be NULL) says how many
+ * took it (0: none is loaded). Values are averaged per telemetry send and go out as `metric`
+ * events with each model's receipt, which experiments compare between arms. A name that is
+ * not 1–64 characters of `[a-z0-9_.-]` starting with a letter, or a value that is not a
+ * finite number within ±1e12, is `FERRY_ERR_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `client` is a live handle; `name` is a NUL-terminated string; `models` is NULL or valid.
+ */
+enum ferry_status ferry_client_record_metric(const struct ferry_client *client,
+                                             const char *name,
+                                             double value,
+                                             uintptr_t *models);
+
+/**
  * Runs `method` (NULL: the loaded one) on `n_inputs` tensors of any `FERRY_DTYPE_*`; on
  * success `*out` owns the outputs, read with [`ferry_outputs_len`] and [`ferry_outputs_get`]
  * and freed with [`ferry_outputs_free`]. The count and element types are checked against the

@@ -142,6 +142,21 @@ impl Client {
         }
     }
 
+    /// Records one value of the app metric `name` (for example `accepted` 1.0 or 0.0 when the
+    /// user takes or ignores a suggestion) against every model this client has loaded and
+    /// not dropped (use [`crate::LoadedModel::record_metric`] to name one of several). Values
+    /// are averaged per telemetry flush and sent as one `metric` event per model and name, with
+    /// the model's receipt: experiments compare them per device between arms
+    /// (`docs/experiments.md`). Returns how many loaded models took it (0: none is loaded).
+    /// Names are 1–64 characters of `[a-z0-9_.-]` starting with a letter (at most 32 per model
+    /// between flushes); values are finite, within ±1e12.
+    pub fn record_metric(&self, name: &str, value: f64) -> Result<usize, crate::ClientError> {
+        if let Some(why) = crate::run::inference::metric_error(name, value) {
+            return Err(crate::ClientError::Config(why));
+        }
+        Ok(self.inference.record_metric(name, value))
+    }
+
     /// [`Client::now`] as RFC 3339, as events carry it.
     pub(crate) fn now_rfc3339(&self) -> String {
         self.now()

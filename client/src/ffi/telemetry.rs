@@ -93,3 +93,47 @@ pub unsafe extern "C" fn ferry_client_set_thermal_state(
         FerryStatus::FerryOk
     })
 }
+
+/// Records one value of the app metric `name` (for example `"accepted"`, 1.0 or 0.0) against
+/// every model this client has loaded and not freed; `*models` (may be NULL) says how many
+/// took it (0: none is loaded). Values are averaged per telemetry send and go out as `metric`
+/// events with each model's receipt, which experiments compare between arms. A name that is
+/// not 1–64 characters of `[a-z0-9_.-]` starting with a letter, or a value that is not a
+/// finite number within ±1e12, is `FERRY_ERR_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `client` is a live handle; `name` is a NUL-terminated string; `models` is NULL or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferry_client_record_metric(
+    client: *const FerryClient,
+    name: *const c_char,
+    value: f64,
+    models: *mut usize,
+) -> FerryStatus {
+    guard(|| {
+        if client.is_null() {
+            return null_client();
+        }
+        // SAFETY: a NUL-terminated string per the contract.
+        let name = match unsafe { arg(name, "name") } {
+            Ok(n) => n,
+            Err(status) => return status,
+        };
+        // SAFETY: live handle per the contract.
+        let c = unsafe { &*client };
+        match c.client.record_metric(name, value) {
+            Ok(n) => {
+                if !models.is_null() {
+                    // SAFETY: NULL or valid per the contract.
+                    unsafe { *models = n };
+                }
+                FerryStatus::FerryOk
+            }
+            Err(e) => fail(
+                FerryStatus::FerryErrInvalidArgument,
+                ErrorCode::InvalidArgument.as_str(),
+                &e.to_string(),
+            ),
+        }
+    })
+}

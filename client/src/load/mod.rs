@@ -224,18 +224,16 @@ impl Client {
         })
     }
 
-    /// Times the loaded model's runs from now on, summarised as `inference` events with its
-    /// release, variant, device and receipt.
+    /// Times the loaded model's runs from now on (unless runs are not timed), summarised as
+    /// `inference` events with its release, variant, device and receipt; its app metrics go out
+    /// the same way.
     fn start_timing(&self, loaded: &mut LoadedModel, model: &str, device: &DeviceInfo) {
-        if !self.time_runs {
-            return;
-        }
         let mut template = self.event(EventKind::Inference, &loaded.release, model, None, device);
         template.variant.clone_from(&loaded.variant);
         template.delegate.clone_from(&loaded.delegate);
         template.receipt.clone_from(&loaded.receipt);
         loaded.times = Some(crate::run::model::Timing {
-            times: self.inference.start(template),
+            times: self.inference.start(template, self.time_runs),
             queue: self.telemetry.clone(),
             offset_s: self.clock_offset_secs().unwrap_or(0),
         });

@@ -177,6 +177,23 @@ pub(crate) struct RunTimes {
     template: TelemetryEvent,
     methods: Vec<MethodTimes>,
     thermal: Arc<AtomicU8>,
+    /// Whether runs are timed ([`crate::ClientBuilder::time_runs`]); app metrics are kept
+    /// either way.
+    pub(crate) timed: bool,
+    /// App metrics recorded since the last flush: name, count, sum.
+    metrics: Vec<(String, u64, f64)>,
+}
+
+/// App metric names one loaded model keeps between flushes (more are refused).
+pub const MAX_METRIC_NAMES: usize = 32;
+
+/// Why an app metric was not recorded.
+pub(crate) fn metric_error(name: &str, value: f64) -> Option<String> {
+    if let Err(why) = ferry_shared::experiment::plan::check_metric_name(name) {
+        return Some(why);
+    }
+    (!(value.is_finite() && value.abs() <= 1e12))
+        .then(|| format!("metric {name}: the value must be a finite number within +-1e12"))
 }
 
 impl RunTimes {
@@ -193,9 +210,26 @@ impl RunTimes {
         }
     }
 
-    /// One event per method that ran since the last flush, stamped `at`.
+    /// Adds one value of the app metric `name` (already checked); false when the model
+    /// holds [`MAX_METRIC_NAMES`] other names this window.
+    pub(crate) fn record_metric(&mut self, name: &str, value: f64) -> bool {
+        if let Some(m) = self.metrics.iter_mut().find(|m| m.0 == name) {
+            m.1 += 1;
+            m.2 += value;
+            return true;
+        }
+        if self.metrics.len() >= MAX_METRIC_NAMES {
+            return false;
+        }
+        self.metrics.push((name.to_string(), 1, value));
+        true
+    }
+
+    /// One event per method that ran since the last flush, then one `metric` event per app
+    /// metric recorded (its mean over the window), stamped `at`.
     fn take_events(&mut self, at: &str) -> Vec<TelemetryEvent> {
-        self.methods
+        let mut out: Vec<TelemetryEvent> = self
+            .methods
             .iter_mut()
             .filter_map(MethodTimes::take)
             .map(|fields| {
@@ -204,7 +238,18 @@ impl RunTimes {
                 e.inference = fields;
                 e
             })
-            .collect()
+            .collect();
+        for (name, n, sum) in self.metrics.drain(..) {
+            let mut e = self.template.clone();
+            e.kind = ferry_shared::wire::telemetry::EventKind::Metric;
+            e.at = at.to_string();
+            e.metric = ferry_shared::wire::telemetry::MetricFields {
+                name: Some(name),
+                value: Some(sum / n.max(1) as f64),
+            };
+            out.push(e);
+        }
+        out
     }
 }
 
@@ -217,17 +262,31 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
-    /// Starts timing a loaded model whose summaries go out as `template`.
-    pub(crate) fn start(&self, template: TelemetryEvent) -> Arc<Mutex<RunTimes>> {
+    /// Starts timing a loaded model (its runs only when `timed`) whose summaries go out as
+    /// `template`.
+    pub(crate) fn start(&self, template: TelemetryEvent, timed: bool) -> Arc<Mutex<RunTimes>> {
         let times = Arc::new(Mutex::new(RunTimes {
             template,
             methods: Vec::new(),
             thermal: self.thermal.clone(),
+            timed,
+            metrics: Vec::new(),
         }));
         let mut live = ferry_shared::sync::lock(&self.live);
         live.retain(|w| w.strong_count() > 0);
         live.push(Arc::downgrade(&times));
         times
+    }
+
+    /// Records one value of an app metric against every live model; how many took it.
+    pub(crate) fn record_metric(&self, name: &str, value: f64) -> usize {
+        let live: Vec<Arc<Mutex<RunTimes>>> = {
+            let live = ferry_shared::sync::lock(&self.live);
+            live.iter().filter_map(Weak::upgrade).collect()
+        };
+        live.iter()
+            .filter(|t| ferry_shared::sync::lock(t).record_metric(name, value))
+            .count()
     }
 
     /// Every live model's summaries since the last flush, stamped `at`.

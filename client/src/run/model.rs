@@ -95,6 +95,29 @@ impl Drop for Timing {
 }
 
 impl LoadedModel {
+    /// Records one value of the app metric `name` against this model (its release, variant and
+    /// receipt): values are averaged per flush and sent as one `metric` event per name, which
+    /// experiments compare between arms (`docs/experiments.md`). Names are 1–64 characters of
+    /// `[a-z0-9_.-]` starting with a letter, at most 32 per model between flushes; values are
+    /// finite, within ±1e12.
+    pub fn record_metric(&self, name: &str, value: f64) -> Result<(), crate::ClientError> {
+        if let Some(why) = crate::run::inference::metric_error(name, value) {
+            return Err(crate::ClientError::Config(why));
+        }
+        let Some(t) = &self.times else {
+            return Ok(());
+        };
+        if ferry_shared::sync::lock(&t.times).record_metric(name, value) {
+            Ok(())
+        } else {
+            Err(crate::ClientError::Config(format!(
+                "metric {name}: this model already holds {} other metric names until the next \
+                 send",
+                crate::run::inference::MAX_METRIC_NAMES
+            )))
+        }
+    }
+
     /// Runs `method` on the program and times it when it succeeds.
     fn timed_run(
         &mut self,
@@ -112,7 +135,10 @@ impl LoadedModel {
         }
         let out = out?;
         if let Some(t) = &self.times {
-            ferry_shared::sync::lock(&t.times).record(method, started, took);
+            let mut times = ferry_shared::sync::lock(&t.times);
+            if times.timed {
+                times.record(method, started, took);
+            }
         }
         Ok(out)
     }

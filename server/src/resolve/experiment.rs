@@ -15,8 +15,9 @@ use crate::snapshot::Revocations;
 use crate::storage::catalog::Release;
 
 /// What an arm offers `device`: the arm's release ranked as resolve ranks it, its variant (if
-/// it names one) first, and the other arm's variant of the same release left out. `None` when
-/// the release is missing or revoked, or the device cannot run the arm's variant.
+/// it names one) first, and the other arm's variant of the same release left out unless it is
+/// the tested fallback (last). `None` when the release is missing or revoked, or the device
+/// cannot run the arm's variant.
 fn offer<'a>(
     device: &ResolveRequest,
     arm: &Arm,
@@ -32,9 +33,13 @@ fn offer<'a>(
     }
     let manifests: [&ReleaseManifest; 1] = [&release.manifest];
     let mut selection = select::select(&manifests, device, pref, deny).ok()?;
+    // The tested fallback (last in resolve's ranking) stays last whatever the arms are: a
+    // device whose arm fails falls back, and stays in its arm.
+    let fallback = selection.candidates.last().map(|v| v.id.clone());
     if other.release == arm.release
         && let Some(theirs) = &other.variant
         && arm.variant.as_ref() != Some(theirs)
+        && fallback.as_ref() != Some(theirs)
     {
         selection.candidates.retain(|v| &v.id != theirs);
     }

@@ -165,11 +165,18 @@ impl Experiments {
             }
             folded.files.insert(key);
         }
-        let devices: Vec<DeviceRecord> = folded
+        // In install-id order, so that every replica sums in the same order and reports the
+        // same figures to the last bit.
+        let mut ids: Vec<&String> = folded
             .devices
-            .values()
-            .filter(|d| d.arm.is_some())
-            .cloned()
+            .iter()
+            .filter(|(_, d)| d.arm.is_some())
+            .map(|(id, _)| id)
+            .collect();
+        ids.sort_unstable();
+        let devices: Vec<DeviceRecord> = ids
+            .into_iter()
+            .filter_map(|id| folded.devices.get(id).cloned())
             .collect();
         let count = |a| devices.iter().filter(|d| d.arm == Some(a)).count();
         let population = Population {

@@ -174,6 +174,12 @@ public enum ErrorCode {
     ROLLOUT_NOT_NEWER("rollout_not_newer"),
     /** The change would leave a device class with no compatible variant; nothing changed. (server, CLI) */
     ROLLOUT_STRANDS_DEVICES("rollout_strands_devices"),
+    /** An experiment start or stop is malformed, or names arms that cannot be compared (an unpublished or revoked release, a missing variant, the same arm twice). (server, CLI) */
+    EXPERIMENT_INVALID("experiment_invalid"),
+    /** An experiment of the model is already running. (server, CLI) */
+    EXPERIMENT_RUNNING("experiment_running"),
+    /** The model has no experiment (running, for a stop). (server, CLI) */
+    EXPERIMENT_NOT_FOUND("experiment_not_found"),
     /** A deny-list change is malformed. (server, CLI) */
     DENY_INVALID("deny_invalid"),
     /** `clear` names an entry that does not exist. (server, CLI) */

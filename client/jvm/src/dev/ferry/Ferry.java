@@ -110,6 +110,8 @@ public final class Ferry {
 
         int ferry_client_set_thermal_state(Pointer client, String state);
 
+        int ferry_client_record_metric(Pointer client, String name, double value, Pointer models);
+
         int ferry_client_forget_crashes(Pointer client, String model, Pointer forgotten);
 
         int ferry_client_set_progress(Pointer client, ProgressCallback callback,

@@ -213,6 +213,24 @@ public final class FerryClient implements AutoCloseable {
         }
     }
 
+    /**
+     * Records one value of the app metric {@code name} (for example {@code "accepted"}, 1.0 or
+     * 0.0) against every model this client has loaded and not closed; returns how many took it
+     * (0: none is loaded). Values are averaged per telemetry send and go out with each model's
+     * receipt; experiments compare them between arms. Names are 1 to 64 characters of
+     * {@code [a-z0-9_.-]} starting with a letter; values are finite, within 1e12 either way.
+     */
+    public long recordMetric(String name, double value) {
+        Pointer h = open();
+        try {
+            com.sun.jna.Memory models = Ferry.sizeOut();
+            Ferry.check(Ferry.LIB.ferry_client_record_metric(h, name, value, models));
+            return Ferry.sizeIn(models);
+        } finally {
+            lock.readLock().unlock();
+        }
+    }
+
     @Override
     public void close() {
         synchronized (this) {

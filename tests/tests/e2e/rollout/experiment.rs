@@ -1,0 +1,330 @@
+//! Experiments end to end: the real `ferry` CLI starts one on the demo server, real clients
+//! with the real ExecuTorch runtime resolve into their arms, load, record an app metric and
+//! send it with their receipts; `ferry experiment status --json` reports each metric's
+//! interval and decision, the same on a second replica and after a restart; forged events
+//! without a valid receipt change nothing; a stop and the history keep actor and reason.
+
+use std::process::Output;
+
+use ferry_client::Client;
+use ferry_shared::experiment::ArmName;
+use ferry_shared::experiment::plan::assign;
+use ferry_shared::manifest::Platform;
+use ferry_tests::app::{ADMIN_TOKEN, Options, TestApp};
+use ferry_tests::kit::{DeviceExt as _, Event, device, quick_limits};
+use ferry_tests::signers::ferry;
+
+const MODEL: &str = "demo-mlp";
+/// Devices per arm: past the 30 a decision needs.
+const PER_ARM: usize = 32;
+
+fn cli(url: &str, args: &[&str]) -> Output {
+    ferry()
+        .args(args)
+        .args(["--server", url, "--token", ADMIN_TOKEN])
+        .output()
+        .expect("ferry")
+}
+
+fn ok_json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+fn status(url: &str) -> serde_json::Value {
+    ok_json(&cli(url, &["experiment", "status", MODEL, "--json"]))
+}
+
+fn metric<'a>(status: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    status["metrics"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["metric"] == name))
+        .unwrap_or_else(|| panic!("no {name} in {status}"))
+}
+
+/// Polls the status until both arms have `PER_ARM` devices reporting `accepted` (raw event
+/// files are written about every second).
+fn settled(url: &str) -> serde_json::Value {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let s = status(url);
+        let devices = &metric(&s, "accepted")["devices"];
+        if devices[0].as_u64() >= Some(PER_ARM as u64)
+            && devices[1].as_u64() >= Some(PER_ARM as u64)
+        {
+            return s;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "devices never arrived: {s}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+}
+
+/// The share of users who accept a suggestion, as the simulated app sees it: about 0.5 with
+/// the control, 0.8 with the treatment, varying per device.
+fn accepted(arm: ArmName, i: usize) -> f64 {
+    let spread = (i % 7) as f64 * 0.02 - 0.06;
+    match arm {
+        ArmName::Control => 0.5 + spread,
+        ArmName::Treatment => 0.8 + spread,
+    }
+}
+
+/// One device: resolves (into its arm), loads with the real runtime (the treatment's Vulkan
+/// variant fails on this machine's runtime and falls back to XNNPACK: it stays in its arm),
+/// records the app metric three times and sends its telemetry.
+fn run_device(app: &TestApp, dir: &std::path::Path, id: &str, soc: &str, values: [f64; 3]) {
+    let client: Client = app
+        .client(&dir.join(id))
+        .download_limits(quick_limits())
+        .build()
+        .expect("client");
+    let phone = device(id)
+        .platform(Platform::Android)
+        .soc(soc)
+        .claims(&["VulkanBackend"]);
+    let loaded = client.load(MODEL, &phone).expect("load");
+    assert_eq!(
+        loaded.variant, "xnnpack-fp32",
+        "{id}: {:?}",
+        loaded.attempts
+    );
+    for v in values {
+        assert_eq!(client.record_metric("accepted", v).expect("metric"), 1);
+    }
+    assert!(client.record_metric("Not A Name", 1.0).is_err());
+    assert!(client.record_metric("accepted", f64::NAN).is_err());
+    let report = client.send_telemetry();
+    assert_eq!(report.queued, 0, "{id}: {report:?}");
+    drop(loaded);
+}
+
+#[test]
+fn two_arms_of_real_clients_give_an_always_valid_interval_and_a_decision_per_metric() {
+    let mut app = TestApp::start_with(Options {
+        demo: true,
+        keys: None,
+        store: None,
+        tweak: Some(Box::new(|c| {
+            c.telemetry.raw_roll_secs = 1;
+            c.telemetry.flush_secs = 1;
+        })),
+    });
+    let url = app.url();
+    let plan = ok_json(&cli(
+        &url,
+        &[
+            "experiment",
+            "start",
+            MODEL,
+            "--control",
+            "1.0.0/xnnpack-fp32",
+            "--treatment",
+            "1.0.0/vulkan-fp32",
+            "--metric",
+            "accepted",
+            "--classes",
+            "soc",
+            "--reason",
+            "is vulkan worth it",
+            "--json",
+        ],
+    ));
+    let (salt, bp) = (
+        plan["salt"].as_str().expect("salt").to_string(),
+        u32::try_from(plan["basis_points"].as_u64().expect("bp")).expect("bp"),
+    );
+    // A second start while it runs is refused with its code.
+    let again = cli(
+        &url,
+        &[
+            "experiment",
+            "start",
+            MODEL,
+            "--control",
+            "1.0.0",
+            "--treatment",
+            "1.0.0/vulkan-fp32",
+        ],
+    );
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("experiment_running"));
+
+    let dir = tempfile::tempdir().expect("tmp");
+    let (mut control, mut treatment) = (Vec::new(), Vec::new());
+    for i in 0.. {
+        if control.len() >= PER_ARM && treatment.len() >= PER_ARM {
+            break;
+        }
+        let id = format!("exp-device-{i}");
+        match assign(&salt, bp, MODEL, &id) {
+            Some(ArmName::Control) if control.len() < PER_ARM => control.push(id),
+            Some(ArmName::Treatment) if treatment.len() < PER_ARM => treatment.push(id),
+            _ => {}
+        }
+    }
+    for (arm, ids) in [
+        (ArmName::Control, &control),
+        (ArmName::Treatment, &treatment),
+    ] {
+        for (i, id) in ids.iter().enumerate() {
+            let soc = if i % 2 == 0 { "SM8550" } else { "SM8450" };
+            let v = accepted(arm, i);
+            run_device(&app, dir.path(), id, soc, [v - 0.1, v, v + 0.1]);
+        }
+    }
+
+    let s = settled(&url);
+    let acc = metric(&s, "accepted");
+    let (c, t) = (
+        acc["control"].as_f64().expect("c"),
+        acc["treatment"].as_f64().expect("t"),
+    );
+    assert!((c - 0.5).abs() < 0.03 && (t - 0.8).abs() < 0.03, "{acc}");
+    let diff = acc["difference"].as_f64().expect("difference");
+    let [low, high] = [0, 1].map(|i| acc["interval"][i].as_f64().expect("interval"));
+    assert!(low < diff && diff < high && low > 0.0, "{acc}");
+    assert_eq!(acc["decision"], "better", "{acc}");
+    // ferry's own metrics: every treatment device fell back from Vulkan, no control device did.
+    let fb = metric(&s, "fallback");
+    assert_eq!(
+        (fb["control"].as_f64(), fb["treatment"].as_f64()),
+        (Some(0.0), Some(1.0))
+    );
+    assert_eq!(fb["decision"], "worse", "{fb}");
+    assert_eq!(metric(&s, "load_failure")["decision"], "worse");
+    // The breakdown by SoC, each with its share of the 5%.
+    let classes = acc["classes"].as_array().expect("classes");
+    assert_eq!(classes.len(), 2, "{acc}");
+    assert!(classes.iter().all(|c| c["alpha"].as_f64() == Some(0.025)));
+
+    forged_events_change_nothing(&app, &url, &s, plan["id"].as_str().expect("id"), &treatment);
+    // Another replica on the same store, and this one after a restart, say the same.
+    let replica = app.try_replica_at("127.0.0.1:0").expect("replica");
+    let there = status(&replica.url());
+    assert_eq!(metric(&there, "accepted")["interval"], acc["interval"]);
+    replica.stop();
+    app.restart().expect("restart");
+    let url = app.url();
+    let restarted = status(&url);
+    assert_eq!(metric(&restarted, "accepted")["interval"], acc["interval"]);
+    assert_eq!(metric(&restarted, "fallback")["decision"], "worse");
+
+    a_stop_keeps_the_results_and_the_history(&app, &url, &treatment[0]);
+}
+
+/// Metric events without a valid receipt (none, a made-up one naming the treatment arm) are
+/// kept in the raw log and change no figure.
+fn forged_events_change_nothing(
+    app: &TestApp,
+    url: &str,
+    s: &serde_json::Value,
+    experiment: &str,
+    treatment: &[String],
+) {
+    let acc = metric(s, "accepted");
+    // Forged metric events (no receipt, a made-up one, a real-looking arm tag) change nothing.
+    let forged: Vec<serde_json::Value> = treatment
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let mut e = Event::new("metric", MODEL, "1.0.0", "xnnpack-fp32")
+                .install(id)
+                .set("name", "accepted")
+                .set("value", -1000.0);
+            if i % 2 == 0 {
+                e = e.set(
+                    "receipt",
+                    format!("v1.xnnpack-fp32,@{experiment}=treatment.AAAA"),
+                );
+            }
+            e.json()
+        })
+        .collect();
+    let (code, body) = app.post_raw(
+        "/v1/telemetry",
+        &serde_json::to_vec(&serde_json::json!({ "events": forged })).expect("json"),
+        None,
+    );
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["unverified"].as_u64(), Some(PER_ARM as u64), "{body}");
+    let files = s["devices"]["files"].as_u64().expect("files");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let after = loop {
+        let now = status(url);
+        if now["devices"]["files"].as_u64() > Some(files) {
+            break now;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "the forged events were never written"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    assert_eq!(metric(&after, "accepted")["treatment"], acc["treatment"]);
+    assert_eq!(metric(&after, "accepted")["interval"], acc["interval"]);
+}
+
+/// A stop keeps the results and says who and why; the history has both revisions; a stopped
+/// experiment assigns no device.
+fn a_stop_keeps_the_results_and_the_history(app: &TestApp, url: &str, device: &str) {
+    // A stop keeps the results and says who and why; the history has both revisions.
+    let stopped = ok_json(&cli(
+        url,
+        &[
+            "experiment",
+            "stop",
+            MODEL,
+            "--winner",
+            "control",
+            "--reason",
+            "vulkan falls back",
+            "--json",
+        ],
+    ));
+    assert_eq!(stopped["state"], "stopped");
+    assert_eq!(stopped["winner"], "control");
+    assert_eq!(metric(&status(url), "accepted")["decision"], "better");
+    let history = ok_json(&cli(url, &["experiment", "history", MODEL, "--json"]));
+    let revisions = history["revisions"].as_array().expect("revisions");
+    let actions: Vec<(&str, &str)> = revisions
+        .iter()
+        .map(|r| {
+            (
+                r["action"].as_str().unwrap_or(""),
+                r["reason"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            ("start", "is vulkan worth it"),
+            ("stop", "vulkan falls back")
+        ]
+    );
+    assert!(
+        revisions
+            .iter()
+            .all(|r| r["actor"].as_str().is_some_and(|a| !a.is_empty()))
+    );
+    // A stopped experiment assigns no device: a new device resolves without an arm.
+    let (code, answer) = app.resolve(
+        &serde_json::json!({"model": MODEL, "install_id": device, "app_version": "1.0.0",
+            "runtime_version": "1.5.1", "backends": ["XnnpackBackend", "VulkanBackend"],
+            "platform": "android", "os_version": "14", "device_model": "phone", "soc": "SM8550",
+            "ram_mb": 4096}),
+        false,
+    );
+    assert_eq!(code, 200, "{answer}");
+    assert!(
+        !answer["receipt"].as_str().unwrap_or("").contains('@'),
+        "{answer}"
+    );
+}
