@@ -76,6 +76,7 @@ pub fn window(plan: &ExperimentPlan) -> read::Window {
     let from = start - time::Duration::days(i64::from(plan.lookback_days));
     read::Window {
         from: micros(from),
+        start: micros(start),
         until: if plan.is_running() {
             i64::MAX
         } else {

@@ -46,12 +46,15 @@ pub struct Folded {
     pub dropped_metrics: u64,
 }
 
-/// The window of one experiment's reading: events received from `from` (unix microseconds;
-/// the start less the lookback), in its arm until `until` (the stop, if it stopped).
+/// The window of one experiment's reading (unix microseconds): a device's history from `from`
+/// (the start less the lookback) to `start`, its events in its arm until `until` (the stop, if
+/// it stopped).
 #[derive(Debug, Clone, Copy)]
 pub struct Window {
     /// The first instant read.
     pub from: i64,
+    /// The start: events without an arm count as history only before it.
+    pub start: i64,
     /// The last instant an arm's event counts (`i64::MAX` while running).
     pub until: i64,
 }
@@ -143,7 +146,9 @@ fn fold_batch(
             Some(_) => continue,
             None => None,
         };
-        if arm.is_some() && at > window.until {
+        // History is what came before the start (after it, an event without this arm is a
+        // device outside the experiment, or one not yet in it).
+        if (arm.is_some() && at > window.until) || (arm.is_none() && at >= window.start) {
             continue;
         }
         // Only devices that hash into the experiment are kept (their past is CUPED's).
@@ -155,11 +160,14 @@ fn fold_batch(
             continue;
         }
         let d = into.devices.entry(id.to_string()).or_default();
-        if let Some(s) = text(soc, i) {
-            s.clone_into(&mut d.soc);
-        }
-        if let Some(m) = text(device_model, i) {
-            m.clone_into(&mut d.device_model);
+        // The class is the one the device reports in its arm (its history's until then).
+        if arm.is_some() || d.arm.is_none() {
+            if let Some(s) = text(soc, i) {
+                s.clone_into(&mut d.soc);
+            }
+            if let Some(m) = text(device_model, i) {
+                m.clone_into(&mut d.device_model);
+            }
         }
         let row = Row {
             kind: kind.value(i),

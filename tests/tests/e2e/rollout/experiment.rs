@@ -66,14 +66,46 @@ fn settled(url: &str) -> serde_json::Value {
     }
 }
 
+/// Candidate devices: more than both arms need whatever the salt (fewer than 32 of 120 in
+/// one arm has a chance of about 2e-7).
+const CANDIDATES: usize = 120;
+
+/// How much device `n`'s users accept suggestions whatever the model (its level: it varies
+/// between devices and persists, which is what CUPED takes out).
+fn level(n: usize) -> f64 {
+    (n % 7) as f64 * 0.04 - 0.12
+}
+
 /// The share of users who accept a suggestion, as the simulated app sees it: about 0.5 with
-/// the control, 0.8 with the treatment, varying per device.
-fn accepted(arm: ArmName, i: usize) -> f64 {
-    let spread = (i % 7) as f64 * 0.02 - 0.06;
+/// the control, 0.8 with the treatment, plus the device's level.
+fn accepted(arm: ArmName, n: usize) -> f64 {
     match arm {
-        ArmName::Control => 0.5 + spread,
-        ArmName::Treatment => 0.8 + spread,
+        ArmName::Control => 0.5 + level(n),
+        ArmName::Treatment => 0.8 + level(n),
     }
+}
+
+/// Before the experiment: every candidate device reported the metric (with receipts, as
+/// devices that resolved do) at its own level.
+fn history(app: &TestApp) {
+    let events: Vec<serde_json::Value> = (0..CANDIDATES)
+        .map(|n| {
+            Event::new("metric", MODEL, "1.0.0", "xnnpack-fp32")
+                .install(&format!("exp-device-{n}"))
+                .set("name", "accepted")
+                .set("value", 0.5 + level(n))
+                .json()
+        })
+        .collect();
+    let events = app.with_receipts(&events);
+    let (code, body) = app.post_raw(
+        "/v1/telemetry",
+        &serde_json::to_vec(&serde_json::json!({ "events": events })).expect("json"),
+        None,
+    );
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["accepted"].as_u64(), Some(CANDIDATES as u64), "{body}");
+    assert_eq!(body["unverified"].as_u64(), Some(0), "{body}");
 }
 
 /// One device: resolves (into its arm), loads with the real runtime (the treatment's Vulkan
@@ -117,6 +149,8 @@ fn two_arms_of_real_clients_give_an_always_valid_interval_and_a_decision_per_met
         })),
     });
     let url = app.url();
+    // Received before the start: history, wherever its raw file is written.
+    history(&app);
     let plan = ok_json(&cli(
         &url,
         &[
@@ -158,27 +192,26 @@ fn two_arms_of_real_clients_give_an_always_valid_interval_and_a_decision_per_met
 
     let dir = tempfile::tempdir().expect("tmp");
     let (mut control, mut treatment) = (Vec::new(), Vec::new());
-    for i in 0.. {
-        if control.len() >= PER_ARM && treatment.len() >= PER_ARM {
-            break;
-        }
-        let id = format!("exp-device-{i}");
+    for n in 0..CANDIDATES {
+        let id = format!("exp-device-{n}");
         match assign(&salt, bp, MODEL, &id) {
-            Some(ArmName::Control) if control.len() < PER_ARM => control.push(id),
-            Some(ArmName::Treatment) if treatment.len() < PER_ARM => treatment.push(id),
+            Some(ArmName::Control) if control.len() < PER_ARM => control.push((n, id)),
+            Some(ArmName::Treatment) if treatment.len() < PER_ARM => treatment.push((n, id)),
             _ => {}
         }
     }
+    assert_eq!((control.len(), treatment.len()), (PER_ARM, PER_ARM));
     for (arm, ids) in [
         (ArmName::Control, &control),
         (ArmName::Treatment, &treatment),
     ] {
-        for (i, id) in ids.iter().enumerate() {
+        for (i, (n, id)) in ids.iter().enumerate() {
             let soc = if i % 2 == 0 { "SM8550" } else { "SM8450" };
-            let v = accepted(arm, i);
+            let v = accepted(arm, *n);
             run_device(&app, dir.path(), id, soc, [v - 0.1, v, v + 0.1]);
         }
     }
+    let treatment: Vec<String> = treatment.into_iter().map(|(_, id)| id).collect();
 
     let s = settled(&url);
     let acc = metric(&s, "accepted");
@@ -186,11 +219,21 @@ fn two_arms_of_real_clients_give_an_always_valid_interval_and_a_decision_per_met
         acc["control"].as_f64().expect("c"),
         acc["treatment"].as_f64().expect("t"),
     );
-    assert!((c - 0.5).abs() < 0.03 && (t - 0.8).abs() < 0.03, "{acc}");
+    // The chosen devices' levels average 0 give or take 0.015 (one standard deviation).
+    assert!((c - 0.5).abs() < 0.06 && (t - 0.8).abs() < 0.06, "{acc}");
     let diff = acc["difference"].as_f64().expect("difference");
     let [low, high] = [0, 1].map(|i| acc["interval"][i].as_f64().expect("interval"));
     assert!(low < diff && diff < high && low > 0.0, "{acc}");
     assert_eq!(acc["decision"], "better", "{acc}");
+    // Every device had a history before the start that predicts its level: CUPED takes the
+    // level out of the difference's variance.
+    assert_eq!(
+        s["devices"]["with_history"].as_u64(),
+        Some(2 * PER_ARM as u64),
+        "{s}"
+    );
+    assert_eq!(acc["cuped"], true, "{acc}");
+    assert!(acc["variance_reduction"].as_f64() > Some(0.5), "{acc}");
     // ferry's own metrics: every treatment device fell back from Vulkan, no control device did.
     let fb = metric(&s, "fallback");
     assert_eq!(
