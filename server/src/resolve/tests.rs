@@ -341,3 +341,5 @@ fn a_baseline_device_gets_the_baseline_and_a_staged_one_the_staged_release() {
         "{staged} staged, {baseline} baseline"
     );
 }
+
+mod experiment;

@@ -22,6 +22,8 @@ pub mod stats;
 
 #[cfg(test)]
 mod simulate;
+#[cfg(test)]
+mod tests;
 
 pub use analysis::{MetricResult, Verdict, analyse};
 pub use plan::{Arm, ArmName, ArmTag, ExperimentPlan, ExperimentState, MetricSpec};

@@ -10,6 +10,9 @@
 
 pub mod read;
 
+#[cfg(test)]
+mod tests;
+
 use std::collections::HashMap;
 use std::sync::Mutex;
 

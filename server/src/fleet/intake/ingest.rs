@@ -214,3 +214,62 @@ fn check_metric(e: &TelemetryEvent) -> Result<(), String> {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metric(extra: serde_json::Value) -> String {
+        let mut e = serde_json::json!({
+            "kind": "metric", "model": "m", "release": "1.0.0", "variant": "xnnpack-fp32",
+            "delegate": "xnnpack", "outcome": "ok", "install_id": "d1", "platform": "android",
+            "soc": "s", "device_model": "p", "os_version": "14", "app_version": "1.0.0",
+            "runtime_version": "1.5.1",
+            "at": OffsetDateTime::now_utc()
+                .format(&time::format_description::well_known::Rfc3339)
+                .expect("time"),
+            "name": "accepted", "value": 0.5,
+        });
+        for (k, v) in extra.as_object().expect("object") {
+            if v.is_null() {
+                e.as_object_mut().expect("object").remove(k);
+            } else {
+                e[k] = v.clone();
+            }
+        }
+        e.to_string()
+    }
+
+    #[test]
+    fn metric_events_carry_a_well_formed_name_and_a_bounded_finite_value() {
+        let cfg = TelemetryConfig::default();
+        let now = OffsetDateTime::now_utc();
+        let e = validate(&metric(serde_json::json!({})), now, &cfg).expect("valid");
+        assert_eq!(e.kind, EventKind::Metric);
+        assert_eq!(
+            (e.metric.name.as_deref(), e.metric.value),
+            (Some("accepted"), Some(0.5))
+        );
+        for (hostile, why) in [
+            (serde_json::json!({"name": null}), "needs a name"),
+            (serde_json::json!({"value": null}), "finite value"),
+            (serde_json::json!({"value": 1e13}), "finite value"),
+            (serde_json::json!({"value": -1e300}), "finite value"),
+            (serde_json::json!({"value": "1"}), "invalid type"),
+            (serde_json::json!({"name": "Accepted"}), "metric name"),
+            (serde_json::json!({"name": "a".repeat(65)}), "metric name"),
+            (serde_json::json!({"name": "a\u{0}b"}), "metric name"),
+            (serde_json::json!({"name": ["a"]}), "invalid type"),
+            (serde_json::json!({"variant": ""}), "required"),
+            (serde_json::json!({"kind": "load"}), "metric events only"),
+        ] {
+            let (code, message) =
+                validate(&metric(hostile.clone()), now, &cfg).expect_err(&hostile.to_string());
+            assert_eq!(code, ErrorCode::EventInvalid);
+            assert!(message.contains(why), "{hostile}: {message}");
+        }
+        // A number too large for a double is no value at all.
+        let huge = metric(serde_json::json!({})).replace("0.5", "1e999");
+        assert!(validate(&huge, now, &cfg).is_err());
+    }
+}

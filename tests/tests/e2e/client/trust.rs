@@ -333,6 +333,19 @@ fn the_online_key_cannot_send_a_device_what_the_release_key_did_not_sign_for_it(
             "decision_mismatch",
         ),
         (
+            "an experiment arm the device is not in",
+            forged(&app, |d| {
+                // A share of 0: no device is in the experiment.
+                d.experiment = Some(ferry_shared::wire::resolve::ExperimentArm {
+                    id: "xforged".into(),
+                    arm: "treatment".into(),
+                    salt: "salt".into(),
+                    basis_points: 0,
+                });
+            }),
+            "decision_mismatch",
+        ),
+        (
             "another release manifest than the answer refers to",
             forged(&app, |d| {
                 d.release_sha256 = Sha256Digest::of(b"another manifest")
