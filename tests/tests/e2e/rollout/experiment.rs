@@ -371,3 +371,89 @@ fn a_stop_keeps_the_results_and_the_history(app: &TestApp, url: &str, device: &s
         "{answer}"
     );
 }
+
+#[test]
+fn hostile_experiment_requests_get_a_clear_error_and_change_nothing() {
+    let app = TestApp::start_with(Options {
+        demo: true,
+        keys: None,
+        store: None,
+        tweak: None,
+    });
+    let post = |path: &str, body: &[u8], token: Option<&str>| {
+        app.post_raw(&format!("/v1/admin/models/{MODEL}/{path}"), body, token)
+    };
+    let good = br#"{"control": "1.0.0/xnnpack-fp32", "treatment": "1.0.0/vulkan-fp32"}"#;
+    for (body, token, status, code) in [
+        (&good[..], None, 401, "unauthorized"),
+        (&good[..], Some(ferry_tests::app::READ_TOKEN), 403, "forbidden"),
+        (b"{", Some(ADMIN_TOKEN), 400, "experiment_invalid"),
+        (b"[]", Some(ADMIN_TOKEN), 400, "experiment_invalid"),
+        (br#"{"control": "1.0.0"}"#, Some(ADMIN_TOKEN), 400, "experiment_invalid"),
+        (
+            br#"{"control": "1.0.0/xnnpack-fp32", "treatment": "1.0.0/vulkan-fp32", "sharee": 5}"#,
+            Some(ADMIN_TOKEN),
+            400,
+            "experiment_invalid",
+        ),
+        (
+            br#"{"control": "1.0.0/xnnpack-fp32", "treatment": "1.0.0/vulkan-fp32", "share": 1e308}"#,
+            Some(ADMIN_TOKEN),
+            400,
+            "experiment_invalid",
+        ),
+        (
+            br#"{"control": "1.0.0/xnnpack-fp32", "treatment": "1.0.0/vulkan-fp32", "lookback_days": -1}"#,
+            Some(ADMIN_TOKEN),
+            400,
+            "experiment_invalid",
+        ),
+    ] {
+        let (s, b) = post("experiment", body, token);
+        assert_eq!((s, b["code"].as_str()), (status, Some(code)), "{b}");
+        assert!(!b["message"].as_str().unwrap_or("").is_empty(), "{b}");
+    }
+    let huge = format!(
+        r#"{{"control": "1.0.0/xnnpack-fp32", "treatment": "1.0.0/vulkan-fp32", "reason": "{}"}}"#,
+        "x".repeat(100 << 10)
+    );
+    let (s, b) = post("experiment", huge.as_bytes(), Some(ADMIN_TOKEN));
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (413, Some("body_too_large")),
+        "{b}"
+    );
+    // Nothing was started: status and stop say so.
+    let (s, b) = app.get_json(
+        &format!("/v1/admin/models/{MODEL}/experiment"),
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (404, Some("experiment_not_found")),
+        "{b}"
+    );
+    let (s, b) = post("experiment/stop", b"{}", Some(ADMIN_TOKEN));
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (404, Some("experiment_not_found")),
+        "{b}"
+    );
+    let (s, b) = post(
+        "experiment/stop",
+        br#"{"winner": "both"}"#,
+        Some(ADMIN_TOKEN),
+    );
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (400, Some("experiment_invalid")),
+        "{b}"
+    );
+    // An unknown model is the model's error.
+    let (s, b) = app.post_raw("/v1/admin/models/nope/experiment", good, Some(ADMIN_TOKEN));
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (404, Some("model_not_found")),
+        "{b}"
+    );
+}

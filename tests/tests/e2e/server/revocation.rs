@@ -502,3 +502,48 @@ fn revoking_the_staged_release_ends_its_stage_and_every_view_says_what_devices_g
     assert!(states["1.0.0"].starts_with("revoked"), "{states:?}");
     assert!(states["2.0.0"].starts_with("revoked"), "{states:?}");
 }
+
+#[test]
+fn revoking_an_arm_stops_the_experiment_and_a_revoked_release_is_no_arm() {
+    let app = TestApp::start();
+    app.publish(&mlp_v1());
+    app.publish(&mlp_v2());
+    let start = |control: &str, treatment: &str| {
+        app.post_raw(
+            "/v1/admin/models/mlp/experiment",
+            &serde_json::to_vec(&serde_json::json!({
+                "control": control, "treatment": treatment, "reason": "v2 weights"
+            }))
+            .expect("json"),
+            Some(ADMIN_TOKEN),
+        )
+    };
+    let (s, b) = start("1.0.0", "2.0.0");
+    assert_eq!(s, 201, "{b}");
+    revoke(&app, list(1, &["2.0.0"]));
+    let (s, b) = app.get_json("/v1/admin/models/mlp/experiment/history", Some(READ_TOKEN));
+    assert_eq!(s, 200, "{b}");
+    let last = b["revisions"]
+        .as_array()
+        .and_then(|r| r.last())
+        .cloned()
+        .expect("a revision");
+    assert_eq!(
+        (&last["action"], &last["state"]),
+        (&"revoked".into(), &"stopped".into())
+    );
+    assert!(
+        last["reason"].as_str().unwrap_or("").contains("2.0.0"),
+        "{last}"
+    );
+    let (s, b) = start("1.0.0", "2.0.0");
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (400, Some("experiment_invalid")),
+        "{b}"
+    );
+    assert!(
+        b["message"].as_str().unwrap_or("").contains("revoked"),
+        "{b}"
+    );
+}
