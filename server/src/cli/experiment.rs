@@ -264,10 +264,10 @@ fn print_status(v: &serde_json::Value) -> anyhow::Result<()> {
     );
     for m in v["metrics"].as_array().into_iter().flatten() {
         let interval = format!("[{}, {}]", num(&m["interval"][0]), num(&m["interval"][1]));
-        let needs = match m["devices_more"].as_u64() {
-            Some(0) => "enough devices".to_string(),
-            Some(n) => format!("{n} more per arm"),
-            None => "-".into(),
+        let needs = match (m["decision"].as_str(), m["devices_more"].as_u64()) {
+            (Some("better" | "worse"), _) | (_, Some(0)) => "enough devices".to_string(),
+            (_, Some(n)) => format!("{n} more per arm"),
+            (_, None) => "-".into(),
         };
         println!(
             "{:<22} {:>12} {:>12} {:>12}  {:<27} {:<8} {needs}",

@@ -72,10 +72,10 @@ struct SimDevice {
 fn an_a_a_experiment_watched_after_every_batch_calls_a_difference_in_at_most_5_percent() {
     let mut rng = Rng(0x5eed_0001);
     let (experiments, batches) = (500, 20);
-    let mut wrongly_called = 0;
+    let (mut wrongly_called, mut naive_called) = (0, 0);
     for _ in 0..experiments {
         let mut devices: Vec<SimDevice> = Vec::new();
-        let mut called = false;
+        let (mut called, mut naive) = (false, false);
         for _ in 0..batches {
             for i in 0..40 {
                 let arm = if i % 2 == 0 {
@@ -114,11 +114,21 @@ fn an_a_a_experiment_watched_after_every_batch_calls_a_difference_in_at_most_5_p
             let cmp = compare(&c, &t, 0.05, ALPHA);
             if verdict(&cmp, Better::Lower) != Verdict::Unknown {
                 called = true;
-                break;
+            }
+            // The fixed-sample interval (d ± 1.96·sqrt(V)), looked at just as often.
+            let (_, vc, nc) = crate::experiment::stats::mean_var(c.iter().map(|u| u.y));
+            let (_, vt, nt) = crate::experiment::stats::mean_var(t.iter().map(|u| u.y));
+            let se = (vc / nc as f64 + vt / nt as f64).sqrt();
+            if cmp.difference.abs() > 1.96 * se {
+                naive = true;
             }
         }
         wrongly_called += usize::from(called);
+        naive_called += usize::from(naive);
     }
+    eprintln!("A/A, the fixed-sample interval looked at as often: {naive_called} called");
+    // What the always-valid interval is for: the usual one, watched, fails far more often.
+    assert!(naive_called * 10 > experiments, "{naive_called}");
     eprintln!("A/A: {wrongly_called} of {experiments} called a difference");
     assert!(
         wrongly_called * 20 <= experiments,
@@ -247,4 +257,46 @@ fn cuped_narrows_the_interval_on_data_with_a_pre_period() {
     assert!(with.variance_reduction > 0.8, "{}", with.variance_reduction);
     assert!((with.difference - 1.0).abs() < 0.3, "{}", with.difference);
     assert!(with.interval[0] < 1.0 && 1.0 < with.interval[1]);
+}
+
+/// The sample-size table of `docs/experiments.md` is what [`devices_needed`] says: devices per
+/// arm for 80% power, by the spread of the metric between devices (its coefficient of
+/// variation), the effect, and the classes the error rate is shared by.
+#[test]
+fn the_docs_sample_size_table_is_the_functions() {
+    let docs = include_str!("../../../docs/experiments.md");
+    let mut rows = 0;
+    for line in docs
+        .lines()
+        .filter(|l| l.starts_with("| ") && l.contains('%'))
+    {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let (Ok(cv), Some(Ok(effect)), Ok(classes)) = (
+            cells[1].parse::<f64>(),
+            cells[2].strip_suffix('%').map(str::parse::<f64>),
+            cells[3].parse::<u32>(),
+        ) else {
+            continue;
+        };
+        let want: u64 = cells[4].replace(',', "").parse().expect("devices");
+        let got =
+            devices_needed(cv * cv, effect / 100.0, ALPHA / f64::from(classes)).expect("a sample");
+        assert_eq!(got, want, "{line}");
+        rows += 1;
+    }
+    assert!(rows >= 8, "the table has {rows} rows");
+}
+
+/// Prints the table's figures (run with --ignored --nocapture when the table changes).
+#[test]
+#[ignore = "prints the docs table"]
+fn print_the_sample_size_table() {
+    for cv in [0.1, 0.25, 0.5, 1.0] {
+        for effect in [5.0, 10.0] {
+            for classes in [1u32, 4] {
+                let n = devices_needed(cv * cv, effect / 100.0, ALPHA / f64::from(classes));
+                eprintln!("| {cv} | {effect}% | {classes} | {} |", n.unwrap_or(0));
+            }
+        }
+    }
 }

@@ -85,9 +85,9 @@ pub fn half_width(v: f64, tau2: f64, alpha: f64) -> f64 {
 /// What the two arms show for one metric.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Comparison {
-    /// The control's mean per device.
+    /// The control's mean per device (NaN, null on the wire, without devices).
     pub control: f64,
-    /// The treatment's mean per device.
+    /// The treatment's mean per device (NaN, null on the wire, without devices).
     pub treatment: f64,
     /// Treatment minus control (CUPED-adjusted where a past was used).
     pub difference: f64,
@@ -133,6 +133,16 @@ pub fn compare(
     let tau2 = effect * effect;
     let h = half_width(v, tau2, alpha);
     let per_device = v * (nc.max(1) * nt.max(1)) as f64 / (nc + nt).max(1) as f64;
+    // An arm without devices has no mean (null on the wire), not a mean of zero.
+    let (mc, mt) = (
+        if nc == 0 { f64::NAN } else { mc },
+        if nt == 0 { f64::NAN } else { mt },
+    );
+    let difference = if nc == 0 || nt == 0 {
+        f64::NAN
+    } else {
+        difference
+    };
     Comparison {
         control: mc,
         treatment: mt,
