@@ -52,6 +52,8 @@ async function render(): Promise<void> {
       await releaseView(named(1), named(3));
     } else if (parts[0] === "model" && parts[1]) {
       await modelView(named(1));
+    } else if (parts[0] === "experiment" && parts[1]) {
+      await experimentView(named(1));
     } else if (parts[0] === "health" && parts[1]) {
       await healthView(named(1));
     } else if (parts[0] === "explain") {

@@ -64,7 +64,13 @@ async function modelView(name: string): Promise<void> {
   };
   root.replaceChildren(
     el("h2", {}, name),
-    el("p", {}, link(`#/health/${enc}`, "Fleet health", "health-link")),
+    el(
+      "p",
+      {},
+      link(`#/health/${enc}`, "Fleet health", "health-link"),
+      " · ",
+      link(`#/experiment/${enc}`, "Experiment", "experiment-link"),
+    ),
     el("h3", {}, "Rollout"),
     rolloutSummary(rollout),
     // After a change the page stays where it is: the data refreshes, the form says what was

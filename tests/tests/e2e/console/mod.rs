@@ -1,4 +1,5 @@
 //! The operator console and dashboard in a real browser (Chromium).
 
 mod dashboard;
+mod experiment;
 mod operator;

@@ -14,7 +14,7 @@ use ferry_tests::app::{ADMIN_TOKEN, Options, TestApp};
 use ferry_tests::kit::{DeviceExt as _, Event, device, quick_limits};
 use ferry_tests::signers::ferry;
 
-const MODEL: &str = "demo-mlp";
+pub(crate) const MODEL: &str = "demo-mlp";
 /// Devices per arm: past the 30 a decision needs.
 const PER_ARM: usize = 32;
 
@@ -111,7 +111,13 @@ fn history(app: &TestApp) {
 /// One device: resolves (into its arm), loads with the real runtime (the treatment's Vulkan
 /// variant fails on this machine's runtime and falls back to XNNPACK: it stays in its arm),
 /// records the app metric three times and sends its telemetry.
-fn run_device(app: &TestApp, dir: &std::path::Path, id: &str, soc: &str, values: [f64; 3]) {
+pub(crate) fn run_device(
+    app: &TestApp,
+    dir: &std::path::Path,
+    id: &str,
+    soc: &str,
+    values: [f64; 3],
+) {
     let client: Client = app
         .client(&dir.join(id))
         .download_limits(quick_limits())

@@ -1,7 +1,7 @@
 //! Rollouts: plans through every transition, health-gated ramps, safety rules, telemetry that halts
 //! or denies.
 
-mod experiment;
+pub(crate) mod experiment;
 mod explain;
 mod lifecycle;
 pub(crate) mod plan;
