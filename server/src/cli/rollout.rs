@@ -53,6 +53,11 @@ pub enum RolloutCommand {
         /// crashed).
         #[arg(long, value_parser = parse_rate)]
         max_crash_rate: Option<f64>,
+        /// Gates decide with the always-valid test: a rate halts only once it is over its
+        /// limit beyond chance, however often it is checked (docs/experiments.md); a rate over
+        /// its limit but not yet beyond chance holds a ramp's step.
+        #[arg(long)]
+        sequential_gates: bool,
         /// Replace the rollout in progress with this newer release, keeping its cohorts.
         #[arg(long)]
         supersede: bool,
@@ -334,6 +339,7 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand, json: bool) -> anyhow::Result<Exi
             max_regression,
             max_latency_ratio,
             max_crash_rate,
+            sequential_gates,
             supersede,
             allow_strand,
             reason,
@@ -354,6 +360,7 @@ pub(crate) fn rollout_cmd(cmd: RolloutCommand, json: bool) -> anyhow::Result<Exi
                 max_regression,
                 max_latency_ratio,
                 max_crash_rate,
+                sequential_gates,
                 supersede,
                 allow_strand,
                 reason,
@@ -556,7 +563,12 @@ fn gates_line(t: &ferry_shared::select::rollout::Thresholds) -> String {
     if let Some(k) = t.max_latency_ratio {
         parts.push(format!("field latency over {k}x the baseline's"));
     }
-    format!("gates: halts on {}", parts.join(", "))
+    let how = if t.sequential {
+        " (rates beyond chance: the always-valid test)"
+    } else {
+        ""
+    };
+    format!("gates: halts on {}{how}", parts.join(", "))
 }
 
 /// A rate flag: a finite number from 0 to 1 (`0.05` is 5%).

@@ -8,6 +8,7 @@
 //! - [`metrics`]: one device's events folded per period (before the experiment, in its arm)
 //!   and the one number per metric it contributes;
 //! - [`stats`]: CUPED and the always-valid interval (mSPRT) over one value per device;
+//! - [`gates`]: the same test for a rollout's rate gates;
 //! - [`analysis`]: per metric and per device class, the decision an on-call engineer reads.
 //!
 //! Pure: no clock, no I/O. The server gathers the devices' records from the raw event log
@@ -15,6 +16,7 @@
 
 pub mod analysis;
 pub mod change;
+pub mod gates;
 pub mod metrics;
 pub mod names;
 pub mod plan;

@@ -300,3 +300,38 @@ fn print_the_sample_size_table() {
         }
     }
 }
+
+/// Ramps watched after every 20 loads up to 2,000, with a 5% load-failure gate and 100
+/// samples: a staged release at 4% (healthy) is halted by the fixed threshold in many of them
+/// and by the sequential gate in at most 5%; at 10% (a real regression) the sequential gate
+/// halts at least 80% of them.
+#[test]
+fn sequential_gates_halt_on_real_regressions_not_on_noise() {
+    use crate::experiment::gates::rate_above;
+    let mut rng = Rng(0x5eed_0004);
+    let run = |rng: &mut Rng, p: f64, sequential: bool| {
+        let (mut x, mut n) = (0u64, 0u64);
+        while n < 2_000 {
+            for _ in 0..20 {
+                x += u64::from(rng.uniform() < p);
+                n += 1;
+            }
+            let over = n >= 100 && x as f64 / n as f64 > 0.05;
+            if over && (!sequential || rate_above(x, n, 0.05)) {
+                return true;
+            }
+        }
+        false
+    };
+    let ramps = 500;
+    let count = |rng: &mut Rng, p: f64, seq: bool| (0..ramps).filter(|_| run(rng, p, seq)).count();
+    let (fixed_healthy, seq_healthy) = (count(&mut rng, 0.04, false), count(&mut rng, 0.04, true));
+    let seq_regressed = count(&mut rng, 0.10, true);
+    eprintln!(
+        "gates: healthy 4% halted fixed {fixed_healthy}, sequential {seq_healthy}; 10% halted \
+         sequential {seq_regressed} of {ramps}"
+    );
+    assert!(fixed_healthy * 5 > ramps, "{fixed_healthy}");
+    assert!(seq_healthy * 20 <= ramps, "{seq_healthy}");
+    assert!(seq_regressed * 10 >= ramps * 8, "{seq_regressed}");
+}

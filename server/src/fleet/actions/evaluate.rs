@@ -45,14 +45,19 @@ pub fn halt_reason(
     }
     let fr = failures.min(loads) as f64 / loads as f64;
     let fb = fallbacks.min(loads) as f64 / loads as f64;
+    // With sequential gates, over the limit beyond chance (however often this is checked).
+    let beyond = |x: u64, max: f64| {
+        !t.sequential || ferry_shared::experiment::gates::rate_above(x, loads, max)
+    };
+    let chance = if t.sequential { ", beyond chance" } else { "" };
     match (t.max_failure_rate, t.max_fallback_rate) {
-        (Some(max), _) if fr > max => Some(format!(
-            "load-failure rate {:.1}% of {staged} exceeds {:.1}% (n={loads})",
+        (Some(max), _) if fr > max && beyond(failures, max) => Some(format!(
+            "load-failure rate {:.1}% of {staged} exceeds {:.1}% (n={loads}){chance}",
             fr * 100.0,
             max * 100.0
         )),
-        (_, Some(max)) if fb > max => Some(format!(
-            "fallback rate {:.1}% of {staged} exceeds {:.1}% (n={loads})",
+        (_, Some(max)) if fb > max && beyond(fallbacks, max) => Some(format!(
+            "fallback rate {:.1}% of {staged} exceeds {:.1}% (n={loads}){chance}",
             fb * 100.0,
             max * 100.0
         )),
@@ -171,6 +176,7 @@ mod tests {
             max_regression: None,
             max_latency_ratio: None,
             max_crash_rate: None,
+            sequential: false,
         };
         let v = semver::Version::new(2, 0, 0);
         // 100 failing loads: from 12 devices (at most 8 an hour each, so over hours) they halt
@@ -181,5 +187,29 @@ mod tests {
         // Too few samples, or within the threshold.
         assert_eq!(halt_reason(&t, &v, (99, 99, 0), 500), None);
         assert_eq!(halt_reason(&t, &v, (1000, 50, 0), 500), None);
+    }
+
+    #[test]
+    fn sequential_gates_halt_on_a_rate_over_its_limit_beyond_chance_only() {
+        let t = ferry_shared::select::rollout::Thresholds {
+            max_failure_rate: Some(0.05),
+            max_fallback_rate: None,
+            min_samples: 100,
+            max_regression: None,
+            max_latency_ratio: None,
+            max_crash_rate: None,
+            sequential: true,
+        };
+        let v = semver::Version::new(2, 0, 0);
+        // 8% of 100 loads is over 5% but within chance; the fixed gate halts on it.
+        assert_eq!(halt_reason(&t, &v, (100, 8, 0), 500), None);
+        let fixed = ferry_shared::select::rollout::Thresholds {
+            sequential: false,
+            ..t
+        };
+        assert!(halt_reason(&fixed, &v, (100, 8, 0), 500).is_some());
+        // 30% of 200 is not chance.
+        let why = halt_reason(&t, &v, (200, 60, 0), 500).expect("halt");
+        assert!(why.contains("beyond chance"), "{why}");
     }
 }

@@ -138,6 +138,7 @@ fn start(
         max_regression,
         max_latency_ratio,
         max_crash_rate,
+        sequential_gates,
         supersede,
         ..
     } = change
@@ -154,6 +155,7 @@ fn start(
         *max_regression,
         *max_latency_ratio,
         *max_crash_rate,
+        *sequential_gates,
     )?;
     let (basis_points, ramp) = first_step(percent.as_ref(), steps.as_deref(), *every_secs, ctx)?;
     if !ctx.is_published(release) {
@@ -237,6 +239,7 @@ fn start_thresholds(
     max_regression: Option<f64>,
     max_latency_ratio: Option<f64>,
     max_crash_rate: Option<f64>,
+    sequential: bool,
 ) -> Result<Thresholds, TransitionError> {
     let defaults = Thresholds::default();
     for (name, k) in [
@@ -259,6 +262,7 @@ fn start_thresholds(
         max_regression,
         max_latency_ratio,
         max_crash_rate: rate("max_crash_rate", max_crash_rate)?.or(defaults.max_crash_rate),
+        sequential,
     })
 }
 

@@ -139,6 +139,12 @@ pub struct Thresholds {
     /// none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_crash_rate: Option<f64>,
+    /// Gates decide with the always-valid test of `ferry_shared::experiment::gates`: a
+    /// failure or fallback rate halts only once it is over its limit (or over `max_regression`
+    /// times the baseline's) beyond chance, however often it is checked; a rate over its limit
+    /// but not yet beyond chance holds a ramp's step instead. Absent: the fixed thresholds.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sequential: bool,
 }
 
 /// Fewest distinct devices that must have crashed on the staged release before the crash gate
@@ -162,6 +168,7 @@ impl Default for Thresholds {
             max_regression: None,
             max_latency_ratio: None,
             max_crash_rate: Some(0.01),
+            sequential: false,
         }
     }
 }
@@ -451,6 +458,9 @@ pub enum RolloutChange {
         /// it (0–1; default 0.01).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         max_crash_rate: Option<f64>,
+        /// Gates decide with the always-valid test (see [`Thresholds::sequential`]).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        sequential_gates: bool,
         /// Replace a rollout in progress with this newer release, keeping its salt (so the
         /// devices that already moved stay first).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -11,6 +11,7 @@
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
+use crate::experiment::gates;
 use crate::select::rollout::{RolloutPlan, RolloutState, format_percent};
 
 /// Load counts of the staged and baseline releases since the step in force began.
@@ -154,6 +155,73 @@ pub enum Verdict {
     },
 }
 
+/// The load-failure, fallback and regression gates of `plan` over the step's health: `Err`
+/// with the halt's reason, or what the step waits for (with sequential gates, a rate over its
+/// limit that is not yet beyond chance holds the step).
+fn rate_gates(plan: &RolloutPlan, h: &StepHealth, staged: &str) -> Result<Vec<String>, String> {
+    let t = plan.thresholds;
+    let mut waits = Vec::new();
+    if !(h.loads >= t.min_samples && h.loads > 0) {
+        return Ok(waits);
+    }
+    let step = format_percent(plan.basis_points);
+    let (fr, fb) = (rate(h.failures, h.loads), rate(h.fallbacks, h.loads));
+    for (what, limit, x, r) in [
+        ("load-failure", t.max_failure_rate, h.failures, fr),
+        ("fallback", t.max_fallback_rate, h.fallbacks, fb),
+    ] {
+        let Some(max) = limit.filter(|max| r > *max) else {
+            continue;
+        };
+        if !t.sequential || gates::rate_above(x, h.loads, max) {
+            return Err(format!(
+                "ramp step {step}%: {what} rate {:.1}% of {staged} exceeds {:.1}% (n={}){}",
+                r * 100.0,
+                max * 100.0,
+                h.loads,
+                if t.sequential { ", beyond chance" } else { "" }
+            ));
+        }
+        waits.push(format!(
+            "{what} rate {:.1}% is over {:.1}% but not beyond chance yet (n={})",
+            r * 100.0,
+            max * 100.0,
+            h.loads
+        ));
+    }
+    let Some(k) = t
+        .max_regression
+        .filter(|_| h.baseline_loads >= t.min_samples)
+    else {
+        return Ok(waits);
+    };
+    for (what, x, xb) in [
+        ("load-failure", h.failures, h.baseline_failures),
+        ("fallback", h.fallbacks, h.baseline_fallbacks),
+    ] {
+        let (s, b) = (rate(x, h.loads), rate(xb, h.baseline_loads));
+        if !(s > 0.0 && s > k * b) {
+            continue;
+        }
+        if !t.sequential || gates::rate_above_multiple(x, h.loads, xb, h.baseline_loads, k) {
+            return Err(format!(
+                "ramp step {step}%: {what} rate {:.1}% of {staged} is over {k}x the baseline's {:.1}% (n={}, baseline n={}){}",
+                s * 100.0,
+                b * 100.0,
+                h.loads,
+                h.baseline_loads,
+                if t.sequential { ", beyond chance" } else { "" }
+            ));
+        }
+        waits.push(format!(
+            "{what} rate {:.1}% is over {k}x the baseline's {:.1}% but not beyond chance yet",
+            s * 100.0,
+            b * 100.0
+        ));
+    }
+    Ok(waits)
+}
+
 /// Decides what the ramp of `plan` does at `now`, given the step's health.
 pub fn verdict(plan: &RolloutPlan, now: OffsetDateTime, h: &StepHealth) -> Verdict {
     let Some(ramp) = plan.ramp.as_ref() else {
@@ -177,55 +245,10 @@ pub fn verdict(plan: &RolloutPlan, now: OffsetDateTime, h: &StepHealth) -> Verdi
             reason: format!("ramp step {}%: {why}", format_percent(plan.basis_points)),
         };
     }
-    let (fr, fb) = (rate(h.failures, h.loads), rate(h.fallbacks, h.loads));
-    if h.loads >= t.min_samples && h.loads > 0 {
-        if let Some(max) = t.max_failure_rate
-            && fr > max
-        {
-            return Verdict::Halt {
-                reason: format!(
-                    "ramp step {}%: load-failure rate {:.1}% of {staged} exceeds {:.1}% (n={})",
-                    format_percent(plan.basis_points),
-                    fr * 100.0,
-                    max * 100.0,
-                    h.loads
-                ),
-            };
-        }
-        if let Some(max) = t.max_fallback_rate
-            && fb > max
-        {
-            return Verdict::Halt {
-                reason: format!(
-                    "ramp step {}%: fallback rate {:.1}% of {staged} exceeds {:.1}% (n={})",
-                    format_percent(plan.basis_points),
-                    fb * 100.0,
-                    max * 100.0,
-                    h.loads
-                ),
-            };
-        }
-        if let Some(k) = t.max_regression
-            && h.baseline_loads >= t.min_samples
-        {
-            let bfr = rate(h.baseline_failures, h.baseline_loads);
-            let bfb = rate(h.baseline_fallbacks, h.baseline_loads);
-            for (what, s, b) in [("load-failure", fr, bfr), ("fallback", fb, bfb)] {
-                if s > 0.0 && s > k * b {
-                    return Verdict::Halt {
-                        reason: format!(
-                            "ramp step {}%: {what} rate {:.1}% of {staged} is over {k}x the baseline's {:.1}% (n={}, baseline n={})",
-                            format_percent(plan.basis_points),
-                            s * 100.0,
-                            b * 100.0,
-                            h.loads,
-                            h.baseline_loads
-                        ),
-                    };
-                }
-            }
-        }
-    }
+    let gate_waits = match rate_gates(plan, h, &staged) {
+        Ok(waits) => waits,
+        Err(reason) => return Verdict::Halt { reason },
+    };
     if let (Some(k), Some(l)) = (t.max_latency_ratio, h.latency)
         && l.ratio > k
     {
@@ -246,7 +269,7 @@ pub fn verdict(plan: &RolloutPlan, now: OffsetDateTime, h: &StepHealth) -> Verdi
     let Some(next) = ramp.next() else {
         return Verdict::Done;
     };
-    let mut waiting_for = Vec::new();
+    let mut waiting_for = gate_waits;
     let started = OffsetDateTime::parse(
         &ramp.step_started,
         &time::format_description::well_known::Rfc3339,
@@ -329,6 +352,7 @@ mod tests {
                 max_regression: Some(1.5),
                 max_latency_ratio: Some(1.3),
                 max_crash_rate: Some(0.01),
+                sequential: false,
             },
             ramp: Some(Ramp {
                 steps: vec![100, 500, 2500],
@@ -444,6 +468,45 @@ mod tests {
             crate::select::rollout::crash_devices_needed(&off.thresholds),
             3
         );
+    }
+
+    #[test]
+    fn sequential_gates_hold_the_step_on_noise_and_halt_beyond_chance() {
+        let mut p = plan(100, "2026-12-03T00:00:00Z");
+        p.thresholds.sequential = true;
+        p.thresholds.max_regression = None;
+        let now = at("2026-12-03T01:00:00Z");
+        // 6 of 100 is over 5% but not beyond chance: the step waits and says why.
+        let noisy = StepHealth {
+            loads: 100,
+            failures: 6,
+            ..StepHealth::default()
+        };
+        let Verdict::Wait { waiting_for, .. } = verdict(&p, now, &noisy) else {
+            panic!(
+                "a noisy rate holds the step: {:?}",
+                verdict(&p, now, &noisy)
+            );
+        };
+        assert!(
+            waiting_for.iter().any(|w| w.contains("not beyond chance")),
+            "{waiting_for:?}"
+        );
+        let real = StepHealth {
+            loads: 400,
+            failures: 60,
+            ..StepHealth::default()
+        };
+        let Verdict::Halt { reason } = verdict(&p, now, &real) else {
+            panic!("15% of 400 halts");
+        };
+        assert!(reason.contains("beyond chance"), "{reason}");
+        let within = StepHealth {
+            loads: 400,
+            failures: 8,
+            ..StepHealth::default()
+        };
+        assert!(matches!(verdict(&p, now, &within), Verdict::Advance { .. }));
     }
 
     #[test]
