@@ -111,6 +111,18 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (ferry_client_set_thermal_state(client, "fair") != FERRY_OK) return fail("thermal");
+  /* An app metric, recorded against the loaded model; a bad name or value is refused. */
+  size_t took = 0;
+  if (ferry_client_record_metric(client, "accepted", 1.0, &took) != FERRY_OK || took != 1) {
+    return fail("record_metric");
+  }
+  if (ferry_client_record_metric(client, "Not A Name", 1.0, NULL) != FERRY_ERR_INVALID_ARGUMENT ||
+      ferry_client_record_metric(client, "accepted", 1e300, NULL) != FERRY_ERR_INVALID_ARGUMENT ||
+      ferry_client_record_metric(client, NULL, 1.0, NULL) != FERRY_ERR_INVALID_ARGUMENT) {
+    fprintf(stderr, "a bad metric was not refused\n");
+    return 1;
+  }
+  printf("metric recorded for %zu model(s)\n", took);
   /* Freeing the model queues its run timings; the send takes them with the load's events. */
   ferry_model_free(model);
   size_t sent = 0, queued = 99;

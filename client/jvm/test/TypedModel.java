@@ -147,6 +147,14 @@ public final class TypedModel {
                 System.out.println("absent asset: code=" + e.code());
             }
             client.setThermalState("serious");
+            System.out.println("metric recorded for " + client.recordMetric("accepted", 1.0) + " model(s)");
+            try {
+                client.recordMetric("Not A Name", 1.0);
+                System.out.println("a bad metric name was not refused");
+                exit = 1;
+            } catch (FerryException e) {
+                System.out.println("metric refused: code=" + e.code());
+            }
             try {
                 client.setThermalState("hot");
                 System.out.println("an unknown thermal state was not refused");

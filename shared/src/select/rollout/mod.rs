@@ -139,10 +139,8 @@ pub struct Thresholds {
     /// none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_crash_rate: Option<f64>,
-    /// Gates decide with the always-valid test of `ferry_shared::experiment::gates`: a
-    /// failure or fallback rate halts only once it is over its limit (or over `max_regression`
-    /// times the baseline's) beyond chance, however often it is checked; a rate over its limit
-    /// but not yet beyond chance holds a ramp's step instead. Absent: the fixed thresholds.
+    /// The rate gates decide with the always-valid test of [`crate::experiment::gates`]: a
+    /// rate halts only once over its limit beyond chance (else it holds a ramp's step).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sequential: bool,
 }

@@ -244,6 +244,11 @@ fn a_c_program_runs_integer_inputs_and_several_outputs() {
         stdout.contains("refused: input 1: int8 of shape [2, 6] is 12 bytes, nbytes says 11"),
         "{stdout}"
     );
+    // An app metric through the C ABI, recorded against the one loaded model.
+    assert!(
+        stdout.contains("metric recorded for 1 model(s)\n"),
+        "{stdout}"
+    );
     // The signed metadata as the C program read it.
     let labels = std::fs::read_to_string(root().join("tests/fixtures/eval/digits-labels.txt"))
         .expect("labels");

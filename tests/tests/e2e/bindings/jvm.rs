@@ -271,6 +271,15 @@ fn java_runs_tensors_of_every_element_type_through_the_binding() {
             "{stdout}"
         );
         assert!(stdout.contains(" queued=0\n"), "{stdout}");
+        // An app metric through the binding, and a bad name refused.
+        assert!(
+            stdout.contains("metric recorded for 1 model(s)\n"),
+            "{stdout}"
+        );
+        assert!(
+            stdout.contains("metric refused: code=invalid_argument"),
+            "{stdout}"
+        );
         assert!(
             stdout.contains("absent asset: code=not_found\n"),
             "{stdout}"
