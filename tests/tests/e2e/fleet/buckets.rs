@@ -141,10 +141,17 @@ fn windows_compaction_and_retention_keep_every_total() {
             .iter()
             .filter(|f| f.starts_with("telemetry/buckets/minute/"))
             .count();
-        // Every hour of the old days went into day parts.
+        // Every hour of the old days went into day parts: those whose day ended more than
+        // HOURS_KEPT_SECS ago (an hour of the day before yesterday stays an hour until then,
+        // which late in a UTC day holds hours older than two days).
         let old_hours = files.iter().any(|f| {
-            BucketKey::parse(&object_store::path::Path::from(f.as_str()))
-                .is_some_and(|k| k.level == Level::Hour && k.start < now - 2 * 86_400)
+            BucketKey::parse(&object_store::path::Path::from(f.as_str())).is_some_and(|k| {
+                k.level == Level::Hour
+                    && Level::Day.floor(k.start)
+                        + 86_400
+                        + ferry_server::fleet::persist::buckets::HOURS_KEPT_SECS
+                        <= now
+            })
         });
         // Only this run's own live minute(s) stay as minutes.
         minutes_left <= 2 && !old_hours && loads(&health(&app, "")) == total
