@@ -1167,6 +1167,14 @@ function experimentHistory(h) {
 function stopForm(enc, running, onDone) {
     const winner = el("select", { id: "experiment-winner" }, el("option", { value: "" }, "no winner"), el("option", { value: "control" }, "control"), el("option", { value: "treatment" }, "treatment"));
     const rollOut = el("input", { id: "experiment-roll-out", type: "checkbox" });
+    // Only a winner can be rolled out.
+    rollOut.disabled = true;
+    winner.addEventListener("change", () => {
+        rollOut.disabled = !winner.value;
+        if (!winner.value) {
+            rollOut.checked = false;
+        }
+    });
     const reason = el("input", { id: "experiment-reason", type: "text", autocomplete: "off" });
     const result = el("div", { id: "experiment-result", role: "status" });
     const stop = el("button", { type: "button", id: "experiment-stop" }, "Stop…");

@@ -118,6 +118,14 @@ function stopForm(enc: string, running: boolean, onDone: () => Promise<void>): H
     el("option", { value: "treatment" }, "treatment"),
   ) as HTMLSelectElement;
   const rollOut = el("input", { id: "experiment-roll-out", type: "checkbox" }) as HTMLInputElement;
+  // Only a winner can be rolled out.
+  rollOut.disabled = true;
+  winner.addEventListener("change", () => {
+    rollOut.disabled = !winner.value;
+    if (!winner.value) {
+      rollOut.checked = false;
+    }
+  });
   const reason = el("input", { id: "experiment-reason", type: "text", autocomplete: "off" }) as HTMLInputElement;
   const result = el("div", { id: "experiment-result", role: "status" });
   const stop = el("button", { type: "button", id: "experiment-stop" }, "Stop…") as HTMLButtonElement;

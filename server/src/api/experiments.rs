@@ -225,21 +225,15 @@ pub(crate) async fn post_stop(
 }
 
 /// Stops `model`'s running experiment when one of its arms' release is revoked (called after a
-/// revocation list is accepted).
-pub(crate) async fn stop_if_revoked(state: &AppState, model: &ModelName) {
-    let Some(plan) = state.experiments().get(model).cloned() else {
-        return;
-    };
+/// revocation list is accepted); the plan it wrote, if it stopped one.
+pub(crate) async fn stop_if_revoked(state: &AppState, model: &ModelName) -> Option<ExperimentPlan> {
+    let plan = state.experiments().get(model).cloned()?;
     let revocations = state.revocations();
-    let Some(list) = revocations.get(model) else {
-        return;
-    };
+    let list = revocations.get(model)?;
     let hit = [ArmName::Control, ArmName::Treatment]
         .into_iter()
         .find(|a| list.list.revokes(&plan.arm(*a).release).is_some());
-    let Some(arm) = hit.filter(|_| plan.is_running()) else {
-        return;
-    };
+    let arm = hit.filter(|_| plan.is_running())?;
     let at = now_text();
     let stop = StopExperiment {
         winner: None,
@@ -257,9 +251,13 @@ pub(crate) async fn stop_if_revoked(state: &AppState, model: &ModelName) {
     {
         Ok(p) => {
             tracing::warn!(%model, id = p.id, "experiment stopped: {}", stop.reason);
-            state.views().set_experiment(p);
+            state.views().set_experiment(p.clone());
+            Some(p)
         }
-        Err(PlanError::Refused(_)) => {}
-        Err(e) => tracing::warn!(%model, "experiment not stopped after a revocation: {e}"),
+        Err(PlanError::Refused(_)) => None,
+        Err(e) => {
+            tracing::warn!(%model, "experiment not stopped after a revocation: {e}");
+            None
+        }
     }
 }

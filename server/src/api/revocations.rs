@@ -102,8 +102,10 @@ pub(crate) async fn post_revocations(
     }
     // Also for a retry: this replica may not have read the list another one stored.
     state.views().set_revocations(list, Some(env));
-    // A revoked arm ends the model's experiment.
-    crate::api::experiments::stop_if_revoked(&state, &model).await;
+    // A revoked arm ends the model's experiment (the answer says so).
+    if let Some(stopped) = crate::api::experiments::stop_if_revoked(&state, &model).await {
+        view["experiment"] = serde_json::json!(stopped);
+    }
     let mut answer = if stored {
         HttpResponse::Created()
     } else {

@@ -25,7 +25,7 @@ pub enum ExperimentCommand {
         treatment: String,
         /// Percent of the model's devices that take part (default 100); only devices in no
         /// staged cohort and no pin, and able to run both arms, do.
-        #[arg(long)]
+        #[arg(long, value_parser = finite)]
         share: Option<f64>,
         /// An app metric to compare (repeatable): NAME (higher is better), NAME:lower or
         /// NAME:higher. ferry's own (load_failure, fallback, crash, latency_p95_ms,
@@ -37,7 +37,7 @@ pub enum ExperimentCommand {
         classes: Vec<String>,
         /// The smallest effect worth finding, as a share of the control's mean (default 0.05):
         /// the interval is tightest and the sample needed is quoted for it.
-        #[arg(long)]
+        #[arg(long, value_parser = finite)]
         effect: Option<f64>,
         /// Days of each device's history before the start used to narrow the interval
         /// (CUPED; default 7, at most 30).
@@ -85,6 +85,14 @@ pub enum ExperimentCommand {
         #[command(flatten)]
         remote: Remote,
     },
+}
+
+/// A number flag: finite (NaN and infinity would reach the server as null, its default).
+fn finite(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(v),
+        _ => Err(format!("{s:?} is not a finite number")),
+    }
 }
 
 fn parse_arm(s: &str) -> Result<ArmName, String> {
@@ -265,13 +273,19 @@ fn print_status(v: &serde_json::Value) -> anyhow::Result<()> {
     for m in v["metrics"].as_array().into_iter().flatten() {
         let interval = format!("[{}, {}]", num(&m["interval"][0]), num(&m["interval"][1]));
         let needs = match (m["decision"].as_str(), m["devices_more"].as_u64()) {
-            (Some("better" | "worse"), _) | (_, Some(0)) => "enough devices".to_string(),
+            (Some("better" | "worse"), _) => "decided".to_string(),
+            (_, Some(0)) => "enough devices".to_string(),
             (_, Some(n)) => format!("{n} more per arm"),
             (_, None) => "-".into(),
         };
+        let name = format!(
+            "{}{}",
+            m["metric"].as_str().unwrap_or("?"),
+            if m["cuped"] == true { " (CUPED)" } else { "" }
+        );
         println!(
             "{:<22} {:>12} {:>12} {:>12}  {:<27} {:<8} {needs}",
-            m["metric"].as_str().unwrap_or("?"),
+            name,
             num(&m["control"]),
             num(&m["treatment"]),
             num(&m["difference"]),
@@ -279,13 +293,12 @@ fn print_status(v: &serde_json::Value) -> anyhow::Result<()> {
             m["decision"].as_str().unwrap_or("?"),
         );
         for c in m["classes"].as_array().into_iter().flatten() {
-            if c["decision"].as_str() == Some("unknown") {
-                continue;
-            }
             println!(
-                "  {}={}: {} {} [{}, {}]",
+                "  {}={} ({} / {} devices): {} {} [{}, {}]",
                 c["key"].as_str().unwrap_or("?"),
                 c["value"].as_str().unwrap_or("?"),
+                c["devices"][0],
+                c["devices"][1],
                 c["decision"].as_str().unwrap_or("?"),
                 num(&c["difference"]),
                 num(&c["interval"][0]),
@@ -294,8 +307,10 @@ fn print_status(v: &serde_json::Value) -> anyhow::Result<()> {
         }
     }
     println!(
-        "(better/worse: the interval excludes 0; it stays valid however often you look. Per \
-         class, 5% is divided among the classes shown.)"
+        "(Means per device; (CUPED): adjusted by each device's history. better/worse: the \
+         interval excludes 0 with 30 devices per arm; it stays valid however often you look. \
+         Per class, 5% is divided among the classes shown. Telemetry counts once written to the \
+         raw log: within telemetry.raw_roll_secs, 60 s by default.)"
     );
     Ok(())
 }

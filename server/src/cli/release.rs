@@ -291,5 +291,12 @@ fn revoke(
             key.id()
         ),
     }
+    if let Some(x) = answer.get("experiment").filter(|x| !x.is_null()) {
+        println!(
+            "experiment {} stopped: {}",
+            x["id"].as_str().unwrap_or("?"),
+            x["reason"].as_str().unwrap_or("")
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

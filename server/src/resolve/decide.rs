@@ -12,7 +12,7 @@ use ferry_shared::experiment::ArmName;
 use ferry_shared::manifest::{ReleaseManifest, Variant};
 use ferry_shared::select::deny::DenyEntry;
 use ferry_shared::select::rollout::{Pin, RolloutPlan};
-use ferry_shared::select::{self, Preference, Rule};
+use ferry_shared::select::{Preference, Rule};
 use ferry_shared::wire::resolve::{
     Candidate, Cohort, CohortRule, Decision, Explanation, ResolveRequest,
 };
@@ -247,23 +247,23 @@ pub fn decide(
             .map(|e| Rule::Demote(e.reason()))
     };
     let all = releases_all;
-    let eligible = wanted_cohort == Cohort::Baseline && pin.is_none();
-    let (experiment, selection) = match crate::resolve::experiment::pick(
+    let staged_or_pinned = if pin.is_some() {
+        Some("it is pinned")
+    } else if wanted_cohort == Cohort::Staged {
+        Some("the rollout stages it")
+    } else {
+        None
+    };
+    let (experiment, selection) = crate::resolve::experiment::select_with(
         device,
         state.experiment,
-        eligible,
-        all,
+        staged_or_pinned,
+        (all, &manifests),
         state.revocations,
         policy.preference,
         &deny,
-    ) {
-        Some((arm, selection)) => (Some(arm), selection),
-        None => (
-            None,
-            select::select(&manifests, device, policy.preference, &deny)
-                .map_err(|explain| Refusal::NoFit { model, explain })?,
-        ),
-    };
+    )
+    .map_err(|explain| Refusal::NoFit { model, explain })?;
     let release = all
         .iter()
         .find(|r| r.manifest.version == selection.manifest.version)

@@ -9,19 +9,19 @@ use std::sync::Arc;
 use ferry_shared::experiment::{Arm, ArmName, ExperimentPlan};
 use ferry_shared::manifest::ReleaseManifest;
 use ferry_shared::select::{self, DenyRule, Preference, Selection};
-use ferry_shared::wire::resolve::{ExperimentArm, ResolveRequest};
+use ferry_shared::wire::resolve::{ExperimentArm, Explanation, ResolveRequest};
 
 use crate::snapshot::Revocations;
 use crate::storage::catalog::Release;
 
-/// What an arm offers `device`: the arm's release ranked as resolve ranks it, its variant (if
-/// it names one) first, and the other arm's variant of the same release left out unless it is
-/// the tested fallback (last). `None` when the release is missing or revoked, or the device
-/// cannot run the arm's variant.
+/// What an arm offers `device`: an arm that names a variant gets that variant, then the
+/// release's tested fallback (last in resolve's ranking) if it is another one, nothing else; an
+/// arm that is a whole release gets the release ranked as resolve ranks it (the other arm is
+/// then another release: start refuses a release against one of its own variants). `None`
+/// when the release is missing or revoked, or the device cannot run the arm's variant.
 fn offer<'a>(
     device: &ResolveRequest,
     arm: &Arm,
-    other: &Arm,
     all: &'a [Arc<Release>],
     revocations: Option<&Revocations>,
     pref: &Preference,
@@ -33,46 +33,68 @@ fn offer<'a>(
     }
     let manifests: [&ReleaseManifest; 1] = [&release.manifest];
     let mut selection = select::select(&manifests, device, pref, deny).ok()?;
-    // The tested fallback (last in resolve's ranking) stays last whatever the arms are: a
-    // device whose arm fails falls back, and stays in its arm.
-    let fallback = selection.candidates.last().map(|v| v.id.clone());
-    if other.release == arm.release
-        && let Some(theirs) = &other.variant
-        && arm.variant.as_ref() != Some(theirs)
-        && fallback.as_ref() != Some(theirs)
-    {
-        selection.candidates.retain(|v| &v.id != theirs);
-    }
     if let Some(mine) = &arm.variant {
-        let at = selection.candidates.iter().position(|v| &v.id == mine)?;
-        let first = selection.candidates.remove(at);
-        selection.candidates.insert(0, first);
+        let first = *selection.candidates.iter().find(|v| &v.id == mine)?;
+        let fallback = selection
+            .candidates
+            .last()
+            .copied()
+            .filter(|v| &v.id != mine);
+        selection.candidates = std::iter::once(first).chain(fallback).collect();
     }
     (!selection.candidates.is_empty()).then_some(selection)
 }
 
-/// The arm `device` is in and what it offers, or `None` when the device takes no part:
-/// `eligible` says it is in no staged cohort and has no pin; the experiment must be running;
-/// the install id must fall inside the share; and the device must be able to run both arms
-/// (analysed by intention to treat from then on: a device that falls back stays in its arm).
+/// Whether `device` takes part in an experiment: its arm and what the arm offers, or why not.
+pub enum Part<'a> {
+    /// In the arm, with what it offers.
+    In(ExperimentArm, Selection<'a>),
+    /// In the experiment's share by hash, but left out: why (for `explain`).
+    Out(String),
+    /// No running experiment, or outside its share.
+    None,
+}
+
+/// The arm `device` is in and what it offers: `staged_or_pinned` says the rollout stages or
+/// pins it (then it takes no part); the experiment must be running; the install id must fall
+/// inside the share; and the device must be able to run both arms (analysed by intention to
+/// treat from then on: a device that falls back stays in its arm).
 pub fn pick<'a>(
     device: &ResolveRequest,
     plan: Option<&ExperimentPlan>,
-    eligible: bool,
+    staged_or_pinned: Option<&str>,
     all: &'a [Arc<Release>],
     revocations: Option<&Revocations>,
     pref: &Preference,
     deny: DenyRule<'_>,
-) -> Option<(ExperimentArm, Selection<'a>)> {
-    let plan = plan.filter(|p| p.is_running() && eligible)?;
-    let arm = plan.bucket_arm(&device.install_id)?;
+) -> Part<'a> {
+    let Some(plan) = plan.filter(|p| p.is_running()) else {
+        return Part::None;
+    };
+    let Some(arm) = plan.bucket_arm(&device.install_id) else {
+        return Part::None;
+    };
+    let out = |why: String| {
+        Part::Out(format!(
+            "experiment {}: this install id falls in the {} arm but takes no part: {why}",
+            plan.id,
+            arm.as_str()
+        ))
+    };
+    if let Some(why) = staged_or_pinned {
+        return out(why.to_string());
+    }
     let (mine, theirs) = match arm {
         ArmName::Control => (&plan.control, &plan.treatment),
         ArmName::Treatment => (&plan.treatment, &plan.control),
     };
-    let selection = offer(device, mine, theirs, all, revocations, pref, deny)?;
-    offer(device, theirs, mine, all, revocations, pref, deny)?;
-    Some((
+    let Some(selection) = offer(device, mine, all, revocations, pref, deny) else {
+        return out(format!("it cannot get its arm, {mine}"));
+    };
+    if offer(device, theirs, all, revocations, pref, deny).is_none() {
+        return out(format!("it cannot get the other arm, {theirs}"));
+    }
+    Part::In(
         ExperimentArm {
             id: plan.id.clone(),
             arm: arm.as_str().to_string(),
@@ -80,5 +102,56 @@ pub fn pick<'a>(
             basis_points: plan.basis_points,
         },
         selection,
-    ))
+    )
+}
+
+/// The selection for `device`: its experiment arm's (with the arm) when it takes part, else
+/// resolve's own over `manifests` (the releases its cohort may get); the explanation of the
+/// chosen release says which arm, or why the device takes no part though in the share. `Err`:
+/// nothing fits (why each variant was left out).
+pub fn select_with<'a>(
+    device: &ResolveRequest,
+    plan: Option<&ExperimentPlan>,
+    staged_or_pinned: Option<&str>,
+    (all, manifests): (&'a [Arc<Release>], &[&'a ReleaseManifest]),
+    revocations: Option<&Revocations>,
+    pref: &Preference,
+    deny: DenyRule<'_>,
+) -> Result<(Option<ExperimentArm>, Selection<'a>), Vec<Explanation>> {
+    let (arm, mut selection, note) =
+        match pick(device, plan, staged_or_pinned, all, revocations, pref, deny) {
+            Part::In(arm, selection) => {
+                let note = format!(
+                    "experiment {}: the {} arm ({}), by intention to treat",
+                    arm.id,
+                    arm.arm,
+                    selection
+                        .candidates
+                        .iter()
+                        .map(|v| v.id.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                (Some(arm), selection, Some(note))
+            }
+            other => {
+                let selection = select::select(manifests, device, pref, deny)?;
+                let note = match other {
+                    Part::Out(why) => Some(why),
+                    _ => None,
+                };
+                (None, selection, note)
+            }
+        };
+    if let Some(note) = note {
+        let release = selection.manifest.version.clone();
+        for e in selection
+            .explain
+            .iter_mut()
+            .filter(|e| e.release == release)
+        {
+            e.reasons.push(note.clone());
+        }
+    }
+    Ok((arm, selection))
 }

@@ -141,6 +141,17 @@ fn check_arm(
     Ok(())
 }
 
+/// A reason is kept in the history and printed: at most 1000 bytes, no control characters.
+fn check_reason(reason: &str) -> Result<(), ExperimentError> {
+    if reason.len() > 1000 || reason.chars().any(char::is_control) {
+        return Err(invalid(
+            "reason must be at most 1000 bytes without control characters (line breaks, \
+             escapes)",
+        ));
+    }
+    Ok(())
+}
+
 /// The plan `req` starts, after the plan in force `current`.
 pub fn start(
     current: Option<&ExperimentPlan>,
@@ -159,10 +170,20 @@ pub fn start(
     }
     check_arm("control", &control, published, revoked)?;
     check_arm("treatment", &treatment, published, revoked)?;
-    let share = req.share.unwrap_or(100.0);
-    if !(share.is_finite() && share > 0.0 && share <= 100.0) {
+    if control.release == treatment.release
+        && control.variant.is_none() != treatment.variant.is_none()
+    {
         return Err(invalid(format!(
-            "share {share} must be a percent above 0 and at most 100"
+            "{control} against {treatment}: one arm is release {} and the other one of its \
+             variants, so the release arm holds the other arm; compare two variants \
+             (RELEASE/VARIANT on both sides) or two releases",
+            control.release
+        )));
+    }
+    let share = req.share.unwrap_or(100.0);
+    if !(share.is_finite() && (0.01..=100.0).contains(&share)) {
+        return Err(invalid(format!(
+            "share {share} must be a percent from 0.01 (one device in 10,000) to 100"
         )));
     }
     let basis_points = ((share * 100.0).round() as u32).clamp(1, FULL);
@@ -197,9 +218,7 @@ pub fn start(
             "lookback_days must be at most {MAX_LOOKBACK_DAYS}"
         )));
     }
-    if req.reason.len() > 1000 {
-        return Err(invalid("reason is longer than 1000 bytes"));
-    }
+    check_reason(&req.reason)?;
     let random: String = made
         .random
         .chars()
@@ -243,11 +262,11 @@ pub fn stop(
         return Err(ExperimentError::NotRunning);
     };
     if req.roll_out && req.winner.is_none() {
-        return Err(invalid("--roll-out needs --winner control or treatment"));
+        return Err(invalid(
+            "a roll-out needs a winner: control or treatment (--winner)",
+        ));
     }
-    if req.reason.len() > 1000 {
-        return Err(invalid("reason is longer than 1000 bytes"));
-    }
+    check_reason(&req.reason)?;
     Ok(ExperimentPlan {
         revision: cur.revision + 1,
         state: ExperimentState::Stopped {

@@ -85,9 +85,10 @@ pub fn half_width(v: f64, tau2: f64, alpha: f64) -> f64 {
 /// What the two arms show for one metric.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Comparison {
-    /// The control's mean per device (NaN, null on the wire, without devices).
+    /// The control's mean per device, CUPED-adjusted where CUPED applies (NaN, null on the
+    /// wire, without devices).
     pub control: f64,
-    /// The treatment's mean per device (NaN, null on the wire, without devices).
+    /// The treatment's mean per device, likewise.
     pub treatment: f64,
     /// Treatment minus control (CUPED-adjusted where a past was used).
     pub difference: f64,
@@ -107,16 +108,55 @@ pub struct Comparison {
     pub enough: bool,
 }
 
+/// Devices from which winsorization applies (below, every device counts as it is).
+pub const WINSORIZE_FROM: usize = 20;
+
+/// The bounds devices' values are clamped to: the pooled 1st and 99th percentiles (nearest
+/// rank), and at least the most extreme device at each end, so that one device (a broken
+/// client, or an attacker with a real receipt) cannot carry a mean away. `None` below
+/// [`WINSORIZE_FROM`] values.
+pub fn winsor_bounds(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
+    let mut v: Vec<f64> = values.filter(|x| x.is_finite()).collect();
+    if v.len() < WINSORIZE_FROM {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let k = (v.len() / 100).max(1);
+    Some((v[k], v[v.len() - 1 - k]))
+}
+
+fn clamp_units(units: &[Unit], y: Option<(f64, f64)>, x: Option<(f64, f64)>) -> Vec<Unit> {
+    let clamp = |v: f64, b: Option<(f64, f64)>| b.map_or(v, |(lo, hi)| v.clamp(lo, hi));
+    units
+        .iter()
+        .map(|u| Unit {
+            y: clamp(u.y, y),
+            x: u.x.map(|x0| clamp(x0, x)),
+        })
+        .collect()
+}
+
 /// Compares `control` and `treatment` at error rate `alpha`, the effect of interest being
 /// `relative_effect` of the control's mean (of the pooled spread when the mean is zero).
+/// Devices' values (and histories) are winsorized over both arms pooled ([`winsor_bounds`]);
+/// with CUPED, `control` and `treatment` are the arms' adjusted means, so that `difference`
+/// is their difference.
 pub fn compare(
     control: &[Unit],
     treatment: &[Unit],
     relative_effect: f64,
     alpha: f64,
 ) -> Comparison {
+    let pooled = || control.iter().chain(treatment);
+    let y_bounds = winsor_bounds(pooled().map(|u| u.y));
+    let x_bounds = winsor_bounds(pooled().filter_map(|u| u.x));
+    let (control, treatment) = (
+        clamp_units(control, y_bounds, x_bounds),
+        clamp_units(treatment, y_bounds, x_bounds),
+    );
+    let (control, treatment) = (control.as_slice(), treatment.as_slice());
     let (mc, _, nc) = mean_var(control.iter().map(|u| u.y));
-    let (mt, _, nt) = mean_var(treatment.iter().map(|u| u.y));
+    let (_, _, nt) = mean_var(treatment.iter().map(|u| u.y));
     let raw_v = variance_of_difference(control, treatment, None);
     let theta = cuped_theta(&[control, treatment]);
     let v = variance_of_difference(control, treatment, theta);
@@ -135,8 +175,8 @@ pub fn compare(
     let per_device = v * (nc.max(1) * nt.max(1)) as f64 / (nc + nt).max(1) as f64;
     // An arm without devices has no mean (null on the wire), not a mean of zero.
     let (mc, mt) = (
-        if nc == 0 { f64::NAN } else { mc },
-        if nt == 0 { f64::NAN } else { mt },
+        if nc == 0 { f64::NAN } else { adj_c },
+        if nt == 0 { f64::NAN } else { adj_t },
     );
     let difference = if nc == 0 || nt == 0 {
         f64::NAN

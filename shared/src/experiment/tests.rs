@@ -173,6 +173,22 @@ fn a_start_names_published_unrevoked_arms_and_sane_settings() {
             },
             "reason",
         ),
+        (
+            StartExperiment {
+                reason: "ok\n#9 fake".into(),
+                ..req("1.0.0", "1.1.0")
+            },
+            "control characters",
+        ),
+        (
+            StartExperiment {
+                share: Some(0.001),
+                ..req("1.0.0", "1.1.0")
+            },
+            "share",
+        ),
+        (req("1.0.0", "1.0.0/int8"), "compare two variants"),
+        (req("1.0.0/fp32", "1.0.0"), "compare two variants"),
     ] {
         let e = start(None, &bad, &published, &none, made()).expect_err(why);
         assert_eq!(e.code(), crate::errors::ErrorCode::ExperimentInvalid);
@@ -294,4 +310,25 @@ proptest! {
             prop_assert!(arms[0] * 3 >= total && arms[1] * 3 >= total, "{:?}", arms);
         }
     }
+}
+
+#[test]
+fn one_extreme_device_cannot_carry_a_mean_away() {
+    use crate::experiment::analysis::{ALPHA, Verdict, verdict};
+    use crate::experiment::stats::{Unit, compare};
+    let arm = |base: f64| -> Vec<Unit> {
+        (0..40)
+            .map(|i| Unit {
+                y: base + f64::from(i % 5) * 0.01,
+                x: None,
+            })
+            .collect()
+    };
+    let (mut c, t) = (arm(0.5), arm(0.8));
+    // A device with a real receipt sends the lowest value the server takes.
+    c[0].y = -1e12;
+    let r = compare(&c, &t, 0.05, ALPHA);
+    assert!((r.control - 0.52).abs() < 0.01, "{r:?}");
+    assert!(r.interval[0] > 0.2 && r.interval[1] < 0.4, "{r:?}");
+    assert_eq!(verdict(&r, Better::Higher), Verdict::Better);
 }

@@ -139,12 +139,12 @@ fn fold_batch(
         }
         let id = install.value(i);
         let tag = text(arm_col, i);
+        // Another experiment's arm is history like any event before the start: it does not
+        // depend on this experiment's assignment (its own salt), which is all CUPED needs.
         let arm = match tag {
             Some(t) if t == tags[0] => Some(ArmName::Control),
             Some(t) if t == tags[1] => Some(ArmName::Treatment),
-            // Another experiment's arm: neither this one's arm nor a clean past.
-            Some(_) => continue,
-            None => None,
+            _ => None,
         };
         // History is what came before the start (after it, an event without this arm is a
         // device outside the experiment, or one not yet in it).

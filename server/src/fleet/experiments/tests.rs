@@ -119,6 +119,14 @@ fn only_counted_events_of_this_model_and_arm_count_and_history_is_before_the_sta
             true,
             Some("xother=treatment"),
         ),
+        // Another experiment's arm before the start is history.
+        raw(
+            metric("d", "accepted", 0.25),
+            -30,
+            true,
+            Some("xother=control"),
+        ),
+        raw(metric("d", "accepted", 0.5), 30, true, Some("xabc=control")),
         raw(other_model, 9, true, Some("xabc=treatment")),
         raw(metric("b", "other", 7.0), 9, true, Some("xabc=treatment")),
         raw(metric("c", "accepted", 3.0), -8 * 24 * 60, true, None),
@@ -136,6 +144,7 @@ fn only_counted_events_of_this_model_and_arm_count_and_history_is_before_the_sta
     assert_eq!(b.during.value("other"), None);
     assert_eq!(b.pre.events, 0);
     assert!(!folded.devices.contains_key("c"));
+    assert_eq!(folded.devices["d"].pre.value("accepted"), Some(0.25));
 }
 
 #[test]

@@ -225,3 +225,57 @@ fn a_share_takes_only_its_devices_and_a_change_moves_the_sequence() {
     next.revision = 2;
     assert_eq!(with(None, &next, None).sequence(), before + 1);
 }
+
+#[test]
+fn explain_says_which_arm_or_why_none() {
+    let releases = two_releases();
+    let pref = Preference::default();
+    let x = experiment("1.1.0/xnnpack", "1.1.0/vulkan", 10_000);
+    let reasons = |d: &ResolveRequest, s: &ModelState<'_>| -> Vec<String> {
+        decide(d, s, &releases, &policy(&pref), now())
+            .expect("ok")
+            .explain
+            .into_iter()
+            .flat_map(|e| e.reasons)
+            .filter(|r| r.starts_with("experiment xtest"))
+            .collect()
+    };
+    let d = device(
+        &install_in(&x, ArmName::Treatment, None),
+        0,
+        &BOTH,
+        "1.5.1",
+        4096,
+    );
+    let said = reasons(&d, &with(None, &x, None));
+    assert!(
+        said.iter()
+            .any(|r| r.contains("the treatment arm (vulkan, xnnpack)")),
+        "{said:?}"
+    );
+    let cpu_only = device(
+        &d.install_id,
+        0,
+        &[true, false, false, false],
+        "1.5.1",
+        4096,
+    );
+    let said = reasons(&cpu_only, &with(None, &x, None));
+    assert!(
+        said.iter()
+            .any(|r| r.contains("takes no part: it cannot get its arm, 1.1.0/vulkan")),
+        "{said:?}"
+    );
+    let mut pinned = plan(Some(Version::new(1, 0, 0)), Version::new(1, 1, 0), 0);
+    pinned.pins.push(Pin {
+        install_id: d.install_id.clone(),
+        release: Version::new(1, 0, 0),
+        expires: None,
+    });
+    let said = reasons(&d, &with(Some(&pinned), &x, None));
+    assert!(
+        said.iter()
+            .any(|r| r.contains("takes no part: it is pinned")),
+        "{said:?}"
+    );
+}
