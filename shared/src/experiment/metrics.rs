@@ -107,6 +107,30 @@ impl Period {
         true
     }
 
+    /// Adds `other` (the same device's events read elsewhere); the app metric names dropped
+    /// (past [`MAX_APP_METRICS`]).
+    pub fn merge(&mut self, other: &Period) -> u64 {
+        self.events += other.events;
+        self.loads += other.loads;
+        self.load_failures += other.load_failures;
+        self.fallbacks += other.fallbacks;
+        self.crashes += other.crashes;
+        self.latency_n += other.latency_n;
+        self.latency_sum += other.latency_sum;
+        self.bytes = self.bytes.saturating_add(other.bytes);
+        let mut dropped = 0;
+        for (name, (n, sum)) in &other.app {
+            if !self.app.contains_key(name) && self.app.len() >= MAX_APP_METRICS {
+                dropped += n;
+                continue;
+            }
+            let slot = self.app.entry(name.clone()).or_default();
+            slot.0 += n;
+            slot.1 += sum;
+        }
+        dropped
+    }
+
     /// The device's one number for `metric` in this period (`None`: it reported nothing that
     /// bears on it).
     pub fn value(&self, metric: &str) -> Option<f64> {
@@ -139,4 +163,22 @@ pub struct DeviceRecord {
     pub pre: Period,
     /// In its arm.
     pub during: Period,
+}
+
+impl DeviceRecord {
+    /// Adds `other` (the same device's events read from another file): the arm any of them
+    /// names, the class it reports in its arm (its history's until then); the app metric
+    /// values dropped.
+    pub fn merge(&mut self, other: DeviceRecord) -> u64 {
+        if other.arm.is_some() || self.arm.is_none() {
+            if !other.soc.is_empty() {
+                self.soc = other.soc;
+            }
+            if !other.device_model.is_empty() {
+                self.device_model = other.device_model;
+            }
+        }
+        self.arm = other.arm.or(self.arm);
+        self.pre.merge(&other.pre) + self.during.merge(&other.during)
+    }
 }

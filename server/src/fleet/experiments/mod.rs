@@ -134,14 +134,32 @@ impl Experiments {
                 .filter(|k| seen.is_none_or(|s| !s.contains(k)))
                 .collect()
         };
-        let mut fetched = Vec::with_capacity(new.len());
+        // One file at a time (files are up to `raw_buffer_events` events): read, decoded off
+        // the async workers, then merged, so memory holds the devices and one file.
         for key in new {
             let path = object_store::path::Path::from(key.as_str());
-            match store.get(&path).await {
-                Ok(r) => fetched.push((key, r.bytes().await.map_err(StoreError::from)?)),
+            let bytes = match store.get(&path).await {
+                Ok(r) => r.bytes().await.map_err(StoreError::from)?,
                 // Deleted past its retention meanwhile: nothing to read.
-                Err(object_store::Error::NotFound { .. }) => {}
+                Err(object_store::Error::NotFound { .. }) => continue,
                 Err(e) => return Err(e.into()),
+            };
+            let one = plan.clone();
+            let part = tokio::task::spawn_blocking(move || {
+                let mut f = read::Folded::default();
+                read::fold(bytes, &one, window, &mut f).map(|()| f)
+            })
+            .await
+            .map_err(|e| StoreError::Encode(format!("reading {key}: {e}")))?;
+            let mut held = ferry_shared::sync::lock(&self.held);
+            let (_, folded) = held.entry(plan.id.clone()).or_default();
+            // Another status may have folded it meanwhile.
+            if !folded.files.insert(key.clone()) {
+                continue;
+            }
+            match part {
+                Ok(part) => folded.absorb(part),
+                Err(e) => tracing::warn!("raw telemetry file {key} skipped by the experiment: {e}"),
             }
         }
         let stamp = self
@@ -159,16 +177,6 @@ impl Experiments {
         }
         let (used, folded) = held.entry(plan.id.clone()).or_default();
         *used = stamp;
-        for (key, bytes) in fetched {
-            // Another status may have folded it meanwhile.
-            if folded.files.contains(&key) {
-                continue;
-            }
-            if let Err(e) = read::fold(bytes, plan, window, folded) {
-                tracing::warn!("raw telemetry file {key} skipped by the experiment: {e}");
-            }
-            folded.files.insert(key);
-        }
         // In install-id order, so that every replica sums in the same order and reports the
         // same figures to the last bit.
         let mut ids: Vec<&String> = folded

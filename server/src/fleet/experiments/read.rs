@@ -46,6 +46,24 @@ pub struct Folded {
     pub dropped_metrics: u64,
 }
 
+impl Folded {
+    /// Adds the devices folded from one more file (within [`MAX_DEVICES`]).
+    pub fn absorb(&mut self, part: Folded) {
+        self.dropped_devices += part.dropped_devices;
+        self.dropped_metrics += part.dropped_metrics;
+        for (id, record) in part.devices {
+            let full = self.devices.len() >= MAX_DEVICES;
+            match self.devices.get_mut(&id) {
+                Some(d) => self.dropped_metrics += d.merge(record),
+                None if full => self.dropped_devices += 1,
+                None => {
+                    self.devices.insert(id, record);
+                }
+            }
+        }
+    }
+}
+
 /// The window of one experiment's reading (unix microseconds): a device's history from `from`
 /// (the start less the lookback) to `start`, its events in its arm until `until` (the stop, if
 /// it stopped).

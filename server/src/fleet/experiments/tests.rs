@@ -189,3 +189,56 @@ fn files_from_before_the_metric_columns_are_read_and_junk_is_an_error() {
         );
     }
 }
+
+#[test]
+fn devices_read_file_by_file_are_the_devices_read_at_once() {
+    let events: Vec<RawEvent> = (0..40)
+        .map(|i| {
+            let id = format!("dev-{}", i % 7);
+            let arm = match i % 3 {
+                0 => None,
+                1 => Some("xabc=control"),
+                _ => Some("xabc=treatment"),
+            };
+            let minutes = if arm.is_none() { -10 - i } else { 5 + i };
+            raw(
+                metric(&id, "accepted", f64::from(i as u8)),
+                minutes,
+                true,
+                arm,
+            )
+        })
+        .collect();
+    let mut once = Folded::default();
+    fold(
+        encode(&events, "n").expect("encode").into(),
+        &plan(),
+        window(),
+        &mut once,
+    )
+    .expect("fold");
+    let mut split = Folded::default();
+    for chunk in events.chunks(9) {
+        let mut part = Folded::default();
+        fold(
+            encode(chunk, "n").expect("encode").into(),
+            &plan(),
+            window(),
+            &mut part,
+        )
+        .expect("fold");
+        split.absorb(part);
+    }
+    assert_eq!(once.devices.len(), split.devices.len());
+    for (id, d) in &once.devices {
+        let s = &split.devices[id];
+        for m in ["accepted", "crash"] {
+            assert_eq!(d.pre.value(m), s.pre.value(m), "{id} {m}");
+            assert_eq!(d.during.value(m), s.during.value(m), "{id} {m}");
+        }
+        assert_eq!(
+            (d.pre.events, d.during.events),
+            (s.pre.events, s.during.events)
+        );
+    }
+}
