@@ -124,18 +124,8 @@ pub(crate) fn experiment_cmd(cmd: ExperimentCommand, json: bool) -> anyhow::Resu
                 lookback_days,
                 reason: reason.unwrap_or_default(),
             };
-            let v = admin_call(
-                &remote,
-                "POST",
-                &format!("/v1/admin/models/{model}/experiment"),
-                Some(serde_json::to_value(&body)?),
-            )?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
-            } else {
-                let p: ExperimentPlan = serde_json::from_value(v)
-                    .context("the server's answer is not an experiment plan")?;
-                println!("{}", plan_line(&p));
+            let path = format!("/v1/admin/models/{model}/experiment");
+            if change(&remote, &path, serde_json::to_value(&body)?, json)?.is_some() {
                 println!("status: ferry experiment status {model}");
             }
             Ok(ExitCode::SUCCESS)
@@ -166,27 +156,20 @@ pub(crate) fn experiment_cmd(cmd: ExperimentCommand, json: bool) -> anyhow::Resu
                 roll_out,
                 reason: reason.unwrap_or_default(),
             };
-            let v = admin_call(
-                &remote,
-                "POST",
-                &format!("/v1/admin/models/{model}/experiment/stop"),
-                Some(serde_json::to_value(&body)?),
-            )?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
-            } else {
-                let p: ExperimentPlan = serde_json::from_value(v.clone())
-                    .context("the server's answer is not an experiment plan")?;
-                println!("{}", plan_line(&p));
-                if let Some(r) = v.get("rollout").filter(|r| !r.is_null()) {
-                    println!(
-                        "rollout started: {} to {}",
-                        r["staged"].as_str().unwrap_or("?"),
-                        r["basis_points"]
-                            .as_u64()
-                            .map_or("?".into(), |b| format!("{}%", b as f64 / 100.0))
-                    );
-                }
+            let path = format!("/v1/admin/models/{model}/experiment/stop");
+            let answer = change(&remote, &path, serde_json::to_value(&body)?, json)?;
+            if let Some(r) = answer
+                .as_ref()
+                .and_then(|v| v.get("rollout"))
+                .filter(|r| !r.is_null())
+            {
+                println!(
+                    "rollout started: {} to {}",
+                    r["staged"].as_str().unwrap_or("?"),
+                    r["basis_points"]
+                        .as_u64()
+                        .map_or("?".into(), |b| format!("{}%", b as f64 / 100.0))
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -224,6 +207,25 @@ pub(crate) fn experiment_cmd(cmd: ExperimentCommand, json: bool) -> anyhow::Resu
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Posts a change and prints the plan the server wrote (its JSON with `json`); the answer,
+/// when it was printed as text.
+fn change(
+    remote: &Remote,
+    path: &str,
+    body: serde_json::Value,
+    json: bool,
+) -> anyhow::Result<Option<serde_json::Value>> {
+    let v = admin_call(remote, "POST", path, Some(body))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(None);
+    }
+    let p: ExperimentPlan = serde_json::from_value(v.clone())
+        .context("the server's answer is not an experiment plan")?;
+    println!("{}", plan_line(&p));
+    Ok(Some(v))
 }
 
 /// One line for a plan: its id, arms, share and state.

@@ -82,22 +82,10 @@ pub async fn apply(
     model: &ModelName,
     compute: impl Fn(Option<&ExperimentPlan>) -> Result<ExperimentPlan, ExperimentError>,
 ) -> Result<ExperimentPlan, PlanError> {
-    let (_, plan) = revisions::append::<ExperimentPlan, PlanError>(
-        store,
-        &StorageKey::experiment_log(model),
-        |cur, number| {
-            let mut plan = compute(cur.map(|(_, p)| p))?;
-            plan.revision = number;
-            if let Some((_, before)) = cur
-                && revisions::earlier(&plan.at, &before.at)
-            {
-                plan.at.clone_from(&before.at);
-            }
-            Ok(plan)
-        },
-    )
-    .await?;
-    Ok(plan)
+    revisions::append_plan(store, &StorageKey::experiment_log(model), |cur| {
+        compute(cur).map_err(PlanError::from)
+    })
+    .await
 }
 
 /// Who makes a change, and when.

@@ -198,26 +198,7 @@ pub async fn apply(
     model: &ModelName,
     compute: impl Fn(Option<&RolloutPlan>) -> Result<RolloutPlan, RolloutError>,
 ) -> Result<RolloutPlan, RolloutError> {
-    let (_, plan) = revisions::append::<RolloutPlan, RolloutError>(
-        store,
-        &StorageKey::rollout_log(model),
-        |cur, number| {
-            // The plan's revision is the number it is stored under (a torn revision file takes a
-            // number without being readable).
-            let mut plan = compute(cur.map(|(_, p)| p))?;
-            plan.revision = number;
-            // Revision times never go back: a change retried after a lost race (or written
-            // by a replica whose clock is behind) is no older than the revision before it.
-            if let Some((_, before)) = cur
-                && revisions::earlier(&plan.at, &before.at)
-            {
-                plan.at.clone_from(&before.at);
-            }
-            Ok(plan)
-        },
-    )
-    .await?;
-    Ok(plan)
+    revisions::append_plan(store, &StorageKey::rollout_log(model), compute).await
 }
 
 #[cfg(test)]

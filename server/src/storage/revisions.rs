@@ -212,6 +212,67 @@ where
     .into())
 }
 
+/// A plan kept as a revision log: its revision number and its time, which [`append_plan`]
+/// sets.
+pub trait Revised {
+    /// Sets the revision number (the one it is stored under).
+    fn set_revision(&mut self, number: u64);
+    /// Its time (RFC 3339), which never goes back from one revision to the next.
+    fn at(&self) -> &str;
+    /// Sets its time.
+    fn set_at(&mut self, at: String);
+}
+
+impl Revised for ferry_shared::select::rollout::RolloutPlan {
+    fn set_revision(&mut self, number: u64) {
+        self.revision = number;
+    }
+    fn at(&self) -> &str {
+        &self.at
+    }
+    fn set_at(&mut self, at: String) {
+        self.at = at;
+    }
+}
+
+impl Revised for ferry_shared::experiment::ExperimentPlan {
+    fn set_revision(&mut self, number: u64) {
+        self.revision = number;
+    }
+    fn at(&self) -> &str {
+        &self.at
+    }
+    fn set_at(&mut self, at: String) {
+        self.at = at;
+    }
+}
+
+/// [`append`] for a plan: its revision is the number it is stored under (a torn revision file
+/// takes a number without being readable), and its time is no older than the revision before
+/// it (a change retried after a lost race, or written by a replica whose clock is behind).
+pub async fn append_plan<T, E>(
+    store: &Store,
+    prefix: &str,
+    compute: impl Fn(Option<&T>) -> Result<T, E>,
+) -> Result<T, E>
+where
+    T: Revised + Serialize + DeserializeOwned,
+    E: From<StoreError>,
+{
+    let (_, plan) = append::<T, E>(store, prefix, |cur, number| {
+        let mut plan = compute(cur.map(|(_, p)| p))?;
+        plan.set_revision(number);
+        if let Some((_, before)) = cur
+            && earlier(plan.at(), before.at())
+        {
+            plan.set_at(before.at().to_string());
+        }
+        Ok(plan)
+    })
+    .await?;
+    Ok(plan)
+}
+
 /// True when RFC 3339 time `a` is before `b` (compared as times, not text: fractions of a
 /// second vary in length). A time that does not parse is never earlier.
 pub(crate) fn earlier(a: &str, b: &str) -> bool {
