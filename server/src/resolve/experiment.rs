@@ -143,14 +143,16 @@ pub fn select_with<'a>(
                 (None, selection, note)
             }
         };
+    // Said once, on the variant the device tries first.
     if let Some(note) = note {
         let release = selection.manifest.version.clone();
-        for e in selection
+        let first = selection.candidates.first().map(|v| v.id.clone());
+        if let Some(e) = selection
             .explain
             .iter_mut()
-            .filter(|e| e.release == release)
+            .find(|e| e.release == release && Some(&e.variant) == first.as_ref())
         {
-            e.reasons.push(note.clone());
+            e.reasons.push(note);
         }
     }
     Ok((arm, selection))
