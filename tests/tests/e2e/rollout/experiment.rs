@@ -254,11 +254,24 @@ fn two_arms_of_real_clients_give_an_always_valid_interval_and_a_decision_per_met
     assert!(classes.iter().all(|c| c["alpha"].as_f64() == Some(0.025)));
 
     forged_events_change_nothing(&app, &url, &s, plan["id"].as_str().expect("id"), &treatment);
-    // Another replica on the same store, and this one after a restart, say the same.
-    let replica = app.try_replica_at("127.0.0.1:0").expect("replica");
-    let there = status(&replica.url());
-    assert_eq!(metric(&there, "accepted")["interval"], acc["interval"]);
-    replica.stop();
+    // Two more replicas on the same store (three in all), and this one after a restart, say
+    // the same; a device resolving through another replica is in the arm its hash gives it.
+    let replicas: Vec<_> = (0..2)
+        .map(|_| app.try_replica_at("127.0.0.1:0").expect("replica"))
+        .collect();
+    for r in &replicas {
+        let there = status(&r.url());
+        assert_eq!(metric(&there, "accepted")["interval"], acc["interval"]);
+        assert_eq!(metric(&there, "accepted")["decision"], "better");
+        let receipt = receipt_through(&r.url(), &treatment[0]);
+        assert!(
+            receipt.contains(&format!("@{id}=treatment.", id = text_of(&plan["id"]))),
+            "{receipt}"
+        );
+    }
+    for r in replicas {
+        r.stop();
+    }
     app.restart().expect("restart");
     let url = app.url();
     let restarted = status(&url);
@@ -266,6 +279,25 @@ fn two_arms_of_real_clients_give_an_always_valid_interval_and_a_decision_per_met
     assert_eq!(metric(&restarted, "fallback")["decision"], "worse");
 
     a_stop_keeps_the_results_and_the_history(&app, &url, &treatment[0]);
+}
+
+fn text_of(v: &serde_json::Value) -> String {
+    v.as_str().unwrap_or_default().to_string()
+}
+
+/// The receipt a server at `url` gives install `id` (a phone that can run both arms).
+fn receipt_through(url: &str, id: &str) -> String {
+    let body = serde_json::json!({"model": MODEL, "install_id": id, "app_version": "1.0.0",
+        "runtime_version": "1.5.1", "backends": ["XnnpackBackend", "VulkanBackend"],
+        "platform": "android", "os_version": "14", "device_model": "phone", "soc": "SM8550",
+        "ram_mb": 4096});
+    let mut resp = ureq::post(format!("{url}/v1/resolve"))
+        .header("content-type", "application/json")
+        .send(serde_json::to_vec(&body).expect("json").as_slice())
+        .expect("resolve");
+    let answer: serde_json::Value =
+        serde_json::from_str(&resp.body_mut().read_to_string().expect("body")).expect("json");
+    text_of(&answer["receipt"])
 }
 
 /// Metric events without a valid receipt (none, a made-up one naming the treatment arm) are
