@@ -16,7 +16,7 @@ use ferry_shared::select::rollout::RolloutChange;
 use crate::api::AppState;
 use crate::api::auth::authorize;
 use crate::api::error::ApiError;
-use crate::api::extract::{admin_change, known_model};
+use crate::api::extract::{admin_change, catch_up, known_model};
 use crate::plans::experiment::{self as plans, PlanError};
 use crate::storage::revisions::now_text;
 use crate::tokens::Scope;
@@ -27,25 +27,6 @@ impl From<PlanError> for ApiError {
             PlanError::Store(s) => s.into(),
             other => ApiError::new(other.code(), other.to_string()),
         }
-    }
-}
-
-/// Reads the catalog again when `releases` name one this replica has not seen (published
-/// through another replica a moment ago).
-async fn catch_up(state: &AppState, model: &ModelName, releases: &[&semver::Version]) {
-    let catalog = state.catalog();
-    if releases.iter().all(|v| catalog.release(model, v).is_some()) {
-        return;
-    }
-    match crate::storage::catalog::Catalog::refresh(
-        state.store(),
-        &state.keys().release_ring,
-        &catalog,
-    )
-    .await
-    {
-        Ok((c, _)) => state.replace_catalog(c),
-        Err(e) => tracing::warn!("catalog reload failed: {e}"),
     }
 }
 
@@ -63,7 +44,7 @@ pub(crate) async fn post_experiment(
         .filter_map(|a| a.parse::<ferry_shared::experiment::Arm>().ok())
         .map(|a| a.release)
         .collect();
-    catch_up(&state, &model, &arms.iter().collect::<Vec<_>>()).await;
+    catch_up(&state, &model, &arms).await;
     let catalog = state.catalog();
     let releases = catalog.releases_newest_first(&model);
     let published: Vec<&ferry_shared::manifest::ReleaseManifest> =

@@ -208,6 +208,26 @@ fn integral(v: &mut serde_json::Value) {
     }
 }
 
+/// Reads the catalog again from the store when `releases` name one of `model` this replica has
+/// not seen (published through another replica a moment ago: an operator ships right after
+/// publishing), before a change is judged against it.
+pub(crate) async fn catch_up(state: &AppState, model: &ModelName, releases: &[semver::Version]) {
+    let catalog = state.catalog();
+    if releases.iter().all(|v| catalog.release(model, v).is_some()) {
+        return;
+    }
+    match crate::storage::catalog::Catalog::refresh(
+        state.store(),
+        &state.keys().release_ring,
+        &catalog,
+    )
+    .await
+    {
+        Ok((c, _)) => state.replace_catalog(c),
+        Err(e) => tracing::warn!("catalog reload failed: {e}"),
+    }
+}
+
 #[cfg(test)]
 mod integral_tests {
     #[test]

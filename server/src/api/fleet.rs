@@ -28,21 +28,9 @@ pub async fn post_rollout(
         admin_change(&req, &state, &model, payload, ErrorCode::RolloutInvalid).await?;
     let query = query
         .map_err(|e| ApiError::new(ErrorCode::RequestInvalid, format!("bad query string: {e}")))?;
-    // A release published through another replica a moment ago: read the catalog from the
-    // store before the change is judged against it (an operator ships right after publishing).
-    if let RolloutChange::Start { release, .. } | RolloutChange::Pin { release, .. } = &change
-        && state.catalog().release(&model, release).is_none()
-    {
-        match crate::storage::catalog::Catalog::refresh(
-            state.store(),
-            &state.keys().release_ring,
-            &state.catalog(),
-        )
-        .await
-        {
-            Ok((c, _)) => state.replace_catalog(c),
-            Err(e) => tracing::warn!("catalog reload failed: {e}"),
-        }
+    // A release published through another replica a moment ago.
+    if let RolloutChange::Start { release, .. } | RolloutChange::Pin { release, .. } = &change {
+        crate::api::extract::catch_up(&state, &model, std::slice::from_ref(release)).await;
     }
     if let RolloutChange::Start { release, .. } | RolloutChange::Pin { release, .. } = &change
         && let Some(r) = state

@@ -131,15 +131,11 @@ pub(crate) fn experiment_cmd(cmd: ExperimentCommand, json: bool) -> anyhow::Resu
             Ok(ExitCode::SUCCESS)
         }
         ExperimentCommand::Status { model, remote } => {
-            let v = admin_call(
+            if let Some(v) = read(
                 &remote,
-                "GET",
                 &format!("/v1/admin/models/{model}/experiment"),
-                None,
-            )?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
-            } else {
+                json,
+            )? {
                 print_status(&v)?;
             }
             Ok(ExitCode::SUCCESS)
@@ -174,16 +170,10 @@ pub(crate) fn experiment_cmd(cmd: ExperimentCommand, json: bool) -> anyhow::Resu
             Ok(ExitCode::SUCCESS)
         }
         ExperimentCommand::History { model, remote } => {
-            let v = admin_call(
-                &remote,
-                "GET",
-                &format!("/v1/admin/models/{model}/experiment/history"),
-                None,
-            )?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+            let path = format!("/v1/admin/models/{model}/experiment/history");
+            let Some(v) = read(&remote, &path, json)? else {
                 return Ok(ExitCode::SUCCESS);
-            }
+            };
             let revisions: Vec<ExperimentPlan> = serde_json::from_value(v["revisions"].clone())
                 .context("the server's history is not a list of plans")?;
             if revisions.is_empty() {
@@ -207,6 +197,16 @@ pub(crate) fn experiment_cmd(cmd: ExperimentCommand, json: bool) -> anyhow::Resu
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Reads `path`; prints it as JSON with `json` (then `None`), else hands it over to print.
+fn read(remote: &Remote, path: &str, json: bool) -> anyhow::Result<Option<serde_json::Value>> {
+    let v = admin_call(remote, "GET", path, None)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(None);
+    }
+    Ok(Some(v))
 }
 
 /// Posts a change and prints the plan the server wrote (its JSON with `json`); the answer,

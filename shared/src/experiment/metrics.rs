@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::experiment::plan::ArmName;
-use crate::wire::telemetry::{EventKind, Outcome, TelemetryEvent};
 
 pub use crate::experiment::names::{CRASH, DOWNLOAD_BYTES, FALLBACK, LATENCY, LOAD_FAILURE, OWN};
 
@@ -53,27 +52,6 @@ pub struct Row<'a> {
 }
 
 impl Period {
-    /// Folds one event in; false when an app metric was dropped (too many names).
-    pub fn add(&mut self, e: &TelemetryEvent) -> bool {
-        let kind = serde_json::to_value(e.kind)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
-        self.add_row(&Row {
-            kind: &kind,
-            failed: e.outcome == Outcome::Failed,
-            p95_ms: e.inference.p95_ms,
-            probe: e.inference.probe == Some(true),
-            bytes_fetched: e.bytes_fetched,
-            metric: e
-                .metric
-                .name
-                .as_deref()
-                .zip(e.metric.value)
-                .filter(|_| e.kind == EventKind::Metric),
-        })
-    }
-
     /// Folds one event's row in; false when an app metric was dropped (too many names).
     pub fn add_row(&mut self, r: &Row<'_>) -> bool {
         self.events += 1;

@@ -192,13 +192,10 @@ mod tests {
     #[test]
     fn sequential_gates_halt_on_a_rate_over_its_limit_beyond_chance_only() {
         let t = ferry_shared::select::rollout::Thresholds {
-            max_failure_rate: Some(0.05),
             max_fallback_rate: None,
-            min_samples: 100,
-            max_regression: None,
-            max_latency_ratio: None,
             max_crash_rate: None,
             sequential: true,
+            ..Default::default()
         };
         let v = semver::Version::new(2, 0, 0);
         // 8% of 100 loads is over 5% but within chance; the fixed gate halts on it.
